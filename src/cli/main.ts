@@ -1,0 +1,69 @@
+/**
+ * `safekeep <command> [flags]`. Each command lives in `commands/<name>.ts` and exports
+ * `summary` (one line for help) and `run(argv) => exit code`. Commands are loaded lazily so that
+ * `safekeep render` does not pay for onnxruntime start-up.
+ * Errors a user can cause (SafekeepError) print one line and exit with their code; anything else is a bug
+ * and prints the stack (set SAFEKEEP_DEBUG=1 to get stacks for user errors too).
+ */
+import { readdirSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { isSafekeepError } from '../util/errors.ts';
+
+export interface Command {
+  summary: string;
+  run(argv: string[]): Promise<number>;
+}
+
+const commandsDir = join(dirname(fileURLToPath(import.meta.url)), 'commands');
+
+/** Command names: file `commands/data-pull.ts` is `safekeep data pull` → we map spaces to dashes. */
+function listCommands(): string[] {
+  return readdirSync(commandsDir)
+    .filter((f) => f.endsWith('.ts'))
+    .map((f) => f.slice(0, -3))
+    .sort();
+}
+
+async function loadCommand(name: string): Promise<Command | null> {
+  if (!listCommands().includes(name)) return null;
+  return (await import(join(commandsDir, `${name}.ts`))) as Command;
+}
+
+async function help(): Promise<string> {
+  const lines = ['usage: safekeep <command> [flags]', '', 'commands:'];
+  for (const name of listCommands()) {
+    const c = await loadCommand(name);
+    lines.push(`  ${name.replace(/-/g, ' ').padEnd(16)} ${c?.summary ?? ''}`);
+  }
+  return lines.join('\n');
+}
+
+export async function main(argv: string[]): Promise<number> {
+  try {
+    const [first, second, ...rest] = argv;
+    if (!first || first === '--help' || first === '-h' || first === 'help') {
+      process.stdout.write((await help()) + '\n');
+      return first ? 0 : 2;
+    }
+    // two-word commands first (`data pull`, `guard eval`), then one-word
+    let cmd = second ? await loadCommand(`${first}-${second}`) : null;
+    let args = rest;
+    if (!cmd) {
+      cmd = await loadCommand(first);
+      args = second === undefined ? [] : [second, ...rest];
+    }
+    if (!cmd) {
+      process.stderr.write(`safekeep: unknown command '${first}'\n${await help()}\n`);
+      return 2;
+    }
+    return await cmd.run(args);
+  } catch (e) {
+    if (isSafekeepError(e)) {
+      process.stderr.write(`safekeep: ${e.message}\n`);
+      if (process.env.SAFEKEEP_DEBUG) process.stderr.write(`${e.stack}\n`);
+      return e.exitCode;
+    }
+    throw e;
+  }
+}

@@ -1,0 +1,81 @@
+/**
+ * The engine's public contract. Conventions (DEVELOPERS.md):
+ * - hidden[0] = embedding output; hidden[l], l = 1..L = residual stream after decoder block l-1, before the final
+ *   norm (also for l = L).
+ * - Steering at layer l: hidden[l] -= alpha * v/|v| at every prompt position and every generated token
+ *   (HF: forward hook on model.layers[l-1]).
+ * - Left padding, position ids = cumsum(mask) - 1. Greedy decoding; stop ids from generation_config.json.
+ */
+
+/** Steering as a full matrix: row l is ADDED to hidden[l]; zeros = no steering. [L+1, d_model] */
+export type SteeringMatrix = Float32Array;
+
+/** Convenience form used by the CLI: hidden[layer] -= alpha * vector/|vector|. */
+export interface Steering {
+  layer: number;
+  /** [d_model] (normalised by the engine) */
+  vector: Float32Array | number[];
+  alpha: number;
+}
+
+/** Which positions of each (unpadded) sequence to return. */
+export type PositionSelector = 'all' | 'last' | 'none' | number[];
+
+export interface ForwardOptions {
+  steer?: Steering;
+  /** positions whose hidden states are returned (default 'all') */
+  hiddenAt?: PositionSelector;
+  /** positions whose logits are returned (default 'all') */
+  logitsAt?: PositionSelector;
+}
+
+export interface ForwardResult {
+  /** number of real tokens in this sequence */
+  length: number;
+  /** positions (0-based, in the unpadded sequence) that `hidden` rows correspond to */
+  hiddenPositions: number[];
+  /** [L+1, hiddenPositions.length, d_model] */
+  hidden: Float32Array;
+  logitPositions: number[];
+  /** [logitPositions.length, vocab] */
+  logits: Float32Array;
+}
+
+export interface GenerateOptions {
+  maxNewTokens: number;
+  /** defaults to the checkpoint's generation_config eos ids; [] = never stop */
+  stopIds?: number[];
+  steer?: Steering;
+  /** keep the logits that chose every generated token (row 0 = last prompt position) */
+  returnStepLogits?: boolean;
+  /** all-layer hidden state of the first generated token (computed when it is fed back) */
+  returnFirstTokenHidden?: boolean;
+  /** last-prompt-token hidden states of the prefill [L+1, d_model] */
+  returnPromptLastHidden?: boolean;
+}
+
+export interface GenerateResult {
+  generatedIds: number[];
+  /** why generation ended */
+  finish: 'stop' | 'length';
+  /** [steps, vocab] when requested */
+  stepLogits?: Float32Array;
+  /** [L+1, d_model] when requested */
+  firstTokenHidden?: Float32Array;
+  /** [L+1, d_model] when requested */
+  promptLastHidden?: Float32Array;
+}
+
+export interface EngineInfo {
+  modelType: string;
+  numLayers: number;
+  dModel: number;
+  vocabSize: number;
+  eosIds: number[];
+}
+
+export interface Engine extends EngineInfo {
+  forward(inputIds: number[][], opts?: ForwardOptions): Promise<ForwardResult[]>;
+  generate(inputIds: number[][], opts: GenerateOptions): Promise<GenerateResult[]>;
+  dispose(): Promise<void>;
+}
