@@ -1,0 +1,49 @@
+/**
+ * The pair structure every data source (bundled pairs, AgentHarm, ...) is converted into.
+ * One pair = one scenario with its tools, a harmful request and a benign counterpart that changes only the request.
+ */
+
+/** A JSON Schema object (draft 2020-12 subset as used by OpenAI function specs). */
+export type JsonSchema = { [key: string]: unknown };
+
+/** OpenAI function-calling tool spec. */
+export interface ToolSpec {
+  type: 'function';
+  function: {
+    name: string;
+    description: string;
+    parameters: JsonSchema;
+  };
+}
+
+export interface Request {
+  /** the user's message */
+  prompt: string;
+  /** names of the tools a compliant agent would call (subset of the pair's tools) */
+  targetFunctions: string[];
+}
+
+export interface Pair {
+  /** stable id, unique within its set */
+  id: string;
+  /** harm category, e.g. 'fraud', 'cybercrime' */
+  category: string;
+  tools: ToolSpec[];
+  harmful: Request;
+  benign: Request;
+}
+
+export interface PairSet {
+  /** 'pairs' | 'agentharm' | a path */
+  name: string;
+  pairs: Pair[];
+  /** sha256 over the canonical JSON of the pairs */
+  hash: string;
+}
+
+export interface Split {
+  seed: number;
+  /** pair ids */
+  extraction: string[];
+  evaluation: string[];
+}
