@@ -1,0 +1,129 @@
+/**
+ * `AnalysisResults`: the plain-JSON outcome of the paper's analyses for one model, the only input of the report
+ * (`writeReport` in src/report). Every number carries its interval and n where it has one. Layer arrays have
+ * L+1 entries (index 0 = embedding output).
+ */
+
+/** AUROC with its paired-bootstrap percentile interval. */
+export interface AurocCI {
+  auroc: number;
+  lo: number;
+  hi: number;
+  /** evaluation rows */
+  n: number;
+}
+
+/** A difference (e.g. configuration − chatbot) with its paired-bootstrap interval. */
+export interface DiffCI {
+  diff: number;
+  lo: number;
+  hi: number;
+}
+
+export interface LayerCurve {
+  /** configuration key, e.g. 'agent-full' */
+  config: string;
+  /** what a reader sees, e.g. '+ tools (full agent)' */
+  label: string;
+  /** which direction scores it: 'chatbot' (cross-format) or 'own' (within-format) */
+  direction: 'chatbot' | 'own';
+  /** [L+1] */
+  perLayer: AurocCI[];
+}
+
+export interface TableRow {
+  config: string;
+  label: string;
+  /** ℓ* */
+  layer: number;
+  /** chatbot direction scoring this configuration (cross-format) */
+  cross: AurocCI;
+  /** cross − chatbot-on-chatbot, paired */
+  crossDiff: DiffCI;
+  /** this configuration's own direction (within-format) */
+  within: AurocCI;
+}
+
+export interface BandJSON {
+  /** [L+1] */
+  lo: number[];
+  /** [L+1] */
+  hi: number[];
+  reps: number;
+  level: number;
+}
+
+export interface SchemaCosines {
+  /** cos(R_harmful(ℓ), r_chatbot(ℓ)). [L+1] */
+  harmful: number[];
+  /** cos(R_benign(ℓ), r_chatbot(ℓ)). [L+1] */
+  benign: number[];
+  /** Gaussian random unit vectors vs r_chatbot */
+  randomBand: BandJSON;
+  /** label-permuted chatbot direction vs R_harmful */
+  permutationBand?: BandJSON;
+  /** requests per category */
+  n: { harmful: number; benign: number };
+}
+
+export interface FirstTokenSeries {
+  category: 'harmful' | 'benign';
+  representation: 'schema' | 'flattened';
+  n: number;
+  /** [L+1] mean projection on the unit chatbot refusal direction */
+  mean: number[];
+  /** [L+1] sample sd */
+  sd: number[];
+}
+
+export interface NormSeries {
+  name: string;
+  /** [L+1] */
+  norm: number[];
+}
+
+export interface SteeringRow {
+  /** strength in residual units as passed to the engine */
+  alpha: number;
+  /** α / mean ‖hidden[ℓ]‖ */
+  alphaRelative?: number;
+  n: number;
+  counts: { refusal: number; valid: number; invalid: number };
+}
+
+export interface SteeringResults {
+  layer: number;
+  direction: string;
+  /** 'harmful' | 'benign' requests */
+  requests: string;
+  rows: SteeringRow[];
+}
+
+export interface AnalysisResults {
+  /** format version of this object */
+  version: 1;
+  model: string;
+  /** L+1 */
+  layers: number;
+  dModel: number;
+  /** true for planted/synthetic inputs: the report says so prominently */
+  synthetic?: boolean;
+  lStar: {
+    layer: number;
+    /** how it was chosen, e.g. '5-fold CV on the chatbot extraction split' */
+    method: string;
+    /** [L+1] mean held-out AUROC (null where not a candidate) */
+    cvAuroc: (number | null)[];
+  };
+  bootstrap: { reps: number; seed: number; level: number };
+  curves: LayerCurve[];
+  table1: TableRow[];
+  table2: TableRow[];
+  schemaCosines?: SchemaCosines;
+  firstToken?: FirstTokenSeries[];
+  norms: { directions: NormSeries[]; meanHidden: NormSeries[] };
+  steering?: SteeringResults[];
+  /** provenance (model hash, data hash, split, engine version, ...) copied into the report verbatim */
+  manifest: Record<string, unknown>;
+  notes?: string[];
+}
