@@ -31,6 +31,11 @@ export interface Pair {
   tools: ToolSpec[];
   harmful: Request;
   benign: Request;
+  /**
+   * Pairs with the same group are variants of one behavior (AgentHarm's detailed/hinted variants) and always land
+   * on the same side of the extraction/evaluation split. Absent = the pair is its own group.
+   */
+  group?: string;
 }
 
 export interface PairSet {
