@@ -1,0 +1,113 @@
+/**
+ * Pure helpers that turn ragged token sequences into the graph's batch inputs: left padding, position ids =
+ * cumsum(mask) - 1, the additive attention bias (causal + padding, over cached and new slots), flat row indices,
+ * and the steering matrix.
+ */
+import { SafekeepError } from '../util/errors.ts';
+import { MASKED } from './graph.ts';
+import type { PositionSelector, Steering } from './types.ts';
+
+export interface PaddedBatch {
+  batch: number;
+  /** padded length T */
+  width: number;
+  /** [B, T] left-padded ids (pad = 0) */
+  ids: BigInt64Array;
+  /** [B] number of left pad slots */
+  pads: number[];
+  lengths: number[];
+}
+
+export function leftPad(seqs: readonly (readonly number[])[], padId = 0): PaddedBatch {
+  const lengths = seqs.map((s) => s.length);
+  const width = Math.max(0, ...lengths);
+  const ids = new BigInt64Array(seqs.length * width).fill(BigInt(padId));
+  const pads = lengths.map((n) => width - n);
+  seqs.forEach((s, b) => s.forEach((id, t) => { ids[b * width + pads[b]! + t] = BigInt(id); }));
+  return { batch: seqs.length, width, ids, pads, lengths };
+}
+
+/**
+ * Position ids [B, T] for T new slots after `past` cached slots; row b's first real slot is `starts[b]`
+ * (position = slot - start; pad slots get 0).
+ */
+export function positionIds(batch: number, width: number, past: number, starts: readonly number[]): BigInt64Array {
+  const out = new BigInt64Array(batch * width);
+  for (let b = 0; b < batch; b++) {
+    for (let t = 0; t < width; t++) out[b * width + t] = BigInt(Math.max(0, past + t - starts[b]!));
+  }
+  return out;
+}
+
+/**
+ * Additive attention bias [B, T, P+T]: query slot P+t of row b sees key slot j iff starts[b] ≤ j ≤ P+t.
+ * Query rows on pad slots see nothing (uniform softmax over MASKED, finite, ignored by callers).
+ */
+export function attentionBias(batch: number, width: number, past: number, starts: readonly number[]): Float32Array {
+  const S = past + width;
+  const out = new Float32Array(batch * width * S).fill(MASKED);
+  for (let b = 0; b < batch; b++) {
+    for (let t = 0; t < width; t++) {
+      const row = (b * width + t) * S;
+      for (let j = starts[b]!; j <= past + t; j++) out[row + j] = 0;
+    }
+  }
+  return out;
+}
+
+/** Positions 0..length-1 named by a selector (validated). */
+export function selectPositions(sel: PositionSelector | undefined, length: number, what: string): number[] {
+  const s = sel ?? 'all';
+  if (s === 'all') return Array.from({ length }, (_, i) => i);
+  if (s === 'last') return length > 0 ? [length - 1] : [];
+  if (s === 'none') return [];
+  for (const p of s) {
+    if (!Number.isInteger(p) || p < -length || p >= length) {
+      throw new SafekeepError(`${what}: position ${p} is outside a sequence of ${length} tokens`);
+    }
+  }
+  return s.map((p) => (p < 0 ? length + p : p));
+}
+
+/** Steering matrix [L+1, d]: row `layer` = -alpha · v/|v| (zeros when no steering). */
+export function steeringMatrix(numLayers: number, dModel: number, steer?: Steering): Float32Array {
+  const m = new Float32Array((numLayers + 1) * dModel);
+  if (!steer) return m;
+  const { layer, vector, alpha } = steer;
+  if (!Number.isInteger(layer) || layer < 0 || layer > numLayers) {
+    throw new SafekeepError(`steering layer ${layer} is out of range 0..${numLayers} (hidden[0] = embeddings, hidden[${numLayers}] = last block)`);
+  }
+  if (vector.length !== dModel) throw new SafekeepError(`steering vector has ${vector.length} values, the model's d_model is ${dModel}`);
+  if (!Number.isFinite(alpha)) throw new SafekeepError(`steering alpha must be a finite number, got ${alpha}`);
+  let norm = 0;
+  for (let i = 0; i < dModel; i++) {
+    const v = Number(vector[i]);
+    if (!Number.isFinite(v)) throw new SafekeepError(`steering vector value ${i} is not a finite number`);
+    norm += v * v;
+  }
+  norm = Math.sqrt(norm);
+  if (norm === 0) throw new SafekeepError('steering vector is all zeros');
+  for (let i = 0; i < dModel; i++) m[layer * dModel + i] = (-alpha * Number(vector[i])) / norm;
+  return m;
+}
+
+/**
+ * Group sequence indices (sorted by length, so similar lengths share a batch) into chunks that keep
+ * B·T ≤ maxTokens and the attention scores B·heads·T² ≤ maxScores.
+ */
+export function planChunks(lengths: readonly number[], heads: number, maxTokens = 4096, maxScores = 1 << 27): number[][] {
+  const order = lengths.map((_, i) => i).sort((a, b) => lengths[a]! - lengths[b]! || a - b);
+  const chunks: number[][] = [];
+  let cur: number[] = [];
+  for (const i of order) {
+    const width = Math.max(lengths[i]!, ...cur.map((j) => lengths[j]!));
+    const n = cur.length + 1;
+    if (cur.length && (n * width > maxTokens || n * heads * width * width > maxScores)) {
+      chunks.push(cur);
+      cur = [];
+    }
+    cur.push(i);
+  }
+  if (cur.length) chunks.push(cur);
+  return chunks;
+}

@@ -1,0 +1,277 @@
+/**
+ * The ONNX engine: `createEngine(modelDir, {dtype, device, threads})` → `Engine` (src/engine/types.ts).
+ *
+ * One session per engine; every call goes through `step()`, a single forward of T new tokens per row on top of an
+ * optional KV cache (`KvCache`: present KV of an earlier step + where each row's real slots start). `forward()` is
+ * one step from an empty cache; `generate()` is a prefill step then one step per new token. Because `step()` takes
+ * any past KV with its row starts, a later shared-prefix cache can feed a stored prefix's KV and run only suffixes.
+ */
+import * as ort from 'onnxruntime-node';
+import { loadCheckpoint } from '../checkpoint/load.ts';
+import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
+import { SafekeepError } from '../util/errors.ts';
+import { attentionBias, leftPad, planChunks, positionIds, selectPositions, steeringMatrix } from './batch.ts';
+import type { ComputeDType } from './graph.ts';
+import { IO } from './graph.ts';
+import { openSession, type Device } from './session.ts';
+import type { Engine, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, Steering } from './types.ts';
+
+export interface EngineOptions {
+  dtype?: ComputeDType;
+  device?: Device;
+  threads?: number;
+  /** graph cache root (default $SAFEKEEP_CACHE or ~/.cache/safekeep) */
+  cacheDir?: string;
+}
+
+/** Per-layer KV of `batch` rows × `length` slots; row b's real slots are starts[b]..length-1. */
+export interface KvCache {
+  keys: ort.Tensor[];
+  values: ort.Tensor[];
+  batch: number;
+  length: number;
+  starts: number[];
+}
+
+export interface StepInput {
+  /** [B, T] ids (row-major), left-padded for the first step */
+  ids: BigInt64Array;
+  batch: number;
+  width: number;
+  /** where each row's real slots start (absolute, counting cached slots) */
+  starts: number[];
+  past: KvCache | null;
+  /** [L+1, d] */
+  steer: Float32Array;
+  /** flat indices b·T + t of the new slots whose hidden states / logits are wanted */
+  hiddenIndex: number[];
+  logitsIndex: number[];
+}
+
+export interface StepOutput {
+  /** [L+1, hiddenIndex.length, d] */
+  hidden: Float32Array;
+  /** [logitsIndex.length, V] */
+  logits: Float32Array;
+  present: KvCache;
+}
+
+const i64 = (xs: readonly number[]) => BigInt64Array.from(xs, (x) => BigInt(x));
+
+export class OnnxEngine implements Engine {
+  readonly modelType: string;
+  readonly numLayers: number;
+  readonly dModel: number;
+  readonly vocabSize: number;
+  readonly eosIds: number[];
+  readonly config: ModelConfig;
+  /** whether the graph came from the cache */
+  readonly graphCached: boolean;
+
+  constructor(readonly checkpoint: Checkpoint, private readonly session: ort.InferenceSession, graphCached: boolean) {
+    this.config = checkpoint.config;
+    this.modelType = this.config.family;
+    this.numLayers = this.config.numLayers;
+    this.dModel = this.config.hiddenSize;
+    this.vocabSize = this.config.vocabSize;
+    this.eosIds = [...this.config.eosTokenIds];
+    this.graphCached = graphCached;
+  }
+
+  emptyCache(batch: number): KvCache {
+    const { numKvHeads: kvH, headDim: hd } = this.config;
+    const empty = () => new ort.Tensor('float32', new Float32Array(0), [batch, kvH, 0, hd]);
+    return {
+      keys: Array.from({ length: this.numLayers }, empty),
+      values: Array.from({ length: this.numLayers }, empty),
+      batch,
+      length: 0,
+      starts: new Array<number>(batch).fill(0),
+    };
+  }
+
+  /** One forward of T new slots per row on top of `past` (null = empty cache). */
+  async step(inp: StepInput): Promise<StepOutput> {
+    const { batch: B, width: T } = inp;
+    const past = inp.past ?? this.emptyCache(B);
+    if (past.batch !== B) throw new Error(`step: cache has ${past.batch} rows, input ${B}`);
+    const P = past.length;
+    const feeds: Record<string, ort.Tensor> = {
+      [IO.inputIds]: new ort.Tensor('int64', inp.ids, [B, T]),
+      [IO.positionIds]: new ort.Tensor('int64', positionIds(B, T, P, inp.starts), [B, T]),
+      [IO.attnBias]: new ort.Tensor('float32', attentionBias(B, T, P, inp.starts), [B, T, P + T]),
+      [IO.steer]: new ort.Tensor('float32', inp.steer, [this.numLayers + 1, this.dModel]),
+      [IO.hiddenIndex]: new ort.Tensor('int64', i64(inp.hiddenIndex), [inp.hiddenIndex.length]),
+      [IO.logitsIndex]: new ort.Tensor('int64', i64(inp.logitsIndex), [inp.logitsIndex.length]),
+    };
+    for (let l = 0; l < this.numLayers; l++) {
+      feeds[IO.pastKey(l)] = past.keys[l]!;
+      feeds[IO.pastValue(l)] = past.values[l]!;
+    }
+    const out = await this.session.run(feeds);
+    const keys: ort.Tensor[] = [];
+    const values: ort.Tensor[] = [];
+    for (let l = 0; l < this.numLayers; l++) {
+      keys.push(out[IO.presentKey(l)]!);
+      values.push(out[IO.presentValue(l)]!);
+    }
+    return {
+      hidden: out[IO.hidden]!.data as Float32Array,
+      logits: out[IO.logits]!.data as Float32Array,
+      present: { keys, values, batch: B, length: P + T, starts: inp.starts },
+    };
+  }
+
+  async forward(inputIds: number[][], opts: ForwardOptions = {}): Promise<ForwardResult[]> {
+    this.checkIds(inputIds);
+    const steer = steeringMatrix(this.numLayers, this.dModel, opts.steer);
+    const results: ForwardResult[] = new Array(inputIds.length);
+    const L1 = this.numLayers + 1;
+    const d = this.dModel;
+    const V = this.vocabSize;
+    for (const chunk of planChunks(inputIds.map((s) => s.length), this.config.numHeads)) {
+      const pb = leftPad(chunk.map((i) => inputIds[i]!));
+      const hiddenPos = chunk.map((i, b) => selectPositions(opts.hiddenAt, pb.lengths[b]!, `sequence ${i} hiddenAt`));
+      const logitPos = chunk.map((i, b) => selectPositions(opts.logitsAt, pb.lengths[b]!, `sequence ${i} logitsAt`));
+      const flat = (pos: number[][]) => pos.flatMap((ps, b) => ps.map((p) => b * pb.width + pb.pads[b]! + p));
+      const out = await this.step({
+        ids: pb.ids, batch: pb.batch, width: pb.width, starts: pb.pads, past: null, steer,
+        hiddenIndex: flat(hiddenPos), logitsIndex: flat(logitPos),
+      });
+      const N = hiddenPos.reduce((a, p) => a + p.length, 0);
+      let hOff = 0;
+      let lOff = 0;
+      chunk.forEach((i, b) => {
+        const n = hiddenPos[b]!.length;
+        const hidden = new Float32Array(L1 * n * d);
+        for (let l = 0; l < L1; l++) hidden.set(out.hidden.subarray((l * N + hOff) * d, (l * N + hOff + n) * d), l * n * d);
+        const m = logitPos[b]!.length;
+        results[i] = {
+          length: pb.lengths[b]!,
+          hiddenPositions: hiddenPos[b]!,
+          hidden,
+          logitPositions: logitPos[b]!,
+          logits: out.logits.slice(lOff * V, (lOff + m) * V),
+        };
+        hOff += n;
+        lOff += m;
+      });
+    }
+    return results;
+  }
+
+  async generate(inputIds: number[][], opts: GenerateOptions): Promise<GenerateResult[]> {
+    this.checkIds(inputIds);
+    if (!Number.isInteger(opts.maxNewTokens) || opts.maxNewTokens < 0) {
+      throw new SafekeepError(`maxNewTokens must be a non-negative integer, got ${opts.maxNewTokens}`);
+    }
+    const steer = steeringMatrix(this.numLayers, this.dModel, opts.steer);
+    const results: GenerateResult[] = new Array(inputIds.length);
+    for (const chunk of planChunks(inputIds.map((s) => s.length), this.config.numHeads)) {
+      const rs = await this.generateBatch(chunk.map((i) => inputIds[i]!), opts, steer);
+      chunk.forEach((i, b) => { results[i] = rs[b]!; });
+    }
+    return results;
+  }
+
+  private async generateBatch(prompts: number[][], opts: GenerateOptions, steer: Float32Array): Promise<GenerateResult[]> {
+    const stop = new Set(opts.stopIds ?? this.eosIds);
+    const V = this.vocabSize;
+    const d = this.dModel;
+    const L1 = this.numLayers + 1;
+    const pb = leftPad(prompts);
+    const B = pb.batch;
+    const lastSlots = pb.pads.map((p, b) => b * pb.width + p + pb.lengths[b]! - 1);
+    let out = await this.step({
+      ids: pb.ids, batch: B, width: pb.width, starts: pb.pads, past: null, steer,
+      hiddenIndex: opts.returnPromptLastHidden ? lastSlots : [],
+      logitsIndex: opts.maxNewTokens > 0 ? lastSlots : [],
+    });
+    const res: GenerateResult[] = prompts.map(() => ({ generatedIds: [], finish: 'length' }));
+    const stepLogits: Float32Array[][] = prompts.map(() => []);
+    if (opts.returnPromptLastHidden) {
+      res.forEach((r, b) => {
+        const h = new Float32Array(L1 * d);
+        for (let l = 0; l < L1; l++) h.set(out.hidden.subarray((l * B + b) * d, (l * B + b + 1) * d), l * d);
+        r.promptLastHidden = h;
+      });
+    }
+    const done = new Array<boolean>(B).fill(opts.maxNewTokens === 0);
+    const wantFirstHidden = !!opts.returnFirstTokenHidden && opts.maxNewTokens > 0;
+    for (let k = 0; ; k++) {
+      // choose token k from the logits of the last step (rows = batch)
+      const fed = new BigInt64Array(B);
+      for (let b = 0; b < B; b++) {
+        const r = res[b]!;
+        if (!done[b]) {
+          const row = out.logits.subarray(b * V, (b + 1) * V);
+          const tok = argmax(row);
+          r.generatedIds.push(tok);
+          if (opts.returnStepLogits) stepLogits[b]!.push(row.slice());
+          if (stop.has(tok)) { done[b] = true; r.finish = 'stop'; }
+          else if (r.generatedIds.length >= opts.maxNewTokens) done[b] = true;
+        }
+        fed[b] = BigInt(r.generatedIds.at(-1) ?? 0);
+      }
+      const needHidden = wantFirstHidden && k === 0;
+      if (done.every(Boolean) && !needHidden) break;
+      const all = Array.from({ length: B }, (_, b) => b);
+      out = await this.step({
+        ids: fed, batch: B, width: 1, starts: pb.pads, past: out.present, steer,
+        hiddenIndex: needHidden ? all : [],
+        logitsIndex: done.every(Boolean) ? [] : all,
+      });
+      if (needHidden) {
+        res.forEach((r, b) => {
+          const h = new Float32Array(L1 * d);
+          for (let l = 0; l < L1; l++) h.set(out.hidden.subarray((l * B + b) * d, (l * B + b + 1) * d), l * d);
+          r.firstTokenHidden = h;
+        });
+        if (done.every(Boolean)) break;
+      }
+    }
+    if (opts.returnStepLogits) {
+      res.forEach((r, b) => {
+        const rows = stepLogits[b]!;
+        const m = new Float32Array(rows.length * V);
+        rows.forEach((row, k) => m.set(row, k * V));
+        r.stepLogits = m;
+      });
+    }
+    return res;
+  }
+
+  private checkIds(inputIds: number[][]): void {
+    if (!Array.isArray(inputIds)) throw new SafekeepError('input ids must be a list of token-id lists');
+    inputIds.forEach((s, i) => {
+      if (!Array.isArray(s) || s.length === 0) throw new SafekeepError(`sequence ${i}: needs at least one token id`);
+      s.forEach((id, t) => {
+        if (!Number.isInteger(id) || id < 0 || id >= this.vocabSize) {
+          throw new SafekeepError(`sequence ${i}, position ${t}: token id ${JSON.stringify(id)} is not in 0..${this.vocabSize - 1}`);
+        }
+      });
+    });
+  }
+
+  async dispose(): Promise<void> {
+    await this.session.release();
+  }
+}
+
+/** index of the largest value (first on ties, like torch.argmax) */
+export function argmax(row: Float32Array): number {
+  let best = 0;
+  for (let i = 1; i < row.length; i++) if (row[i]! > row[best]!) best = i;
+  return best;
+}
+
+export async function createEngineFromCheckpoint(ckpt: Checkpoint, opts: EngineOptions = {}): Promise<OnnxEngine> {
+  const { session, cached } = await openSession(ckpt, { dtype: opts.dtype ?? 'f32', device: opts.device ?? 'cpu', threads: opts.threads, cacheDir: opts.cacheDir });
+  return new OnnxEngine(ckpt, session, cached);
+}
+
+export async function createEngine(modelDir: string, opts: EngineOptions = {}): Promise<OnnxEngine> {
+  return createEngineFromCheckpoint(await loadCheckpoint(modelDir), opts);
+}
+
+export type { Steering };

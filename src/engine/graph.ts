@@ -1,0 +1,201 @@
+/**
+ * The decoder as an ONNX graph, built from a checkpoint's config and tensor index. Reads top to bottom like
+ * nanoGPT's model.py:
+ *
+ *   x = embed(ids)                                   hidden[0] (+ steer[0])
+ *   for each block l:
+ *     h = rmsnorm(x);  q, k, v = h Wqᵀ (+b), h Wkᵀ (+b), h Wvᵀ (+b)
+ *     (qwen3) q, k = rmsnorm per head
+ *     q, k = rope(q), rope(k)                        rotate_half form, positions from the caller
+ *     K, V = concat(past, new)                       → present KV
+ *     x += o_proj(softmax(q Kᵀ/√hd + bias) V)        GQA by broadcasting, softmax in f32
+ *     x += down(silu(gate(h')) * up(h')),  h' = rmsnorm(x)
+ *     x += steer[l+1]                                hidden[l+1] (pre final norm, also for l+1 = L)
+ *   logits = rmsnorm(x[logits_index]) lm_headᵀ
+ *
+ * Tokens are flattened to 2-D [B*T, d] so every linear layer is one Gemm(transB=1) straight on the HF [out, in]
+ * weight (no transposed copy). Weights are external data pointing into the .safetensors byte ranges; non-f32
+ * storage (and `dtype: 'bf16'` rounding of f32 weights) is a Cast in the graph, which onnxruntime folds once at
+ * session creation.
+ */
+import { basename } from 'node:path';
+import { ropeInvFreq } from '../checkpoint/config.ts';
+import type { Checkpoint, DType, TensorEntry } from '../checkpoint/types.ts';
+import { GraphBuilder } from './onnx/builder.ts';
+import { DataType, type DataTypeId } from './onnx/proto.ts';
+
+export type ComputeDType = 'f32' | 'bf16';
+
+/** Names of the graph's inputs and outputs (the session contract). */
+export const IO = {
+  inputIds: 'input_ids', // int64 [B, T]
+  positionIds: 'position_ids', // int64 [B, T]
+  attnBias: 'attn_bias', // f32 [B, T, S], S = P + T; 0 = visible, large negative = masked
+  steer: 'steer', // f32 [L+1, d]; row l is added to hidden[l]
+  hiddenIndex: 'hidden_index', // int64 [N], flat indices into B*T
+  logitsIndex: 'logits_index', // int64 [M]
+  pastKey: (l: number) => `past_key.${l}`, // f32 [B, kvH, P, hd]
+  pastValue: (l: number) => `past_value.${l}`,
+  hidden: 'hidden', // f32 [L+1, N, d]
+  logits: 'logits', // f32 [M, V]
+  presentKey: (l: number) => `present_key.${l}`, // f32 [B, kvH, S, hd]
+  presentValue: (l: number) => `present_value.${l}`,
+} as const;
+
+/** Additive mask value for hidden keys (finite, so fully masked pad rows stay finite). */
+export const MASKED = -1e9;
+
+const STORAGE: Record<DType, DataTypeId> = { F32: DataType.FLOAT, BF16: DataType.BFLOAT16, F16: DataType.FLOAT16 };
+
+export interface BuiltGraph {
+  bytes: Uint8Array;
+  /** folder that the external-data locations are relative to */
+  weightsDir: string;
+}
+
+/**
+ * Build the graph. `weightsDir` is the one folder that holds every (real, symlink-resolved) weight file; each
+ * entry's location is its basename there.
+ */
+export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles: Map<string, string>, weightsDir: string): BuiltGraph {
+  const c = ckpt.config;
+  const L = c.numLayers;
+  const d = c.hiddenSize;
+  const H = c.numHeads;
+  const kvH = c.numKvHeads;
+  const hd = c.headDim;
+  const rep = H / kvH;
+  const g = new GraphBuilder();
+  const F = DataType.FLOAT;
+
+  // ---- inputs
+  const ids = g.input(IO.inputIds, DataType.INT64, ['batch', 'seq']);
+  const positions = g.input(IO.positionIds, DataType.INT64, ['batch', 'seq']);
+  const attnBias = g.input(IO.attnBias, F, ['batch', 'seq', 'total']);
+  const steer = g.input(IO.steer, F, [L + 1, d]);
+  const hiddenIndex = g.input(IO.hiddenIndex, DataType.INT64, ['n_hidden']);
+  const logitsIndex = g.input(IO.logitsIndex, DataType.INT64, ['n_logits']);
+  const past: { k: string; v: string }[] = [];
+  for (let l = 0; l < L; l++) {
+    past.push({
+      k: g.input(IO.pastKey(l), F, ['batch', kvH, 'past', hd]),
+      v: g.input(IO.pastValue(l), F, ['batch', kvH, 'past', hd]),
+    });
+  }
+
+  // ---- weights: external data into the safetensors files; f32 in the graph
+  const weightCache = new Map<string, string>();
+  const weight = (name: string): string => {
+    const hit = weightCache.get(name);
+    if (hit) return hit;
+    const e: TensorEntry | undefined = ckpt.tensors.get(name);
+    if (!e) throw new Error(`graph: checkpoint has no tensor ${name}`);
+    const real = realFiles.get(e.file);
+    if (!real) throw new Error(`graph: no resolved path for ${e.file}`);
+    let w = g.initializer(
+      { dataType: STORAGE[e.dtype], dims: e.shape, external: { location: basename(real), offset: e.offset, length: e.byteLength } },
+      name,
+    );
+    if (e.dtype !== 'F32') w = g.op('Cast', [w], { to: F }, { name: `${name}.f32` });
+    if (dtype === 'bf16' && e.dtype !== 'BF16') {
+      w = g.op('Cast', [g.op('Cast', [w], { to: DataType.BFLOAT16 }, { name: `${name}.bf16` })], { to: F }, { name: `${name}.f32` });
+    }
+    weightCache.set(name, w);
+    return w;
+  };
+
+  const rmsnorm = (x: string, w: string): string =>
+    g.op('SimplifiedLayerNormalization', [x, weight(w)], { axis: -1, epsilon: { float: c.rmsNormEps }, stash_type: 1 }, { name: 'rmsnorm' });
+  const linear = (x: string, w: string, bias?: string): string =>
+    g.op('Gemm', bias ? [x, weight(w), weight(bias)] : [x, weight(w)], { transB: 1 }, { name: w.split('.').slice(-2, -1)[0] ?? 'linear' });
+
+  // ---- shapes
+  const shapeBT = g.op('Shape', [ids], {}, { name: 'shape_bt' }); // [B, T]
+  const heads4 = (n: number) => g.op('Concat', [shapeBT, g.i64([n, hd])], { axis: 0 }, { name: `shape_bt_${n}_hd` });
+  const shapeQ = heads4(H);
+  const shapeKV = heads4(kvH);
+
+  // ---- RoPE tables: cos/sin [B, T, 1, hd]
+  const invFreq = g.f32(Float32Array.from(ropeInvFreq(c)));
+  const [cos, sin] = g.scope('rope', () => {
+    const pos = g.op('Unsqueeze', [g.op('Cast', [positions], { to: F }), g.i64([-1])]); // [B, T, 1]
+    const freqs = g.op('Mul', [pos, invFreq]); // [B, T, hd/2]
+    const emb = g.op('Unsqueeze', [g.op('Concat', [freqs, freqs], { axis: -1 }), g.i64([2])]); // [B, T, 1, hd]
+    return [g.op('Cos', [emb]), g.op('Sin', [emb])] as const;
+  });
+  /** x·cos + rotate_half(x)·sin, x: [B, T, heads, hd] */
+  const rope = (x: string): string => {
+    const [x1, x2] = g.opN('Split', [x], { axis: -1 }, { outputs: 2 });
+    const rotated = g.op('Concat', [g.op('Neg', [x2!]), x1!], { axis: -1 }, { name: 'rotate_half' });
+    return g.op('Add', [g.op('Mul', [x, cos]), g.op('Mul', [rotated, sin])], {}, { name: 'rope' });
+  };
+
+  const bias5 = g.op('Unsqueeze', [attnBias, g.i64([1, 2])], {}, { name: 'attn_bias5' }); // [B, 1, 1, T, S]
+  const scale = g.f32([1 / Math.sqrt(hd)], []);
+
+  const captured: string[] = [];
+  const capture = (x: string): void => {
+    captured.push(g.op('Unsqueeze', [g.op('Gather', [x, hiddenIndex], { axis: 0 }), g.i64([0])], {}, { name: 'capture' }));
+  };
+  const addSteer = (x: string, l: number): string =>
+    g.op('Add', [x, g.op('Gather', [steer, g.i64([l], [])], { axis: 0 }, { name: 'steer_row' })], {}, { name: 'steered' });
+
+  // ---- embeddings
+  let x = g.scope('embed', () => {
+    const e = g.op('Gather', [weight('model.embed_tokens.weight'), ids], { axis: 0 }); // [B, T, d]
+    return addSteer(g.op('Reshape', [e, g.i64([-1, d])]), 0); // [BT, d]
+  });
+  capture(x);
+
+  // ---- decoder blocks
+  for (let l = 0; l < L; l++) {
+    const p = `model.layers.${l}.`;
+    x = g.scope(`layers.${l}`, () => {
+      // attention
+      const h = rmsnorm(x, `${p}input_layernorm.weight`);
+      const bias = (n: string) => (c.qkvBias ? `${p}self_attn.${n}_proj.bias` : undefined);
+      let q = g.op('Reshape', [linear(h, `${p}self_attn.q_proj.weight`, bias('q')), shapeQ]); // [B, T, H, hd]
+      let k = g.op('Reshape', [linear(h, `${p}self_attn.k_proj.weight`, bias('k')), shapeKV]); // [B, T, kvH, hd]
+      const v = g.op('Reshape', [linear(h, `${p}self_attn.v_proj.weight`, bias('v')), shapeKV]);
+      if (c.qkNorm) {
+        q = rmsnorm(q, `${p}self_attn.q_norm.weight`);
+        k = rmsnorm(k, `${p}self_attn.k_norm.weight`);
+      }
+      q = rope(q);
+      k = rope(k);
+      const toHeads = (t: string) => g.op('Transpose', [t], { perm: [0, 2, 1, 3] }); // [B, heads, T, hd]
+      const K = g.op('Concat', [past[l]!.k, toHeads(k)], { axis: 2 }, { name: 'present_key' }); // [B, kvH, S, hd]
+      const V = g.op('Concat', [past[l]!.v, toHeads(v)], { axis: 2 }, { name: 'present_value' });
+      g.output(IO.presentKey(l), K, F, ['batch', kvH, 'total', hd]);
+      g.output(IO.presentValue(l), V, F, ['batch', kvH, 'total', hd]);
+      // GQA: query head h uses KV head h // rep → view q as [B, kvH, rep, T, hd], K/V as [B, kvH, 1, S, hd]
+      const q5 = g.op('Reshape', [toHeads(q), g.i64([0, kvH, rep, -1, hd])]);
+      const Kt = g.op('Unsqueeze', [g.op('Transpose', [K], { perm: [0, 1, 3, 2] }), g.i64([2])]); // [B, kvH, 1, hd, S]
+      const V5 = g.op('Unsqueeze', [V, g.i64([2])]);
+      const scores = g.op('Add', [g.op('Mul', [g.op('MatMul', [q5, Kt]), scale]), bias5], {}, { name: 'scores' });
+      const probs = g.op('Softmax', [scores], { axis: -1 }, { name: 'probs' });
+      const o = g.op('MatMul', [probs, V5]); // [B, kvH, rep, T, hd]
+      const merged = g.op('Reshape', [
+        g.op('Transpose', [g.op('Reshape', [o, g.i64([0, H, -1, hd])])], { perm: [0, 2, 1, 3] }),
+        g.i64([-1, H * hd]),
+      ]); // [BT, H·hd]
+      let r = g.op('Add', [x, linear(merged, `${p}self_attn.o_proj.weight`)], {}, { name: 'resid_attn' });
+      // MLP
+      const h2 = rmsnorm(r, `${p}post_attention_layernorm.weight`);
+      const gate = linear(h2, `${p}mlp.gate_proj.weight`);
+      const act = g.op('Mul', [g.op('Mul', [gate, g.op('Sigmoid', [gate])], {}, { name: 'silu' }), linear(h2, `${p}mlp.up_proj.weight`)]);
+      r = g.op('Add', [r, linear(act, `${p}mlp.down_proj.weight`)], {}, { name: 'resid_mlp' });
+      return addSteer(r, l + 1);
+    });
+    capture(x);
+  }
+
+  // ---- outputs
+  g.output(IO.hidden, g.op('Concat', captured, { axis: 0 }, { name: 'hidden_all' }), F, [L + 1, 'n_hidden', d]);
+  const logits = g.scope('head', () => {
+    const sel = rmsnorm(g.op('Gather', [x, logitsIndex], { axis: 0 }), 'model.norm.weight'); // [M, d]
+    return g.op('Gemm', [sel, weight(c.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight')], { transB: 1 }, { name: 'lm_head' });
+  });
+  g.output(IO.logits, logits, F, ['n_logits', c.vocabSize]);
+  return { bytes: g.encode('safekeep-decoder'), weightsDir };
+}

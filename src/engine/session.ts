@@ -1,0 +1,102 @@
+/**
+ * From a checkpoint to an onnxruntime session: resolve the weight files (symlinks followed: onnxruntime refuses
+ * external data outside the folder it is told about), build or reuse the cached graph, and open the session.
+ *
+ * Cache: `$SAFEKEEP_CACHE` (default `~/.cache/safekeep`)/graphs/<key>.onnx, key = sha256 of (graph version,
+ * config hash, each weight file's real path + size + mtime, tensor index, options). The graph holds no weight
+ * bytes; the session reads them straight from the .safetensors files.
+ */
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, realpathSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { availableParallelism, homedir } from 'node:os';
+import { basename, dirname, join } from 'node:path';
+import * as ort from 'onnxruntime-node';
+import type { Checkpoint } from '../checkpoint/types.ts';
+import { SafekeepError } from '../util/errors.ts';
+import { buildModelGraph, type ComputeDType } from './graph.ts';
+
+/** bump when graph.ts changes what it emits */
+export const GRAPH_VERSION = 1;
+
+export type Device = 'cpu' | 'cuda';
+
+export interface SessionOptions {
+  dtype: ComputeDType;
+  device: Device;
+  /** intra-op threads (default: all cores) */
+  threads?: number;
+  /** cache root (default $SAFEKEEP_CACHE or ~/.cache/safekeep) */
+  cacheDir?: string;
+}
+
+export function cacheRoot(explicit?: string): string {
+  return explicit ?? process.env.SAFEKEEP_CACHE ?? join(homedir(), '.cache', 'safekeep');
+}
+
+/** Real path of every weight file; they must share one folder (true for plain folders and the HF hub cache). */
+export function resolveWeightFiles(ckpt: Checkpoint): { realFiles: Map<string, string>; weightsDir: string } {
+  const realFiles = new Map<string, string>();
+  for (const e of ckpt.tensors.values()) if (!realFiles.has(e.file)) realFiles.set(e.file, realpathSync(e.file));
+  const dirs = new Set([...realFiles.values()].map((f) => dirname(f)));
+  if (dirs.size !== 1) {
+    throw new SafekeepError(`${ckpt.dir}: the weight files resolve to different folders (${[...dirs].join(', ')}); put them in one folder`);
+  }
+  const names = [...realFiles.values()].map((f) => basename(f));
+  if (new Set(names).size !== names.length) throw new SafekeepError(`${ckpt.dir}: two weight files resolve to the same file`);
+  return { realFiles, weightsDir: [...dirs][0]! };
+}
+
+export function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, dtype: ComputeDType): string {
+  const h = createHash('sha256');
+  h.update(`safekeep-graph v${GRAPH_VERSION}\n${ckpt.configHash}\n${dtype}\n`);
+  for (const real of [...realFiles.values()].sort()) {
+    const st = statSync(real);
+    h.update(`${real}\t${st.size}\t${st.mtimeMs}\n`);
+  }
+  for (const e of ckpt.tensors.values()) h.update(`${e.name}\t${e.dtype}\t${e.shape.join('x')}\t${e.file}\t${e.offset}\t${e.byteLength}\n`);
+  return h.digest('hex').slice(0, 32);
+}
+
+/** The graph bytes for this checkpoint and options: from the cache, or built and cached (atomic write). */
+export function modelGraph(ckpt: Checkpoint, opts: SessionOptions): { bytes: Uint8Array; weightsDir: string; cached: boolean; path: string } {
+  const { realFiles, weightsDir } = resolveWeightFiles(ckpt);
+  const key = graphCacheKey(ckpt, realFiles, opts.dtype);
+  const dir = join(cacheRoot(opts.cacheDir), 'graphs');
+  const path = join(dir, `${key}.onnx`);
+  if (existsSync(path)) return { bytes: readFileSync(path), weightsDir, cached: true, path };
+  const { bytes } = buildModelGraph(ckpt, opts.dtype, realFiles, weightsDir);
+  try {
+    mkdirSync(dir, { recursive: true });
+    const tmp = `${path}.${process.pid}.tmp`;
+    writeFileSync(tmp, bytes);
+    renameSync(tmp, path);
+  } catch {
+    // an unwritable cache only costs the rebuild next time
+  }
+  return { bytes, weightsDir, cached: false, path };
+}
+
+export function defaultThreads(): number {
+  const env = Number(process.env.SAFEKEEP_THREADS);
+  if (Number.isInteger(env) && env > 0) return env;
+  return Math.max(1, availableParallelism());
+}
+
+export async function openSession(ckpt: Checkpoint, opts: SessionOptions): Promise<{ session: ort.InferenceSession; cached: boolean }> {
+  const { bytes, weightsDir, cached } = modelGraph(ckpt, opts);
+  const session = await ort.InferenceSession.create(bytes, {
+    executionProviders: opts.device === 'cuda' ? ['cuda', 'cpu'] : ['cpu'],
+    graphOptimizationLevel: 'all',
+    intraOpNumThreads: opts.threads ?? defaultThreads(),
+    interOpNumThreads: 1,
+    executionMode: 'sequential',
+    extra: {
+      session: {
+        intra_op: { allow_spinning: '0' },
+        inter_op: { allow_spinning: '0' },
+        model_external_initializers_file_folder_path: weightsDir,
+      },
+    },
+  });
+  return { session, cached };
+}
