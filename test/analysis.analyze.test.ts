@@ -1,0 +1,59 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { analyze } from '../src/analysis/analyze.ts';
+import { SCENARIO, scenarioInput } from './helpers/analysis-scenario.ts';
+
+test('analyze() on the planted scenario recovers what the construction implies', () => {
+  const t0 = Date.now();
+  const res = analyze(scenarioInput());
+  const ms = Date.now() - t0;
+  assert.equal(res.layers, SCENARIO.layers);
+  assert.equal(res.dModel, SCENARIO.d);
+  assert.ok((SCENARIO.planted as readonly number[]).includes(res.lStar.layer), `ℓ* = ${res.lStar.layer}`);
+  assert.equal(res.lStar.cvAuroc[0], null);
+
+  const row = (name: string, rows = res.table1) => rows.find((r) => r.config === name)!;
+  // chatbot on chatbot at a planted layer: near-perfect separation
+  assert.ok(row('chatbot').cross.auroc > 0.99);
+  // schema push of −8u against a +10u contrast leaves a 2σ separation: AUROC ≈ Φ(2/√2) ≈ 0.92 < chatbot
+  const full = row('agent-full');
+  assert.ok(full.cross.auroc < 0.97 && full.cross.auroc > 0.8, `agent-full ${full.cross.auroc}`);
+  assert.ok(full.crossDiff.hi < 0, 'paired CI of the drop excludes 0');
+  assert.ok(row('agent-role').cross.auroc > 0.98, 'role only: no suppression');
+  // within-format direction also separates (the contrast is still along u)
+  assert.ok(full.within.auroc > 0.8);
+  // Table 2: flattened restores, schema suppresses, pseudoword (0.9 of the push) in between
+  const t2 = (n: string) => row(n, res.table2).cross.auroc;
+  assert.ok(t2('flattened') > t2('pseudoword') && t2('pseudoword') > t2('schema'), `${t2('flattened')} ${t2('pseudoword')} ${t2('schema')}`);
+  for (const r of [...res.table1, ...res.table2]) {
+    assert.ok(r.cross.lo <= r.cross.auroc && r.cross.auroc <= r.cross.hi);
+    assert.equal(r.cross.n, 2 * SCENARIO.pairs / 2);
+  }
+
+  // Schema Direction: harmful points against r at the planted layers, beyond the random band; benign does not
+  const sc = res.schemaCosines!;
+  for (const l of SCENARIO.planted) {
+    assert.ok(sc.harmful[l]! < sc.randomBand.lo[l]! && sc.harmful[l]! < -0.5, `harmful cos ${sc.harmful[l]} at ${l}`);
+    assert.ok(Math.abs(sc.benign[l]!) < 0.5, `benign cos ${sc.benign[l]} at ${l}`);
+    assert.ok(sc.permutationBand!.lo[l]! <= sc.permutationBand!.hi[l]!);
+  }
+  assert.deepEqual(sc.n, { harmful: 40, benign: 40 });
+
+  // first-token projections: harmful/flattened ≈ +10 at planted layers, harmful/schema ≈ +2, benign ≈ 0
+  const ft = (c: string, r: string) => res.firstToken!.find((f) => f.category === c && f.representation === r)!;
+  const l = res.lStar.layer;
+  assert.ok(Math.abs(ft('harmful', 'flattened').mean[l]! - 10) < 1);
+  assert.ok(Math.abs(ft('harmful', 'schema').mean[l]! - 2) < 1);
+  assert.ok(Math.abs(ft('benign', 'schema').mean[l]!) < 1);
+  assert.ok(Math.abs(ft('benign', 'flattened').sd[l]! - 1) < 0.4, 'unit noise along r̂');
+
+  // norms: refusal direction ≈ 10 at planted layers, mean ‖h‖ ≈ √d for pure noise layers
+  const rn = res.norms.directions.find((n) => n.name.startsWith('refusal'))!;
+  assert.ok(Math.abs(rn.norm[3]! - 10) < 1.5);
+  const hn = res.norms.meanHidden.find((n) => n.name === 'Chatbot')!;
+  assert.ok(Math.abs(hn.norm[0]! - Math.sqrt(SCENARIO.d)) < 1);
+
+  // plain JSON (what writeReport and files take)
+  assert.deepEqual(JSON.parse(JSON.stringify(res)), res);
+  assert.ok(ms < 20000, `analyze took ${ms} ms`);
+});
