@@ -1,0 +1,303 @@
+/**
+ * The Float64 oracle: a plain, unoptimised forward pass of the Llama-family decoder, written to be read next to
+ * the math in ../shared/fixtures/hf-reference/README.md. Tests compare the ONNX engine with it; it is never used
+ * for real work. One sequence at a time, no padding (positions are 0..T-1, continued by the KV cache).
+ *
+ * Per token x (hidden[0] = embed_tokens[id]); for each decoder block l = 0..L-1:
+ *   h = RMSNorm(x; input_layernorm)                              RMSNorm(x; w) = w ⊙ x / sqrt(mean(x²) + eps)
+ *   q, k, v = h·Wqᵀ (+bq), h·Wkᵀ (+bk), h·Wvᵀ (+bv)              heads = contiguous head_dim-wide slices
+ *   (qwen3) q_h, k_h = RMSNorm(q_h; q_norm), RMSNorm(k_h; k_norm)
+ *   q_h, k_h = RoPE(·, position)                                 rotate-half form
+ *   attn_h = softmax(q_h·K_{h/g}ᵀ / sqrt(head_dim) + causal) · V_{h/g}        g = heads / kv_heads (GQA)
+ *   x = x + concat(attn_h)·Woᵀ
+ *   h = RMSNorm(x; post_attention_layernorm);  x = x + (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ
+ *   hidden[l+1] = x (+ steering row l+1)                          the residual stream, before any final norm
+ * logits = RMSNorm(hidden[L]; norm) · lm_headᵀ (tied: embed_tokens).
+ */
+import { ropeInvFreq } from '../checkpoint/config.ts';
+import { readTensorF32 } from '../checkpoint/read.ts';
+import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
+import { SafekeepError } from '../util/errors.ts';
+import type { Steering } from './types.ts';
+
+/** Weights upcast to f64, by HF name. Cached per checkpoint object. */
+type Weights = Map<string, Float64Array>;
+const weightCache = new WeakMap<Checkpoint, Weights>();
+
+function weights(ckpt: Checkpoint): Weights {
+  let w = weightCache.get(ckpt);
+  if (!w) {
+    w = new Map();
+    for (const [name, e] of ckpt.tensors) w.set(name, Float64Array.from(readTensorF32(e)));
+    weightCache.set(ckpt, w);
+  }
+  return w;
+}
+
+function W(w: Weights, name: string): Float64Array {
+  const t = w.get(name);
+  if (!t) throw new Error(`reference: tensor ${name} not loaded`);
+  return t;
+}
+
+/** KV cache: per layer, per position, the roped keys / values of all KV heads. [L][T] of [kv_heads · head_dim] */
+export interface ReferenceKV {
+  keys: Float64Array[][];
+  values: Float64Array[][];
+  /** number of cached positions */
+  length: number;
+}
+
+export interface ReferenceForwardOptions {
+  /** hidden[layer] -= alpha · v/|v| (engine convention) */
+  steer?: Steering;
+  /** row l is added to hidden[l]. [L+1, d_model] */
+  steerMatrix?: Float32Array | Float64Array;
+  /** cache from a previous call: `ids` continue that sequence */
+  past?: ReferenceKV;
+}
+
+export interface ReferenceForwardResult {
+  /** [L+1, T, d_model], hidden[L] before the final norm */
+  hidden: Float64Array;
+  /** [T, vocab] */
+  logits: Float64Array;
+  /** cache covering past + these tokens */
+  kv: ReferenceKV;
+}
+
+// ---- small pure functions -------------------------------------------------------------------------------------
+
+/** y = W x (+ b), W [out, in] row-major. */
+export function linear(Wm: Float64Array, x: Float64Array, b?: Float64Array): Float64Array {
+  const n = x.length;
+  const out = Wm.length / n;
+  const y = new Float64Array(out);
+  for (let o = 0; o < out; o++) {
+    let s = b ? b[o]! : 0;
+    const row = o * n;
+    for (let i = 0; i < n; i++) s += Wm[row + i]! * x[i]!;
+    y[o] = s;
+  }
+  return y;
+}
+
+/** w ⊙ x / sqrt(mean(x²) + eps) */
+export function rmsNorm(x: Float64Array, w: Float64Array, eps: number): Float64Array {
+  let ss = 0;
+  for (let i = 0; i < x.length; i++) ss += x[i]! * x[i]!;
+  const r = 1 / Math.sqrt(ss / x.length + eps);
+  const y = new Float64Array(x.length);
+  for (let i = 0; i < x.length; i++) y[i] = w[i]! * x[i]! * r;
+  return y;
+}
+
+/** RoPE, rotate-half form, on one head vector [head_dim] in place: x·cos + rotate_half(x)·sin. */
+export function ropeInPlace(x: Float64Array, invFreq: Float64Array, position: number): void {
+  const half = invFreq.length;
+  for (let j = 0; j < half; j++) {
+    const a = position * invFreq[j]!;
+    const c = Math.cos(a);
+    const s = Math.sin(a);
+    const x1 = x[j]!;
+    const x2 = x[j + half]!;
+    x[j] = x1 * c - x2 * s;
+    x[j + half] = x2 * c + x1 * s;
+  }
+}
+
+export function silu(x: number): number {
+  return x / (1 + Math.exp(-x));
+}
+
+/** Steering rows [L+1][d] (null = none) from the two option forms. */
+function steeringRows(c: ModelConfig, opts: ReferenceForwardOptions): (Float64Array | null)[] {
+  const rows: (Float64Array | null)[] = new Array(c.numLayers + 1).fill(null);
+  const d = c.hiddenSize;
+  if (opts.steerMatrix) {
+    if (opts.steerMatrix.length !== (c.numLayers + 1) * d) throw new SafekeepError(`steering matrix must be [${c.numLayers + 1}, ${d}]`);
+    for (let l = 0; l <= c.numLayers; l++) {
+      const r = Float64Array.from(opts.steerMatrix.subarray(l * d, (l + 1) * d));
+      if (r.some((v) => v !== 0)) rows[l] = r;
+    }
+  }
+  if (opts.steer) {
+    const { layer, vector, alpha } = opts.steer;
+    if (!Number.isInteger(layer) || layer < 0 || layer > c.numLayers) throw new SafekeepError(`steering layer ${layer} out of range 0..${c.numLayers}`);
+    if (vector.length !== d) throw new SafekeepError(`steering vector has ${vector.length} values, d_model is ${d}`);
+    let n = 0;
+    for (let i = 0; i < d; i++) n += Number(vector[i]) ** 2;
+    n = Math.sqrt(n);
+    if (n === 0) throw new SafekeepError('steering vector is zero');
+    const r = rows[layer] ?? new Float64Array(d);
+    for (let i = 0; i < d; i++) r[i] = r[i]! - (alpha * Number(vector[i])) / n;
+    rows[layer] = r;
+  }
+  return rows;
+}
+
+// ---- the forward pass -------------------------------------------------------------------------------------------
+
+export function referenceForward(ckpt: Checkpoint, ids: number[], opts: ReferenceForwardOptions = {}): ReferenceForwardResult {
+  const c = ckpt.config;
+  const w = weights(ckpt);
+  const d = c.hiddenSize;
+  const L = c.numLayers;
+  const T = ids.length;
+  const hd = c.headDim;
+  const group = c.numHeads / c.numKvHeads;
+  const invFreq = ropeInvFreq(c);
+  const steer = steeringRows(c, opts);
+  const past = opts.past;
+  const start = past?.length ?? 0;
+  const keys = Array.from({ length: L }, (_, l) => [...(past?.keys[l] ?? [])]);
+  const values = Array.from({ length: L }, (_, l) => [...(past?.values[l] ?? [])]);
+
+  const hidden = new Float64Array((L + 1) * T * d);
+  const emb = W(w, 'model.embed_tokens.weight');
+  let xs: Float64Array[] = ids.map((id) => {
+    if (!Number.isInteger(id) || id < 0 || id >= c.vocabSize) throw new SafekeepError(`token id ${id} out of range 0..${c.vocabSize - 1}`);
+    return emb.slice(id * d, (id + 1) * d);
+  });
+  const record = (l: number): void => {
+    xs.forEach((x, t) => {
+      const s = steer[l];
+      if (s) for (let i = 0; i < d; i++) x[i] = x[i]! + s[i]!;
+      hidden.set(x, (l * T + t) * d);
+    });
+  };
+  record(0);
+
+  for (let l = 0; l < L; l++) {
+    const p = `model.layers.${l}.`;
+    const bias = (n: string): Float64Array | undefined => (c.qkvBias ? W(w, `${p}self_attn.${n}_proj.bias`) : undefined);
+    // 1. project and rope every new token, extending the cache
+    const qs: Float64Array[] = [];
+    for (let t = 0; t < T; t++) {
+      const h = rmsNorm(xs[t]!, W(w, `${p}input_layernorm.weight`), c.rmsNormEps);
+      const q = linear(W(w, `${p}self_attn.q_proj.weight`), h, bias('q'));
+      const k = linear(W(w, `${p}self_attn.k_proj.weight`), h, bias('k'));
+      const v = linear(W(w, `${p}self_attn.v_proj.weight`), h, bias('v'));
+      const pos = start + t;
+      for (const [vec, nHeads, norm] of [[q, c.numHeads, 'q_norm'], [k, c.numKvHeads, 'k_norm']] as const) {
+        for (let hh = 0; hh < nHeads; hh++) {
+          let head: Float64Array = vec.slice(hh * hd, (hh + 1) * hd);
+          if (c.qkNorm) head = rmsNorm(head, W(w, `${p}self_attn.${norm}.weight`), c.rmsNormEps);
+          ropeInPlace(head, invFreq, pos);
+          vec.set(head, hh * hd);
+        }
+      }
+      qs.push(q);
+      keys[l]!.push(k);
+      values[l]!.push(v);
+    }
+    // 2. causal attention: token t sees cache positions 0..start+t
+    const next: Float64Array[] = [];
+    for (let t = 0; t < T; t++) {
+      const n = start + t + 1;
+      const attn = new Float64Array(c.numHeads * hd);
+      for (let hh = 0; hh < c.numHeads; hh++) {
+        const kvh = Math.floor(hh / group);
+        const scores = new Float64Array(n);
+        let max = -Infinity;
+        for (let j = 0; j < n; j++) {
+          const kj = keys[l]![j]!;
+          let s = 0;
+          for (let i = 0; i < hd; i++) s += qs[t]![hh * hd + i]! * kj[kvh * hd + i]!;
+          scores[j] = s / Math.sqrt(hd);
+          if (scores[j]! > max) max = scores[j]!;
+        }
+        let z = 0;
+        for (let j = 0; j < n; j++) { scores[j] = Math.exp(scores[j]! - max); z += scores[j]!; }
+        for (let j = 0; j < n; j++) {
+          const pj = scores[j]! / z;
+          const vj = values[l]![j]!;
+          for (let i = 0; i < hd; i++) attn[hh * hd + i] = attn[hh * hd + i]! + pj * vj[kvh * hd + i]!;
+        }
+      }
+      const x = Float64Array.from(xs[t]!);
+      const o = linear(W(w, `${p}self_attn.o_proj.weight`), attn);
+      for (let i = 0; i < d; i++) x[i] = x[i]! + o[i]!;
+      // 3. gated MLP
+      const h = rmsNorm(x, W(w, `${p}post_attention_layernorm.weight`), c.rmsNormEps);
+      const g = linear(W(w, `${p}mlp.gate_proj.weight`), h);
+      const u = linear(W(w, `${p}mlp.up_proj.weight`), h);
+      for (let i = 0; i < g.length; i++) g[i] = silu(g[i]!) * u[i]!;
+      const m = linear(W(w, `${p}mlp.down_proj.weight`), g);
+      for (let i = 0; i < d; i++) x[i] = x[i]! + m[i]!;
+      next.push(x);
+    }
+    xs = next;
+    record(l + 1);
+  }
+
+  const head = c.tieWordEmbeddings ? emb : W(w, 'lm_head.weight');
+  const logits = new Float64Array(T * c.vocabSize);
+  xs.forEach((x, t) => logits.set(linear(head, rmsNorm(x, W(w, 'model.norm.weight'), c.rmsNormEps)), t * c.vocabSize));
+  return { hidden, logits, kv: { keys, values, length: start + T } };
+}
+
+// ---- greedy generation ------------------------------------------------------------------------------------------
+
+export interface ReferenceGenerateOptions {
+  maxNewTokens: number;
+  /** default: the checkpoint's eos ids; [] = never stop */
+  stopIds?: number[];
+  steer?: Steering;
+  steerMatrix?: Float32Array | Float64Array;
+}
+
+export interface ReferenceGenerateResult {
+  generatedIds: number[];
+  finish: 'stop' | 'length';
+  /** row k = logits that chose generated token k (row 0 = last prompt position). [steps, vocab] */
+  stepLogits: Float64Array;
+  /** hidden states of the first generated token, computed when it is fed back. [L+1, d_model] (null if none generated) */
+  firstTokenHidden: Float64Array | null;
+  /** last prompt position of the prefill. [L+1, d_model] */
+  promptLastHidden: Float64Array;
+}
+
+/** First index of the maximum (torch.argmax). */
+export function argmax(x: Float64Array | Float32Array, from = 0, to = x.length): number {
+  let best = from;
+  for (let i = from + 1; i < to; i++) if (x[i]! > x[best]!) best = i;
+  return best - from;
+}
+
+/** Rows [L+1] of position t from hidden [L+1, T, d]. → [L+1, d] */
+export function hiddenAt(hidden: Float64Array, L: number, T: number, d: number, t: number): Float64Array {
+  const out = new Float64Array((L + 1) * d);
+  for (let l = 0; l <= L; l++) out.set(hidden.subarray((l * T + t) * d, (l * T + t + 1) * d), l * d);
+  return out;
+}
+
+/** Greedy decoding with the KV cache; steering applies to the prompt and every generated token. */
+export function referenceGenerate(ckpt: Checkpoint, prompt: number[], opts: ReferenceGenerateOptions): ReferenceGenerateResult {
+  const c = ckpt.config;
+  const V = c.vocabSize;
+  const L = c.numLayers;
+  const d = c.hiddenSize;
+  const stop = new Set(opts.stopIds ?? c.eosTokenIds);
+  const fwd = { steer: opts.steer, steerMatrix: opts.steerMatrix };
+  let r = referenceForward(ckpt, prompt, fwd);
+  const promptLastHidden = hiddenAt(r.hidden, L, prompt.length, d, prompt.length - 1);
+  let last = r.logits.subarray((prompt.length - 1) * V);
+  const generatedIds: number[] = [];
+  const steps: Float64Array[] = [];
+  let firstTokenHidden: Float64Array | null = null;
+  let finish: 'stop' | 'length' = 'length';
+  while (generatedIds.length < opts.maxNewTokens) {
+    steps.push(Float64Array.from(last));
+    const tok = argmax(last);
+    generatedIds.push(tok);
+    if (stop.has(tok)) { finish = 'stop'; break; }
+    if (generatedIds.length === opts.maxNewTokens && firstTokenHidden !== null) break;
+    r = referenceForward(ckpt, [tok], { ...fwd, past: r.kv });
+    if (firstTokenHidden === null) firstTokenHidden = hiddenAt(r.hidden, L, 1, d, 0);
+    last = r.logits;
+  }
+  const stepLogits = new Float64Array(steps.length * V);
+  steps.forEach((s, i) => stepLogits.set(s, i * V));
+  return { generatedIds, finish, stepLogits, firstTokenHidden, promptLastHidden };
+}
