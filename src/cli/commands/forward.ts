@@ -1,0 +1,32 @@
+/**
+ * `safekeep forward --model DIR --ids IDS.json --out OUT.safetensors [--dtype f32|bf16] [--device cpu|cuda]`
+ * OUT: per sequence i, `hidden_states.i` f32 [L+1, T_i, d_model] and `logits.i` f32 [T_i, vocab] (real tokens).
+ */
+import { parseArgs, requireValue } from '../args.ts';
+import { writeSafetensors, type TensorToWrite } from '../../checkpoint/safetensors.ts';
+import { ENGINE_FLAGS, openEngine, readIdsFile } from '../../engine/cli-common.ts';
+
+export const summary = 'all-layer hidden states and logits of token-id sequences → .safetensors';
+
+export async function run(argv: string[]): Promise<number> {
+  const args = parseArgs(argv, { values: [...ENGINE_FLAGS, 'ids', 'out'] });
+  const ids = readIdsFile(requireValue(args, 'ids'));
+  const out = requireValue(args, 'out');
+  const t0 = performance.now();
+  const engine = await openEngine(args);
+  try {
+    const results = await engine.forward(ids);
+    const tensors: Record<string, TensorToWrite> = {};
+    results.forEach((r, i) => {
+      tensors[`hidden_states.${i}`] = { dtype: 'F32', shape: [engine.numLayers + 1, r.length, engine.dModel], data: r.hidden };
+      tensors[`logits.${i}`] = { dtype: 'F32', shape: [r.length, engine.vocabSize], data: r.logits };
+    });
+    writeSafetensors(out, tensors);
+    const tokens = results.reduce((a, r) => a + r.length, 0);
+    const s = (performance.now() - t0) / 1000;
+    process.stderr.write(`forward: ${results.length} sequences, ${tokens} tokens, ${engine.numLayers + 1} layers → ${out} (${s.toFixed(2)} s)\n`);
+  } finally {
+    await engine.dispose();
+  }
+  return 0;
+}

@@ -1,0 +1,59 @@
+/**
+ * `safekeep generate --model DIR --ids IDS.json --max-new-tokens N [--no-stop]
+ *    [--steer-layer l --steer-vector V.json --alpha a] [--dtype f32|bf16] [--device cpu|cuda] --out OUT.json`
+ * Greedy decoding with a KV cache, batched internally. Steering subtracts a·v/|v| from hidden[l] at every prompt
+ * position and every generated token. OUT = {"sequences": [{"generated_ids", "step_logits", "first_token_hidden"}]}.
+ */
+import { numberValue, parseArgs, requireValue } from '../args.ts';
+import { SafekeepError } from '../../util/errors.ts';
+import { ENGINE_FLAGS, openEngine, readIdsFile, readVectorFile, writeFileAtomic } from '../../engine/cli-common.ts';
+import type { Steering } from '../../engine/types.ts';
+
+export const summary = 'greedy generation with KV cache, optional steering → JSON (ids, step logits, hidden)';
+
+export async function run(argv: string[]): Promise<number> {
+  const args = parseArgs(argv, {
+    values: [...ENGINE_FLAGS, 'ids', 'out', 'max-new-tokens', 'steer-layer', 'steer-vector', 'alpha'],
+    booleans: ['no-stop'],
+  });
+  const ids = readIdsFile(requireValue(args, 'ids'));
+  const out = requireValue(args, 'out');
+  const maxNewTokens = numberValue(args, 'max-new-tokens');
+  if (!Number.isInteger(maxNewTokens) || maxNewTokens < 0) throw new SafekeepError(`--max-new-tokens must be a non-negative integer, got ${maxNewTokens}`);
+  const steerFlags = ['steer-layer', 'steer-vector', 'alpha'].filter((f) => args.values.has(f));
+  let steer: Steering | undefined;
+  if (steerFlags.length) {
+    if (steerFlags.length !== 3) throw new SafekeepError('steering needs all of --steer-layer, --steer-vector and --alpha');
+    const layer = numberValue(args, 'steer-layer');
+    if (!Number.isInteger(layer)) throw new SafekeepError(`--steer-layer must be an integer, got ${layer}`);
+    steer = { layer, vector: readVectorFile(requireValue(args, 'steer-vector')), alpha: numberValue(args, 'alpha') };
+  }
+  const t0 = performance.now();
+  const engine = await openEngine(args);
+  try {
+    const results = await engine.generate(ids, {
+      maxNewTokens,
+      ...(args.booleans.has('no-stop') ? { stopIds: [] } : {}),
+      ...(steer ? { steer } : {}),
+      returnStepLogits: true,
+      returnFirstTokenHidden: true,
+    });
+    const V = engine.vocabSize;
+    const d = engine.dModel;
+    const rows = (m: Float32Array | undefined, w: number) =>
+      m ? Array.from({ length: m.length / w }, (_, k) => Array.from(m.subarray(k * w, (k + 1) * w))) : [];
+    const sequences = results.map((r) => ({
+      generated_ids: r.generatedIds,
+      finish: r.finish,
+      step_logits: rows(r.stepLogits, V),
+      first_token_hidden: rows(r.firstTokenHidden, d),
+    }));
+    writeFileAtomic(out, JSON.stringify({ sequences }));
+    const n = results.reduce((a, r) => a + r.generatedIds.length, 0);
+    const s = (performance.now() - t0) / 1000;
+    process.stderr.write(`generate: ${results.length} sequences, ${n} new tokens${steer ? `, steered at layer ${steer.layer} (alpha ${steer.alpha})` : ''} → ${out} (${s.toFixed(2)} s)\n`);
+  } finally {
+    await engine.dispose();
+  }
+  return 0;
+}

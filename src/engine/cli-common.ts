@@ -1,0 +1,76 @@
+/**
+ * What `safekeep forward` and `safekeep generate` share: engine flags (--model, --dtype, --device, --threads),
+ * reading IDS.json, and atomic JSON output.
+ */
+import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { dirname, join, basename } from 'node:path';
+import type { ParsedArgs } from '../cli/args.ts';
+import { numberValue, requireValue } from '../cli/args.ts';
+import { SafekeepError } from '../util/errors.ts';
+import { createEngine, type EngineOptions, type OnnxEngine } from './engine.ts';
+
+export const ENGINE_FLAGS = ['model', 'dtype', 'device', 'threads'] as const;
+
+export function engineOptions(args: ParsedArgs): EngineOptions {
+  const dtype = args.values.get('dtype') ?? 'f32';
+  if (dtype !== 'f32' && dtype !== 'bf16') throw new SafekeepError(`--dtype must be f32 or bf16, got '${dtype}'`);
+  const device = args.values.get('device') ?? 'cpu';
+  if (device !== 'cpu' && device !== 'cuda') throw new SafekeepError(`--device must be cpu or cuda, got '${device}'`);
+  const opts: EngineOptions = { dtype, device };
+  if (args.values.has('threads')) {
+    const t = numberValue(args, 'threads');
+    if (!Number.isInteger(t) || t < 1) throw new SafekeepError(`--threads must be a positive integer, got ${t}`);
+    opts.threads = t;
+  }
+  return opts;
+}
+
+/** `--model` is a checkpoint folder (hub ids once src/hub/resolve.ts provides them). */
+export async function openEngine(args: ParsedArgs): Promise<OnnxEngine> {
+  const model = requireValue(args, 'model');
+  if (!existsSync(model)) throw new SafekeepError(`--model ${model}: no such folder`);
+  return createEngine(model, engineOptions(args));
+}
+
+export function readJsonFile(path: string, what: string): unknown {
+  if (!existsSync(path)) throw new SafekeepError(`${what} ${path}: no such file`);
+  try {
+    return JSON.parse(readFileSync(path, 'utf8')) as unknown;
+  } catch (e) {
+    throw new SafekeepError(`${what} ${path}: not valid JSON (${(e as Error).message})`);
+  }
+}
+
+/** IDS.json = {"input_ids": [[int, ...], ...]} */
+export function readIdsFile(path: string): number[][] {
+  const j = readJsonFile(path, '--ids');
+  const ids = (j as { input_ids?: unknown } | null)?.input_ids;
+  if (!Array.isArray(ids) || ids.length === 0) throw new SafekeepError(`${path}: needs "input_ids": a non-empty list of token-id lists`);
+  ids.forEach((s, i) => {
+    if (!Array.isArray(s) || s.length === 0) throw new SafekeepError(`${path}: input_ids[${i}] must be a non-empty list of token ids`);
+    s.forEach((v, t) => {
+      if (!Number.isSafeInteger(v) || (v as number) < 0) throw new SafekeepError(`${path}: input_ids[${i}][${t}] = ${JSON.stringify(v)} is not a token id`);
+    });
+  });
+  return ids as number[][];
+}
+
+/** V.json = {"vector": [d floats]} */
+export function readVectorFile(path: string): number[] {
+  const j = readJsonFile(path, '--steer-vector');
+  const v = (j as { vector?: unknown } | null)?.vector;
+  if (!Array.isArray(v) || v.length === 0 || !v.every((x) => typeof x === 'number' && Number.isFinite(x))) {
+    throw new SafekeepError(`${path}: needs "vector": a list of finite numbers`);
+  }
+  return v as number[];
+}
+
+export function writeFileAtomic(path: string, data: string | Uint8Array): void {
+  const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.tmp`);
+  try {
+    writeFileSync(tmp, data);
+    renameSync(tmp, path);
+  } catch (e) {
+    throw new SafekeepError(`${path}: cannot write (${(e as Error).message})`);
+  }
+}
