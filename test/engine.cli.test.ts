@@ -1,0 +1,97 @@
+/**
+ * `safekeep forward` / `safekeep generate` through the real CLI (spawned), against the HF reference fixture
+ * (llama3-tiny-f32), plus user errors → exit 2 with one line on stderr.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { repoRoot, sharedPath } from './helpers/shared.ts';
+import { maxAbsDiff, readAllF32 } from './helpers/engine.ts';
+
+const root = sharedPath('fixtures', 'hf-reference');
+const TOL = 1e-4;
+
+function cli(args: string[], env: Record<string, string>) {
+  const r = spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), ...args], {
+    cwd: repoRoot, encoding: 'utf8', env: { ...process.env, ...env, SAFEKEEP_THREADS: '2' },
+  });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+describe('engine CLI: forward and generate', { skip: root ? false : 'needs ../shared/fixtures/hf-reference (set SAFEKEEP_SHARED)' }, () => {
+  let tmp: string;
+  let env: Record<string, string>;
+  let inputs: { seqs: number[][]; steer_v: number[]; steer_alpha: number; steer_layer: number };
+  const model = () => join(root!, 'models', 'llama3-tiny-f32');
+
+  before(() => {
+    tmp = mkdtempSync(join(tmpdir(), 'safekeep-cli-'));
+    env = { SAFEKEEP_CACHE: join(tmp, 'cache') };
+    inputs = JSON.parse(readFileSync(join(root!, 'inputs.json'), 'utf8'));
+    writeFileSync(join(tmp, 'ids.json'), JSON.stringify({ input_ids: inputs.seqs }));
+    writeFileSync(join(tmp, 'v.json'), JSON.stringify({ vector: inputs.steer_v }));
+  });
+  after(() => { if (tmp) rmSync(tmp, { recursive: true, force: true }); });
+
+  test('forward writes hidden_states.i [L+1, T_i, d] and logits.i [T_i, V] matching HF', () => {
+    const out = join(tmp, 'out.safetensors');
+    const r = cli(['forward', '--model', model(), '--ids', join(tmp, 'ids.json'), '--out', out], env);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, '');
+    assert.equal(r.stderr.trim().split('\n').length, 1, 'one-line summary');
+    const got = readAllF32(out);
+    const refs = readAllF32(join(root!, 'refs', 'llama3-tiny-f32.safetensors'));
+    assert.equal(got.size, 6);
+    inputs.seqs.forEach((s, i) => {
+      const h = got.get(`hidden_states.${i}`)!;
+      const lg = got.get(`logits.${i}`)!;
+      assert.deepEqual(h.shape, [5, s.length, 64]);
+      assert.deepEqual(lg.shape, [s.length, 512]);
+      assert.ok(maxAbsDiff(lg.data, refs.get(`seq${i}.logits`)!.data) <= TOL);
+      const lo = refs.get(`seq${i}.layer_outputs`)!.data;
+      assert.ok(maxAbsDiff(h.data.subarray(s.length * 64), lo) <= TOL);
+      assert.ok(maxAbsDiff(h.data.subarray(0, s.length * 64), refs.get(`seq${i}.hidden_states`)!.data.subarray(0, s.length * 64)) <= TOL);
+    });
+  });
+
+  test('generate with steering reproduces HF steered greedy ids and step logits', () => {
+    const out = join(tmp, 'gen.json');
+    const r = cli(['generate', '--model', model(), '--ids', join(tmp, 'ids.json'), '--max-new-tokens', '10', '--no-stop',
+      '--steer-layer', String(inputs.steer_layer + 1), '--steer-vector', join(tmp, 'v.json'), '--alpha', String(inputs.steer_alpha), '--out', out], env);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, '');
+    const meta = JSON.parse(readFileSync(join(root!, 'refs', 'llama3-tiny-f32.json'), 'utf8'));
+    const refs = readAllF32(join(root!, 'refs', 'llama3-tiny-f32.safetensors'));
+    const j = JSON.parse(readFileSync(out, 'utf8')) as { sequences: { generated_ids: number[]; step_logits: number[][]; first_token_hidden: number[][] }[] };
+    assert.equal(j.sequences.length, 3);
+    const s0 = j.sequences[0]!;
+    assert.deepEqual(s0.generated_ids, meta.steer.new_ids);
+    assert.equal(s0.step_logits.length, 10);
+    assert.ok(maxAbsDiff(s0.step_logits.flat(), refs.get('steer.step_logits')!.data) <= TOL);
+    assert.equal(s0.first_token_hidden.length, 5);
+    assert.equal(s0.first_token_hidden[0]!.length, 64);
+  });
+
+  test('bad input exits 2 with one clear line', () => {
+    writeFileSync(join(tmp, 'bad-ids.json'), JSON.stringify({ input_ids: [[1, 2, 9999]] }));
+    writeFileSync(join(tmp, 'not-json.json'), '{"input_ids": [[1, 2');
+    const cases: [string[], RegExp][] = [
+      [['forward', '--model', model(), '--ids', join(tmp, 'bad-ids.json'), '--out', join(tmp, 'x.safetensors')], /token id 9999 is not in 0\.\.511/],
+      [['forward', '--model', model(), '--ids', join(tmp, 'not-json.json'), '--out', join(tmp, 'x.safetensors')], /not valid JSON/],
+      [['forward', '--model', join(tmp, 'nope'), '--ids', join(tmp, 'ids.json'), '--out', join(tmp, 'x.safetensors')], /no such folder/],
+      [['generate', '--model', model(), '--ids', join(tmp, 'ids.json'), '--max-new-tokens', '2', '--steer-layer', '9',
+        '--steer-vector', join(tmp, 'v.json'), '--alpha', '1', '--out', join(tmp, 'x.json')], /out of range 0\.\.4/],
+      [['generate', '--model', model(), '--ids', join(tmp, 'ids.json'), '--max-new-tokens', '2', '--steer-layer', '1', '--out', join(tmp, 'x.json')], /needs all of/],
+      [['forward', '--model', model(), '--ids', join(tmp, 'ids.json'), '--out', join(tmp, 'x.safetensors'), '--dtype', 'f16'], /--dtype must be f32 or bf16/],
+    ];
+    for (const [args, msg] of cases) {
+      const r = cli(args, env);
+      assert.equal(r.code, 2, `${args.join(' ')}: ${r.stderr}`);
+      assert.match(r.stderr, msg);
+      assert.equal(r.stderr.trim().split('\n').length, 1, `one line: ${r.stderr}`);
+    }
+  });
+});
