@@ -1,0 +1,68 @@
+/**
+ * Local-engine backend: chat template (PromptTokenizer) + greedy generation (Engine). Tool calls stay in the
+ * content in the family's native syntax (special tokens kept, end-of-turn tokens stripped).
+ * Refusal prefill = the prefix as the content of a final assistant message rendered with
+ * `continueFinalMessage` (HF semantics: the rendering stops right after the prefix), then continued.
+ * Calls run one at a time (the engine is not re-entrant).
+ */
+import type { Engine } from '../../engine/types.ts';
+import type { PromptTokenizer } from '../../prompts/tokenizer.ts';
+import type { CallFormat } from '../../experiments/outcome/types.ts';
+import { stripEndTokens } from '../../experiments/outcome/parse-calls.ts';
+import type { ChatBackend, ChatCall, ChatMessage, ChatReply } from '../types.ts';
+
+export type LocalEngine = Pick<Engine, 'generate'>;
+export type LocalTokenizer = Pick<PromptTokenizer, 'render' | 'encode' | 'decode' | 'family'>;
+
+export interface LocalBackendOptions {
+  /** template variables (e.g. `enable_thinking: false` for Qwen3 judges) */
+  templateKwargs?: Record<string, unknown>;
+  name?: string;
+}
+
+export class LocalBackend implements ChatBackend {
+  readonly name: string;
+  readonly callFormat: CallFormat;
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    private readonly engine: LocalEngine,
+    private readonly tokenizer: LocalTokenizer,
+    private readonly opts: LocalBackendOptions = {},
+  ) {
+    this.callFormat = tokenizer.family === 'unknown' ? 'llama3' : tokenizer.family;
+    this.name = opts.name ?? `local:${tokenizer.family}`;
+  }
+
+  /** The exact prompt text a call is rendered to. */
+  renderCall(call: ChatCall): string {
+    const tools = call.tools && call.tools.length > 0 ? call.tools : null;
+    if (call.prefix !== undefined) {
+      const messages: ChatMessage[] = [...call.messages, { role: 'assistant', content: call.prefix }];
+      return this.tokenizer.render(messages, { tools, addGenerationPrompt: false, continueFinalMessage: true, templateKwargs: this.opts.templateKwargs });
+    }
+    return this.tokenizer.render(call.messages, { tools, addGenerationPrompt: true, templateKwargs: this.opts.templateKwargs });
+  }
+
+  chat(call: ChatCall): Promise<ChatReply> {
+    const run = this.queue.then(() => this.chatNow(call));
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+
+  private async chatNow(call: ChatCall): Promise<ChatReply> {
+    const t0 = performance.now();
+    const ids = this.tokenizer.encode(this.renderCall(call));
+    const [g] = await this.engine.generate([ids], { maxNewTokens: call.maxTokens });
+    const text = stripEndTokens(this.tokenizer.decode(g!.generatedIds, { skipSpecial: false }));
+    return {
+      content: (call.prefix ?? '') + text,
+      toolCalls: [],
+      promptTokens: ids.length,
+      completionTokens: g!.generatedIds.length,
+      latencyMs: performance.now() - t0,
+      cached: false,
+      finish: g!.finish,
+    };
+  }
+}

@@ -1,0 +1,52 @@
+/**
+ * `judge(request, tools, backend, options)`: one chat call with the judgment context, no tools offered, a few
+ * tokens of answer, strict YES/NO parsing (`verdict.ts`) and a policy for unparseable answers (default unsafe).
+ */
+import type { ToolSpec } from '../data/types.ts';
+import { judgeMessages, type ToolView } from './judge-context.ts';
+import type { ChatBackend, ChatMessage, Flattener, JudgeResult, UnparseablePolicy } from './types.ts';
+import { isUnsafe, parseVerdict } from './verdict.ts';
+
+export interface JudgeOptions {
+  /** 'prose' = SafeKeep, 'json' = SafeJudge (default 'prose') */
+  toolView?: ToolView;
+  flatten?: Flattener;
+  onUnparseable?: UnparseablePolicy;
+  /** answer budget (default 8 tokens; thinking models need more) */
+  maxTokens?: number;
+  model?: string;
+  authorization?: string;
+}
+
+/**
+ * @param request the agent conversation (system = role/instructions, user = request, tool = observations)
+ * @param tools   the agent's tools (JSON schemas; shown to the judge as prose unless toolView = 'json')
+ */
+export async function judge(
+  request: readonly ChatMessage[],
+  tools: readonly ToolSpec[],
+  backend: ChatBackend,
+  options: JudgeOptions = {},
+): Promise<JudgeResult> {
+  const messages = judgeMessages(
+    { messages: [...request], tools: [...tools] },
+    { toolView: options.toolView ?? 'prose', flatten: options.flatten },
+  );
+  const t0 = performance.now();
+  const reply = await backend.chat({
+    messages,
+    maxTokens: options.maxTokens ?? 8,
+    purpose: 'judge',
+    model: options.model,
+    authorization: options.authorization,
+  });
+  const latencyMs = reply.cached ? reply.latencyMs : performance.now() - t0;
+  const verdict = parseVerdict(reply.content);
+  return {
+    unsafe: isUnsafe(verdict, options.onUnparseable ?? 'unsafe'),
+    verdict,
+    raw: reply.content,
+    latencyMs,
+    tokens: reply.promptTokens + reply.completionTokens,
+  };
+}

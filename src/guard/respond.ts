@@ -1,0 +1,70 @@
+/**
+ * `guardedRespond(request, method, backend, options)`: execution control.
+ *
+ * - base: the agent call as is (tools as JSON schemas).
+ * - safeprompt: the safety system prompt is put before the agent's own system message; then the agent call.
+ * - safekeep / safejudge: judge first (prose / JSON tool view). Safe → the untouched agent call with its tools.
+ *   Unsafe → no tools, the refusal prefix prefilled in the assistant turn and continued by the model
+ *   (how a backend prefills is the backend's business: local engine = assistant-turn prefill; endpoints =
+ *   continuation where supported, else the documented fallback in `backends/openai.ts`).
+ */
+import { judge, type JudgeOptions } from './judge.ts';
+import { REFUSAL_PREFIX, SAFEPROMPT_SYSTEM } from './prompts.ts';
+import type { AgentRequest, ChatBackend, ChatMessage, ChatReply, GuardMethod, JudgeResult } from './types.ts';
+
+export interface GuardOptions extends Omit<JudgeOptions, 'toolView' | 'maxTokens'> {
+  /** agent answer budget (default 256) */
+  maxTokens?: number;
+  judgeMaxTokens?: number;
+  /** a separate judge backend (default: the agent backend — same model, as in the paper) */
+  judgeBackend?: ChatBackend;
+  refusalPrefix?: string;
+}
+
+export interface GuardedResponse {
+  method: GuardMethod;
+  /** null for base and safeprompt */
+  judge: JudgeResult | null;
+  /** tool use was withheld and the refusal prefix prefilled */
+  blocked: boolean;
+  reply: ChatReply;
+}
+
+/** Put the SafePrompt text before the agent's own system message (or as the only one). */
+export function withSafetyPrompt(messages: readonly ChatMessage[]): ChatMessage[] {
+  const out = messages.map((m) => ({ ...m }));
+  const sys = out.find((m) => m.role === 'system');
+  if (sys) sys.content = `${SAFEPROMPT_SYSTEM}\n\n${sys.content}`;
+  else out.unshift({ role: 'system', content: SAFEPROMPT_SYSTEM });
+  return out;
+}
+
+export async function guardedRespond(
+  request: AgentRequest,
+  method: GuardMethod,
+  backend: ChatBackend,
+  options: GuardOptions = {},
+): Promise<GuardedResponse> {
+  const maxTokens = options.maxTokens ?? 256;
+  const agentCall = (messages: ChatMessage[]) =>
+    backend.chat({ messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization });
+  if (method === 'base') return { method, judge: null, blocked: false, reply: await agentCall(request.messages) };
+  if (method === 'safeprompt') {
+    return { method, judge: null, blocked: false, reply: await agentCall(withSafetyPrompt(request.messages)) };
+  }
+  const verdict = await judge(request.messages, request.tools, options.judgeBackend ?? backend, {
+    ...options,
+    toolView: method === 'safekeep' ? 'prose' : 'json',
+    maxTokens: options.judgeMaxTokens,
+  });
+  if (!verdict.unsafe) return { method, judge: verdict, blocked: false, reply: await agentCall(request.messages) };
+  const reply = await backend.chat({
+    messages: request.messages,
+    prefix: options.refusalPrefix ?? REFUSAL_PREFIX,
+    maxTokens,
+    purpose: 'refusal',
+    model: options.model,
+    authorization: options.authorization,
+  });
+  return { method, judge: verdict, blocked: true, reply };
+}

@@ -1,0 +1,86 @@
+/**
+ * The SafeKeep guard (Pan et al. 2026, §6): judge a tool-bearing request in a context that shows the tools as
+ * flattened prose; if safe, run the untouched agent with its JSON schemas; if unsafe, withhold the tools and
+ * prefill a refusal prefix that the model continues. Baselines share the interface (`GuardMethod`).
+ */
+import type { ToolSpec } from '../data/types.ts';
+import type { ChatMessage } from '../prompts/tokenizer.ts';
+import type { CallFormat } from '../experiments/outcome/types.ts';
+import type { WireToolCall } from '../experiments/outcome/classify.ts';
+
+export type { ChatMessage, WireToolCall };
+
+/**
+ * - base: no guard, the agent sees its tools as JSON schemas.
+ * - safejudge: two stages like safekeep, but the judge sees the JSON schemas (the paper's control).
+ * - safeprompt: no judge; a safety system prompt (harm categories + an instruction to refuse) is prepended.
+ * - safekeep: the judge sees the flattened tools.
+ */
+export type GuardMethod = 'base' | 'safejudge' | 'safeprompt' | 'safekeep';
+export const GUARD_METHODS: readonly GuardMethod[] = ['base', 'safejudge', 'safeprompt', 'safekeep'];
+
+/** Turns tool specs into prose (the prompts module's `flattenTools`). */
+export type Flattener = (tools: readonly ToolSpec[]) => string;
+
+/** What an agent is asked to do. */
+export interface AgentRequest {
+  /**
+   * The agent conversation: system message(s) = the agent's role and instructions, user message(s) = the request;
+   * for injection benchmarks also the assistant's earlier tool call and the `tool` observation.
+   */
+  messages: ChatMessage[];
+  /** the tools the agent may call (JSON schemas) */
+  tools: ToolSpec[];
+}
+
+/** One chat call to a backend. */
+export interface ChatCall {
+  messages: ChatMessage[];
+  /** tools offered to the model (absent or empty = none) */
+  tools?: readonly ToolSpec[];
+  /** assistant prefix the reply must start with and continue */
+  prefix?: string;
+  maxTokens: number;
+  /** for logs and per-purpose accounting */
+  purpose: 'judge' | 'agent' | 'refusal';
+  /** endpoint model override (the proxy uses the client's model) */
+  model?: string;
+  /** Authorization header value to use instead of the backend's own key (the proxy forwards the client's) */
+  authorization?: string;
+}
+
+export interface ChatReply {
+  /** the assistant text, prefix included; local engines leave tool calls here in the native format */
+  content: string;
+  /** structured tool calls (endpoints) */
+  toolCalls: WireToolCall[];
+  promptTokens: number;
+  completionTokens: number;
+  latencyMs: number;
+  /** served from the response cache */
+  cached: boolean;
+  finish: string;
+}
+
+export interface ChatBackend {
+  /** e.g. 'local:llama' or the endpoint URL */
+  readonly name: string;
+  /** how tool calls appear in `content` */
+  readonly callFormat: CallFormat;
+  chat(call: ChatCall): Promise<ChatReply>;
+}
+
+export type Verdict = 'yes' | 'no' | 'unparseable';
+
+/** What to do when the judge's answer is neither YES nor NO. Default 'unsafe' (fail closed). */
+export type UnparseablePolicy = 'unsafe' | 'safe';
+
+export interface JudgeResult {
+  unsafe: boolean;
+  verdict: Verdict;
+  /** the judge's raw answer */
+  raw: string;
+  latencyMs: number;
+  /** prompt + completion tokens of the judge call */
+  tokens: number;
+}
