@@ -1,0 +1,231 @@
+/**
+ * Downloading files of a hub repo: resume from `<file>.part` with an HTTP Range request, retries on dropped
+ * connections, redirects followed (the token is not sent to another origin), size + sha256 (LFS) or git blob sha1
+ * verification, atomic finalisation (rename). A marker `.safekeep-hub.json` in the folder records what was fetched
+ * (repo, revision, commit, per-file size and hash), so a second run reuses verified files without downloading.
+ */
+import { createHash } from 'node:crypto';
+import { createReadStream, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { open } from 'node:fs/promises';
+import { dirname, join, resolve, sep } from 'node:path';
+import { SafekeepError } from '../util/errors.ts';
+import { httpError, hubFetch, hubToken, listHubFiles, resolveUrl, type HubFile, type HubListing, type HubTarget } from './api.ts';
+import { ByteProgress } from './progress.ts';
+
+export const MARKER = '.safekeep-hub.json';
+
+export interface HubMarker {
+  repo_id: string;
+  repo_type: string;
+  revision: string;
+  commit: string;
+  /** set by `pull` once every file a checkpoint needs is in place */
+  complete: boolean;
+  files: Record<string, { size: number; oid: string | null }>;
+}
+
+export interface DownloadHubFilesOptions extends HubTarget {
+  destDir: string;
+  /** which repo paths to fetch (default: all) */
+  include?: (path: string) => boolean;
+  /** reuse a listing already fetched (same target) */
+  listing?: HubListing;
+  /** progress bars on stderr (default true) */
+  progress?: boolean;
+  /** attempts per file when the connection drops (default 5) */
+  maxAttempts?: number;
+}
+
+export interface DownloadHubFilesResult {
+  destDir: string;
+  commit: string;
+  /** repo paths now present and verified */
+  files: string[];
+  /** of those, how many were downloaded now (rest reused) */
+  downloaded: number;
+}
+
+export function readMarker(dir: string): HubMarker | null {
+  const p = join(dir, MARKER);
+  if (!existsSync(p)) return null;
+  try {
+    const m = JSON.parse(readFileSync(p, 'utf8')) as HubMarker;
+    return typeof m === 'object' && m && typeof m.files === 'object' ? m : null;
+  } catch {
+    return null;
+  }
+}
+
+export function writeMarker(dir: string, m: HubMarker): void {
+  const p = join(dir, MARKER);
+  const tmp = `${p}.${process.pid}.tmp`;
+  writeFileSync(tmp, JSON.stringify(m, null, 2) + '\n');
+  renameSync(tmp, p);
+}
+
+/** sha256 (LFS) or git blob sha1 ("blob <size>\0" + bytes) of a file. */
+async function fileHash(path: string, kind: 'sha256' | 'gitsha1', size: number): Promise<string> {
+  const h = createHash(kind === 'sha256' ? 'sha256' : 'sha1');
+  if (kind === 'gitsha1') h.update(`blob ${size}\0`);
+  for await (const chunk of createReadStream(path)) h.update(chunk as Buffer);
+  return h.digest('hex');
+}
+
+function expectedOid(f: HubFile): string | null {
+  return f.lfsSha256 ?? f.blobId;
+}
+
+/** Verifies size and hash of `path` against the listing; returns a problem or null. */
+async function verify(path: string, f: HubFile): Promise<string | null> {
+  const size = statSync(path).size;
+  if (f.size >= 0 && size !== f.size) return `size mismatch (expected ${f.size} bytes, got ${size})`;
+  if (f.lfsSha256) {
+    const got = await fileHash(path, 'sha256', size);
+    if (got !== f.lfsSha256) return `sha256 mismatch (expected ${f.lfsSha256}, got ${got})`;
+  } else if (f.blobId) {
+    const got = await fileHash(path, 'gitsha1', size);
+    if (got !== f.blobId) return `git blob sha1 mismatch (expected ${f.blobId}, got ${got})`;
+  }
+  return null;
+}
+
+class Retryable extends Error {}
+
+/** One attempt: continue `part` from its current length. */
+async function fetchIntoPart(url0: string, part: string, f: HubFile, t: HubTarget, token: string | undefined, showProgress: boolean): Promise<void> {
+  let have = existsSync(part) ? statSync(part).size : 0;
+  if (f.size >= 0 && have > f.size) { rmSync(part, { force: true }); have = 0; }
+  if (f.size >= 0 && have === f.size) return;
+  const origin = new URL(url0).origin;
+  let url = url0;
+  let res: Response | null = null;
+  for (let hop = 0; hop < 10; hop++) {
+    const headers: Record<string, string> = {};
+    if (token && new URL(url).origin === origin) headers.authorization = `Bearer ${token}`;
+    if (have > 0) headers.range = `bytes=${have}-`;
+    res = await hubFetch(url, { headers, redirect: 'manual' });
+    const loc = res.headers.get('location');
+    if (res.status >= 300 && res.status < 400 && loc) {
+      await res.body?.cancel();
+      url = new URL(loc, url).toString();
+      continue;
+    }
+    break;
+  }
+  if (!res || (res.status >= 300 && res.status < 400)) throw new SafekeepError(`${f.path}: too many redirects from ${url0}`);
+  if (res.status === 416) {
+    await res.body?.cancel();
+    rmSync(part, { force: true });
+    throw new Retryable('server refused the resume range; starting over');
+  }
+  if (!res.ok) {
+    await res.body?.cancel();
+    if (res.status >= 500) throw new Retryable(`HTTP ${res.status}`);
+    throw httpError(t, res.status, `downloading ${f.path}`, Boolean(token));
+  }
+  if (res.status === 206) {
+    const m = /^bytes (\d+)-/.exec(res.headers.get('content-range') ?? '');
+    if (!m || Number(m[1]) !== have) {
+      await res.body?.cancel();
+      rmSync(part, { force: true });
+      throw new Retryable('server resumed at the wrong offset; starting over');
+    }
+  } else if (have > 0) {
+    have = 0; // server ignored Range: full content follows
+  }
+  if (!res.body) throw new Retryable('empty response body');
+  const total = f.size >= 0 ? f.size : have + Number(res.headers.get('content-length') ?? 0);
+  const progress = showProgress ? new ByteProgress(f.path, total, have) : null;
+  const fh = await open(part, have > 0 ? 'a' : 'w');
+  try {
+    for await (const chunk of res.body as AsyncIterable<Uint8Array>) {
+      await fh.write(chunk);
+      progress?.add(chunk.length);
+    }
+  } catch (e) {
+    throw new Retryable(`connection lost (${(e as Error).message})`);
+  } finally {
+    await fh.close();
+  }
+  progress?.finish();
+}
+
+/** Downloads one repo file to `dest` (resume, retries, verification, atomic rename). */
+export async function downloadHubFile(t: HubTarget, f: HubFile, revision: string, dest: string, opts: { progress?: boolean; maxAttempts?: number } = {}): Promise<void> {
+  const token = hubToken(t.token);
+  const url = resolveUrl(t, f.path, revision);
+  const part = `${dest}.part`;
+  const attempts = opts.maxAttempts ?? 5;
+  mkdirSync(dirname(dest), { recursive: true });
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await fetchIntoPart(url, part, f, t, token, opts.progress ?? true);
+      break;
+    } catch (e) {
+      if (!(e instanceof Retryable)) throw e;
+      const have = existsSync(part) ? statSync(part).size : 0;
+      if (attempt >= attempts) throw new SafekeepError(`${f.path}: download failed after ${attempts} attempts (${e.message}); ${have} bytes kept in ${part}, run again to resume`);
+      process.stderr.write(`${f.path}: ${e.message}; retrying from byte ${have} (attempt ${attempt + 1}/${attempts})\n`);
+      await new Promise((r) => setTimeout(r, 200 * attempt));
+    }
+  }
+  const problem = await verify(part, f);
+  if (problem) {
+    rmSync(part, { force: true });
+    throw new SafekeepError(`${f.path}: ${problem} against the hub's metadata; the download was deleted, run again`);
+  }
+  renameSync(part, dest);
+}
+
+/** Repo path → file under destDir, refusing paths that would leave it. */
+function destFor(destDir: string, path: string): string {
+  const d = resolve(destDir, path);
+  if (path.startsWith('/') || path.includes('\\') || path.split('/').includes('..') || !d.startsWith(resolve(destDir) + sep)) {
+    throw new SafekeepError(`refusing repo path '${path}' (outside the download folder)`);
+  }
+  return d;
+}
+
+/**
+ * Downloads the files of a hub repo (model or dataset) selected by `include` into `destDir`, verifying each.
+ * Files already present and verified (per the marker, or by hashing) are reused.
+ */
+export async function downloadHubFiles(o: DownloadHubFilesOptions): Promise<DownloadHubFilesResult> {
+  const listing = o.listing ?? (await listHubFiles(o));
+  const selected = listing.files.filter((f) => (o.include ? o.include(f.path) : true));
+  if (selected.length === 0) throw new SafekeepError(`${o.repoId}@${listing.revision}: no files to download (none matched)`);
+  const destDir = resolve(o.destDir);
+  mkdirSync(destDir, { recursive: true });
+  const prev = readMarker(destDir);
+  const same = prev && prev.repo_id === o.repoId && prev.repo_type === o.repoType;
+  const marker: HubMarker = {
+    repo_id: o.repoId,
+    repo_type: o.repoType,
+    revision: listing.revision,
+    commit: listing.commit,
+    complete: Boolean(same && prev.commit === listing.commit && prev.complete),
+    files: same ? { ...prev.files } : {},
+  };
+  let downloaded = 0;
+  for (const f of selected) {
+    const dest = destFor(destDir, f.path);
+    const oid = expectedOid(f);
+    const known = marker.files[f.path];
+    let ok = false;
+    if (existsSync(dest)) {
+      const size = statSync(dest).size;
+      if (known && known.oid === oid && known.size === size && (f.size < 0 || size === f.size)) ok = true;
+      else if (f.size < 0 || size === f.size) ok = (await verify(dest, f)) === null;
+    }
+    if (!ok) {
+      delete marker.files[f.path];
+      marker.complete = false;
+      writeMarker(destDir, marker);
+      await downloadHubFile(o, f, listing.commit, dest, { progress: o.progress, maxAttempts: o.maxAttempts });
+      downloaded++;
+    }
+    marker.files[f.path] = { size: statSync(dest).size, oid };
+    writeMarker(destDir, marker);
+  }
+  return { destDir, commit: listing.commit, files: selected.map((f) => f.path), downloaded };
+}
