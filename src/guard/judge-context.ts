@@ -33,13 +33,22 @@ export function proseCall(name: string, args: Record<string, unknown>): string {
   return `${name}(${Object.entries(args).map(([k, v]) => `${k}=${typeof v === 'object' && v !== null && !Array.isArray(v) ? '…' : proseValue(v)}`).join(', ')})`;
 }
 
+/** Message content as text: a string, or OpenAI content parts (their `text` fields joined). */
+export function messageText(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (Array.isArray(content)) {
+    return content.map((p) => (p && typeof p === 'object' && typeof (p as { text?: unknown }).text === 'string' ? (p as { text: string }).text : '')).join('');
+  }
+  return '';
+}
+
 export function splitRequest(messages: readonly ChatMessage[]): RequestParts {
   const instructions: string[] = [];
   const request: string[] = [];
   const actions: string[] = [];
   const observations: string[] = [];
   for (const m of messages) {
-    const content = typeof m.content === 'string' ? m.content : '';
+    const content = messageText(m.content);
     if (m.role === 'system' || m.role === 'developer') instructions.push(content);
     else if (m.role === 'user') request.push(content);
     else if (m.role === 'tool' || m.role === 'ipython' || m.role === 'function') observations.push(content);

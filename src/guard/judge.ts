@@ -3,6 +3,7 @@
  * tokens of answer, strict YES/NO parsing (`verdict.ts`) and a policy for unparseable answers (default unsafe).
  */
 import type { ToolSpec } from '../data/types.ts';
+import { flattenTools } from '../prompts/flatten.ts';
 import { judgeMessages, type ToolView } from './judge-context.ts';
 import type { ChatBackend, ChatMessage, Flattener, JudgeResult, UnparseablePolicy } from './types.ts';
 import { isUnsafe, parseVerdict } from './verdict.ts';
@@ -10,6 +11,7 @@ import { isUnsafe, parseVerdict } from './verdict.ts';
 export interface JudgeOptions {
   /** 'prose' = SafeKeep, 'json' = SafeJudge (default 'prose') */
   toolView?: ToolView;
+  /** default: the prompts module's `flattenTools` */
   flatten?: Flattener;
   onUnparseable?: UnparseablePolicy;
   /** answer budget (default 8 tokens; thinking models need more) */
@@ -30,7 +32,7 @@ export async function judge(
 ): Promise<JudgeResult> {
   const messages = judgeMessages(
     { messages: [...request], tools: [...tools] },
-    { toolView: options.toolView ?? 'prose', flatten: options.flatten },
+    { toolView: options.toolView ?? 'prose', flatten: options.flatten ?? flattenTools },
   );
   const t0 = performance.now();
   const reply = await backend.chat({

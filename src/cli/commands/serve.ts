@@ -1,0 +1,56 @@
+/**
+ * `safekeep serve --upstream URL [--port 8080] [--host 127.0.0.1] [--judge-model M] [--judge-upstream URL]
+ *    [--method safekeep|safejudge] [--api-key-env VAR] [--timeout-ms 60000] [--prefill none|continue|prefix]
+ *    [--unparseable unsafe|safe]`
+ * OpenAI-compatible proxy applying the SafeKeep guard in front of any chat-completions endpoint
+ * (see src/guard/proxy.ts). One JSON log line per request on stderr. Stops on SIGINT/SIGTERM.
+ */
+import type { AddressInfo } from 'node:net';
+import { numberValue, parseArgs, requireValue } from '../args.ts';
+import { SafekeepError } from '../../util/errors.ts';
+import { createGuardProxy } from '../../guard/proxy.ts';
+import type { PrefillMode } from '../../guard/backends/openai.ts';
+
+export const summary = 'OpenAI-compatible proxy that puts the SafeKeep guard in front of an endpoint';
+
+function oneOf<T extends string>(name: string, v: string | undefined, allowed: readonly T[], fallback: T): T {
+  if (v === undefined) return fallback;
+  if (!(allowed as readonly string[]).includes(v)) throw new SafekeepError(`--${name} must be one of ${allowed.join(', ')}, got '${v}'`);
+  return v as T;
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const args = parseArgs(argv, {
+    values: ['upstream', 'port', 'host', 'judge-model', 'judge-upstream', 'method', 'api-key-env', 'timeout-ms', 'prefill', 'unparseable'],
+  });
+  const upstream = requireValue(args, 'upstream');
+  for (const f of ['upstream', 'judge-upstream']) {
+    const u = args.values.get(f);
+    if (u !== undefined && !/^https?:\/\/[^/]+/.test(u)) throw new SafekeepError(`--${f} must be an http(s) URL, got '${u}'`);
+  }
+  const port = numberValue(args, 'port', 8080);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new SafekeepError(`--port must be 0..65535, got ${port}`);
+  const host = args.values.get('host') ?? '127.0.0.1';
+  const server = createGuardProxy({
+    upstream,
+    judgeUpstream: args.values.get('judge-upstream'),
+    judgeModel: args.values.get('judge-model'),
+    method: oneOf('method', args.values.get('method'), ['safekeep', 'safejudge'] as const, 'safekeep'),
+    apiKeyEnv: args.values.get('api-key-env'),
+    timeoutMs: numberValue(args, 'timeout-ms', 60_000),
+    prefill: oneOf<PrefillMode>('prefill', args.values.get('prefill'), ['none', 'continue', 'prefix'], 'none'),
+    onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe'),
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (e: NodeJS.ErrnoException) => reject(new SafekeepError(`cannot listen on ${host}:${port}: ${e.code ?? e.message}`)));
+    server.listen(port, host, () => resolve());
+  });
+  const addr = server.address() as AddressInfo;
+  process.stdout.write(`safekeep serve: http://${host}:${addr.port}/v1 → ${upstream}\n`);
+  await new Promise<void>((resolve) => {
+    const stop = () => server.close(() => resolve());
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  });
+  return 0;
+}
