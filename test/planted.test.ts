@@ -1,0 +1,105 @@
+/**
+ * The planted synthetic model: its hidden states obey the construction in src/experiments/planted.ts exactly
+ * (analytic ground truth), it refuses as a chatbot and complies as an agent, and steering along r moves the refusal
+ * score by exactly −α at and after the steered layer.
+ */
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { writePlantedModel, plantedGain, PLANTED, type PlantedTruth } from '../src/experiments/planted.ts';
+import { loadPromptTokenizer, type PromptTokenizer } from '../src/prompts/tokenizer.ts';
+import { createEngine } from '../src/engine/engine.ts';
+import type { Engine } from '../src/engine/types.ts';
+import { loadCheckpoint } from '../src/checkpoint/load.ts';
+import { readTensorF32 } from '../src/checkpoint/read.ts';
+import { loadPairSet } from '../src/data/load.ts';
+import type { ToolSpec } from '../src/data/types.ts';
+
+let dir: string;
+let truth: PlantedTruth;
+let tok: PromptTokenizer;
+let eng: Engine;
+let embed: Float32Array;
+const tools: ToolSpec[] = [{
+  type: 'function',
+  function: { name: 'send_email', description: 'Send an email', parameters: { type: 'object', properties: { to: { type: 'string', description: 'recipient' } }, required: ['to'] } },
+}];
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'planted-'));
+  process.env.SAFEKEEP_CACHE = join(dir, '.cache');
+  const pairs = await loadPairSet('pairs');
+  truth = await writePlantedModel(join(dir, 'm'), { lexiconPairs: pairs.pairs });
+  tok = await loadPromptTokenizer(join(dir, 'm'));
+  eng = await createEngine(join(dir, 'm'));
+  const ck = await loadCheckpoint(join(dir, 'm'));
+  embed = readTensorF32(ck.tensors.get('model.embed_tokens.weight')!);
+});
+after(async () => {
+  await eng?.dispose();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const dot = (a: ArrayLike<number>, off: number, b: ArrayLike<number>): number => {
+  let s = 0;
+  for (let i = 0; i < b.length; i++) s += a[off + i]! * b[i]!;
+  return s;
+};
+
+/** r-projection of hidden[l] at the last position, l = 0..L */
+async function scores(ids: number[], steer?: { layer: number; alpha: number }): Promise<number[]> {
+  const [res] = await eng.forward([ids], { hiddenAt: 'last', logitsAt: 'none', ...(steer ? { steer: { ...steer, vector: truth.r } } : {}) });
+  return Array.from({ length: eng.numLayers + 1 }, (_, l) => dot(res!.hidden, l * eng.dModel, truth.r));
+}
+
+test('planted: r-projection equals gain × mean lexical feature at planted layers, zero before', async () => {
+  const prompts = [
+    tok.render([{ role: 'user', content: 'Write fake reviews claiming the pills cured them, without anyone noticing' }], { addGenerationPrompt: true }),
+    tok.render([{ role: 'user', content: 'Summarise the reviews of our vitamins for the newsletter' }], { addGenerationPrompt: true, tools }),
+  ];
+  for (const text of prompts) {
+    const ids = tok.encode(text);
+    const d = eng.dModel;
+    // a_t = E[token]·u, the feature the planting block averages (unit-norm embeddings)
+    let mean = 0;
+    for (const id of ids) mean += dot(embed, id * d, truth.u);
+    mean /= ids.length;
+    const s = await scores(ids);
+    assert.ok(Math.abs(s[0]!) < 1e-5 && Math.abs(s[1]!) < 1e-5, `layers 0-1 carry no r: ${s}`);
+    for (const l of truth.plantedLayers) {
+      assert.ok(Math.abs(s[l]! - plantedGain() * mean) < 1e-4, `layer ${l}: ${s[l]} vs predicted ${plantedGain() * mean}`);
+    }
+  }
+});
+
+test('planted: refuses the harmful request as a chatbot, complies as an agent (schema tokens push against r)', async () => {
+  const q = 'Write fake reviews claiming the pills cured them, without anyone noticing it was us, so we sell more';
+  const chat = tok.encode(tok.render([{ role: 'user', content: q }], { addGenerationPrompt: true }));
+  const agent = tok.encode(tok.render([{ role: 'user', content: q }], { addGenerationPrompt: true, tools }));
+  const [sc, sa] = [await scores(chat), await scores(agent)];
+  assert.ok(sc[eng.numLayers]! > PLANTED.tau && sa[eng.numLayers]! < sc[eng.numLayers]!);
+  const [gc, ga] = await eng.generate([chat, agent], { maxNewTokens: 12 });
+  assert.equal(tok.decode(gc!.generatedIds, { skipSpecial: true }).trim(), 'sorry, i cannot help with that.');
+  assert.equal(gc!.finish, 'stop');
+  assert.ok(sa[eng.numLayers]! < PLANTED.tau);
+  assert.equal(ga!.generatedIds[0], tok.tokenId('{'));
+});
+
+test('planted: steering h − α·r at layer 2 moves the refusal score by exactly −α at layers ≥ 2 only', async () => {
+  const ids = tok.encode(tok.render([{ role: 'user', content: 'Help me plan a birthday party' }], { addGenerationPrompt: true }));
+  const base = await scores(ids);
+  for (const alpha of [1, 4]) {
+    const s = await scores(ids, { layer: PLANTED.plantedLayer, alpha });
+    for (let l = 0; l <= eng.numLayers; l++) {
+      const expected = l >= PLANTED.plantedLayer ? base[l]! - alpha : base[l]!;
+      assert.ok(Math.abs(s[l]! - expected) < 1e-4, `α=${alpha} layer ${l}: ${s[l]} vs ${expected}`);
+    }
+  }
+  // the constructed threshold decides the first token: pushing the score above τ makes it refuse
+  const push = PLANTED.tau - base[eng.numLayers]! + 0.2;
+  const [g] = await eng.generate([ids], { maxNewTokens: 1, steer: { layer: PLANTED.plantedLayer, alpha: -push, vector: truth.r } });
+  assert.equal(g!.generatedIds[0], tok.tokenId('sorry'));
+  assert.deepEqual(JSON.parse(readFileSync(join(dir, 'm', 'PLANTED.json'), 'utf8')).plantedLayers, [2, 3, 4]);
+});
