@@ -1,0 +1,144 @@
+/** Tables as Markdown, CSV and JSON: every value with its 95 % interval and n. */
+import type { AnalysisResults, AurocCI, DiffCI, TableRow } from '../analysis/results.ts';
+import { wilsonInterval } from '../analysis/stats.ts';
+
+export type Cell = string | number | null;
+
+export interface Table {
+  /** file stem */
+  name: string;
+  title: string;
+  /** column keys (CSV header) */
+  columns: string[];
+  rows: Cell[][];
+  /** human-formatted header and cells (Markdown and HTML) */
+  header: string[];
+  display: string[][];
+  /** sentence under the table */
+  note?: string;
+  /** JSON document written next to the CSV */
+  json: unknown;
+}
+
+/** `### title`, the table, the note. */
+export function tableMarkdown(t: Table): string {
+  return `### ${t.title}\n\n${toMarkdown(t.header, t.display)}${t.note ? `\n${t.note}\n` : ''}`;
+}
+
+const f3 = (x: number): string => x.toFixed(3);
+const ciText = (e: AurocCI): string => `${f3(e.auroc)} [${f3(e.lo)}, ${f3(e.hi)}]`;
+const diffText = (e: DiffCI): string => `${e.diff >= 0 ? '+' : '−'}${f3(Math.abs(e.diff))} [${f3(e.lo)}, ${f3(e.hi)}]`;
+
+export function csvField(c: Cell): string {
+  if (c === null) return '';
+  const s = typeof c === 'number' ? String(c) : c;
+  return /[",\n\r]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
+}
+
+export function toCsv(columns: readonly string[], rows: readonly Cell[][]): string {
+  return [columns, ...rows].map((r) => r.map(csvField).join(',')).join('\n') + '\n';
+}
+
+function mdEscape(s: string): string {
+  return s.replace(/\|/g, '\\|').replace(/\n/g, ' ');
+}
+
+export function toMarkdown(header: readonly string[], rows: readonly string[][]): string {
+  const line = (r: readonly string[]) => `| ${r.map(mdEscape).join(' | ')} |`;
+  return [line(header), line(header.map(() => '---')), ...rows.map(line)].join('\n') + '\n';
+}
+
+function formatTable(res: AnalysisResults, which: 'table1' | 'table2'): Table {
+  const rows: TableRow[] = res[which];
+  const title =
+    which === 'table1'
+      ? `Table 1 — chatbot refusal direction scoring each configuration (AUROC at ℓ* = ${res.lStar.layer})`
+      : `Table 2 — tool representation: schema vs flattened vs pseudoword (AUROC at ℓ* = ${res.lStar.layer})`;
+  const columns = ['config', 'label', 'layer', 'n', 'cross_auroc', 'cross_lo', 'cross_hi', 'diff_vs_chatbot', 'diff_lo', 'diff_hi', 'within_auroc', 'within_lo', 'within_hi'];
+  const csvRows: Cell[][] = rows.map((r) => [
+    r.config, r.label, r.layer, r.cross.n, r.cross.auroc, r.cross.lo, r.cross.hi, r.crossDiff.diff, r.crossDiff.lo, r.crossDiff.hi, r.within.auroc, r.within.lo, r.within.hi,
+  ]);
+  const header = ['Configuration', 'n', 'AUROC, chatbot direction [95% CI]', 'Δ vs chatbot [95% CI]', 'AUROC, own direction [95% CI]'];
+  const display = rows.map((r) => [r.label, String(r.cross.n), ciText(r.cross), diffText(r.crossDiff), ciText(r.within)]);
+  const note = `ℓ* chosen by ${res.lStar.method}. Intervals: ${res.bootstrap.reps} paired bootstrap resamples of pairs (seed ${res.bootstrap.seed}), percentile ${Math.round(res.bootstrap.level * 100)}%.`;
+  return { name: which, title, columns, rows: csvRows, header, display, note, json: { title, layer: res.lStar.layer, lStarMethod: res.lStar.method, bootstrap: res.bootstrap, rows } };
+}
+
+function curvesTable(res: AnalysisResults): Table {
+  const columns = ['config', 'label', 'direction', 'layer', 'auroc', 'lo', 'hi', 'n'];
+  const rows: Cell[][] = res.curves.flatMap((c) => c.perLayer.map((e, l) => [c.config, c.label, c.direction, l, e.auroc, e.lo, e.hi, e.n]));
+  const title = 'AUROC by layer for every configuration';
+  const header = ['Configuration', 'Direction', ...Array.from({ length: res.layers }, (_, l) => `ℓ=${l}`)];
+  const display = res.curves.map((c) => [c.label, c.direction, ...c.perLayer.map((e) => f3(e.auroc))]);
+  const note = `Point estimates only; intervals per layer in auroc-by-layer.csv / .json. ℓ* = ${res.lStar.layer}.`;
+  return { name: 'auroc-by-layer', title, columns, rows, header, display, note, json: { title, lStar: res.lStar, bootstrap: res.bootstrap, curves: res.curves } };
+}
+
+function schemaCosineTable(res: AnalysisResults): Table | null {
+  const sc = res.schemaCosines;
+  if (!sc) return null;
+  const columns = ['layer', 'cos_harmful', 'cos_benign', 'random_lo', 'random_hi', 'permutation_lo', 'permutation_hi'];
+  const rows: Cell[][] = sc.harmful.map((h, l) => [l, h, sc.benign[l]!, sc.randomBand.lo[l]!, sc.randomBand.hi[l]!, sc.permutationBand?.lo[l] ?? null, sc.permutationBand?.hi[l] ?? null]);
+  const title = 'Schema Direction: cosine with the chatbot refusal direction per layer';
+  const header = ['Layer', 'cos(R_harmful, r)', 'cos(R_benign, r)', 'Random 95% band', 'Permutation 95% band'];
+  const display = rows.map((r) => [String(r[0]), f3(r[1] as number), f3(r[2] as number), `[${f3(r[3] as number)}, ${f3(r[4] as number)}]`, r[5] === null ? '—' : `[${f3(r[5] as number)}, ${f3(r[6] as number)}]`]);
+  const note = `n = ${sc.n.harmful} harmful, ${sc.n.benign} benign requests; random band from ${sc.randomBand.reps} Gaussian unit vectors${sc.permutationBand ? `, permutation band from ${sc.permutationBand.reps} label shuffles` : ''}.`;
+  return { name: 'schema-cosines', title, columns, rows, header, display, note, json: { title, ...sc } };
+}
+
+function firstTokenTable(res: AnalysisResults): Table | null {
+  if (!res.firstToken?.length) return null;
+  const columns = ['category', 'representation', 'layer', 'mean', 'sd', 'n'];
+  const rows: Cell[][] = res.firstToken.flatMap((s) => s.mean.map((m, l) => [s.category, s.representation, l, m, s.sd[l]!, s.n]));
+  const title = 'First-token projections on the chatbot refusal direction (mean ± sd)';
+  const header = ['Condition', 'n', ...Array.from({ length: res.layers }, (_, l) => `ℓ=${l}`)];
+  const display = res.firstToken.map((s) => [`${s.category} · ${s.representation}`, String(s.n), ...s.mean.map((m, l) => `${m.toFixed(2)} ± ${s.sd[l]!.toFixed(2)}`)]);
+  const note = undefined;
+  return { name: 'first-token', title, columns, rows, header, display, note, json: { title, series: res.firstToken } };
+}
+
+function normsTable(res: AnalysisResults): Table {
+  const columns = ['kind', 'name', 'layer', 'norm'];
+  const all = [
+    ...res.norms.directions.map((s) => ['direction', s] as const),
+    ...res.norms.meanHidden.map((s) => ['mean_hidden', s] as const),
+  ];
+  const rows: Cell[][] = all.flatMap(([kind, s]) => s.norm.map((v, l) => [kind, s.name, l, v]));
+  const title = 'Norms per layer: directions and mean ‖h‖ (the residual scale for steering strengths)';
+  const header = ['Vector', ...Array.from({ length: res.layers }, (_, l) => `ℓ=${l}`)];
+  const display = all.map(([kind, s]) => [kind === 'direction' ? `‖${s.name}‖` : `mean ‖h‖ (${s.name})`, ...s.norm.map((v) => v.toFixed(2))]);
+  const note = undefined;
+  return { name: 'norms', title, columns, rows, header, display, note, json: { title, ...res.norms } };
+}
+
+function steeringTable(res: AnalysisResults): Table | null {
+  if (!res.steering?.length) return null;
+  const columns = ['direction', 'requests', 'layer', 'alpha', 'alpha_relative', 'n', 'outcome', 'count', 'percent', 'lo_percent', 'hi_percent'];
+  const rows: Cell[][] = [];
+  const mdRows: string[][] = [];
+  for (const s of res.steering) {
+    for (const r of s.rows) {
+      const cells: string[] = [s.requests, `${r.alpha}${r.alphaRelative === undefined ? '' : ` (${r.alphaRelative.toFixed(3)})`}`, String(r.n)];
+      for (const k of ['refusal', 'valid', 'invalid'] as const) {
+        const iv = wilsonInterval(r.counts[k], r.n);
+        const pct = r.n ? (100 * r.counts[k]) / r.n : 0;
+        rows.push([s.direction, s.requests, s.layer, r.alpha, r.alphaRelative ?? null, r.n, k, r.counts[k], +pct.toFixed(4), +(100 * iv.lo).toFixed(4), +(100 * iv.hi).toFixed(4)]);
+        cells.push(`${pct.toFixed(1)}% [${(100 * iv.lo).toFixed(1)}, ${(100 * iv.hi).toFixed(1)}]`);
+      }
+      mdRows.push(cells);
+    }
+  }
+  const title = 'Table 3 — steering outcomes vs α';
+  const s0 = res.steering[0]!;
+  const header = ['Requests', 'α (relative to mean ‖h‖)', 'n', 'Refusal [95% CI]', 'Valid harmful call [95% CI]', 'Invalid [95% CI]'];
+  const display = mdRows;
+  const note = `Steering: hidden[${s0.layer}] −= α · unit(${s0.direction}) at every prompt position and generated token. Intervals: Wilson 95%.`;
+  return { name: 'table3-steering', title, columns, rows, header, display, note, json: { title, steering: res.steering } };
+}
+
+/** Every table the results support, in report order. */
+export function buildTables(res: AnalysisResults): Table[] {
+  return [formatTable(res, 'table1'), formatTable(res, 'table2'), curvesTable(res), schemaCosineTable(res), firstTokenTable(res), normsTable(res), steeringTable(res)].filter(
+    (t): t is Table => t !== null,
+  );
+}
