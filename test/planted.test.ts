@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { writePlantedModel, plantedGain, PLANTED, type PlantedTruth } from '../src/experiments/planted.ts';
+import { writePlantedModel, plantedGain, predictedRefusalScore, PLANTED, type PlantedTruth } from '../src/experiments/planted.ts';
 import { loadPromptTokenizer, type PromptTokenizer } from '../src/prompts/tokenizer.ts';
 import { createEngine } from '../src/engine/engine.ts';
 import type { Engine } from '../src/engine/types.ts';
@@ -62,15 +62,17 @@ test('planted: r-projection equals gain × mean lexical feature at planted layer
   for (const text of prompts) {
     const ids = tok.encode(text);
     const d = eng.dModel;
-    // a_t = E[token]·u, the feature the planting block averages (unit-norm embeddings)
-    let mean = 0;
-    for (const id of ids) mean += dot(embed, id * d, truth.u);
-    mean /= ids.length;
+    // a_t = E[token]·u and b_t = E[token]·Q3, read straight from the embedding matrix
+    const a = ids.map((id) => dot(embed, id * d, truth.u));
+    const b = ids.map((id) => dot(embed, id * d, truth.q3));
+    const predicted = predictedRefusalScore(a, b);
     const s = await scores(ids);
     assert.ok(Math.abs(s[0]!) < 1e-5 && Math.abs(s[1]!) < 1e-5, `layers 0-1 carry no r: ${s}`);
     for (const l of truth.plantedLayers) {
-      assert.ok(Math.abs(s[l]! - plantedGain() * mean) < 1e-4, `layer ${l}: ${s[l]} vs predicted ${plantedGain() * mean}`);
+      assert.ok(Math.abs(s[l]! - predicted) < 1e-4, `layer ${l}: ${s[l]} vs predicted ${predicted}`);
     }
+    // the first-order approximation G/√(1+dε)·mean(a) is close but not exact (block 0 grows the norm)
+    assert.ok(Math.abs(predicted - plantedGain() * a.reduce((x, y) => x + y, 0) / a.length) < 0.02);
   }
 });
 

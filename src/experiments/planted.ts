@@ -9,11 +9,10 @@
  * span(Q3..). a_w = +A for harm-lexicon words, −S for JSON-schema syntax tokens, a small seeded N(0, σ²) otherwise.
  * - block 0 (→ hidden[1]): uniform causal attention (q = k = 0) copies the running mean of a noise coordinate (Q3)
  *   into Q4: content-dependent, orthogonal to r.
- * - block 1 (→ hidden[2]): uniform causal attention copies the running mean of u·x into r with gain G:
- *   hidden[2]_t = hidden[1]_t + G·mean_{s≤t}(a_s)·r   (RMSNorm of a unit vector is the constant √d/√(1+dε)).
- * - blocks 2.. : identity (o_proj = down_proj = 0). So for l ≥ 2: hidden[l]·r = G'·mean(a) at the last token, where
- *   G' = G·√d/√(1 + d·ε)·(1/√d) (see `plantedGain`), and steering hidden[l] by −α·r moves every later r-projection by
- *   exactly −α.
+ * - block 1 (→ hidden[2]): uniform causal attention copies the running mean of u·x_norm/√d into r with gain G:
+ *   hidden[2]_t = hidden[1]_t + G·mean_{s≤t}(a_s/√(1 + c_s² + dε))·r   (`predictedRefusalScore` gives it exactly).
+ * - blocks 2.. : identity (o_proj = down_proj = 0), so hidden[l]·r is the same for every l ≥ 2, and steering
+ *   hidden[l] by −α·r moves every later r-projection by exactly −α.
  * - lm_head: row "sorry" = K·r, row "{" = K·(τ/β)·f. After the final norm both logits share one scale, so the
  *   first token is "sorry" iff hidden[L]·r > τ (refusal), else "{" (an invalid tool call). A short chain written
  *   through the n_w directions continues "sorry" into "sorry , i cannot help with that . <|end|>".
@@ -216,13 +215,28 @@ export function lexicalFeatures(vocab: string[], rng: Rng, learned: ReadonlyMap<
   return a;
 }
 
-/**
- * Exact r-gain of the planting block: hidden[2]·r = plantedGain() · mean_s(a_s) for unit-norm token vectors.
- * RMSNorm maps a unit vector x to x·√d/√(1 + d·ε); v reads u·x_norm/√d; o writes G·r.
- */
+/** Gain of the planting block for unit-norm inputs: G/√(1 + d·ε) (RMSNorm's ε). */
 export function plantedGain(): number {
   const d = PLANTED.hiddenSize;
   return PLANTED.G / Math.sqrt(1 + d * PLANTED.rmsNormEps);
+}
+
+/**
+ * The exact refusal score hidden[l]·r (l ≥ plantedLayer) at the last of T tokens, from each token's lexical feature
+ * a_s = E_s·u and noise read-out b_s = E_s·Q3 (unit-norm embeddings):
+ *   c_t = mean_{s≤t} b_s / √(1 + dε)            (block 0 writes c_t·Q4, which grows the norm of hidden[1]_t)
+ *   score = G · mean_{s≤T} a_s / √(1 + c_s² + dε)   (block 1 reads u through RMSNorm of hidden[1]_s)
+ */
+export function predictedRefusalScore(a: readonly number[], b: readonly number[]): number {
+  const de = PLANTED.hiddenSize * PLANTED.rmsNormEps;
+  let sumB = 0;
+  let sum = 0;
+  for (let t = 0; t < a.length; t++) {
+    sumB += b[t]!;
+    const c = sumB / (t + 1) / Math.sqrt(1 + de);
+    sum += a[t]! / Math.sqrt(1 + c * c + de);
+  }
+  return (PLANTED.G * sum) / a.length;
 }
 
 export interface PlantedTruth {
@@ -230,6 +244,8 @@ export interface PlantedTruth {
   r: number[];
   /** [d] the lexical harm feature */
   u: number[];
+  /** [d] the noise coordinate block 0 reads (Q3) */
+  q3: number[];
   /** hidden indices at which r is planted (mean difference exactly ∥ r) */
   plantedLayers: number[];
   gain: number;
@@ -349,7 +365,7 @@ export async function writePlantedModel(outDir: string, opts: { seed?: number; v
     tokenizer_class: 'PreTrainedTokenizerFast', model_max_length: 8192, clean_up_tokenization_spaces: false,
   });
   const truth: PlantedTruth = {
-    r: Array.from(f32(r)), u: Array.from(f32(u)),
+    r: Array.from(f32(r)), u: Array.from(f32(u)), q3: Array.from(f32(Q[3]!)),
     plantedLayers: Array.from({ length: P.numLayers - P.plantedLayer + 1 }, (_, i) => P.plantedLayer + i),
     gain: plantedGain(), tau: P.tau, harmStems: HARM_STEMS, vocabSize: V, seed,
   };
