@@ -30,7 +30,7 @@ function filesOf(dir: string): Record<string, Buffer> {
   return out;
 }
 
-const ckptFiles = {
+const ckptFiles: Record<string, Buffer> = {
   ...filesOf(src),
   'tokenizer.json': Buffer.from(JSON.stringify({ version: '1.0', model: { type: 'BPE', vocab: { a: 0 } } })),
   'tokenizer_config.json': Buffer.from('{"chat_template": "{{ messages }}"}'),
@@ -86,7 +86,7 @@ test('pull: only the checkpoint files (shards named by the index), byte-identica
   const r = await pullModel('acme/tiny-llama', { endpoint: hub.endpoint, destDir: dest, ...q });
   assert.equal(r.commit, 'a'.repeat(40));
   assert.deepEqual(listTree(dest), [...wanted, '.safekeep-hub.json'].sort());
-  for (const f of wanted) assert.deepEqual(readFileSync(join(dest, f)), ckptFiles[f as keyof typeof ckptFiles], f);
+  for (const f of wanted) assert.deepEqual(readFileSync(join(dest, f)), ckptFiles[f], f);
   const ck = await loadCheckpoint(dest);
   assert.equal(ck.config.family, 'llama');
   assert.equal(r.downloaded, wanted.length);
@@ -97,7 +97,7 @@ test('pull: only the checkpoint files (shards named by the index), byte-identica
   assert.ok(!hub.requests.some((x) => /consolidated|README|original/.test(x.path)));
   const m = readMarker(dest)!;
   assert.equal(m.complete, true);
-  assert.equal(m.files['model-00002-of-00002.safetensors']!.size, ckptFiles['model-00002-of-00002.safetensors'].length);
+  assert.equal(m.files['model-00002-of-00002.safetensors']!.size, ckptFiles['model-00002-of-00002.safetensors']!.length);
   // second pull: nothing downloaded, no file requests
   const before = resolves();
   const again = await pullModel('acme/tiny-llama', { endpoint: hub.endpoint, destDir: dest, ...q });
@@ -108,7 +108,7 @@ test('pull: only the checkpoint files (shards named by the index), byte-identica
 test('pull: a connection dropped mid-file resumes with a Range request and ends byte-identical', async () => {
   const dest = fresh();
   const f = 'model-00002-of-00002.safetensors';
-  const size = ckptFiles[f].length;
+  const size = ckptFiles[f]!.length;
   const cut = Math.floor(size / 3);
   hub.dropOnce.set(f, cut);
   const first = hub.requests.length;
@@ -126,7 +126,7 @@ test('pull: resumes a .part left by an interrupted run (only the rest is transfe
   const dest = fresh();
   mkdirSync(dest, { recursive: true });
   const f = 'model-00001-of-00002.safetensors';
-  const data = ckptFiles[f];
+  const data = ckptFiles[f]!;
   const have = 12345;
   writeFileSync(join(dest, `${f}.part`), data.subarray(0, have));
   const first = hub.requests.length;
