@@ -158,7 +158,7 @@ export function analyze(input: AnalysisInput): AnalysisResults {
       cvAuroc: choice.cvAuroc.map((x) => (Number.isNaN(x) ? null : round(x))),
     },
     bootstrap: { reps, seed, level },
-    curves: [...curves(t1Cross, t1, 'chatbot'), ...curves(t2Cross.slice(1), t2.slice(1), 'chatbot'), ...curves(t1Own.slice(1), t1.slice(1), 'own'), ...curves(t2Own.slice(1), t2.slice(1), 'own')],
+    curves: [...curves(t1Cross, t1, 'chatbot'), ...curves(t2Cross.slice(1), t2.slice(1), 'chatbot'), ...curves(t1Own, t1, 'own'), ...curves(t2Own.slice(1), t2.slice(1), 'own')],
     table1: tableRows(t1, t1Cross, t1Own, lStar),
     table2: tableRows(t2, t2Cross, t2Own, lStar),
     norms: { directions: [], meanHidden: [] },
