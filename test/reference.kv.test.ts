@@ -131,3 +131,15 @@ test('referenceGenerate: stops on a stop id (included), length otherwise; KV dec
   assert.ok(one.firstTokenHidden !== null);
   assert.ok(maxDiff(one.firstTokenHidden!, g.firstTokenHidden!) === 0);
 });
+
+test('weights: bf16 on an F32 checkpoint = the same draws stored as BF16; differs from f32', async () => {
+  const f = await loadCheckpoint(await writeRandomCheckpoint(join(root, 'wf'), 'mistral', { seed: 21 }));
+  const b = await loadCheckpoint(await writeRandomCheckpoint(join(root, 'wb'), 'mistral', { seed: 21, dtype: 'BF16' }));
+  const fb = referenceForward(f, ids, { weights: 'bf16' });
+  assert.ok(maxDiff(fb.logits, referenceForward(b, ids).logits) === 0);
+  assert.ok(maxDiff(fb.hidden, referenceForward(b, ids, { weights: 'bf16' }).hidden) === 0);
+  const d = maxDiff(fb.logits, referenceForward(f, ids).logits);
+  assert.ok(d > 1e-4 && d < 0.1, `bf16 vs f32 logits differ by ${d}`);
+  const g = referenceGenerate(f, ids.slice(0, 4), { maxNewTokens: 3, stopIds: [], weights: 'bf16' });
+  assert.deepEqual(g.generatedIds, referenceGenerate(b, ids.slice(0, 4), { maxNewTokens: 3, stopIds: [] }).generatedIds);
+});

@@ -15,21 +15,32 @@
  * logits = RMSNorm(hidden[L]; norm) · lm_headᵀ (tied: embed_tokens).
  */
 import { ropeInvFreq } from '../checkpoint/config.ts';
-import { readTensorF32 } from '../checkpoint/read.ts';
+import { readTensorF32, roundToBf16 } from '../checkpoint/read.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
 import type { Steering } from './types.ts';
 
-/** Weights upcast to f64, by HF name. Cached per checkpoint object. */
+/** Weights upcast to f64, by HF name. Cached per checkpoint object and weight precision. */
 type Weights = Map<string, Float64Array>;
-const weightCache = new WeakMap<Checkpoint, Weights>();
+const weightCache = new WeakMap<Checkpoint, Map<WeightPrecision, Weights>>();
 
-function weights(ckpt: Checkpoint): Weights {
-  let w = weightCache.get(ckpt);
+/**
+ * 'stored': the checkpoint's values, exactly upcast. 'bf16': every weight rounded to BF16 (RNE) first, i.e. what
+ * the engine's `--dtype bf16` computes with (a no-op for a BF16 checkpoint).
+ */
+export type WeightPrecision = 'stored' | 'bf16';
+
+function weights(ckpt: Checkpoint, precision: WeightPrecision = 'stored'): Weights {
+  let byPrecision = weightCache.get(ckpt);
+  if (!byPrecision) { byPrecision = new Map(); weightCache.set(ckpt, byPrecision); }
+  let w = byPrecision.get(precision);
   if (!w) {
     w = new Map();
-    for (const [name, e] of ckpt.tensors) w.set(name, Float64Array.from(readTensorF32(e)));
-    weightCache.set(ckpt, w);
+    for (const [name, e] of ckpt.tensors) {
+      const x = readTensorF32(e);
+      w.set(name, Float64Array.from(precision === 'bf16' ? roundToBf16(x) : x));
+    }
+    byPrecision.set(precision, w);
   }
   return w;
 }
@@ -55,6 +66,8 @@ export interface ReferenceForwardOptions {
   steerMatrix?: Float32Array | Float64Array;
   /** cache from a previous call: `ids` continue that sequence */
   past?: ReferenceKV;
+  /** default 'stored' */
+  weights?: WeightPrecision;
 }
 
 export interface ReferenceForwardResult {
@@ -140,7 +153,7 @@ function steeringRows(c: ModelConfig, opts: ReferenceForwardOptions): (Float64Ar
 
 export function referenceForward(ckpt: Checkpoint, ids: number[], opts: ReferenceForwardOptions = {}): ReferenceForwardResult {
   const c = ckpt.config;
-  const w = weights(ckpt);
+  const w = weights(ckpt, opts.weights);
   const d = c.hiddenSize;
   const L = c.numLayers;
   const T = ids.length;
@@ -245,6 +258,7 @@ export interface ReferenceGenerateOptions {
   stopIds?: number[];
   steer?: Steering;
   steerMatrix?: Float32Array | Float64Array;
+  weights?: WeightPrecision;
 }
 
 export interface ReferenceGenerateResult {
@@ -279,7 +293,7 @@ export function referenceGenerate(ckpt: Checkpoint, prompt: number[], opts: Refe
   const L = c.numLayers;
   const d = c.hiddenSize;
   const stop = new Set(opts.stopIds ?? c.eosTokenIds);
-  const fwd = { steer: opts.steer, steerMatrix: opts.steerMatrix };
+  const fwd = { steer: opts.steer, steerMatrix: opts.steerMatrix, weights: opts.weights };
   let r = referenceForward(ckpt, prompt, fwd);
   const promptLastHidden = hiddenAt(r.hidden, L, prompt.length, d, prompt.length - 1);
   let last = r.logits.subarray((prompt.length - 1) * V);
