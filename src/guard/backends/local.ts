@@ -20,6 +20,24 @@ export interface LocalBackendOptions {
   name?: string;
 }
 
+/**
+ * OpenAI wire messages → what HF chat templates expect: assistant `tool_calls[].function.arguments` as an object
+ * (templates apply `tojson` to it), not a JSON string.
+ */
+export function templateMessage(m: ChatMessage): ChatMessage {
+  if (!Array.isArray(m.tool_calls)) return m;
+  const tool_calls = (m.tool_calls as { function?: { name?: string; arguments?: unknown } }[]).map((c) => {
+    const args = c.function?.arguments;
+    if (typeof args !== 'string') return c;
+    try {
+      return { ...c, function: { ...c.function, arguments: JSON.parse(args) as unknown } };
+    } catch {
+      return c;
+    }
+  });
+  return { ...m, tool_calls };
+}
+
 export class LocalBackend implements ChatBackend {
   readonly name: string;
   readonly callFormat: CallFormat;
@@ -37,11 +55,12 @@ export class LocalBackend implements ChatBackend {
   /** The exact prompt text a call is rendered to. */
   renderCall(call: ChatCall): string {
     const tools = call.tools && call.tools.length > 0 ? call.tools : null;
+    const history = call.messages.map(templateMessage);
     if (call.prefix !== undefined) {
-      const messages: ChatMessage[] = [...call.messages, { role: 'assistant', content: call.prefix }];
+      const messages: ChatMessage[] = [...history, { role: 'assistant', content: call.prefix }];
       return this.tokenizer.render(messages, { tools, addGenerationPrompt: false, continueFinalMessage: true, templateKwargs: this.opts.templateKwargs });
     }
-    return this.tokenizer.render(call.messages, { tools, addGenerationPrompt: true, templateKwargs: this.opts.templateKwargs });
+    return this.tokenizer.render(history, { tools, addGenerationPrompt: true, templateKwargs: this.opts.templateKwargs });
   }
 
   chat(call: ChatCall): Promise<ChatReply> {

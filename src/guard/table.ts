@@ -1,0 +1,66 @@
+/**
+ * Table 4 writers: Markdown, CSV and JSON of the per-method summaries (percentages with 95 % Wilson intervals),
+ * plus every output with its label as JSONL. All files written atomically under `results/<model>/guard/`.
+ */
+import { join } from 'node:path';
+import type { GuardBench } from './bench/cases.ts';
+import type { EvalRow, MethodSummary } from './eval.ts';
+import { writeFileAtomic } from './files.ts';
+import type { Rate } from './metrics.ts';
+
+const LABELS: Record<string, string> = { refusal: 'Refusal', acc: 'Acc', valid: 'Valid', asr: 'ASR' };
+
+function header(key: string): string {
+  const [a, b] = key.includes('.') ? key.split('.') : ['', key];
+  return `${a ? `${a[0]!.toUpperCase()}${a.slice(1)} ` : ''}${LABELS[b!] ?? b}`;
+}
+
+const pct = (x: number) => (Number.isFinite(x) ? (100 * x).toFixed(1) : '–');
+export function formatRate(r: Rate): string {
+  return r.n === 0 ? '–' : `${pct(r.p)} [${pct(r.lo)}, ${pct(r.hi)}]`;
+}
+const ms = (x: number) => (Number.isFinite(x) ? x.toFixed(0) : '–');
+
+export function markdownTable(bench: GuardBench, model: string, s: readonly MethodSummary[]): string {
+  const keys = Object.keys(s[0]?.metrics ?? {});
+  const cols = ['Method', ...keys.map((k) => `${header(k)} % [95 % CI]`), 'n', 'Judge ms (mean / p50 / p99)', 'Judge tokens / request', 'Flagged'];
+  const lines = [
+    `# Table 4 — ${bench === 'agentharm' ? 'AgentHarm' : 'InjecAgent'} — ${model}`,
+    '',
+    `| ${cols.join(' | ')} |`,
+    `|${cols.map(() => ' --- ').join('|')}|`,
+  ];
+  for (const m of s) {
+    const k = m.metrics;
+    const judge = m.judged ? `${ms(m.judgeLatencyMs.mean)} / ${ms(m.judgeLatencyMs.p50)} / ${ms(m.judgeLatencyMs.p99)}` : '–';
+    const tokens = m.judged ? m.judgeTokensPerRequest.toFixed(1) : '–';
+    lines.push(`| ${m.method} | ${keys.map((key) => formatRate(k[key]!)).join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.judged ? `${m.flagged}/${m.judged}` : '–'} |`);
+  }
+  lines.push('', 'Percentages with 95 % Wilson score intervals; n = requests per method. Judge latency and token overhead are per judged request / per request.');
+  return lines.join('\n') + '\n';
+}
+
+export function csvTable(s: readonly MethodSummary[]): string {
+  const keys = Object.keys(s[0]?.metrics ?? {});
+  const head = ['method', ...keys.flatMap((k) => [`${k}`, `${k}_k`, `${k}_n`, `${k}_lo`, `${k}_hi`]), 'n', 'judged', 'flagged', 'unparseable', 'judge_ms_mean', 'judge_ms_p50', 'judge_ms_p99', 'judge_tokens_per_request'];
+  const num = (x: number) => (Number.isFinite(x) ? String(Math.round(x * 1e6) / 1e6) : '');
+  const rows = s.map((m) => [
+    m.method,
+    ...keys.flatMap((k) => { const r = m.metrics[k]!; return [num(r.p), String(r.k), String(r.n), num(r.lo), num(r.hi)]; }),
+    String(m.n), String(m.judged), String(m.flagged), String(m.unparseable),
+    num(m.judgeLatencyMs.mean), num(m.judgeLatencyMs.p50), num(m.judgeLatencyMs.p99), num(m.judgeTokensPerRequest),
+  ].join(','));
+  return [head.join(','), ...rows].join('\n') + '\n';
+}
+
+export interface WrittenTables { markdown: string; csv: string; json: string; rows: string }
+
+export function writeGuardTables(dir: string, bench: GuardBench, model: string, summaries: readonly MethodSummary[], rows: readonly EvalRow[], meta: Record<string, unknown>): WrittenTables {
+  const base = join(dir, `table4-${bench}`);
+  const files = { markdown: `${base}.md`, csv: `${base}.csv`, json: `${base}.json`, rows: join(dir, `outputs-${bench}.jsonl`) };
+  writeFileAtomic(files.markdown, markdownTable(bench, model, summaries));
+  writeFileAtomic(files.csv, csvTable(summaries));
+  writeFileAtomic(files.json, JSON.stringify({ bench, model, ...meta, methods: summaries }, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? null : v), 2) + '\n');
+  writeFileAtomic(files.rows, rows.map(({ outcome: _o, ...r }) => JSON.stringify(r)).join('\n') + '\n');
+  return files;
+}
