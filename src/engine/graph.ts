@@ -169,10 +169,11 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
       g.output(IO.presentKey(l), K, F, ['batch', kvH, 'total', hd]);
       g.output(IO.presentValue(l), V, F, ['batch', kvH, 'total', hd]);
       // GQA: query head h uses KV head h // rep → view q as [B, kvH, rep, T, hd], K/V as [B, kvH, 1, S, hd]
-      const q5 = g.op('Reshape', [toHeads(q), g.i64([0, kvH, rep, -1, hd])]);
+      // the 1/√hd scale goes on q (fewer elements than the scores; exact when hd is a power of 4)
+      const q5 = g.op('Reshape', [toHeads(g.op('Mul', [q, scale], {}, { name: 'q_scaled' })), g.i64([0, kvH, rep, -1, hd])]);
       const Kt = g.op('Unsqueeze', [g.op('Transpose', [K], { perm: [0, 1, 3, 2] }), g.i64([2])]); // [B, kvH, 1, hd, S]
       const V5 = g.op('Unsqueeze', [V, g.i64([2])]);
-      const scores = g.op('Add', [g.op('Mul', [g.op('MatMul', [q5, Kt]), scale]), bias5], {}, { name: 'scores' });
+      const scores = g.op('Add', [g.op('MatMul', [q5, Kt]), bias5], {}, { name: 'scores' });
       const probs = g.op('Softmax', [scores], { axis: -1 }, { name: 'probs' });
       const o = g.op('MatMul', [probs, V5]); // [B, kvH, rep, T, hd]
       const merged = g.op('Reshape', [

@@ -16,7 +16,7 @@ import { SafekeepError } from '../util/errors.ts';
 import { buildModelGraph, type ComputeDType } from './graph.ts';
 
 /** bump when graph.ts changes what it emits */
-export const GRAPH_VERSION = 1;
+export const GRAPH_VERSION = 2;
 
 export type Device = 'cpu' | 'cuda';
 
@@ -93,6 +93,8 @@ export async function openSession(ckpt: Checkpoint, opts: SessionOptions): Promi
     extra: {
       session: {
         intra_op: { allow_spinning: '0' },
+        // weights stay in the mmapped .safetensors pages instead of a second, pre-packed copy (RSS ≈ weight bytes)
+        disable_prepacking: '1',
         inter_op: { allow_spinning: '0' },
         model_external_initializers_file_folder_path: weightsDir,
       },

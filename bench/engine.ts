@@ -1,0 +1,136 @@
+/**
+ * `npm run bench:engine [-- --threads N --keep DIR]`: the engine on a SmolLM2-135M-shaped random checkpoint
+ * (30 layers, hidden 576, 9 heads / 3 KV heads, head_dim 64, intermediate 1536, vocab 49152, tied), written to a
+ * temp dir by a child process (so its JS buffers do not count in the measured RSS). The measuring child prints:
+ * - prefill tokens/s: forward of 1×512 tokens, hidden states (all layers) and logits at the last position;
+ * - decode tokens/s: prompt 128, greedy `generate()` 64 new tokens; and a raw step loop capturing the all-layer
+ *   hidden state of every new token;
+ * - engine prefill GFLOP/s (linear layers + attention matmuls as computed) vs a raw onnxruntime MatMul
+ *   ([512, 576] × [576, 1536], constant weight) measured in the same process with the same threads;
+ * - peak RSS vs the f32 weight bytes.
+ * Targets (issue 2): prefill ≥ 70 % of the GEMM rate; RSS ≤ 1.3 × f32 weight bytes.
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { availableParallelism, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import * as ort from 'onnxruntime-node';
+import { loadCheckpoint, parameterCount } from '../src/checkpoint/load.ts';
+import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
+import { steeringMatrix } from '../src/engine/batch.ts';
+import { createEngineFromCheckpoint } from '../src/engine/engine.ts';
+import { GraphBuilder } from '../src/engine/onnx/builder.ts';
+import { DataType } from '../src/engine/onnx/proto.ts';
+
+const SHAPE = {
+  numLayers: 30, hiddenSize: 576, numHeads: 9, numKvHeads: 3, headDim: 64, intermediateSize: 1536, vocabSize: 49152,
+  tieWordEmbeddings: true, ropeScaling: null, ropeTheta: 100000, seed: 1,
+} as const;
+
+function flag(name: string): string | undefined {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : undefined;
+}
+
+const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
+
+async function rawMatmulGflops(threads: number, M: number, K: number, N: number): Promise<number> {
+  const g = new GraphBuilder();
+  const x = g.input('x', DataType.FLOAT, [M, K]);
+  const w = new Float32Array(K * N).map((_, i) => Math.sin(i) * 0.05);
+  const wName = g.initializer({ dataType: DataType.FLOAT, dims: [K, N], raw: new Uint8Array(w.buffer) }, 'w');
+  g.output('y', g.op('MatMul', [x, wName]), DataType.FLOAT, [M, N]);
+  const s = await ort.InferenceSession.create(g.encode('gemm', { '': 17 }), {
+    intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all',
+    extra: { session: { intra_op: { allow_spinning: '0' } } },
+  });
+  const feed = { x: new ort.Tensor('float32', new Float32Array(M * K).map((_, i) => Math.cos(i)), [M, K]) };
+  for (let i = 0; i < 3; i++) await s.run(feed);
+  const reps = 20;
+  const t0 = performance.now();
+  for (let i = 0; i < reps; i++) await s.run(feed);
+  const sec = (performance.now() - t0) / 1000;
+  await s.release();
+  return (2 * M * K * N * reps) / sec / 1e9;
+}
+
+async function measure(dir: string, threads: number): Promise<void> {
+  const ck = await loadCheckpoint(dir);
+  const c = ck.config;
+  const params = parameterCount(ck);
+  const weightBytes = params * 4;
+  const rssBefore = process.memoryUsage().rss;
+  const t0 = performance.now();
+  const engine = await createEngineFromCheckpoint(ck, { threads, cacheDir: join(dir, 'cache') });
+  const startS = (performance.now() - t0) / 1000;
+  const rssSession = process.memoryUsage().rss;
+
+  // prefill 1×512, hidden states + logits at the last position
+  const T = 512;
+  const prompt = Array.from({ length: T }, (_, i) => 3 + ((i * 7919) % (c.vocabSize - 3)));
+  await engine.forward([prompt.slice(0, 64)], { hiddenAt: 'last', logitsAt: 'last' });
+  const reps = 3;
+  let t = performance.now();
+  for (let i = 0; i < reps; i++) await engine.forward([prompt], { hiddenAt: 'last', logitsAt: 'last' });
+  const prefillS = (performance.now() - t) / 1000 / reps;
+  const prefillTps = T / prefillS;
+  const d = c.hiddenSize;
+  const linearPerToken = 2 * c.numLayers * (d * c.numHeads * c.headDim * 2 + d * c.numKvHeads * c.headDim * 2 + 3 * d * c.intermediateSize);
+  const attn = c.numLayers * 2 * 2 * T * T * c.numHeads * c.headDim; // QKᵀ and PV over the full T×T as computed
+  const flops = linearPerToken * T + attn + 2 * d * c.vocabSize;
+  const engineGflops = flops / prefillS / 1e9;
+  const gemmGflops = await rawMatmulGflops(threads, 512, 576, 1536);
+
+  // decode: prompt 128, 64 greedy tokens
+  const p128 = prompt.slice(0, 128);
+  const nNew = 64;
+  await engine.generate([p128], { maxNewTokens: 4, stopIds: [] });
+  t = performance.now();
+  const [g] = await engine.generate([p128], { maxNewTokens: nNew, stopIds: [], returnFirstTokenHidden: true, returnStepLogits: true });
+  const genS = (performance.now() - t) / 1000;
+  const decodeTps = (g!.generatedIds.length - 1) / (genS - prefillS / 4); // minus an estimate of the 128-token prefill
+  // raw step loop with the all-layer hidden state of every new token captured
+  const steer = steeringMatrix(c.numLayers, d);
+  let out = await engine.step({ ids: BigInt64Array.from(p128, BigInt), batch: 1, width: 128, starts: [0], past: null, steer, hiddenIndex: [127], logitsIndex: [127] });
+  t = performance.now();
+  for (let k = 0; k < nNew; k++) {
+    out = await engine.step({ ids: BigInt64Array.from([BigInt(3 + k)]), batch: 1, width: 1, starts: [0], past: out.present, steer, hiddenIndex: [0], logitsIndex: [0] });
+  }
+  const stepTps = nNew / ((performance.now() - t) / 1000);
+  await engine.dispose();
+  const peak = process.resourceUsage().maxRSS * 1024;
+
+  const lines = [
+    `model: SmolLM2-135M shape, ${(params / 1e6).toFixed(1)} M params, f32 weights ${mb(weightBytes)}; threads ${threads}`,
+    `session start: ${startS.toFixed(2)} s (graph ${engine.graphCached ? 'cached' : 'built'})`,
+    `prefill 1×${T} (hidden+logits at last position): ${prefillTps.toFixed(0)} tokens/s (${(prefillS * 1000).toFixed(0)} ms)`,
+    `engine prefill: ${engineGflops.toFixed(1)} GFLOP/s; raw ORT MatMul [512,576]×[576,1536]: ${gemmGflops.toFixed(1)} GFLOP/s → ${(100 * engineGflops / gemmGflops).toFixed(0)} % (target ≥ 70 %)`,
+    `decode (prompt 128, ${nNew} new, generate()): ${decodeTps.toFixed(1)} tokens/s; step loop with all-layer hidden per token: ${stepTps.toFixed(1)} tokens/s`,
+    `RSS: before session ${mb(rssBefore)}, after session ${mb(rssSession)}, peak ${mb(peak)} = ${(peak / weightBytes).toFixed(2)} × f32 weight bytes (target ≤ 1.3)`,
+  ];
+  process.stdout.write(lines.join('\n') + '\n');
+  const json = flag('json');
+  if (json) {
+    writeFileSync(json, JSON.stringify({ threads, params, prefillTps, engineGflops, gemmGflops, decodeTps, stepTps, peakRss: peak, weightBytes }, null, 2));
+  }
+}
+
+async function main(): Promise<void> {
+  const threads = Number(flag('threads') ?? availableParallelism());
+  const runDir = flag('run');
+  if (runDir) return measure(runDir, threads);
+  const keep = flag('keep');
+  const dir = keep ?? mkdtempSync(join(tmpdir(), 'safekeep-bench-'));
+  try {
+    process.stderr.write(`writing random checkpoint to ${dir} ...\n`);
+    await writeRandomCheckpoint(join(dir, 'model'), 'llama', SHAPE);
+    const extra = process.argv.slice(2).filter((a, i, all) => a !== '--keep' && all[i - 1] !== '--keep');
+    const r = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--run', join(dir, 'model'), '--threads', String(threads), ...extra.filter((a) => a !== '--threads' && extra[extra.indexOf(a) - 1] !== '--threads')], { stdio: 'inherit' });
+    if (r.status !== 0) process.exitCode = r.status ?? 1;
+  } finally {
+    if (!keep) rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+await main();
