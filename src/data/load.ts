@@ -7,7 +7,8 @@
 import { existsSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
-import { agentHarmPairs, isAgentHarmDir, readAgentHarm } from './agentharm.ts';
+import { agentHarmPairs, isAgentHarmDir, readAgentHarm, type AgentHarm, type AgentHarmSplit } from './agentharm.ts';
+import { readInjecAgentCases, type InjecAgentCase, type InjecAgentSetting } from './injecagent.ts';
 import { canonicalJson, sha256Hex } from './jsonfile.ts';
 import { bundledPairsDir, locateDataset } from './locate.ts';
 import { readPairs } from './pairfile.ts';
@@ -35,4 +36,14 @@ export async function loadPairSet(source: string): Promise<PairSet> {
     throw new SafekeepError(`data source '${source}' not found: expected 'pairs', 'agentharm', or a path to a pair file or folder`);
   }
   return loadPath(path, source);
+}
+
+/** AgentHarm's raw behaviors (176 + 32 harmful, 176 + 32 benign) from the located copy (Table 4). */
+export function loadAgentHarm(splits?: readonly AgentHarmSplit[]): AgentHarm {
+  return readAgentHarm(locateDataset('agentharm'), splits);
+}
+
+/** InjecAgent cases of one setting (1,054 each: 510 direct harm + 544 data stealing) from the located copy. */
+export function loadInjecAgent(setting: InjecAgentSetting): InjecAgentCase[] {
+  return readInjecAgentCases(locateDataset('injecagent'), setting);
 }

@@ -52,3 +52,16 @@ export interface Split {
   extraction: string[];
   evaluation: string[];
 }
+
+/** A tool call in an agent transcript (HF chat-template form: `arguments` is an object, not a JSON string). */
+export interface AgentToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: { [key: string]: unknown } };
+}
+
+/** One message of an agent context (OpenAI / HF chat-template roles). */
+export type AgentMessage =
+  | { role: 'system' | 'user'; content: string }
+  | { role: 'assistant'; content: string; tool_calls?: AgentToolCall[] }
+  | { role: 'tool'; content: string; tool_call_id: string; name: string };
