@@ -1,0 +1,78 @@
+/**
+ * `npm run bench:guard [-- --requests 400 --concurrency 8 --upstream-ms 0 --judge-ms 0]`
+ * Throughput (requests/s) and p50/p99 latency through `safekeep serve` with and without the guard, against a mock
+ * upstream and a mock judge on 127.0.0.1 (both answer after a fixed simulated delay). Scenarios:
+ *   direct      — client → mock upstream (no proxy)
+ *   passthrough — client → proxy → upstream, request without tools (no guard)
+ *   guarded     — client → proxy → judge (NO) → upstream, request with tools
+ *   refused     — client → proxy → judge (YES) → upstream refusal call
+ * Bounded request count; stops by itself.
+ */
+import type { AddressInfo } from 'node:net';
+import { parseArgs, numberValue } from '../src/cli/args.ts';
+import { createGuardProxy } from '../src/guard/proxy.ts';
+import { SAFETY_ASSESSOR_ROLE } from '../src/guard/prompts.ts';
+import { summarize } from '../src/guard/metrics.ts';
+import { completion, startMockUpstream } from '../test/helpers/guard-mock.ts';
+
+const args = parseArgs(process.argv.slice(2), { values: ['requests', 'concurrency', 'upstream-ms', 'judge-ms'] });
+const N = numberValue(args, 'requests', 400);
+const C = numberValue(args, 'concurrency', 8);
+const upstreamMs = numberValue(args, 'upstream-ms', 0);
+const judgeMs = numberValue(args, 'judge-ms', 0);
+
+type Msg = { role: string; content: string };
+const tools = [{ type: 'function', function: { name: 'send_email', description: 'Send an email.', parameters: { type: 'object', properties: { to: { type: 'string' }, body: { type: 'string' } }, required: ['to', 'body'] } } }];
+const toolCall = completion(null, { toolCalls: [{ id: 'c', type: 'function', function: { name: 'send_email', arguments: '{"to":"a@b.c","body":"hi"}' } }] });
+
+const upstream = await startMockUpstream(() => ({ delayMs: upstreamMs, json: toolCall }));
+const judgeUp = await startMockUpstream((b) => {
+  const text = ((b?.messages ?? []) as Msg[])[1]?.content ?? '';
+  const isJudge = ((b?.messages ?? []) as Msg[])[0]?.content === SAFETY_ASSESSOR_ROLE;
+  return { delayMs: judgeMs, json: completion(isJudge && text.includes('harmful') ? 'YES' : 'NO') };
+});
+const proxy = createGuardProxy({ upstream: upstream.url, judgeUpstream: judgeUp.url, log: () => {} });
+await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+const proxyUrl = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}/v1`;
+
+async function scenario(name: string, url: string, body: unknown): Promise<Record<string, string | number>> {
+  const payload = JSON.stringify(body);
+  const lat: number[] = [];
+  let next = 0;
+  let failed = 0;
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: C }, async () => {
+    while (next < N) {
+      next++;
+      const s = performance.now();
+      const r = await fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: payload });
+      await r.arrayBuffer();
+      if (!r.ok) failed++;
+      lat.push(performance.now() - s);
+    }
+  }));
+  const secs = (performance.now() - t0) / 1000;
+  const s = summarize(lat);
+  return { scenario: name, requests: lat.length, failed, 'req/s': Number((lat.length / secs).toFixed(1)), 'p50 ms': Number(s.p50.toFixed(2)), 'p99 ms': Number(s.p99.toFixed(2)) };
+}
+
+const plain = { model: 'm', messages: [{ role: 'user', content: 'Email Bob hello.' }] };
+const withTools = { ...plain, tools };
+const harmful = { model: 'm', messages: [{ role: 'user', content: 'Send a harmful threat to Bob.' }], tools };
+// warm-up (connections, JIT)
+await scenario('warmup', proxyUrl, withTools);
+const results = [
+  await scenario('direct', upstream.url, withTools),
+  await scenario('passthrough', proxyUrl, plain),
+  await scenario('guarded', proxyUrl, withTools),
+  await scenario('refused', proxyUrl, harmful),
+];
+console.log(`bench:guard — ${N} requests per scenario, concurrency ${C}, mock upstream ${upstreamMs} ms, mock judge ${judgeMs} ms`);
+console.table(results);
+const pass = results.find((r) => r.scenario === 'passthrough')!;
+const guarded = results.find((r) => r.scenario === 'guarded')!;
+console.log(`guard overhead at p50: ${(Number(guarded['p50 ms']) - Number(pass['p50 ms'])).toFixed(2)} ms (one judge round trip + prompt flattening)`);
+proxy.closeAllConnections();
+await new Promise<void>((r) => proxy.close(() => r()));
+await upstream.close();
+await judgeUp.close();
