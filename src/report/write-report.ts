@@ -44,7 +44,13 @@ function checkResults(res: AnalysisResults): void {
   }
 }
 
-export async function writeReport(outDir: string, res: AnalysisResults): Promise<ReportFiles> {
+export interface WriteReportOptions {
+  /** progress lines (the CLI passes a stderr writer) */
+  log?: (line: string) => void;
+}
+
+export async function writeReport(outDir: string, res: AnalysisResults, opts: WriteReportOptions = {}): Promise<ReportFiles> {
+  const log = opts.log ?? (() => {});
   checkResults(res);
   const tables: Table[] = buildTables(res);
   const written: ReportFiles = { tables: [], figures: [], html: join(outDir, 'report.html') };
@@ -56,7 +62,8 @@ export async function writeReport(outDir: string, res: AnalysisResults): Promise
     written.tables.push(`${base}.md`, `${base}.csv`, `${base}.json`);
   }
   const figures = buildFigures(res);
-  for (const f of figures) {
+  for (const [i, f] of figures.entries()) {
+    log(`figure ${i + 1}/${figures.length}: ${f.name}`);
     const base = join(outDir, 'figures', f.name);
     const svg = await renderSvg(f.spec);
     writeFileAtomic(`${base}.svg`, svg);
@@ -66,6 +73,7 @@ export async function writeReport(outDir: string, res: AnalysisResults): Promise
   }
   writeFileAtomic(join(outDir, 'results.json'), JSON.stringify(res, null, 2) + '\n');
   writeFileAtomic(join(outDir, 'manifest.json'), JSON.stringify(res.manifest, null, 2) + '\n');
+  log('report.html');
   writeFileAtomic(written.html, buildHtml(res, figures, tables));
   return written;
 }

@@ -1,0 +1,25 @@
+/**
+ * `safekeep report --results results.json --out DIR`: tables (md/csv/json), figures (svg/png) and a
+ * self-contained report.html from an AnalysisResults file (as written by `safekeep reproduce` / writeReport).
+ */
+import { parseArgs, requireValue } from '../args.ts';
+import { readResults } from '../../report/results-file.ts';
+import { writeReport } from '../../report/write-report.ts';
+
+export const summary = 'write tables, figures and report.html from an AnalysisResults JSON file';
+
+export async function run(argv: string[]): Promise<number> {
+  const args = parseArgs(argv, { values: ['results', 'out'] });
+  const file = requireValue(args, 'results');
+  const out = requireValue(args, 'out');
+  const res = readResults(file);
+  const t0 = Date.now();
+  const files = await writeReport(out, res, { log: (l) => process.stderr.write(`report: ${l}\n`) });
+  process.stdout.write(
+    `${res.model}: ${files.tables.length / 3} tables, ${files.figures.length / 2} figures, report at ${files.html} (${((Date.now() - t0) / 1000).toFixed(1)} s)\n` +
+      `ℓ* = ${res.lStar.layer}; ` +
+      res.table1.map((r) => `${r.label} AUROC ${r.cross.auroc.toFixed(3)} [${r.cross.lo.toFixed(3)}, ${r.cross.hi.toFixed(3)}]`).join('; ') +
+      '\n',
+  );
+  return 0;
+}
