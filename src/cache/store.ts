@@ -1,0 +1,181 @@
+/**
+ * A resumable, never-half-written store of per-row all-layer activations.
+ *
+ * Layout for a cache named N in folder D:
+ *   D/N.safetensors   `hidden` float32 [n, L+1, d_model]  (+ metadata: rows hash)    — written last, atomically
+ *   D/N.json          manifest (caller's fields + rows with prompt hash and token count)
+ *   D/N.parts/        while running: plan.json (rows hash, batches) and one part-<b>.safetensors per finished batch
+ * Batches are fixed by the plan (rows in order, packed under a token budget), so a run that is killed and rerun
+ * computes exactly the same batches and the final file is byte-identical to an uninterrupted run. Every file is
+ * written to a temp name and renamed; a part either exists complete or not at all.
+ */
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { readSafetensorsHeader, tempPathFor, writeSafetensors } from '../checkpoint/safetensors.ts';
+import { sha256Hex } from '../prompts/hash.ts';
+import { SafekeepError } from '../util/errors.ts';
+import { ItemProgress } from '../util/progress.ts';
+
+export interface CacheRow {
+  /** stable row key, e.g. `<pairId>:harmful` */
+  key: string;
+  /** token ids fed to the model */
+  ids: number[];
+  /** sha256 of the rendered prompt text */
+  promptHash: string;
+}
+
+/** Computes the activations of a batch of rows: one [L+1, d] Float32Array per row, in order. */
+export type BatchCompute = (rows: readonly CacheRow[]) => Promise<Float32Array[]>;
+
+export interface StoreOptions {
+  dir: string;
+  name: string;
+  rows: readonly CacheRow[];
+  layers: number;
+  d: number;
+  compute: BatchCompute;
+  /** padded tokens per batch (rows × longest row), default 4096 */
+  batchTokens?: number;
+  /** most rows per batch, default 16 */
+  maxBatch?: number;
+  /** extra manifest fields (model, tokenizer, dataset, configuration texts ...) */
+  manifest: Record<string, unknown>;
+  /** progress label on stderr */
+  label?: string;
+}
+
+export interface StoreResult {
+  path: string;
+  manifestPath: string;
+  /** true when the final file already existed with the same rows (nothing computed) */
+  reused: boolean;
+  /** batches found complete from an interrupted run */
+  resumedBatches: number;
+  computedRows: number;
+}
+
+/** Deterministic batch plan: consecutive rows packed while rows × longest ≤ budget. [batch] → [start, end) */
+export function planBatches(lengths: readonly number[], batchTokens: number, maxBatch: number): Array<[number, number]> {
+  const out: Array<[number, number]> = [];
+  let start = 0;
+  while (start < lengths.length) {
+    let end = start + 1;
+    let longest = lengths[start]!;
+    while (end < lengths.length && end - start < maxBatch) {
+      const l = Math.max(longest, lengths[end]!);
+      if (l * (end - start + 1) > batchTokens) break;
+      longest = l;
+      end++;
+    }
+    out.push([start, end]);
+    start = end;
+  }
+  return out;
+}
+
+export function rowsHash(rows: readonly CacheRow[]): string {
+  return sha256Hex(rows.map((r) => `${r.key}\t${r.promptHash}\t${r.ids.length}`).join('\n'));
+}
+
+function writeJsonAtomic(path: string, value: unknown): void {
+  const tmp = tempPathFor(path);
+  writeFileSync(tmp, JSON.stringify(value, null, 1) + '\n');
+  renameSync(tmp, path);
+}
+
+/** Is there a complete cache `dir/name` for exactly these rows? */
+export function cacheIsComplete(dir: string, name: string, rows: readonly CacheRow[]): boolean {
+  const path = join(dir, `${name}.safetensors`);
+  if (!existsSync(path) || !existsSync(join(dir, `${name}.json`))) return false;
+  try {
+    return readSafetensorsHeader(path).metadata.rows_hash === rowsHash(rows);
+  } catch {
+    return false;
+  }
+}
+
+export async function buildActivationCache(o: StoreOptions): Promise<StoreResult> {
+  mkdirSync(o.dir, { recursive: true });
+  const path = join(o.dir, `${o.name}.safetensors`);
+  const manifestPath = join(o.dir, `${o.name}.json`);
+  const hash = rowsHash(o.rows);
+  if (cacheIsComplete(o.dir, o.name, o.rows)) return { path, manifestPath, reused: true, resumedBatches: 0, computedRows: 0 };
+
+  const partsDir = join(o.dir, `${o.name}.parts`);
+  const plan = planBatches(o.rows.map((r) => r.ids.length), o.batchTokens ?? 4096, o.maxBatch ?? 16);
+  const planPath = join(partsDir, 'plan.json');
+  const planValue = { rowsHash: hash, layers: o.layers, d: o.d, batches: plan };
+  if (existsSync(planPath)) {
+    let old: unknown = null;
+    try { old = JSON.parse(readFileSync(planPath, 'utf8')); } catch { /* unreadable → start over */ }
+    if (JSON.stringify(old) !== JSON.stringify(planValue)) rmSync(partsDir, { recursive: true, force: true });
+  }
+  mkdirSync(partsDir, { recursive: true });
+  if (!existsSync(planPath)) writeJsonAtomic(planPath, planValue);
+
+  const partPath = (b: number): string => join(partsDir, `part-${String(b).padStart(6, '0')}.safetensors`);
+  const rowBytes = o.layers * o.d;
+  const done = plan.map((_, b) => existsSync(partPath(b)));
+  const resumedBatches = done.filter(Boolean).length;
+  const resumedRows = plan.reduce((s, [a, e], b) => s + (done[b] ? e - a : 0), 0);
+  const progress = new ItemProgress(o.label ?? o.name, o.rows.length, resumedRows, 'prompts');
+  let computedRows = 0;
+  for (let b = 0; b < plan.length; b++) {
+    if (done[b]) continue;
+    const [start, end] = plan[b]!;
+    const batch = o.rows.slice(start, end);
+    const outs = await o.compute(batch);
+    if (outs.length !== batch.length) throw new Error(`compute returned ${outs.length} rows for a batch of ${batch.length}`);
+    const data = new Float32Array(batch.length * rowBytes);
+    outs.forEach((h, i) => {
+      if (h.length !== rowBytes) throw new Error(`row ${batch[i]!.key}: ${h.length} values, expected ${rowBytes}`);
+      data.set(h, i * rowBytes);
+    });
+    writeSafetensors(partPath(b), { hidden: { dtype: 'F32', shape: [batch.length, o.layers, o.d], data } });
+    computedRows += batch.length;
+    progress.add(batch.length);
+  }
+  progress.finish();
+
+  // assemble: every part is complete (renamed into place), so this reads only whole files
+  const all = new Float32Array(o.rows.length * rowBytes);
+  for (let b = 0; b < plan.length; b++) {
+    const [start, end] = plan[b]!;
+    const header = readSafetensorsHeader(partPath(b));
+    const entry = header.entries.find((x) => x.name === 'hidden');
+    if (!entry || entry.dtype !== 'F32' || entry.shape[0] !== end - start) {
+      throw new SafekeepError(`${partPath(b)}: unexpected contents; delete ${partsDir} and rerun`);
+    }
+    const buf = readFileSync(partPath(b));
+    const view = new Float32Array(buf.buffer.slice(buf.byteOffset + entry.offset, buf.byteOffset + entry.offset + entry.byteLength));
+    all.set(view, start * rowBytes);
+  }
+  writeSafetensors(path, { hidden: { dtype: 'F32', shape: [o.rows.length, o.layers, o.d], data: all } }, { rows_hash: hash, format: 'safekeep-activations' });
+  writeJsonAtomic(manifestPath, {
+    ...o.manifest,
+    cache: { name: o.name, shape: [o.rows.length, o.layers, o.d], rowsHash: hash, batches: plan.length, batchTokens: o.batchTokens ?? 4096 },
+    rows: o.rows.map((r) => ({ key: r.key, promptHash: r.promptHash, tokens: r.ids.length })),
+  });
+  rmSync(partsDir, { recursive: true, force: true });
+  return { path, manifestPath, reused: false, resumedBatches, computedRows };
+}
+
+/** Reads a finished cache: `hidden` [n, L+1, d] and its manifest. */
+export function readActivationCache(dir: string, name: string): { n: number; layers: number; d: number; data: Float32Array; manifest: Record<string, unknown> } {
+  const path = join(dir, `${name}.safetensors`);
+  if (!existsSync(path)) throw new SafekeepError(`${path}: no such activation cache (run safekeep extract first)`);
+  const header = readSafetensorsHeader(path);
+  const e = header.entries.find((x) => x.name === 'hidden');
+  if (!e || e.dtype !== 'F32' || e.shape.length !== 3) throw new SafekeepError(`${path}: not a safekeep activation cache (no float32 'hidden' [n, L+1, d])`);
+  const buf = readFileSync(path);
+  const data = new Float32Array(buf.buffer.slice(buf.byteOffset + e.offset, buf.byteOffset + e.offset + e.byteLength));
+  const manifest = JSON.parse(readFileSync(join(dir, `${name}.json`), 'utf8')) as Record<string, unknown>;
+  return { n: e.shape[0]!, layers: e.shape[1]!, d: e.shape[2]!, data, manifest };
+}
+
+/** Cache names present in a folder. */
+export function listCaches(dir: string): string[] {
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir).filter((f) => f.endsWith('.safetensors')).map((f) => f.slice(0, -'.safetensors'.length)).sort();
+}

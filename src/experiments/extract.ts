@@ -1,0 +1,177 @@
+/**
+ * Extraction stage (paper §3): for every request of a pair set, render each prompt configuration with the model's
+ * own chat template, run the model, and cache the residual stream at the final prompt token for all layers
+ * (`prompt.<config>[.<repr>]`), plus — for {harmful, benign} × {schema, flattened} — the residual stream of the
+ * first generated token (`first.<repr>`). Caches live in `results/<model>/cache/` and are resumable (cache/store.ts).
+ *
+ * Rows are the pairs in set order, each as `<pairId>:harmful` then `<pairId>:benign`, identical for every
+ * configuration, so rows align across caches (the Schema Direction pairs h_schema and h_text row by row).
+ */
+import { basename, join, resolve } from 'node:path';
+import { createEngine } from '../engine/engine.ts';
+import { GRAPH_VERSION } from '../engine/session.ts';
+import type { Engine } from '../engine/types.ts';
+import { loadCheckpoint } from '../checkpoint/load.ts';
+import { loadPairSet } from '../data/load.ts';
+import { splitPairs } from '../data/split.ts';
+import type { PairSet, Split } from '../data/types.ts';
+import { PromptBuilder, type ConfigName, type ToolRepr } from '../prompts/configurations.ts';
+import { loadPromptTexts } from '../prompts/texts.ts';
+import { loadPromptTokenizer, type PromptTokenizer } from '../prompts/tokenizer.ts';
+import { SafekeepError } from '../util/errors.ts';
+import { buildActivationCache, type CacheRow, type StoreResult } from '../cache/store.ts';
+
+export const ENGINE_VERSION = `safekeep-engine graph v${GRAPH_VERSION}`;
+
+/** A cached prompt condition: a configuration and, for `agent`, a tool representation. */
+export interface Condition {
+  config: ConfigName;
+  repr: ToolRepr | null;
+}
+
+export function conditionName(c: Condition): string {
+  return c.config === 'agent' ? `agent.${c.repr ?? 'schema'}` : c.config;
+}
+
+/** `chatbot`, `+role`, `agent.schema`, `agent.flattened` ... → Condition */
+export function parseCondition(s: string): Condition {
+  const [config, repr] = s.split('.');
+  const configs: readonly string[] = ['chatbot', '+role', '+instructions', 'agent', 'chatbot-long'];
+  if (!configs.includes(config!)) throw new SafekeepError(`unknown configuration '${s}' (known: ${configs.join(', ')}; agent.schema|flattened|pseudoword)`);
+  if (config === 'agent') {
+    const r = repr ?? 'schema';
+    if (!['schema', 'flattened', 'pseudoword'].includes(r)) throw new SafekeepError(`unknown tool representation '${r}' (schema, flattened, pseudoword)`);
+    return { config: 'agent', repr: r as ToolRepr };
+  }
+  if (repr) throw new SafekeepError(`'${s}': only the agent configuration takes a representation`);
+  return { config: config as ConfigName, repr: null };
+}
+
+/** Cache file names (without extension) of a condition. */
+export const promptCacheName = (c: Condition): string => `prompt.${conditionName(c)}`;
+export const firstTokenCacheName = (repr: ToolRepr): string => `first.${repr}`;
+
+export interface ExtractContext {
+  modelDir: string;
+  /** short model name used for results/<model>/ */
+  modelName: string;
+  engine: Engine;
+  tok: PromptTokenizer;
+  builder: PromptBuilder;
+  set: PairSet;
+  split: Split;
+  cacheDir: string;
+  baseManifest: Record<string, unknown>;
+  batchTokens: number;
+}
+
+export interface ContextOptions {
+  model: string;
+  data: string;
+  /** results root (default `results`) */
+  results?: string;
+  dtype?: 'f32' | 'bf16';
+  device?: 'cpu' | 'cuda';
+  template?: string;
+  splitSeed?: number;
+  /** keep only n pairs: round-robin over categories in set order, so a subset still spans every category */
+  limit?: number;
+  batchTokens?: number;
+}
+
+/** n pairs taken round-robin over categories (each category in set order); result in set order. */
+export function stratifiedSubset<T extends { category: string }>(pairs: readonly T[], n: number): T[] {
+  if (n >= pairs.length) return [...pairs];
+  const byCat = new Map<string, number[]>();
+  pairs.forEach((p, i) => {
+    const l = byCat.get(p.category) ?? [];
+    l.push(i);
+    byCat.set(p.category, l);
+  });
+  const queues = [...byCat.values()];
+  const picked: number[] = [];
+  for (let k = 0; picked.length < n; k++) {
+    for (const q of queues) if (k < q.length && picked.length < n) picked.push(q[k]!);
+  }
+  return picked.sort((a, b) => a - b).map((i) => pairs[i]!);
+}
+
+/** Opens model, tokenizer, template, data and split once for every stage of a run. */
+export async function openContext(o: ContextOptions): Promise<ExtractContext> {
+  const modelDir = resolve(o.model);
+  const ckpt = await loadCheckpoint(modelDir);
+  const tok = await loadPromptTokenizer(modelDir, o.template ? { template: o.template } : {});
+  if (tok.vocab === 'none') throw new SafekeepError(`${o.model}: no tokenizer.json; extraction needs token ids`);
+  const texts = loadPromptTexts();
+  const builder = new PromptBuilder(tok, { texts });
+  let set = await loadPairSet(o.data);
+  if (o.limit !== undefined) set = { ...set, pairs: stratifiedSubset(set.pairs, o.limit) };
+  const split = splitPairs(set, o.splitSeed ?? 0);
+  const engine = await createEngine(modelDir, { dtype: o.dtype ?? 'f32', device: o.device ?? 'cpu' });
+  const modelName = basename(modelDir);
+  const cacheDir = join(resolve(o.results ?? 'results'), modelName, 'cache');
+  const baseManifest = {
+    model: { dir: o.model, configHash: ckpt.configHash, family: ckpt.config.family, layers: ckpt.config.numLayers, dModel: ckpt.config.hiddenSize, dtype: o.dtype ?? 'f32' },
+    prompts: builder.manifest(),
+    dataset: { name: set.name, hash: set.hash, pairs: set.pairs.length, limit: o.limit ?? null, split },
+    engine: ENGINE_VERSION,
+    reuse: 'none: every prompt is computed in full (shared-prefix KV reuse is not implemented yet)',
+  };
+  return { modelDir, modelName, engine, tok, builder, set, split, cacheDir, baseManifest, batchTokens: o.batchTokens ?? 4096 };
+}
+
+/** Rows (harmful, benign per pair) rendered in one condition. */
+export function renderRows(ctx: ExtractContext, c: Condition): CacheRow[] {
+  const rows: CacheRow[] = [];
+  for (const p of ctx.set.pairs) {
+    for (const kind of ['harmful', 'benign'] as const) {
+      const r = ctx.builder.render(p[kind].prompt, p.tools, c.config, c.repr ?? 'schema');
+      rows.push({ key: `${p.id}:${kind}`, ids: r.ids!, promptHash: r.hash });
+    }
+  }
+  return rows;
+}
+
+/** Caches the final-prompt-token residual stream of every row in condition `c`. [n, L+1, d] */
+export async function extractCondition(ctx: ExtractContext, c: Condition): Promise<StoreResult> {
+  const rows = renderRows(ctx, c);
+  const { engine } = ctx;
+  return buildActivationCache({
+    dir: ctx.cacheDir,
+    name: promptCacheName(c),
+    rows,
+    layers: engine.numLayers + 1,
+    d: engine.dModel,
+    batchTokens: ctx.batchTokens,
+    label: `extract ${conditionName(c)}`,
+    manifest: { ...ctx.baseManifest, kind: 'final-prompt-token', condition: conditionName(c) },
+    compute: async (batch) => {
+      const res = await engine.forward(batch.map((r) => r.ids), { hiddenAt: 'last', logitsAt: 'none' });
+      return res.map((r) => r.hidden);
+    },
+  });
+}
+
+/**
+ * Caches the residual stream of the first generated token (greedy) for the agent prompt in `repr`: the state
+ * computed when that token is fed back in (DEVELOPERS.md convention). [n, L+1, d]
+ */
+export async function extractFirstToken(ctx: ExtractContext, repr: ToolRepr): Promise<StoreResult> {
+  const c: Condition = { config: 'agent', repr };
+  const rows = renderRows(ctx, c);
+  const { engine } = ctx;
+  return buildActivationCache({
+    dir: ctx.cacheDir,
+    name: firstTokenCacheName(repr),
+    rows,
+    layers: engine.numLayers + 1,
+    d: engine.dModel,
+    batchTokens: ctx.batchTokens,
+    label: `first token ${repr}`,
+    manifest: { ...ctx.baseManifest, kind: 'first-generated-token', condition: conditionName(c) },
+    compute: async (batch) => {
+      const res = await engine.generate(batch.map((r) => r.ids), { maxNewTokens: 1, stopIds: [], returnFirstTokenHidden: true });
+      return res.map((r) => r.firstTokenHidden!);
+    },
+  });
+}

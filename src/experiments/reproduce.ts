@@ -1,0 +1,112 @@
+/**
+ * `safekeep reproduce`: extract → analyses → figures → report, reusing caches.
+ *   1. cache the final-prompt-token residual stream for Table 1's configurations (chatbot, +role, +instructions,
+ *      +tools = agent.schema, chatbot-long) and Table 2's representations (agent.schema, .flattened, .pseudoword),
+ *      and the first generated token for agent.schema / agent.flattened (Figure 4);
+ *   2. analyze(): chatbot refusal direction, ℓ* by cross-validation on the extraction split, AUROC tables with
+ *      paired bootstrap intervals on the evaluation split, Schema Direction cosines with baselines, projections;
+ *   3. writeReport(): tables (md/csv/json), figures (svg/png), report.html under results/<model>/.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { analyze, type ConfigActivations, type FirstTokenInput } from '../analysis/analyze.ts';
+import { makeActivations } from '../analysis/activations.ts';
+import type { AnalysisResults } from '../analysis/results.ts';
+import { readActivationCache } from '../cache/store.ts';
+import { writeReport, type ReportFiles } from '../report/write-report.ts';
+import {
+  conditionName, extractCondition, extractFirstToken, firstTokenCacheName, openContext, promptCacheName,
+  type Condition, type ContextOptions, type ExtractContext,
+} from './extract.ts';
+
+/** Pairs in `--quick` mode: sized so a 0.5B model finishes on a 2-core CPU in under 30 minutes. */
+export const QUICK_PAIRS = 40;
+
+export const TABLE1: readonly { c: Condition; label: string }[] = [
+  { c: { config: '+role', repr: null }, label: '+role' },
+  { c: { config: '+instructions', repr: null }, label: '+instructions' },
+  { c: { config: 'agent', repr: 'schema' }, label: '+tools (full agent)' },
+  { c: { config: 'chatbot-long', repr: null }, label: 'chatbot-long (length control)' },
+];
+export const TABLE2: readonly { c: Condition; label: string }[] = [
+  { c: { config: 'agent', repr: 'schema' }, label: 'agent, JSON schema' },
+  { c: { config: 'agent', repr: 'flattened' }, label: 'agent, flattened prose' },
+  { c: { config: 'agent', repr: 'pseudoword' }, label: 'agent, pseudoword schema' },
+];
+const CHATBOT: Condition = { config: 'chatbot', repr: null };
+
+/** Row labels/ids/splits of a cache (rows `<pairId>:harmful|benign`, in the same order for every cache). */
+function configActivations(ctx: ExtractContext, cacheName: string, name: string, label: string): ConfigActivations {
+  const cache = readActivationCache(ctx.cacheDir, cacheName);
+  const rows = (cache.manifest.rows as { key: string }[]).map((r) => r.key);
+  const pairIds = rows.map((k) => k.slice(0, k.lastIndexOf(':')));
+  const labels = Uint8Array.from(rows, (k) => (k.endsWith(':harmful') ? 1 : 0));
+  const ext = new Set(ctx.split.extraction);
+  const extraction: number[] = [];
+  const evaluation: number[] = [];
+  pairIds.forEach((p, i) => (ext.has(p) ? extraction : evaluation).push(i));
+  return { name, label, acts: makeActivations(cache.n, cache.layers, cache.d, cache.data), labels, pairIds, extraction, evaluation };
+}
+
+export interface ReproduceOptions extends ContextOptions {
+  quick?: boolean;
+  /** bootstrap / baseline repetitions (default 1000) */
+  reps?: number;
+}
+
+export interface ReproduceResult {
+  outDir: string;
+  results: AnalysisResults;
+  files: ReportFiles;
+}
+
+export async function reproduce(o: ReproduceOptions): Promise<ReproduceResult> {
+  const limit = o.limit ?? (o.quick ? QUICK_PAIRS : undefined);
+  const ctx = await openContext({ ...o, ...(limit !== undefined ? { limit } : {}) });
+  try {
+    const conditions = [CHATBOT, ...TABLE1.map((t) => t.c), ...TABLE2.map((t) => t.c)];
+    const seen = new Set<string>();
+    for (const c of conditions) {
+      if (seen.has(conditionName(c))) continue;
+      seen.add(conditionName(c));
+      await extractCondition(ctx, c);
+    }
+    await extractFirstToken(ctx, 'schema');
+    await extractFirstToken(ctx, 'flattened');
+  } finally {
+    await ctx.engine.dispose();
+  }
+  const ca = (c: Condition, label: string): ConfigActivations => configActivations(ctx, promptCacheName(c), conditionName(c), label);
+  const chatbot = ca(CHATBOT, 'chatbot');
+  const table1 = TABLE1.map((t) => ca(t.c, t.label));
+  const table2 = TABLE2.map((t) => ca(t.c, t.label));
+  const firstToken: FirstTokenInput[] = [];
+  for (const repr of ['schema', 'flattened'] as const) {
+    const f = configActivations(ctx, firstTokenCacheName(repr), `first.${repr}`, repr);
+    for (const [category, y] of [['harmful', 1], ['benign', 0]] as const) {
+      firstToken.push({ category, representation: repr, acts: f.acts, rows: f.evaluation.filter((i) => f.labels[i] === y) });
+    }
+  }
+  const plantedPath = join(ctx.modelDir, 'PLANTED.json');
+  const synthetic = existsSync(plantedPath);
+  const reps = o.reps ?? 1000;
+  const results = analyze({
+    model: ctx.modelName,
+    synthetic,
+    chatbot,
+    table1,
+    table2,
+    schemaPair: { schema: table2[0]!, text: table2[1]! },
+    firstToken,
+    manifest: {
+      ...ctx.baseManifest,
+      quick: Boolean(o.quick),
+      caches: ctx.cacheDir,
+      ...(synthetic ? { planted: JSON.parse(readFileSync(plantedPath, 'utf8')) as unknown } : {}),
+    },
+    options: { reps, randomReps: reps, permutationReps: reps },
+  });
+  const outDir = join(ctx.cacheDir, '..');
+  const files = await writeReport(outDir, results);
+  return { outDir, results, files };
+}
