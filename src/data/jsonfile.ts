@@ -25,15 +25,89 @@ function readText(file: string): string {
   }
 }
 
+/**
+ * Offset of the first JSON syntax error in `text` (a small scanner: V8 does not always report a position),
+ * or -1 when the text is valid JSON.
+ */
+export function jsonErrorOffset(text: string): number {
+  let i = 0;
+  const ws = (): void => {
+    while (i < text.length && ' \t\n\r'.includes(text[i]!)) i++;
+  };
+  const fail = (): never => {
+    throw i;
+  };
+  const str = (): void => {
+    if (text[i] !== '"') fail();
+    i++;
+    while (i < text.length && text[i] !== '"') {
+      const c = text.charCodeAt(i);
+      if (c < 0x20) fail();
+      if (text[i] === '\\') {
+        const n = text[i + 1] ?? '';
+        if (n === 'u') {
+          if (!/^[0-9a-fA-F]{4}$/.test(text.slice(i + 2, i + 6))) { i++; fail(); }
+          i += 6;
+          continue;
+        }
+        if (!'"\\/bfnrt'.includes(n) || n === '') { i++; fail(); }
+        i += 2;
+        continue;
+      }
+      i++;
+    }
+    if (text[i] !== '"') fail();
+    i++;
+  };
+  const value = (): void => {
+    ws();
+    const c = text[i];
+    if (c === '{') {
+      i++; ws();
+      if (text[i] === '}') { i++; return; }
+      for (;;) {
+        ws(); str(); ws();
+        if (text[i] !== ':') fail();
+        i++; value(); ws();
+        if (text[i] === ',') { i++; continue; }
+        if (text[i] === '}') { i++; return; }
+        fail();
+      }
+    }
+    if (c === '[') {
+      i++; ws();
+      if (text[i] === ']') { i++; return; }
+      for (;;) {
+        value(); ws();
+        if (text[i] === ',') { i++; continue; }
+        if (text[i] === ']') { i++; return; }
+        fail();
+      }
+    }
+    if (c === '"') return str();
+    const m = /^(?:true|false|null|-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?)/.exec(text.slice(i, i + 400));
+    if (!m) fail();
+    i += m![0].length;
+  };
+  try {
+    value();
+    ws();
+    return i === text.length ? -1 : i;
+  } catch (e) {
+    if (typeof e === 'number') return e;
+    throw e;
+  }
+}
+
 /** Parses JSON text; a syntax error becomes `file:line:col: invalid JSON (...)`. */
 export function parseJsonText(text: string, where: string): unknown {
   try {
     return JSON.parse(text);
   } catch (e) {
-    const msg = (e as Error).message;
-    const m = /position (\d+)/.exec(msg);
-    if (m) {
-      const { line, column } = lineColumn(text, Number(m[1]));
+    const msg = (e as Error).message.replace(/\s+/g, ' ').slice(0, 160);
+    const at = jsonErrorOffset(text);
+    if (at >= 0) {
+      const { line, column } = lineColumn(text, at);
       throw new SafekeepError(`${where}:${line}:${column}: invalid JSON (${msg})`);
     }
     throw new SafekeepError(`${where}: invalid JSON (${msg})`);
