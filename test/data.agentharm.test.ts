@@ -38,9 +38,9 @@ test('AgentHarm: every pair recomputed from the raw files (same id ⇒ harmful +
   const pairs = new Map(agentHarmPairs(readAgentHarm(dir)).map((p) => [p.id, p]));
   let differingTargets = 0;
   for (const [split, prefix] of [['test_public', 'test'], ['validation', 'val']] as const) {
-    const benign = new Map(raw(dir, 'benign', split).map((b) => [b.id, b]));
+    const benign: Map<string, RawBehavior> = new Map(raw(dir, "benign", split).map((x) => [x.id, x]));
     for (const h of raw(dir, 'harmful', split)) {
-      const b = benign.get(h.id)!;
+      const b: RawBehavior = benign.get(h.id)!;
       const p = pairs.get(`${prefix}-${h.id}`);
       assert.ok(p, `${prefix}-${h.id} missing`);
       assert.equal(p.harmful.prompt, h.prompt);
@@ -49,7 +49,7 @@ test('AgentHarm: every pair recomputed from the raw files (same id ⇒ harmful +
       assert.deepEqual(p.benign.targetFunctions, b.target_functions);
       assert.equal(p.category, h.category.toLowerCase());
       // tools = union of both sides' targets, harmful order first
-      const union = [...h.target_functions, ...b.target_functions.filter((f) => !h.target_functions.includes(f))];
+      const union = [...h.target_functions, ...b.target_functions.filter((f: string) => !h.target_functions.includes(f))];
       assert.deepEqual(p.tools.map((x) => x.function.name), union);
       if (JSON.stringify(h.target_functions) !== JSON.stringify(b.target_functions)) differingTargets++;
     }
