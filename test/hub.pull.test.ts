@@ -5,11 +5,12 @@
  */
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { createServer } from 'node:http';
+import { createHash } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
@@ -134,6 +135,46 @@ test('pull: resumes a .part left by an interrupted run (only the rest is transfe
   const cdn = hub.requests.slice(first).filter((x) => x.server === 'cdn' && x.range !== null);
   assert.deepEqual(cdn.map((x) => [x.range, x.status, x.bytes]), [[`bytes=${have}-`, 206, data.length - have]]);
   assert.deepEqual(readFileSync(join(dest, f)), data);
+});
+
+test('pull: a leftover .part from another version of the file is detected and the file fetched again from the start', async () => {
+  const dest = fresh();
+  mkdirSync(dest, { recursive: true });
+  const f = 'model-00001-of-00002.safetensors';
+  const data = ckptFiles[f]!;
+  writeFileSync(join(dest, `${f}.part`), Buffer.alloc(5000, 9));
+  const first = hub.requests.length;
+  await pullModel('acme/tiny-llama', { endpoint: hub.endpoint, destDir: dest, ...q });
+  const sha = createHash('sha256').update(data).digest('hex');
+  const cdn = hub.requests.slice(first).filter((x) => x.server === 'cdn' && x.path.startsWith(`/cdn/${sha}`));
+  assert.deepEqual(cdn.map((x) => [x.range, x.status]), [['bytes=5000-', 206], [null, 200]]);
+  assert.deepEqual(readFileSync(join(dest, f)), data);
+});
+
+test('download lock: a lock left by a dead process is taken over; a live holder is waited for', async () => {
+  const dead = await new Promise<number>((res) => { const c = spawn(process.execPath, ['-e', '0']); c.on('exit', () => res(c.pid!)); });
+  const d1 = fresh();
+  mkdirSync(d1, { recursive: true });
+  writeFileSync(join(d1, '.safekeep-hub.lock'), String(dead));
+  await pullModel('acme/tiny-qwen3', { endpoint: hub.endpoint, destDir: d1, ...q });
+  assert.ok(!existsSync(join(d1, '.safekeep-hub.lock')));
+  const d2 = fresh();
+  mkdirSync(d2, { recursive: true });
+  const holder = spawn(process.execPath, ['-e', 'setTimeout(() => {}, 1500)']);
+  writeFileSync(join(d2, '.safekeep-hub.lock'), String(holder.pid));
+  const exited = new Promise<number>((res) => holder.on('exit', () => res(Date.now())));
+  await pullModel('acme/tiny-qwen3', { endpoint: hub.endpoint, destDir: d2, ...q });
+  const done = Date.now();
+  assert.ok(done >= (await exited), 'pull finished only after the lock holder exited');
+  await loadCheckpoint(d2);
+  // two concurrent pulls into one folder in this process: serialised, both succeed, files intact
+  const d3 = fresh();
+  const [a, b] = await Promise.all([
+    pullModel('acme/tiny-llama', { endpoint: hub.endpoint, destDir: d3, ...q }),
+    pullModel('acme/tiny-llama', { endpoint: hub.endpoint, destDir: d3, ...q }),
+  ]);
+  assert.equal(a.downloaded + b.downloaded, wanted.length);
+  for (const f of wanted) assert.deepEqual(readFileSync(join(d3, f)), ckptFiles[f], f);
 });
 
 test('pull: a sha256 that does not match the LFS metadata is an error and the download is deleted', async () => {

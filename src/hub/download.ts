@@ -5,7 +5,7 @@
  * (repo, revision, commit, per-file size and hash), so a second run reuses verified files without downloading.
  */
 import { createHash } from 'node:crypto';
-import { createReadStream, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { closeSync, createReadStream, existsSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { dirname, join, resolve, sep } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
@@ -13,6 +13,7 @@ import { httpError, hubFetch, hubToken, listHubFiles, resolveUrl, type HubFile, 
 import { ByteProgress } from './progress.ts';
 
 export const MARKER = '.safekeep-hub.json';
+export const LOCK = '.safekeep-hub.lock';
 
 export interface HubMarker {
   repo_id: string;
@@ -150,17 +151,12 @@ async function fetchIntoPart(url0: string, part: string, f: HubFile, t: HubTarge
   progress?.finish();
 }
 
-/** Downloads one repo file to `dest` (resume, retries, verification, atomic rename). */
-export async function downloadHubFile(t: HubTarget, f: HubFile, revision: string, dest: string, opts: { progress?: boolean; maxAttempts?: number } = {}): Promise<void> {
-  const token = hubToken(t.token);
-  const url = resolveUrl(t, f.path, revision);
-  const part = `${dest}.part`;
-  const attempts = opts.maxAttempts ?? 5;
-  mkdirSync(dirname(dest), { recursive: true });
+/** Fetches into `<dest>.part` until complete, retrying (and resuming) when the connection drops. */
+async function fetchWithRetries(url: string, part: string, f: HubFile, t: HubTarget, token: string | undefined, progress: boolean, attempts: number): Promise<void> {
   for (let attempt = 1; ; attempt++) {
     try {
-      await fetchIntoPart(url, part, f, t, token, opts.progress ?? true);
-      break;
+      await fetchIntoPart(url, part, f, t, token, progress);
+      return;
     } catch (e) {
       if (!(e instanceof Retryable)) throw e;
       const have = existsSync(part) ? statSync(part).size : 0;
@@ -169,12 +165,83 @@ export async function downloadHubFile(t: HubTarget, f: HubFile, revision: string
       await new Promise((r) => setTimeout(r, 200 * attempt));
     }
   }
-  const problem = await verify(part, f);
+}
+
+/**
+ * Downloads one repo file to `dest` (resume, retries, verification, atomic rename). A `.part` left by an earlier
+ * run is resumed; if the result does not verify (the part came from another version of the file), the file is
+ * fetched once more from the start before giving up.
+ */
+export async function downloadHubFile(t: HubTarget, f: HubFile, revision: string, dest: string, opts: { progress?: boolean; maxAttempts?: number } = {}): Promise<void> {
+  const token = hubToken(t.token);
+  const url = resolveUrl(t, f.path, revision);
+  const part = `${dest}.part`;
+  const attempts = opts.maxAttempts ?? 5;
+  const progress = opts.progress ?? true;
+  mkdirSync(dirname(dest), { recursive: true });
+  const resumedOld = existsSync(part) && statSync(part).size > 0;
+  await fetchWithRetries(url, part, f, t, token, progress, attempts);
+  let problem = await verify(part, f);
+  if (problem && resumedOld) {
+    process.stderr.write(`${f.path}: the resumed earlier download does not verify (${problem}); downloading it again from the start\n`);
+    rmSync(part, { force: true });
+    await fetchWithRetries(url, part, f, t, token, progress, attempts);
+    problem = await verify(part, f);
+  }
   if (problem) {
     rmSync(part, { force: true });
     throw new SafekeepError(`${f.path}: ${problem} against the hub's metadata; the download was deleted, run again`);
   }
   renameSync(part, dest);
+}
+
+function pidAlive(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * One downloader per folder at a time (`.safekeep-hub.lock` holds the pid). A second process (or call) waits;
+ * a lock whose process is gone is taken over.
+ */
+export async function withDownloadLock<T>(dir: string, fn: () => Promise<T>): Promise<T> {
+  mkdirSync(dir, { recursive: true });
+  const lock = join(dir, LOCK);
+  let announced = false;
+  for (;;) {
+    try {
+      const fd = openSync(lock, 'wx');
+      writeSync(fd, String(process.pid));
+      closeSync(fd);
+      break;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+      let text = '';
+      let age = 0;
+      try {
+        text = readFileSync(lock, 'utf8').trim();
+        age = Date.now() - statSync(lock).mtimeMs;
+      } catch { continue; /* released meanwhile */ }
+      const pid = Number(text);
+      // an empty lock is a writer between create and write, unless it is old (crashed)
+      if ((text === '' && age > 5000) || (text !== '' && !pidAlive(pid))) { rmSync(lock, { force: true }); continue; }
+      if (!announced) {
+        process.stderr.write(`waiting for another safekeep download (pid ${text || '?'}) into ${dir}\n`);
+        announced = true;
+      }
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+  try {
+    return await fn();
+  } finally {
+    rmSync(lock, { force: true });
+  }
 }
 
 /** Repo path → file under destDir, refusing paths that would leave it. */
@@ -195,7 +262,10 @@ export async function downloadHubFiles(o: DownloadHubFilesOptions): Promise<Down
   const selected = listing.files.filter((f) => (o.include ? o.include(f.path) : true));
   if (selected.length === 0) throw new SafekeepError(`${o.repoId}@${listing.revision}: no files to download (none matched)`);
   const destDir = resolve(o.destDir);
-  mkdirSync(destDir, { recursive: true });
+  return withDownloadLock(destDir, () => downloadLocked(o, listing, selected, destDir));
+}
+
+async function downloadLocked(o: DownloadHubFilesOptions, listing: HubListing, selected: HubFile[], destDir: string): Promise<DownloadHubFilesResult> {
   const prev = readMarker(destDir);
   const same = prev && prev.repo_id === o.repoId && prev.repo_type === o.repoType;
   const marker: HubMarker = {
