@@ -1,0 +1,23 @@
+/**
+ * `safekeep demo [--out DIR] [--results DIR] [--quick]`: the offline example. Writes the planted SYNTHETIC model
+ * (known refusal direction) and runs `reproduce` on it: tables, figures and report.html under results/planted/.
+ */
+import { join } from 'node:path';
+import { parseArgs } from '../args.ts';
+import { writePlantedModel } from '../../experiments/planted.ts';
+import { reproduce } from '../../experiments/reproduce.ts';
+import { summarizeResults } from '../../experiments/summary.ts';
+import { loadPairSet } from '../../data/load.ts';
+
+export const summary = 'offline demo: planted synthetic model → reproduce → report (no downloads)';
+
+export async function run(argv: string[]): Promise<number> {
+  const a = parseArgs(argv, { values: ['out', 'results'], booleans: ['quick'] });
+  const out = a.values.get('out') ?? join('models', 'planted');
+  const pairs = await loadPairSet('pairs');
+  const truth = await writePlantedModel(out, { lexiconPairs: pairs.pairs });
+  process.stderr.write(`demo: planted SYNTHETIC model in ${out} (r planted at layers ${truth.plantedLayers.join(', ')})\n`);
+  const r = await reproduce({ model: out, data: 'pairs', results: a.values.get('results') ?? 'results', quick: a.booleans.has('quick') });
+  process.stdout.write(`${summarizeResults(r.results)}\nreport: ${r.files.html}\n`);
+  return 0;
+}
