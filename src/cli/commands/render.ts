@@ -1,0 +1,101 @@
+/**
+ * `safekeep render --model DIR [--template FILE] [--tokenizer DIR] --data pairs|agentharm|PATH
+ *    --config chatbot|+role|+instructions|agent|chatbot-long [--repr schema|flattened|pseudoword]
+ *    [--which harmful|benign|both] [--limit N] [--seed N] [--template-kwargs JSON] [--json]`
+ *
+ * Prints the exact rendered prompts (each after a `### ...` header line); `--json` prints one JSON object with
+ * the prompt manifest (template hash, our texts), the data set hash, and per prompt its text, sha256 and token ids.
+ * A model folder without tokenizer.json (e.g. a Mistral template only) renders text only, and says so; `--tokenizer
+ * DIR` borrows another folder's vocabulary for ids and lengths.
+ */
+import { numberValue, parseArgs, requireValue } from '../args.ts';
+import { SafekeepError } from '../../util/errors.ts';
+import { loadPairSet } from '../../data/load.ts';
+import { CONFIGS, isConfigName, isToolRepr, PromptBuilder, REPRS, type RenderedPrompt } from '../../prompts/configurations.ts';
+import { loadPromptTexts } from '../../prompts/texts.ts';
+import { loadPromptTokenizer } from '../../prompts/tokenizer.ts';
+
+export const summary = 'print the exact prompts of a configuration (chatbot … agent, schema/flattened/pseudoword)';
+
+const WHICH = ['harmful', 'benign', 'both'] as const;
+
+function parseKwargs(s: string | undefined): Record<string, unknown> {
+  if (s === undefined) return {};
+  let v: unknown;
+  try {
+    v = JSON.parse(s);
+  } catch (e) {
+    throw new SafekeepError(`--template-kwargs must be a JSON object (${(e as Error).message})`);
+  }
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new SafekeepError('--template-kwargs must be a JSON object');
+  return v as Record<string, unknown>;
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const args = parseArgs(argv, {
+    values: ['model', 'template', 'tokenizer', 'data', 'config', 'repr', 'which', 'limit', 'seed', 'template-kwargs'],
+    booleans: ['json'],
+  });
+  const model = requireValue(args, 'model');
+  const config = args.values.get('config') ?? 'agent';
+  if (!isConfigName(config)) throw new SafekeepError(`--config must be one of ${CONFIGS.join(', ')}; got '${config}'`);
+  const repr = args.values.get('repr') ?? 'schema';
+  if (!isToolRepr(repr)) throw new SafekeepError(`--repr must be one of ${REPRS.join(', ')}; got '${repr}'`);
+  if (config !== 'agent' && repr !== 'schema') throw new SafekeepError(`--repr ${repr} only applies to --config agent`);
+  const which = args.values.get('which') ?? 'harmful';
+  if (!(WHICH as readonly string[]).includes(which)) throw new SafekeepError(`--which must be harmful, benign or both; got '${which}'`);
+  const limit = numberValue(args, 'limit', 3);
+  if (!Number.isInteger(limit) || limit < 1) throw new SafekeepError(`--limit must be a positive integer; got ${limit}`);
+  const seed = numberValue(args, 'seed', 0);
+
+  const tok = await loadPromptTokenizer(model, { template: args.values.get('template'), tokenizerDir: args.values.get('tokenizer') });
+  const builder = new PromptBuilder(tok, { texts: loadPromptTexts(), seed, templateKwargs: parseKwargs(args.values.get('template-kwargs')) });
+  const set = await loadPairSet(args.values.get('data') ?? 'pairs');
+  const pairs = set.pairs.slice(0, limit);
+
+  const rows: Array<{ pairId: string; category: string; which: 'harmful' | 'benign'; prompt: RenderedPrompt }> = [];
+  for (const p of pairs) {
+    for (const w of which === 'both' ? (['harmful', 'benign'] as const) : ([which] as const)) {
+      rows.push({ pairId: p.id, category: p.category, which: w, prompt: builder.render(p[w].prompt, p.tools, config, repr) });
+    }
+  }
+
+  const vocabNote =
+    tok.vocab === 'none'
+      ? 'text only: no tokenizer.json in the model folder (pass --tokenizer DIR for ids)'
+      : tok.vocab === 'other-folder'
+        ? `token ids from another folder's vocabulary (${tok.vocabDir})`
+        : 'token ids from the model tokenizer';
+  if (args.booleans.has('json')) {
+    const out = {
+      manifest: builder.manifest(),
+      data: { name: set.name, hash: set.hash, pairs: set.pairs.length },
+      config,
+      repr: config === 'agent' ? repr : null,
+      vocab: tok.vocab,
+      prompts: rows.map((r) => ({
+        pairId: r.pairId,
+        category: r.category,
+        which: r.which,
+        text: r.prompt.text,
+        sha256: r.prompt.hash,
+        tokens: r.prompt.ids?.length ?? null,
+        ids: r.prompt.ids,
+        ...(r.prompt.lengthTarget ? { lengthTarget: r.prompt.lengthTarget } : {}),
+      })),
+    };
+    process.stdout.write(JSON.stringify(out, null, 2) + '\n');
+  } else {
+    process.stderr.write(
+      `render: template ${tok.templateSource} (${tok.family}, sha256 ${tok.templateHash.slice(0, 12)}), ${vocabNote}; ` +
+        `system messages ${builder.systemSupported ? 'kept' : 'folded into the user turn'}; data ${set.name} (${set.pairs.length} pairs)\n`,
+    );
+    for (const r of rows) {
+      const p = r.prompt;
+      const tokens = p.ids ? `${p.ids.length} tokens` : 'tokens n/a';
+      const target = p.lengthTarget ? ` (agent ${p.lengthTarget.agentTokens}, filler ${p.lengthTarget.fillerWords} words)` : '';
+      process.stdout.write(`### ${r.pairId} · ${r.which} · ${config}${p.repr ? '/' + p.repr : ''} · ${tokens}${target} · sha256 ${p.hash}\n${p.text}\n\n`);
+    }
+  }
+  return 0;
+}
