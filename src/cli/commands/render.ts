@@ -42,8 +42,9 @@ export async function run(argv: string[]): Promise<number> {
   const repr = args.values.get('repr') ?? 'schema';
   if (!isToolRepr(repr)) throw new SafekeepError(`--repr must be one of ${REPRS.join(', ')}; got '${repr}'`);
   if (config !== 'agent' && repr !== 'schema') throw new SafekeepError(`--repr ${repr} only applies to --config agent`);
-  const which = args.values.get('which') ?? 'harmful';
-  if (!(WHICH as readonly string[]).includes(which)) throw new SafekeepError(`--which must be harmful, benign or both; got '${which}'`);
+  const whichArg = args.values.get('which') ?? 'harmful';
+  if (!(WHICH as readonly string[]).includes(whichArg)) throw new SafekeepError(`--which must be harmful, benign or both; got '${whichArg}'`);
+  const sides: Array<'harmful' | 'benign'> = whichArg === 'both' ? ['harmful', 'benign'] : [whichArg as 'harmful' | 'benign'];
   const limit = numberValue(args, 'limit', 3);
   if (!Number.isInteger(limit) || limit < 1) throw new SafekeepError(`--limit must be a positive integer; got ${limit}`);
   const seed = numberValue(args, 'seed', 0);
@@ -55,7 +56,7 @@ export async function run(argv: string[]): Promise<number> {
 
   const rows: Array<{ pairId: string; category: string; which: 'harmful' | 'benign'; prompt: RenderedPrompt }> = [];
   for (const p of pairs) {
-    for (const w of which === 'both' ? (['harmful', 'benign'] as const) : ([which] as const)) {
+    for (const w of sides) {
       rows.push({ pairId: p.id, category: p.category, which: w, prompt: builder.render(p[w].prompt, p.tools, config, repr) });
     }
   }
