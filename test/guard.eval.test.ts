@@ -120,6 +120,9 @@ test('safekeep guard eval (CLI) on an AgentHarm slice against the scripted endpo
   });
   const lines = readFileSync(join(out, 'outputs-agentharm.jsonl'), 'utf8').trim().split('\n');
   assert.equal(lines.length, 24);
+  const combined = readFileSync(join(out, 'table4.md'), 'utf8');
+  assert.match(combined, /\| Method \| AgentHarm Refusal \| AgentHarm Acc \|/);
+  assert.match(combined, /\| safeprompt \| 100\.0 \[43\.9, 100\.0\] \| 50\.0 \[18\.8, 81\.2\] \|/);
   const csv = readFileSync(join(out, 'table4-agentharm.csv'), 'utf8').trim().split('\n');
   assert.equal(csv.length, 5);
   const sent = up.requests.length;

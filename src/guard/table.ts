@@ -2,6 +2,7 @@
  * Table 4 writers: Markdown, CSV and JSON of the per-method summaries (percentages with 95 % Wilson intervals),
  * plus every output with its label as JSONL. All files written atomically under `results/<model>/guard/`.
  */
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { GuardBench } from './bench/cases.ts';
 import type { EvalRow, MethodSummary } from './eval.ts';
@@ -62,5 +63,38 @@ export function writeGuardTables(dir: string, bench: GuardBench, model: string, 
   writeFileAtomic(files.csv, csvTable(summaries));
   writeFileAtomic(files.json, JSON.stringify({ bench, model, ...meta, methods: summaries }, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? null : v), 2) + '\n');
   writeFileAtomic(files.rows, rows.map(({ outcome: _o, ...r }) => JSON.stringify(r)).join('\n') + '\n');
+  const combined = combinedTable4(dir);
+  if (combined) writeFileAtomic(join(dir, 'table4.md'), combined);
   return files;
+}
+
+interface StoredTable { bench: GuardBench; model: string; methods: { method: string; metrics: Record<string, { k: number; n: number; p: number | null; lo: number | null; hi: number | null }> }[] }
+
+/**
+ * The paper's Table 4 layout from whatever `table4-<bench>.json` files exist in `dir`: one row per method,
+ * AgentHarm Refusal/Acc then InjecAgent Valid/ASR per setting (cells "p [lo, hi]" in %, "–" when not run).
+ */
+export function combinedTable4(dir: string): string | null {
+  const tables: StoredTable[] = [];
+  for (const bench of ['agentharm', 'injecagent'] as const) {
+    const f = join(dir, `table4-${bench}.json`);
+    if (existsSync(f)) tables.push(JSON.parse(readFileSync(f, 'utf8')) as StoredTable);
+  }
+  if (tables.length === 0) return null;
+  const cols: { bench: GuardBench; key: string }[] = tables.flatMap((t) => Object.keys(t.methods[0]?.metrics ?? {}).map((key) => ({ bench: t.bench, key })));
+  const methods = [...new Set(tables.flatMap((t) => t.methods.map((m) => m.method)))];
+  const cell = (bench: GuardBench, method: string, key: string) => {
+    const r = tables.find((t) => t.bench === bench)?.methods.find((m) => m.method === method)?.metrics[key];
+    return r && r.p !== null && r.lo !== null && r.hi !== null ? formatRate({ k: r.k, n: r.n, p: r.p, lo: r.lo, hi: r.hi }) : '–';
+  };
+  const names = cols.map((c) => `${c.bench === 'agentharm' ? 'AgentHarm' : 'InjecAgent'} ${header(c.key)}`);
+  return [
+    `# Table 4 — ${tables[0]!.model}`,
+    '',
+    `| Method | ${names.join(' | ')} |`,
+    `| --- |${cols.map(() => ' --- ').join('|')}|`,
+    ...methods.map((m) => `| ${m} | ${cols.map((c) => cell(c.bench, m, c.key)).join(' | ')} |`),
+    '',
+    '% with 95 % Wilson intervals. Per-benchmark details (n, judge latency, token overhead): table4-<bench>.md.',
+  ].join('\n') + '\n';
 }
