@@ -6,6 +6,7 @@ import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname, join, basename } from 'node:path';
 import type { ParsedArgs } from '../cli/args.ts';
 import { numberValue, requireValue } from '../cli/args.ts';
+import { resolveModel } from '../hub/resolve.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { createEngine, type EngineOptions, type OnnxEngine } from './engine.ts';
 
@@ -25,11 +26,10 @@ export function engineOptions(args: ParsedArgs): EngineOptions {
   return opts;
 }
 
-/** `--model` is a checkpoint folder (hub ids once src/hub/resolve.ts provides them). */
+/** `--model` is a checkpoint folder or a hub id (pulled into models/ on first use). */
 export async function openEngine(args: ParsedArgs): Promise<OnnxEngine> {
-  const model = requireValue(args, 'model');
-  if (!existsSync(model)) throw new SafekeepError(`--model ${model}: no such folder`);
-  return createEngine(model, engineOptions(args));
+  const options = engineOptions(args);
+  return createEngine(await resolveModel(requireValue(args, 'model')), options);
 }
 
 export function readJsonFile(path: string, what: string): unknown {
