@@ -14,15 +14,15 @@ export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '
 /** The bundled pair set (written by the safekeep authors, committed). */
 export const bundledPairsDir = join(repoRoot, 'data', 'pairs');
 
-/** Where `safekeep data pull <name>` writes. */
-export function pullDestination(name: string): string {
-  return join(repoRoot, 'data', name);
+/** Where `safekeep data pull <name>` writes: $SAFEKEEP_DATA/<name> when set, else data/<name>. */
+export function pullDestination(name: string, env: NodeJS.ProcessEnv = process.env): string {
+  return env.SAFEKEEP_DATA ? resolve(env.SAFEKEEP_DATA, name) : join(repoRoot, 'data', name);
 }
 
 export function datasetCandidates(name: string, env: NodeJS.ProcessEnv = process.env): string[] {
   const out: string[] = [];
   if (env.SAFEKEEP_DATA) out.push(resolve(env.SAFEKEEP_DATA, name));
-  out.push(pullDestination(name));
+  out.push(join(repoRoot, 'data', name));
   out.push(resolve(repoRoot, env.SAFEKEEP_SHARED ?? '../shared', 'data', name));
   return out;
 }

@@ -1,0 +1,90 @@
+/**
+ * `safekeep data pull agentharm`: AgentHarm from the Hugging Face hub (dataset `ai-safety-institute/AgentHarm`)
+ * into data/agentharm/ (or $SAFEKEEP_DATA/agentharm, or --dest):
+ *   benchmark/*.json            the behaviors (harmful, benign, chat; test_public + validation) at `revision`
+ *   tools-src/benchmark/…/*.py  the tool sources, at AGENTHARM_TOOLS_REVISION (later revisions dropped them)
+ *   tools.json                  the tool sources converted to OpenAI function specs (agentharm-tools.ts)
+ *   .gitignore                  `*`, so nothing fetched is ever committed (the licence forbids redistribution)
+ * Downloads are resumable and verified (src/hub/download.ts); a second run reuses what is there.
+ */
+import { existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { downloadHubFiles } from '../hub/download.ts';
+import { SafekeepError } from '../util/errors.ts';
+import { readAgentHarm } from './agentharm.ts';
+import { buildAgentHarmTools } from './agentharm-tools.ts';
+import { pullDestination } from './locate.ts';
+
+export const AGENTHARM_REPO = 'ai-safety-institute/AgentHarm';
+/** The last hub revision that still carries benchmark/{harmful,benign}_tools/*.py. */
+export const AGENTHARM_TOOLS_REVISION = '2184d2dc592faf2f64d0a892cce1380c26da5aca';
+
+export interface PullAgentHarmOptions {
+  destDir?: string;
+  revision?: string;
+  toolsRevision?: string;
+  token?: string;
+  endpoint?: string;
+  progress?: boolean;
+}
+
+export interface PullAgentHarmResult {
+  dir: string;
+  commit: string;
+  toolsCommit: string;
+  downloaded: number;
+  harmful: number;
+  benign: number;
+  harmfulTools: number;
+  benignTools: number;
+}
+
+function writeAtomic(file: string, text: string): void {
+  const tmp = `${file}.${process.pid}.tmp`;
+  writeFileSync(tmp, text);
+  renameSync(tmp, file);
+}
+
+export async function pullAgentHarm(o: PullAgentHarmOptions = {}): Promise<PullAgentHarmResult> {
+  const dir = o.destDir ?? pullDestination('agentharm');
+  mkdirSync(dir, { recursive: true });
+  const ignore = join(dir, '.gitignore');
+  if (!existsSync(ignore)) writeAtomic(ignore, '# fetched by `safekeep data pull agentharm`; not ours to redistribute\n*\n');
+  const common = { repoId: AGENTHARM_REPO, repoType: 'dataset' as const, token: o.token, endpoint: o.endpoint, progress: o.progress };
+
+  const behaviors = await downloadHubFiles({
+    ...common,
+    revision: o.revision ?? 'main',
+    destDir: dir,
+    include: (p) => /^benchmark\/[^/]+\.json$/.test(p) || p === 'LICENSE' || p === 'README.md',
+  });
+  if (!behaviors.files.includes('benchmark/harmful_behaviors_test_public.json')) {
+    throw new SafekeepError(`${AGENTHARM_REPO}@${o.revision ?? 'main'}: no benchmark/harmful_behaviors_test_public.json on the hub`);
+  }
+
+  const srcDir = join(dir, 'tools-src');
+  const tools = await downloadHubFiles({
+    ...common,
+    revision: o.toolsRevision ?? AGENTHARM_TOOLS_REVISION,
+    destDir: srcDir,
+    include: (p) => /^benchmark\/(harmful|benign)_tools\/[^/]+\.py$/.test(p),
+  });
+  if (tools.files.length === 0) {
+    throw new SafekeepError(`${AGENTHARM_REPO}@${o.toolsRevision ?? AGENTHARM_TOOLS_REVISION}: no benchmark/*_tools/*.py (tool sources) on the hub`);
+  }
+  const specs = buildAgentHarmTools(join(srcDir, 'benchmark'));
+  writeAtomic(join(dir, 'tools.json'), JSON.stringify(specs, null, 1) + '\n');
+
+  // validate the whole copy now (every target function must have a spec), so a bad pull fails here, not later
+  const ah = readAgentHarm(dir);
+  return {
+    dir,
+    commit: behaviors.commit,
+    toolsCommit: tools.commit,
+    downloaded: behaviors.downloaded + tools.downloaded,
+    harmful: ah.harmful.length,
+    benign: ah.benign.length,
+    harmfulTools: specs.harmful_tools.length,
+    benignTools: specs.benign_tools.length,
+  };
+}
