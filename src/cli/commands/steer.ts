@@ -1,0 +1,56 @@
+/**
+ * `safekeep steer --model M [--data pairs|agentharm|PATH] [--alphas 0,4,8,12 | 0,0.5x,1x] [--layer auto|N]
+ *    [--direction schema-harmful|schema-benign|refusal|FILE.json] [--max-new-tokens 256] [--requests harmful,benign]
+ *    [--limit N] [--results DIR] [--dtype f32|bf16] [--device cpu|cuda] [--template FILE]`
+ * Table 3: steer hidden[ℓ*] − α·R̂ at every step, classify outputs (refusal / valid harmful call / invalid).
+ * `Nx` alphas are multiples of mean ‖hidden[ℓ*]‖ (residual units), so sweeps transfer across models.
+ */
+import { numberValue, parseArgs, requireValue } from '../args.ts';
+import { parseAlphas, steerSweep, type DirectionChoice } from '../../experiments/steer.ts';
+import { resolveModel } from '../../hub/resolve.ts';
+import { SafekeepError } from '../../util/errors.ts';
+
+export const summary = 'steering sweep (Table 3): subtract α·R̂ at ℓ*, classify agent outputs';
+
+export async function run(argv: string[]): Promise<number> {
+  const a = parseArgs(argv, {
+    values: ['model', 'data', 'alphas', 'layer', 'direction', 'max-new-tokens', 'requests', 'limit', 'results', 'dtype', 'device', 'template', 'batch-tokens', 'split-seed'],
+  });
+  const dtype = a.values.get('dtype') ?? 'f32';
+  if (dtype !== 'f32' && dtype !== 'bf16') throw new SafekeepError(`--dtype must be f32 or bf16, got '${dtype}'`);
+  const device = a.values.get('device') ?? 'cpu';
+  if (device !== 'cpu' && device !== 'cuda') throw new SafekeepError(`--device must be cpu or cuda, got '${device}'`);
+  const layerArg = a.values.get('layer') ?? 'auto';
+  const layer = layerArg === 'auto' ? 'auto' : Number(layerArg);
+  if (layer !== 'auto' && !Number.isInteger(layer)) throw new SafekeepError(`--layer must be auto or an integer, got '${layerArg}'`);
+  const dirArg = a.values.get('direction') ?? 'schema-harmful';
+  const direction: DirectionChoice = ['schema-harmful', 'schema-benign', 'refusal'].includes(dirArg)
+    ? (dirArg as DirectionChoice) : { file: dirArg };
+  const requests = (a.values.get('requests') ?? 'harmful,benign').split(',');
+  for (const r of requests) if (r !== 'harmful' && r !== 'benign') throw new SafekeepError(`--requests: '${r}' (harmful, benign)`);
+  const template = a.values.get('template');
+  const r = await steerSweep({
+    model: await resolveModel(requireValue(a, 'model')),
+    data: a.values.get('data') ?? 'pairs',
+    results: a.values.get('results') ?? 'results',
+    dtype, device,
+    ...(template ? { template } : {}),
+    ...(a.values.has('limit') ? { limit: numberValue(a, 'limit') } : {}),
+    batchTokens: numberValue(a, 'batch-tokens', 4096),
+    splitSeed: numberValue(a, 'split-seed', 0),
+    alphas: parseAlphas(a.values.get('alphas') ?? '0,4,8,12'),
+    layer,
+    direction,
+    maxNewTokens: numberValue(a, 'max-new-tokens', 256),
+    requests: requests as Array<'harmful' | 'benign'>,
+  });
+  const pct = (k: number, n: number): string => (n ? `${((100 * k) / n).toFixed(1)}%` : '-');
+  const lines = [`steering at ℓ* = ${r.layer} (mean ‖hidden[ℓ*]‖ = ${r.meanNorm.toFixed(3)}), direction: ${r.sweeps[0]?.direction ?? ''}`];
+  for (const s of r.sweeps) {
+    for (const row of s.rows) {
+      lines.push(`  ${s.requests.padEnd(7)} α=${String(row.alpha).padEnd(9)} (${row.alphaRelative?.toFixed(3)}×‖h‖)  refusal ${pct(row.counts.refusal, row.n)}  valid ${pct(row.counts.valid, row.n)}  invalid ${pct(row.counts.invalid, row.n)}  (n=${row.n})`);
+    }
+  }
+  process.stdout.write(`${lines.join('\n')}\nTable 3: ${r.outDir}/table3.md\nreport: ${r.report}\n`);
+  return 0;
+}
