@@ -6,8 +6,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { needShared } from './helpers/shared.ts';
-import { isInsertion, templateCases, type TemplateCase } from './helpers/prompts.templates.ts';
-import { PromptBuilder } from '../src/prompts/configurations.ts';
+import { join } from 'node:path';
+import { isInsertion, pyJson, templateCases, type TemplateCase } from './helpers/prompts.templates.ts';
+import { detectDefaultSystem, PromptBuilder } from '../src/prompts/configurations.ts';
+import { loadPromptTokenizer, npmTokenizerDir } from '../src/prompts/tokenizer.ts';
 import { flattenTools } from '../src/prompts/flatten.ts';
 import { pseudowordTools } from '../src/prompts/pseudoword.ts';
 import { loadPromptTexts } from '../src/prompts/texts.ts';
@@ -127,4 +129,41 @@ test('token ids: no doubled BOS; hashes; repr only for agent; no tools is an err
   const m = b.manifest();
   assert.equal(m.templateHash, llama.tok.templateHash);
   assert.equal(m.textHashes.role, sha256Hex(texts.role));
+});
+
+test('Qwen2.5: its default system prompt is detected and kept, so +role/+instructions/agent only add to chatbot', async (t) => {
+  const dir = needShared(t, 'templates');
+  if (!dir) return;
+  const cs = await cases(t);
+  for (const c of cs!) assert.equal(new PromptBuilder(c.tok, { texts }).defaultSystem, '', `${c.name}: no default system prompt`);
+  const tok = await loadPromptTokenizer(npmTokenizerDir('qwen3'), { template: join(dir, 'qwen2.5-instruct.jinja') });
+  const b = new PromptBuilder(tok, { texts });
+  const dflt = 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.';
+  assert.equal(b.defaultSystem, dflt);
+  assert.equal(b.manifest().defaultSystem, dflt);
+  for (const { request, tools } of await requests()) {
+    const chat = b.render(request, tools, 'chatbot').text;
+    assert.ok(chat.startsWith(`<|im_start|>system\n${dflt}<|im_end|>\n`));
+    const role = b.render(request, tools, '+role').text;
+    assert.ok(isInsertion(chat, role, `\n\n${texts.role}`));
+    const instr = b.render(request, tools, '+instructions').text;
+    assert.ok(isInsertion(role, instr, `\n\n${texts.instructions}`));
+    const agent = b.render(request, tools, 'agent', 'schema').text;
+    const i = instr.indexOf('<|im_end|>');
+    const wrapper =
+      '\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>' +
+      tools.map((x) => '\n' + pyJson(x)).join('') +
+      '\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>';
+    assert.equal(agent, instr.slice(0, i) + wrapper + instr.slice(i));
+    const flat = b.render(request, tools, 'agent', 'flattened').text;
+    assert.equal(flat, agent.replace(tools.map(pyJson).join('\n'), () => flattenTools(tools)));
+  }
+});
+
+test('detectDefaultSystem on hand-made renderings', () => {
+  assert.equal(detectDefaultSystem('<s>[SYS]Be nice.[/SYS]u', '<s>[SYS]sksystemprobe[/SYS]u'), 'Be nice.');
+  assert.equal(detectDefaultSystem('<s>u', '<s>[SYS]sksystemprobe[/SYS]u'), '');
+  assert.equal(detectDefaultSystem('<s>[SYS][/SYS]u', '<s>[SYS]sksystemprobe[/SYS]u'), '');
+  assert.equal(detectDefaultSystem('<s>[SYS]system says hi[/SYS]u', '<s>[SYS]sksystemprobe[/SYS]u'), 'system says hi');
+  assert.equal(detectDefaultSystem('<s>u', '<s>u'), '');
 });

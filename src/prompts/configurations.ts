@@ -64,6 +64,26 @@ export interface PromptBuilderOptions {
 
 const PROBE = 'sksystemprobe';
 
+/**
+ * The default system text of a template: compare the rendering without a system message (`plain`) with the one
+ * whose system message is PROBE; if the template writes some text exactly where PROBE goes, that text is the
+ * default. '' when the template writes nothing there.
+ */
+export function detectDefaultSystem(plain: string, withProbe: string): string {
+  const at = withProbe.indexOf(PROBE);
+  if (at < 0) return '';
+  let p = 0;
+  while (p < at && p < plain.length && plain[p] === withProbe[p]) p++;
+  let s = 0;
+  const maxS = Math.min(withProbe.length - (at + PROBE.length), plain.length - p);
+  while (s < maxS && plain[plain.length - 1 - s] === withProbe[withProbe.length - 1 - s]) s++;
+  const mid = plain.slice(p, plain.length - s);
+  const pre = withProbe.slice(p, at);
+  const post = withProbe.slice(at + PROBE.length, withProbe.length - s);
+  if (mid.length < pre.length + post.length || !mid.startsWith(pre) || !mid.endsWith(post)) return '';
+  return mid.slice(pre.length, mid.length - post.length);
+}
+
 /** Builds the configurations for one tokenizer/template. */
 export class PromptBuilder {
   readonly tok: PromptTokenizer;
@@ -72,6 +92,12 @@ export class PromptBuilder {
   readonly templateKwargs: Record<string, unknown>;
   /** does the template render a system message? (if not, system text is folded into the user message) */
   readonly systemSupported: boolean;
+  /**
+   * The system prompt the template injects when no system message is given and drops when one is (Qwen2.5's
+   * "You are Qwen, created by Alibaba Cloud..."); kept in front of our system texts so that every configuration
+   * only adds to `chatbot`. '' when there is none.
+   */
+  readonly defaultSystem: string;
   /** tokens per filler word (measured on first use) */
   private fillerRate: number | null = null;
 
@@ -80,12 +106,16 @@ export class PromptBuilder {
     this.texts = opts.texts;
     this.seed = opts.seed ?? 0;
     this.templateKwargs = opts.templateKwargs ?? {};
+    const kw = { addGenerationPrompt: true, templateKwargs: this.templateKwargs };
     let supported = false;
+    let withProbe = '';
     try {
-      supported = tok.render([{ role: 'system', content: PROBE }, { role: 'user', content: 'x' }], { addGenerationPrompt: true, templateKwargs: this.templateKwargs }).includes(PROBE);
+      withProbe = tok.render([{ role: 'system', content: PROBE }, { role: 'user', content: 'x' }], kw);
+      supported = withProbe.includes(PROBE);
     } catch {
       supported = false;
     }
+    this.defaultSystem = supported ? detectDefaultSystem(tok.render([{ role: 'user', content: 'x' }], kw), withProbe) : '';
     this.systemSupported = supported;
   }
 
@@ -105,7 +135,9 @@ export class PromptBuilder {
   /** Chat messages for a request with the given system text. */
   messages(request: string, system: string): ChatMessage[] {
     if (!system) return [{ role: 'user', content: request }];
-    if (this.systemSupported) return [{ role: 'system', content: system }, { role: 'user', content: request }];
+    if (this.systemSupported) {
+      return [{ role: 'system', content: this.defaultSystem ? `${this.defaultSystem}\n\n${system}` : system }, { role: 'user', content: request }];
+    }
     return [{ role: 'user', content: `${system}\n\n${request}` }];
   }
 
@@ -216,6 +248,7 @@ export class PromptBuilder {
       templateHash: this.tok.templateHash,
       vocab: this.tok.vocab,
       systemSupported: this.systemSupported,
+      defaultSystem: this.defaultSystem,
       seed: this.seed,
       templateKwargs: this.templateKwargs,
       texts: { role: this.texts.role, instructions: this.texts.instructions, fillerHash: this.texts.hashes.filler },
@@ -230,6 +263,7 @@ export interface PromptManifest {
   templateHash: string;
   vocab: string;
   systemSupported: boolean;
+  defaultSystem: string;
   seed: number;
   templateKwargs: Record<string, unknown>;
   texts: { role: string; instructions: string; fillerHash: string };
