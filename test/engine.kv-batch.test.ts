@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import type { Checkpoint } from '../src/checkpoint/types.ts';
-import { leftPad, steeringMatrix } from '../src/engine/batch.ts';
+import { leftPad, planChunks, steeringMatrix } from '../src/engine/batch.ts';
 import { createEngineFromCheckpoint, type OnnxEngine } from '../src/engine/engine.ts';
 import { SafekeepError } from '../src/util/errors.ts';
 import { maxAbsDiff, tempCache } from './helpers/engine.ts';
@@ -73,6 +73,26 @@ describe('engine invariants (random llama, GQA 6/2)', () => {
       assert.equal(batched[i]!.length, seqs[i]!.length);
       assert.ok(maxAbsDiff(batched[i]!.hidden, u!.hidden) <= EXACT, `seq ${i} hidden`);
       assert.ok(maxAbsDiff(batched[i]!.logits, u!.logits) <= EXACT, `seq ${i} logits`);
+    }
+  });
+
+  test('small internal batches (maxBatchTokens) give the same results in the caller\'s order', async () => {
+    assert.deepEqual(planChunks([8, 3, 13, 1], 6, 16), [[3, 1], [0], [2]]);
+    const small = await createEngineFromCheckpoint(ck, { threads: 1, maxBatchTokens: 16 });
+    try {
+      const a = await small.forward(seqs);
+      const b = await engine.forward(seqs);
+      const ga = await small.generate(seqs, { maxNewTokens: 3, stopIds: [], returnStepLogits: true });
+      const gb = await engine.generate(seqs, { maxNewTokens: 3, stopIds: [], returnStepLogits: true });
+      for (let i = 0; i < seqs.length; i++) {
+        assert.equal(a[i]!.length, seqs[i]!.length);
+        assert.ok(maxAbsDiff(a[i]!.hidden, b[i]!.hidden) <= EXACT);
+        assert.ok(maxAbsDiff(a[i]!.logits, b[i]!.logits) <= EXACT);
+        assert.deepEqual(ga[i]!.generatedIds, gb[i]!.generatedIds);
+        assert.ok(maxAbsDiff(ga[i]!.stepLogits!, gb[i]!.stepLogits!) <= EXACT);
+      }
+    } finally {
+      await small.dispose();
     }
   });
 

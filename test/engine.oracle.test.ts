@@ -4,7 +4,7 @@
  * tied), qwen3 (q/k norm, tied, explicit head_dim ≠ hidden/heads); GQA everywhere. Prefill hidden states + logits,
  * KV-cache greedy decode (step logits, first generated token's hidden state), steering — in f32 and bf16.
  * bf16: a BF16-stored checkpoint gives the exact upcast under both --dtype values, and an F32 checkpoint run with
- * --dtype bf16 equals the oracle on the same draws stored as BF16 (round-to-nearest-even).
+ * --dtype bf16 equals the oracle on the same draws stored as BF16 (round-to-nearest-even). F16 storage: exact upcast.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -39,6 +39,7 @@ for (const { family, opts } of CASES) {
     let cache: ReturnType<typeof tempCache>;
     let ckF32: Checkpoint;
     let ckBF16: Checkpoint;
+    let ckF16: Checkpoint;
     const engines: OnnxEngine[] = [];
     let seqs: number[][];
     let steer: { layer: number; vector: number[]; alpha: number };
@@ -50,6 +51,8 @@ for (const { family, opts } of CASES) {
       await writeRandomCheckpoint(join(tmp, 'bf16'), family, { ...opts, seed: 7, dtype: 'BF16' });
       ckF32 = await loadCheckpoint(join(tmp, 'f32'));
       ckBF16 = await loadCheckpoint(join(tmp, 'bf16'));
+      await writeRandomCheckpoint(join(tmp, 'f16'), family, { ...opts, seed: 7, dtype: 'F16' });
+      ckF16 = await loadCheckpoint(join(tmp, 'f16'));
       seqs = prompts(ckF32.config.vocabSize);
       const d = ckF32.config.hiddenSize;
       steer = { layer: 1, vector: Array.from({ length: d }, (_, i) => Math.sin(i + 1)), alpha: 2.5 };
@@ -66,6 +69,7 @@ for (const { family, opts } of CASES) {
       ['F32 checkpoint, --dtype bf16 (RNE-rounded weights)', () => ckF32, 'bf16', () => ckBF16],
       ['BF16 checkpoint, --dtype f32 (exact upcast)', () => ckBF16, 'f32', () => ckBF16],
       ['BF16 checkpoint, --dtype bf16', () => ckBF16, 'bf16', () => ckBF16],
+      ['F16 checkpoint, --dtype f32 (exact upcast)', () => ckF16, 'f32', () => ckF16],
     ] as const;
 
     for (const [name, engineCk, dtype, oracleCk] of variants) {

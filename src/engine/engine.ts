@@ -22,6 +22,8 @@ export interface EngineOptions {
   threads?: number;
   /** graph cache root (default $SAFEKEEP_CACHE or ~/.cache/safekeep) */
   cacheDir?: string;
+  /** most padded tokens (B·T) per internal batch (default 4096); sequences are grouped by length under it */
+  maxBatchTokens?: number;
 }
 
 /** Per-layer KV of `batch` rows × `length` slots; row b's real slots are starts[b]..length-1. */
@@ -67,6 +69,9 @@ export class OnnxEngine implements Engine {
   readonly config: ModelConfig;
   /** whether the graph came from the cache */
   readonly graphCached: boolean;
+
+  /** most padded tokens per internal batch */
+  maxBatchTokens = 4096;
 
   constructor(readonly checkpoint: Checkpoint, private readonly session: ort.InferenceSession, graphCached: boolean) {
     this.config = checkpoint.config;
@@ -129,7 +134,7 @@ export class OnnxEngine implements Engine {
     const L1 = this.numLayers + 1;
     const d = this.dModel;
     const V = this.vocabSize;
-    for (const chunk of planChunks(inputIds.map((s) => s.length), this.config.numHeads)) {
+    for (const chunk of planChunks(inputIds.map((s) => s.length), this.config.numHeads, this.maxBatchTokens)) {
       const pb = leftPad(chunk.map((i) => inputIds[i]!));
       const hiddenPos = chunk.map((i, b) => selectPositions(opts.hiddenAt, pb.lengths[b]!, `sequence ${i} hiddenAt`));
       const logitPos = chunk.map((i, b) => selectPositions(opts.logitsAt, pb.lengths[b]!, `sequence ${i} logitsAt`));
@@ -167,7 +172,7 @@ export class OnnxEngine implements Engine {
     }
     const steer = steeringMatrix(this.numLayers, this.dModel, opts.steer);
     const results: GenerateResult[] = new Array(inputIds.length);
-    for (const chunk of planChunks(inputIds.map((s) => s.length), this.config.numHeads)) {
+    for (const chunk of planChunks(inputIds.map((s) => s.length), this.config.numHeads, this.maxBatchTokens)) {
       const rs = await this.generateBatch(chunk.map((i) => inputIds[i]!), opts, steer);
       chunk.forEach((i, b) => { results[i] = rs[b]!; });
     }
@@ -267,7 +272,12 @@ export function argmax(row: Float32Array): number {
 
 export async function createEngineFromCheckpoint(ckpt: Checkpoint, opts: EngineOptions = {}): Promise<OnnxEngine> {
   const { session, cached } = await openSession(ckpt, { dtype: opts.dtype ?? 'f32', device: opts.device ?? 'cpu', threads: opts.threads, cacheDir: opts.cacheDir });
-  return new OnnxEngine(ckpt, session, cached);
+  const engine = new OnnxEngine(ckpt, session, cached);
+  if (opts.maxBatchTokens !== undefined) {
+    if (!Number.isInteger(opts.maxBatchTokens) || opts.maxBatchTokens < 1) throw new SafekeepError(`maxBatchTokens must be a positive integer, got ${opts.maxBatchTokens}`);
+    engine.maxBatchTokens = opts.maxBatchTokens;
+  }
+  return engine;
 }
 
 export async function createEngine(modelDir: string, opts: EngineOptions = {}): Promise<OnnxEngine> {
