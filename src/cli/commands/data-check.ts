@@ -1,0 +1,91 @@
+/**
+ * `safekeep data check [SOURCE] [--seed N] [--json]`: load and validate a pair source ('pairs' = bundled, default;
+ * 'agentharm'; a pair file or folder) or 'injecagent', and print its statistics. A bad row exits 2 with the file,
+ * row and problem.
+ */
+import { parseArgs, numberValue } from '../args.ts';
+import { SafekeepError } from '../../util/errors.ts';
+import { loadInjecAgent, loadPairSet } from '../../data/load.ts';
+import { splitPairs } from '../../data/split.ts';
+import type { PairSet } from '../../data/types.ts';
+
+export const summary = 'validate a pair set (pairs, agentharm, a file/folder) or injecagent and print its statistics';
+
+export interface PairSetStats {
+  name: string;
+  hash: string;
+  pairs: number;
+  categories: Record<string, number>;
+  /** distinct tool names */
+  tools: number;
+  toolsPerPair: { min: number; max: number; mean: number };
+  /** mean prompt length in characters */
+  meanChars: { harmful: number; benign: number };
+  /** largest harmful/benign character-length ratio over pairs */
+  maxLengthRatio: number;
+  split: { seed: number; extraction: number; evaluation: number };
+}
+
+export function pairSetStats(set: PairSet, seed = 0): PairSetStats {
+  const categories: Record<string, number> = {};
+  const tools = new Set<string>();
+  let tMin = Infinity, tMax = 0, tSum = 0, hc = 0, bc = 0, ratio = 1;
+  for (const p of set.pairs) {
+    categories[p.category] = (categories[p.category] ?? 0) + 1;
+    for (const t of p.tools) tools.add(t.function.name);
+    tMin = Math.min(tMin, p.tools.length);
+    tMax = Math.max(tMax, p.tools.length);
+    tSum += p.tools.length;
+    hc += p.harmful.prompt.length;
+    bc += p.benign.prompt.length;
+    const a = p.harmful.prompt.length, b = p.benign.prompt.length;
+    ratio = Math.max(ratio, Math.max(a, b) / Math.min(a, b));
+  }
+  const n = set.pairs.length || 1;
+  const sp = splitPairs(set, seed);
+  const sorted = Object.fromEntries(Object.entries(categories).sort(([a], [b]) => a.localeCompare(b)));
+  return {
+    name: set.name,
+    hash: set.hash,
+    pairs: set.pairs.length,
+    categories: sorted,
+    tools: tools.size,
+    toolsPerPair: { min: set.pairs.length ? tMin : 0, max: tMax, mean: +(tSum / n).toFixed(2) },
+    meanChars: { harmful: Math.round(hc / n), benign: Math.round(bc / n) },
+    maxLengthRatio: +ratio.toFixed(3),
+    split: { seed, extraction: sp.extraction.length, evaluation: sp.evaluation.length },
+  };
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const args = parseArgs(argv, { values: ['seed'], booleans: ['json'] });
+  if (args.positionals.length > 1) throw new SafekeepError('usage: safekeep data check [pairs|agentharm|injecagent|PATH] [--seed N] [--json]');
+  const source = args.positionals[0] ?? 'pairs';
+  const seed = numberValue(args, 'seed', 0);
+  if (source === 'injecagent') {
+    const out: Record<string, Record<string, number>> = {};
+    for (const s of ['base', 'enhanced'] as const) {
+      const cases = loadInjecAgent(s);
+      out[s] = { cases: cases.length, direct_harm: cases.filter((c) => c.attack === 'dh').length, data_stealing: cases.filter((c) => c.attack === 'ds').length };
+    }
+    process.stdout.write(args.booleans.has('json') ? JSON.stringify(out, null, 2) + '\n'
+      : Object.entries(out).map(([s, o]) => `injecagent ${s}: ${o.cases} cases (${o.direct_harm} direct harm, ${o.data_stealing} data stealing)`).join('\n') + '\n');
+    return 0;
+  }
+  const st = pairSetStats(await loadPairSet(source), seed);
+  if (args.booleans.has('json')) {
+    process.stdout.write(JSON.stringify(st, null, 2) + '\n');
+    return 0;
+  }
+  const cats = Object.entries(st.categories).map(([c, k]) => `${c} ${k}`).join(', ');
+  process.stdout.write(
+    [
+      `${st.name}: ${st.pairs} pairs, ${Object.keys(st.categories).length} categories, ${st.tools} distinct tools (hash ${st.hash.slice(0, 12)})`,
+      `  categories: ${cats}`,
+      `  tools per pair: ${st.toolsPerPair.min}–${st.toolsPerPair.max} (mean ${st.toolsPerPair.mean})`,
+      `  mean prompt length: harmful ${st.meanChars.harmful} chars, benign ${st.meanChars.benign} chars; max ratio ${st.maxLengthRatio}`,
+      `  split (seed ${st.split.seed}): ${st.split.extraction} extraction / ${st.split.evaluation} evaluation`,
+    ].join('\n') + '\n',
+  );
+  return 0;
+}
