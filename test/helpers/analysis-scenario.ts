@@ -10,8 +10,17 @@ import { planted, randomUnit } from './analysis-synthetic.ts';
 
 export const SCENARIO = { layers: 7, d: 48, pairs: 80, planted: [3, 4] as const, strength: [0, 0, 2, 10, 10, 2, 0] };
 
-export function scenarioInput(opts: { suppression?: number; reps?: number } = {}): AnalysisInput {
-  const { layers, d, pairs, strength } = SCENARIO;
+/** Planted strength per layer: 10 at the two middle layers, 2 next to them (the SCENARIO default for 7 layers). */
+export function plantedStrength(layers: number): number[] {
+  const m = Math.floor(layers / 2);
+  return Array.from({ length: layers }, (_, l) => (l === m || l === m + 1 ? 10 : l === m - 1 || l === m + 2 ? 2 : 0));
+}
+
+export function scenarioInput(opts: { suppression?: number; reps?: number; layers?: number; d?: number; pairs?: number } = {}): AnalysisInput {
+  const layers = opts.layers ?? SCENARIO.layers;
+  const d = opts.d ?? SCENARIO.d;
+  const pairs = opts.pairs ?? SCENARIO.pairs;
+  const strength = opts.layers === undefined ? SCENARIO.strength : plantedStrength(layers);
   const supp = opts.suppression ?? 8;
   const u = randomUnit(d, 77);
   const v = randomUnit(d, 78).map((x) => 2 * x);

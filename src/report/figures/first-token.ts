@@ -60,6 +60,12 @@ export function firstTokenFigure(res: AnalysisResults): Figure | null {
             type: 'nominal',
             title: 'Tool specification',
             scale: { domain: [REP.schema, REP.flattened], range: [[1, 0], [6, 3]] },
+            legend: {
+              symbolType: 'stroke',
+              symbolSize: 400,
+              // the line layer also draws points; force a dashed/solid stroke swatch in this legend
+              encode: { symbols: { update: { fill: { value: 'transparent' }, stroke: { value: '#333' }, strokeOpacity: { value: 1 }, strokeWidth: { value: 2 } } } },
+            },
           },
           detail: { field: 'condition' },
           tooltip: [

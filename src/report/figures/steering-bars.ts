@@ -16,7 +16,7 @@ export function steeringBarsFigure(res: AnalysisResults, s: SteeringResults, ind
     OUTCOMES.map(([k, label], order) => {
       const iv = wilsonInterval(r.counts[k], r.n);
       return {
-        alpha: r.alphaRelative === undefined ? `${r.alpha}` : `${r.alpha} (${r.alphaRelative.toFixed(3)}·‖h‖)`,
+        alpha: r.alphaRelative === undefined ? `${r.alpha}` : `${r.alpha} (${r.alphaRelative.toFixed(3)})`,
         outcome: label,
         order,
         count: r.counts[k],
@@ -31,15 +31,15 @@ export function steeringBarsFigure(res: AnalysisResults, s: SteeringResults, ind
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
     title: {
       text: `Steering outcomes vs α — ${res.model}`,
-      subtitle: `${s.requests} requests; hidden[${s.layer}] −= α·${s.direction} (unit) at every position`,
+      subtitle: `${s.requests} requests; hidden[${s.layer}] −= α · unit ${s.direction}, at every prompt position and generated token`,
     },
-    width: { step: 70 },
+    width: { step: 100 },
     height: 280,
     config: CONFIG,
     data: { values },
     mark: { type: 'bar' },
     encoding: {
-      x: { field: 'alpha', type: 'ordinal', sort: null, title: 'Steering strength α (residual units; relative to mean ‖h‖ in brackets)', axis: { labelAngle: 0 } },
+      x: { field: 'alpha', type: 'ordinal', sort: null, title: ['Steering strength α (residual units)', 'in brackets: α / mean ‖hidden[ℓ]‖'], axis: { labelAngle: 0 } },
       y: { field: 'percent', type: 'quantitative', stack: 'zero', title: 'Share of generations (%)', scale: { domain: [0, 100] } },
       color: {
         field: 'outcome',
