@@ -71,7 +71,7 @@ test('InjecAgent cases: 1,054 per setting (510 dh + 544 ds); contexts carry the 
     assert.ok(e.toolResponse.includes(e.attackerInstruction), e.id);
     assert.ok(!b.toolResponse.includes('Ignore all previous instructions'), b.id);
     assert.ok(e.toolResponse.includes('IMPORTANT!!! Ignore all previous instructions'), e.id);
-    assert.deepEqual(b.tools.map((s) => s.function.name), [b.userTool, ...b.attackerTools]);
+    assert.deepEqual(b.tools.map((s) => s.function.name), [...new Set([b.userTool, ...b.attackerTools])]);
     assert.equal(b.attackerTools.length, b.attack === 'dh' ? 1 : 2);
     if (b.attack === 'ds') assert.equal(b.attackerTools[1], 'GmailSendEmail');
     // the context: user → assistant call of the user tool → tool observation
@@ -80,6 +80,19 @@ test('InjecAgent cases: 1,054 per setting (510 dh + 544 ds); contexts carry the 
     assert.ok(call.role === 'assistant' && call.tool_calls?.[0]?.function.name === b.userTool);
     assert.equal(b.messages[2]!.content, b.toolResponse);
   }
+});
+
+test('InjecAgent cases: a user tool that is also an attacker tool is offered once (ds row 276)', (t) => {
+  const dir = needShared(t, 'data', 'injecagent');
+  if (!dir) return;
+  const cases = readInjecAgentCases(dir, 'base', ['ds']);
+  const overlapping = cases.filter((c) => c.attackerTools.includes(c.userTool));
+  assert.deepEqual(overlapping.map((c) => c.id), ['ds-base-276']);
+  for (const c of cases) {
+    const names = c.tools.map((s) => s.function.name);
+    assert.equal(new Set(names).size, names.length, c.id);
+  }
+  assert.deepEqual(overlapping[0]!.tools.map((s) => s.function.name), ['GitHubGetUserDetails', 'GmailSendEmail']);
 });
 
 test('InjecAgent cases: arguments and observation agree with the raw row (first ds case checked by hand)', (t) => {

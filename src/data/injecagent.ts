@@ -45,7 +45,7 @@ export interface InjecAgentCase {
   expectedAchievements: string;
   /** InjecAgent's scripted agent thought before the user tool call */
   thought: string;
-  /** tools available to the agent: the user tool, then the attacker tools */
+  /** tools available to the agent: the user tool, then the attacker tools (each name once) */
   tools: ToolSpec[];
   /** agent context: user → assistant tool call → tool response */
   messages: AgentMessage[];
@@ -134,7 +134,8 @@ export function readInjecAgentCases(
       if (!Array.isArray(attackerTools) || attackerTools.length === 0 || !attackerTools.every((t) => typeof t === 'string')) {
         throw new SafekeepError(`${w}: "Attacker Tools" must be a non-empty list of names`);
       }
-      const names = [userTool, ...(attackerTools as string[])];
+      // the user tool may also be an attacker tool (ds row 276: GitHubGetUserDetails): offer each tool once
+      const names = [...new Set([userTool, ...(attackerTools as string[])])];
       const specs = names.map((n) => {
         const s = tools.get(n);
         if (!s) throw new SafekeepError(`${w}: tool '${n}' is not in tools.json`);
