@@ -275,7 +275,7 @@ export async function loadPromptTokenizer(modelDir: string, opts: LoadTokenizerO
     if (ro.continueFinalMessage) {
       const last = messages[messages.length - 1];
       if (!last || last.role !== 'assistant') throw new SafekeepError('continueFinalMessage needs a final assistant message');
-      const content = last.content.trimEnd();
+      const content = last.content.trim();
       const at = out.lastIndexOf(content);
       if (at < 0) throw new SafekeepError(`chat template ${choice.source}: final assistant message not found in the rendering`);
       out = out.slice(0, at + content.length);
