@@ -20,10 +20,12 @@ test('safekeep report: from a results file to tables, figures and report.html', 
   writeFileSync(join(dir, 'results.json'), JSON.stringify(res));
   const r = cli('--results', join(dir, 'results.json'), '--out', join(dir, 'out'));
   assert.equal(r.status, 0, r.stderr);
-  assert.match(r.stdout, /synthetic-planted: 7 tables, 7 figures/);
-  assert.ok(r.stdout.includes(`ℓ* = ${res.lStar.layer}`));
+  assert.match(r.stdout, /^7 tables, 7 figures; report at /);
+  assert.ok(r.stdout.includes(`synthetic-planted (SYNTHETIC): ℓ* = ${res.lStar.layer} of ${res.layers - 1}`));
+  const full = res.table1.find((x) => x.config === 'agent-full')!;
+  assert.ok(r.stdout.includes(`+ tools (full agent) ${full.cross.auroc.toFixed(3)} [${full.cross.lo.toFixed(3)}, ${full.cross.hi.toFixed(3)}]`), r.stdout);
   assert.match(r.stderr, /report: figure 1\/7/);
-  for (const f of ['report.html', 'tables/table1.md', 'figures/figure3-schema-cosine.png']) assert.ok(existsSync(join(dir, 'out', f)), f);
+  for (const f of ['report.html', 'report.md', 'tables/table1.md', 'figures/figure3-schema-cosine.png']) assert.ok(existsSync(join(dir, 'out', f)), f);
 });
 
 test('safekeep report: bad files are one-line user errors with exit 2', (t) => {

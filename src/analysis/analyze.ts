@@ -154,7 +154,7 @@ export function analyze(input: AnalysisInput): AnalysisResults {
     synthetic: input.synthetic ?? false,
     lStar: {
       layer: lStar,
-      method: `${choice.k}-fold cross-validation over pairs on the chatbot extraction split (seed ${seed})`,
+      method: `${choice.k}-fold cross-validation over pairs on the chatbot extraction split, seed ${seed}`,
       cvAuroc: choice.cvAuroc.map((x) => (Number.isNaN(x) ? null : round(x))),
     },
     bootstrap: { reps, seed, level },

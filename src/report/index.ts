@@ -3,4 +3,5 @@ export { type ReportFiles, type WriteReportOptions, buildFigures, writeReport } 
 export { readResults, validateResults } from './results-file.ts';
 export { renderSvg, svgToPng } from './render.ts';
 export { buildTables, tableMarkdown, toCsv } from './tables.ts';
+export { summaryLines } from './summary.ts';
 export { steeringBarsFigure } from './figures/steering-bars.ts';

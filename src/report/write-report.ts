@@ -1,6 +1,7 @@
 /**
  * writeReport(outDir, results): everything a reader needs from one `AnalysisResults`:
- *   tables/<name>.md|csv|json   figures/<name>.svg|png|vl.json   results.json   manifest.json   report.html
+ *   tables/<name>.md|csv|json   figures/<name>.svg|png|vl.json   results.json   manifest.json   report.md
+ *   report.html
  * All files are written atomically.
  */
 import { join } from 'node:path';
@@ -15,12 +16,14 @@ import { steeringBarsFigure } from './figures/steering-bars.ts';
 import { tableBarsFigure } from './figures/table-bars.ts';
 import { buildHtml } from './html.ts';
 import { renderSvg, svgToPng } from './render.ts';
+import { summaryLines } from './summary.ts';
 import { type Table, buildTables, tableMarkdown, toCsv } from './tables.ts';
 
 export interface ReportFiles {
   tables: string[];
   figures: string[];
   html: string;
+  markdown: string;
 }
 
 export function buildFigures(res: AnalysisResults): Figure[] {
@@ -53,7 +56,7 @@ export async function writeReport(outDir: string, res: AnalysisResults, opts: Wr
   const log = opts.log ?? (() => {});
   checkResults(res);
   const tables: Table[] = buildTables(res);
-  const written: ReportFiles = { tables: [], figures: [], html: join(outDir, 'report.html') };
+  const written: ReportFiles = { tables: [], figures: [], html: join(outDir, 'report.html'), markdown: join(outDir, 'report.md') };
   for (const t of tables) {
     const base = join(outDir, 'tables', t.name);
     writeFileAtomic(`${base}.md`, tableMarkdown(t));
@@ -73,6 +76,20 @@ export async function writeReport(outDir: string, res: AnalysisResults, opts: Wr
   }
   writeFileAtomic(join(outDir, 'results.json'), JSON.stringify(res, null, 2) + '\n');
   writeFileAtomic(join(outDir, 'manifest.json'), JSON.stringify(res.manifest, null, 2) + '\n');
+  const md = [
+    `# safekeep report — ${res.model}`,
+    '',
+    ...(res.synthetic ? ['**SYNTHETIC: planted activations with a known answer, not a real model.**', ''] : []),
+    ...summaryLines(res).map((l) => `- ${l}`),
+    '',
+    '## Figures',
+    '',
+    ...figures.map((f) => `### ${f.title}\n\n![${f.title}](figures/${f.name}.png)\n\n${f.caption}\n`),
+    '## Tables',
+    '',
+    ...tables.map(tableMarkdown),
+  ].join('\n');
+  writeFileAtomic(written.markdown, md);
   log('report.html');
   writeFileAtomic(written.html, buildHtml(res, figures, tables));
   return written;

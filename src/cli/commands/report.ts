@@ -4,6 +4,7 @@
  */
 import { parseArgs, requireValue } from '../args.ts';
 import { readResults } from '../../report/results-file.ts';
+import { summaryLines } from '../../report/summary.ts';
 import { writeReport } from '../../report/write-report.ts';
 
 export const summary = 'write tables, figures and report.html from an AnalysisResults JSON file';
@@ -16,9 +17,8 @@ export async function run(argv: string[]): Promise<number> {
   const t0 = Date.now();
   const files = await writeReport(out, res, { log: (l) => process.stderr.write(`report: ${l}\n`) });
   process.stdout.write(
-    `${res.model}: ${files.tables.length / 3} tables, ${files.figures.length / 2} figures, report at ${files.html} (${((Date.now() - t0) / 1000).toFixed(1)} s)\n` +
-      `ℓ* = ${res.lStar.layer}; ` +
-      res.table1.map((r) => `${r.label} AUROC ${r.cross.auroc.toFixed(3)} [${r.cross.lo.toFixed(3)}, ${r.cross.hi.toFixed(3)}]`).join('; ') +
+    `${files.tables.length / 3} tables, ${files.figures.length / 2} figures; report at ${files.html} and ${files.markdown} (${((Date.now() - t0) / 1000).toFixed(1)} s)\n` +
+      summaryLines(res).join('\n') +
       '\n',
   );
   return 0;

@@ -1,0 +1,30 @@
+/**
+ * The concise closing note of a run: the recovered numbers at ℓ*, one line each, for stdout and report.md.
+ */
+import type { AnalysisResults, AurocCI } from '../analysis/results.ts';
+
+const ci = (e: AurocCI): string => `${e.auroc.toFixed(3)} [${e.lo.toFixed(3)}, ${e.hi.toFixed(3)}]`;
+
+export function summaryLines(res: AnalysisResults): string[] {
+  const l = res.lStar.layer;
+  const lines = [
+    `${res.model}${res.synthetic ? ' (SYNTHETIC)' : ''}: ℓ* = ${l} of ${res.layers - 1} (${res.lStar.method})`,
+    `Table 1, chatbot direction at ℓ*: ${res.table1.map((r) => `${r.label} ${ci(r.cross)}`).join('; ')}`,
+    `Table 2, chatbot direction at ℓ*: ${res.table2.map((r) => `${r.label} ${ci(r.cross)}`).join('; ')}`,
+  ];
+  const sc = res.schemaCosines;
+  if (sc) {
+    lines.push(
+      `Schema Direction at ℓ*: cos(R_harmful, r) = ${sc.harmful[l]!.toFixed(3)}, cos(R_benign, r) = ${sc.benign[l]!.toFixed(3)}; random 95% band [${sc.randomBand.lo[l]!.toFixed(3)}, ${sc.randomBand.hi[l]!.toFixed(3)}]`,
+    );
+  }
+  if (res.firstToken?.length) {
+    lines.push(`First-token projection at ℓ*: ${res.firstToken.map((f) => `${f.category}/${f.representation} ${f.mean[l]!.toFixed(2)} ± ${f.sd[l]!.toFixed(2)}`).join('; ')}`);
+  }
+  for (const s of res.steering ?? []) {
+    lines.push(
+      `Steering (${s.requests}, layer ${s.layer}): ${s.rows.map((r) => `α=${r.alpha}: refusal ${((100 * r.counts.refusal) / r.n).toFixed(1)}%, valid ${((100 * r.counts.valid) / r.n).toFixed(1)}%, invalid ${((100 * r.counts.invalid) / r.n).toFixed(1)}%`).join('; ')}`,
+    );
+  }
+  return lines;
+}
