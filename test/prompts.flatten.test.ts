@@ -181,3 +181,27 @@ test('properties over the real AgentHarm + ToolSword specs (>= 30)', (t) => {
   }
   t.diagnostic(`${specs.length} real specs flattened (${nested} with nested arguments)`);
 });
+
+test('properties over the bundled pair tools (nested objects, arrays, enums, defaults)', async (t) => {
+  const { loadPairSet } = await import('../src/data/load.ts');
+  const set = await loadPairSet('pairs');
+  const seen = new Map<string, ToolSpec>();
+  for (const p of set.pairs) for (const tool of p.tools) seen.set(JSON.stringify(tool), tool);
+  let nested = 0;
+  let enums = 0;
+  for (const spec of seen.values()) {
+    const out = flattenToolSpec(spec);
+    const where = spec.function.name;
+    assert.ok(!/[{}]/.test(out) && !out.includes('"type"') && !/\btype\s*:/.test(out), `${where}: no JSON/type syntax`);
+    const paths: string[] = [];
+    argumentPaths(spec.function.parameters, '', paths);
+    if (paths.some((p) => p.includes('.'))) nested++;
+    const argLines = out.split('\n').filter((l) => l.startsWith('- ')).map((l) => l.slice(2).split(':')[0]);
+    assert.deepEqual(argLines, paths, `${where}: every argument path named once, in order`);
+    const enumValues = (JSON.stringify(spec.function.parameters).match(/"enum":\[([^\]]*)\]/g) ?? []).flatMap((m) => JSON.parse(m.slice(7)) as unknown[]);
+    if (enumValues.length) enums++;
+    for (const v of enumValues) assert.ok(out.includes(String(v)), `${where}: enum value ${String(v)} kept`);
+  }
+  assert.ok(nested > 0 && enums > 0);
+  t.diagnostic(`${seen.size} distinct bundled tool specs (${nested} nested, ${enums} with enums)`);
+});

@@ -1,6 +1,6 @@
 /**
  * `safekeep render --model DIR [--template FILE] [--tokenizer DIR] --data pairs|agentharm|PATH
- *    --config chatbot|+role|+instructions|agent|chatbot-long [--repr schema|flattened|pseudoword]
+ *    --config chatbot|+role|+instructions|agent (= +tools)|chatbot-long [--repr schema|flattened|pseudoword]
  *    [--which harmful|benign|both] [--limit N] [--seed N] [--template-kwargs JSON] [--json]`
  *
  * Prints the exact rendered prompts (each after a `### ...` header line); `--json` prints one JSON object with
@@ -37,7 +37,9 @@ export async function run(argv: string[]): Promise<number> {
     booleans: ['json'],
   });
   const model = requireValue(args, 'model');
-  const config = args.values.get('config') ?? 'agent';
+  // the paper's name for the full agent prompt is "+tools"
+  const configArg = args.values.get('config') ?? 'agent';
+  const config = configArg === '+tools' ? 'agent' : configArg;
   if (!isConfigName(config)) throw new SafekeepError(`--config must be one of ${CONFIGS.join(', ')}; got '${config}'`);
   const repr = args.values.get('repr') ?? 'schema';
   if (!isToolRepr(repr)) throw new SafekeepError(`--repr must be one of ${REPRS.join(', ')}; got '${repr}'`);
