@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { makeActivations, hiddenAt } from '../src/analysis/activations.ts';
+import { hiddenAt, makeActivations, rowsOfPairs } from '../src/analysis/activations.ts';
 import {
   directionAt,
   directionNorms,
@@ -96,4 +96,10 @@ test('Schema Direction = mean of matched differences; rows matched by request ke
   assert.deepEqual([...schemaDirection(schema, shuffled, [0, 1], [1, 3]).data], [1, 1, 1, 1]);
   assert.throws(() => matchRows(['a', 'a'], ['a']), SafekeepError);
   assert.throws(() => schemaDirection(schema, shuffled, [0, 1], [1]), SafekeepError);
+});
+
+test('rowsOfPairs maps a split to row indices and refuses pairs without rows', () => {
+  const ids = ['p1', 'p1', 'p2', 'p2', 'p3', 'p3'];
+  assert.deepEqual(rowsOfPairs(ids, ['p3', 'p1']), [0, 1, 4, 5]);
+  assert.throws(() => rowsOfPairs(ids, ['p1', 'p9'], 'evaluation split'), (e) => e instanceof SafekeepError && /evaluation split: 1 pair id\(s\) have no activation row, e.g. 'p9'/.test(e.message));
 });

@@ -51,3 +51,24 @@ export function checkRowsAndLabels(what: string, acts: Activations, labels: Labe
     if (y !== 0 && y !== 1) throw new SafekeepError(`${what}: label of row ${r} is ${y}, expected 0 (benign) or 1 (harmful)`);
   }
 }
+
+/**
+ * Row indices whose pair id is in `pairs` (e.g. a Split's extraction or evaluation ids), in row order.
+ * Throws when a wanted pair has no row (a cache that does not match the split).
+ */
+export function rowsOfPairs(pairIds: readonly string[], pairs: readonly string[], what = 'split'): number[] {
+  const wanted = new Set(pairs);
+  const rows: number[] = [];
+  const seen = new Set<string>();
+  pairIds.forEach((p, i) => {
+    if (wanted.has(p)) {
+      rows.push(i);
+      seen.add(p);
+    }
+  });
+  const missing = pairs.filter((p) => !seen.has(p));
+  if (missing.length) {
+    throw new SafekeepError(`${what}: ${missing.length} pair id(s) have no activation row, e.g. '${missing[0]}'`);
+  }
+  return rows;
+}

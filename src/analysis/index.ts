@@ -3,7 +3,7 @@
  * Entry point for extraction/experiments: `analyze(input) → AnalysisResults`; the pieces are exported for
  * steering (directions, norms, intervals) and notebooks.
  */
-export { type Activations, type Labels, allRows, hiddenAt, makeActivations } from './activations.ts';
+export { type Activations, type Labels, allRows, hiddenAt, makeActivations, rowsOfPairs } from './activations.ts';
 export { type AnalysisInput, type ConfigActivations, type FirstTokenInput, analyze } from './analyze.ts';
 export { auroc, averageRanks } from './auroc.ts';
 export { type Band, permutationCosineBand, randomCosineBand } from './baselines.ts';
