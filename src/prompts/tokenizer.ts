@@ -303,7 +303,10 @@ export async function loadPromptTokenizer(modelDir: string, opts: LoadTokenizerO
     render,
     encode,
     decode: (ids, o = {}) => needVocab().decode([...ids], { skip_special_tokens: o.skipSpecial ?? false, clean_up_tokenization_spaces: false }),
-    tokenId: (token) => needVocab().get_vocab().get(token),
+    tokenId: (token) => {
+      needVocab();
+      return vocabMap!.get(token);
+    },
   };
 }
 
