@@ -8,12 +8,15 @@ export function aurocLayersFigure(res: AnalysisResults, direction: 'chatbot' | '
   const curves = res.curves.filter((c) => c.direction === direction);
   if (curves.length === 0) return null;
   const values = curves.flatMap((c) => c.perLayer.map((e, layer) => ({ layer, configuration: c.label, ...e })));
-  const domain = curves.map((c) => c.label);
+  // the curve that chose ℓ*: held-out AUROC of k-fold CV on the chatbot extraction split (never evaluation data)
+  const cvLabel = 'Chatbot, extraction split: cross-validated AUROC (selects ℓ*)';
+  const cv = direction === 'chatbot' ? res.lStar.cvAuroc.flatMap((a, layer) => (a === null ? [] : [{ layer, configuration: cvLabel, auroc: a }])) : [];
+  const domain = [...curves.map((c) => c.label), ...(cv.length ? [cvLabel] : [])];
   const color = {
     field: 'configuration',
     type: 'nominal',
     title: 'Configuration (scored on its evaluation split)',
-    scale: { domain, range: domain.map((_, i) => COLORS.palette[i % COLORS.palette.length]!) },
+    scale: { domain, range: domain.map((d, i) => (d === cvLabel ? '#000000' : COLORS.palette[i % COLORS.palette.length]!)) },
   } as const;
   const what =
     direction === 'chatbot'
@@ -56,6 +59,24 @@ export function aurocLayersFigure(res: AnalysisResults, direction: 'chatbot' | '
           ],
         },
       },
+      ...(cv.length
+        ? [
+            {
+              data: { values: cv },
+              mark: { type: 'line', strokeDash: [2, 3], strokeWidth: 2 },
+              encoding: {
+                x: { field: 'layer', type: 'quantitative' },
+                y: { field: 'auroc', type: 'quantitative' },
+                color,
+                tooltip: [
+                  { field: 'configuration', title: 'curve' },
+                  { field: 'layer', title: 'layer' },
+                  { field: 'auroc', title: 'mean held-out AUROC', format: '.3f' },
+                ],
+              },
+            },
+          ]
+        : []),
       {
         data: { values: [{ y: 0.5 }] },
         mark: { type: 'rule', color: '#999', strokeDash: [2, 2] },
