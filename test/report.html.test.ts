@@ -42,8 +42,8 @@ test('report.html renders every figure offline in headless Chromium, with toolti
     external.push(u);
     return route.abort();
   });
-  await page.goto(url);
-  await page.waitForSelector('body[data-rendered]', { timeout: 30000 });
+  await page.goto(url, { timeout: 60000 });
+  await page.waitForSelector('body[data-rendered]', { timeout: 60000 });
   assert.equal(await page.getAttribute('body', 'data-rendered'), '7');
   const figures = await page.$$eval('div.vega', (els) => els.map((e) => e.querySelectorAll('svg.marks').length));
   assert.deepEqual(figures, [1, 1, 1, 1, 1, 1, 1]);
@@ -59,7 +59,7 @@ test('report.html renders every figure offline in headless Chromium, with toolti
   const bar = page.locator('div.vega[data-name="table1-bars"] svg .mark-rect path').first();
   await bar.hover();
   const tip = page.locator('#vg-tooltip-element');
-  await tip.waitFor({ state: 'visible', timeout: 5000 });
+  await tip.waitFor({ state: 'visible', timeout: 15000 });
   const text = await tip.innerText();
   assert.match(text, /AUROC/);
   assert.match(text, /95% CI low/);
