@@ -91,6 +91,18 @@ test('bundled set: a good share of the distinct tools use nesting, enums and req
   assert.ok(required / total >= 0.8, `required in ${required}/${total}`);
 });
 
+test('bundled set: every tool and every top-level argument has a description (flattened prose needs them)', () => {
+  for (const p of set.pairs) {
+    for (const t of p.tools) {
+      assert.ok(t.function.description.trim().length >= 10, `${p.id}: ${t.function.name} has no real description`);
+      const props = (t.function.parameters.properties ?? {}) as Record<string, JsonSchema>;
+      for (const [k, v] of Object.entries(props)) {
+        assert.ok(typeof v.description === 'string' && v.description.trim().length >= 3, `${p.id}: ${t.function.name}.${k} has no description`);
+      }
+    }
+  }
+});
+
 test('bundled set: scenarios are varied (many distinct tool sets), files stay under 1 MiB', () => {
   const toolSets = new Set(set.pairs.map((p: Pair) => p.tools.map((t) => t.function.name).sort().join(',')));
   assert.ok(toolSets.size >= 80, `only ${toolSets.size} distinct scenario tool sets`);
