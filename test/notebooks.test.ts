@@ -9,7 +9,7 @@ import { repoRoot } from './helpers/shared.ts';
 
 const expect: Record<string, RegExp[]> = {
   '01-locating-the-source.ts': [/ℓ\* = [234]/, /Table 1/, /agent\.flattened/],
-  '02-mechanism.ts': [/cos\(r, planted r\)\s+\S+\s+\S+\s+1\.000/, /cos\(R_harmful, r\)\s+\S+\s+\S+\s+-1\.000/],
+  '02-mechanism.ts': [/cos\(r, planted r\)\s+\S+\s+\S+\s+1\.000/, /cos\(R_harmful, r\)\s+\S+\s+\S+\s+-(0\.99\d|1\.000)/],
   '03-steering.ts': [/α=1\.5 .*refusal\s+100\.0%/],
 };
 
