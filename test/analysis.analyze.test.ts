@@ -50,10 +50,19 @@ test('analyze() on the planted scenario recovers what the construction implies',
   // norms: refusal direction ≈ 10 at planted layers, mean ‖h‖ ≈ √d for pure noise layers
   const rn = res.norms.directions.find((n) => n.name.startsWith('refusal'))!;
   assert.ok(Math.abs(rn.norm[3]! - 10) < 1.5);
+  // the full agent's own direction: the contrast left after the schema push, 10 − 8 = 2 along u (+ noise)
+  const own = res.norms.directions.find((n) => n.name === 'refusal (+ tools (full agent))')!;
+  assert.ok(Math.abs(own.norm[3]! - 2) < 1, `own-direction norm ${own.norm[3]}`);
   const hn = res.norms.meanHidden.find((n) => n.name === 'Chatbot')!;
   assert.ok(Math.abs(hn.norm[0]! - Math.sqrt(SCENARIO.d)) < 1);
 
   // plain JSON (what writeReport and files take)
   assert.deepEqual(JSON.parse(JSON.stringify(res)), res);
   assert.ok(ms < 20000, `analyze took ${ms} ms`);
+});
+
+test('analyze() refuses two different activation sets under one configuration name', () => {
+  const input = scenarioInput();
+  const clash = { ...input.table2[0]!, name: 'agent-full' };
+  assert.throws(() => analyze({ ...input, table2: [clash] }), /configuration name 'agent-full' is used for two different activation sets/);
 });

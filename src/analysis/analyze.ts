@@ -73,14 +73,14 @@ function toEval(c: ConfigActivations): EvalSet {
   return { name: c.name, acts: c.acts, labels: c.labels, pairIds: c.pairIds, rows: c.evaluation };
 }
 
-function ownDirection(configs: readonly ConfigActivations[]): (t: EvalSet) => Directions {
+/** Each configuration's own refusal direction (its extraction split), computed once per configuration name. */
+function ownDirections(): (c: ConfigActivations) => Directions {
   const cache = new Map<string, Directions>();
-  return (t) => {
-    let d = cache.get(t.name);
+  return (c) => {
+    let d = cache.get(c.name);
     if (!d) {
-      const c = configs.find((x) => x.name === t.name)!;
       d = refusalDirection(c.acts, c.labels, c.extraction);
-      cache.set(t.name, d);
+      cache.set(c.name, d);
     }
     return d;
   };
@@ -129,7 +129,11 @@ export function analyze(input: AnalysisInput): AnalysisResults {
   const { chatbot } = input;
   const { layers, d } = chatbot.acts;
   const all = [chatbot, ...input.table1, ...input.table2];
+  const names = new Map<string, ConfigActivations>();
   for (const c of all) {
+    const prev = names.get(c.name);
+    if (prev && prev !== c) throw new SafekeepError(`configuration name '${c.name}' is used for two different activation sets`);
+    names.set(c.name, c);
     if (c.acts.layers !== layers || c.acts.d !== d) {
       throw new SafekeepError(`configuration '${c.name}': activations [${c.acts.layers}, ${c.acts.d}] differ from chatbot [${layers}, ${d}]`);
     }
@@ -142,9 +146,12 @@ export function analyze(input: AnalysisInput): AnalysisResults {
   const t1 = [chatbot, ...input.table1];
   const t2 = [chatbot, ...input.table2];
   const t1Cross = layerwiseAuroc(r, t1.map(toEval), bopts);
-  const t1Own = layerwiseAuroc(ownDirection(t1), t1.map(toEval), bopts);
+  const own = ownDirections();
+  const byName = new Map(all.map((c) => [c.name, c]));
+  const ownOf = (t: EvalSet): Directions => own(byName.get(t.name)!);
+  const t1Own = layerwiseAuroc(ownOf, t1.map(toEval), bopts);
   const t2Cross = layerwiseAuroc(r, t2.map(toEval), bopts);
-  const t2Own = layerwiseAuroc(ownDirection(t2), t2.map(toEval), bopts);
+  const t2Own = layerwiseAuroc(ownOf, t2.map(toEval), bopts);
 
   const res: AnalysisResults = {
     version: 1,
@@ -166,6 +173,9 @@ export function analyze(input: AnalysisInput): AnalysisResults {
   };
 
   const dirNorms: NormSeries[] = [{ name: 'refusal (chatbot)', norm: [...directionNorms(r)].map(round) }];
+  for (const c of byName.values()) {
+    if (c !== chatbot) dirNorms.push({ name: `refusal (${c.label ?? c.name})`, norm: [...directionNorms(own(c))].map(round) });
+  }
   if (input.schemaPair) {
     const { schema, text } = input.schemaPair;
     const cats: Record<'harmful' | 'benign', Directions> = {} as Record<'harmful' | 'benign', Directions>;
