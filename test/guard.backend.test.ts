@@ -92,6 +92,10 @@ test('OpenAIBackend: response cache keyed by request hash; a re-run sends nothin
   assert.equal(b.latencyMs, a.latencyMs, 'cached replies report the measured latency');
   await mk().chat({ messages: msgs, maxTokens: 6, purpose: 'agent' });
   assert.equal(up.requests.length, 2, 'a different request is a miss');
+  const up2 = await startMockUpstream(() => ({ json: { choices: [] } }));
+  t.after(() => up2.close());
+  const empty = new OpenAIBackend({ baseUrl: up2.url, model: 'm', cacheDir: dir, ...fast });
+  await assert.rejects(empty.chat({ messages: msgs, maxTokens: 5, purpose: 'agent' }), /no choices\[0\]\.message/);
   const files = readdirSync(dir, { recursive: true }).map(String).filter((f) => f.endsWith('.json'));
   assert.equal(files.length, 2);
   assert.ok(!readdirSync(dir, { recursive: true }).map(String).some((f) => f.endsWith('.tmp')));

@@ -125,6 +125,8 @@ export class OpenAIBackend implements ChatBackend {
     const t0 = performance.now();
     const response = await this.limiter.run(() => this.post(body, call.authorization));
     const latencyMs = performance.now() - t0;
+    // never cache an answer we cannot use
+    if (!response.choices?.[0]?.message) throw new BackendError(`${this.url}: response has no choices[0].message: ${JSON.stringify(response).slice(0, 200)}`, 200);
     this.cache?.set(hash, { response, latencyMs });
     return this.reply(call, response, latencyMs, false);
   }
