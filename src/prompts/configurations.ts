@@ -227,6 +227,27 @@ export class PromptBuilder {
     return { ...r, lengthTarget: { agentTokens: target, fillerWords: n } };
   }
 
+  /**
+   * Any agent context (e.g. a history with a tool call and a tool result, as InjecAgent cases have) with its
+   * tools in one representation: `schema` through `tools=`, `flattened` at the template's tool span. `pseudoword`
+   * is refused when the history contains tool calls (their names and arguments would no longer match the specs).
+   */
+  renderContext(messages: readonly ChatMessage[], tools: readonly ToolSpec[], repr: ToolRepr, opts: { addGenerationPrompt?: boolean } = {}): RenderedPrompt {
+    if (tools.length === 0) throw new SafekeepError('an agent context needs at least one tool');
+    const ro = { addGenerationPrompt: opts.addGenerationPrompt ?? true, templateKwargs: this.templateKwargs };
+    switch (repr) {
+      case 'schema':
+        return this.finish('agent', repr, this.tok.render(messages, { ...ro, tools }));
+      case 'flattened':
+        return this.finish('agent', repr, renderWithToolText(this.tok, messages, flattenTools(tools), ro).text);
+      case 'pseudoword':
+        if (messages.some((m) => m.tool_calls !== undefined || m.role === 'tool')) {
+          throw new SafekeepError('pseudoword specs cannot be combined with a history of tool calls/results');
+        }
+        return this.finish('agent', repr, this.tok.render(messages, { ...ro, tools: pseudowordTools(tools, this.seed) }));
+    }
+  }
+
   /** One configuration (repr applies to `agent` only). */
   render(request: string, tools: readonly ToolSpec[], config: ConfigName, repr: ToolRepr = 'schema'): RenderedPrompt {
     if (config !== 'agent' && repr !== 'schema') throw new SafekeepError(`--repr ${repr} only applies to the agent configuration`);
