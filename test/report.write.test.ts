@@ -108,3 +108,29 @@ test('writeReport rejects malformed results with a clear SafekeepError', async (
   await assert.rejects(writeReport(mkdtempSync(join(tmpdir(), 'safekeep-bad-')), res), (e) => e instanceof SafekeepError && /ℓ\* = 99/.test(e.message));
   assert.equal(csvField('a,"b"'), '"a,""b"""');
 });
+
+test('writeReport with steering only (no reproduce run yet): Table 3 and its figure, nothing empty', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'safekeep-report-min-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const full = syntheticResults();
+  const res = {
+    version: 1 as const,
+    model: 'm',
+    layers: full.layers,
+    dModel: full.dModel,
+    lStar: { layer: 3, method: 'given by the steering run', cvAuroc: [] },
+    bootstrap: { reps: 0, seed: 0, level: 0.95 },
+    curves: [],
+    table1: [],
+    table2: [],
+    norms: { directions: [], meanHidden: [] },
+    steering: full.steering,
+    manifest: {},
+  };
+  const files = await writeReport(dir, res);
+  assert.deepEqual(readdirSync(join(dir, 'tables')).sort(), ['table3-steering.csv', 'table3-steering.json', 'table3-steering.md']);
+  assert.deepEqual(files.figures.map((f) => f.slice(dir.length + 1)), ['figures/steering-outcomes.svg', 'figures/steering-outcomes.png']);
+  const md = readFileSync(files.markdown, 'utf8');
+  assert.ok(!md.includes('Table 1'), 'no empty Table 1');
+  assert.ok(md.includes('α=8: refusal 20.0%, valid 2.5%, invalid 77.5%'));
+});

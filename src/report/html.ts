@@ -74,8 +74,10 @@ export function buildHtml(res: AnalysisResults, figures: readonly Figure[], tabl
     ['Layers (hidden states incl. embeddings)', String(res.layers)],
     ['d_model', String(res.dModel)],
     ['ℓ* (peak refusal layer)', `${res.lStar.layer} — ${res.lStar.method}`],
-    ['Intervals', `${res.bootstrap.reps} paired bootstrap resamples of pairs, seed ${res.bootstrap.seed}, ${Math.round(res.bootstrap.level * 100)}% percentile`],
   ];
+  if (res.bootstrap.reps > 0) {
+    meta.push(['Intervals', `${res.bootstrap.reps} paired bootstrap resamples of pairs, seed ${res.bootstrap.seed}, ${Math.round(res.bootstrap.level * 100)}% percentile`]);
+  }
   const vegaJs = browserBuild('vega', 'vega.min.js');
   const vlJs = browserBuild('vega-lite', 'vega-lite.min.js');
   const embedJs = browserBuild('vega-embed', 'vega-embed.min.js');

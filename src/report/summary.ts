@@ -7,11 +7,9 @@ const ci = (e: AurocCI): string => `${e.auroc.toFixed(3)} [${e.lo.toFixed(3)}, $
 
 export function summaryLines(res: AnalysisResults): string[] {
   const l = res.lStar.layer;
-  const lines = [
-    `${res.model}${res.synthetic ? ' (SYNTHETIC)' : ''}: ℓ* = ${l} of ${res.layers - 1} (${res.lStar.method})`,
-    `Table 1, chatbot direction at ℓ*: ${res.table1.map((r) => `${r.label} ${ci(r.cross)}`).join('; ')}`,
-    `Table 2, chatbot direction at ℓ*: ${res.table2.map((r) => `${r.label} ${ci(r.cross)}`).join('; ')}`,
-  ];
+  const lines = [`${res.model}${res.synthetic ? ' (SYNTHETIC)' : ''}: ℓ* = ${l} of ${res.layers - 1} (${res.lStar.method})`];
+  if (res.table1.length) lines.push(`Table 1, chatbot direction at ℓ*: ${res.table1.map((r) => `${r.label} ${ci(r.cross)}`).join('; ')}`);
+  if (res.table2.length) lines.push(`Table 2, chatbot direction at ℓ*: ${res.table2.map((r) => `${r.label} ${ci(r.cross)}`).join('; ')}`);
   const sc = res.schemaCosines;
   if (sc) {
     lines.push(

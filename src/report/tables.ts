@@ -138,7 +138,13 @@ function steeringTable(res: AnalysisResults): Table | null {
 
 /** Every table the results support, in report order. */
 export function buildTables(res: AnalysisResults): Table[] {
-  return [formatTable(res, 'table1'), formatTable(res, 'table2'), curvesTable(res), schemaCosineTable(res), firstTokenTable(res), normsTable(res), steeringTable(res)].filter(
-    (t): t is Table => t !== null,
-  );
+  return [
+    res.table1.length ? formatTable(res, 'table1') : null,
+    res.table2.length ? formatTable(res, 'table2') : null,
+    res.curves.length ? curvesTable(res) : null,
+    schemaCosineTable(res),
+    firstTokenTable(res),
+    res.norms.directions.length || res.norms.meanHidden.length ? normsTable(res) : null,
+    steeringTable(res),
+  ].filter((t): t is Table => t !== null);
 }
