@@ -79,13 +79,19 @@ export function httpError(t: HubTarget, status: number, what: string, hadToken: 
   return new SafekeepError(`${repo}: ${what}: HTTP ${status} from ${ep}`);
 }
 
-/** fetch with the hub's headers; network failures become one clear SafekeepError. */
-export async function hubFetch(url: string, init: { headers?: Record<string, string>; redirect?: 'follow' | 'manual' | 'error'; signal?: AbortSignal } = {}): Promise<Response> {
-  try {
-    return await fetch(url, init);
-  } catch (e) {
-    const cause = (e as { cause?: { code?: string; message?: string } }).cause;
-    throw new SafekeepError(`cannot reach ${new URL(url).origin} (${cause?.code ?? cause?.message ?? (e as Error).message}); set HF_ENDPOINT for a mirror`);
+/**
+ * fetch; a failed connection (refused, reset, a reused keep-alive socket closed by the server) is retried
+ * `retries` times, then becomes one clear SafekeepError.
+ */
+export async function hubFetch(url: string, init: { headers?: Record<string, string>; redirect?: 'follow' | 'manual' | 'error'; signal?: AbortSignal } = {}, retries = 2): Promise<Response> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await fetch(url, init);
+    } catch (e) {
+      if (attempt < retries) { await new Promise((r) => setTimeout(r, 250 * (attempt + 1))); continue; }
+      const cause = (e as { cause?: { code?: string; message?: string } }).cause;
+      throw new SafekeepError(`cannot reach ${new URL(url).origin} (${cause?.code ?? cause?.message ?? (e as Error).message}); set HF_ENDPOINT for a mirror`);
+    }
   }
 }
 
