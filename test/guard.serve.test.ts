@@ -107,6 +107,22 @@ test('serve: streaming — safe streams are piped, refusals are sent as SSE', as
   assert.equal(s.contents.join(''), `${REFUSAL_PREFIX} Because it would deceive people.`);
 });
 
+test('serve: a client leaving mid-stream ends the forwarded stream promptly', async (t) => {
+  const chunks = Array.from({ length: 60 }, (_, i) => JSON.stringify({ choices: [{ index: 0, delta: { content: `t${i} ` } }] }));
+  const { url, logs } = await setup(t, {}, (b) => (isJudge(b) ? script(b) : { sse: chunks, sseDelayMs: 25 }));
+  const ac = new AbortController();
+  const r = await fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'Post hello' }], tools }), signal: ac.signal });
+  const reader = r.body!.getReader();
+  await reader.read();
+  const t0 = performance.now();
+  ac.abort();
+  while (logs.length === 0 && performance.now() - t0 < 1200) await new Promise((res) => setTimeout(res, 10));
+  assert.equal(logs.length, 1, 'the request finished (logged) after the client left');
+  assert.ok(performance.now() - t0 < 1000, `ended ${Math.round(performance.now() - t0)} ms after the abort, upstream would stream for 1.5 s`);
+  const ok = await post(url, { model: 'm', messages: [{ role: 'user', content: 'Hello' }] });
+  assert.equal(ok.status, 200);
+});
+
 test('serve: upstream 500 and judge failure → 502 JSON, nothing executed', async (t) => {
   const { up, url, logs } = await setup(t);
   const r = await post(url, { model: 'm', messages: [{ role: 'user', content: 'explode' }] });

@@ -172,14 +172,25 @@ export function createGuardProxy(opts: ProxyOptions): Server {
     res.writeHead(up.status, outHeaders);
     if (up.body) {
       const reader = up.body.getReader();
+      // a client that goes away cancels the upstream read (no leaked stream, no wait for a drain that never comes)
+      const onClose = () => void reader.cancel().catch(() => undefined);
+      res.once('close', onClose);
       try {
         for (;;) {
           const { done, value } = await reader.read();
-          if (done) break;
-          if (!res.write(value)) await new Promise((r) => res.once('drain', r));
+          if (done || res.destroyed) break;
+          if (!res.write(value)) {
+            await new Promise<void>((r) => {
+              const go = () => { res.off('drain', go); res.off('close', go); r(); };
+              res.once('drain', go);
+              res.once('close', go);
+            });
+          }
         }
       } catch {
-        // upstream broke mid-stream: end what we have (headers are out, no JSON error possible)
+        // upstream broke mid-stream or the client left: end what we have (headers are out, no JSON error possible)
+      } finally {
+        res.off('close', onClose);
       }
     }
     res.end();

@@ -10,6 +10,8 @@ export interface MockAnswer {
   json?: unknown;
   /** raw SSE `data:` payloads (each sent as `data: <payload>\n\n`) */
   sse?: string[];
+  /** pause between SSE events */
+  sseDelayMs?: number;
   delayMs?: number;
   headers?: Record<string, string>;
 }
@@ -55,7 +57,11 @@ export async function startMockUpstream(script: (body: Record<string, unknown> |
       if (res.destroyed) return;
       if (a.sse) {
         res.writeHead(a.status ?? 200, { 'content-type': 'text/event-stream', ...a.headers });
-        for (const d of a.sse) res.write(`data: ${d}\n\n`);
+        for (const d of a.sse) {
+          if (res.destroyed) return;
+          res.write(`data: ${d}\n\n`);
+          if (a.sseDelayMs) await new Promise((r) => setTimeout(r, a.sseDelayMs));
+        }
         res.end();
         return;
       }
