@@ -61,8 +61,14 @@ test('analyze() on the planted scenario recovers what the construction implies',
   assert.ok(ms < 20000, `analyze took ${ms} ms`);
 });
 
-test('analyze() refuses two different activation sets under one configuration name', () => {
+test('analyze() refuses two different activation sets under one configuration name, accepts one set twice', () => {
   const input = scenarioInput();
   const clash = { ...input.table2[0]!, name: 'agent-full' };
   assert.throws(() => analyze({ ...input, table2: [clash] }), /configuration name 'agent-full' is used for two different activation sets/);
+  // the same activations under the same name in both tables (another label) are fine
+  const full = input.table1.find((c) => c.name === 'agent-full')!;
+  const copy = { ...full.acts, data: Float32Array.from(full.acts.data) }; // the same cache loaded twice
+  const res = analyze({ ...input, table2: [{ ...full, acts: copy, label: 'JSON schemas' }], schemaPair: undefined, firstToken: undefined });
+  assert.equal(res.table2[1]!.label, 'JSON schemas');
+  assert.equal(res.table2[1]!.cross.auroc, res.table1.find((r) => r.config === 'agent-full')!.cross.auroc);
 });

@@ -73,6 +73,14 @@ function toEval(c: ConfigActivations): EvalSet {
   return { name: c.name, acts: c.acts, labels: c.labels, pairIds: c.pairIds, rows: c.evaluation };
 }
 
+/** Same shape and the same numbers (the same cache loaded twice counts as the same set). */
+function sameActivations(a: Activations, b: Activations): boolean {
+  if (a === b || a.data === b.data) return true;
+  if (a.n !== b.n || a.layers !== b.layers || a.d !== b.d) return false;
+  for (let i = 0; i < a.data.length; i++) if (a.data[i] !== b.data[i]) return false;
+  return true;
+}
+
 /** Each configuration's own refusal direction (its extraction split), computed once per configuration name. */
 function ownDirections(): (c: ConfigActivations) => Directions {
   const cache = new Map<string, Directions>();
@@ -132,8 +140,12 @@ export function analyze(input: AnalysisInput): AnalysisResults {
   const names = new Map<string, ConfigActivations>();
   for (const c of all) {
     const prev = names.get(c.name);
-    if (prev && prev !== c) throw new SafekeepError(`configuration name '${c.name}' is used for two different activation sets`);
-    names.set(c.name, c);
+    // the same configuration may appear in both tables (e.g. the full agent with schemas), possibly under
+    // another label; what must not happen is one name for two different activation sets
+    if (prev && !sameActivations(prev.acts, c.acts)) {
+      throw new SafekeepError(`configuration name '${c.name}' is used for two different activation sets`);
+    }
+    if (!prev) names.set(c.name, c);
     if (c.acts.layers !== layers || c.acts.d !== d) {
       throw new SafekeepError(`configuration '${c.name}': activations [${c.acts.layers}, ${c.acts.d}] differ from chatbot [${layers}, ${d}]`);
     }
@@ -147,7 +159,7 @@ export function analyze(input: AnalysisInput): AnalysisResults {
   const t2 = [chatbot, ...input.table2];
   const t1Cross = layerwiseAuroc(r, t1.map(toEval), bopts);
   const own = ownDirections();
-  const byName = new Map(all.map((c) => [c.name, c]));
+  const byName = names;
   const ownOf = (t: EvalSet): Directions => own(byName.get(t.name)!);
   const t1Own = layerwiseAuroc(ownOf, t1.map(toEval), bopts);
   const t2Cross = layerwiseAuroc(r, t2.map(toEval), bopts);
@@ -174,7 +186,7 @@ export function analyze(input: AnalysisInput): AnalysisResults {
 
   const dirNorms: NormSeries[] = [{ name: 'refusal (chatbot)', norm: [...directionNorms(r)].map(round) }];
   for (const c of byName.values()) {
-    if (c !== chatbot) dirNorms.push({ name: `refusal (${c.label ?? c.name})`, norm: [...directionNorms(own(c))].map(round) });
+    if (c.name !== chatbot.name) dirNorms.push({ name: `refusal (${c.label ?? c.name})`, norm: [...directionNorms(own(c))].map(round) });
   }
   if (input.schemaPair) {
     const { schema, text } = input.schemaPair;
