@@ -27,7 +27,7 @@ export function tableMarkdown(t: Table): string {
 
 const f3 = (x: number): string => x.toFixed(3);
 const ciText = (e: AurocCI): string => `${f3(e.auroc)} [${f3(e.lo)}, ${f3(e.hi)}]`;
-const diffText = (e: DiffCI): string => `${e.diff >= 0 ? '+' : '−'}${f3(Math.abs(e.diff))} [${f3(e.lo)}, ${f3(e.hi)}]`;
+const diffText = (e: DiffCI): string => `${e.diff >= 0 ? '+' : '-'}${f3(Math.abs(e.diff))} [${f3(e.lo)}, ${f3(e.hi)}]`;
 
 export function csvField(c: Cell): string {
   if (c === null) return '';
