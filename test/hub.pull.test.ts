@@ -36,13 +36,15 @@ const ckptFiles: Record<string, Buffer> = {
   'tokenizer.json': Buffer.from(JSON.stringify({ version: '1.0', model: { type: 'BPE', vocab: { a: 0 } } })),
   'tokenizer_config.json': Buffer.from('{"chat_template": "{{ messages }}"}'),
   'special_tokens_map.json': Buffer.from('{}'),
+  'chat_template.jinja': Buffer.from('{% for m in messages %}{{ m.content }}{% endfor %}'),
+  'tokenizer.model': Buffer.alloc(3000, 3),
   // never needed by a checkpoint:
   'README.md': Buffer.from('# model card\n'),
   'consolidated.safetensors': Buffer.alloc(4096, 7),
   'original/params.json': Buffer.from('{}'),
   '.gitattributes': Buffer.from('*.safetensors filter=lfs\n'),
 };
-const wanted = ['config.json', 'generation_config.json', 'model.safetensors.index.json', 'model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors', 'tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json'].sort();
+const wanted = ['config.json', 'generation_config.json', 'model.safetensors.index.json', 'model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors', 'tokenizer.json', 'tokenizer_config.json', 'special_tokens_map.json', 'chat_template.jinja', 'tokenizer.model'].sort();
 const datasetFiles = {
   'dataset/harmful.json': Buffer.from(JSON.stringify({ behaviors: [{ id: '1', prompt: 'x' }] })),
   'dataset/benign.json': Buffer.from(JSON.stringify({ behaviors: [{ id: '1', prompt: 'y' }] })),
@@ -287,7 +289,7 @@ test('CLI: safekeep pull (HF_ENDPOINT, --revision, progress on stderr), gated �
     cli(['pull', 'acme/gated'], { ...env, HF_TOKEN: 'hf_secret' }),
   ]);
   assert.equal(a.code, 0, a.stderr);
-  assert.match(a.stdout, /^acme\/tiny-llama@bbbbbbbbbbbb → .*acme--tiny-llama@v1 \(8 files, [\d.]+ kB; 8 downloaded, 0 already present\)\n$/);
+  assert.match(a.stdout, /^acme\/tiny-llama@bbbbbbbbbbbb → .*acme--tiny-llama@v1 \(10 files, [\d.]+ kB; 10 downloaded, 0 already present\)\n$/);
   assert.match(a.stderr, /model-00001-of-00002\.safetensors \[#+\] 100% [\d.]+ kB\/[\d.]+ kB/);
   await loadCheckpoint(join(models, 'acme--tiny-llama@v1'));
   assert.equal(b.code, 2);
