@@ -3,11 +3,15 @@
  *    [--methods base,safejudge,safeprompt,safekeep] [--limit N] [--settings base,enhanced] [--data DIR]
  *    [--name NAME] [--out DIR] [--max-tokens 256] [--judge-max-tokens 8] [--unparseable unsafe|safe]
  *    [--concurrency 4] [--api-key-env VAR] [--timeout-ms 60000] [--retries 3] [--prefill none|continue|prefix]
- *    [--no-cache] [--no-thinking] [--template FILE] [--dtype ..] [--device ..] [--threads ..]`
+ *    [--call-format llama3|qwen|mistral] [--no-cache] [--no-thinking] [--template FILE] [--dtype ..] [--device ..]
+ *    [--threads ..]`
  * Table 4: Refusal/Acc on AgentHarm or Valid/ASR on InjecAgent per method, with n, 95 % Wilson intervals, judge
  * latency and judge-token overhead. Writes results/<name>/guard/table4-<bench>.{md,csv,json} and every output
  * with its label (outputs-<bench>.jsonl). Endpoint answers are cached on disk (re-runs cost nothing).
  * `--limit N` keeps the first N cases of each group (harmful/benign; setting × attack type).
+ * Endpoints: structured `tool_calls` are the calls; `--call-format` names the native syntax of calls a server leaves
+ * in `content` (default llama3). `--no-thinking` disables Qwen3 thinking (template kwarg / `chat_template_kwargs`);
+ * a thinking judge needs a larger `--judge-max-tokens`, else its verdict is unparseable (→ unsafe by default).
  */
 import { basename, join, resolve } from 'node:path';
 import { numberValue, parseArgs, requireValue, type ParsedArgs } from '../args.ts';
@@ -19,6 +23,7 @@ import { LocalBackend } from '../../guard/backends/local.ts';
 import { runGuardEval, summarizeEval } from '../../guard/eval.ts';
 import { markdownTable, writeGuardTables } from '../../guard/table.ts';
 import { GUARD_METHODS, type ChatBackend, type GuardMethod } from '../../guard/types.ts';
+import type { CallFormat } from '../../experiments/outcome/types.ts';
 
 export const summary = 'Table 4: guard methods on AgentHarm / InjecAgent (local model or endpoint)';
 
@@ -55,7 +60,8 @@ function progress(label: string): (done: number, total: number) => void {
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, {
     values: ['model', 'dtype', 'device', 'threads', 'template', 'endpoint', 'endpoint-model', 'bench', 'methods', 'limit', 'settings', 'data',
-      'name', 'out', 'max-tokens', 'judge-max-tokens', 'unparseable', 'concurrency', 'api-key-env', 'timeout-ms', 'retries', 'prefill'],
+      'name', 'out', 'max-tokens', 'judge-max-tokens', 'unparseable', 'concurrency', 'api-key-env', 'timeout-ms', 'retries', 'prefill',
+      'call-format'],
     booleans: ['no-cache', 'no-thinking'],
   });
   const model = args.values.get('model');
@@ -88,6 +94,7 @@ export async function run(argv: string[]): Promise<number> {
       concurrency,
       cacheDir: args.booleans.has('no-cache') ? undefined : join(out, 'cache'),
       prefill: oneOf<PrefillMode>('prefill', args.values.get('prefill'), ['none', 'continue', 'prefix'], 'none'),
+      callFormat: oneOf<CallFormat>('call-format', args.values.get('call-format'), ['llama3', 'qwen', 'mistral'], 'llama3'),
       ...(noThinking ? { extraBody: { chat_template_kwargs: { enable_thinking: false } } } : {}),
     });
   } else {

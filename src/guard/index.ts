@@ -1,0 +1,16 @@
+/**
+ * The SafeKeep guard as a library: judge, execution control with the baselines, backends, metrics, evaluation and
+ * the proxy. See each module's doc comment for the rules it implements.
+ */
+export type { AgentRequest, ChatBackend, ChatCall, ChatReply, Flattener, GuardMethod, JudgeResult, UnparseablePolicy, Verdict } from './types.ts';
+export { GUARD_METHODS } from './types.ts';
+export { judge, type JudgeOptions } from './judge.ts';
+export { judgeMessages, renderMessagesText, type ToolView } from './judge-context.ts';
+export { parseVerdict, isUnsafe } from './verdict.ts';
+export { guardedRespond, withSafetyPrompt, type GuardOptions, type GuardedResponse } from './respond.ts';
+export { REFUSAL_PREFIX, SAFEPROMPT_SYSTEM, SAFETY_ASSESSOR_ROLE } from './prompts.ts';
+export { LocalBackend, type LocalBackendOptions } from './backends/local.ts';
+export { OpenAIBackend, BackendError, type OpenAIBackendOptions, type PrefillMode } from './backends/openai.ts';
+export { createGuardProxy, type ProxyOptions } from './proxy.ts';
+export { wilson, agentHarmMetrics, injecAgentMetrics, type Rate } from './metrics.ts';
+export { runGuardEval, summarizeEval, type EvalRow, type MethodSummary } from './eval.ts';
