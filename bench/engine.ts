@@ -1,5 +1,5 @@
 /**
- * `npm run bench:engine [-- --threads N --keep DIR]`: the engine on a SmolLM2-135M-shaped random checkpoint
+ * `npm run bench:engine [-- --threads N --reps R --low-memory --keep DIR]`: the engine on a SmolLM2-135M-shaped random checkpoint
  * (30 layers, hidden 576, 9 heads / 3 KV heads, head_dim 64, intermediate 1536, vocab 49152, tied), written to a
  * temp dir by a child process (so its JS buffers do not count in the measured RSS). The measuring child prints:
  * - prefill tokens/s: forward of 1×512 tokens, hidden states (all layers) and logits at the last position;
@@ -73,7 +73,8 @@ async function measure(dir: string, threads: number): Promise<void> {
   const weightBytes = params * 4;
   const rssBefore = process.memoryUsage().rss;
   const t0 = performance.now();
-  const engine = await createEngineFromCheckpoint(ck, { threads, cacheDir: join(dir, 'cache') });
+  const lowMemory = process.argv.includes('--low-memory');
+  const engine = await createEngineFromCheckpoint(ck, { threads, cacheDir: join(dir, 'cache'), lowMemory });
   const startS = (performance.now() - t0) / 1000;
   const rssSession = process.memoryUsage().rss;
 
@@ -120,7 +121,7 @@ async function measure(dir: string, threads: number): Promise<void> {
   await engine.dispose();
 
   const lines = [
-    `model: SmolLM2-135M shape, ${(params / 1e6).toFixed(1)} M params, f32 weights ${mb(weightBytes)}; threads ${threads}`,
+    `model: SmolLM2-135M shape, ${(params / 1e6).toFixed(1)} M params, f32 weights ${mb(weightBytes)}; threads ${threads}${lowMemory ? '; --low-memory (no pre-packed weights)' : ''}`,
     `session start: ${startS.toFixed(2)} s (graph ${engine.graphCached ? 'cached' : 'built'})`,
     `prefill 1×${T} (hidden+logits at last position): ${prefillTps.toFixed(0)} tokens/s (${(prefillS * 1000).toFixed(0)} ms)`,
     `engine prefill: ${engineGflops.toFixed(1)} GFLOP/s; raw ORT MatMul chain [512,576]×[576,1536]: ${gemmGflops.toFixed(1)} GFLOP/s → ${(100 * engineGflops / gemmGflops).toFixed(0)} % (target ≥ 70 %)`,

@@ -71,7 +71,7 @@ describe('toy graphs on onnxruntime', () => {
   });
 });
 
-test('weight files reached through symlinks into another folder (HF hub cache layout)', async () => {
+test('weight files reached through symlinks into another folder (HF hub cache layout); lowMemory sessions agree', async () => {
   const cache = tempCache();
   const tmp = mkdtempSync(join(tmpdir(), 'safekeep-symlink-'));
   try {
@@ -82,12 +82,12 @@ test('weight files reached through symlinks into another folder (HF hub cache la
     const viaLinks = await loadCheckpoint(snap);
     const direct = await loadCheckpoint(join(tmp, 'real'));
     assert.equal(resolveWeightFiles(viaLinks).weightsDir, resolveWeightFiles(direct).weightsDir);
-    const a = await createEngineFromCheckpoint(viaLinks, { threads: 1 });
+    const a = await createEngineFromCheckpoint(viaLinks, { threads: 1, lowMemory: true });
     const b = await createEngineFromCheckpoint(direct, { threads: 1 });
     const [ra] = await a.forward([[3, 9, 27, 11]]);
     const [rb] = await b.forward([[3, 9, 27, 11]]);
-    assert.equal(maxAbsDiff(ra!.logits, rb!.logits), 0);
-    assert.equal(maxAbsDiff(ra!.hidden, rb!.hidden), 0);
+    assert.ok(maxAbsDiff(ra!.logits, rb!.logits) <= 1e-6);
+    assert.ok(maxAbsDiff(ra!.hidden, rb!.hidden) <= 1e-6);
     await a.dispose();
     await b.dispose();
   } finally {

@@ -24,6 +24,8 @@ export interface EngineOptions {
   cacheDir?: string;
   /** most padded tokens (B·T) per internal batch (default 4096); sequences are grouped by length under it */
   maxBatchTokens?: number;
+  /** weights only in the mmapped files, no pre-packed copy (less RSS, slower; see session.ts) */
+  lowMemory?: boolean;
 }
 
 /** Per-layer KV of `batch` rows × `length` slots; row b's real slots are starts[b]..length-1. */
@@ -271,7 +273,9 @@ export function argmax(row: Float32Array): number {
 }
 
 export async function createEngineFromCheckpoint(ckpt: Checkpoint, opts: EngineOptions = {}): Promise<OnnxEngine> {
-  const { session, cached } = await openSession(ckpt, { dtype: opts.dtype ?? 'f32', device: opts.device ?? 'cpu', threads: opts.threads, cacheDir: opts.cacheDir });
+  const { session, cached } = await openSession(ckpt, {
+    dtype: opts.dtype ?? 'f32', device: opts.device ?? 'cpu', threads: opts.threads, cacheDir: opts.cacheDir, lowMemory: opts.lowMemory,
+  });
   const engine = new OnnxEngine(ckpt, session, cached);
   if (opts.maxBatchTokens !== undefined) {
     if (!Number.isInteger(opts.maxBatchTokens) || opts.maxBatchTokens < 1) throw new SafekeepError(`maxBatchTokens must be a positive integer, got ${opts.maxBatchTokens}`);

@@ -27,6 +27,11 @@ export interface SessionOptions {
   threads?: number;
   /** cache root (default $SAFEKEEP_CACHE or ~/.cache/safekeep) */
   cacheDir?: string;
+  /**
+   * keep f32 weights only in the mmapped .safetensors pages (no pre-packed heap copy): RSS ≈ weight bytes, but
+   * decode measured ~4× slower here (Gemm reading file-backed pages), prefill ~1.5× slower. Default false.
+   */
+  lowMemory?: boolean;
 }
 
 export function cacheRoot(explicit?: string): string {
@@ -93,8 +98,7 @@ export async function openSession(ckpt: Checkpoint, opts: SessionOptions): Promi
     extra: {
       session: {
         intra_op: { allow_spinning: '0' },
-        // weights stay in the mmapped .safetensors pages instead of a second, pre-packed copy (RSS ≈ weight bytes)
-        disable_prepacking: '1',
+        ...(opts.lowMemory ? { disable_prepacking: '1' } : {}),
         inter_op: { allow_spinning: '0' },
         model_external_initializers_file_folder_path: weightsDir,
       },
