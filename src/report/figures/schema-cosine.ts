@@ -16,8 +16,8 @@ export function schemaCosineFigure(res: AnalysisResults): Figure | null {
   const sc = res.schemaCosines;
   if (!sc) return null;
   const lines = sc.harmful.flatMap((h, layer) => [
-    { layer, series: HARMFUL, cosine: h },
-    { layer, series: BENIGN, cosine: sc.benign[layer]! },
+    { layer, series: HARMFUL, category: 'harmful', cosine: h },
+    { layer, series: BENIGN, category: 'benign', cosine: sc.benign[layer]! },
   ]);
   const bands = sc.randomBand.lo.flatMap((lo, layer) => {
     const out = [{ layer, series: RANDOM, lo, hi: sc.randomBand.hi[layer]! }];
@@ -60,6 +60,8 @@ export function schemaCosineFigure(res: AnalysisResults): Figure | null {
           x: { field: 'layer', type: 'quantitative' },
           y: { field: 'cosine', type: 'quantitative' },
           color,
+          // benign dashed, so that coinciding lines stay distinguishable
+          strokeDash: { field: 'category', type: 'nominal', scale: { domain: ['harmful', 'benign'], range: [[1, 0], [6, 4]] }, legend: null },
           tooltip: [
             { field: 'series', title: 'series' },
             { field: 'layer', title: 'layer' },
