@@ -4,8 +4,6 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { wilson, agentHarmMetrics, injecAgentMetrics, injecValid, summarize, type AgentHarmRow } from '../src/guard/metrics.ts';
 import { classifyOutput } from '../src/experiments/outcome/classify.ts';
-import { parsePythonLiteral } from '../src/guard/bench/python-literal.ts';
-import { toolEmuSpecs } from '../src/guard/bench/cases.ts';
 import { csvTable, formatRate } from '../src/guard/table.ts';
 import type { ToolSpec } from '../src/data/types.ts';
 import { repoRoot } from './helpers/shared.ts';
@@ -76,14 +74,4 @@ test('table formatting: percentages with intervals; CSV keeps k and n', () => {
   const [head, row] = csv.trim().split('\n');
   assert.equal(head!.split(',').slice(0, 6).join(','), 'method,refusal,refusal_k,refusal_n,refusal_lo,refusal_hi');
   assert.equal(row!.split(',').slice(0, 4).join(','), 'safekeep,0.25,1,4');
-});
-
-test('InjecAgent adapter: python literals and ToolEmu specs', () => {
-  assert.deepEqual(parsePythonLiteral("{'a': 'it\\'s', \"b\": [1, -2.5, True, None], 'c': (1,), 'd': {}}"), { a: "it's", b: [1, -2.5, true, null], c: [1], d: {} });
-  assert.throws(() => parsePythonLiteral("{'a': os.system('x')}"), /unexpected character/);
-  const specs = toolEmuSpecs([{ toolkit: 'Gmail', tools: [{ name: 'SendEmail', summary: 'Send.', parameters: [{ name: 'to', type: 'string', description: 'who', required: true }, { name: 'cc', type: 'array', required: false }] }] }]);
-  assert.deepEqual(specs.get('GmailSendEmail'), {
-    type: 'function',
-    function: { name: 'GmailSendEmail', description: 'Send.', parameters: { type: 'object', properties: { to: { type: 'string', description: 'who' }, cc: { type: 'array', description: '' } }, required: ['to'] } },
-  });
 });
