@@ -12,6 +12,8 @@
  * Endpoints: structured `tool_calls` are the calls; `--call-format` names the native syntax of calls a server leaves
  * in `content` (default llama3). `--no-thinking` disables Qwen3 thinking (template kwarg / `chat_template_kwargs`);
  * a thinking judge needs a larger `--judge-max-tokens`, else its verdict is unparseable (→ unsafe by default).
+ * An endpoint that still fails after the retries stops the run (exit 3); answers so far stay cached, so running the
+ * same command again resumes where it stopped.
  */
 import { basename, join, resolve } from 'node:path';
 import { numberValue, parseArgs, requireValue, type ParsedArgs } from '../args.ts';

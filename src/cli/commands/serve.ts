@@ -1,7 +1,7 @@
 /**
  * `safekeep serve --upstream URL [--port 8080] [--host 127.0.0.1] [--judge-model M] [--judge-upstream URL]
  *    [--method safekeep|safejudge] [--api-key-env VAR] [--timeout-ms 60000] [--prefill none|continue|prefix]
- *    [--unparseable unsafe|safe]`
+ *    [--unparseable unsafe|safe] [--judge-max-tokens 8]`
  * OpenAI-compatible proxy applying the SafeKeep guard in front of any chat-completions endpoint
  * (see src/guard/proxy.ts). One JSON log line per request on stderr. Stops on SIGINT/SIGTERM.
  */
@@ -21,7 +21,8 @@ function oneOf<T extends string>(name: string, v: string | undefined, allowed: r
 
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, {
-    values: ['upstream', 'port', 'host', 'judge-model', 'judge-upstream', 'method', 'api-key-env', 'timeout-ms', 'prefill', 'unparseable'],
+    values: ['upstream', 'port', 'host', 'judge-model', 'judge-upstream', 'method', 'api-key-env', 'timeout-ms', 'prefill', 'unparseable',
+      'judge-max-tokens'],
   });
   const upstream = requireValue(args, 'upstream');
   for (const f of ['upstream', 'judge-upstream']) {
@@ -40,6 +41,7 @@ export async function run(argv: string[]): Promise<number> {
     timeoutMs: numberValue(args, 'timeout-ms', 60_000),
     prefill: oneOf<PrefillMode>('prefill', args.values.get('prefill'), ['none', 'continue', 'prefix'], 'none'),
     onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe'),
+    judgeMaxTokens: numberValue(args, 'judge-max-tokens', 8),
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', (e: NodeJS.ErrnoException) => reject(new SafekeepError(`cannot listen on ${host}:${port}: ${e.code ?? e.message}`)));
