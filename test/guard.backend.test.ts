@@ -71,11 +71,12 @@ test('OpenAIBackend: retries 5xx/429 with backoff, then succeeds; 4xx is not ret
 });
 
 test('OpenAIBackend: gives up after retries with a clear message (500, timeout, connection refused)', async (t) => {
-  const up = await startMockUpstream((body) => ((body?.max_tokens as number) === 1 ? { delayMs: 300, json: completion('late') } : { status: 503, json: { error: 'down' } }));
+  const up = await startMockUpstream((body) => ((body?.max_tokens as number) === 1 ? { delayMs: 1500, json: completion('late') } : { status: 503, json: { error: 'down' } }));
   t.after(() => up.close());
-  const b = new OpenAIBackend({ baseUrl: up.url, model: 'm', ...fast, timeoutMs: 100 });
+  const b = new OpenAIBackend({ baseUrl: up.url, model: 'm', ...fast, timeoutMs: 10_000 });
   await assert.rejects(b.chat({ messages: msgs, maxTokens: 5, purpose: 'agent' }), /HTTP 503.*\(after 3 attempts\)/);
-  await assert.rejects(b.chat({ messages: msgs, maxTokens: 1, purpose: 'agent' }), (e: unknown) => e instanceof BackendError && e.status === -1 && /no response within 100 ms/.test(e.message));
+  const impatient = new OpenAIBackend({ baseUrl: up.url, model: 'm', ...fast, retries: 1, timeoutMs: 100 });
+  await assert.rejects(impatient.chat({ messages: msgs, maxTokens: 1, purpose: 'agent' }), (e: unknown) => e instanceof BackendError && e.status === -1 && /no response within 100 ms.*after 2 attempts/.test(e.message));
   const dead = new OpenAIBackend({ baseUrl: 'http://127.0.0.1:9/v1', model: 'm', retries: 0 });
   await assert.rejects(dead.chat({ messages: msgs, maxTokens: 1, purpose: 'agent' }), (e: unknown) => e instanceof BackendError && e.status === 0);
 });

@@ -17,7 +17,7 @@ const isJudge = (b: Record<string, unknown> | null) => (b?.messages as Msg[] | u
 function script(body: Record<string, unknown> | null): MockAnswer {
   const msgs = (body?.messages ?? []) as Msg[];
   if (isJudge(body)) return { json: completion(/fake/.test(msgs[1]!.content) ? 'YES' : 'NO', { promptTokens: 120, completionTokens: 1 }) };
-  if (msgs.some((m) => m.content === 'slow')) return { delayMs: 1500, json: completion('late') };
+  if (msgs.some((m) => m.content === 'slow')) return { delayMs: 4000, json: completion('late') };
   if (msgs.some((m) => m.content === 'explode')) return { status: 500, json: { error: { message: 'kaboom' } } };
   if (body?.stream === true) {
     return { sse: [JSON.stringify({ choices: [{ index: 0, delta: { content: 'Hel' } }] }), JSON.stringify({ choices: [{ index: 0, delta: { content: 'lo' } }] }), '[DONE]'] };
@@ -29,7 +29,7 @@ function script(body: Record<string, unknown> | null): MockAnswer {
 async function setup(t: import('node:test').TestContext, extra: Partial<ProxyOptions> = {}, s = script): Promise<{ up: MockUpstream; url: string; logs: Record<string, unknown>[] }> {
   const up = await startMockUpstream(s);
   const logs: Record<string, unknown>[] = [];
-  const server: Server = createGuardProxy({ upstream: up.url, timeoutMs: 500, retries: 0, log: (l) => logs.push(JSON.parse(l) as Record<string, unknown>), ...extra });
+  const server: Server = createGuardProxy({ upstream: up.url, timeoutMs: 10_000, retries: 0, log: (l) => logs.push(JSON.parse(l) as Record<string, unknown>), ...extra });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.after(async () => {
     server.closeAllConnections();
@@ -108,7 +108,7 @@ test('serve: streaming — safe streams are piped, refusals are sent as SSE', as
 });
 
 test('serve: a client leaving mid-stream ends the forwarded stream promptly', async (t) => {
-  const chunks = Array.from({ length: 60 }, (_, i) => JSON.stringify({ choices: [{ index: 0, delta: { content: `t${i} ` } }] }));
+  const chunks = Array.from({ length: 160 }, (_, i) => JSON.stringify({ choices: [{ index: 0, delta: { content: `t${i} ` } }] }));
   const { url, logs } = await setup(t, {}, (b) => (isJudge(b) ? script(b) : { sse: chunks, sseDelayMs: 25 }));
   const ac = new AbortController();
   const r = await fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'Post hello' }], tools }), signal: ac.signal });
@@ -116,9 +116,9 @@ test('serve: a client leaving mid-stream ends the forwarded stream promptly', as
   await reader.read();
   const t0 = performance.now();
   ac.abort();
-  while (logs.length === 0 && performance.now() - t0 < 1200) await new Promise((res) => setTimeout(res, 10));
+  while (logs.length === 0 && performance.now() - t0 < 3000) await new Promise((res) => setTimeout(res, 10));
   assert.equal(logs.length, 1, 'the request finished (logged) after the client left');
-  assert.ok(performance.now() - t0 < 1000, `ended ${Math.round(performance.now() - t0)} ms after the abort, upstream would stream for 1.5 s`);
+  assert.ok(performance.now() - t0 < 3000, `ended ${Math.round(performance.now() - t0)} ms after the abort; the upstream streams for 4 s`);
   const ok = await post(url, { model: 'm', messages: [{ role: 'user', content: 'Hello' }] });
   assert.equal(ok.status, 200);
 });
@@ -140,7 +140,7 @@ test('serve: upstream 500 and judge failure → 502 JSON, nothing executed', asy
 });
 
 test('serve: upstream timeout → 504 JSON', async (t) => {
-  const { url, logs } = await setup(t, { timeoutMs: 200 });
+  const { url, logs } = await setup(t, { timeoutMs: 1000 });
   const r = await post(url, { model: 'm', messages: [{ role: 'user', content: 'slow' }] });
   assert.equal(r.status, 504);
   assert.equal(((await r.json()) as { error: { type: string } }).error.type, 'upstream_timeout');
