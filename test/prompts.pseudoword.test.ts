@@ -171,3 +171,15 @@ test('pseudowordTools over the bundled pair tool sets (nested, enums, defaults)'
   const set = await loadPairSet('pairs');
   for (const p of set.pairs) checkTools(p.tools, 11);
 });
+
+test('names that differ only in case stay unique', () => {
+  const mk = (name: string): ToolSpec => ({ type: 'function', function: { name, description: 'x', parameters: { type: 'object', properties: { Path: { type: 'string' }, path: { type: 'string' } }, required: ['path'] } } });
+  const out = pseudowordTools([mk('getUser'), mk('getuser')], 5);
+  assert.equal(new Set(out.map((t) => t.function.name)).size, 2);
+  for (const t of out) {
+    assert.match(t.function.name, IDENT);
+    const keys = Object.keys(t.function.parameters.properties as object);
+    assert.equal(new Set(keys).size, 2);
+    assert.deepEqual(t.function.parameters.required, [keys[1]]);
+  }
+});

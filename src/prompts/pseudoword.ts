@@ -105,6 +105,17 @@ function collectWords(v: unknown, out: Set<string>): void {
   }
 }
 
+/**
+ * `name`, or `name2`, `name3`, ... if taken (only when two originals differ just in letter case, e.g. `getUser`
+ * and `getuser`, which the case-insensitive cipher maps alike). Records the result in `used`.
+ */
+function uniqueName(name: string, used: Set<string>): string {
+  let out = name;
+  for (let i = 2; used.has(out); i++) out = `${name}${i}`;
+  used.add(out);
+  return out;
+}
+
 function isSchema(v: unknown): v is JsonSchema {
   return v !== null && typeof v === 'object' && !Array.isArray(v);
 }
@@ -117,7 +128,8 @@ function randomizeSchema(s: JsonSchema, cipher: PseudowordCipher): JsonSchema {
   const out: JsonSchema = {};
   let renames: Map<string, string> | null = null;
   if (isSchema(s.properties)) {
-    renames = new Map(Object.keys(s.properties).map((k) => [k, cipher.text(k)]));
+    const used = new Set<string>();
+    renames = new Map(Object.keys(s.properties).map((k) => [k, uniqueName(cipher.text(k), used)]));
   }
   for (const [key, val] of Object.entries(s)) {
     if ((key === 'description' || key === 'title') && typeof val === 'string') out[key] = cipher.text(val);
@@ -147,11 +159,12 @@ export function pseudowordTools(tools: readonly ToolSpec[], seed: number): ToolS
   const vocab = new Set<string>();
   for (const t of tools) collectWords(t, vocab);
   const cipher = new PseudowordCipher(seed, vocab);
+  const usedNames = new Set<string>();
   return tools.map((t) => ({
     ...structuredClone(t),
     function: {
       ...structuredClone(t.function),
-      name: cipher.text(t.function.name),
+      name: uniqueName(cipher.text(t.function.name), usedNames),
       description: cipher.text(t.function.description ?? ''),
       parameters: isSchema(t.function.parameters) ? randomizeSchema(t.function.parameters, cipher) : structuredClone(t.function.parameters),
     },
