@@ -153,8 +153,8 @@ describe('engine invariants (random llama, GQA 6/2)', () => {
       assert.ok(maxAbsDiff(out.logits, f!.logits) <= EXACT, `suffix ${suf.length}: ${maxAbsDiff(out.logits, f!.logits)}`);
       assert.equal(out.logits.length, suf.length * V);
     }
-    assert.equal(pre.present.length, prefix.length);
-    assert.deepEqual(pre.present.keys[0]!.dims, [2, 2, prefix.length, 8]);
+    assert.equal(pre.present!.length, prefix.length);
+    assert.deepEqual(pre.present!.keys[0]!.dims, [2, 2, prefix.length, 8]);
   });
 
   test('user errors are SafekeepErrors with a clear message', async () => {

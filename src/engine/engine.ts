@@ -50,6 +50,8 @@ export interface StepInput {
   /** flat indices b·T + t of the new slots whose hidden states / logits are wanted */
   hiddenIndex: number[];
   logitsIndex: number[];
+  /** return the present KV (default true); false skips copying it out of onnxruntime */
+  wantPresent?: boolean;
 }
 
 export interface StepOutput {
@@ -57,7 +59,8 @@ export interface StepOutput {
   hidden: Float32Array;
   /** [logitsIndex.length, V] */
   logits: Float32Array;
-  present: KvCache;
+  /** null when the step was run with wantPresent: false */
+  present: KvCache | null;
 }
 
 const i64 = (xs: readonly number[]) => BigInt64Array.from(xs, (x) => BigInt(x));
@@ -115,17 +118,24 @@ export class OnnxEngine implements Engine {
       feeds[IO.pastKey(l)] = past.keys[l]!;
       feeds[IO.pastValue(l)] = past.values[l]!;
     }
-    const out = await this.session.run(feeds);
-    const keys: ort.Tensor[] = [];
-    const values: ort.Tensor[] = [];
-    for (let l = 0; l < this.numLayers; l++) {
-      keys.push(out[IO.presentKey(l)]!);
-      values.push(out[IO.presentValue(l)]!);
+    const wantPresent = inp.wantPresent ?? true;
+    const fetches: string[] = [IO.hidden, IO.logits];
+    if (wantPresent) for (let l = 0; l < this.numLayers; l++) fetches.push(IO.presentKey(l), IO.presentValue(l));
+    const out = await this.session.run(feeds, fetches);
+    let present: KvCache | null = null;
+    if (wantPresent) {
+      const keys: ort.Tensor[] = [];
+      const values: ort.Tensor[] = [];
+      for (let l = 0; l < this.numLayers; l++) {
+        keys.push(out[IO.presentKey(l)]!);
+        values.push(out[IO.presentValue(l)]!);
+      }
+      present = { keys, values, batch: B, length: P + T, starts: inp.starts };
     }
     return {
       hidden: out[IO.hidden]!.data as Float32Array,
       logits: out[IO.logits]!.data as Float32Array,
-      present: { keys, values, batch: B, length: P + T, starts: inp.starts },
+      present,
     };
   }
 
@@ -143,7 +153,7 @@ export class OnnxEngine implements Engine {
       const flat = (pos: number[][]) => pos.flatMap((ps, b) => ps.map((p) => b * pb.width + pb.pads[b]! + p));
       const out = await this.step({
         ids: pb.ids, batch: pb.batch, width: pb.width, starts: pb.pads, past: null, steer,
-        hiddenIndex: flat(hiddenPos), logitsIndex: flat(logitPos),
+        hiddenIndex: flat(hiddenPos), logitsIndex: flat(logitPos), wantPresent: false,
       });
       const N = hiddenPos.reduce((a, p) => a + p.length, 0);
       let hOff = 0;
@@ -224,7 +234,7 @@ export class OnnxEngine implements Engine {
       if (done.every(Boolean) && !needHidden) break;
       const all = Array.from({ length: B }, (_, b) => b);
       out = await this.step({
-        ids: fed, batch: B, width: 1, starts: pb.pads, past: out.present, steer,
+        ids: fed, batch: B, width: 1, starts: pb.pads, past: out.present!, steer,
         hiddenIndex: needHidden ? all : [],
         logitsIndex: done.every(Boolean) ? [] : all,
       });
