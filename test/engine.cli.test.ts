@@ -5,7 +5,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { repoRoot, sharedPath } from './helpers/shared.ts';
@@ -87,6 +87,10 @@ describe('engine CLI: forward and generate', { skip: root ? false : 'needs ../sh
       [['generate', '--model', model(), '--ids', join(tmp, 'ids.json'), '--max-new-tokens', '2', '--steer-layer', '1', '--out', join(tmp, 'x.json')], /needs all of/],
       [['forward', '--model', model(), '--ids', join(tmp, 'ids.json'), '--out', join(tmp, 'x.safetensors'), '--dtype', 'f16'], /--dtype must be f32 or bf16/],
     ];
+    const cudaLib = join(repoRoot, 'node_modules', 'onnxruntime-node', 'bin', 'napi-v6', process.platform, process.arch, 'libonnxruntime_providers_cuda.so');
+    if (!existsSync(cudaLib)) {
+      cases.push([['forward', '--model', model(), '--ids', join(tmp, 'ids.json'), '--out', join(tmp, 'x.safetensors'), '--device', 'cuda'], /CUDA execution provider is not installed/]);
+    }
     for (const [args, msg] of cases) {
       const r = cli(args, env);
       assert.equal(r.code, 2, `${args.join(' ')}: ${r.stderr}`);

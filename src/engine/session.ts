@@ -8,6 +8,7 @@
  */
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, realpathSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { availableParallelism, homedir } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import * as ort from 'onnxruntime-node';
@@ -87,9 +88,20 @@ export function defaultThreads(): number {
   return Math.max(1, availableParallelism());
 }
 
+const CUDA_HINT = 'On a host with CUDA 12 + cuDNN 9 install it with `npm ci --onnxruntime-node-install=cuda12` (README, CUDA), or use --device cpu';
+
+/** onnxruntime-node's CUDA provider is a separate download next to its binding; fail early and clearly without it. */
+function checkCudaInstalled(): void {
+  const bindingDir = join(dirname(createRequire(import.meta.url).resolve('onnxruntime-node')), '..', 'bin', 'napi-v6', process.platform, process.arch);
+  if (!existsSync(join(bindingDir, 'libonnxruntime_providers_cuda.so')) && !existsSync(join(bindingDir, 'onnxruntime_providers_cuda.dll'))) {
+    throw new SafekeepError(`--device cuda: onnxruntime's CUDA execution provider is not installed (no libonnxruntime_providers_cuda in ${bindingDir}). ${CUDA_HINT}`);
+  }
+}
+
 export async function openSession(ckpt: Checkpoint, opts: SessionOptions): Promise<{ session: ort.InferenceSession; cached: boolean }> {
+  if (opts.device === 'cuda') checkCudaInstalled();
   const { bytes, weightsDir, cached } = modelGraph(ckpt, opts);
-  const session = await ort.InferenceSession.create(bytes, {
+  const options: ort.InferenceSession.SessionOptions = {
     executionProviders: opts.device === 'cuda' ? ['cuda', 'cpu'] : ['cpu'],
     graphOptimizationLevel: 'all',
     intraOpNumThreads: opts.threads ?? defaultThreads(),
@@ -103,6 +115,16 @@ export async function openSession(ckpt: Checkpoint, opts: SessionOptions): Promi
         model_external_initializers_file_folder_path: weightsDir,
       },
     },
-  });
+    // warnings (e.g. nodes placed on CPU under CUDA) are noise for users; errors surface as exceptions
+    logSeverityLevel: opts.device === 'cuda' ? 4 : 3,
+  };
+  let session: ort.InferenceSession;
+  try {
+    session = await ort.InferenceSession.create(bytes, options);
+  } catch (e) {
+    if (opts.device !== 'cuda') throw e;
+    const why = String((e as Error).message ?? e).split('\n')[0]!.slice(0, 300);
+    throw new SafekeepError(`--device cuda: onnxruntime's CUDA execution provider could not start (${why}). ${CUDA_HINT}`);
+  }
   return { session, cached };
 }
