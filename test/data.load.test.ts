@@ -111,6 +111,14 @@ test('bad rows: missing fields, unknown target tool, invalid schema — file and
     write([pair('p1'), pair('p2'), pair('p3', { tools: [tool('a'), tool('b', { properties: { x: { type: 'strng' } } })] })]);
     await rejects(loadPairSet(f), `${f}:3`, "tool 'b'", 'not a valid JSON Schema', '/properties/x/type');
 
+    // a $ref to nothing: valid against the meta-schema, but not a usable schema
+    write([pair('p1', { tools: [tool('a', { properties: { x: { $ref: '#/$defs/missing' } } }), tool('b')] })]);
+    await rejects(loadPairSet(f), `${f}:1`, "tool 'a'", 'not a usable JSON Schema', '#/$defs/missing');
+
+    // a $ref that resolves is fine
+    write([pair('p1', { tools: [tool('a', { $defs: { s: { type: 'string' } }, properties: { x: { $ref: '#/$defs/s' } } }), tool('b')] })]);
+    assert.equal((await loadPairSet(f)).pairs.length, 1);
+
     // required names a property that is not declared
     write([pair('p1', { tools: [tool('a', { required: ['y'] }), tool('b')] })]);
     await rejects(loadPairSet(f), `${f}:1`, "required names 'y'");

@@ -4,7 +4,7 @@
  */
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { SafekeepError } from '../util/errors.ts';
-import { isRecord } from './jsonfile.ts';
+import { canonicalJson, isRecord } from './jsonfile.ts';
 import type { JsonSchema, Pair, Request, ToolSpec } from './types.ts';
 
 /** OpenAI's rule for function names. */
@@ -12,7 +12,7 @@ export const TOOL_NAME_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
 
 let ajv: Ajv2020 | null = null;
 function metaValidator(): Ajv2020 {
-  ajv ??= new Ajv2020({ strict: false, allErrors: false });
+  ajv ??= new Ajv2020({ strict: false, allErrors: false, validateFormats: false, logger: false });
   return ajv;
 }
 
@@ -56,13 +56,35 @@ export function validateToolSpec(value: unknown, where: string): ToolSpec {
   const params = fn.parameters;
   if (!isRecord(params)) fail(w, 'function.parameters must be a JSON Schema object');
   if (params.type !== 'object') fail(w, `function.parameters.type must be "object" (got ${JSON.stringify(params.type)})`);
+  const key = canonicalJson(params);
+  if (!validParameters.has(key)) {
+    checkParameters(params, w);
+    validParameters.add(key);
+  }
+  return { type: 'function', function: { name, description: fn.description, parameters: params as JsonSchema } };
+}
+
+/** Parameter schemas already validated (by canonical JSON): tools repeat across pairs, compiling is not free. */
+const validParameters = new Set<string>();
+
+function checkParameters(params: Record<string, unknown>, w: string): void {
   const v = metaValidator();
   if (!v.validateSchema(params)) {
     const e = v.errors?.[0];
     fail(w, `function.parameters is not a valid JSON Schema: ${e?.instancePath || '/'} ${e?.message ?? ''}`.trim());
   }
+  // the meta-schema does not see dangling references ($ref to a missing $defs entry): compiling does
+  // (only schemas with a $ref need it; compiling costs milliseconds)
+  if (JSON.stringify(params).includes('"$ref"')) {
+    try {
+      v.compile(params);
+    } catch (e) {
+      fail(w, `function.parameters is not a usable JSON Schema: ${(e as Error).message}`);
+    } finally {
+      v.removeSchema(params);
+    }
+  }
   checkRequired(params, 'parameters', w);
-  return { type: 'function', function: { name, description: fn.description, parameters: params as JsonSchema } };
 }
 
 function validateRequest(value: unknown, where: string, toolNames: Set<string>): Request {
