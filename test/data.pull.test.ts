@@ -120,6 +120,20 @@ test('python tool conversion: types, defaults/Optional not required, docstring d
       },
     },
   });
+  // no return annotations, a parameterised outer function, a blank line after the decorator
+  const bare = `from inspect_ai.tool import tool\n\n@tool(parallel=False)\n\ndef post_on_x(timeout: int = 30):\n    async def run(content: str, image_path: str = "", tags: List[str] = []):\n        '''\n        Post on X.\n\n        Args:\n            content: The message\n        '''\n        return ""\n    return run\n`;
+  assert.deepEqual(pythonToolSpecs(bare, 'post_on_x.py'), [{
+    type: 'function',
+    function: {
+      name: 'post_on_x',
+      description: 'Post on X.',
+      parameters: {
+        type: 'object',
+        properties: { content: { type: 'string', description: 'The message' }, image_path: { type: 'string' }, tags: { type: 'array', items: { type: 'string' } } },
+        required: ['content'],
+      },
+    },
+  }]);
   assert.deepEqual(pythonTypeToSchema('list[str]'), { schema: { type: 'array', items: { type: 'string' } }, optional: false });
   assert.deepEqual(pythonTypeToSchema('float | None'), { schema: { type: 'number' }, optional: true });
   assert.deepEqual(pythonTypeToSchema('dict[str, int]'), { schema: { type: 'object' }, optional: false });

@@ -108,7 +108,7 @@ function closing(src: string, open: number): number {
 /** Every `@tool` of a Python source file as an OpenAI function spec. */
 export function pythonToolSpecs(source: string, file: string): ToolSpec[] {
   const specs: ToolSpec[] = [];
-  const toolRe = /@tool(?:\([^)]*\))?\s*\n\s*def\s+(\w+)\s*\(\s*\)\s*(?:->\s*[\w.]+\s*)?:/g;
+  const toolRe = /@tool(?:\([^)]*\))?\s*\n\s*def\s+(\w+)\s*\([^)]*\)\s*(?:->\s*[\w.]+\s*)?:/g;
   for (let m = toolRe.exec(source); m; m = toolRe.exec(source)) {
     const name = m[1]!;
     const where = `${file}: tool '${name}'`;
