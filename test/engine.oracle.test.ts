@@ -3,6 +3,7 @@
  * four families: llama (llama3 RoPE scaling, untied, sharded), mistral (untied, 1 KV head), qwen2 (q/k/v bias,
  * tied), qwen3 (q/k norm, tied, explicit head_dim ≠ hidden/heads); GQA everywhere. Prefill hidden states + logits,
  * KV-cache greedy decode (step logits, first generated token's hidden state), steering — in f32 and bf16.
+ * Both attention kernels (fused MultiHeadAttention, standard ops) are checked.
  * bf16: a BF16-stored checkpoint gives the exact upcast under both --dtype values, and an F32 checkpoint run with
  * --dtype bf16 equals the oracle on the same draws stored as BF16 (round-to-nearest-even). F16 storage: exact upcast.
  */
@@ -72,9 +73,13 @@ for (const { family, opts } of CASES) {
       ['F16 checkpoint, --dtype f32 (exact upcast)', () => ckF16, 'f32', () => ckF16],
     ] as const;
 
-    for (const [name, engineCk, dtype, oracleCk] of variants) {
+    const cases = [
+      ...variants.map(([name, ck, dtype, oc]) => [name, ck, dtype, oc, 'mha'] as const),
+      ['F32 checkpoint, --dtype f32, standard-op attention', () => ckF32, 'f32', () => ckF32, 'matmul'] as const,
+    ];
+    for (const [name, engineCk, dtype, oracleCk, attention] of cases) {
       test(`${name}: prefill, steered prefill, KV-cache greedy decode`, async () => {
-        const engine = await createEngineFromCheckpoint(engineCk(), { dtype, threads: 2 });
+        const engine = await createEngineFromCheckpoint(engineCk(), { dtype, threads: 2, attention });
         engines.push(engine);
         const oc = oracleCk();
         const fwd = await engine.forward(seqs);

@@ -11,7 +11,7 @@ import { loadCheckpoint } from '../checkpoint/load.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { attentionBias, leftPad, planChunks, positionIds, selectPositions, steeringMatrix } from './batch.ts';
-import type { ComputeDType } from './graph.ts';
+import type { AttentionImpl, ComputeDType } from './graph.ts';
 import { IO } from './graph.ts';
 import { openSession, type Device } from './session.ts';
 import type { Engine, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, Steering } from './types.ts';
@@ -26,6 +26,8 @@ export interface EngineOptions {
   maxBatchTokens?: number;
   /** weights only in the mmapped files, no pre-packed copy (less RSS, slower; see session.ts) */
   lowMemory?: boolean;
+  /** attention kernel: 'mha' (fused, default) or 'matmul' (standard ops); see graph.ts */
+  attention?: AttentionImpl;
 }
 
 /** Per-layer KV of `batch` rows × `length` slots; row b's real slots are starts[b]..length-1. */
@@ -285,6 +287,7 @@ export function argmax(row: Float32Array): number {
 export async function createEngineFromCheckpoint(ckpt: Checkpoint, opts: EngineOptions = {}): Promise<OnnxEngine> {
   const { session, cached } = await openSession(ckpt, {
     dtype: opts.dtype ?? 'f32', device: opts.device ?? 'cpu', threads: opts.threads, cacheDir: opts.cacheDir, lowMemory: opts.lowMemory,
+    attention: opts.attention,
   });
   const engine = new OnnxEngine(ckpt, session, cached);
   if (opts.maxBatchTokens !== undefined) {

@@ -14,10 +14,10 @@ import { basename, dirname, join } from 'node:path';
 import * as ort from 'onnxruntime-node';
 import type { Checkpoint } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
-import { buildModelGraph, type ComputeDType } from './graph.ts';
+import { attentionImpl, buildModelGraph, type AttentionImpl, type ComputeDType } from './graph.ts';
 
 /** bump when graph.ts changes what it emits */
-export const GRAPH_VERSION = 2;
+export const GRAPH_VERSION = 3;
 
 export type Device = 'cpu' | 'cuda';
 
@@ -33,6 +33,8 @@ export interface SessionOptions {
    * decode measured ~4× slower here (Gemm reading file-backed pages), prefill ~1.5× slower. Default false.
    */
   lowMemory?: boolean;
+  /** attention kernel (default: SAFEKEEP_ATTENTION or 'mha', see graph.ts) */
+  attention?: AttentionImpl;
 }
 
 export function cacheRoot(explicit?: string): string {
@@ -52,9 +54,9 @@ export function resolveWeightFiles(ckpt: Checkpoint): { realFiles: Map<string, s
   return { realFiles, weightsDir: [...dirs][0]! };
 }
 
-export function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, dtype: ComputeDType): string {
+export function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, dtype: ComputeDType, attention: AttentionImpl): string {
   const h = createHash('sha256');
-  h.update(`safekeep-graph v${GRAPH_VERSION}\n${ckpt.configHash}\n${dtype}\n`);
+  h.update(`safekeep-graph v${GRAPH_VERSION}\n${ckpt.configHash}\n${dtype}\n${attention}\n`);
   for (const real of [...realFiles.values()].sort()) {
     const st = statSync(real);
     h.update(`${real}\t${st.size}\t${st.mtimeMs}\n`);
@@ -66,11 +68,12 @@ export function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, 
 /** The graph bytes for this checkpoint and options: from the cache, or built and cached (atomic write). */
 export function modelGraph(ckpt: Checkpoint, opts: SessionOptions): { bytes: Uint8Array; weightsDir: string; cached: boolean; path: string } {
   const { realFiles, weightsDir } = resolveWeightFiles(ckpt);
-  const key = graphCacheKey(ckpt, realFiles, opts.dtype);
+  const attention = attentionImpl(opts.attention);
+  const key = graphCacheKey(ckpt, realFiles, opts.dtype, attention);
   const dir = join(cacheRoot(opts.cacheDir), 'graphs');
   const path = join(dir, `${key}.onnx`);
   if (existsSync(path)) return { bytes: readFileSync(path), weightsDir, cached: true, path };
-  const { bytes } = buildModelGraph(ckpt, opts.dtype, realFiles, weightsDir);
+  const { bytes } = buildModelGraph(ckpt, opts.dtype, realFiles, weightsDir, attention);
   try {
     mkdirSync(dir, { recursive: true });
     const tmp = `${path}.${process.pid}.tmp`;

@@ -22,6 +22,7 @@ export class GraphBuilder {
   private readonly used = new Set<string>();
   private prefix: string[] = [];
   private readonly constCache = new Map<string, string>();
+  private readonly outputSources: { name: string; value: string }[] = [];
 
   /** a fresh, unique value name under the current scope */
   fresh(base: string): string {
@@ -47,11 +48,31 @@ export class GraphBuilder {
     return name;
   }
 
-  /** expose `value` as graph output `name` (through Identity so names stay stable) */
+  /**
+   * Expose `value` as graph output `name`. At `graph()` time the producing node's output is renamed (no copy); a
+   * graph input, or a value exposed twice, goes through Identity.
+   */
   output(name: string, value: string, elemType: DataTypeId, dims: (number | string)[]): void {
+    if (this.used.has(name)) throw new Error(`graph: name ${name} already used`);
     this.used.add(name);
-    this.nodes.push({ opType: 'Identity', inputs: [value], outputs: [name], name: `out/${name}` });
+    this.outputSources.push({ name, value });
     this.outputs.push({ name, elemType, dims });
+  }
+
+  private finalizeOutputs(): void {
+    const producer = new Map<string, NodeDef>();
+    for (const n of this.nodes) for (const o of n.outputs) producer.set(o, n);
+    const renamed = new Map<string, string>();
+    for (const { name, value } of this.outputSources.splice(0)) {
+      const p = producer.get(value);
+      if (p && !renamed.has(value)) {
+        p.outputs = p.outputs.map((o) => (o === value ? name : o));
+        renamed.set(value, name);
+      } else {
+        this.nodes.push({ opType: 'Identity', inputs: [renamed.get(value) ?? value], outputs: [name], name: `out/${name}` });
+      }
+    }
+    if (renamed.size) for (const n of this.nodes) n.inputs = n.inputs.map((i) => renamed.get(i) ?? i);
   }
 
   opN(opType: string, inputs: string[], attrs: Record<string, AttrValue> = {}, opts: OpOptions = {}): string[] {
@@ -104,6 +125,7 @@ export class GraphBuilder {
   }
 
   graph(name: string): GraphDef {
+    this.finalizeOutputs();
     return { name, nodes: this.nodes, initializers: this.initializers, inputs: this.inputs, outputs: this.outputs };
   }
 
