@@ -70,7 +70,7 @@ export interface BuiltGraph {
 export type AttentionImpl = 'matmul' | 'mha';
 
 export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles: Map<string, string>, weightsDir: string,
-  attention: AttentionImpl = attentionImpl()): BuiltGraph {
+  attention: AttentionImpl = attentionImpl(), fuseLinears = false): BuiltGraph {
   const c = ckpt.config;
   const L = c.numLayers;
   const d = c.hiddenSize;
@@ -121,6 +121,18 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
     g.op('SimplifiedLayerNormalization', [x, weight(w)], { axis: -1, epsilon: { float: c.rmsNormEps }, stash_type: 1 }, { name: 'rmsnorm' });
   const linear = (x: string, w: string, bias?: string): string =>
     g.op('Gemm', bias ? [x, weight(w), weight(bias)] : [x, weight(w)], { transB: 1 }, { name: w.split('.').slice(-2, -1)[0] ?? 'linear' });
+  /**
+   * Several linear layers on the same input. With `fuseLinears` their weights are concatenated in the graph (folded
+   * by onnxruntime into one pre-packed weight) and run as one wider Gemm, then split.
+   */
+  const linears = (x: string, ws: string[], biases: string[] | undefined, widths: number[]): string[] => {
+    if (!fuseLinears) return ws.map((w, i) => linear(x, w, biases?.[i]));
+    const W = g.op('Concat', ws.map(weight), { axis: 0 }, { name: 'fused_weight' });
+    const inputs = [x, W];
+    if (biases) inputs.push(g.op('Concat', biases.map(weight), { axis: 0 }, { name: 'fused_bias' }));
+    const y = g.op('Gemm', inputs, { transB: 1 }, { name: 'fused_linear' });
+    return g.opN('Split', [y, g.i64(widths)], { axis: 1 }, { outputs: ws.length, name: 'split' });
+  };
 
   // ---- shapes
   const shapeBT = g.op('Shape', [ids], {}, { name: 'shape_bt' }); // [B, T]
@@ -179,9 +191,11 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
       // attention
       const h = rmsnorm(x, `${p}input_layernorm.weight`);
       const bias = (n: string) => (c.qkvBias ? `${p}self_attn.${n}_proj.bias` : undefined);
-      let q = g.op('Reshape', [linear(h, `${p}self_attn.q_proj.weight`, bias('q')), shapeQ]); // [B, T, H, hd]
-      let k = g.op('Reshape', [linear(h, `${p}self_attn.k_proj.weight`, bias('k')), shapeKV]); // [B, T, kvH, hd]
-      const v = g.op('Reshape', [linear(h, `${p}self_attn.v_proj.weight`, bias('v')), shapeKV]);
+      const [qf, kf, vf] = linears(h, ['q', 'k', 'v'].map((n) => `${p}self_attn.${n}_proj.weight`), c.qkvBias ? ['q', 'k', 'v'].map((n) => bias(n)!) : undefined,
+        [H * hd, kvH * hd, kvH * hd]);
+      let q = g.op('Reshape', [qf!, shapeQ]); // [B, T, H, hd]
+      let k = g.op('Reshape', [kf!, shapeKV]); // [B, T, kvH, hd]
+      const v = g.op('Reshape', [vf!, shapeKV]);
       if (c.qkNorm) {
         q = rmsnorm(q, `${p}self_attn.q_norm.weight`);
         k = rmsnorm(k, `${p}self_attn.k_norm.weight`);
@@ -218,8 +232,8 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
       let r = g.op('Add', [x, linear(merged, `${p}self_attn.o_proj.weight`)], {}, { name: 'resid_attn' });
       // MLP
       const h2 = rmsnorm(r, `${p}post_attention_layernorm.weight`);
-      const gate = linear(h2, `${p}mlp.gate_proj.weight`);
-      const act = g.op('Mul', [g.op('Mul', [gate, g.op('Sigmoid', [gate])], {}, { name: 'silu' }), linear(h2, `${p}mlp.up_proj.weight`)]);
+      const [gate, up] = linears(h2, [`${p}mlp.gate_proj.weight`, `${p}mlp.up_proj.weight`], undefined, [c.intermediateSize, c.intermediateSize]);
+      const act = g.op('Mul', [g.op('Mul', [gate!, g.op('Sigmoid', [gate!])], {}, { name: 'silu' }), up!]);
       r = g.op('Add', [r, linear(act, `${p}mlp.down_proj.weight`)], {}, { name: 'resid_mlp' });
       return addSteer(r, l + 1);
     });

@@ -54,9 +54,9 @@ export function resolveWeightFiles(ckpt: Checkpoint): { realFiles: Map<string, s
   return { realFiles, weightsDir: [...dirs][0]! };
 }
 
-export function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, dtype: ComputeDType, attention: AttentionImpl): string {
+export function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, dtype: ComputeDType, attention: AttentionImpl, fused: boolean): string {
   const h = createHash('sha256');
-  h.update(`safekeep-graph v${GRAPH_VERSION}\n${ckpt.configHash}\n${dtype}\n${attention}\n`);
+  h.update(`safekeep-graph v${GRAPH_VERSION}\n${ckpt.configHash}\n${dtype}\n${attention}\n${fused}\n`);
   for (const real of [...realFiles.values()].sort()) {
     const st = statSync(real);
     h.update(`${real}\t${st.size}\t${st.mtimeMs}\n`);
@@ -69,11 +69,13 @@ export function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, 
 export function modelGraph(ckpt: Checkpoint, opts: SessionOptions): { bytes: Uint8Array; weightsDir: string; cached: boolean; path: string } {
   const { realFiles, weightsDir } = resolveWeightFiles(ckpt);
   const attention = attentionImpl(opts.attention);
-  const key = graphCacheKey(ckpt, realFiles, opts.dtype, attention);
+  // fused q/k/v and gate/up weights are folded copies: only when weights are pre-packed (copied) anyway
+  const fused = !opts.lowMemory && process.env.SAFEKEEP_FUSE !== '0';
+  const key = graphCacheKey(ckpt, realFiles, opts.dtype, attention, fused);
   const dir = join(cacheRoot(opts.cacheDir), 'graphs');
   const path = join(dir, `${key}.onnx`);
   if (existsSync(path)) return { bytes: readFileSync(path), weightsDir, cached: true, path };
-  const { bytes } = buildModelGraph(ckpt, opts.dtype, realFiles, weightsDir, attention);
+  const { bytes } = buildModelGraph(ckpt, opts.dtype, realFiles, weightsDir, attention, fused);
   try {
     mkdirSync(dir, { recursive: true });
     const tmp = `${path}.${process.pid}.tmp`;
