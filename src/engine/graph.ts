@@ -97,22 +97,34 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
   }
 
   // ---- weights: external data into the safetensors files; f32 in the graph
-  const weightCache = new Map<string, string>();
-  const weight = (name: string): string => {
-    const hit = weightCache.get(name);
-    if (hit) return hit;
+  /** the stored tensor as an external initializer (a fresh one per call: distinct consumers can map the same bytes) */
+  const stored = (name: string): { init: string; entry: TensorEntry } => {
     const e: TensorEntry | undefined = ckpt.tensors.get(name);
     if (!e) throw new Error(`graph: checkpoint has no tensor ${name}`);
     const real = realFiles.get(e.file);
     if (!real) throw new Error(`graph: no resolved path for ${e.file}`);
-    let w = g.initializer(
+    const init = g.initializer(
       { dataType: STORAGE[e.dtype], dims: e.shape, external: { location: basename(real), offset: e.offset, length: e.byteLength } },
       name,
     );
-    if (e.dtype !== 'F32') w = g.op('Cast', [w], { to: F }, { name: `${name}.f32` });
-    if (dtype === 'bf16' && e.dtype !== 'BF16') {
+    return { init, entry: e };
+  };
+  /** storage → f32 as the compute dtype asks (BF16/F16 upcast exactly; --dtype bf16 rounds f32/f16 to bf16) */
+  const toF32 = (x: string, storage: DType, name: string): string => {
+    let w = x;
+    if (storage !== 'F32') w = g.op('Cast', [w], { to: F }, { name: `${name}.f32` });
+    if (dtype === 'bf16' && storage !== 'BF16') {
       w = g.op('Cast', [g.op('Cast', [w], { to: DataType.BFLOAT16 }, { name: `${name}.bf16` })], { to: F }, { name: `${name}.f32` });
     }
+    return w;
+  };
+  const weightCache = new Map<string, string>();
+  /** a weight as f32; the Casts on initializers are folded once by onnxruntime */
+  const weight = (name: string): string => {
+    const hit = weightCache.get(name);
+    if (hit) return hit;
+    const { init, entry } = stored(name);
+    const w = toF32(init, entry.dtype, name);
     weightCache.set(name, w);
     return w;
   };
@@ -179,7 +191,10 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
 
   // ---- embeddings
   let x = g.scope('embed', () => {
-    const e = g.op('Gather', [weight('model.embed_tokens.weight'), ids], { axis: 0 }); // [B, T, d]
+    // rows gathered from their own mapping of the stored bytes, converted after the gather: only the rows used are
+    // read, and a tied lm_head's folded/pre-packed copy does not keep a second full copy resident
+    const { init, entry } = stored('model.embed_tokens.weight');
+    const e = toF32(g.op('Gather', [init, ids], { axis: 0 }), entry.dtype, 'embed_rows'); // [B, T, d]
     return addSteer(g.op('Reshape', [e, g.i64([-1, d])]), 0); // [BT, d]
   });
   capture(x);
