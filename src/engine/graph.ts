@@ -9,8 +9,8 @@
  *     q, k = rope(q), rope(k)                        rotate_half form, positions from the caller
  *     K, V = concat(past, new)                       → present KV
  *     x += o_proj(softmax(q Kᵀ/√hd + bias) V)        GQA by broadcasting, softmax in f32
- *     x += down(silu(gate(h')) * up(h')),  h' = rmsnorm(x)
- *     x += steer[l+1]                                hidden[l+1] (pre final norm, also for l+1 = L)
+ *     x += down(silu(gate(h')) * up(h')) + steer[l+1],  h' = rmsnorm(x)      steer row as the Gemm bias
+ *                                                    → hidden[l+1] (pre final norm, also for l+1 = L)
  *   logits = rmsnorm(x[logits_index]) lm_headᵀ
  *
  * Tokens are flattened to 2-D [B*T, d] so every linear layer is one Gemm(transB=1) straight on the HF [out, in]
@@ -186,8 +186,8 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
   const capture = (x: string): void => {
     captured.push(g.op('Unsqueeze', [g.op('Gather', [x, hiddenIndex], { axis: 0 }), g.i64([0])], {}, { name: 'capture' }));
   };
-  const addSteer = (x: string, l: number): string =>
-    g.op('Add', [x, g.op('Gather', [steer, g.i64([l], [])], { axis: 0 }, { name: 'steer_row' })], {}, { name: 'steered' });
+  const steerRow = (l: number): string => g.op('Gather', [steer, g.i64([l], [])], { axis: 0 }, { name: 'steer_row' }); // [d]
+  const addSteer = (x: string, l: number): string => g.op('Add', [x, steerRow(l)], {}, { name: 'steered' });
 
   // ---- embeddings
   let x = g.scope('embed', () => {
@@ -249,8 +249,10 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
       const h2 = rmsnorm(r, `${p}post_attention_layernorm.weight`);
       const [gate, up] = linears(h2, [`${p}mlp.gate_proj.weight`, `${p}mlp.up_proj.weight`], undefined, [c.intermediateSize, c.intermediateSize]);
       const act = g.op('Mul', [g.op('Mul', [gate!, g.op('Sigmoid', [gate!])], {}, { name: 'silu' }), up!]);
-      r = g.op('Add', [r, linear(act, `${p}mlp.down_proj.weight`)], {}, { name: 'resid_mlp' });
-      return addSteer(r, l + 1);
+      // steering row l+1 rides in the down projection's Gemm bias (C), so an unused (zero) steer costs nothing extra:
+      // hidden[l+1] = r + (down(act) + steer[l+1])
+      const down = g.op('Gemm', [act, weight(`${p}mlp.down_proj.weight`), steerRow(l + 1)], { transB: 1 }, { name: 'down_proj_steered' });
+      return g.op('Add', [r, down], {}, { name: 'resid_mlp' });
     });
     capture(x);
   }
