@@ -8,7 +8,7 @@
  * configuration, so rows align across caches (the Schema Direction pairs h_schema and h_text row by row).
  */
 import { basename, join, resolve } from 'node:path';
-import { createEngine } from '../engine/engine.ts';
+import { createEngine, type EngineOptions } from '../engine/engine.ts';
 import { GRAPH_VERSION } from '../engine/session.ts';
 import type { Engine } from '../engine/types.ts';
 import { loadCheckpoint } from '../checkpoint/load.ts';
@@ -19,7 +19,7 @@ import { PromptBuilder, type ConfigName, type ToolRepr } from '../prompts/config
 import { loadPromptTexts } from '../prompts/texts.ts';
 import { loadPromptTokenizer, type PromptTokenizer } from '../prompts/tokenizer.ts';
 import { SafekeepError } from '../util/errors.ts';
-import { buildActivationCache, type CacheRow, type StoreResult } from '../cache/store.ts';
+import { buildActivationCache, type BatchCompute, type CacheRow, type StoreResult } from '../cache/store.ts';
 
 export const ENGINE_VERSION = `safekeep-engine graph v${GRAPH_VERSION}`;
 
@@ -70,8 +70,8 @@ export interface ContextOptions {
   data: string;
   /** results root (default `results`) */
   results?: string;
-  dtype?: 'f32' | 'bf16';
-  device?: 'cpu' | 'cuda';
+  /** engine options (dtype, device, threads) */
+  engine?: EngineOptions;
   template?: string;
   splitSeed?: number;
   /** keep only n pairs: round-robin over categories in set order, so a subset still spans every category */
@@ -107,11 +107,12 @@ export async function openContext(o: ContextOptions): Promise<ExtractContext> {
   let set = await loadPairSet(o.data);
   if (o.limit !== undefined) set = { ...set, pairs: stratifiedSubset(set.pairs, o.limit) };
   const split = splitPairs(set, o.splitSeed ?? 0);
-  const engine = await createEngine(modelDir, { dtype: o.dtype ?? 'f32', device: o.device ?? 'cpu' });
+  const engineOptions: EngineOptions = { dtype: 'f32', device: 'cpu', ...o.engine };
+  const engine = await createEngine(modelDir, engineOptions);
   const modelName = basename(modelDir);
   const cacheDir = join(resolve(o.results ?? 'results'), modelName, 'cache');
   const baseManifest = {
-    model: { dir: o.model, configHash: ckpt.configHash, family: ckpt.config.family, layers: ckpt.config.numLayers, dModel: ckpt.config.hiddenSize, dtype: o.dtype ?? 'f32' },
+    model: { dir: o.model, configHash: ckpt.configHash, family: ckpt.config.family, layers: ckpt.config.numLayers, dModel: ckpt.config.hiddenSize, dtype: engineOptions.dtype },
     prompts: builder.manifest(),
     dataset: { name: set.name, hash: set.hash, pairs: set.pairs.length, limit: o.limit ?? null, split },
     engine: ENGINE_VERSION,
@@ -132,23 +133,26 @@ export function renderRows(ctx: ExtractContext, c: Condition): CacheRow[] {
   return rows;
 }
 
-/** Caches the final-prompt-token residual stream of every row in condition `c`. [n, L+1, d] */
-export async function extractCondition(ctx: ExtractContext, c: Condition): Promise<StoreResult> {
-  const rows = renderRows(ctx, c);
-  const { engine } = ctx;
+/** Runs `compute` over the rows of condition `c` into the cache `name` (resumable, see cache/store.ts). */
+function cacheCondition(ctx: ExtractContext, c: Condition, name: string, kind: string, compute: BatchCompute): Promise<StoreResult> {
   return buildActivationCache({
     dir: ctx.cacheDir,
-    name: promptCacheName(c),
-    rows,
-    layers: engine.numLayers + 1,
-    d: engine.dModel,
+    name,
+    rows: renderRows(ctx, c),
+    layers: ctx.engine.numLayers + 1,
+    d: ctx.engine.dModel,
     batchTokens: ctx.batchTokens,
-    label: `extract ${conditionName(c)}`,
-    manifest: { ...ctx.baseManifest, kind: 'final-prompt-token', condition: conditionName(c) },
-    compute: async (batch) => {
-      const res = await engine.forward(batch.map((r) => r.ids), { hiddenAt: 'last', logitsAt: 'none' });
-      return res.map((r) => r.hidden);
-    },
+    label: `${kind} ${conditionName(c)}`,
+    manifest: { ...ctx.baseManifest, kind, condition: conditionName(c) },
+    compute,
+  });
+}
+
+/** Caches the final-prompt-token residual stream of every row in condition `c`. [n, L+1, d] */
+export function extractCondition(ctx: ExtractContext, c: Condition): Promise<StoreResult> {
+  return cacheCondition(ctx, c, promptCacheName(c), 'final-prompt-token', async (batch) => {
+    const res = await ctx.engine.forward(batch.map((r) => r.ids), { hiddenAt: 'last', logitsAt: 'none' });
+    return res.map((r) => r.hidden);
   });
 }
 
@@ -156,22 +160,9 @@ export async function extractCondition(ctx: ExtractContext, c: Condition): Promi
  * Caches the residual stream of the first generated token (greedy) for the agent prompt in `repr`: the state
  * computed when that token is fed back in (DEVELOPERS.md convention). [n, L+1, d]
  */
-export async function extractFirstToken(ctx: ExtractContext, repr: ToolRepr): Promise<StoreResult> {
-  const c: Condition = { config: 'agent', repr };
-  const rows = renderRows(ctx, c);
-  const { engine } = ctx;
-  return buildActivationCache({
-    dir: ctx.cacheDir,
-    name: firstTokenCacheName(repr),
-    rows,
-    layers: engine.numLayers + 1,
-    d: engine.dModel,
-    batchTokens: ctx.batchTokens,
-    label: `first token ${repr}`,
-    manifest: { ...ctx.baseManifest, kind: 'first-generated-token', condition: conditionName(c) },
-    compute: async (batch) => {
-      const res = await engine.generate(batch.map((r) => r.ids), { maxNewTokens: 1, stopIds: [], returnFirstTokenHidden: true });
-      return res.map((r) => r.firstTokenHidden!);
-    },
+export function extractFirstToken(ctx: ExtractContext, repr: ToolRepr): Promise<StoreResult> {
+  return cacheCondition(ctx, { config: 'agent', repr }, firstTokenCacheName(repr), 'first-generated-token', async (batch) => {
+    const res = await ctx.engine.generate(batch.map((r) => r.ids), { maxNewTokens: 1, stopIds: [], returnFirstTokenHidden: true });
+    return res.map((r) => r.firstTokenHidden!);
   });
 }
