@@ -115,6 +115,27 @@ describe('engine invariants (random llama, GQA 6/2)', () => {
     }
   });
 
+  test('default stop ids come from generation_config.json (eos), [] never stops', async () => {
+    const [free] = await engine.generate([seqs[1]!], { maxNewTokens: 6, stopIds: [] });
+    const eos = free!.generatedIds[3]!;
+    const k = free!.generatedIds.indexOf(eos);
+    await writeRandomCheckpoint(join(tmp, 'eos'), 'llama', {
+      seed: 3, numLayers: 3, hiddenSize: 48, numHeads: 6, numKvHeads: 2, intermediateSize: 96, vocabSize: 131, std: 0.2, eosTokenId: [9999 % 131, eos],
+    });
+    const withEos = await createEngineFromCheckpoint(await loadCheckpoint(join(tmp, 'eos')), { threads: 1 });
+    try {
+      assert.deepEqual(withEos.eosIds, [9999 % 131, eos]);
+      const [stopped] = await withEos.generate([seqs[1]!], { maxNewTokens: 6 });
+      assert.deepEqual(stopped!.generatedIds, free!.generatedIds.slice(0, k + 1));
+      assert.equal(stopped!.finish, 'stop');
+      const [never] = await withEos.generate([seqs[1]!], { maxNewTokens: 6, stopIds: [] });
+      assert.deepEqual(never!.generatedIds, free!.generatedIds);
+      assert.equal(never!.finish, 'length');
+    } finally {
+      await withEos.dispose();
+    }
+  });
+
   test('position selectors return the same rows as "all"', async () => {
     const [all] = await engine.forward([seqs[2]!]);
     const [sel] = await engine.forward([seqs[2]!], { hiddenAt: [0, -1, 4], logitsAt: 'last' });
