@@ -8,7 +8,7 @@
  *     (qwen3) q, k = rmsnorm per head
  *     q, k = rope(q), rope(k)                        rotate_half form, positions from the caller
  *     K, V = concat(past, new)                       → present KV
- *     x += o_proj(softmax(q Kᵀ/√hd + bias) V)        GQA by broadcasting, softmax in f32
+ *     x += o_proj(softmax(q Kᵀ/√hd + bias) V)        GQA (KV head h // rep), softmax in f32
  *     x += down(silu(gate(h')) * up(h')) + steer[l+1],  h' = rmsnorm(x)      steer row as the Gemm bias
  *                                                    → hidden[l+1] (pre final norm, also for l+1 = L)
  *   logits = rmsnorm(x[logits_index]) lm_headᵀ
@@ -63,12 +63,12 @@ export interface BuiltGraph {
   weightsDir: string;
 }
 
-/**
- * Build the graph. `weightsDir` is the one folder that holds every (real, symlink-resolved) weight file; each
- * entry's location is its basename there.
- */
 export type AttentionImpl = 'matmul' | 'mha';
 
+/**
+ * Build the graph. `weightsDir` is the one folder that holds every (real, symlink-resolved) weight file; each
+ * entry's location is its basename there. `fuseLinears`: q/k/v and gate/up as one Gemm each (see `linears`).
+ */
 export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles: Map<string, string>, weightsDir: string,
   attention: AttentionImpl = attentionImpl(), fuseLinears = false): BuiltGraph {
   const c = ckpt.config;
