@@ -167,16 +167,13 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
     return g.op('Add', [g.op('Mul', [x, cos]), g.op('Mul', [rotated, sin])], {}, { name: 'rope' });
   };
 
-  // the bias expanded once to the full score shape [B, kvH, rep, T, S]: a broadcasting Add per layer measured ~20 % of
-  // a 512-token prefill, the same-shape Add is a plain streaming add
-  let bias5Name: string | null = null;
-  const bias5 = (): string => {
-    if (bias5Name) return bias5Name;
-    const biasShape = g.op('Concat', [
-      g.op('Slice', [shapeBT, g.i64([0]), g.i64([1])]), g.i64([kvH, rep]), g.op('Slice', [g.op('Shape', [attnBias]), g.i64([1]), g.i64([3])]),
-    ], { axis: 0 }, { name: 'score_shape' });
-    bias5Name = g.op('Expand', [g.op('Unsqueeze', [attnBias, g.i64([1, 2])]), biasShape], {}, { name: 'attn_bias5' });
-    return bias5Name;
+  // the bias repeated for the rep query heads of a KV head and expanded once to the score shape [B, kvH, rep·T, S]
+  // (a broadcasting Add per layer measured ~20 % of a 512-token prefill; the same-shape Add is a plain streaming add)
+  let biasRepName: string | null = null;
+  const biasRep = (): string => {
+    if (biasRepName) return biasRepName;
+    const tiled = g.op('Unsqueeze', [g.op('Tile', [attnBias, g.i64([1, rep, 1])]), g.i64([1])]); // [B, 1, rep·T, S]
+    return (biasRepName = g.op('Expand', [tiled, g.i64([1, kvH, 1, 1])], {}, { name: 'attn_bias_rep' }));
   };
   let bias4Name: string | null = null;
   const bias4 = (): string => (bias4Name ??= g.op('Unsqueeze', [attnBias, g.i64([1])], {}, { name: 'attn_bias4' })); // [B, 1, T, S]
@@ -188,6 +185,29 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
   };
   const steerRow = (l: number): string => g.op('Gather', [steer, g.i64([l], [])], { axis: 0 }, { name: 'steer_row' }); // [d]
   const addSteer = (x: string, l: number): string => g.op('Add', [x, steerRow(l)], {}, { name: 'steered' });
+
+  /** GQA with onnxruntime's fused MultiHeadAttention: K/V repeated per query head, the bias added inside. → [BT, H·hd] */
+  const mhaAttention = (q: string, K: string, V: string): string => {
+    const perHead = (t: string) => (rep === 1 ? t : g.op('Reshape', [
+      g.op('Expand', [g.op('Unsqueeze', [t, g.i64([2])]), g.i64([1, 1, rep, 1, 1])]), g.i64([0, H, -1, hd])]));
+    const attn = g.op('MultiHeadAttention', [g.op('Reshape', [q, g.i64([0, 0, H * hd])]), perHead(K), perHead(V), '', '', bias4()],
+      { num_heads: H, scale: { float: 1 / Math.sqrt(hd) } }, { domain: 'com.microsoft', name: 'mha' }); // [B, T, H·hd]
+    return g.op('Reshape', [attn, g.i64([-1, H * hd])]);
+  };
+  /**
+   * GQA with standard ops: query head h = kv·rep + r uses KV head kv → q as [B, kvH, rep·T, hd] against K/V
+   * [B, kvH, S, hd] (plain batched matmuls, K/V not repeated); the 1/√hd scale goes on q; softmax in f32. → [BT, H·hd]
+   */
+  const matmulAttention = (q: string, K: string, V: string): string => {
+    const q4 = g.op('Reshape', [g.op('Transpose', [g.op('Mul', [q, scale()], {}, { name: 'q_scaled' })], { perm: [0, 2, 1, 3] }), g.i64([0, kvH, -1, hd])]);
+    const scores = g.op('Add', [g.op('MatMul', [q4, g.op('Transpose', [K], { perm: [0, 1, 3, 2] })]), biasRep()], {}, { name: 'scores' });
+    const probs = g.op('Softmax', [scores], { axis: -1 }, { name: 'probs' }); // [B, kvH, rep·T, S]
+    const o = g.op('MatMul', [probs, V]); // [B, kvH, rep·T, hd]
+    return g.op('Reshape', [
+      g.op('Transpose', [g.op('Reshape', [o, g.i64([0, H, -1, hd])])], { perm: [0, 2, 1, 3] }),
+      g.i64([-1, H * hd]),
+    ]);
+  };
 
   // ---- embeddings
   let x = g.scope('embed', () => {
@@ -222,28 +242,7 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
       const V = g.op('Concat', [past[l]!.v, toHeads(v)], { axis: 2 }, { name: 'present_value' });
       g.output(IO.presentKey(l), K, F, ['batch', kvH, 'total', hd]);
       g.output(IO.presentValue(l), V, F, ['batch', kvH, 'total', hd]);
-      let merged: string; // [BT, H·hd]
-      if (attention === 'mha') {
-        // onnxruntime's fused MultiHeadAttention: K/V given per query head (GQA: KV head h // rep repeated), bias added inside
-        const perHead = (t: string) => (rep === 1 ? t : g.op('Reshape', [
-          g.op('Expand', [g.op('Unsqueeze', [t, g.i64([2])]), g.i64([1, 1, rep, 1, 1])]), g.i64([0, H, -1, hd])]));
-        const attn = g.op('MultiHeadAttention', [g.op('Reshape', [q, g.i64([0, 0, H * hd])]), perHead(K), perHead(V), '', '', bias4()],
-          { num_heads: H, scale: { float: 1 / Math.sqrt(hd) } }, { domain: 'com.microsoft', name: 'mha' }); // [B, T, H·hd]
-        merged = g.op('Reshape', [attn, g.i64([-1, H * hd])]);
-      } else {
-        // GQA: query head h uses KV head h // rep → view q as [B, kvH, rep, T, hd], K/V as [B, kvH, 1, S, hd]
-        // the 1/√hd scale goes on q (fewer elements than the scores; exact when hd is a power of 4)
-        const q5 = g.op('Reshape', [toHeads(g.op('Mul', [q, scale()], {}, { name: 'q_scaled' })), g.i64([0, kvH, rep, -1, hd])]);
-        const Kt = g.op('Unsqueeze', [g.op('Transpose', [K], { perm: [0, 1, 3, 2] }), g.i64([2])]); // [B, kvH, 1, hd, S]
-        const V5 = g.op('Unsqueeze', [V, g.i64([2])]);
-        const scores = g.op('Add', [g.op('MatMul', [q5, Kt]), bias5()], {}, { name: 'scores' });
-        const probs = g.op('Softmax', [scores], { axis: -1 }, { name: 'probs' });
-        const o = g.op('MatMul', [probs, V5]); // [B, kvH, rep, T, hd]
-        merged = g.op('Reshape', [
-          g.op('Transpose', [g.op('Reshape', [o, g.i64([0, H, -1, hd])])], { perm: [0, 2, 1, 3] }),
-          g.i64([-1, H * hd]),
-        ]);
-      }
+      const merged = attention === 'mha' ? mhaAttention(q, K, V) : matmulAttention(q, K, V); // [BT, H·hd]
       let r = g.op('Add', [x, linear(merged, `${p}self_attn.o_proj.weight`)], {}, { name: 'resid_attn' });
       // MLP
       const h2 = rmsnorm(r, `${p}post_attention_layernorm.weight`);

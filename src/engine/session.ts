@@ -17,7 +17,7 @@ import { SafekeepError } from '../util/errors.ts';
 import { attentionImpl, buildModelGraph, type AttentionImpl, type ComputeDType } from './graph.ts';
 
 /** bump when graph.ts changes what it emits */
-export const GRAPH_VERSION = 5;
+export const GRAPH_VERSION = 6;
 
 export type Device = 'cpu' | 'cuda';
 
