@@ -5,9 +5,10 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { repoRoot, sharedPath } from './helpers/shared.ts';
 import { maxAbsDiff, readAllF32 } from './helpers/engine.ts';
 
@@ -98,4 +99,30 @@ describe('engine CLI: forward and generate', { skip: root ? false : 'needs ../sh
       assert.equal(r.stderr.trim().split('\n').length, 1, `one line: ${r.stderr}`);
     }
   });
+});
+
+test('a broken checkpoint through the CLI: one clear line, exit 2 (truncated weights, unknown model_type)', async () => {
+  const tmp = mkdtempSync(join(tmpdir(), 'safekeep-cli-bad-'));
+  try {
+    const env = { SAFEKEEP_CACHE: join(tmp, 'cache') };
+    writeFileSync(join(tmp, 'ids.json'), JSON.stringify({ input_ids: [[3, 4, 5]] }));
+    const small = { numLayers: 1, hiddenSize: 16, numHeads: 2, numKvHeads: 1, intermediateSize: 32, vocabSize: 40 };
+    await writeRandomCheckpoint(join(tmp, 'ok'), 'mistral', { seed: 1, ...small });
+    const ok = cli(['forward', '--model', join(tmp, 'ok'), '--ids', join(tmp, 'ids.json'), '--out', join(tmp, 'o.safetensors')], env);
+    assert.equal(ok.code, 0, ok.stderr);
+    await writeRandomCheckpoint(join(tmp, 'trunc'), 'mistral', { seed: 1, ...small });
+    const st = join(tmp, 'trunc', 'model.safetensors');
+    truncateSync(st, readFileSync(st).length - 100);
+    await writeRandomCheckpoint(join(tmp, 'arch'), 'mistral', { seed: 1, ...small });
+    const cfgPath = join(tmp, 'arch', 'config.json');
+    writeFileSync(cfgPath, JSON.stringify({ ...JSON.parse(readFileSync(cfgPath, 'utf8')), model_type: 'gpt2' }));
+    for (const [dir, msg] of [['trunc', /model\.safetensors/], ['arch', /gpt2/]] as const) {
+      const r = cli(['forward', '--model', join(tmp, dir), '--ids', join(tmp, 'ids.json'), '--out', join(tmp, 'x.safetensors')], env);
+      assert.equal(r.code, 2, r.stderr);
+      assert.match(r.stderr, msg);
+      assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+    }
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
 });
