@@ -12,7 +12,7 @@
  * Targets (issue 2): prefill ≥ 70 % of the GEMM rate; RSS ≤ 1.3 × f32 weight bytes.
  */
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -143,10 +143,13 @@ async function main(): Promise<void> {
   const keep = flag('keep');
   const dir = keep ?? mkdtempSync(join(tmpdir(), 'safekeep-bench-'));
   try {
-    process.stderr.write(`writing random checkpoint to ${dir} ...\n`);
-    await writeRandomCheckpoint(join(dir, 'model'), 'llama', SHAPE);
-    const extra = process.argv.slice(2).filter((a, i, all) => a !== '--keep' && all[i - 1] !== '--keep');
-    const r = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--run', join(dir, 'model'), '--threads', String(threads), ...extra.filter((a) => a !== '--threads' && extra[extra.indexOf(a) - 1] !== '--threads')], { stdio: 'inherit' });
+    if (!(keep && existsSync(join(dir, 'model', 'model.safetensors')))) {
+      process.stderr.write(`writing random checkpoint to ${dir} ...\n`);
+      await writeRandomCheckpoint(join(dir, 'model'), 'llama', SHAPE);
+    }
+    // the child measures (it re-reads --threads, --reps, --low-memory, --json); --keep stays with the parent
+    const passOn = process.argv.slice(2).filter((a, i, all) => a !== '--keep' && all[i - 1] !== '--keep');
+    const r = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--run', join(dir, 'model'), ...passOn], { stdio: 'inherit' });
     if (r.status !== 0) process.exitCode = r.status ?? 1;
   } finally {
     if (!keep) rmSync(dir, { recursive: true, force: true });
