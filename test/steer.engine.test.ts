@@ -1,0 +1,56 @@
+/**
+ * Steering invariants the sweep relies on (issue 5): α = 0 reproduces the unsteered generation exactly, and
+ * steered decoding with the KV cache equals a steered full recompute of the generated sequence.
+ */
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
+import { createEngine } from '../src/engine/engine.ts';
+import type { Engine } from '../src/engine/types.ts';
+import { maxAbsDiff } from './helpers/engine.ts';
+
+let dir: string;
+let eng: Engine;
+const prompts = [[5, 17, 99, 3, 250, 41, 8], [77, 12, 400, 9]];
+const vector = Float32Array.from({ length: 64 }, (_, i) => Math.cos(i * 0.7));
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'steer-engine-'));
+  process.env.SAFEKEEP_CACHE = join(dir, '.graphs');
+  await writeRandomCheckpoint(join(dir, 'm'), 'qwen3', { seed: 11 });
+  eng = await createEngine(join(dir, 'm'));
+});
+after(async () => {
+  await eng.dispose();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+test('α = 0 reproduces the unsteered generations exactly', async () => {
+  const opts = { maxNewTokens: 12, stopIds: [], returnStepLogits: true } as const;
+  const plain = await eng.generate(prompts, opts);
+  const zero = await eng.generate(prompts, { ...opts, steer: { layer: 2, vector, alpha: 0 } });
+  plain.forEach((p, i) => {
+    assert.deepEqual(zero[i]!.generatedIds, p.generatedIds);
+    assert.ok(maxAbsDiff(zero[i]!.stepLogits!, p.stepLogits!) <= 1e-6);
+  });
+  const steered = await eng.generate(prompts, { ...opts, steer: { layer: 2, vector, alpha: 6 } });
+  assert.ok(maxAbsDiff(steered[0]!.stepLogits!, plain[0]!.stepLogits!) > 1e-2, 'α = 6 must change the logits');
+});
+
+test('steered decoding with the KV cache equals a steered full recompute', async () => {
+  const steer = { layer: 3, vector, alpha: 5 };
+  const gen = await eng.generate(prompts, { maxNewTokens: 10, stopIds: [], returnStepLogits: true, steer });
+  for (const [i, g] of gen.entries()) {
+    const p = prompts[i]!;
+    const full = [...p, ...g.generatedIds.slice(0, -1)];
+    const [f] = await eng.forward([full], { steer, hiddenAt: 'none', logitsAt: 'all' });
+    const V = eng.vocabSize;
+    // step k was chosen from the logits at position p.length - 1 + k of the full sequence
+    const rows = f!.logits.subarray((p.length - 1) * V);
+    assert.equal(rows.length, g.stepLogits!.length);
+    assert.ok(maxAbsDiff(rows, g.stepLogits!) <= 1e-5, `sequence ${i}: ${maxAbsDiff(rows, g.stepLogits!)}`);
+  }
+});
