@@ -13,6 +13,7 @@ import { SafekeepError } from '../util/errors.ts';
 import { attentionBias, leftPad, planChunks, positionIds, selectPositions, steeringMatrix } from './batch.ts';
 import type { AttentionImpl, ComputeDType } from './graph.ts';
 import { IO } from './graph.ts';
+import { forwardShared, type SharedForwardOptions, type SharedForwardResult } from './prefix.ts';
 import { openSession, type Device } from './session.ts';
 import type { Engine, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, Steering } from './types.ts';
 
@@ -177,6 +178,15 @@ export class OnnxEngine implements Engine {
       });
     }
     return results;
+  }
+
+  /**
+   * `forward` with shared-prefix KV reuse (prefix.ts): same results within float rounding, each distinct shared
+   * prefix computed once (kept in `opts.cache` across calls), plus {promptTokens, computedTokens}.
+   */
+  async forwardShared(inputIds: number[][], opts: SharedForwardOptions = {}): Promise<SharedForwardResult> {
+    this.checkIds(inputIds);
+    return forwardShared(this, inputIds, steeringMatrix(this.numLayers, this.dModel, opts.steer), opts);
   }
 
   async generate(inputIds: number[][], opts: GenerateOptions): Promise<GenerateResult[]> {

@@ -1,0 +1,290 @@
+/**
+ * Shared-prefix KV reuse (issue 7). Prompts of one workload share long token prefixes (template header, system
+ * text, tool specs); each distinct shared prefix is computed once, its KV kept in a byte-bounded LRU, and only the
+ * suffixes are run on top of it.
+ *
+ * Split points come from the trie of ALL prompts of a workload (`prefixPlan`): a prompt's boundaries are the depths
+ * where its path branches (every lcp with another prompt). A prefix's KV is always built along the same chain of
+ * boundaries (each step = the tokens between two boundaries, batch 1), and the cache key includes that chain and the
+ * steering matrix, so a cache hit returns exactly the bytes a miss would compute: results never depend on what the
+ * LRU held (deterministic kill-and-resume).
+ *
+ * Suffix batches: rows with different prefix lengths share one step by LEFT-padding the past KV (row b's prefix in
+ * slots Pmax−P_b..Pmax−1, start = Pmax−P_b) and RIGHT-padding the new tokens (causal attention never lets a real token
+ * see a later pad), so position ids stay slot − start and only the real slots are visible.
+ */
+import { createHash } from 'node:crypto';
+import * as ort from 'onnxruntime-node';
+import { selectPositions } from './batch.ts';
+import type { KvCache, OnnxEngine } from './engine.ts';
+import type { ForwardResult, PositionSelector, Steering } from './types.ts';
+
+/** lcp of two token sequences */
+export function lcp(a: readonly number[], b: readonly number[]): number {
+  const n = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < n && a[i] === b[i]) i++;
+  return i;
+}
+
+/**
+ * For each prompt, the ascending depths (> 0) at which its trie path is shared with another prompt and branches:
+ * { lcp(s, t) : t another prompt, lcp > 0 }. Sorted-neighbour form: lcp(s_i, s_j) = min of adjacent lcps between
+ * them in sorted order; each prompt walks outward until the running min reaches 0. [prompt] → boundaries
+ */
+export function prefixPlan(prompts: readonly (readonly number[])[]): number[][] {
+  const n = prompts.length;
+  const order = prompts.map((_, i) => i).sort((a, b) => compareSeq(prompts[a]!, prompts[b]!) || a - b);
+  const adj = new Array<number>(Math.max(0, n - 1));
+  for (let k = 0; k + 1 < n; k++) adj[k] = lcp(prompts[order[k]!]!, prompts[order[k + 1]!]!);
+  const out: number[][] = new Array(n);
+  for (let k = 0; k < n; k++) {
+    const set = new Set<number>();
+    for (let m = Infinity, j = k - 1; j >= 0; j--) {
+      m = Math.min(m, adj[j]!);
+      if (m === 0) break;
+      set.add(m);
+    }
+    for (let m = Infinity, j = k; j + 1 < n; j++) {
+      m = Math.min(m, adj[j]!);
+      if (m === 0) break;
+      set.add(m);
+    }
+    out[order[k]!] = [...set].sort((a, b) => a - b);
+  }
+  return out;
+}
+
+function compareSeq(a: readonly number[], b: readonly number[]): number {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) if (a[i] !== b[i]) return a[i]! - b[i]!;
+  return a.length - b.length;
+}
+
+/**
+ * The prefix a prompt reuses: the largest boundary that leaves every requested position (and at least the last
+ * token) in the computed suffix; 0 = no reuse. `chain` = the boundaries below it (how its KV is built).
+ */
+export function choosePrefix(boundaries: readonly number[], length: number, firstWanted: number): { prefix: number; chain: number[] } {
+  const limit = Math.min(firstWanted, length - 1);
+  const usable = boundaries.filter((b) => b > 0 && b <= limit);
+  return { prefix: usable.at(-1) ?? 0, chain: usable.slice(0, -1) };
+}
+
+/** Batch-1 KV of a prefix: per layer [1, kvH, P, hd] */
+interface PrefixKv {
+  keys: Float32Array[];
+  values: Float32Array[];
+  length: number;
+  bytes: number;
+}
+
+/** Byte-bounded LRU of prefix KV (Map insertion order = recency). */
+export class PrefixCache {
+  private readonly map = new Map<string, PrefixKv>();
+  private used = 0;
+  hits = 0;
+  misses = 0;
+  /** most bytes of KV held (default 1 GiB) */
+  constructor(readonly maxBytes = 1 << 30) {}
+
+  get(key: string): PrefixKv | undefined {
+    const v = this.map.get(key);
+    if (v) {
+      this.map.delete(key);
+      this.map.set(key, v);
+    }
+    return v;
+  }
+
+  set(key: string, v: PrefixKv): void {
+    if (this.map.has(key)) return;
+    if (v.bytes > this.maxBytes) return;
+    this.map.set(key, v);
+    this.used += v.bytes;
+    for (const [k, old] of this.map) {
+      if (this.used <= this.maxBytes) break;
+      this.map.delete(k);
+      this.used -= old.bytes;
+    }
+  }
+
+  get bytes(): number {
+    return this.used;
+  }
+
+  get size(): number {
+    return this.map.size;
+  }
+}
+
+export interface SharedForwardOptions {
+  steer?: Steering;
+  hiddenAt?: PositionSelector;
+  logitsAt?: PositionSelector;
+  /** boundaries per prompt from `prefixPlan` over the whole workload (default: planned over this call's prompts) */
+  boundaries?: readonly (readonly number[])[];
+  /** prefix KV cache kept across calls (default: a fresh one for this call) */
+  cache?: PrefixCache;
+}
+
+export interface ReuseStats {
+  /** tokens in the prompts */
+  promptTokens: number;
+  /** tokens actually run through the model (prefix steps + suffixes, no padding) */
+  computedTokens: number;
+}
+
+export interface SharedForwardResult {
+  results: ForwardResult[];
+  stats: ReuseStats;
+}
+
+const steerKey = (steer: Float32Array): string => {
+  for (let i = 0; i < steer.length; i++) if (steer[i] !== 0) return createHash('sha256').update(new Uint8Array(steer.buffer, steer.byteOffset, steer.byteLength)).digest('hex').slice(0, 16);
+  return 'none';
+};
+const prefixKey = (ids: readonly number[], prefix: number, chain: readonly number[], steer: string): string =>
+  createHash('sha256').update(`${steer}|${chain.join(',')}|${ids.slice(0, prefix).join(',')}`).digest('hex');
+
+/**
+ * Forward with shared-prefix reuse: the same `ForwardResult[]` as `engine.forward(prompts, opts)` (hidden states and
+ * logits within float rounding, ≤ 1e-5 in the tests) plus what was computed.
+ */
+export async function forwardShared(engine: OnnxEngine, prompts: number[][], steerMatrix: Float32Array, opts: SharedForwardOptions = {}): Promise<SharedForwardResult> {
+  const n = prompts.length;
+  const boundaries = opts.boundaries ?? prefixPlan(prompts);
+  if (boundaries.length !== n) throw new Error(`forwardShared: ${boundaries.length} boundary lists for ${n} prompts`);
+  const cache = opts.cache ?? new PrefixCache();
+  const { numKvHeads: kvH, headDim: hd } = engine.config;
+  const L = engine.numLayers;
+  const L1 = L + 1;
+  const d = engine.dModel;
+  const V = engine.vocabSize;
+  const sKey = steerKey(steerMatrix);
+  const stats: ReuseStats = { promptTokens: 0, computedTokens: 0 };
+
+  /** KV of ids[0..prefix) built along `chain` (each piece one batch-1 step), from the cache when there */
+  const prefixKv = async (ids: readonly number[], prefix: number, chain: readonly number[]): Promise<PrefixKv> => {
+    const key = prefixKey(ids, prefix, chain, sKey);
+    const hit = cache.get(key);
+    if (hit) { cache.hits++; return hit; }
+    cache.misses++;
+    const below = chain.at(-1) ?? 0;
+    const past = below > 0 ? await prefixKv(ids, below, chain.slice(0, -1)) : null;
+    const piece = ids.slice(below, prefix);
+    const out = await engine.step({
+      ids: BigInt64Array.from(piece, BigInt), batch: 1, width: piece.length, starts: [0],
+      past: past ? toCache([past], below) : null, steer: steerMatrix, hiddenIndex: [], logitsIndex: [],
+    });
+    stats.computedTokens += piece.length;
+    const kv: PrefixKv = {
+      keys: out.present!.keys.map((t) => t.data as Float32Array),
+      values: out.present!.values.map((t) => t.data as Float32Array),
+      length: prefix,
+      bytes: 2 * L * kvH * prefix * hd * 4,
+    };
+    cache.set(key, kv);
+    return kv;
+  };
+
+  /** B prefixes left-padded into one past [B, kvH, P, hd] */
+  const toCache = (kvs: readonly (PrefixKv | null)[], P: number): KvCache => {
+    const B = kvs.length;
+    const keys: ort.Tensor[] = [];
+    const values: ort.Tensor[] = [];
+    for (let l = 0; l < L; l++) {
+      const k = new Float32Array(B * kvH * P * hd);
+      const v = new Float32Array(B * kvH * P * hd);
+      kvs.forEach((kv, b) => {
+        if (!kv) return;
+        const p = kv.length;
+        for (let h = 0; h < kvH; h++) {
+          const dst = ((b * kvH + h) * P + (P - p)) * hd;
+          k.set(kv.keys[l]!.subarray(h * p * hd, (h + 1) * p * hd), dst);
+          v.set(kv.values[l]!.subarray(h * p * hd, (h + 1) * p * hd), dst);
+        }
+      });
+      keys.push(new ort.Tensor('float32', k, [B, kvH, P, hd]));
+      values.push(new ort.Tensor('float32', v, [B, kvH, P, hd]));
+    }
+    return { keys, values, batch: B, length: P, starts: kvs.map((kv) => P - (kv?.length ?? 0)) };
+  };
+
+  // what each prompt needs and which prefix it reuses
+  const rows = prompts.map((ids, i) => {
+    const hiddenPos = selectPositions(opts.hiddenAt, ids.length, `sequence ${i} hiddenAt`);
+    const logitPos = selectPositions(opts.logitsAt, ids.length, `sequence ${i} logitsAt`);
+    const first = Math.min(ids.length - 1, ...hiddenPos, ...logitPos);
+    const { prefix, chain } = choosePrefix(boundaries[i]!, ids.length, first);
+    stats.promptTokens += ids.length;
+    return { i, ids, hiddenPos, logitPos, prefix, chain };
+  });
+
+  // suffix batches: rows sorted by (prefix, suffix length), packed while B·(Pmax + Tmax) stays under the budget
+  const order = [...rows].sort((a, b) => a.prefix - b.prefix || (a.ids.length - a.prefix) - (b.ids.length - b.prefix) || a.i - b.i);
+  const budget = engine.maxBatchTokens;
+  const batches: (typeof rows)[] = [];
+  let cur: typeof rows = [];
+  for (const r of order) {
+    const P = Math.max(r.prefix, ...cur.map((x) => x.prefix));
+    const T = Math.max(r.ids.length - r.prefix, ...cur.map((x) => x.ids.length - x.prefix));
+    if (cur.length && (cur.length + 1) * (P + T) > budget) { batches.push(cur); cur = []; }
+    cur.push(r);
+  }
+  if (cur.length) batches.push(cur);
+
+  const results: ForwardResult[] = new Array(n);
+  for (const batch of batches) {
+    const B = batch.length;
+    const kvs: (PrefixKv | null)[] = [];
+    for (const r of batch) kvs.push(r.prefix > 0 ? await prefixKv(r.ids, r.prefix, r.chain) : null);
+    const P = Math.max(...batch.map((r) => r.prefix));
+    const T = Math.max(...batch.map((r) => r.ids.length - r.prefix));
+    const ids = new BigInt64Array(B * T);
+    batch.forEach((r, b) => { for (let t = r.prefix; t < r.ids.length; t++) ids[b * T + t - r.prefix] = BigInt(r.ids[t]!); });
+    const starts = batch.map((r) => P - r.prefix);
+    const flat = (pick: (r: (typeof rows)[number]) => number[]) => batch.flatMap((r, b) => pick(r).map((p) => b * T + p - r.prefix));
+    const out = await engine.step({
+      ids, batch: B, width: T, starts, past: P > 0 ? toCache(kvs, P) : null, steer: steerMatrix,
+      hiddenIndex: flat((r) => r.hiddenPos), logitsIndex: flat((r) => r.logitPos), wantPresent: false,
+    });
+    stats.computedTokens += batch.reduce((s, r) => s + r.ids.length - r.prefix, 0);
+    const N = batch.reduce((s, r) => s + r.hiddenPos.length, 0);
+    let hOff = 0;
+    let lOff = 0;
+    for (const r of batch) {
+      const nh = r.hiddenPos.length;
+      const hidden = new Float32Array(L1 * nh * d);
+      for (let l = 0; l < L1; l++) hidden.set(out.hidden.subarray((l * N + hOff) * d, (l * N + hOff + nh) * d), l * nh * d);
+      const m = r.logitPos.length;
+      results[r.i] = { length: r.ids.length, hiddenPositions: r.hiddenPos, hidden, logitPositions: r.logitPos, logits: out.logits.slice(lOff * V, (lOff + m) * V) };
+      hOff += nh;
+      lOff += m;
+    }
+  }
+  return { results, stats };
+}
+
+/**
+ * Tokens a workload would compute with reuse and an unbounded cache (each distinct prefix piece once, every suffix),
+ * from the plan alone: a deterministic figure for manifests. Only the last token of each prompt is assumed wanted.
+ */
+export function plannedReuse(prompts: readonly (readonly number[])[], boundaries: readonly (readonly number[])[] = prefixPlan(prompts)): ReuseStats & { ratio: number } {
+  const pieces = new Set<string>();
+  let promptTokens = 0;
+  let computedTokens = 0;
+  prompts.forEach((ids, i) => {
+    promptTokens += ids.length;
+    const { prefix, chain } = choosePrefix(boundaries[i]!, ids.length, ids.length - 1);
+    computedTokens += ids.length - prefix;
+    const steps = [...chain, prefix].filter((b) => b > 0);
+    let below = 0;
+    for (const b of steps) {
+      const key = `${chain.filter((c) => c < b).join(',')}|${ids.slice(0, b).join(',')}`;
+      if (!pieces.has(key)) { pieces.add(key); computedTokens += b - below; }
+      below = b;
+    }
+  });
+  return { promptTokens, computedTokens, ratio: promptTokens ? computedTokens / promptTokens : 0 };
+}
