@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngine } from '../src/engine/engine.ts';
-import type { Engine } from '../src/engine/types.ts';
+import type { Engine, GenerateOptions } from '../src/engine/types.ts';
 import { maxAbsDiff } from './helpers/engine.ts';
 
 let dir: string;
@@ -29,7 +29,7 @@ after(async () => {
 });
 
 test('α = 0 reproduces the unsteered generations exactly', async () => {
-  const opts = { maxNewTokens: 12, stopIds: [], returnStepLogits: true } as const;
+  const opts: GenerateOptions = { maxNewTokens: 12, stopIds: [], returnStepLogits: true };
   const plain = await eng.generate(prompts, opts);
   const zero = await eng.generate(prompts, { ...opts, steer: { layer: 2, vector, alpha: 0 } });
   plain.forEach((p, i) => {
