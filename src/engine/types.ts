@@ -76,6 +76,8 @@ export interface EngineInfo {
 
 export interface Engine extends EngineInfo {
   forward(inputIds: number[][], opts?: ForwardOptions): Promise<ForwardResult[]>;
+  /** `forward` with shared-prefix KV reuse (src/engine/prefix.ts); optional for other engines */
+  forwardShared?(inputIds: number[][], opts?: import('./prefix.ts').SharedForwardOptions): Promise<import('./prefix.ts').SharedForwardResult>;
   generate(inputIds: number[][], opts: GenerateOptions): Promise<GenerateResult[]>;
   dispose(): Promise<void>;
 }

@@ -10,6 +10,7 @@
 import { basename, join, resolve } from 'node:path';
 import { createEngine, type EngineOptions } from '../engine/engine.ts';
 import { GRAPH_VERSION } from '../engine/session.ts';
+import { plannedReuse, prefixPlan, PrefixCache } from '../engine/prefix.ts';
 import type { Engine } from '../engine/types.ts';
 import { loadCheckpoint } from '../checkpoint/load.ts';
 import { loadPairSet } from '../data/load.ts';
@@ -116,7 +117,7 @@ export async function openContext(o: ContextOptions): Promise<ExtractContext> {
     prompts: builder.manifest(),
     dataset: { name: set.name, hash: set.hash, pairs: set.pairs.length, limit: o.limit ?? null, split },
     engine: ENGINE_VERSION,
-    reuse: 'none: every prompt is computed in full (shared-prefix KV reuse is not implemented yet)',
+    reuse: 'none: every prompt is computed in full',
   };
   return { modelDir, modelName, engine, tok, builder, set, split, cacheDir, baseManifest, batchTokens: o.batchTokens ?? 4096 };
 }
@@ -134,26 +135,48 @@ export function renderRows(ctx: ExtractContext, c: Condition): CacheRow[] {
 }
 
 /** Runs `compute` over the rows of condition `c` into the cache `name` (resumable, see cache/store.ts). */
-function cacheCondition(ctx: ExtractContext, c: Condition, name: string, kind: string, compute: BatchCompute): Promise<StoreResult> {
+function cacheCondition(ctx: ExtractContext, c: Condition, name: string, kind: string, compute: BatchCompute,
+  rows: CacheRow[] = renderRows(ctx, c), extra: Record<string, unknown> = {}): Promise<StoreResult> {
   return buildActivationCache({
     dir: ctx.cacheDir,
     name,
-    rows: renderRows(ctx, c),
+    rows,
     layers: ctx.engine.numLayers + 1,
     d: ctx.engine.dModel,
     batchTokens: ctx.batchTokens,
     label: `${kind} ${conditionName(c)}`,
-    manifest: { ...ctx.baseManifest, kind, condition: conditionName(c) },
+    manifest: { ...ctx.baseManifest, kind, condition: conditionName(c), ...extra },
     compute,
   });
 }
 
-/** Caches the final-prompt-token residual stream of every row in condition `c`. [n, L+1, d] */
+/**
+ * Caches the final-prompt-token residual stream of every row in condition `c`. [n, L+1, d]
+ * With an engine that has `forwardShared`, shared token prefixes (split points planned over all rows of the
+ * condition, so every batch computes the same bytes whatever the prefix cache holds) are computed once; the
+ * manifest's `reuse` gives the planned prompt/computed token counts.
+ */
 export function extractCondition(ctx: ExtractContext, c: Condition): Promise<StoreResult> {
+  const rows = renderRows(ctx, c);
+  const shared = ctx.engine.forwardShared?.bind(ctx.engine);
+  if (!shared) {
+    return cacheCondition(ctx, c, promptCacheName(c), 'final-prompt-token', async (batch) => {
+      const res = await ctx.engine.forward(batch.map((r) => r.ids), { hiddenAt: 'last', logitsAt: 'none' });
+      return res.map((r) => r.hidden);
+    }, rows);
+  }
+  const ids = rows.map((r) => r.ids);
+  const plan = prefixPlan(ids);
+  const boundaries = new Map(rows.map((r, i) => [r, plan[i]!])); // by row identity (the store passes slices of `rows`)
+  const cache = new PrefixCache();
+  const planned = plannedReuse(ids, plan);
+  const reuse = { kind: 'shared-prefix KV', promptTokens: planned.promptTokens, computedTokens: planned.computedTokens, ratio: Number(planned.ratio.toFixed(4)) };
   return cacheCondition(ctx, c, promptCacheName(c), 'final-prompt-token', async (batch) => {
-    const res = await ctx.engine.forward(batch.map((r) => r.ids), { hiddenAt: 'last', logitsAt: 'none' });
-    return res.map((r) => r.hidden);
-  });
+    const { results } = await shared(batch.map((r) => r.ids), {
+      hiddenAt: 'last', logitsAt: 'none', cache, boundaries: batch.map((r) => boundaries.get(r) ?? prefixPlan([r.ids])[0]!),
+    });
+    return results.map((r) => r.hidden);
+  }, rows, { reuse });
 }
 
 /**
