@@ -43,11 +43,11 @@ try {
       seen.add(conditionName(c));
       const rows = renderRows(ctx, c);
       const n = rows.reduce((s, r) => s + r.ids.length, 0);
-      // first-token passes prefill agent.schema and agent.flattened once more
-      const passes = c.config === 'agent' && c.repr !== 'pseudoword' ? 2 : 1;
+      // agent.schema / agent.flattened: prompt and first token share one prefill (+1 decode step each)
+      const passes = 1;
       tokens += n * passes;
       prompts += rows.length * passes;
-      console.log(`  ${conditionName(c).padEnd(18)} ${rows.length} prompts, mean ${(n / rows.length).toFixed(0)} tokens${passes > 1 ? ' (×2: first-token pass)' : ''}`);
+      console.log(`  ${conditionName(c).padEnd(18)} ${rows.length} prompts, mean ${(n / rows.length).toFixed(0)} tokens`);
       if (c.config === 'agent' && c.repr === 'schema') sample = rows.slice(0, 8).map((r) => r.ids);
     }
     await ctx.engine.forward([sample[0]!.slice(0, 32)], { hiddenAt: 'last', logitsAt: 'none' }); // warm-up

@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildActivationCache, planBatches, readActivationCache, type CacheRow } from '../src/cache/store.ts';
 import { writePlantedModel } from '../src/experiments/planted.ts';
+import { extractCondition, extractFirstToken, extractWithFirstToken, openContext } from '../src/experiments/extract.ts';
 import { repoRoot } from './helpers/shared.ts';
 
 test('planBatches: consecutive, covering, under the token budget', () => {
@@ -74,6 +75,36 @@ test('extract killed mid-run and rerun = uninterrupted run, byte for byte', asyn
     const a = readFileSync(join(dir, 'full', 'planted', 'cache', 'prompt.agent.schema.safetensors'));
     const b = readFileSync(join(dir, 'cut', 'planted', 'cache', 'prompt.agent.schema.safetensors'));
     assert.ok(a.equals(b), 'resumed cache differs from the uninterrupted one');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('one prefill fills the prompt and first-token caches with the values of the separate passes', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'multi-'));
+  process.env.SAFEKEEP_CACHE = join(dir, '.graphs');
+  process.env.SAFEKEEP_QUIET = '1';
+  try {
+    await writePlantedModel(join(dir, 'planted'));
+    const open = (results: string) => openContext({ model: join(dir, 'planted'), data: 'pairs', results: join(dir, results), limit: 10 });
+    const a = await open('a');
+    const both = await extractWithFirstToken(a, 'flattened');
+    assert.equal(both.length, 2);
+    assert.equal((await extractWithFirstToken(a, 'flattened'))[0]!.reused, true);
+    await a.engine.dispose();
+    const b = await open('b');
+    await extractCondition(b, { config: 'agent', repr: 'flattened' });
+    await extractFirstToken(b, 'flattened');
+    await b.engine.dispose();
+    for (const name of ['prompt.agent.flattened', 'first.flattened']) {
+      const x = readActivationCache(a.cacheDir, name);
+      const y = readActivationCache(b.cacheDir, name);
+      assert.deepEqual([x.n, x.layers, x.d], [y.n, y.layers, y.d]);
+      let m = 0;
+      for (let i = 0; i < x.data.length; i++) m = Math.max(m, Math.abs(x.data[i]! - y.data[i]!));
+      assert.ok(m <= 1e-5, `${name}: max |diff| ${m}`);
+      assert.deepEqual(x.manifest.rows, y.manifest.rows);
+    }
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -5,13 +5,15 @@
  *   D/N.safetensors   `hidden` float32 [n, L+1, d_model]  (+ metadata: rows hash)    — written last, atomically
  *   D/N.json          manifest (caller's fields + rows with prompt hash and token count)
  *   D/N.parts/        while running: plan.json (rows hash, batches) and one part-<b>.safetensors per finished batch
+ * Several caches over the same rows can be filled by one pass (`buildActivationCaches`), e.g. the last prompt
+ * token and the first generated token from one prefill.
  * Batches are fixed by the plan (rows in order, packed under a token budget), so a run that is killed and rerun
  * computes exactly the same batches and the final file is byte-identical to an uninterrupted run. Every file is
  * written to a temp name and renamed; a part either exists complete or not at all.
  */
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { readSafetensorsHeader, tempPathFor, writeSafetensors } from '../checkpoint/safetensors.ts';
+import { readSafetensorsHeader, tempPathFor, writeSafetensors, type TensorToWrite } from '../checkpoint/safetensors.ts';
 import { sha256Hex } from '../prompts/hash.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { ItemProgress } from '../util/progress.ts';
@@ -27,14 +29,14 @@ export interface CacheRow {
 
 /** Computes the activations of a batch of rows: one [L+1, d] Float32Array per row, in order. */
 export type BatchCompute = (rows: readonly CacheRow[]) => Promise<Float32Array[]>;
+/** The same for several caches filled by one pass: [cache][row]. */
+export type MultiBatchCompute = (rows: readonly CacheRow[]) => Promise<Float32Array[][]>;
 
-export interface StoreOptions {
+interface CommonOptions {
   dir: string;
-  name: string;
   rows: readonly CacheRow[];
   layers: number;
   d: number;
-  compute: BatchCompute;
   /** padded tokens per batch (rows × longest row), default 4096 */
   batchTokens?: number;
   /** most rows per batch, default 16 */
@@ -43,6 +45,18 @@ export interface StoreOptions {
   manifest: Record<string, unknown>;
   /** progress label on stderr */
   label?: string;
+}
+
+export interface StoreOptions extends CommonOptions {
+  name: string;
+  compute: BatchCompute;
+}
+
+export interface MultiStoreOptions extends CommonOptions {
+  /** caches filled by one pass over the rows (manifests get `kind` per cache from `kinds`) */
+  names: string[];
+  kinds?: string[];
+  compute: MultiBatchCompute;
 }
 
 export interface StoreResult {
@@ -96,16 +110,27 @@ export function cacheIsComplete(dir: string, name: string, rows: readonly CacheR
 }
 
 export async function buildActivationCache(o: StoreOptions): Promise<StoreResult> {
-  mkdirSync(o.dir, { recursive: true });
-  const path = join(o.dir, `${o.name}.safetensors`);
-  const manifestPath = join(o.dir, `${o.name}.json`);
-  const hash = rowsHash(o.rows);
-  if (cacheIsComplete(o.dir, o.name, o.rows)) return { path, manifestPath, reused: true, resumedBatches: 0, computedRows: 0 };
+  const { name, compute, ...rest } = o;
+  const [r] = await buildActivationCaches({ ...rest, names: [name], compute: async (rows) => [await compute(rows)] });
+  return r!;
+}
 
-  const partsDir = join(o.dir, `${o.name}.parts`);
+/**
+ * Fills several caches over the same rows in one pass (e.g. the prompt's last token and the first generated token
+ * from one prefill). Parts hold one tensor per cache; each final file is written atomically.
+ */
+export async function buildActivationCaches(o: MultiStoreOptions): Promise<StoreResult[]> {
+  mkdirSync(o.dir, { recursive: true });
+  const hash = rowsHash(o.rows);
+  const paths = o.names.map((n) => ({ path: join(o.dir, `${n}.safetensors`), manifestPath: join(o.dir, `${n}.json`) }));
+  if (o.names.every((n) => cacheIsComplete(o.dir, n, o.rows))) {
+    return paths.map((p) => ({ ...p, reused: true, resumedBatches: 0, computedRows: 0 }));
+  }
+
+  const partsDir = join(o.dir, `${o.names.join('+')}.parts`);
   const plan = planBatches(o.rows.map((r) => r.ids.length), o.batchTokens ?? 4096, o.maxBatch ?? 16);
   const planPath = join(partsDir, 'plan.json');
-  const planValue = { rowsHash: hash, layers: o.layers, d: o.d, batches: plan };
+  const planValue = { rowsHash: hash, names: o.names, layers: o.layers, d: o.d, batches: plan };
   if (existsSync(planPath)) {
     let old: unknown = null;
     try { old = JSON.parse(readFileSync(planPath, 'utf8')); } catch { /* unreadable → start over */ }
@@ -119,46 +144,55 @@ export async function buildActivationCache(o: StoreOptions): Promise<StoreResult
   const done = plan.map((_, b) => existsSync(partPath(b)));
   const resumedBatches = done.filter(Boolean).length;
   const resumedRows = plan.reduce((s, [a, e], b) => s + (done[b] ? e - a : 0), 0);
-  const progress = new ItemProgress(o.label ?? o.name, o.rows.length, resumedRows, 'prompts');
+  const progress = new ItemProgress(o.label ?? o.names.join('+'), o.rows.length, resumedRows, 'prompts');
   let computedRows = 0;
   for (let b = 0; b < plan.length; b++) {
     if (done[b]) continue;
     const [start, end] = plan[b]!;
     const batch = o.rows.slice(start, end);
     const outs = await o.compute(batch);
-    if (outs.length !== batch.length) throw new Error(`compute returned ${outs.length} rows for a batch of ${batch.length}`);
-    const data = new Float32Array(batch.length * rowBytes);
-    outs.forEach((h, i) => {
-      if (h.length !== rowBytes) throw new Error(`row ${batch[i]!.key}: ${h.length} values, expected ${rowBytes}`);
-      data.set(h, i * rowBytes);
+    const tensors: Record<string, TensorToWrite> = {};
+    o.names.forEach((_, k) => {
+      const rows = outs[k];
+      if (!rows || rows.length !== batch.length) throw new Error(`compute returned ${rows?.length ?? 0} rows of cache ${k} for a batch of ${batch.length}`);
+      const data = new Float32Array(batch.length * rowBytes);
+      rows.forEach((h, i) => {
+        if (h.length !== rowBytes) throw new Error(`row ${batch[i]!.key}: ${h.length} values, expected ${rowBytes}`);
+        data.set(h, i * rowBytes);
+      });
+      tensors[`hidden.${k}`] = { dtype: 'F32', shape: [batch.length, o.layers, o.d], data };
     });
-    writeSafetensors(partPath(b), { hidden: { dtype: 'F32', shape: [batch.length, o.layers, o.d], data } });
+    writeSafetensors(partPath(b), tensors);
     computedRows += batch.length;
     progress.add(batch.length);
   }
   progress.finish();
 
   // assemble: every part is complete (renamed into place), so this reads only whole files
-  const all = new Float32Array(o.rows.length * rowBytes);
+  const all = o.names.map(() => new Float32Array(o.rows.length * rowBytes));
   for (let b = 0; b < plan.length; b++) {
     const [start, end] = plan[b]!;
     const header = readSafetensorsHeader(partPath(b));
-    const entry = header.entries.find((x) => x.name === 'hidden');
-    if (!entry || entry.dtype !== 'F32' || entry.shape[0] !== end - start) {
-      throw new SafekeepError(`${partPath(b)}: unexpected contents; delete ${partsDir} and rerun`);
-    }
     const buf = readFileSync(partPath(b));
-    const view = new Float32Array(buf.buffer.slice(buf.byteOffset + entry.offset, buf.byteOffset + entry.offset + entry.byteLength));
-    all.set(view, start * rowBytes);
+    o.names.forEach((_, k) => {
+      const entry = header.entries.find((x) => x.name === `hidden.${k}`);
+      if (!entry || entry.dtype !== 'F32' || entry.shape[0] !== end - start) {
+        throw new SafekeepError(`${partPath(b)}: unexpected contents; delete ${partsDir} and rerun`);
+      }
+      all[k]!.set(new Float32Array(buf.buffer.slice(buf.byteOffset + entry.offset, buf.byteOffset + entry.offset + entry.byteLength)), start * rowBytes);
+    });
   }
-  writeSafetensors(path, { hidden: { dtype: 'F32', shape: [o.rows.length, o.layers, o.d], data: all } }, { rows_hash: hash, format: 'safekeep-activations' });
-  writeJsonAtomic(manifestPath, {
-    ...o.manifest,
-    cache: { name: o.name, shape: [o.rows.length, o.layers, o.d], rowsHash: hash, batches: plan.length, batchTokens: o.batchTokens ?? 4096 },
-    rows: o.rows.map((r) => ({ key: r.key, promptHash: r.promptHash, tokens: r.ids.length })),
+  o.names.forEach((name, k) => {
+    writeSafetensors(paths[k]!.path, { hidden: { dtype: 'F32', shape: [o.rows.length, o.layers, o.d], data: all[k]! } }, { rows_hash: hash, format: 'safekeep-activations' });
+    writeJsonAtomic(paths[k]!.manifestPath, {
+      ...o.manifest,
+      ...(o.kinds?.[k] ? { kind: o.kinds[k] } : {}),
+      cache: { name, shape: [o.rows.length, o.layers, o.d], rowsHash: hash, batches: plan.length, batchTokens: o.batchTokens ?? 4096, filledWith: o.names },
+      rows: o.rows.map((r) => ({ key: r.key, promptHash: r.promptHash, tokens: r.ids.length })),
+    });
   });
   rmSync(partsDir, { recursive: true, force: true });
-  return { path, manifestPath, reused: false, resumedBatches, computedRows };
+  return paths.map((p) => ({ ...p, reused: false, resumedBatches, computedRows }));
 }
 
 /** Reads a finished cache: `hidden` [n, L+1, d] and its manifest. */

@@ -20,7 +20,7 @@ import { PromptBuilder, type ConfigName, type ToolRepr } from '../prompts/config
 import { loadPromptTexts } from '../prompts/texts.ts';
 import { loadPromptTokenizer, type PromptTokenizer } from '../prompts/tokenizer.ts';
 import { SafekeepError } from '../util/errors.ts';
-import { buildActivationCache, type BatchCompute, type CacheRow, type StoreResult } from '../cache/store.ts';
+import { buildActivationCache, buildActivationCaches, cacheIsComplete, type BatchCompute, type CacheRow, type StoreResult } from '../cache/store.ts';
 
 export const ENGINE_VERSION = `safekeep-engine graph v${GRAPH_VERSION}`;
 
@@ -187,5 +187,32 @@ export function extractFirstToken(ctx: ExtractContext, repr: ToolRepr): Promise<
   return cacheCondition(ctx, { config: 'agent', repr }, firstTokenCacheName(repr), 'first-generated-token', async (batch) => {
     const res = await ctx.engine.generate(batch.map((r) => r.ids), { maxNewTokens: 1, stopIds: [], returnFirstTokenHidden: true });
     return res.map((r) => r.firstTokenHidden!);
+  });
+}
+
+/**
+ * The agent prompt in `repr` cached twice from ONE prefill: its last prompt token (`prompt.agent.<repr>`) and the
+ * first generated token (`first.<repr>`). When the prompt cache already exists only the first-token pass runs.
+ */
+export async function extractWithFirstToken(ctx: ExtractContext, repr: ToolRepr): Promise<StoreResult[]> {
+  const c: Condition = { config: 'agent', repr };
+  const rows = renderRows(ctx, c);
+  if (cacheIsComplete(ctx.cacheDir, promptCacheName(c), rows)) return [await extractFirstToken(ctx, repr)];
+  return buildActivationCaches({
+    dir: ctx.cacheDir,
+    names: [promptCacheName(c), firstTokenCacheName(repr)],
+    kinds: ['final-prompt-token', 'first-generated-token'],
+    rows,
+    layers: ctx.engine.numLayers + 1,
+    d: ctx.engine.dModel,
+    batchTokens: ctx.batchTokens,
+    label: `prompt + first token ${conditionName(c)}`,
+    manifest: { ...ctx.baseManifest, condition: conditionName(c) },
+    compute: async (batch) => {
+      const res = await ctx.engine.generate(batch.map((r) => r.ids), {
+        maxNewTokens: 1, stopIds: [], returnPromptLastHidden: true, returnFirstTokenHidden: true,
+      });
+      return [res.map((r) => r.promptLastHidden!), res.map((r) => r.firstTokenHidden!)];
+    },
   });
 }

@@ -15,7 +15,7 @@ import type { AnalysisResults } from '../analysis/results.ts';
 import { readActivationCache } from '../cache/store.ts';
 import { writeReport, type ReportFiles } from '../report/write-report.ts';
 import {
-  conditionName, extractCondition, extractFirstToken, firstTokenCacheName, openContext, promptCacheName,
+  conditionName, extractCondition, extractWithFirstToken, firstTokenCacheName, openContext, promptCacheName,
   type Condition, type ContextOptions, type ExtractContext,
 } from './extract.ts';
 
@@ -65,14 +65,15 @@ export async function reproduce(o: ReproduceOptions): Promise<ReproduceResult> {
   const ctx = await openContext({ ...o, ...(limit !== undefined ? { limit } : {}) });
   try {
     const conditions = [CHATBOT, ...TABLE1.map((t) => t.c), ...TABLE2.map((t) => t.c)];
-    const seen = new Set<string>();
+    // agent.schema and agent.flattened: last prompt token and first generated token from one prefill
+    await extractWithFirstToken(ctx, 'schema');
+    await extractWithFirstToken(ctx, 'flattened');
+    const seen = new Set<string>(['agent.schema', 'agent.flattened']);
     for (const c of conditions) {
       if (seen.has(conditionName(c))) continue;
       seen.add(conditionName(c));
       await extractCondition(ctx, c);
     }
-    await extractFirstToken(ctx, 'schema');
-    await extractFirstToken(ctx, 'flattened');
   } finally {
     await ctx.engine.dispose();
   }
