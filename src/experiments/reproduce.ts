@@ -20,7 +20,7 @@ import {
 } from './extract.ts';
 
 /** Pairs in `--quick` mode: sized so a 0.5B model finishes on a 2-core CPU in under 30 minutes. */
-export const QUICK_PAIRS = 40;
+export const QUICK_PAIRS = 30;
 
 export const TABLE1: readonly { c: Condition; label: string }[] = [
   { c: { config: '+role', repr: null }, label: '+role' },
