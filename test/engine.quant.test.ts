@@ -54,3 +54,63 @@ for (const bits of [4, 8] as const) {
     }
   }
 }
+
+/** per-layer relative L2 error and cosine of all-position hidden states vs f32. [L+1] */
+function layerErrors(h: Float32Array, ref: Float32Array, layers: number): { rel: number; cos: number }[] {
+  const n = ref.length / layers;
+  return Array.from({ length: layers }, (_, l) => {
+    let num = 0, den = 0, dot = 0, na = 0;
+    for (let i = l * n; i < (l + 1) * n; i++) { const a = h[i]!, b = ref[i]!; num += (a - b) ** 2; den += b * b; dot += a * b; na += a * a; }
+    return { rel: Math.sqrt(num / den), cos: dot / Math.sqrt(na * den) };
+  });
+}
+
+test('q8/q4 engines: hidden states close to f32 (measured bounds), weights cached outside the checkpoint and reused', async (t) => {
+  const { mkdtempSync, readdirSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const { writeRandomCheckpoint } = await import('../src/checkpoint/random.ts');
+  const { createEngine } = await import('../src/engine/engine.ts');
+  const { tempCache } = await import('./helpers/engine.ts');
+  const cache = tempCache();
+  process.env.SAFEKEEP_QUIET = '1';
+  const tmp = mkdtempSync(join(tmpdir(), 'safekeep-quant-'));
+  try {
+    // bounds measured on these checkpoints (worst layer): q8 rel ≤ 0.017, cos ≥ 0.9998; q4 rel ≤ 0.31, cos ≥ 0.95
+    const bounds = { q8: { rel: 0.03, cos: 0.999 }, q4: { rel: 0.4, cos: 0.93 } };
+    for (const family of ['llama', 'qwen2'] as const) {
+      const dir = join(tmp, family);
+      await writeRandomCheckpoint(dir, family, { seed: 5, numLayers: 4, hiddenSize: 64, numHeads: 4, numKvHeads: 2, intermediateSize: 128, vocabSize: 101, std: 0.1 });
+      const before = readdirSync(dir).sort();
+      const ids = [[3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41], [2, 4, 8]];
+      const f32 = await createEngine(dir, { threads: 2 });
+      const ref = await f32.forward(ids, { hiddenAt: 'all', logitsAt: 'last' });
+      await f32.dispose();
+      for (const dtype of ['q8', 'q4'] as const) {
+        for (const quantScheme of ['sym', 'asym'] as const) {
+          const e = await createEngine(dir, { threads: 2, dtype, quantScheme });
+          const res = await e.forward(ids, { hiddenAt: 'all', logitsAt: 'last' });
+          await e.dispose();
+          res.forEach((r, i) => {
+            const errs = layerErrors(r.hidden, ref[i]!.hidden, 5);
+            assert.equal(errs[0]!.rel, 0, 'embeddings are not quantized');
+            const worst = { rel: Math.max(...errs.map((x) => x.rel)), cos: Math.min(...errs.map((x) => x.cos)) };
+            t.diagnostic(`${family} ${dtype} ${quantScheme} seq ${i}: worst rel ${worst.rel.toFixed(4)}, cos ${worst.cos.toFixed(5)}`);
+            assert.ok(worst.rel <= bounds[dtype].rel && worst.cos >= bounds[dtype].cos, `${family} ${dtype} ${quantScheme}: ${JSON.stringify(worst)}`);
+            assert.ok(r.logits.every(Number.isFinite));
+          });
+          // second start: quantized weights and graph from the cache
+          const again = await createEngine(dir, { threads: 2, dtype, quantScheme });
+          assert.equal(again.graphCached, true);
+          await again.dispose();
+        }
+      }
+      assert.deepEqual(readdirSync(dir).sort(), before, 'nothing written into the checkpoint folder');
+    }
+    assert.equal(readdirSync(join(cache.dir, 'quant')).length, 8, 'one quantized store per checkpoint × bits × scheme');
+  } finally {
+    delete process.env.SAFEKEEP_QUIET;
+    rmSync(tmp, { recursive: true, force: true });
+    cache.cleanup();
+  }
+});

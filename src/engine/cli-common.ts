@@ -14,7 +14,7 @@ export const ENGINE_FLAGS = ['model', 'dtype', 'device', 'threads'] as const;
 
 export function engineOptions(args: ParsedArgs): EngineOptions {
   const dtype = args.values.get('dtype') ?? 'f32';
-  if (dtype !== 'f32' && dtype !== 'bf16') throw new SafekeepError(`--dtype must be f32 or bf16, got '${dtype}'`);
+  if (dtype !== 'f32' && dtype !== 'bf16' && dtype !== 'q8' && dtype !== 'q4') throw new SafekeepError(`--dtype must be f32, bf16, q8 or q4, got '${dtype}'`);
   const device = args.values.get('device') ?? 'cpu';
   if (device !== 'cpu' && device !== 'cuda') throw new SafekeepError(`--device must be cpu or cuda, got '${device}'`);
   const opts: EngineOptions = { dtype, device };

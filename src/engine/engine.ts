@@ -14,6 +14,7 @@ import { attentionBias, leftPad, planChunks, positionIds, selectPositions, steer
 import type { AttentionImpl, ComputeDType } from './graph.ts';
 import { IO } from './graph.ts';
 import { forwardShared, type SharedForwardOptions, type SharedForwardResult } from './prefix.ts';
+import type { QuantScheme } from './quant-store.ts';
 import { openSession, type Device } from './session.ts';
 import type { Engine, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, Steering } from './types.ts';
 
@@ -29,6 +30,8 @@ export interface EngineOptions {
   lowMemory?: boolean;
   /** attention kernel: 'mha' (fused, default) or 'matmul' (standard ops); see graph.ts */
   attention?: AttentionImpl;
+  /** q8/q4: symmetric or asymmetric blocks (default: session.ts quantScheme) */
+  quantScheme?: QuantScheme;
 }
 
 /** Per-layer KV of `batch` rows × `length` slots; row b's real slots are starts[b]..length-1. */
@@ -297,7 +300,7 @@ export function argmax(row: Float32Array): number {
 export async function createEngineFromCheckpoint(ckpt: Checkpoint, opts: EngineOptions = {}): Promise<OnnxEngine> {
   const { session, cached } = await openSession(ckpt, {
     dtype: opts.dtype ?? 'f32', device: opts.device ?? 'cpu', threads: opts.threads, cacheDir: opts.cacheDir, lowMemory: opts.lowMemory,
-    attention: opts.attention,
+    attention: opts.attention, quantScheme: opts.quantScheme,
   });
   const engine = new OnnxEngine(ckpt, session, cached);
   if (opts.maxBatchTokens !== undefined) {

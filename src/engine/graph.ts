@@ -23,8 +23,21 @@ import { ropeInvFreq } from '../checkpoint/config.ts';
 import type { Checkpoint, DType, TensorEntry } from '../checkpoint/types.ts';
 import { GraphBuilder } from './onnx/builder.ts';
 import { DataType, type DataTypeId } from './onnx/proto.ts';
+import type { QuantStore } from './quant-store.ts';
 
-export type ComputeDType = 'f32' | 'bf16';
+/** f32 / bf16 (f32 weights rounded to bf16) run Gemm; q8 / q4 run MatMulNBits on block-quantized weights (quant.ts) */
+export type ComputeDType = 'f32' | 'bf16' | 'q8' | 'q4';
+
+export const isQuantized = (dtype: ComputeDType): dtype is 'q8' | 'q4' => dtype === 'q8' || dtype === 'q4';
+
+/**
+ * MatMulNBits accuracy level: 0 = f32 activations × dequantized weights (default: hidden states closest to f32);
+ * 4 = int8 activations (faster, less exact). SAFEKEEP_QUANT_ACCURACY overrides.
+ */
+export function quantAccuracyLevel(): number {
+  const v = Number(process.env.SAFEKEEP_QUANT_ACCURACY);
+  return [0, 1, 2, 3, 4].includes(v) ? v : 0;
+}
 
 /** Names of the graph's inputs and outputs (the session contract). */
 export const IO = {
@@ -70,7 +83,8 @@ export type AttentionImpl = 'matmul' | 'mha';
  * entry's location is its basename there. `fuseLinears`: q/k/v and gate/up as one Gemm each (see `linears`).
  */
 export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles: Map<string, string>, weightsDir: string,
-  attention: AttentionImpl = attentionImpl(), fuseLinears = false): BuiltGraph {
+  attention: AttentionImpl = attentionImpl(), fuseLinears = false, quant?: QuantStore): BuiltGraph {
+  if (isQuantized(dtype) && !quant) throw new Error(`graph: dtype ${dtype} needs the quantized weights`);
   const c = ckpt.config;
   const L = c.numLayers;
   const d = c.hiddenSize;
@@ -101,6 +115,13 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
   const stored = (name: string): { init: string; entry: TensorEntry } => {
     const e: TensorEntry | undefined = ckpt.tensors.get(name);
     if (!e) throw new Error(`graph: checkpoint has no tensor ${name}`);
+    if (quant) {
+      // every tensor the graph reads is in the quantized store's one file
+      const t = quant.index.tensors[name];
+      if (!t) throw new Error(`graph: quantized store has no tensor ${name}`);
+      const init = g.initializer({ dataType: STORAGE[e.dtype], dims: e.shape, external: { location: basename(quant.file), offset: t.offset, length: t.length } }, name);
+      return { init, entry: e };
+    }
     const real = realFiles.get(e.file);
     if (!real) throw new Error(`graph: no resolved path for ${e.file}`);
     const init = g.initializer(
@@ -131,13 +152,38 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
 
   const rmsnorm = (x: string, w: string): string =>
     g.op('SimplifiedLayerNormalization', [x, weight(w)], { axis: -1, epsilon: { float: c.rmsNormEps }, stash_type: 1 }, { name: 'rmsnorm' });
-  const linear = (x: string, w: string, bias?: string): string =>
-    g.op('Gemm', bias ? [x, weight(w), weight(bias)] : [x, weight(w)], { transB: 1 }, { name: w.split('.').slice(-2, -1)[0] ?? 'linear' });
+  /** x [M, K] · Wᵀ for a quantized weight `name` of the store (quant-store.ts) → [M, N] */
+  const qmatmul = (x: string, name: string): string => {
+    const q = quant!;
+    const ext = (suffix: string, dataType: DataTypeId): string => {
+      const t = q.index.tensors[`${name}.${suffix}`];
+      if (!t) throw new Error(`graph: quantized store has no ${name}.${suffix}`);
+      return g.initializer({ dataType, dims: t.shape, external: { location: basename(q.file), offset: t.offset, length: t.length } }, `${name}.${suffix}`);
+    };
+    const [N, K] = q.index.linears[name] ?? [0, 0];
+    const inputs = [x, ext('codes', DataType.UINT8), ext('scales', F)];
+    if (q.index.scheme === 'asym') inputs.push(ext('zp', DataType.UINT8));
+    return g.op('MatMulNBits', inputs, { K, N, bits: q.index.bits, block_size: q.index.block, accuracy_level: quantAccuracyLevel() },
+      { domain: 'com.microsoft', name: name.split('.').slice(-2, -1)[0] ?? 'qlinear' });
+  };
+  const linear = (x: string, w: string, bias?: string): string => {
+    if (quant) {
+      const y = qmatmul(x, w);
+      return bias ? g.op('Add', [y, weight(bias)]) : y;
+    }
+    return g.op('Gemm', bias ? [x, weight(w), weight(bias)] : [x, weight(w)], { transB: 1 }, { name: w.split('.').slice(-2, -1)[0] ?? 'linear' });
+  };
   /**
    * Several linear layers on the same input. With `fuseLinears` their weights are concatenated in the graph (folded
    * by onnxruntime into one pre-packed weight) and run as one wider Gemm, then split.
    */
-  const linears = (x: string, ws: string[], biases: string[] | undefined, widths: number[]): string[] => {
+  const linears = (x: string, ws: string[], biases: string[] | undefined, widths: number[], quantName: string): string[] => {
+    if (quant) {
+      // the store holds the row-concatenated weight: one MatMulNBits, then split
+      let y = qmatmul(x, quantName);
+      if (biases) y = g.op('Add', [y, g.op('Concat', biases.map(weight), { axis: 0 }, { name: 'fused_bias' })]);
+      return g.opN('Split', [y, g.i64(widths)], { axis: 1 }, { outputs: ws.length, name: 'split' });
+    }
     if (!fuseLinears) return ws.map((w, i) => linear(x, w, biases?.[i]));
     const W = g.op('Concat', ws.map(weight), { axis: 0 }, { name: 'fused_weight' });
     const inputs = [x, W];
@@ -227,7 +273,7 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
       const h = rmsnorm(x, `${p}input_layernorm.weight`);
       const bias = (n: string) => (c.qkvBias ? `${p}self_attn.${n}_proj.bias` : undefined);
       const [qf, kf, vf] = linears(h, ['q', 'k', 'v'].map((n) => `${p}self_attn.${n}_proj.weight`), c.qkvBias ? ['q', 'k', 'v'].map((n) => bias(n)!) : undefined,
-        [H * hd, kvH * hd, kvH * hd]);
+        [H * hd, kvH * hd, kvH * hd], `${p}self_attn.qkv_proj.weight`);
       let q = g.op('Reshape', [qf!, shapeQ]); // [B, T, H, hd]
       let k = g.op('Reshape', [kf!, shapeKV]); // [B, T, kvH, hd]
       const v = g.op('Reshape', [vf!, shapeKV]);
@@ -246,11 +292,13 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
       let r = g.op('Add', [x, linear(merged, `${p}self_attn.o_proj.weight`)], {}, { name: 'resid_attn' });
       // MLP
       const h2 = rmsnorm(r, `${p}post_attention_layernorm.weight`);
-      const [gate, up] = linears(h2, [`${p}mlp.gate_proj.weight`, `${p}mlp.up_proj.weight`], undefined, [c.intermediateSize, c.intermediateSize]);
+      const [gate, up] = linears(h2, [`${p}mlp.gate_proj.weight`, `${p}mlp.up_proj.weight`], undefined, [c.intermediateSize, c.intermediateSize], `${p}mlp.gate_up_proj.weight`);
       const act = g.op('Mul', [g.op('Mul', [gate!, g.op('Sigmoid', [gate!])], {}, { name: 'silu' }), up!]);
       // steering row l+1 rides in the down projection's Gemm bias (C), so an unused (zero) steer costs nothing extra:
       // hidden[l+1] = r + (down(act) + steer[l+1])
-      const down = g.op('Gemm', [act, weight(`${p}mlp.down_proj.weight`), steerRow(l + 1)], { transB: 1 }, { name: 'down_proj_steered' });
+      const down = quant
+        ? g.op('Add', [qmatmul(act, `${p}mlp.down_proj.weight`), steerRow(l + 1)], {}, { name: 'down_proj_steered' })
+        : g.op('Gemm', [act, weight(`${p}mlp.down_proj.weight`), steerRow(l + 1)], { transB: 1 }, { name: 'down_proj_steered' });
       return g.op('Add', [r, down], {}, { name: 'resid_mlp' });
     });
     capture(x);
@@ -260,6 +308,7 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
   g.output(IO.hidden, g.op('Concat', captured, { axis: 0 }, { name: 'hidden_all' }), F, [L + 1, 'n_hidden', d]);
   const logits = g.scope('head', () => {
     const sel = rmsnorm(g.op('Gather', [x, logitsIndex], { axis: 0 }), 'model.norm.weight'); // [M, d]
+    if (quant) return qmatmul(sel, 'lm_head.weight');
     return g.op('Gemm', [sel, weight(c.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight')], { transB: 1 }, { name: 'lm_head' });
   });
   g.output(IO.logits, logits, F, ['n_logits', c.vocabSize]);

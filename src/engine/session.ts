@@ -14,10 +14,25 @@ import { basename, dirname, join } from 'node:path';
 import * as ort from 'onnxruntime-node';
 import type { Checkpoint } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
-import { attentionImpl, buildModelGraph, type AttentionImpl, type ComputeDType } from './graph.ts';
+import { attentionImpl, buildModelGraph, isQuantized, quantAccuracyLevel, type AttentionImpl, type ComputeDType } from './graph.ts';
+import { quantizedWeights, type QuantScheme, type QuantStore } from './quant-store.ts';
 
 /** bump when graph.ts changes what it emits */
 export const GRAPH_VERSION = 6;
+
+/**
+ * Default quantization scheme per bit width (measured, `safekeep quantize --report` on random and real-shaped
+ * checkpoints; SAFEKEEP_QUANT_SCHEME=sym|asym overrides).
+ */
+export function quantScheme(dtype: 'q8' | 'q4', explicit?: QuantScheme): QuantScheme {
+  if (explicit) return explicit;
+  const env = process.env.SAFEKEEP_QUANT_SCHEME;
+  if (env === 'sym' || env === 'asym') return env;
+  // asymmetric measured closer to f32 at both widths (hidden-state rel. error, random llama/qwen2: q4 0.19–0.22 vs
+  // 0.24–0.31 symmetric, q8 0.011–0.014 vs 0.012–0.017)
+  void dtype;
+  return 'asym';
+}
 
 export type Device = 'cpu' | 'cuda';
 
@@ -35,6 +50,8 @@ export interface SessionOptions {
   lowMemory?: boolean;
   /** attention kernel (default: SAFEKEEP_ATTENTION or 'mha', see graph.ts) */
   attention?: AttentionImpl;
+  /** q8/q4 only: symmetric or asymmetric blocks (default quantScheme()) */
+  quantScheme?: QuantScheme;
 }
 
 export function cacheRoot(explicit?: string): string {
@@ -54,9 +71,9 @@ export function resolveWeightFiles(ckpt: Checkpoint): { realFiles: Map<string, s
   return { realFiles, weightsDir: [...dirs][0]! };
 }
 
-export function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, dtype: ComputeDType, attention: AttentionImpl, fused: boolean): string {
+export function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, dtype: ComputeDType, attention: AttentionImpl, fused: boolean, extra = ''): string {
   const h = createHash('sha256');
-  h.update(`safekeep-graph v${GRAPH_VERSION}\n${ckpt.configHash}\n${dtype}\n${attention}\n${fused}\n`);
+  h.update(`safekeep-graph v${GRAPH_VERSION}\n${ckpt.configHash}\n${dtype}\n${attention}\n${fused}\n${extra}`);
   for (const real of [...realFiles.values()].sort()) {
     const st = statSync(real);
     h.update(`${real}\t${st.size}\t${st.mtimeMs}\n`);
@@ -67,15 +84,19 @@ export function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, 
 
 /** The graph bytes for this checkpoint and options: from the cache, or built and cached (atomic write). */
 export function modelGraph(ckpt: Checkpoint, opts: SessionOptions): { bytes: Uint8Array; weightsDir: string; cached: boolean; path: string } {
-  const { realFiles, weightsDir } = resolveWeightFiles(ckpt);
+  const { realFiles, weightsDir: ckptDir } = resolveWeightFiles(ckpt);
   const attention = attentionImpl(opts.attention);
   // fused q/k/v and gate/up weights are folded copies: only when weights are pre-packed (copied) anyway
   const fused = !opts.lowMemory && process.env.SAFEKEEP_FUSE !== '0';
-  const key = graphCacheKey(ckpt, realFiles, opts.dtype, attention, fused);
+  // q8/q4: every weight comes from the quantized store in the cache (made once), not the checkpoint folder
+  let quant: QuantStore | undefined;
+  if (isQuantized(opts.dtype)) quant = quantizedWeights(ckpt, opts.dtype === 'q8' ? 8 : 4, quantScheme(opts.dtype, opts.quantScheme), opts.cacheDir);
+  const weightsDir = quant ? quant.dir : ckptDir;
+  const key = graphCacheKey(ckpt, realFiles, opts.dtype, attention, fused, quant ? `${quant.dir}\n${quant.index.scheme}\n${quantAccuracyLevel()}\n` : '');
   const dir = join(cacheRoot(opts.cacheDir), 'graphs');
   const path = join(dir, `${key}.onnx`);
   if (existsSync(path)) return { bytes: readFileSync(path), weightsDir, cached: true, path };
-  const { bytes } = buildModelGraph(ckpt, opts.dtype, realFiles, weightsDir, attention, fused);
+  const { bytes } = buildModelGraph(ckpt, opts.dtype, realFiles, weightsDir, attention, fused, quant);
   try {
     mkdirSync(dir, { recursive: true });
     const tmp = `${path}.${process.pid}.tmp`;

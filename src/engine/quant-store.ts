@@ -1,0 +1,151 @@
+/**
+ * Quantized weights, made once per checkpoint and scheme and cached beside the graph cache (never in the user's
+ * checkpoint folder): `$SAFEKEEP_CACHE/quant/<key>/weights.bin` + `index.json`, key = sha256 of (QUANT_VERSION,
+ * config hash, each weight file's real path + size + mtime, bits, scheme, block).
+ *
+ * Every linear layer is quantized (quant.ts): q/k/v as one row-concatenated `self_attn.qkv_proj.weight`, gate/up as
+ * `mlp.gate_up_proj.weight` (row concatenation commutes with row-wise block quantization, so this equals quantizing
+ * each and concatenating), o/down, and `lm_head.weight` (the embedding's copy when tied). Everything else (embedding
+ * rows for the Gather, norms, biases) is copied byte for byte in its stored dtype, so the session reads all its
+ * external data from this one folder. The folder is written under a temp name and renamed: complete or absent.
+ */
+import { createHash } from 'node:crypto';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import { readTensorBytes, readTensorF32 } from '../checkpoint/read.ts';
+import type { Checkpoint, DType } from '../checkpoint/types.ts';
+import { quantizeBlockwise, type QuantBits } from './quant.ts';
+import { cacheRoot, resolveWeightFiles } from './session.ts';
+
+export const QUANT_VERSION = 1;
+export const QUANT_BLOCK = 32;
+
+export type QuantScheme = 'sym' | 'asym';
+
+/** One tensor in weights.bin. */
+export interface StoredTensor {
+  offset: number;
+  length: number;
+  /** 'U8' codes / packed zero points, 'F32' scales, or the checkpoint's storage dtype for copied tensors */
+  dtype: 'U8' | DType;
+  shape: number[];
+}
+
+/** A quantized linear weight [N, K]: `<name>.codes`, `<name>.scales`, `<name>.zp` (asymmetric) in the index. */
+export interface QuantIndex {
+  version: number;
+  bits: QuantBits;
+  scheme: QuantScheme;
+  block: number;
+  tensors: Record<string, StoredTensor>;
+  /** quantized linear weights: name → [N, K] */
+  linears: Record<string, [number, number]>;
+}
+
+export interface QuantStore {
+  dir: string;
+  file: string;
+  index: QuantIndex;
+  /** true when it came from the cache */
+  cached: boolean;
+}
+
+const LINEAR = /\.(q|k|v|o|gate|up|down)_proj\.weight$/;
+
+/** Groups of HF weights quantized as one row-concatenated matrix: stored name → parts */
+export function linearGroups(ckpt: Checkpoint): Map<string, string[]> {
+  const groups = new Map<string, string[]>();
+  for (let l = 0; l < ckpt.config.numLayers; l++) {
+    const p = `model.layers.${l}.`;
+    groups.set(`${p}self_attn.qkv_proj.weight`, ['q', 'k', 'v'].map((x) => `${p}self_attn.${x}_proj.weight`));
+    groups.set(`${p}self_attn.o_proj.weight`, [`${p}self_attn.o_proj.weight`]);
+    groups.set(`${p}mlp.gate_up_proj.weight`, [`${p}mlp.gate_proj.weight`, `${p}mlp.up_proj.weight`]);
+    groups.set(`${p}mlp.down_proj.weight`, [`${p}mlp.down_proj.weight`]);
+  }
+  groups.set('lm_head.weight', [ckpt.config.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight']);
+  return groups;
+}
+
+export function quantKey(ckpt: Checkpoint, bits: QuantBits, scheme: QuantScheme): string {
+  const { realFiles } = resolveWeightFiles(ckpt);
+  const h = createHash('sha256');
+  h.update(`safekeep-quant v${QUANT_VERSION}\n${ckpt.configHash}\n${bits}\n${scheme}\n${QUANT_BLOCK}\n`);
+  for (const real of [...realFiles.values()].sort()) {
+    const st = statSync(real);
+    h.update(`${real}\t${st.size}\t${st.mtimeMs}\n`);
+  }
+  return h.digest('hex').slice(0, 32);
+}
+
+/** The quantized weights of `ckpt` from the cache, or made now (progress on stderr unless SAFEKEEP_QUIET). */
+export function quantizedWeights(ckpt: Checkpoint, bits: QuantBits, scheme: QuantScheme, cacheDir?: string): QuantStore {
+  const dir = join(cacheRoot(cacheDir), 'quant', quantKey(ckpt, bits, scheme));
+  const file = join(dir, 'weights.bin');
+  const indexPath = join(dir, 'index.json');
+  if (existsSync(indexPath) && existsSync(file)) {
+    return { dir, file, index: JSON.parse(readFileSync(indexPath, 'utf8')) as QuantIndex, cached: true };
+  }
+  const tmp = `${dir}.${process.pid}.tmp`;
+  rmSync(tmp, { recursive: true, force: true });
+  mkdirSync(tmp, { recursive: true });
+  const fd = openSync(join(tmp, 'weights.bin'), 'w');
+  const index: QuantIndex = { version: QUANT_VERSION, bits, scheme, block: QUANT_BLOCK, tensors: {}, linears: {} };
+  let pos = 0;
+  const put = (name: string, data: Uint8Array, dtype: StoredTensor['dtype'], shape: number[]): void => {
+    const pad = (64 - (pos % 64)) % 64;
+    if (pad) { writeSync(fd, new Uint8Array(pad)); pos += pad; }
+    writeSync(fd, data);
+    index.tensors[name] = { offset: pos, length: data.byteLength, dtype, shape };
+    pos += data.byteLength;
+  };
+  const quiet = !!process.env.SAFEKEEP_QUIET;
+  const t0 = Date.now();
+  try {
+    const groups = linearGroups(ckpt);
+    const inGroups = new Set([...groups.values()].flat());
+    let done = 0;
+    for (const [name, parts] of groups) {
+      const entries = parts.map((p) => {
+        const e = ckpt.tensors.get(p);
+        if (!e) throw new Error(`quantize: checkpoint has no tensor ${p}`);
+        return e;
+      });
+      const k = entries[0]!.shape[1]!;
+      const n = entries.reduce((s, e) => s + e.shape[0]!, 0);
+      const w = new Float32Array(n * k);
+      let row = 0;
+      for (const e of entries) { w.set(readTensorF32(e), row * k); row += e.shape[0]!; }
+      const q = quantizeBlockwise(w, n, k, bits, QUANT_BLOCK, scheme === 'sym');
+      put(`${name}.codes`, q.codes, 'U8', [n, q.kBlocks, (QUANT_BLOCK * bits) / 8]);
+      put(`${name}.scales`, new Uint8Array(q.scales.buffer), 'F32', [n, q.kBlocks]);
+      if (q.zeroPoints) put(`${name}.zp`, q.zeroPoints, 'U8', [q.zeroPoints.length]);
+      index.linears[name] = [n, k];
+      done++;
+      if (!quiet && (done % 16 === 0 || done === groups.size)) {
+        process.stderr.write(`\rquantize q${bits} ${scheme}: ${done}/${groups.size} matrices, ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+      }
+    }
+    if (!quiet) process.stderr.write('\n');
+    for (const e of ckpt.tensors.values()) {
+      if (inGroups.has(e.name) && e.name !== 'model.embed_tokens.weight') continue;
+      if (LINEAR.test(e.name)) continue;
+      put(e.name, readTensorBytes(e), e.dtype, e.shape);
+    }
+    closeSync(fd);
+  } catch (err) {
+    closeSync(fd);
+    rmSync(tmp, { recursive: true, force: true });
+    throw err;
+  }
+  const indexTmp = join(tmp, 'index.json');
+  writeFileAtomicSync(indexTmp, JSON.stringify(index));
+  rmSync(dir, { recursive: true, force: true });
+  renameSync(tmp, dir);
+  return { dir, file, index, cached: false };
+}
+
+function writeFileAtomicSync(path: string, text: string): void {
+  const fd = openSync(path, 'w');
+  writeSync(fd, text);
+  closeSync(fd);
+}
