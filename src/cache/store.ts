@@ -11,9 +11,10 @@
  * computes exactly the same batches and the final file is byte-identical to an uninterrupted run. Every file is
  * written to a temp name and renamed; a part either exists complete or not at all.
  */
-import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { readSafetensorsHeader, tempPathFor, writeSafetensors, type TensorToWrite } from '../checkpoint/safetensors.ts';
+import { readSafetensorsHeader, writeSafetensors, type TensorToWrite } from '../checkpoint/safetensors.ts';
+import { writeJsonAtomic } from '../util/atomic.ts';
 import { sha256Hex } from '../prompts/hash.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { ItemProgress } from '../util/progress.ts';
@@ -90,12 +91,6 @@ export function planBatches(lengths: readonly number[], batchTokens: number, max
 
 export function rowsHash(rows: readonly CacheRow[]): string {
   return sha256Hex(rows.map((r) => `${r.key}\t${r.promptHash}\t${r.ids.length}`).join('\n'));
-}
-
-function writeJsonAtomic(path: string, value: unknown): void {
-  const tmp = tempPathFor(path);
-  writeFileSync(tmp, JSON.stringify(value, null, 1) + '\n');
-  renameSync(tmp, path);
 }
 
 /** Is there a complete cache `dir/name` for exactly these rows? */

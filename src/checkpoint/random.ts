@@ -4,12 +4,13 @@
  * family, generation_config.json, model.safetensors (or shards + index). Weights: linear weights, biases and
  * embeddings N(0, std²) (std 0.1), every RMSNorm weight 1 + std·N(0, 1).
  */
-import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
 import { expectedTensors, FAMILIES, parseModelConfig } from './config.ts';
 import { f32ToBf16Bits, f32ToF16Bits } from './dtype.ts';
-import { tempPathFor, writeSafetensors, type TensorToWrite } from './safetensors.ts';
+import { writeSafetensors, type TensorToWrite } from './safetensors.ts';
+import { writeJsonAtomic } from '../util/atomic.ts';
 import type { DType, Family } from './types.ts';
 
 export interface Llama3RopeScalingOptions {
@@ -149,11 +150,6 @@ function hfConfig(family: Family, o: Required<Omit<RandomCheckpointOptions, 'see
   return Object.fromEntries(Object.entries(c).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
 }
 
-function writeJsonAtomic(path: string, value: unknown): void {
-  const tmp = tempPathFor(path);
-  writeFileSync(tmp, JSON.stringify(value, null, 2) + '\n');
-  renameSync(tmp, path);
-}
 
 /**
  * Writes a random `family` checkpoint into `dir` (created if needed). Small defaults like the fixtures: hidden 64,

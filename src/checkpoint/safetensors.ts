@@ -9,7 +9,10 @@
  * Writing pads the header with spaces to a multiple of 8, sorts tensors by name and is atomic (temp + rename).
  */
 import { closeSync, fstatSync, openSync, readSync, renameSync, rmSync, writeSync } from 'node:fs';
-import { basename, dirname, join, resolve } from 'node:path';
+import { tempPathFor } from '../util/atomic.ts';
+
+export { tempPathFor };
+import { resolve } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
 
 /** Every dtype the safetensors format defines, with its size in bytes (BOOL = 1). */
@@ -143,10 +146,6 @@ export interface TensorToWrite {
   data: ArrayBufferView;
 }
 
-/** Temp path next to `path` (same filesystem, so rename is atomic). */
-export function tempPathFor(path: string): string {
-  return join(dirname(path), `.${basename(path)}.${process.pid}.${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}.tmp`);
-}
 
 /**
  * Writes a .safetensors file atomically. Tensors are stored sorted by name, contiguous; the header is padded with

@@ -7,7 +7,8 @@
  *   .gitignore                  `*`, so nothing fetched is ever committed (the licence forbids redistribution)
  * Downloads are resumable and verified (src/hub/download.ts); a second run reuses what is there.
  */
-import { existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
+import { writeFileAtomic } from '../util/atomic.ts';
 import { join } from 'node:path';
 import { downloadHubFiles } from '../hub/download.ts';
 import { SafekeepError } from '../util/errors.ts';
@@ -39,17 +40,12 @@ export interface PullAgentHarmResult {
   benignTools: number;
 }
 
-function writeAtomic(file: string, text: string): void {
-  const tmp = `${file}.${process.pid}.tmp`;
-  writeFileSync(tmp, text);
-  renameSync(tmp, file);
-}
 
 export async function pullAgentHarm(o: PullAgentHarmOptions = {}): Promise<PullAgentHarmResult> {
   const dir = o.destDir ?? pullDestination('agentharm');
   mkdirSync(dir, { recursive: true });
   const ignore = join(dir, '.gitignore');
-  if (!existsSync(ignore)) writeAtomic(ignore, '# fetched by `safekeep data pull agentharm`; not ours to redistribute\n*\n');
+  if (!existsSync(ignore)) writeFileAtomic(ignore, '# fetched by `safekeep data pull agentharm`; not ours to redistribute\n*\n');
   const common = { repoId: AGENTHARM_REPO, repoType: 'dataset' as const, token: o.token, endpoint: o.endpoint, progress: o.progress };
 
   const behaviors = await downloadHubFiles({
@@ -73,7 +69,7 @@ export async function pullAgentHarm(o: PullAgentHarmOptions = {}): Promise<PullA
     throw new SafekeepError(`${AGENTHARM_REPO}@${o.toolsRevision ?? AGENTHARM_TOOLS_REVISION}: no benchmark/*_tools/*.py (tool sources) on the hub`);
   }
   const specs = buildAgentHarmTools(join(srcDir, 'benchmark'));
-  writeAtomic(join(dir, 'tools.json'), JSON.stringify(specs, null, 1) + '\n');
+  writeFileAtomic(join(dir, 'tools.json'), JSON.stringify(specs, null, 1) + '\n');
 
   // validate the whole copy now (every target function must have a spec), so a bad pull fails here, not later
   const ah = readAgentHarm(dir);

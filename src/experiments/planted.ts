@@ -22,11 +22,12 @@
  * push the r-projection down (Schema Direction has negative cosine with r); dilution by tool text and the varying
  * share of schema tokens lower the AUROC: chatbot > flattened > schema.
  */
-import { mkdirSync, readdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { expectedTensors, parseModelConfig } from '../checkpoint/config.ts';
 import { Rng, writeRandomCheckpoint } from '../checkpoint/random.ts';
-import { tempPathFor, writeSafetensors, type TensorToWrite } from '../checkpoint/safetensors.ts';
+import { writeSafetensors, type TensorToWrite } from '../checkpoint/safetensors.ts';
+import { writeFileAtomic, writeJsonAtomic } from '../util/atomic.ts';
 import type { Pair } from '../data/types.ts';
 
 export const PLANTED = {
@@ -353,12 +354,7 @@ export async function writePlantedModel(outDir: string, opts: { seed?: number; v
   }
   writeSafetensors(join(dir, 'model.safetensors'), tensors, { format: 'pt' });
 
-  const writeJson = (name: string, value: unknown): void => {
-    const p = join(dir, name);
-    const tmp = tempPathFor(p);
-    writeFileSync(tmp, JSON.stringify(value, null, 1) + '\n');
-    renameSync(tmp, p);
-  };
+  const writeJson = (name: string, value: unknown): void => writeJsonAtomic(join(dir, name), value, 1);
   writeJson('tokenizer.json', plantedTokenizerJson(vocab));
   writeJson('tokenizer_config.json', {
     bos_token: '<|begin|>', eos_token: '<|end|>', unk_token: '[UNK]', chat_template: PLANTED_TEMPLATE,
@@ -370,6 +366,6 @@ export async function writePlantedModel(outDir: string, opts: { seed?: number; v
     gain: plantedGain(), tau: P.tau, harmStems: HARM_STEMS, vocabSize: V, seed,
   };
   writeJson('PLANTED.json', { synthetic: true, description: 'safekeep planted synthetic model: NOT a language model', ...truth });
-  writeFileSync(join(dir, 'README.md'), '# Planted synthetic model (safekeep)\n\nSYNTHETIC: a 4-block Llama-format checkpoint whose weights plant a known refusal direction (see PLANTED.json and src/experiments/planted.ts). It is not a language model.\n');
+  writeFileAtomic(join(dir, 'README.md'), '# Planted synthetic model (safekeep)\n\nSYNTHETIC: a 4-block Llama-format checkpoint whose weights plant a known refusal direction (see PLANTED.json and src/experiments/planted.ts). It is not a language model.\n');
   return truth;
 }

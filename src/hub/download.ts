@@ -5,12 +5,13 @@
  * (repo, revision, commit, per-file size and hash), so a second run reuses verified files without downloading.
  */
 import { createHash } from 'node:crypto';
-import { closeSync, createReadStream, existsSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, createReadStream, existsSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { dirname, join, resolve, sep } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
 import { httpError, hubFetch, hubToken, listHubFiles, resolveUrl, type HubFile, type HubListing, type HubTarget } from './api.ts';
 import { ByteProgress } from './progress.ts';
+import { writeJsonAtomic } from '../util/atomic.ts';
 
 export const MARKER = '.safekeep-hub.json';
 export const LOCK = '.safekeep-hub.lock';
@@ -58,10 +59,7 @@ export function readMarker(dir: string): HubMarker | null {
 }
 
 export function writeMarker(dir: string, m: HubMarker): void {
-  const p = join(dir, MARKER);
-  const tmp = `${p}.${process.pid}.tmp`;
-  writeFileSync(tmp, JSON.stringify(m, null, 2) + '\n');
-  renameSync(tmp, p);
+  writeJsonAtomic(join(dir, MARKER), m);
 }
 
 /** sha256 (LFS) or git blob sha1 ("blob <size>\0" + bytes) of a file. */

