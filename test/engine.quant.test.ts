@@ -114,3 +114,32 @@ test('q8/q4 engines: hidden states close to f32 (measured bounds), weights cache
     cache.cleanup();
   }
 });
+
+test('safekeep quantize --report: per-layer table and JSON; bad --dtype exits 2 with one line', async () => {
+  const { mkdtempSync, readFileSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const { spawnSync } = await import('node:child_process');
+  const { writeRandomCheckpoint } = await import('../src/checkpoint/random.ts');
+  const { repoRoot } = await import('./helpers/shared.ts');
+  const tmp = mkdtempSync(join(tmpdir(), 'safekeep-quant-cli-'));
+  try {
+    await writeRandomCheckpoint(join(tmp, 'm'), 'llama', { seed: 2, numLayers: 2, hiddenSize: 64, numHeads: 4, numKvHeads: 2, intermediateSize: 96, vocabSize: 90 });
+    const env = { ...process.env, SAFEKEEP_CACHE: join(tmp, 'cache') };
+    const cli = (...a: string[]) => spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 'quantize', '--model', join(tmp, 'm'), ...a], { env, encoding: 'utf8' });
+    const r = cli('--dtype', 'q8', '--report', '--out', join(tmp, 'r.json'), '--threads', '1');
+    assert.equal(r.status, 0, r.stderr);
+    const rep = JSON.parse(readFileSync(join(tmp, 'r.json'), 'utf8')) as { layers: { layer: number; relError: number; cosine: number }[]; scheme: string };
+    assert.equal(rep.layers.length, 3);
+    assert.equal(rep.layers[0]!.relError, 0);
+    for (const l of rep.layers.slice(1)) assert.ok(l.relError > 0 && l.relError < 0.05 && l.cosine > 0.998, JSON.stringify(l));
+    assert.match(r.stdout, /layer +rel\.error +cosine/);
+    const again = cli('--dtype', 'q8');
+    assert.match(again.stdout, /cached/);
+    const bad = cli('--dtype', 'q3');
+    assert.equal(bad.status, 2);
+    assert.equal(bad.stderr.trim().split('\n').length, 1);
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});
