@@ -1,0 +1,216 @@
+/**
+ * `npm run bench [-- --threads N --reps R --pairs P --dtypes f32,q8,q4 --keep DIR]`: one table on the machine at
+ * hand, for f32, q8 and q4 (each measured in its own child process, after its quantized weights were made by
+ * another child, so peak RSS is the engine's alone):
+ * - prefill 1×512 tokens/s (hidden states of all layers + logits at the last position) and its GFLOP/s vs a raw
+ *   onnxruntime MatMul chain (f32, same threads, runs interleaved);
+ * - decode tokens/s with steering (prompt 128, greedy `generate()`, t(48 new) − t(2 new));
+ * - extraction throughput on the bundled pair set in the agent configuration (schema tools), rendered with the real
+ *   Llama-3.1 tokenizer and template (../shared/templates, else the npm tokenizer's own template) and run with
+ *   shared-prefix KV reuse as `safekeep extract` does (last-token hidden states, batches of 16, one prefix cache):
+ *   prompts/s, and computed/prompt tokens;
+ * - peak RSS (getrusage maxRSS).
+ * Model: SmolLM2-135M shape (30 layers, d 576, 9/3 heads, intermediate 1536, vocab 49152, tied), random weights.
+ * Token ids of the workload are taken modulo the model's vocabulary (prefix structure unchanged). --pairs (default
+ * 40, round-robin over categories) bounds the run time; the full-set ratio is printed from the plan as well.
+ * Writes bench/results.json (git-ignored).
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { availableParallelism, tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import * as ort from 'onnxruntime-node';
+import { loadCheckpoint } from '../src/checkpoint/load.ts';
+import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
+import { loadPairSet } from '../src/data/load.ts';
+import { createEngineFromCheckpoint } from '../src/engine/engine.ts';
+import type { ComputeDType } from '../src/engine/graph.ts';
+import { GraphBuilder } from '../src/engine/onnx/builder.ts';
+import { DataType } from '../src/engine/onnx/proto.ts';
+import { plannedReuse, prefixPlan, PrefixCache } from '../src/engine/prefix.ts';
+import { quantizedWeights } from '../src/engine/quant-store.ts';
+import { quantScheme } from '../src/engine/session.ts';
+import { stratifiedSubset } from '../src/experiments/extract.ts';
+import { PromptBuilder } from '../src/prompts/configurations.ts';
+import { loadPromptTexts } from '../src/prompts/texts.ts';
+import { installTokenizer, loadPromptTokenizer } from '../src/prompts/tokenizer.ts';
+
+const SHAPE = {
+  numLayers: 30, hiddenSize: 576, numHeads: 9, numKvHeads: 3, headDim: 64, intermediateSize: 1536, vocabSize: 49152,
+  tieWordEmbeddings: true, ropeScaling: null, ropeTheta: 100000, seed: 1,
+} as const;
+
+const here = dirname(fileURLToPath(import.meta.url));
+function flag(name: string): string | undefined {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : undefined;
+}
+
+async function best(reps: number, f: () => Promise<unknown>): Promise<number> {
+  let b = Infinity;
+  for (let i = 0; i < reps; i++) {
+    const t = performance.now();
+    await f();
+    b = Math.min(b, (performance.now() - t) / 1000);
+  }
+  return b;
+}
+
+async function rawGemm(threads: number, M: number, K: number, N: number, depth: number) {
+  const g = new GraphBuilder();
+  let x = g.input('x', DataType.FLOAT, [M, K]);
+  for (let i = 0; i < depth; i++) {
+    const [a, b] = i % 2 === 0 ? [K, N] : [N, K];
+    const w = new Float32Array(a * b).map((_, j) => Math.sin(j + i) * 0.05);
+    x = g.op('MatMul', [x, g.initializer({ dataType: DataType.FLOAT, dims: [a, b], raw: new Uint8Array(w.buffer) }, 'w')]);
+  }
+  g.output('y', x, DataType.FLOAT, [M, depth % 2 === 0 ? K : N]);
+  const s = await ort.InferenceSession.create(g.encode('gemm', { '': 17 }), {
+    intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all', extra: { session: { intra_op: { allow_spinning: '0' } } },
+  });
+  const feed = { x: new ort.Tensor('float32', new Float32Array(M * K).map((_, i) => Math.cos(i)), [M, K]) };
+  await s.run(feed);
+  return { flops: 2 * M * K * N * depth, run: () => s.run(feed), release: () => s.release() };
+}
+
+export interface BenchRow {
+  dtype: ComputeDType;
+  prefillTps: number;
+  engineGflops: number;
+  gemmGflops: number;
+  decodeSteerTps: number;
+  extractPromptsPerS: number;
+  extractTokensPerS: number;
+  promptTokens: number;
+  computedTokens: number;
+  peakRssBytes: number;
+  sessionStartS: number;
+}
+
+async function measure(dir: string, dtype: ComputeDType, threads: number, reps: number, workloadPath: string): Promise<BenchRow> {
+  const ck = await loadCheckpoint(dir);
+  const c = ck.config;
+  const t0 = performance.now();
+  const engine = await createEngineFromCheckpoint(ck, { dtype, threads, cacheDir: join(dir, '..', 'cache') });
+  const sessionStartS = (performance.now() - t0) / 1000;
+  const d = c.hiddenSize;
+  const T = 512;
+  const prompt = Array.from({ length: T }, (_, i) => 3 + ((i * 7919) % (c.vocabSize - 3)));
+  await engine.forward([prompt.slice(0, 64)], { hiddenAt: 'last', logitsAt: 'last' });
+  const linearPerToken = 2 * c.numLayers * (d * c.numHeads * c.headDim * 2 + d * c.numKvHeads * c.headDim * 2 + 3 * d * c.intermediateSize);
+  const flops = linearPerToken * T + c.numLayers * 4 * T * T * c.numHeads * c.headDim + 2 * d * c.vocabSize;
+  // decode with steering
+  const steer = { layer: 15, vector: Float32Array.from({ length: d }, (_, i) => Math.sin(i)), alpha: 4 };
+  const p128 = prompt.slice(0, 128);
+  await engine.generate([p128], { maxNewTokens: 4, stopIds: [], steer });
+  const t1 = await best(reps, () => engine.generate([p128], { maxNewTokens: 2, stopIds: [], steer }));
+  const tN = await best(reps, () => engine.generate([p128], { maxNewTokens: 48, stopIds: [], steer }));
+  const decodeSteerTps = 46 / (tN - t1);
+  // extraction workload with shared-prefix reuse, as src/experiments/extract.ts runs it
+  const ids = (JSON.parse(readFileSync(workloadPath, 'utf8')) as { ids: number[][] }).ids;
+  const plan = prefixPlan(ids);
+  const cache = new PrefixCache();
+  let computedTokens = 0;
+  let promptTokens = 0;
+  const tx = performance.now();
+  for (let s = 0; s < ids.length; s += 16) {
+    const { stats } = await engine.forwardShared(ids.slice(s, s + 16), { hiddenAt: 'last', logitsAt: 'none', cache, boundaries: plan.slice(s, s + 16) });
+    computedTokens += stats.computedTokens;
+    promptTokens += stats.promptTokens;
+  }
+  const extractS = (performance.now() - tx) / 1000;
+  // prefill vs raw GEMM, interleaved
+  const gemm = await rawGemm(threads, T, d, c.intermediateSize, 8);
+  let prefillS = Infinity;
+  let gemmS = Infinity;
+  for (let i = 0; i < reps; i++) {
+    prefillS = Math.min(prefillS, await best(1, () => engine.forward([prompt], { hiddenAt: 'all', logitsAt: 'last' })));
+    gemmS = Math.min(gemmS, await best(3, () => gemm.run()));
+  }
+  await gemm.release();
+  await engine.dispose();
+  return {
+    dtype, prefillTps: T / prefillS, engineGflops: flops / prefillS / 1e9, gemmGflops: gemm.flops / gemmS / 1e9, decodeSteerTps,
+    extractPromptsPerS: ids.length / extractS, extractTokensPerS: promptTokens / extractS, promptTokens, computedTokens,
+    peakRssBytes: process.resourceUsage().maxRSS * 1024, sessionStartS,
+  };
+}
+
+async function workload(path: string, pairs: number, vocab: number): Promise<{ fullRatio: number; n: number }> {
+  const tokDir = mkdtempSync(join(tmpdir(), 'safekeep-bench-tok-'));
+  try {
+    const tplPath = join(here, '..', '..', 'shared', 'templates', 'llama-3.1-instruct.jinja');
+    await installTokenizer(tokDir, 'llama3', existsSync(tplPath) ? { template: readFileSync(tplPath, 'utf8') } : {});
+    const b = new PromptBuilder(await loadPromptTokenizer(tokDir), { texts: loadPromptTexts() });
+    const set = await loadPairSet('pairs');
+    const render = (ps: typeof set.pairs) => ps.flatMap((p) => (['harmful', 'benign'] as const).map((k) => b.render(p[k].prompt, p.tools, 'agent', 'schema').ids!.map((x) => x % vocab)));
+    const full = plannedReuse(render(set.pairs));
+    const ids = render(stratifiedSubset(set.pairs, pairs));
+    writeFileSync(path, JSON.stringify({ ids }));
+    return { fullRatio: full.ratio, n: set.pairs.length };
+  } finally {
+    rmSync(tokDir, { recursive: true, force: true });
+  }
+}
+
+async function main(): Promise<void> {
+  const threads = Number(flag('threads') ?? availableParallelism());
+  const reps = Number(flag('reps') ?? 3);
+  const mode = flag('mode');
+  if (mode === 'quantize') {
+    const ck = await loadCheckpoint(flag('run')!);
+    const dtype = flag('dtype') as 'q8' | 'q4';
+    quantizedWeights(ck, dtype === 'q8' ? 8 : 4, quantScheme(dtype), join(flag('run')!, '..', 'cache'));
+    return;
+  }
+  if (mode === 'measure') {
+    const row = await measure(flag('run')!, flag('dtype') as ComputeDType, threads, reps, flag('workload')!);
+    process.stdout.write(JSON.stringify(row) + '\n');
+    return;
+  }
+  const dtypes = (flag('dtypes') ?? 'f32,q8,q4').split(',') as ComputeDType[];
+  const keep = flag('keep');
+  const root = keep ?? mkdtempSync(join(tmpdir(), 'safekeep-bench-'));
+  const me = fileURLToPath(import.meta.url);
+  try {
+    const model = join(root, 'model');
+    if (!existsSync(join(model, 'model.safetensors'))) {
+      process.stderr.write(`writing a SmolLM2-135M-shaped random checkpoint to ${model} ...\n`);
+      await writeRandomCheckpoint(model, 'llama', SHAPE);
+    }
+    const wl = join(root, 'workload.json');
+    const { fullRatio, n } = await workload(wl, Number(flag('pairs') ?? 40), SHAPE.vocabSize);
+    const rows: BenchRow[] = [];
+    const env = { ...process.env, SAFEKEEP_QUIET: '1' };
+    for (const dtype of dtypes) {
+      if (dtype === 'q8' || dtype === 'q4') {
+        const q = spawnSync(process.execPath, ['--import', 'tsx', me, '--mode', 'quantize', '--run', model, '--dtype', dtype], { stdio: 'inherit', env });
+        if (q.status !== 0) throw new Error(`quantize ${dtype} failed`);
+      }
+      process.stderr.write(`measuring ${dtype} ...\n`);
+      const m = spawnSync(process.execPath, ['--import', 'tsx', me, '--mode', 'measure', '--run', model, '--dtype', dtype, '--workload', wl,
+        '--threads', String(threads), '--reps', String(reps)], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], env });
+      if (m.status !== 0) throw new Error(`measure ${dtype} failed`);
+      rows.push(JSON.parse(m.stdout.trim().split('\n').at(-1)!) as BenchRow);
+    }
+    const head = ['dtype', 'prefill tok/s', 'GFLOP/s', 'vs GEMM', 'decode+steer tok/s', 'extract prompts/s', 'extract tok/s', 'computed/prompt', 'peak RSS MiB'];
+    const table = [head, ...rows.map((r) => [
+      r.dtype, r.prefillTps.toFixed(0), r.engineGflops.toFixed(1), `${(100 * r.engineGflops / r.gemmGflops).toFixed(0)} %`, r.decodeSteerTps.toFixed(1),
+      r.extractPromptsPerS.toFixed(2), r.extractTokensPerS.toFixed(0), (r.computedTokens / r.promptTokens).toFixed(3), (r.peakRssBytes / 2 ** 20).toFixed(0),
+    ])];
+    const widths = head.map((_, i) => Math.max(...table.map((row) => row[i]!.length)));
+    process.stdout.write(`SmolLM2-135M shape, random weights, ${threads} thread(s), best of ${reps}; extraction: ${rows[0]?.promptTokens ?? 0} prompt tokens of agent.schema prompts (${Number(flag('pairs') ?? 40)} of ${n} pairs)\n`);
+    for (const row of table) process.stdout.write(row.map((c, i) => c.padStart(widths[i]!)).join('  ') + '\n');
+    process.stdout.write(`full bundled set (${n} pairs, agent.schema): planned computed/prompt tokens ${fullRatio.toFixed(3)} (target ≤ 0.6)\n`);
+    const out = join(here, 'results.json');
+    writeFileSync(`${out}.tmp`, JSON.stringify({ date: new Date().toISOString(), threads, reps, pairs: Number(flag('pairs') ?? 40), fullSetRatio: fullRatio, rows }, null, 1) + '\n');
+    const { renameSync } = await import('node:fs');
+    renameSync(`${out}.tmp`, out);
+    process.stdout.write(`→ ${out}\n`);
+  } finally {
+    if (!keep) rmSync(root, { recursive: true, force: true });
+  }
+}
+
+await main();
