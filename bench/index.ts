@@ -8,7 +8,7 @@
  * - extraction throughput on the bundled pair set in the agent configuration (schema tools), rendered with the real
  *   Llama-3.1 tokenizer and template (../shared/templates, else the npm tokenizer's own template) and run with
  *   shared-prefix KV reuse as `safekeep extract` does (last-token hidden states, batches of 16, one prefix cache):
- *   prompts/s, and computed/prompt tokens;
+ *   prompts/s (and the same prompts through plain `forward`, no reuse), and computed/prompt tokens;
  * - peak RSS (getrusage maxRSS).
  * Model: SmolLM2-135M shape (30 layers, d 576, 9/3 heads, intermediate 1536, vocab 49152, tied), random weights.
  * Token ids of the workload are taken modulo the model's vocabulary (prefix structure unchanged). --pairs (default
@@ -81,6 +81,8 @@ export interface BenchRow {
   gemmGflops: number;
   decodeSteerTps: number;
   extractPromptsPerS: number;
+  /** the same workload through plain `forward` (no reuse) */
+  extractNoReusePromptsPerS: number;
   extractTokensPerS: number;
   promptTokens: number;
   computedTokens: number;
@@ -120,6 +122,9 @@ async function measure(dir: string, dtype: ComputeDType, threads: number, reps: 
     promptTokens += stats.promptTokens;
   }
   const extractS = (performance.now() - tx) / 1000;
+  const ty = performance.now();
+  for (let s = 0; s < ids.length; s += 16) await engine.forward(ids.slice(s, s + 16), { hiddenAt: 'last', logitsAt: 'none' });
+  const plainS = (performance.now() - ty) / 1000;
   // prefill vs raw GEMM, interleaved
   const gemm = await rawGemm(threads, T, d, c.intermediateSize, 8);
   let prefillS = Infinity;
@@ -132,7 +137,7 @@ async function measure(dir: string, dtype: ComputeDType, threads: number, reps: 
   await engine.dispose();
   return {
     dtype, prefillTps: T / prefillS, engineGflops: flops / prefillS / 1e9, gemmGflops: gemm.flops / gemmS / 1e9, decodeSteerTps,
-    extractPromptsPerS: ids.length / extractS, extractTokensPerS: promptTokens / extractS, promptTokens, computedTokens,
+    extractPromptsPerS: ids.length / extractS, extractNoReusePromptsPerS: ids.length / plainS, extractTokensPerS: promptTokens / extractS, promptTokens, computedTokens,
     peakRssBytes: process.resourceUsage().maxRSS * 1024, sessionStartS,
   };
 }
@@ -194,10 +199,10 @@ async function main(): Promise<void> {
       if (m.status !== 0) throw new Error(`measure ${dtype} failed`);
       rows.push(JSON.parse(m.stdout.trim().split('\n').at(-1)!) as BenchRow);
     }
-    const head = ['dtype', 'prefill tok/s', 'GFLOP/s', 'vs GEMM', 'decode+steer tok/s', 'extract prompts/s', 'extract tok/s', 'computed/prompt', 'peak RSS MiB'];
+    const head = ['dtype', 'prefill tok/s', 'GFLOP/s', 'vs GEMM', 'decode+steer tok/s', 'extract prompts/s', 'no reuse', 'extract tok/s', 'computed/prompt', 'peak RSS MiB'];
     const table = [head, ...rows.map((r) => [
       r.dtype, r.prefillTps.toFixed(0), r.engineGflops.toFixed(1), `${(100 * r.engineGflops / r.gemmGflops).toFixed(0)} %`, r.decodeSteerTps.toFixed(1),
-      r.extractPromptsPerS.toFixed(2), r.extractTokensPerS.toFixed(0), (r.computedTokens / r.promptTokens).toFixed(3), (r.peakRssBytes / 2 ** 20).toFixed(0),
+      r.extractPromptsPerS.toFixed(2), r.extractNoReusePromptsPerS.toFixed(2), r.extractTokensPerS.toFixed(0), (r.computedTokens / r.promptTokens).toFixed(3), (r.peakRssBytes / 2 ** 20).toFixed(0),
     ])];
     const widths = head.map((_, i) => Math.max(...table.map((row) => row[i]!.length)));
     process.stdout.write(`SmolLM2-135M shape, random weights, ${threads} thread(s), best of ${reps}; extraction: ${rows[0]?.promptTokens ?? 0} prompt tokens of agent.schema prompts (${Number(flag('pairs') ?? 40)} of ${n} pairs)\n`);
