@@ -9,7 +9,7 @@
  *   Llama-3.1 tokenizer and template (../shared/templates, else the npm tokenizer's own template) and run with
  *   shared-prefix KV reuse as `safekeep extract` does (last-token hidden states, batches of 16, one prefix cache):
  *   prompts/s (and the same prompts through plain `forward`, no reuse), and computed/prompt tokens;
- * - peak RSS (getrusage maxRSS).
+ * - peak RSS of the measuring child (VmHWM).
  * Model: SmolLM2-135M shape (30 layers, d 576, 9/3 heads, intermediate 1536, vocab 49152, tied), random weights.
  * Token ids of the workload are taken modulo the model's vocabulary (prefix structure unchanged). --pairs (default
  * 40, round-robin over categories) bounds the run time; the full-set ratio is printed from the plan as well.
@@ -45,6 +45,18 @@ const here = dirname(fileURLToPath(import.meta.url));
 function flag(name: string): string | undefined {
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 ? process.argv[i + 1] : undefined;
+}
+
+/**
+ * Peak RSS of this process image: VmHWM from /proc/self/status (Linux). Not getrusage's maxRSS: Linux carries the
+ * parent's high-water mark across fork+exec into ru_maxrss, so a child spawned by a big parent reports the parent's.
+ */
+function peakRss(): number {
+  try {
+    const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'));
+    if (m) return Number(m[1]) * 1024;
+  } catch { /* not Linux */ }
+  return process.resourceUsage().maxRSS * 1024;
 }
 
 async function best(reps: number, f: () => Promise<unknown>): Promise<number> {
@@ -138,7 +150,7 @@ async function measure(dir: string, dtype: ComputeDType, threads: number, reps: 
   return {
     dtype, prefillTps: T / prefillS, engineGflops: flops / prefillS / 1e9, gemmGflops: gemm.flops / gemmS / 1e9, decodeSteerTps,
     extractPromptsPerS: ids.length / extractS, extractNoReusePromptsPerS: ids.length / plainS, extractTokensPerS: promptTokens / extractS, promptTokens, computedTokens,
-    peakRssBytes: process.resourceUsage().maxRSS * 1024, sessionStartS,
+    peakRssBytes: peakRss(), sessionStartS,
   };
 }
 

@@ -3,13 +3,13 @@
  * q4? Writing 32 random 8B layers (16 GB BF16) is not needed to answer it: RSS is linear in the layer count, so this
  * writes 8B-shaped random BF16 checkpoints with few layers (default 1 and 2: hidden 4096, 32 heads / 8 KV heads,
  * intermediate 14336, vocab 128256, untied), quantizes each in a child process (so quantization buffers are not
- * counted), then measures in a fresh child: peak RSS (getrusage maxRSS) after session creation, a 256-token prefill
+ * counted), then measures in a fresh child: peak RSS (VmHWM) after session creation, a 256-token prefill
  * (hidden states at the last position, logits at the last position) and 16 decode steps. The 32-layer figure is
  * extrapolated linearly from the per-layer slope: RSS(32) = RSS(a) + (32 − a) · (RSS(b) − RSS(a)) / (b − a).
  * Disk: ~2.6 GB per layer-count checkpoint (BF16 embedding + lm_head 2 GB) plus its quantized copy in the cache.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -29,6 +29,18 @@ const FULL_LAYERS = 32;
 function flag(name: string): string | undefined {
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 ? process.argv[i + 1] : undefined;
+}
+
+/**
+ * Peak RSS of this process image: VmHWM from /proc/self/status (Linux). Not getrusage's maxRSS: Linux carries the
+ * parent's high-water mark across fork+exec into ru_maxrss, so a child spawned by a big parent reports the parent's.
+ */
+function peakRss(): number {
+  try {
+    const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'));
+    if (m) return Number(m[1]) * 1024;
+  } catch { /* not Linux */ }
+  return process.resourceUsage().maxRSS * 1024;
 }
 const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
 
@@ -51,7 +63,7 @@ async function child(mode: string, dir: string, dtype: ComputeDType): Promise<vo
   const t2 = performance.now();
   await engine.generate([prompt.slice(0, 32)], { maxNewTokens: 16, stopIds: [] });
   const genS = (performance.now() - t2) / 1000;
-  const peak = process.resourceUsage().maxRSS * 1024;
+  const peak = peakRss();
   await engine.dispose();
   process.stdout.write(JSON.stringify({ before, afterSession, peak, startS, prefillTps: 256 / prefillS, genS }) + '\n');
 }
