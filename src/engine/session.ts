@@ -136,7 +136,9 @@ export async function openSession(ckpt: Checkpoint, opts: SessionOptions): Promi
     extra: {
       session: {
         intra_op: { allow_spinning: '0' },
-        ...(opts.lowMemory ? { disable_prepacking: '1' } : {}),
+        // q8/q4 need pre-packing: unpacked MatMulNBits dequantizes whole weights per call (measured 2.6 GiB peak and
+        // minutes for one 8B-shaped layer), so lowMemory only applies to f32/bf16
+        ...(opts.lowMemory && !isQuantized(opts.dtype) ? { disable_prepacking: '1' } : {}),
         inter_op: { allow_spinning: '0' },
         model_external_initializers_file_folder_path: weightsDir,
       },
