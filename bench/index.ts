@@ -12,7 +12,7 @@
  * - peak RSS of the measuring child (VmHWM).
  * Model: SmolLM2-135M shape (30 layers, d 576, 9/3 heads, intermediate 1536, vocab 49152, tied), random weights.
  * Token ids of the workload are taken modulo the model's vocabulary (prefix structure unchanged). --pairs (default
- * 40, round-robin over categories) bounds the run time; the full-set ratio is printed from the plan as well.
+ * 16, round-robin over categories) bounds the run time; the full-set ratio is printed from the plan as well.
  * Writes bench/results.json (git-ignored).
  */
 import { spawnSync } from 'node:child_process';
@@ -197,7 +197,7 @@ async function main(): Promise<void> {
       await writeRandomCheckpoint(model, 'llama', SHAPE);
     }
     const wl = join(root, 'workload.json');
-    const { fullRatio, n } = await workload(wl, Number(flag('pairs') ?? 40), SHAPE.vocabSize);
+    const { fullRatio, n } = await workload(wl, Number(flag('pairs') ?? 16), SHAPE.vocabSize);
     const rows: BenchRow[] = [];
     const env = { ...process.env, SAFEKEEP_QUIET: '1' };
     for (const dtype of dtypes) {
@@ -217,11 +217,11 @@ async function main(): Promise<void> {
       r.extractPromptsPerS.toFixed(2), r.extractNoReusePromptsPerS.toFixed(2), r.extractTokensPerS.toFixed(0), (r.computedTokens / r.promptTokens).toFixed(3), (r.peakRssBytes / 2 ** 20).toFixed(0),
     ])];
     const widths = head.map((_, i) => Math.max(...table.map((row) => row[i]!.length)));
-    process.stdout.write(`SmolLM2-135M shape, random weights, ${threads} thread(s), best of ${reps}; extraction: ${rows[0]?.promptTokens ?? 0} prompt tokens of agent.schema prompts (${Number(flag('pairs') ?? 40)} of ${n} pairs)\n`);
+    process.stdout.write(`SmolLM2-135M shape, random weights, ${threads} thread(s), best of ${reps}; extraction: ${rows[0]?.promptTokens ?? 0} prompt tokens of agent.schema prompts (${Number(flag('pairs') ?? 16)} of ${n} pairs)\n`);
     for (const row of table) process.stdout.write(row.map((c, i) => c.padStart(widths[i]!)).join('  ') + '\n');
     process.stdout.write(`full bundled set (${n} pairs, agent.schema): planned computed/prompt tokens ${fullRatio.toFixed(3)} (target ≤ 0.6)\n`);
     const out = join(here, 'results.json');
-    writeFileSync(`${out}.tmp`, JSON.stringify({ date: new Date().toISOString(), threads, reps, pairs: Number(flag('pairs') ?? 40), fullSetRatio: fullRatio, rows }, null, 1) + '\n');
+    writeFileSync(`${out}.tmp`, JSON.stringify({ date: new Date().toISOString(), threads, reps, pairs: Number(flag('pairs') ?? 16), fullSetRatio: fullRatio, rows }, null, 1) + '\n');
     const { renameSync } = await import('node:fs');
     renameSync(`${out}.tmp`, out);
     process.stdout.write(`→ ${out}\n`);
