@@ -134,6 +134,25 @@ describe('shared-prefix reuse equals forward', () => {
     }
   });
 
+  for (const family of ['llama', 'qwen3'] as const) {
+    test(`${family}: firstTokenShared equals generate(maxNewTokens 1) — token, prompt-last and first-token hidden states`, async () => {
+      const e = engines.get(family)!;
+      const ps = workload(e.vocabSize);
+      for (const steer of [undefined, { layer: 1, vector: Array.from({ length: 48 }, (_, i) => Math.cos(i * 0.7)), alpha: 3 }]) {
+        const ref = await e.generate(ps, { maxNewTokens: 1, stopIds: [], steer, returnPromptLastHidden: true, returnFirstTokenHidden: true });
+        const { results, stats } = await e.firstTokenShared(ps, { stopIds: [], steer });
+        ps.forEach((_, i) => {
+          assert.deepEqual(results[i]!.generatedIds, ref[i]!.generatedIds, `prompt ${i} token`);
+          assert.equal(results[i]!.finish, ref[i]!.finish);
+          const dp = relDiff(results[i]!.promptLastHidden!, ref[i]!.promptLastHidden!);
+          const df = relDiff(results[i]!.firstTokenHidden!, ref[i]!.firstTokenHidden!);
+          assert.ok(dp <= EXACT && df <= EXACT, `prompt ${i}: prompt-last ${dp}, first-token ${df}`);
+        });
+        assert.equal(stats.computedTokens, plannedReuse(ps).computedTokens + ps.length);
+      }
+    });
+  }
+
   test("hiddenAt 'all' reuses nothing and equals forward", async () => {
     const e = engines.get('qwen3')!;
     const ps = workload(e.vocabSize);

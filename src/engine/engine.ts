@@ -13,7 +13,7 @@ import { SafekeepError } from '../util/errors.ts';
 import { attentionBias, leftPad, planChunks, positionIds, selectPositions, steeringMatrix } from './batch.ts';
 import type { AttentionImpl, ComputeDType } from './graph.ts';
 import { IO } from './graph.ts';
-import { forwardShared, type SharedForwardOptions, type SharedForwardResult } from './prefix.ts';
+import { firstTokenShared, forwardShared, type FirstTokenSharedResult, type SharedForwardOptions, type SharedForwardResult } from './prefix.ts';
 import type { QuantScheme } from './quant-store.ts';
 import { openSession, type Device } from './session.ts';
 import type { Engine, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, Steering } from './types.ts';
@@ -190,6 +190,15 @@ export class OnnxEngine implements Engine {
   async forwardShared(inputIds: number[][], opts: SharedForwardOptions = {}): Promise<SharedForwardResult> {
     this.checkIds(inputIds);
     return forwardShared(this, inputIds, steeringMatrix(this.numLayers, this.dModel, opts.steer), opts);
+  }
+
+  /**
+   * One greedy token per prompt with shared-prefix reuse: equals `generate(ids, {maxNewTokens: 1,
+   * returnPromptLastHidden: true, returnFirstTokenHidden: true, stopIds, steer})` (prefix.ts).
+   */
+  async firstTokenShared(inputIds: number[][], opts: Omit<SharedForwardOptions, 'hiddenAt' | 'logitsAt'> & { stopIds?: number[] } = {}): Promise<FirstTokenSharedResult> {
+    this.checkIds(inputIds);
+    return firstTokenShared(this, inputIds, steeringMatrix(this.numLayers, this.dModel, opts.steer), opts);
   }
 
   async generate(inputIds: number[][], opts: GenerateOptions): Promise<GenerateResult[]> {

@@ -17,7 +17,7 @@ import { createHash } from 'node:crypto';
 import * as ort from 'onnxruntime-node';
 import { selectPositions } from './batch.ts';
 import type { KvCache, OnnxEngine } from './engine.ts';
-import type { ForwardResult, PositionSelector, Steering } from './types.ts';
+import type { ForwardResult, GenerateResult, PositionSelector, Steering } from './types.ts';
 
 /** lcp of two token sequences */
 export function lcp(a: readonly number[], b: readonly number[]): number {
@@ -152,6 +152,36 @@ const prefixKey = (ids: readonly number[], prefix: number, chain: readonly numbe
  * logits within float rounding, ≤ 1e-5 in the tests) plus what was computed.
  */
 export async function forwardShared(engine: OnnxEngine, prompts: number[][], steerMatrix: Float32Array, opts: SharedForwardOptions = {}): Promise<SharedForwardResult> {
+  return sharedCore(engine, prompts, steerMatrix, opts, null);
+}
+
+export interface FirstTokenSharedResult {
+  /** one greedy token per prompt, with `promptLastHidden` and `firstTokenHidden` ([L+1, d] each) */
+  results: GenerateResult[];
+  stats: ReuseStats;
+}
+
+/**
+ * `generate(prompts, {maxNewTokens: 1, returnPromptLastHidden: true, returnFirstTokenHidden: true, stopIds})` with
+ * shared-prefix reuse for the prefill: the prompt's last-token hidden state, its greedy token, and the all-layer
+ * hidden state computed when that token is fed back (one batch-1 step per prompt on its own KV).
+ */
+export async function firstTokenShared(engine: OnnxEngine, prompts: number[][], steerMatrix: Float32Array,
+  opts: Omit<SharedForwardOptions, 'hiddenAt' | 'logitsAt' | 'steer'> & { stopIds?: number[] } = {}): Promise<FirstTokenSharedResult> {
+  const out: GenerateResult[] = new Array(prompts.length);
+  const { stats } = await sharedCore(engine, prompts, steerMatrix, { ...opts, hiddenAt: 'last', logitsAt: 'last' }, { stop: new Set(opts.stopIds ?? engine.eosIds), out });
+  return { results: out, stats };
+}
+
+/** greedy token: index of the largest logit (first on ties, like torch.argmax) */
+function argmaxRow(row: Float32Array): number {
+  let best = 0;
+  for (let i = 1; i < row.length; i++) if (row[i]! > row[best]!) best = i;
+  return best;
+}
+
+async function sharedCore(engine: OnnxEngine, prompts: number[][], steerMatrix: Float32Array, opts: SharedForwardOptions,
+  first: { stop: Set<number>; out: GenerateResult[] } | null): Promise<SharedForwardResult> {
   const n = prompts.length;
   const boundaries = opts.boundaries ?? prefixPlan(prompts);
   if (boundaries.length !== n) throw new Error(`forwardShared: ${boundaries.length} boundary lists for ${n} prompts`);
@@ -247,7 +277,7 @@ export async function forwardShared(engine: OnnxEngine, prompts: number[][], ste
     const flat = (pick: (r: (typeof rows)[number]) => number[]) => batch.flatMap((r, b) => pick(r).map((p) => b * T + p - r.prefix));
     const out = await engine.step({
       ids, batch: B, width: T, starts, past: P > 0 ? toCache(kvs, P) : null, steer: steerMatrix,
-      hiddenIndex: flat((r) => r.hiddenPos), logitsIndex: flat((r) => r.logitPos), wantPresent: false,
+      hiddenIndex: flat((r) => r.hiddenPos), logitsIndex: flat((r) => r.logitPos), wantPresent: first !== null,
     });
     stats.computedTokens += batch.reduce((s, r) => s + r.ids.length - r.prefix, 0);
     const N = batch.reduce((s, r) => s + r.hiddenPos.length, 0);
@@ -261,6 +291,28 @@ export async function forwardShared(engine: OnnxEngine, prompts: number[][], ste
       results[r.i] = { length: r.ids.length, hiddenPositions: r.hiddenPos, hidden, logitPositions: r.logitPos, logits: out.logits.slice(lOff * V, (lOff + m) * V) };
       hOff += nh;
       lOff += m;
+    }
+    if (first) {
+      // feed each row's greedy token on its own KV: row b's real slots starts[b] .. P + suffix_b − 1 (no right pads)
+      const { numKvHeads: kvH, headDim: hd } = engine.config;
+      const S = P + T;
+      for (let b = 0; b < B; b++) {
+        const r = batch[b]!;
+        const res = results[r.i]!;
+        const tok = argmaxRow(res.logits);
+        const from = starts[b]!;
+        const len = P + r.ids.length - r.prefix - from;
+        const slice = (t: ort.Tensor): ort.Tensor => {
+          const src = t.data as Float32Array;
+          const dst = new Float32Array(kvH * len * hd);
+          for (let h = 0; h < kvH; h++) dst.set(src.subarray(((b * kvH + h) * S + from) * hd, ((b * kvH + h) * S + from + len) * hd), h * len * hd);
+          return new ort.Tensor('float32', dst, [1, kvH, len, hd]);
+        };
+        const past: KvCache = { keys: out.present!.keys.map(slice), values: out.present!.values.map(slice), batch: 1, length: len, starts: [0] };
+        const next = await engine.step({ ids: BigInt64Array.from([BigInt(tok)]), batch: 1, width: 1, starts: [0], past, steer: steerMatrix, hiddenIndex: [0], logitsIndex: [], wantPresent: false });
+        stats.computedTokens += 1;
+        first.out[r.i] = { generatedIds: [tok], finish: first.stop.has(tok) ? 'stop' : 'length', promptLastHidden: res.hidden, firstTokenHidden: next.hidden };
+      }
     }
   }
   return { results, stats };
