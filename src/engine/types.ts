@@ -78,6 +78,8 @@ export interface Engine extends EngineInfo {
   forward(inputIds: number[][], opts?: ForwardOptions): Promise<ForwardResult[]>;
   /** `forward` with shared-prefix KV reuse (src/engine/prefix.ts); optional for other engines */
   forwardShared?(inputIds: number[][], opts?: import('./prefix.ts').SharedForwardOptions): Promise<import('./prefix.ts').SharedForwardResult>;
+  /** generate(maxNewTokens 1, prompt-last + first-token hidden states) with shared-prefix reuse; optional */
+  firstTokenShared?(inputIds: number[][], opts?: Omit<import('./prefix.ts').SharedForwardOptions, 'hiddenAt' | 'logitsAt'> & { stopIds?: number[] }): Promise<import('./prefix.ts').FirstTokenSharedResult>;
   generate(inputIds: number[][], opts: GenerateOptions): Promise<GenerateResult[]>;
   dispose(): Promise<void>;
 }
