@@ -5,7 +5,8 @@
  * intermediate 14336, vocab 128256, untied), quantizes each in a child process (so quantization buffers are not
  * counted), then measures in a fresh child: peak RSS (VmHWM) after session creation, a 256-token prefill
  * (hidden states at the last position, logits at the last position) and 16 decode steps. The 32-layer figure is
- * extrapolated linearly from the per-layer slope: RSS(32) = RSS(a) + (32 − a) · (RSS(b) − RSS(a)) / (b − a).
+ * extrapolated linearly from the per-layer slope: RSS(32) = RSS(a) + (32 − a) · (RSS(b) − RSS(a)) / (b − a); the same
+ * for the anonymous part (RssAnon; the rest is file-backed pages of the mmapped quantized weights).
  * Disk: ~2.6 GB per layer-count checkpoint (BF16 embedding + lm_head 2 GB) plus its quantized copy in the cache.
  */
 import { spawnSync } from 'node:child_process';
@@ -64,8 +65,10 @@ async function child(mode: string, dir: string, dtype: ComputeDType): Promise<vo
   await engine.generate([prompt.slice(0, 32)], { maxNewTokens: 16, stopIds: [] });
   const genS = (performance.now() - t2) / 1000;
   const peak = peakRss();
+  const status = readFileSync('/proc/self/status', 'utf8');
+  const kb = (k: string) => Number(new RegExp(`${k}:\\s+(\\d+) kB`).exec(status)?.[1] ?? NaN) * 1024;
   await engine.dispose();
-  process.stdout.write(JSON.stringify({ before, afterSession, peak, startS, prefillTps: 256 / prefillS, genS }) + '\n');
+  process.stdout.write(JSON.stringify({ before, afterSession, peak, anon: kb('RssAnon'), file: kb('RssFile'), startS, prefillTps: 256 / prefillS, genS }) + '\n');
 }
 
 async function main(): Promise<void> {
@@ -76,7 +79,7 @@ async function main(): Promise<void> {
   const keep = flag('keep');
   const root = keep ?? mkdtempSync(join(tmpdir(), 'safekeep-8b-'));
   const me = fileURLToPath(import.meta.url);
-  const rows: { layers: number; peak: number; afterSession: number; prefillTps: number; startS: number }[] = [];
+  const rows: { layers: number; peak: number; afterSession: number; anon: number; file: number; prefillTps: number; startS: number }[] = [];
   try {
     for (const n of layerCounts) {
       const dir = join(root, `llama8b-${n}l`, 'model');
@@ -89,15 +92,17 @@ async function main(): Promise<void> {
       const m = spawnSync(process.execPath, ['--import', 'tsx', me, '--mode', 'measure', '--run', dir, '--dtype', dtype, ...(flag('threads') ? ['--threads', flag('threads')!] : [])],
         { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
       if (m.status !== 0) throw new Error('measure child failed');
-      const r = JSON.parse(m.stdout.trim().split('\n').at(-1)!) as { peak: number; afterSession: number; prefillTps: number; startS: number };
+      const r = JSON.parse(m.stdout.trim().split('\n').at(-1)!) as { peak: number; afterSession: number; anon: number; file: number; prefillTps: number; startS: number };
       rows.push({ layers: n, ...r });
-      process.stdout.write(`${dtype}, ${n} layer(s): peak RSS ${gib(r.peak)}, after session ${gib(r.afterSession)}, session start ${r.startS.toFixed(1)} s, prefill 1×256 ${r.prefillTps.toFixed(1)} tok/s\n`);
+      process.stdout.write(`${dtype}, ${n} layer(s): peak RSS ${gib(r.peak)} (at the end: anonymous ${gib(r.anon)}, file-backed ${gib(r.file)}), after session ${gib(r.afterSession)}, session start ${r.startS.toFixed(1)} s, prefill 1×256 ${r.prefillTps.toFixed(1)} tok/s\n`);
     }
     if (rows.length >= 2) {
       const [a, b] = [rows[0]!, rows.at(-1)!];
       const slope = (b.peak - a.peak) / (b.layers - a.layers);
       const full = a.peak + (FULL_LAYERS - a.layers) * slope;
-      process.stdout.write(`per layer ${gib(slope)}; extrapolated ${FULL_LAYERS}-layer Llama-3.1-8B shape at ${dtype}: peak RSS ≈ ${gib(full)} (${(full / 1e9).toFixed(2)} GB; target ≤ 8 GB)\n`);
+      const anonSlope = (b.anon - a.anon) / (b.layers - a.layers);
+      const anonFull = b.anon + (FULL_LAYERS - b.layers) * anonSlope;
+      process.stdout.write(`per layer ${gib(slope)}; extrapolated ${FULL_LAYERS}-layer Llama-3.1-8B shape at ${dtype}: peak RSS ≈ ${gib(full)} (${(full / 1e9).toFixed(2)} GB; target ≤ 8 GB), of which anonymous ≈ ${gib(anonFull)} (the rest: file-backed pages of the mmapped quantized weights, reclaimable)\n`);
     }
   } finally {
     if (!keep) rmSync(root, { recursive: true, force: true });
