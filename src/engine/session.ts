@@ -92,7 +92,7 @@ export function modelGraph(ckpt: Checkpoint, opts: SessionOptions): { bytes: Uin
   let quant: QuantStore | undefined;
   if (isQuantized(opts.dtype)) quant = quantizedWeights(ckpt, opts.dtype === 'q8' ? 8 : 4, quantScheme(opts.dtype, opts.quantScheme), opts.cacheDir);
   const weightsDir = quant ? quant.dir : ckptDir;
-  const key = graphCacheKey(ckpt, realFiles, opts.dtype, attention, fused, quant ? `${quant.dir}\n${quant.index.scheme}\n${quantAccuracyLevel()}\n` : '');
+  const key = graphCacheKey(ckpt, realFiles, opts.dtype, attention, fused, quant ? `${quant.dir}\n${quant.index.scheme}\n${quantAccuracyLevel(quant.index.bits)}\n` : '');
   const dir = join(cacheRoot(opts.cacheDir), 'graphs');
   const path = join(dir, `${key}.onnx`);
   if (existsSync(path)) return { bytes: readFileSync(path), weightsDir, cached: true, path };
