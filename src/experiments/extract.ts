@@ -165,18 +165,27 @@ export function extractCondition(ctx: ExtractContext, c: Condition): Promise<Sto
       return res.map((r) => r.hidden);
     }, rows);
   }
+  const { cache, boundariesOf, reuse } = prefixReuse(rows);
+  return cacheCondition(ctx, c, promptCacheName(c), 'final-prompt-token', async (batch) => {
+    const { results } = await shared(batch.map((r) => r.ids), { hiddenAt: 'last', logitsAt: 'none', cache, boundaries: boundariesOf(batch) });
+    return results.map((r) => r.hidden);
+  }, rows, { reuse });
+}
+
+/**
+ * Shared-prefix plan of a condition's rows (src/engine/prefix.ts): split points over ALL rows, so each batch computes
+ * the same bytes whatever the prefix cache holds (deterministic resume); `reuse` = planned token counts.
+ */
+function prefixReuse(rows: readonly CacheRow[]) {
   const ids = rows.map((r) => r.ids);
   const plan = prefixPlan(ids);
   const boundaries = new Map(rows.map((r, i) => [r, plan[i]!])); // by row identity (the store passes slices of `rows`)
-  const cache = new PrefixCache();
   const planned = plannedReuse(ids, plan);
-  const reuse = { kind: 'shared-prefix KV', promptTokens: planned.promptTokens, computedTokens: planned.computedTokens, ratio: Number(planned.ratio.toFixed(4)) };
-  return cacheCondition(ctx, c, promptCacheName(c), 'final-prompt-token', async (batch) => {
-    const { results } = await shared(batch.map((r) => r.ids), {
-      hiddenAt: 'last', logitsAt: 'none', cache, boundaries: batch.map((r) => boundaries.get(r) ?? prefixPlan([r.ids])[0]!),
-    });
-    return results.map((r) => r.hidden);
-  }, rows, { reuse });
+  return {
+    cache: new PrefixCache(),
+    boundariesOf: (batch: readonly CacheRow[]) => batch.map((r) => boundaries.get(r) ?? prefixPlan([r.ids])[0]!),
+    reuse: { kind: 'shared-prefix KV', promptTokens: planned.promptTokens, computedTokens: planned.computedTokens, ratio: Number(planned.ratio.toFixed(4)) },
+  };
 }
 
 /**
@@ -198,6 +207,8 @@ export async function extractWithFirstToken(ctx: ExtractContext, repr: ToolRepr)
   const c: Condition = { config: 'agent', repr };
   const rows = renderRows(ctx, c);
   if (cacheIsComplete(ctx.cacheDir, promptCacheName(c), rows)) return [await extractFirstToken(ctx, repr)];
+  const shared = ctx.engine.firstTokenShared?.bind(ctx.engine);
+  const { cache, boundariesOf, reuse } = prefixReuse(rows);
   return buildActivationCaches({
     dir: ctx.cacheDir,
     names: [promptCacheName(c), firstTokenCacheName(repr)],
@@ -207,8 +218,13 @@ export async function extractWithFirstToken(ctx: ExtractContext, repr: ToolRepr)
     d: ctx.engine.dModel,
     batchTokens: ctx.batchTokens,
     label: `prompt + first token ${conditionName(c)}`,
-    manifest: { ...ctx.baseManifest, condition: conditionName(c) },
+    manifest: { ...ctx.baseManifest, condition: conditionName(c), ...(shared ? { reuse } : {}) },
     compute: async (batch) => {
+      if (shared) {
+        // the same as the generate() below, with the prefill's shared prefixes computed once
+        const { results } = await shared(batch.map((r) => r.ids), { stopIds: [], cache, boundaries: boundariesOf(batch) });
+        return [results.map((r) => r.promptLastHidden!), results.map((r) => r.firstTokenHidden!)];
+      }
       const res = await ctx.engine.generate(batch.map((r) => r.ids), {
         maxNewTokens: 1, stopIds: [], returnPromptLastHidden: true, returnFirstTokenHidden: true,
       });
