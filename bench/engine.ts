@@ -12,6 +12,7 @@
  * Targets (issue 2): prefill ≥ 70 % of the GEMM rate; RSS ≤ 1.3 × f32 weight bytes.
  */
 import { spawnSync } from 'node:child_process';
+import { peakRss } from './peak-rss.ts';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -104,7 +105,7 @@ async function measure(dir: string, threads: number): Promise<void> {
     out = await engine.step({ ids: BigInt64Array.from([BigInt(3 + k)]), batch: 1, width: 1, starts: [0], past: out.present, steer, hiddenIndex: [0], logitsIndex: [0] });
   }
   const stepTps = nNew / ((performance.now() - tStep) / 1000);
-  const peakEngine = process.resourceUsage().maxRSS * 1024; // before the GEMM session (its weights would count)
+  const peakEngine = peakRss(); // VmHWM, before the GEMM session (its weights would count)
   const rssAfterRuns = process.memoryUsage().rss;
   const gemm = await rawMatmulSession(threads, T, d, c.intermediateSize, 8);
   // interleave engine and GEMM runs so both see the same machine load

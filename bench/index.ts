@@ -16,6 +16,7 @@
  * Writes bench/results.json (git-ignored).
  */
 import { spawnSync } from 'node:child_process';
+import { peakRss } from './peak-rss.ts';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -45,18 +46,6 @@ const here = dirname(fileURLToPath(import.meta.url));
 function flag(name: string): string | undefined {
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 ? process.argv[i + 1] : undefined;
-}
-
-/**
- * Peak RSS of this process image: VmHWM from /proc/self/status (Linux). Not getrusage's maxRSS: Linux carries the
- * parent's high-water mark across fork+exec into ru_maxrss, so a child spawned by a big parent reports the parent's.
- */
-function peakRss(): number {
-  try {
-    const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'));
-    if (m) return Number(m[1]) * 1024;
-  } catch { /* not Linux */ }
-  return process.resourceUsage().maxRSS * 1024;
 }
 
 async function best(reps: number, f: () => Promise<unknown>): Promise<number> {

@@ -10,6 +10,7 @@
  * Disk: ~2.6 GB per layer-count checkpoint (BF16 embedding + lm_head 2 GB) plus its quantized copy in the cache.
  */
 import { spawnSync } from 'node:child_process';
+import { peakRss } from './peak-rss.ts';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -32,17 +33,6 @@ function flag(name: string): string | undefined {
   return i >= 0 ? process.argv[i + 1] : undefined;
 }
 
-/**
- * Peak RSS of this process image: VmHWM from /proc/self/status (Linux). Not getrusage's maxRSS: Linux carries the
- * parent's high-water mark across fork+exec into ru_maxrss, so a child spawned by a big parent reports the parent's.
- */
-function peakRss(): number {
-  try {
-    const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'));
-    if (m) return Number(m[1]) * 1024;
-  } catch { /* not Linux */ }
-  return process.resourceUsage().maxRSS * 1024;
-}
 const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
 
 async function child(mode: string, dir: string, dtype: ComputeDType): Promise<void> {
