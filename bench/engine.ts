@@ -12,18 +12,15 @@
  * Targets (issue 2): prefill ≥ 70 % of the GEMM rate; RSS ≤ 1.3 × f32 weight bytes.
  */
 import { spawnSync } from 'node:child_process';
-import { peakRss } from './peak-rss.ts';
+import { best, peakRss, rawMatmulSession } from './common.ts';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import * as ort from 'onnxruntime-node';
 import { loadCheckpoint, parameterCount } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { steeringMatrix } from '../src/engine/batch.ts';
 import { createEngineFromCheckpoint } from '../src/engine/engine.ts';
-import { GraphBuilder } from '../src/engine/onnx/builder.ts';
-import { DataType } from '../src/engine/onnx/proto.ts';
 
 const SHAPE = {
   numLayers: 30, hiddenSize: 576, numHeads: 9, numKvHeads: 3, headDim: 64, intermediateSize: 1536, vocabSize: 49152,
@@ -36,36 +33,6 @@ function flag(name: string): string | undefined {
 }
 
 const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
-
-/** A session running a chain of `depth` MatMuls [M, K]×[K, N] then [M, N]×[N, K] (constant weights). */
-async function rawMatmulSession(threads: number, M: number, K: number, N: number, depth: number) {
-  const g = new GraphBuilder();
-  let x = g.input('x', DataType.FLOAT, [M, K]);
-  for (let i = 0; i < depth; i++) {
-    const [a, b] = i % 2 === 0 ? [K, N] : [N, K];
-    const w = new Float32Array(a * b).map((_, j) => Math.sin(j + i) * 0.05);
-    x = g.op('MatMul', [x, g.initializer({ dataType: DataType.FLOAT, dims: [a, b], raw: new Uint8Array(w.buffer) }, 'w')]);
-  }
-  g.output('y', x, DataType.FLOAT, [M, depth % 2 === 0 ? K : N]);
-  const s = await ort.InferenceSession.create(g.encode('gemm', { '': 17 }), {
-    intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all',
-    extra: { session: { intra_op: { allow_spinning: '0' } } },
-  });
-  const feed = { x: new ort.Tensor('float32', new Float32Array(M * K).map((_, i) => Math.cos(i)), [M, K]) };
-  await s.run(feed);
-  return { flops: 2 * M * K * N * depth, run: () => s.run(feed), release: () => s.release() };
-}
-
-/** best of `reps` timings (s); the machine may be shared, the best run is the least disturbed one */
-async function best(reps: number, f: () => Promise<unknown>): Promise<number> {
-  let b = Infinity;
-  for (let i = 0; i < reps; i++) {
-    const t = performance.now();
-    await f();
-    b = Math.min(b, (performance.now() - t) / 1000);
-  }
-  return b;
-}
 
 async function measure(dir: string, threads: number): Promise<void> {
   const ck = await loadCheckpoint(dir);

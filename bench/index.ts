@@ -16,19 +16,16 @@
  * Writes bench/results.json (git-ignored).
  */
 import { spawnSync } from 'node:child_process';
-import { peakRss } from './peak-rss.ts';
+import { best, peakRss, rawMatmulSession } from './common.ts';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import * as ort from 'onnxruntime-node';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { loadPairSet } from '../src/data/load.ts';
 import { createEngineFromCheckpoint } from '../src/engine/engine.ts';
 import type { ComputeDType } from '../src/engine/graph.ts';
-import { GraphBuilder } from '../src/engine/onnx/builder.ts';
-import { DataType } from '../src/engine/onnx/proto.ts';
 import { plannedReuse, prefixPlan, PrefixCache } from '../src/engine/prefix.ts';
 import { quantizedWeights } from '../src/engine/quant-store.ts';
 import { quantScheme } from '../src/engine/session.ts';
@@ -46,33 +43,6 @@ const here = dirname(fileURLToPath(import.meta.url));
 function flag(name: string): string | undefined {
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 ? process.argv[i + 1] : undefined;
-}
-
-async function best(reps: number, f: () => Promise<unknown>): Promise<number> {
-  let b = Infinity;
-  for (let i = 0; i < reps; i++) {
-    const t = performance.now();
-    await f();
-    b = Math.min(b, (performance.now() - t) / 1000);
-  }
-  return b;
-}
-
-async function rawGemm(threads: number, M: number, K: number, N: number, depth: number) {
-  const g = new GraphBuilder();
-  let x = g.input('x', DataType.FLOAT, [M, K]);
-  for (let i = 0; i < depth; i++) {
-    const [a, b] = i % 2 === 0 ? [K, N] : [N, K];
-    const w = new Float32Array(a * b).map((_, j) => Math.sin(j + i) * 0.05);
-    x = g.op('MatMul', [x, g.initializer({ dataType: DataType.FLOAT, dims: [a, b], raw: new Uint8Array(w.buffer) }, 'w')]);
-  }
-  g.output('y', x, DataType.FLOAT, [M, depth % 2 === 0 ? K : N]);
-  const s = await ort.InferenceSession.create(g.encode('gemm', { '': 17 }), {
-    intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all', extra: { session: { intra_op: { allow_spinning: '0' } } },
-  });
-  const feed = { x: new ort.Tensor('float32', new Float32Array(M * K).map((_, i) => Math.cos(i)), [M, K]) };
-  await s.run(feed);
-  return { flops: 2 * M * K * N * depth, run: () => s.run(feed), release: () => s.release() };
 }
 
 export interface BenchRow {
@@ -127,7 +97,7 @@ async function measure(dir: string, dtype: ComputeDType, threads: number, reps: 
   for (let s = 0; s < ids.length; s += 16) await engine.forward(ids.slice(s, s + 16), { hiddenAt: 'last', logitsAt: 'none' });
   const plainS = (performance.now() - ty) / 1000;
   // prefill vs raw GEMM, interleaved
-  const gemm = await rawGemm(threads, T, d, c.intermediateSize, 8);
+  const gemm = await rawMatmulSession(threads, T, d, c.intermediateSize, 8);
   let prefillS = Infinity;
   let gemmS = Infinity;
   for (let i = 0; i < reps; i++) {

@@ -10,7 +10,7 @@
  * Disk: ~2.6 GB per layer-count checkpoint (BF16 embedding + lm_head 2 GB) plus its quantized copy in the cache.
  */
 import { spawnSync } from 'node:child_process';
-import { peakRss } from './peak-rss.ts';
+import { peakRss } from './common.ts';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -1,0 +1,48 @@
+/** What the benchmarks share: a raw onnxruntime MatMul chain (the GEMM yardstick), best-of timing, peak RSS. */
+import { readFileSync } from 'node:fs';
+import * as ort from 'onnxruntime-node';
+import { GraphBuilder } from '../src/engine/onnx/builder.ts';
+import { DataType } from '../src/engine/onnx/proto.ts';
+
+/** A session running a chain of `depth` MatMuls [M, K]×[K, N] then [M, N]×[N, K] (constant weights). */
+export async function rawMatmulSession(threads: number, M: number, K: number, N: number, depth: number) {
+  const g = new GraphBuilder();
+  let x = g.input('x', DataType.FLOAT, [M, K]);
+  for (let i = 0; i < depth; i++) {
+    const [a, b] = i % 2 === 0 ? [K, N] : [N, K];
+    const w = new Float32Array(a * b).map((_, j) => Math.sin(j + i) * 0.05);
+    x = g.op('MatMul', [x, g.initializer({ dataType: DataType.FLOAT, dims: [a, b], raw: new Uint8Array(w.buffer) }, 'w')]);
+  }
+  g.output('y', x, DataType.FLOAT, [M, depth % 2 === 0 ? K : N]);
+  const s = await ort.InferenceSession.create(g.encode('gemm', { '': 17 }), {
+    intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all',
+    extra: { session: { intra_op: { allow_spinning: '0' } } },
+  });
+  const feed = { x: new ort.Tensor('float32', new Float32Array(M * K).map((_, i) => Math.cos(i)), [M, K]) };
+  await s.run(feed);
+  return { flops: 2 * M * K * N * depth, run: () => s.run(feed), release: () => s.release() };
+}
+
+/** best of `reps` timings (s); the machine may be shared, the best run is the least disturbed one */
+export async function best(reps: number, f: () => Promise<unknown>): Promise<number> {
+  let b = Infinity;
+  for (let i = 0; i < reps; i++) {
+    const t = performance.now();
+    await f();
+    b = Math.min(b, (performance.now() - t) / 1000);
+  }
+  return b;
+}
+
+/**
+ * Peak RSS of this process image: VmHWM from /proc/self/status (Linux). Not getrusage's maxRSS: Linux carries the
+ * parent's high-water mark across fork+exec into ru_maxrss, so a child spawned by a big parent reports the parent's.
+ */
+export function peakRss(): number {
+  try {
+    const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'));
+    if (m) return Number(m[1]) * 1024;
+  } catch { /* not Linux */ }
+  return process.resourceUsage().maxRSS * 1024;
+}
+
