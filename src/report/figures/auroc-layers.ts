@@ -2,7 +2,7 @@
 import type { TopLevelSpec } from 'vega-lite';
 import type { AnalysisResults } from '../../analysis/results.ts';
 import { CONFIG, COLORS } from '../theme.ts';
-import { type Figure, LAYER_X } from './spec.ts';
+import { type Figure, LAYER_X, L_STAR_RULE_MARK } from './spec.ts';
 
 export function aurocLayersFigure(res: AnalysisResults, direction: 'chatbot' | 'own'): Figure | null {
   const curves = res.curves.filter((c) => c.direction === direction);
@@ -85,7 +85,7 @@ export function aurocLayersFigure(res: AnalysisResults, direction: 'chatbot' | '
       {
         data: { values: [{ layer: res.lStar.layer, label: `ℓ* = ${res.lStar.layer}` }] },
         layer: [
-          { mark: { type: 'rule', strokeDash: [4, 4], color: '#333' }, encoding: { x: { field: 'layer', type: 'quantitative' } } },
+          { mark: L_STAR_RULE_MARK, encoding: { x: { field: 'layer', type: 'quantitative' } } },
           {
             mark: { type: 'text', align: 'left', dx: 4, dy: 8, fontSize: 12 },
             encoding: { x: { field: 'layer', type: 'quantitative' }, y: { value: 0 }, text: { field: 'label' } },

@@ -2,7 +2,7 @@
 import type { TopLevelSpec } from 'vega-lite';
 import type { AnalysisResults } from '../../analysis/results.ts';
 import { CONFIG, COLORS } from '../theme.ts';
-import { type Figure, LAYER_X } from './spec.ts';
+import { type Figure, LAYER_X, lStarRule } from './spec.ts';
 
 const CAT = { harmful: 'Harmful request', benign: 'Benign request' } as const;
 const REP = { schema: 'Tools as JSON schemas', flattened: 'Tools as flattened prose' } as const;
@@ -77,11 +77,7 @@ export function firstTokenFigure(res: AnalysisResults): Figure | null {
           ],
         },
       },
-      {
-        data: { values: [{ layer: res.lStar.layer }] },
-        mark: { type: 'rule', strokeDash: [4, 4], color: '#333' },
-        encoding: { x: { field: 'layer', type: 'quantitative' } },
-      },
+      lStarRule(res.lStar.layer),
     ],
   } as TopLevelSpec;
   return {

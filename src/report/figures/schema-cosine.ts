@@ -5,7 +5,7 @@
 import type { TopLevelSpec } from 'vega-lite';
 import type { AnalysisResults } from '../../analysis/results.ts';
 import { CONFIG, COLORS } from '../theme.ts';
-import { type Figure, LAYER_X } from './spec.ts';
+import { type Figure, LAYER_X, lStarRule } from './spec.ts';
 
 const HARMFUL = 'Harmful requests: cos(R_harmful, r)';
 const BENIGN = 'Benign requests: cos(R_benign, r)';
@@ -69,11 +69,7 @@ export function schemaCosineFigure(res: AnalysisResults): Figure | null {
           ],
         },
       },
-      {
-        data: { values: [{ layer: res.lStar.layer }] },
-        mark: { type: 'rule', strokeDash: [4, 4], color: '#333' },
-        encoding: { x: { field: 'layer', type: 'quantitative' } },
-      },
+      lStarRule(res.lStar.layer),
     ],
   } as TopLevelSpec;
   return {

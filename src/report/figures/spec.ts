@@ -22,3 +22,10 @@ export const LAYER_X = {
   axis: { tickMinStep: 1, format: 'd' },
   scale: { nice: false },
 } as const;
+
+/** The dashed vertical rule marking ℓ* on the layer-wise figures (a layer of a layered spec). */
+export const L_STAR_RULE_MARK = { type: 'rule', strokeDash: [4, 4], color: '#333' } as const;
+
+export function lStarRule(layer: number): { data: { values: { layer: number }[] }; mark: typeof L_STAR_RULE_MARK; encoding: { x: { field: 'layer'; type: 'quantitative' } } } {
+  return { data: { values: [{ layer }] }, mark: L_STAR_RULE_MARK, encoding: { x: { field: 'layer', type: 'quantitative' } } };
+}
