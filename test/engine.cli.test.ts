@@ -86,7 +86,7 @@ describe('engine CLI: forward and generate', { skip: root ? false : 'needs ../sh
       [['generate', '--model', model(), '--ids', join(tmp, 'ids.json'), '--max-new-tokens', '2', '--steer-layer', '9',
         '--steer-vector', join(tmp, 'v.json'), '--alpha', '1', '--out', join(tmp, 'x.json')], /out of range 0\.\.4/],
       [['generate', '--model', model(), '--ids', join(tmp, 'ids.json'), '--max-new-tokens', '2', '--steer-layer', '1', '--out', join(tmp, 'x.json')], /needs all of/],
-      [['forward', '--model', model(), '--ids', join(tmp, 'ids.json'), '--out', join(tmp, 'x.safetensors'), '--dtype', 'f16'], /--dtype must be f32, bf16, q8 or q4/],
+      [['forward', '--model', model(), '--ids', join(tmp, 'ids.json'), '--out', join(tmp, 'x.safetensors'), '--dtype', 'f8'], /--dtype must be one of f32, bf16, f16, bf16w, q8, q4/],
     ];
     const cudaLib = join(repoRoot, 'node_modules', 'onnxruntime-node', 'bin', 'napi-v6', process.platform, process.arch, 'libonnxruntime_providers_cuda.so');
     if (!existsSync(cudaLib)) {

@@ -9,14 +9,20 @@ import { numberValue, requireValue } from '../cli/args.ts';
 import { resolveModel } from '../hub/resolve.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { createEngine, type EngineOptions, type OnnxEngine } from './engine.ts';
+import { COMPUTE_DTYPES, defaultDType, type ComputeDType } from './precision.ts';
 
 export const ENGINE_FLAGS = ['model', 'dtype', 'device', 'threads'] as const;
 
+/** what each --dtype means (precision.ts, session.ts) */
+export const DTYPE_HELP = 'f32: f32 weights and math (default on cpu); bf16: bf16-rounded weights, f32 math; '
+  + 'f16: f16 weights on the device, linear layers in f16, residual stream/norms/softmax/outputs f32 (default on cuda; '
+  + 'on cpu: f16-rounded weights, f32 math); bf16w: the same with bf16 (cuda only); q8/q4: MatMulNBits block-32 weights.';
+
 export function engineOptions(args: ParsedArgs): EngineOptions {
-  const dtype = args.values.get('dtype') ?? 'f32';
-  if (dtype !== 'f32' && dtype !== 'bf16' && dtype !== 'q8' && dtype !== 'q4') throw new SafekeepError(`--dtype must be f32, bf16, q8 or q4, got '${dtype}'`);
   const device = args.values.get('device') ?? 'cpu';
   if (device !== 'cpu' && device !== 'cuda') throw new SafekeepError(`--device must be cpu or cuda, got '${device}'`);
+  const dtype = (args.values.get('dtype') ?? defaultDType(device)) as ComputeDType;
+  if (!COMPUTE_DTYPES.includes(dtype)) throw new SafekeepError(`--dtype must be one of ${COMPUTE_DTYPES.join(', ')}, got '${dtype}'. ${DTYPE_HELP}`);
   const opts: EngineOptions = { dtype, device };
   if (args.values.has('threads')) {
     const t = numberValue(args, 'threads');

@@ -23,10 +23,10 @@ import { ropeInvFreq } from '../checkpoint/config.ts';
 import type { Checkpoint, DType, TensorEntry } from '../checkpoint/types.ts';
 import { GraphBuilder } from './onnx/builder.ts';
 import { DataType, type DataTypeId } from './onnx/proto.ts';
+import { castStored, linearAs, linearType, type ComputeDType, type LinearType } from './precision.ts';
 import type { QuantStore } from './quant-store.ts';
 
-/** f32 / bf16 (f32 weights rounded to bf16) run Gemm; q8 / q4 run MatMulNBits on block-quantized weights (quant.ts) */
-export type ComputeDType = 'f32' | 'bf16' | 'q8' | 'q4';
+export type { ComputeDType } from './precision.ts';
 
 export const isQuantized = (dtype: ComputeDType): dtype is 'q8' | 'q4' => dtype === 'q8' || dtype === 'q4';
 
@@ -133,22 +133,22 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
     return { init, entry: e };
   };
   /** storage → f32 as the compute dtype asks (BF16/F16 upcast exactly; --dtype bf16 rounds f32/f16 to bf16) */
-  const toF32 = (x: string, storage: DType, name: string): string => {
-    let w = x;
-    if (storage !== 'F32') w = g.op('Cast', [w], { to: F }, { name: `${name}.f32` });
-    if (dtype === 'bf16' && storage !== 'BF16') {
-      w = g.op('Cast', [g.op('Cast', [w], { to: DataType.BFLOAT16 }, { name: `${name}.bf16` })], { to: F }, { name: `${name}.f32` });
-    }
-    return w;
-  };
+  const toF32 = (x: string, storage: DType, name: string): string => castStored(g, x, storage, 'f32', name, dtype === 'bf16');
+  /** element type of linear weights and their inputs (precision.ts): f32, or 16-bit for f16 / bf16w */
+  const lt: LinearType = quant ? 'f32' : linearType(dtype);
   const weightCache = new Map<string, string>();
-  /** a weight as f32; the Casts on initializers are folded once by onnxruntime */
-  const weight = (name: string): string => {
-    const hit = weightCache.get(name);
+  /**
+   * a weight as f32 (norms, biases) or, `linear`, in the linear type; the Casts on initializers are folded once by
+   * onnxruntime
+   */
+  const weight = (name: string, linear = false): string => {
+    const t: LinearType = linear ? lt : 'f32';
+    const key = `${t}:${name}`;
+    const hit = weightCache.get(key);
     if (hit) return hit;
     const { init, entry } = stored(name);
-    const w = toF32(init, entry.dtype, name);
-    weightCache.set(name, w);
+    const w = t === 'f32' ? toF32(init, entry.dtype, name) : castStored(g, init, entry.dtype, t, name);
+    weightCache.set(key, w);
     return w;
   };
 
@@ -173,7 +173,7 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
       const y = qmatmul(x, w);
       return bias ? g.op('Add', [y, weight(bias)]) : y;
     }
-    return g.op('Gemm', bias ? [x, weight(w), weight(bias)] : [x, weight(w)], { transB: 1 }, { name: w.split('.').slice(-2, -1)[0] ?? 'linear' });
+    return linearAs(g, x, weight(w, true), lt, w.split('.').slice(-2, -1)[0] ?? 'linear', bias ? weight(bias) : undefined);
   };
   /**
    * Several linear layers on the same input. With `fuseLinears` their weights are concatenated in the graph (folded
@@ -183,14 +183,13 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
     if (quant) {
       // the store holds the row-concatenated weight: one MatMulNBits, then split
       let y = qmatmul(x, quantName);
-      if (biases) y = g.op('Add', [y, g.op('Concat', biases.map(weight), { axis: 0 }, { name: 'fused_bias' })]);
+      if (biases) y = g.op('Add', [y, g.op('Concat', biases.map((n) => weight(n)), { axis: 0 }, { name: 'fused_bias' })]);
       return g.opN('Split', [y, g.i64(widths)], { axis: 1 }, { outputs: ws.length, name: 'split' });
     }
     if (!fuseLinears) return ws.map((w, i) => linear(x, w, biases?.[i]));
-    const W = g.op('Concat', ws.map(weight), { axis: 0 }, { name: 'fused_weight' });
-    const inputs = [x, W];
-    if (biases) inputs.push(g.op('Concat', biases.map(weight), { axis: 0 }, { name: 'fused_bias' }));
-    const y = g.op('Gemm', inputs, { transB: 1 }, { name: 'fused_linear' });
+    const W = g.op('Concat', ws.map((w) => weight(w, true)), { axis: 0 }, { name: 'fused_weight' });
+    const b = biases ? g.op('Concat', biases.map((n) => weight(n)), { axis: 0 }, { name: 'fused_bias' }) : undefined;
+    const y = linearAs(g, x, W, lt, 'fused_linear', b);
     return g.opN('Split', [y, g.i64(widths)], { axis: 1 }, { outputs: ws.length, name: 'split' });
   };
 
@@ -300,7 +299,7 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
       // hidden[l+1] = r + (down(act) + steer[l+1])
       const down = quant
         ? g.op('Add', [qmatmul(act, `${p}mlp.down_proj.weight`), steerRow(l + 1)], {}, { name: 'down_proj_steered' })
-        : g.op('Gemm', [act, weight(`${p}mlp.down_proj.weight`), steerRow(l + 1)], { transB: 1 }, { name: 'down_proj_steered' });
+        : linearAs(g, act, weight(`${p}mlp.down_proj.weight`, true), lt, 'down_proj_steered', steerRow(l + 1));
       return g.op('Add', [r, down], {}, { name: 'resid_mlp' });
     });
     capture(x);
@@ -311,7 +310,7 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
   const logits = g.scope('head', () => {
     const sel = rmsnorm(g.op('Gather', [x, logitsIndex], { axis: 0 }), 'model.norm.weight'); // [M, d]
     if (quant) return qmatmul(sel, 'lm_head.weight');
-    return g.op('Gemm', [sel, weight(c.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight')], { transB: 1 }, { name: 'lm_head' });
+    return linearAs(g, sel, weight(c.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight', true), lt, 'lm_head');
   });
   g.output(IO.logits, logits, F, ['n_logits', c.vocabSize]);
   return { bytes: g.encode('safekeep-decoder'), weightsDir };

@@ -9,13 +9,15 @@
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, realpathSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { availableParallelism, homedir } from 'node:os';
+import { homedir } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import * as ort from 'onnxruntime-node';
 import type { Checkpoint } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { attentionImpl, buildModelGraph, isQuantized, quantAccuracyLevel, type AttentionImpl, type ComputeDType } from './graph.ts';
+import { linearType } from './precision.ts';
 import { quantizedWeights, type QuantScheme, type QuantStore } from './quant-store.ts';
+import { machineThreads } from './threads.ts';
 
 /** bump when graph.ts changes what it emits */
 export const GRAPH_VERSION = 6;
@@ -40,7 +42,7 @@ export type Device = 'cpu' | 'cuda';
 export interface SessionOptions {
   dtype: ComputeDType;
   device: Device;
-  /** intra-op threads (default: all cores) */
+  /** intra-op threads (default: defaultThreads()) */
   threads?: number;
   /** cache root (default $SAFEKEEP_CACHE or ~/.cache/safekeep) */
   cacheDir?: string;
@@ -109,10 +111,9 @@ export function modelGraph(ckpt: Checkpoint, opts: SessionOptions): { bytes: Uin
   return { bytes, weightsDir, cached: false, path };
 }
 
+/** intra-op threads when none are given: SAFEKEEP_THREADS, else physical cores within the cgroup quota (threads.ts) */
 export function defaultThreads(): number {
-  const env = Number(process.env.SAFEKEEP_THREADS);
-  if (Number.isInteger(env) && env > 0) return env;
-  return Math.max(1, availableParallelism());
+  return machineThreads().threads;
 }
 
 const CUDA_HINT = 'On a host with CUDA 12 + cuDNN 9 install it with `npm ci --onnxruntime-node-install=cuda12` (README, CUDA), or use --device cpu';
@@ -127,6 +128,9 @@ function checkCudaInstalled(): void {
 
 export async function openSession(ckpt: Checkpoint, opts: SessionOptions): Promise<{ session: ort.InferenceSession; cached: boolean }> {
   if (opts.device === 'cuda') checkCudaInstalled();
+  if (linearType(opts.dtype) === 'bf16' && opts.device !== 'cuda') {
+    throw new SafekeepError(`--dtype ${opts.dtype} runs only with --device cuda (onnxruntime's CPU provider has no bf16 MatMul); on the CPU use --dtype bf16 (bf16-rounded weights, f32 math) or f16`);
+  }
   const { bytes, weightsDir, cached } = modelGraph(ckpt, opts);
   const options: ort.InferenceSession.SessionOptions = {
     executionProviders: opts.device === 'cuda' ? ['cuda', 'cpu'] : ['cpu'],
