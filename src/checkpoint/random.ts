@@ -9,7 +9,7 @@ import { join, resolve } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
 import { expectedTensors, FAMILIES, parseModelConfig } from './config.ts';
 import { f32ToBf16Bits, f32ToF16Bits } from './dtype.ts';
-import { writeSafetensors, type TensorToWrite } from './safetensors.ts';
+import { writeSafetensors, writeSafetensorsStreamed, type TensorToWrite } from './safetensors.ts';
 import { writeJsonAtomic } from '../util/atomic.ts';
 import type { DType, Family } from './types.ts';
 
@@ -191,22 +191,26 @@ export async function writeRandomCheckpoint(dirIn: string, family: Family, opts:
 
   const rng = new Rng(opts.seed ?? 0);
   const std = opts.std ?? 0.1;
-  const tensors: Record<string, TensorToWrite> = {};
   const names = [...expectedTensors(parsed).keys()].sort();
-  for (const name of names) {
+  /** the next tensor of the sorted-name sequence, drawn from the one RNG stream */
+  const draw = (name: string): TensorToWrite => {
     const shape = expectedTensors(parsed).get(name)!;
     const n = shape.reduce((a, b) => a * b, 1);
     const v = new Float32Array(n);
     if (isNormWeight(name)) for (let i = 0; i < n; i++) v[i] = 1 + std * rng.normal();
     else for (let i = 0; i < n; i++) v[i] = std * rng.normal();
     const data = dtype === 'F32' ? v : dtype === 'BF16' ? f32ToBf16Bits(v) : f32ToF16Bits(v);
-    tensors[name] = { dtype, shape, data };
-  }
+    return { dtype, shape, data };
+  };
 
   const shards = Math.max(1, Math.floor(opts.shards ?? 1));
   if (shards === 1) {
-    writeSafetensors(join(dir, 'model.safetensors'), tensors, { format: 'pt' });
+    // streamed: one tensor in memory at a time (an 8B-shaped checkpoint is 16 GB at BF16)
+    const specs = Object.fromEntries(names.map((name) => [name, { dtype, shape: expectedTensors(parsed).get(name)! }]));
+    writeSafetensorsStreamed(join(dir, 'model.safetensors'), specs, (name) => draw(name).data, { format: 'pt' });
   } else {
+    const tensors: Record<string, TensorToWrite> = {};
+    for (const name of names) tensors[name] = draw(name);
     const weightMap: Record<string, string> = {};
     let total = 0;
     for (let s = 0; s < shards; s++) {

@@ -147,24 +147,44 @@ export interface TensorToWrite {
 }
 
 
+/** A tensor's header entry for `writeSafetensorsStreamed`: its bytes come from `data()` when its turn comes. */
+export interface TensorSpec {
+  dtype: SafetensorsDType;
+  shape: number[];
+}
+
 /**
  * Writes a .safetensors file atomically. Tensors are stored sorted by name, contiguous; the header is padded with
  * spaces to a multiple of 8 (readable by the Python `safetensors` package, numpy and torch).
  */
 export function writeSafetensors(path: string, tensors: Record<string, TensorToWrite>, metadata?: Record<string, string>): void {
-  const names = Object.keys(tensors).sort();
-  const header: Record<string, unknown> = {};
-  if (metadata && Object.keys(metadata).length > 0) header.__metadata__ = { ...metadata };
-  let offset = 0;
-  for (const name of names) {
-    if (name === '__metadata__') throw new SafekeepError(`${path}: '__metadata__' is not a valid tensor name`);
-    const t = tensors[name]!;
-    if (!isDType(t.dtype)) throw new SafekeepError(`${path}: tensor ${name}: unknown dtype ${String(t.dtype)}`);
-    if (!t.shape.every(isNonNegInt)) throw new SafekeepError(`${path}: tensor ${name}: bad shape ${JSON.stringify(t.shape)}`);
-    const bytes = t.shape.reduce((a, b) => a * b, 1) * SAFETENSORS_DTYPE_BYTES[t.dtype];
+  for (const [name, t] of Object.entries(tensors)) {
+    const bytes = isDType(t.dtype) && t.shape.every(isNonNegInt) ? t.shape.reduce((a, b) => a * b, 1) * SAFETENSORS_DTYPE_BYTES[t.dtype] : t.data.byteLength;
     if (t.data.byteLength !== bytes) {
       throw new SafekeepError(`${path}: tensor ${name}: ${t.dtype} ${JSON.stringify(t.shape)} needs ${bytes} bytes, data has ${t.data.byteLength}`);
     }
+  }
+  writeSafetensorsStreamed(path, tensors, (name) => tensors[name]!.data, metadata);
+}
+
+/**
+ * `writeSafetensors` with each tensor's bytes asked for (by `data(name)`, in sorted-name order) only when it is
+ * written, so a file larger than RAM (an 8B-shaped random checkpoint) is written holding one tensor at a time.
+ */
+export function writeSafetensorsStreamed(path: string, specs: Record<string, TensorSpec>, data: (name: string) => ArrayBufferView,
+  metadata?: Record<string, string>): void {
+  const names = Object.keys(specs).sort();
+  const header: Record<string, unknown> = {};
+  if (metadata && Object.keys(metadata).length > 0) header.__metadata__ = { ...metadata };
+  let offset = 0;
+  const sizes = new Map<string, number>();
+  for (const name of names) {
+    if (name === '__metadata__') throw new SafekeepError(`${path}: '__metadata__' is not a valid tensor name`);
+    const t = specs[name]!;
+    if (!isDType(t.dtype)) throw new SafekeepError(`${path}: tensor ${name}: unknown dtype ${String(t.dtype)}`);
+    if (!t.shape.every(isNonNegInt)) throw new SafekeepError(`${path}: tensor ${name}: bad shape ${JSON.stringify(t.shape)}`);
+    const bytes = t.shape.reduce((a, b) => a * b, 1) * SAFETENSORS_DTYPE_BYTES[t.dtype];
+    sizes.set(name, bytes);
     header[name] = { dtype: t.dtype, shape: t.shape, data_offsets: [offset, offset + bytes] };
     offset += bytes;
   }
@@ -180,7 +200,11 @@ export function writeSafetensors(path: string, tensors: Record<string, TensorToW
     writeSync(fd, lenBuf);
     writeSync(fd, hbytes);
     for (const name of names) {
-      const d = tensors[name]!.data;
+      const d = data(name);
+      if (d.byteLength !== sizes.get(name)) {
+        const t = specs[name]!;
+        throw new SafekeepError(`${path}: tensor ${name}: ${t.dtype} ${JSON.stringify(t.shape)} needs ${sizes.get(name)} bytes, data has ${d.byteLength}`);
+      }
       const view = new Uint8Array(d.buffer, d.byteOffset, d.byteLength);
       // write in chunks: writeSync may write fewer bytes than asked for very large buffers
       let done = 0;
