@@ -14,13 +14,14 @@
 import { spawnSync } from 'node:child_process';
 import { best, peakRss, rawMatmulSession } from './common.ts';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { availableParallelism, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadCheckpoint, parameterCount } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { steeringMatrix } from '../src/engine/batch.ts';
 import { createEngineFromCheckpoint } from '../src/engine/engine.ts';
+import { machineThreads } from '../src/engine/threads.ts';
 
 const SHAPE = {
   numLayers: 30, hiddenSize: 576, numHeads: 9, numKvHeads: 3, headDim: 64, intermediateSize: 1536, vocabSize: 49152,
@@ -105,7 +106,10 @@ async function measure(dir: string, threads: number): Promise<void> {
 }
 
 async function main(): Promise<void> {
-  const threads = Number(flag('threads') ?? availableParallelism());
+  // default: the engine's own choice (src/engine/threads.ts), printed so a sweep over --threads can be compared to it
+  const chosen = machineThreads();
+  const threads = Number(flag('threads') ?? chosen.threads);
+  if (!flag('run')) process.stderr.write(`threads ${threads}${flag('threads') ? ' (--threads)' : ''}; the engine's default here: ${chosen.threads} (${chosen.why})\n`);
   const runDir = flag('run');
   if (runDir) return measure(runDir, threads);
   const keep = flag('keep');
