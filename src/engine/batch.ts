@@ -93,16 +93,18 @@ export function steeringMatrix(numLayers: number, dModel: number, steer?: Steeri
 
 /**
  * Group sequence indices (sorted by length, so similar lengths share a batch) into chunks that keep
- * B·T ≤ maxTokens and the attention scores B·heads·T² ≤ maxScores.
+ * B·T ≤ maxTokens and the attention scores B·heads·T² ≤ maxScores, and, when given, `fits(B, T)` (a memory budget,
+ * memory.ts). A sequence that alone breaks a cap still gets its own chunk (the engine prefills it in pieces).
  */
-export function planChunks(lengths: readonly number[], heads: number, maxTokens = 4096, maxScores = 1 << 27): number[][] {
+export function planChunks(lengths: readonly number[], heads: number, maxTokens = 4096, maxScores = 1 << 27,
+  fits?: (batch: number, width: number) => boolean): number[][] {
   const order = lengths.map((_, i) => i).sort((a, b) => lengths[a]! - lengths[b]! || a - b);
   const chunks: number[][] = [];
   let cur: number[] = [];
   for (const i of order) {
-    const width = Math.max(lengths[i]!, ...cur.map((j) => lengths[j]!));
+    const w = lengths[i]!; // ascending order: the widest so far
     const n = cur.length + 1;
-    if (cur.length && (n * width > maxTokens || n * heads * width * width > maxScores)) {
+    if (cur.length && (n * w > maxTokens || n * heads * w * w > maxScores || (fits && !fits(n, w)))) {
       chunks.push(cur);
       cur = [];
     }
@@ -110,4 +112,16 @@ export function planChunks(lengths: readonly number[], heads: number, maxTokens 
   }
   if (cur.length) chunks.push(cur);
   return chunks;
+}
+
+/** Padded tokens B·T summed over chunks, and the real tokens: padding waste = padded / real − 1. */
+export function paddingWaste(lengths: readonly number[], chunks: readonly (readonly number[])[]): { padded: number; real: number; waste: number } {
+  let padded = 0;
+  let real = 0;
+  for (const c of chunks) {
+    const w = Math.max(0, ...c.map((i) => lengths[i]!));
+    padded += c.length * w;
+    real += c.reduce((s, i) => s + lengths[i]!, 0);
+  }
+  return { padded, real, waste: real ? padded / real - 1 : 0 };
 }

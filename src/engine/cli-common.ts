@@ -1,6 +1,6 @@
 /**
- * What `safekeep forward` and `safekeep generate` share: engine flags (--model, --dtype, --device, --threads),
- * reading IDS.json, and atomic JSON output.
+ * What `safekeep forward` and `safekeep generate` share: engine flags (--model, --dtype, --device, --threads,
+ * --max-memory), reading IDS.json, and atomic JSON output.
  */
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname, join, basename } from 'node:path';
@@ -9,9 +9,10 @@ import { numberValue, requireValue } from '../cli/args.ts';
 import { resolveModel } from '../hub/resolve.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { createEngine, type EngineOptions, type OnnxEngine } from './engine.ts';
+import { parseBytes } from './memory.ts';
 import { COMPUTE_DTYPES, defaultDType, type ComputeDType } from './precision.ts';
 
-export const ENGINE_FLAGS = ['model', 'dtype', 'device', 'threads'] as const;
+export const ENGINE_FLAGS = ['model', 'dtype', 'device', 'threads', 'max-memory'] as const;
 
 /** what each --dtype means (precision.ts, session.ts) */
 export const DTYPE_HELP = 'f32: f32 weights and math (default on cpu); bf16: bf16-rounded weights, f32 math; '
@@ -29,6 +30,9 @@ export function engineOptions(args: ParsedArgs): EngineOptions {
     if (!Number.isInteger(t) || t < 1) throw new SafekeepError(`--threads must be a positive integer, got ${t}`);
     opts.threads = t;
   }
+  // --max-memory 6GB|6GiB|500MB: the engine plans batches, chunks and the prefix cache under it (memory.ts)
+  const mem = args.values.get('max-memory');
+  if (mem !== undefined) opts.maxMemory = parseBytes(mem);
   return opts;
 }
 

@@ -11,8 +11,10 @@ import { loadCheckpoint } from '../checkpoint/load.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { attentionBias, leftPad, planChunks, positionIds, selectPositions, steeringMatrix } from './batch.ts';
+import { chunkedStep } from './chunked.ts';
 import type { AttentionImpl, ComputeDType } from './graph.ts';
-import { IO } from './graph.ts';
+import { attentionImpl, IO } from './graph.ts';
+import { chunkTokens, fitsStep, planMemory, type MemoryPlan, type StepShape } from './memory.ts';
 import { firstTokenShared, forwardShared, type FirstTokenSharedResult, type SharedForwardOptions, type SharedForwardResult } from './prefix.ts';
 import type { QuantScheme } from './quant-store.ts';
 import { openSession, type Device } from './session.ts';
@@ -32,6 +34,12 @@ export interface EngineOptions {
   attention?: AttentionImpl;
   /** q8/q4: symmetric or asymmetric blocks (default: session.ts quantScheme) */
   quantScheme?: QuantScheme;
+  /**
+   * memory budget in bytes (memory.ts `planMemory`): sets maxBatchTokens, groups batches so every step fits, prefills
+   * prompts too long for one step in chunks, and sizes the prefix cache (`memoryPlan.prefixCacheBytes`). A budget
+   * the weights alone exceed is a SafekeepError before the session opens.
+   */
+  maxMemory?: number;
 }
 
 /** Per-layer KV of `batch` rows × `length` slots; row b's real slots are starts[b]..length-1. */
@@ -83,6 +91,10 @@ export class OnnxEngine implements Engine {
 
   /** most padded tokens per internal batch */
   maxBatchTokens = 4096;
+  /** the `maxMemory` plan (null: no budget, one step per batch whatever its length) */
+  memoryPlan: MemoryPlan | null = null;
+  /** attention kernel of the session (for the memory model) */
+  attention: AttentionImpl = attentionImpl();
 
   constructor(readonly checkpoint: Checkpoint, private readonly session: ort.InferenceSession, graphCached: boolean) {
     this.config = checkpoint.config;
@@ -152,12 +164,15 @@ export class OnnxEngine implements Engine {
     const L1 = this.numLayers + 1;
     const d = this.dModel;
     const V = this.vocabSize;
-    for (const chunk of planChunks(inputIds.map((s) => s.length), this.config.numHeads, this.maxBatchTokens)) {
+    const rows = (sel: ForwardOptions['hiddenAt'], B: number, T: number) =>
+      B * (sel === undefined || sel === 'all' ? T : sel === 'last' ? 1 : sel === 'none' ? 0 : Math.min(T, sel.length));
+    const fits = this.memoryFits((B, T) => [{ batch: B, width: T, past: 0, hidden: rows(opts.hiddenAt, B, T), logits: rows(opts.logitsAt, B, T) }]);
+    for (const chunk of planChunks(inputIds.map((s) => s.length), this.config.numHeads, this.maxBatchTokens, undefined, fits)) {
       const pb = leftPad(chunk.map((i) => inputIds[i]!));
       const hiddenPos = chunk.map((i, b) => selectPositions(opts.hiddenAt, pb.lengths[b]!, `sequence ${i} hiddenAt`));
       const logitPos = chunk.map((i, b) => selectPositions(opts.logitsAt, pb.lengths[b]!, `sequence ${i} logitsAt`));
       const flat = (pos: number[][]) => pos.flatMap((ps, b) => ps.map((p) => b * pb.width + pb.pads[b]! + p));
-      const out = await this.step({
+      const out = await this.prefill({
         ids: pb.ids, batch: pb.batch, width: pb.width, starts: pb.pads, past: null, steer,
         hiddenIndex: flat(hiddenPos), logitsIndex: flat(logitPos), wantPresent: false,
       });
@@ -181,6 +196,27 @@ export class OnnxEngine implements Engine {
       });
     }
     return results;
+  }
+
+  /** `fits(B, T)` for planChunks under the memory plan: every step shape of a batch fits (undefined without a plan) */
+  memoryFits(shapes: (batch: number, width: number) => StepShape[]): ((batch: number, width: number) => boolean) | undefined {
+    const plan = this.memoryPlan;
+    if (!plan) return undefined;
+    return (B, T) => shapes(B, T).every((s) => fitsStep(this.config, plan, s, this.attention));
+  }
+
+  /**
+   * `step(inp)` for new tokens that may be too many for one step under the memory plan: one row whose step does not
+   * fit is run in chunks (chunked.ts, same results); without a plan, or when it fits, exactly `step(inp)`.
+   */
+  async prefill(inp: StepInput): Promise<StepOutput> {
+    const plan = this.memoryPlan;
+    if (!plan || inp.batch !== 1) return this.step(inp);
+    const P = inp.past?.length ?? 0;
+    const shape = { batch: 1, width: inp.width, past: P, hidden: inp.hiddenIndex.length, logits: inp.logitsIndex.length, present: inp.wantPresent ?? true };
+    if (inp.width <= plan.maxChunkTokens && fitsStep(this.config, plan, shape, this.attention)) return this.step(inp);
+    const per = { hiddenPerToken: inp.hiddenIndex.length > 1, logitsPerToken: inp.logitsIndex.length > 1 };
+    return chunkedStep(this, inp, chunkTokens(this.config, plan, inp.width, P, per, this.attention));
   }
 
   /**
@@ -208,7 +244,12 @@ export class OnnxEngine implements Engine {
     }
     const steer = steeringMatrix(this.numLayers, this.dModel, opts.steer);
     const results: GenerateResult[] = new Array(inputIds.length);
-    for (const chunk of planChunks(inputIds.map((s) => s.length), this.config.numHeads, this.maxBatchTokens)) {
+    // prefill, then decode steps on up to T + maxNewTokens cached slots (past fed + present copied out)
+    const fits = this.memoryFits((B, T) => [
+      { batch: B, width: T, past: 0, hidden: B, logits: B, present: true },
+      { batch: B, width: 1, past: T + opts.maxNewTokens, hidden: B, logits: B, present: true },
+    ]);
+    for (const chunk of planChunks(inputIds.map((s) => s.length), this.config.numHeads, this.maxBatchTokens, undefined, fits)) {
       const rs = await this.generateBatch(chunk.map((i) => inputIds[i]!), opts, steer);
       chunk.forEach((i, b) => { results[i] = rs[b]!; });
     }
@@ -223,7 +264,7 @@ export class OnnxEngine implements Engine {
     const pb = leftPad(prompts);
     const B = pb.batch;
     const lastSlots = pb.pads.map((p, b) => b * pb.width + p + pb.lengths[b]! - 1);
-    let out = await this.step({
+    let out = await this.prefill({
       ids: pb.ids, batch: B, width: pb.width, starts: pb.pads, past: null, steer,
       hiddenIndex: opts.returnPromptLastHidden ? lastSlots : [],
       logitsIndex: opts.maxNewTokens > 0 ? lastSlots : [],
@@ -307,14 +348,24 @@ export function argmax(row: Float32Array): number {
 }
 
 export async function createEngineFromCheckpoint(ckpt: Checkpoint, opts: EngineOptions = {}): Promise<OnnxEngine> {
+  // the plan first: a budget the weights alone exceed fails before any memory is spent
+  const plan = opts.maxMemory === undefined ? null : planMemory(ckpt.config, opts.dtype ?? 'f32', opts.maxMemory, {
+    storage: [...ckpt.tensors.values()].find((t) => t.name.endsWith('mlp.down_proj.weight'))?.dtype ?? 'F32',
+    lowMemory: opts.lowMemory, attention: attentionImpl(opts.attention),
+  });
   const { session, cached } = await openSession(ckpt, {
     dtype: opts.dtype ?? 'f32', device: opts.device ?? 'cpu', threads: opts.threads, cacheDir: opts.cacheDir, lowMemory: opts.lowMemory,
     attention: opts.attention, quantScheme: opts.quantScheme,
   });
   const engine = new OnnxEngine(ckpt, session, cached);
+  engine.attention = attentionImpl(opts.attention);
+  if (plan) {
+    engine.memoryPlan = plan;
+    engine.maxBatchTokens = plan.maxBatchTokens;
+  }
   if (opts.maxBatchTokens !== undefined) {
     if (!Number.isInteger(opts.maxBatchTokens) || opts.maxBatchTokens < 1) throw new SafekeepError(`maxBatchTokens must be a positive integer, got ${opts.maxBatchTokens}`);
-    engine.maxBatchTokens = opts.maxBatchTokens;
+    engine.maxBatchTokens = plan ? Math.min(plan.maxBatchTokens, opts.maxBatchTokens) : opts.maxBatchTokens;
   }
   return engine;
 }

@@ -185,7 +185,7 @@ async function sharedCore(engine: OnnxEngine, prompts: number[][], steerMatrix: 
   const n = prompts.length;
   const boundaries = opts.boundaries ?? prefixPlan(prompts);
   if (boundaries.length !== n) throw new Error(`forwardShared: ${boundaries.length} boundary lists for ${n} prompts`);
-  const cache = opts.cache ?? new PrefixCache();
+  const cache = opts.cache ?? new PrefixCache(engine.memoryPlan?.prefixCacheBytes);
   const { numKvHeads: kvH, headDim: hd } = engine.config;
   const L = engine.numLayers;
   const L1 = L + 1;
@@ -203,7 +203,7 @@ async function sharedCore(engine: OnnxEngine, prompts: number[][], steerMatrix: 
     const below = chain.at(-1) ?? 0;
     const past = below > 0 ? await prefixKv(ids, below, chain.slice(0, -1)) : null;
     const piece = ids.slice(below, prefix);
-    const out = await engine.step({
+    const out = await engine.prefill({
       ids: BigInt64Array.from(piece, BigInt), batch: 1, width: piece.length, starts: [0],
       past: past ? toCache([past], below) : null, steer: steerMatrix, hiddenIndex: [], logitsIndex: [],
     });
@@ -251,7 +251,8 @@ async function sharedCore(engine: OnnxEngine, prompts: number[][], steerMatrix: 
     return { i, ids, hiddenPos, logitPos, prefix, chain };
   });
 
-  // suffix batches: rows sorted by (prefix, suffix length), packed while B·(Pmax + Tmax) stays under the budget
+  // suffix batches: rows sorted by (prefix, suffix length), packed while B·(Pmax + Tmax) stays under the token cap
+  // and, with a memory plan, the step fits it (memory.ts; a row alone that does not is prefilled in chunks)
   const order = [...rows].sort((a, b) => a.prefix - b.prefix || (a.ids.length - a.prefix) - (b.ids.length - b.prefix) || a.i - b.i);
   const budget = engine.maxBatchTokens;
   const batches: (typeof rows)[] = [];
@@ -259,7 +260,14 @@ async function sharedCore(engine: OnnxEngine, prompts: number[][], steerMatrix: 
   for (const r of order) {
     const P = Math.max(r.prefix, ...cur.map((x) => x.prefix));
     const T = Math.max(r.ids.length - r.prefix, ...cur.map((x) => x.ids.length - x.prefix));
-    if (cur.length && (cur.length + 1) * (P + T) > budget) { batches.push(cur); cur = []; }
+    const B = cur.length + 1;
+    const fits = engine.memoryFits(() => [{
+      batch: B, width: T, past: P, present: first !== null,
+      hidden: r.hiddenPos.length + cur.reduce((s, x) => s + x.hiddenPos.length, 0),
+      logits: r.logitPos.length + cur.reduce((s, x) => s + x.logitPos.length, 0),
+    }]);
+    // under a memory plan the step's bytes (past KV included) are checked exactly; else B·(P + T) ≤ the token cap
+    if (cur.length && (fits ? B * T > budget || !fits(B, T) : B * (P + T) > budget)) { batches.push(cur); cur = []; }
     cur.push(r);
   }
   if (cur.length) batches.push(cur);
@@ -268,14 +276,22 @@ async function sharedCore(engine: OnnxEngine, prompts: number[][], steerMatrix: 
   for (const batch of batches) {
     const B = batch.length;
     const kvs: (PrefixKv | null)[] = [];
-    for (const r of batch) kvs.push(r.prefix > 0 ? await prefixKv(r.ids, r.prefix, r.chain) : null);
+    // rows of a batch that share a prefix share its KV even when the LRU is too small to keep it
+    const local = new Map<string, PrefixKv>();
+    for (const r of batch) {
+      if (r.prefix === 0) { kvs.push(null); continue; }
+      const key = prefixKey(r.ids, r.prefix, r.chain, sKey);
+      const kv = local.get(key) ?? await prefixKv(r.ids, r.prefix, r.chain);
+      local.set(key, kv);
+      kvs.push(kv);
+    }
     const P = Math.max(...batch.map((r) => r.prefix));
     const T = Math.max(...batch.map((r) => r.ids.length - r.prefix));
     const ids = new BigInt64Array(B * T);
     batch.forEach((r, b) => { for (let t = r.prefix; t < r.ids.length; t++) ids[b * T + t - r.prefix] = BigInt(r.ids[t]!); });
     const starts = batch.map((r) => P - r.prefix);
     const flat = (pick: (r: (typeof rows)[number]) => number[]) => batch.flatMap((r, b) => pick(r).map((p) => b * T + p - r.prefix));
-    const out = await engine.step({
+    const out = await engine.prefill({
       ids, batch: B, width: T, starts, past: P > 0 ? toCache(kvs, P) : null, steer: steerMatrix,
       hiddenIndex: flat((r) => r.hiddenPos), logitsIndex: flat((r) => r.logitPos), wantPresent: first !== null,
     });

@@ -1,0 +1,267 @@
+/**
+ * A memory model of the engine and the plan that keeps a run under a `--max-memory` budget (issue 7).
+ *
+ * Everything is bytes and pure arithmetic on the model config, so a plan can be checked by hand:
+ *
+ *   peak ≈ runtime + weights + prefix cache + one step
+ *
+ * - runtime: Node + onnxruntime + tokenizer and data (a constant, measured);
+ * - weights (`weightBytes`): f32/bf16 compute = f32 Gemm weights pre-packed by onnxruntime (peak ≈ WEIGHT_PEAK.f32 ×
+ *   f32 bytes, counting the mmapped pages read while packing; BF16/F16 storage is cast to f32 at session creation, so
+ *   its f32 size counts, plus the stored pages); `lowMemory` = mmapped stored pages only; q8/q4 = the quantized
+ *   store's bytes (`quantStoreBytes`: codes + f32 block scales + packed zero points) times WEIGHT_PEAK.quant (file
+ *   pages + onnxruntime's packed copy);
+ * - prefix cache: the LRU of shared-prefix KV (prefix.ts), given a share of what the weights leave;
+ * - one step (`stepBytes`): B rows × T new tokens on P cached slots (S = P + T): the per-token activations of one
+ *   decoder block (residual, fused q/k/v and gate/up widths), the attention scores (B·H·T·S f32, several live copies
+ *   on the 'matmul' path; one probability tensor plus K/V repeated per query head for the fused MultiHeadAttention),
+ *   the attention bias, past and present KV, and the outputs (hidden [L+1, N, d], logits [M, V]).
+ *
+ * The constants below were calibrated with `npm run bench:memory` (peak RSS = VmHWM of fresh child processes); the
+ * figures are in src/engine/README.md ("Memory budget").
+ */
+import type { DType, ModelConfig } from '../checkpoint/types.ts';
+import { SafekeepError } from '../util/errors.ts';
+import type { AttentionImpl, ComputeDType } from './graph.ts';
+
+const F32 = 4;
+const GiB = 2 ** 30;
+const MiB = 2 ** 20;
+
+/** Node + onnxruntime + tokenizer, templates and data of a run, before any weights (measured, see README). */
+export const RUNTIME_BYTES = 256 * MiB;
+
+/**
+ * Peak resident weight bytes per byte of the weights as computed: f32 (pre-packed Gemm weights, plus the mmapped
+ * pages read while packing and folding the fused q/k/v and gate/up copies) and q8/q4 (store pages + packed copy).
+ */
+export const WEIGHT_PEAK = { f32: 1.6, lowMemory: 1.05, quant: 2.4 } as const;
+
+/**
+ * f32 values live per new token in one decoder block, in units of each width: residual stream and norms (× d),
+ * fused q/k/v output, its split, RoPE temporaries and head transposes (× (H + 2·kvH)·hd), gate/up output, split,
+ * SiLU temporaries (× I).
+ */
+export const ACTIVATION_UNITS = { residual: 6, qkv: 4, mlp: 6 } as const;
+
+/** live f32 copies of the B·H·T·S attention scores: 'matmul' = repeated bias + scores + probabilities; 'mha' = probabilities (+ scratch) */
+export const SCORE_COPIES: Record<AttentionImpl, number> = { matmul: 3, mha: 2 };
+
+/** slack for onnxruntime's arena (block rounding, shapes that change from step to step) */
+export const ARENA_SLACK = 1.25;
+
+/** share of the bytes left after weights and runtime given to the prefix KV cache, and its ceiling */
+export const PREFIX_CACHE_SHARE = 0.25;
+export const PREFIX_CACHE_MAX = 1 * GiB;
+
+/** most padded tokens per step even when memory allows more (no throughput gain above, measured) */
+export const MAX_STEP_TOKENS = 4096;
+
+export const formatBytes = (n: number): string =>
+  n >= GiB ? `${(n / GiB).toFixed(2)} GiB` : n >= 10 * MiB ? `${(n / MiB).toFixed(0)} MiB` : n >= MiB ? `${(n / MiB).toFixed(1)} MiB` : `${(n / 1024).toFixed(0)} KiB`;
+
+export interface Linear {
+  name: string;
+  /** [N, K]: N outputs, K inputs (HF [out, in]) */
+  shape: [number, number];
+}
+
+/** The linear layers as the graph runs them (q/k/v and gate/up row-concatenated, lm_head). */
+export function linearShapes(c: ModelConfig): Linear[] {
+  const { hiddenSize: d, numHeads: H, numKvHeads: kvH, headDim: hd, intermediateSize: I } = c;
+  const out: Linear[] = [];
+  for (let l = 0; l < c.numLayers; l++) {
+    out.push({ name: `layers.${l}.qkv`, shape: [(H + 2 * kvH) * hd, d] });
+    out.push({ name: `layers.${l}.o`, shape: [d, H * hd] });
+    out.push({ name: `layers.${l}.gate_up`, shape: [2 * I, d] });
+    out.push({ name: `layers.${l}.down`, shape: [d, I] });
+  }
+  out.push({ name: 'lm_head', shape: [c.vocabSize, d] });
+  return out;
+}
+
+/** parameters of the linear layers (lm_head counted once, tied or not) */
+export const linearParams = (c: ModelConfig): number => linearShapes(c).reduce((s, x) => s + x.shape[0] * x.shape[1], 0);
+
+/** parameters outside the linear layers: embedding (when untied: its own tensor), norms, q/k/v biases */
+export function otherParams(c: ModelConfig): number {
+  const { hiddenSize: d, numHeads: H, numKvHeads: kvH, headDim: hd, numLayers: L } = c;
+  const perLayer = 2 * d + (c.qkNorm ? 2 * hd : 0) + (c.qkvBias ? (H + 2 * kvH) * hd : 0);
+  return L * perLayer + d + (c.tieWordEmbeddings ? 0 : c.vocabSize * d);
+}
+
+/**
+ * Bytes of a linear [N, K] in the quantized store: codes N·K·bits/8, f32 scales N·⌈K/32⌉·4, asymmetric zero points
+ * N·⌈⌈K/32⌉·bits/8⌉ (packed per row, quant.ts).
+ */
+export function quantLinearBytes([N, K]: [number, number], bits: 4 | 8, asym = true, block = 32): number {
+  const blocks = Math.ceil(K / block);
+  const codes = N * blocks * block * bits / 8;
+  const scales = N * blocks * F32;
+  const zp = asym ? N * Math.ceil((blocks * bits) / 8) : 0;
+  return codes + scales + zp;
+}
+
+export const quantStoreBytes = (c: ModelConfig, bits: 4 | 8, asym = true): number =>
+  linearShapes(c).reduce((s, x) => s + quantLinearBytes(x.shape, bits, asym), 0);
+
+export interface WeightOptions {
+  /** the checkpoint's storage dtype (default F32) */
+  storage?: DType;
+  /** weights only in the mmapped files (f32/bf16 only; q8/q4 are always packed) */
+  lowMemory?: boolean;
+}
+
+const storageBytes = (s: DType | undefined): number => (s === 'BF16' || s === 'F16' ? 2 : 4);
+
+/**
+ * Peak resident weight bytes of a session: the linear layers as computed (f32 pre-packed, or the q8/q4 store) times
+ * WEIGHT_PEAK, plus the other tensors (embedding rows are gathered from the mapped file; norms, biases) in storage.
+ */
+export function weightBytes(c: ModelConfig, dtype: ComputeDType, o: WeightOptions = {}): number {
+  const sb = storageBytes(o.storage);
+  const other = otherParams(c) * sb;
+  if (dtype === 'q8' || dtype === 'q4') return WEIGHT_PEAK.quant * quantStoreBytes(c, dtype === 'q8' ? 8 : 4) + other;
+  const lin = linearParams(c);
+  if (o.lowMemory) return WEIGHT_PEAK.lowMemory * lin * sb + other;
+  // f32 Gemm weights (storage cast to f32 and folded), plus the stored pages read once when they are not f32
+  return WEIGHT_PEAK.f32 * lin * F32 + (sb !== F32 ? lin * sb : 0) + other;
+}
+
+/** KV bytes per cached token of one row: 2 (K, V) · L · kvH · hd · 4 */
+export const kvBytesPerToken = (c: ModelConfig): number => 2 * c.numLayers * c.numKvHeads * c.headDim * F32;
+
+/** One step: `batch` rows × `width` new tokens on `past` cached slots; `hidden`/`logits` = rows returned. */
+export interface StepShape {
+  batch: number;
+  width: number;
+  past: number;
+  /** N: hidden-state rows returned (each [L+1, d]) */
+  hidden: number;
+  /** M: logit rows returned (each [V]) */
+  logits: number;
+  /** the present KV is copied out (generate, prefix steps, chunked prefill) */
+  present?: boolean;
+}
+
+/** per-new-token activation bytes of one decoder block (ACTIVATION_UNITS × widths × 4) */
+export function activationBytesPerToken(c: ModelConfig): number {
+  const u = ACTIVATION_UNITS;
+  return F32 * (u.residual * c.hiddenSize + u.qkv * (c.numHeads + 2 * c.numKvHeads) * c.headDim + u.mlp * c.intermediateSize);
+}
+
+/**
+ * Bytes of one step above weights and runtime:
+ *   ARENA_SLACK · ( B·T·activation + SCORE_COPIES · B·H·T·S·4 [+ mha: 2·B·H·S·hd·4 repeated K/V] + B·T·S·4 bias
+ *     + 2·B·kvH·S·hd·4 (this layer's K/V) )
+ *   + past KV B·P·kv (fed from JS) + present KV B·S·kv when copied out
+ *   + 3 · (L+1)·N·d·4 (gathered per layer, concatenated, copied to JS) + 2 · M·V·4 (in onnxruntime, copied to JS)
+ * where kv = kvBytesPerToken.
+ */
+export function stepBytes(c: ModelConfig, s: StepShape, attention: AttentionImpl = 'mha'): number {
+  const { batch: B, width: T, past: P } = s;
+  const S = P + T;
+  const H = c.numHeads;
+  const hd = c.headDim;
+  const kv = kvBytesPerToken(c);
+  const scores = SCORE_COPIES[attention] * B * H * T * S * F32 + (attention === 'mha' && H !== c.numKvHeads ? 2 * B * H * S * hd * F32 : 0);
+  const arena = B * T * activationBytesPerToken(c) + scores + B * T * S * F32 + 2 * B * c.numKvHeads * S * hd * F32;
+  const kvBytes = B * P * kv + (s.present ? B * S * kv : 0);
+  const outputs = 3 * (c.numLayers + 1) * s.hidden * c.hiddenSize * F32 + 2 * s.logits * c.vocabSize * F32;
+  return ARENA_SLACK * arena + kvBytes + outputs;
+}
+
+export interface MemoryPlan {
+  budgetBytes: number;
+  /** runtime + weights: what is resident before any step */
+  baseBytes: number;
+  weightBytes: number;
+  runtimeBytes: number;
+  /** bytes of shared-prefix KV the LRU may hold */
+  prefixCacheBytes: number;
+  /** bytes one step may use (budget − base − prefix cache) */
+  stepBytes: number;
+  /** most padded tokens B·T per step (the per-token terms alone; the score term is checked per batch by `fitsStep`) */
+  maxBatchTokens: number;
+  /** most new tokens T per step of one prompt from an empty cache: longer prompts are prefilled in chunks */
+  maxChunkTokens: number;
+}
+
+export interface PlanOptions extends WeightOptions {
+  attention?: AttentionImpl;
+}
+
+/** largest integer x in [lo, hi] with ok(x) (ok monotone decreasing), or lo − 1 */
+function largest(lo: number, hi: number, ok: (x: number) => boolean): number {
+  if (!ok(lo)) return lo - 1;
+  while (lo < hi) {
+    const mid = Math.floor((lo + hi + 1) / 2);
+    if (ok(mid)) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+/**
+ * The plan for a budget: runtime and weights first (a SafekeepError when they alone exceed it, or leave no room for
+ * a step of 64 tokens), then the prefix cache (PREFIX_CACHE_SHARE of the rest, at most PREFIX_CACHE_MAX), then steps.
+ * maxBatchTokens and maxChunkTokens count one returned hidden row and one logit row per sequence (extraction).
+ */
+export function planMemory(c: ModelConfig, dtype: ComputeDType, budgetBytes: number, o: PlanOptions = {}): MemoryPlan {
+  if (!Number.isFinite(budgetBytes) || budgetBytes <= 0) throw new SafekeepError(`--max-memory must be a positive size, got ${budgetBytes}`);
+  const attention = o.attention ?? 'mha';
+  const weights = weightBytes(c, dtype, o);
+  const base = RUNTIME_BYTES + weights;
+  const what = `${c.family} ${c.numLayers} layers, d_model ${c.hiddenSize}, ${dtype}${o.lowMemory ? ' lowMemory' : ''}`;
+  if (base >= budgetBytes) {
+    throw new SafekeepError(`--max-memory ${formatBytes(budgetBytes)} is too small: the weights alone need ${formatBytes(weights)} (${what}) plus ${formatBytes(RUNTIME_BYTES)} runtime; raise it or use a smaller --dtype (q8, q4)`);
+  }
+  const free = budgetBytes - base;
+  const minStep = stepBytes(c, { batch: 1, width: 64, past: 0, hidden: 1, logits: 1 }, attention);
+  if (free < minStep) {
+    throw new SafekeepError(`--max-memory ${formatBytes(budgetBytes)} is too small: the weights need ${formatBytes(weights)} (${what}) plus ${formatBytes(RUNTIME_BYTES)} runtime, leaving ${formatBytes(free)}, less than one 64-token step (${formatBytes(minStep)})`);
+  }
+  const prefixCacheBytes = Math.floor(Math.min(PREFIX_CACHE_MAX, PREFIX_CACHE_SHARE * (free - minStep)));
+  const step = free - prefixCacheBytes;
+  const perToken = (n: number) => stepBytes(c, { batch: n, width: 1, past: 0, hidden: 1, logits: 1 }, attention) <= step;
+  const maxBatchTokens = Math.max(64, largest(1, MAX_STEP_TOKENS, perToken));
+  const chunk = (t: number) => stepBytes(c, { batch: 1, width: t, past: 0, hidden: 1, logits: 1, present: true }, attention) <= step;
+  const maxChunkTokens = Math.max(1, largest(1, maxBatchTokens, chunk));
+  return { budgetBytes, baseBytes: base, weightBytes: weights, runtimeBytes: RUNTIME_BYTES, prefixCacheBytes, stepBytes: step, maxBatchTokens, maxChunkTokens };
+}
+
+/** Does a step of this shape fit the plan's step bytes? */
+export function fitsStep(c: ModelConfig, plan: Pick<MemoryPlan, 'stepBytes'>, s: StepShape, attention: AttentionImpl = 'mha'): boolean {
+  return stepBytes(c, s, attention) <= plan.stepBytes;
+}
+
+/**
+ * New tokens per chunk for prefilling one row of `length` tokens on `past` cached slots: the largest T ≤
+ * maxChunkTokens whose LAST chunk (the widest span, S = past + length) fits. SafekeepError when not even one token fits
+ * (the KV of the prompt alone is too big for the budget).
+ */
+export function chunkTokens(c: ModelConfig, plan: Pick<MemoryPlan, 'stepBytes' | 'maxChunkTokens' | 'budgetBytes'>, length: number, past: number,
+  out: { hiddenPerToken: boolean; logitsPerToken: boolean }, attention: AttentionImpl = 'mha'): number {
+  const total = past + length;
+  const shape = (t: number): StepShape => ({
+    batch: 1, width: t, past: total - t, present: true,
+    hidden: out.hiddenPerToken ? t : 1, logits: out.logitsPerToken ? t : 1,
+  });
+  const t = largest(1, Math.min(length, plan.maxChunkTokens), (x) => fitsStep(c, plan, shape(x), attention));
+  if (t < 1) {
+    throw new SafekeepError(`--max-memory ${formatBytes(plan.budgetBytes)} is too small for a prompt of ${total} tokens: its KV cache alone is ${formatBytes(total * kvBytesPerToken(c))} and one step on it needs ${formatBytes(stepBytes(c, shape(1), attention))}, ${formatBytes(plan.stepBytes)} are left after the weights`);
+  }
+  return t;
+}
+
+const UNITS: Record<string, number> = { b: 1, kb: 1e3, mb: 1e6, gb: 1e9, tb: 1e12, kib: 2 ** 10, mib: MiB, gib: GiB, tib: 2 ** 40 };
+
+/** '6GB' (10⁹), '6GiB' (2³⁰), '500MB', '1.5 GiB', '123456' (bytes) → bytes; anything else is a SafekeepError. */
+export function parseBytes(s: string, flag = '--max-memory'): number {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$/.exec(s);
+  const unit = m ? (m[2] ?? '').toLowerCase() || 'b' : '';
+  const k = UNITS[unit];
+  if (!m || k === undefined) throw new SafekeepError(`${flag} must be a size like 6GB, 6GiB or 500MB, got '${s}'`);
+  const n = Math.floor(Number(m[1]) * k);
+  if (!(n > 0)) throw new SafekeepError(`${flag} must be a positive size, got '${s}'`);
+  return n;
+}
