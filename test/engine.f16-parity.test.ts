@@ -9,7 +9,11 @@
  *   3. the graph: every linear layer reads a 16-bit weight and 16-bit activations and hands f32 back (the GPU holds
  *      2 bytes per weight); bf16w the same with bf16; f32 has no 16-bit tensor at all;
  *   4. Hugging Face's own f32 outputs (../shared fixtures) within the f16 weight-rounding error, same greedy ids.
- * The f16 activation rounding itself happens only on CUDA: `npm run check:gpu` measures it there.
+ *   5. `f16sim`, the CPU emulation of what a GPU computes under f16 (activations rounded to f16 before and after each
+ *      linear): one linear layer equals round16(Σ round16(x)·round16(w)) computed in f64 (≤ 1 f16 ulp), and on
+ *      whole models the error vs the oracle is that of f16 activations — visible (> 1e-5) and inside the 1e-2 bound
+ *      that check:gpu applies to cuda f16, with the same greedy ids.
+ * The f16 activation rounding on a real GPU is measured by `npm run check:gpu` there.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -24,7 +28,11 @@ import type { Checkpoint, Family, TensorEntry } from '../src/checkpoint/types.ts
 import { engineOptions } from '../src/engine/cli-common.ts';
 import { createEngine, createEngineFromCheckpoint, type OnnxEngine } from '../src/engine/engine.ts';
 import { buildModelGraph } from '../src/engine/graph.ts';
+import * as ort from 'onnxruntime-node';
+import { GraphBuilder } from '../src/engine/onnx/builder.ts';
 import { DataType } from '../src/engine/onnx/proto.ts';
+import { castStored, linearAs } from '../src/engine/precision.ts';
+import { f16BitsToF32, f32ToF16Bits } from '../src/checkpoint/read.ts';
 import { linear, referenceForward, referenceGenerate, rmsNorm } from '../src/engine/reference.ts';
 import { resolveWeightFiles } from '../src/engine/session.ts';
 import { SafekeepError } from '../src/util/errors.ts';
@@ -155,6 +163,77 @@ for (const { family, opts } of CASES) {
     }
   });
 }
+
+// ---- f16sim: the GPU's f16 numerics emulated on the CPU -------------------------------------------------------------
+
+describe('f16sim (CPU emulation of f16 on a GPU)', () => {
+  const r16 = (v: number): number => f16BitsToF32(f32ToF16Bits(Float32Array.of(v)))[0]!;
+  /** spacing of f16 numbers at |v| */
+  const ulp16 = (v: number): number => Math.max(2 ** -24, 2 ** (Math.floor(Math.log2(Math.max(Math.abs(v), 2 ** -14))) - 10));
+
+  test('one linear layer: round16(Σ round16(x)·round16(w)) within 1 f16 ulp, bias added in f32', async () => {
+    const M = 6, K = 300, N = 20;
+    let s = 99;
+    const rnd = () => { s = (s * 1103515245 + 12345) % 2147483648; return s / 2147483648 - 0.5; };
+    const W = Float32Array.from({ length: N * K }, () => rnd() * 0.2);
+    const X = Float32Array.from({ length: M * K }, () => rnd() * 4);
+    const B = Float32Array.from({ length: N }, () => rnd());
+    const g = new GraphBuilder();
+    const x = g.input('x', DataType.FLOAT, [M, K]);
+    const w = castStored(g, g.f32(W, [N, K]), 'F32', 'f16sim', 'w');
+    g.output('y', linearAs(g, x, w, 'f16sim', 'lin', g.f32(B)), DataType.FLOAT, [M, N]);
+    const session = await ort.InferenceSession.create(g.encode('t'), { graphOptimizationLevel: 'all', logSeverityLevel: 3 });
+    const y = (await session.run({ x: new ort.Tensor('float32', X, [M, K]) })).y!.data as Float32Array;
+    let exact = 0;
+    for (let i = 0; i < M; i++) {
+      for (let j = 0; j < N; j++) {
+        let acc = 0;
+        for (let k = 0; k < K; k++) acc += r16(X[i * K + k]!) * r16(W[j * K + k]!);
+        const want = Math.fround(r16(acc) + B[j]!);
+        const got = y[i * N + j]!;
+        assert.ok(Math.abs(got - want) <= ulp16(acc) * 1.0001, `[${i},${j}] ${got} vs ${want} (ulp ${ulp16(acc)})`);
+        if (got === want) exact++;
+      }
+    }
+    assert.ok(exact >= 0.9 * M * N, `${exact} of ${M * N} bit-exact`);
+  });
+
+  for (const family of ['llama', 'qwen3'] as const) {
+    test(`${family}: activation rounding visible, within the check:gpu bound (1e-2), same greedy ids`, async (t) => {
+      const cache = tempCache();
+      const tmp = mkdtempSync(join(tmpdir(), `safekeep-f16sim-${family}-`));
+      try {
+        const opts = CASES.find((c) => c.family === family)!.opts;
+        // BF16 storage: every weight is exactly an f16 too, so all the error is the activation rounding
+        await writeRandomCheckpoint(tmp, family, { ...opts, seed: 11, dtype: 'BF16' });
+        const ck = await loadCheckpoint(tmp);
+        const engine = await createEngineFromCheckpoint(ck, { dtype: 'f16sim', threads: 2 });
+        try {
+          const seqs = prompts(ck.config.vocabSize);
+          const out = await engine.forward(seqs);
+          let worst = 0;
+          let least = Infinity;
+          seqs.forEach((s, i) => {
+            const ref = referenceForward(ck, s);
+            const e = Math.max(relDiff(out[i]!.hidden, ref.hidden), relDiff(out[i]!.logits, ref.logits));
+            worst = Math.max(worst, e);
+            least = Math.min(least, e);
+          });
+          t.diagnostic(`f16sim vs Float64 oracle: ${least.toExponential(2)}–${worst.toExponential(2)} × max|value|`);
+          assert.ok(least > 20 * EXACT, `activation rounding visible (${least})`);
+          assert.ok(worst <= 1e-2, `within the check:gpu bound (${worst})`);
+          const gen = await engine.generate(seqs, { maxNewTokens: 6, stopIds: [] });
+          seqs.forEach((s, i) => assert.deepEqual(gen[i]!.generatedIds, referenceGenerate(ck, s, { maxNewTokens: 6, stopIds: [] }).generatedIds));
+        } finally {
+          await engine.dispose();
+        }
+      } finally {
+        cache.cleanup();
+        rmSync(tmp, { recursive: true, force: true });
+      }
+    });
+  }
+});
 
 // ---- the graph itself ---------------------------------------------------------------------------------------------
 

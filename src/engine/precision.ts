@@ -6,6 +6,10 @@
  *   f16          weights f16 in the graph; y = f32( f16(x) · Wᵀ ), bias and steering added after, in f32
  *   bf16w        the same with bf16 (MatMul on a folded transposed copy: onnxruntime's CUDA provider has bf16
  *                MatMul; its CPU provider has no bf16 MatMul at all, so bf16w needs --device cuda)
+ *   f16sim       (API only, not a CLI dtype) the numbers of f16 on a GPU, computed on the CPU: f32 weights holding the
+ *                f16-rounded values, x rounded to f16, f32 Gemm, result rounded to f16 — what cuBLAS does with f16
+ *                operands and f32 accumulation, up to summation order. check:gpu and the tests use it as the
+ *                expected size of the f16 error.
  *
  * Storage → graph element type is a chain of Casts on the initializer (upcasts exact, downcasts round to nearest
  * even, like torch `.to()`), folded once at session creation, so the GPU holds 2 bytes per weight for f16/bf16w.
@@ -19,16 +23,20 @@ import type { DType } from '../checkpoint/types.ts';
 import type { GraphBuilder } from './onnx/builder.ts';
 import { DataType, type DataTypeId } from './onnx/proto.ts';
 
-/** f32 / bf16 (f32 weights rounded to bf16) run Gemm in f32; f16 / bf16w keep 16-bit weights and linears; q8 / q4 run MatMulNBits (quant.ts) */
-export type ComputeDType = 'f32' | 'bf16' | 'f16' | 'bf16w' | 'q8' | 'q4';
+/**
+ * f32 / bf16 (f32 weights rounded to bf16) run Gemm in f32; f16 / bf16w keep 16-bit weights and linears; f16sim
+ * emulates f16 numerics in f32 (tests, check:gpu); q8 / q4 run MatMulNBits (quant.ts)
+ */
+export type ComputeDType = 'f32' | 'bf16' | 'f16' | 'bf16w' | 'f16sim' | 'q8' | 'q4';
 
+/** the dtypes a user picks with --dtype */
 export const COMPUTE_DTYPES: readonly ComputeDType[] = ['f32', 'bf16', 'f16', 'bf16w', 'q8', 'q4'];
 
-/** Element type of linear-layer weights (and of their inputs) in the graph. */
-export type LinearType = 'f32' | 'f16' | 'bf16';
+/** Element type of linear-layer weights (and of their inputs) in the graph; f16sim: f32 holding f16 values. */
+export type LinearType = 'f32' | 'f16' | 'bf16' | 'f16sim';
 
 export function linearType(dtype: ComputeDType): LinearType {
-  return dtype === 'f16' ? 'f16' : dtype === 'bf16w' ? 'bf16' : 'f32';
+  return dtype === 'f16' ? 'f16' : dtype === 'bf16w' ? 'bf16' : dtype === 'f16sim' ? 'f16sim' : 'f32';
 }
 
 /** The default dtype of a device: f16 weights on the GPU (half the memory of f32), f32 on the CPU. */
@@ -36,8 +44,12 @@ export function defaultDType(device: 'cpu' | 'cuda'): ComputeDType {
   return device === 'cuda' ? 'f16' : 'f32';
 }
 
-export const ONNX_TYPE: Record<LinearType, DataTypeId> = { f32: DataType.FLOAT, f16: DataType.FLOAT16, bf16: DataType.BFLOAT16 };
+export const ONNX_TYPE: Record<LinearType, DataTypeId> = { f32: DataType.FLOAT, f16: DataType.FLOAT16, bf16: DataType.BFLOAT16, f16sim: DataType.FLOAT };
 const STORAGE_TYPE: Record<DType, LinearType> = { F32: 'f32', F16: 'f16', BF16: 'bf16' };
+
+/** x rounded to f16 and back (round to nearest even; beyond ±65504 → ±inf, as on the GPU) */
+const roundF16 = (g: GraphBuilder, x: string, name: string): string =>
+  g.op('Cast', [g.op('Cast', [x], { to: DataType.FLOAT16 }, { name: `${name}.f16` })], { to: DataType.FLOAT }, { name: `${name}.f32` });
 
 /**
  * Casts taking a stored tensor `x` (storage dtype) to element type `target`. Every step is exact or one
@@ -45,6 +57,7 @@ const STORAGE_TYPE: Record<DType, LinearType> = { F32: 'f32', F16: 'f16', BF16: 
  * f32 only): round through bf16 first (`--dtype bf16`; a no-op for BF16 storage).
  */
 export function castStored(g: GraphBuilder, x: string, storage: DType, target: LinearType, name: string, roundBf16 = false): string {
+  if (target === 'f16sim') return g.op('Cast', [castStored(g, x, storage, 'f16', name)], { to: DataType.FLOAT }, { name: `${name}.f32` });
   const from = STORAGE_TYPE[storage];
   let w = x;
   if (from !== target) {
@@ -62,9 +75,14 @@ export function castStored(g: GraphBuilder, x: string, storage: DType, target: L
  * f32: one Gemm(transB), the bias (f32, [N] or broadcastable) as its C input.
  * f16: Cast x → f16, Gemm(transB), Cast → f32, then the bias added in f32.
  * bf16: Cast x → bf16, MatMul on Transpose(W) (folded once), Cast → f32, bias in f32.
+ * f16sim: round16(round16(x) · Wᵀ) in f32 (W holds f16 values), bias in f32.
  */
 export function linearAs(g: GraphBuilder, x: string, w: string, t: LinearType, name: string, bias?: string): string {
   if (t === 'f32') return g.op('Gemm', bias ? [x, w, bias] : [x, w], { transB: 1 }, { name });
+  if (t === 'f16sim') {
+    const y = roundF16(g, g.op('Gemm', [roundF16(g, x, `${name}.in`), w], { transB: 1 }, { name }), `${name}.out`);
+    return bias ? g.op('Add', [y, bias], {}, { name: `${name}.bias` }) : y;
+  }
   const x16 = g.op('Cast', [x], { to: ONNX_TYPE[t] }, { name: `${name}.in_${t}` });
   const y16 = t === 'f16'
     ? g.op('Gemm', [x16, w], { transB: 1 }, { name })
