@@ -109,15 +109,11 @@ export function readCpuFacts(env: string | undefined = process.env.SAFEKEEP_THRE
   return { allowed, siblings, quota, ...(env !== undefined ? { env } : {}) };
 }
 
-let cached: ThreadChoice | null = null;
+let facts: CpuFacts | null = null;
 
-/** chooseThreads(readCpuFacts()), read once per process (SAFEKEEP_THREADS is re-read every call). */
+/** chooseThreads over this machine's facts (read once per process; SAFEKEEP_THREADS is re-read every call). */
 export function machineThreads(): ThreadChoice {
+  facts ??= readCpuFacts(undefined);
   const env = process.env.SAFEKEEP_THREADS;
-  if (env !== undefined && env !== '') {
-    const c = chooseThreads({ allowed: [], siblings: new Map(), quota: null, env });
-    if (c.why.startsWith('SAFEKEEP_THREADS')) return c;
-  }
-  cached ??= chooseThreads(readCpuFacts(undefined));
-  return cached;
+  return chooseThreads(env === undefined ? facts : { ...facts, env });
 }
