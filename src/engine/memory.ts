@@ -105,6 +105,9 @@ export function quantLinearBytes([N, K]: [number, number], bits: 4 | 8, asym = t
 export const quantStoreBytes = (c: ModelConfig, bits: 4 | 8, asym = true): number =>
   linearShapes(c).reduce((s, x) => s + quantLinearBytes(x.shape, bits, asym), 0);
 
+/** parameters resident outside the linear layers: norms and q/k/v biases (embedding rows are gathered from the mapped file as touched) */
+export const normParams = (c: ModelConfig): number => otherParams(c) - (c.tieWordEmbeddings ? 0 : c.vocabSize * c.hiddenSize);
+
 export interface WeightOptions {
   /** the checkpoint's storage dtype (default F32) */
   storage?: DType;
@@ -116,11 +119,12 @@ const storageBytes = (s: DType | undefined): number => (s === 'BF16' || s === 'F
 
 /**
  * Peak resident weight bytes of a session: the linear layers as computed (f32 pre-packed, or the q8/q4 store) times
- * WEIGHT_PEAK, plus the other tensors (embedding rows are gathered from the mapped file; norms, biases) in storage.
+ * WEIGHT_PEAK, plus norms and biases in storage. The embedding is a Gather on the mapped file: only the rows of the
+ * tokens seen are read (a few MiB), so it is not counted.
  */
 export function weightBytes(c: ModelConfig, dtype: ComputeDType, o: WeightOptions = {}): number {
   const sb = storageBytes(o.storage);
-  const other = otherParams(c) * sb;
+  const other = normParams(c) * sb;
   if (dtype === 'q8' || dtype === 'q4') return WEIGHT_PEAK.quant * quantStoreBytes(c, dtype === 'q8' ? 8 : 4) + other;
   const lin = linearParams(c);
   if (o.lowMemory) return WEIGHT_PEAK.lowMemory * lin * sb + other;
