@@ -233,6 +233,17 @@ export function planMemory(c: ModelConfig, dtype: ComputeDType, budgetBytes: num
   return { budgetBytes, baseBytes: base, weightBytes: weights, runtimeBytes: RUNTIME_BYTES, prefixCacheBytes, stepBytes: step, maxBatchTokens, maxChunkTokens };
 }
 
+/** One line for stderr and summaries. */
+export function describePlan(p: MemoryPlan): string {
+  return `memory plan for --max-memory ${formatBytes(p.budgetBytes)}: weights ≈ ${formatBytes(p.weightBytes)} + runtime ${formatBytes(p.runtimeBytes)}, `
+    + `prefix cache ${formatBytes(p.prefixCacheBytes)}, steps ≤ ${formatBytes(p.stepBytes)} (≤ ${p.maxBatchTokens} tokens; prompts over ${p.maxChunkTokens} tokens prefilled in chunks)`;
+}
+
+/** The plan as a manifest records it (whole bytes). */
+export function planRecord(p: MemoryPlan): Record<string, number> {
+  return Object.fromEntries(Object.entries(p).map(([k, v]) => [k, Math.round(v)]));
+}
+
 /** Does a step of this shape fit the plan's step bytes? */
 export function fitsStep(c: ModelConfig, plan: Pick<MemoryPlan, 'stepBytes'>, s: StepShape, attention: AttentionImpl = 'mha'): boolean {
   return stepBytes(c, s, attention) <= plan.stepBytes;

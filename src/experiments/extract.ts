@@ -10,6 +10,7 @@
 import { basename, join, resolve } from 'node:path';
 import { createEngine, type EngineOptions } from '../engine/engine.ts';
 import { GRAPH_VERSION } from '../engine/session.ts';
+import { describePlan, planRecord, type MemoryPlan } from '../engine/memory.ts';
 import { plannedReuse, prefixPlan, PrefixCache } from '../engine/prefix.ts';
 import type { Engine } from '../engine/types.ts';
 import { loadCheckpoint } from '../checkpoint/load.ts';
@@ -64,6 +65,8 @@ export interface ExtractContext {
   cacheDir: string;
   baseManifest: Record<string, unknown>;
   batchTokens: number;
+  /** the engine's --max-memory plan (sizes the prefix cache); absent = no budget */
+  memoryPlan?: MemoryPlan | null;
 }
 
 export interface ContextOptions {
@@ -110,6 +113,8 @@ export async function openContext(o: ContextOptions): Promise<ExtractContext> {
   const split = splitPairs(set, o.splitSeed ?? 0);
   const engineOptions: EngineOptions = { dtype: 'f32', device: 'cpu', ...o.engine };
   const engine = await createEngine(modelDir, engineOptions);
+  // --max-memory: the engine's plan (batches, chunked prefill, prefix cache) is printed and recorded in every manifest
+  if (engine.memoryPlan) process.stderr.write(`${describePlan(engine.memoryPlan)}\n`);
   const modelName = basename(modelDir);
   const cacheDir = join(resolve(o.results ?? 'results'), modelName, 'cache');
   const baseManifest = {
@@ -118,8 +123,9 @@ export async function openContext(o: ContextOptions): Promise<ExtractContext> {
     dataset: { name: set.name, hash: set.hash, pairs: set.pairs.length, limit: o.limit ?? null, split },
     engine: ENGINE_VERSION,
     reuse: 'none: every prompt is computed in full',
+    memory: engine.memoryPlan ? planRecord(engine.memoryPlan) : 'no --max-memory budget',
   };
-  return { modelDir, modelName, engine, tok, builder, set, split, cacheDir, baseManifest, batchTokens: o.batchTokens ?? 4096 };
+  return { modelDir, modelName, engine, tok, builder, set, split, cacheDir, baseManifest, batchTokens: o.batchTokens ?? 4096, memoryPlan: engine.memoryPlan };
 }
 
 /** Rows (harmful, benign per pair) rendered in one condition. */
@@ -165,7 +171,7 @@ export function extractCondition(ctx: ExtractContext, c: Condition): Promise<Sto
       return res.map((r) => r.hidden);
     }, rows);
   }
-  const { cache, boundariesOf, reuse } = prefixReuse(rows);
+  const { cache, boundariesOf, reuse } = prefixReuse(ctx, rows);
   return cacheCondition(ctx, c, promptCacheName(c), 'final-prompt-token', async (batch) => {
     const { results } = await shared(batch.map((r) => r.ids), { hiddenAt: 'last', logitsAt: 'none', cache, boundaries: boundariesOf(batch) });
     return results.map((r) => r.hidden);
@@ -176,13 +182,14 @@ export function extractCondition(ctx: ExtractContext, c: Condition): Promise<Sto
  * Shared-prefix plan of a condition's rows (src/engine/prefix.ts): split points over ALL rows, so each batch computes
  * the same bytes whatever the prefix cache holds (deterministic resume); `reuse` = planned token counts.
  */
-function prefixReuse(rows: readonly CacheRow[]) {
+function prefixReuse(ctx: ExtractContext, rows: readonly CacheRow[]) {
   const ids = rows.map((r) => r.ids);
   const plan = prefixPlan(ids);
   const boundaries = new Map(rows.map((r, i) => [r, plan[i]!])); // by row identity (the store passes slices of `rows`)
   const planned = plannedReuse(ids, plan);
   return {
-    cache: new PrefixCache(),
+    // sized by the --max-memory plan when there is one (else PrefixCache's default)
+    cache: new PrefixCache(ctx.memoryPlan?.prefixCacheBytes),
     boundariesOf: (batch: readonly CacheRow[]) => batch.map((r) => boundaries.get(r) ?? prefixPlan([r.ids])[0]!),
     reuse: { kind: 'shared-prefix KV', promptTokens: planned.promptTokens, computedTokens: planned.computedTokens, ratio: Number(planned.ratio.toFixed(4)) },
   };
@@ -208,7 +215,7 @@ export async function extractWithFirstToken(ctx: ExtractContext, repr: ToolRepr)
   const rows = renderRows(ctx, c);
   if (cacheIsComplete(ctx.cacheDir, promptCacheName(c), rows)) return [await extractFirstToken(ctx, repr)];
   const shared = ctx.engine.firstTokenShared?.bind(ctx.engine);
-  const { cache, boundariesOf, reuse } = prefixReuse(rows);
+  const { cache, boundariesOf, reuse } = prefixReuse(ctx, rows);
   return buildActivationCaches({
     dir: ctx.cacheDir,
     names: [promptCacheName(c), firstTokenCacheName(repr)],
