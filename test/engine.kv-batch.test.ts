@@ -62,7 +62,10 @@ describe('engine invariants (random llama, GQA 6/2)', () => {
       const L1 = engine.numLayers + 1;
       const fh = new Float32Array(L1 * d);
       for (let l = 0; l < L1; l++) fh.set(f!.hidden.subarray((l * full.length + T0) * d, (l * full.length + T0 + 1) * d), l * d);
-      assert.ok(maxAbsDiff(g!.firstTokenHidden!, fh) <= EXACT, `first token hidden vs recompute ${maxAbsDiff(g!.firstTokenHidden!, fh)} (max |h| ${Math.max(...fh.map(Math.abs))})`);
+      // decode reads the KV buffer with standard ops, the recompute's prefill runs the fused kernel: float rounding
+      // differs in summation order only, so relative to the largest |h| (as the brief's "≤ 1e-5 rel")
+      const maxH = Math.max(...fh.map(Math.abs));
+      assert.ok(maxAbsDiff(g!.firstTokenHidden!, fh) <= EXACT * maxH, `first token hidden vs recompute ${maxAbsDiff(g!.firstTokenHidden!, fh)} (max |h| ${maxH})`);
     }
   });
 

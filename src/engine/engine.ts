@@ -10,10 +10,11 @@ import * as ort from 'onnxruntime-node';
 import { loadCheckpoint } from '../checkpoint/load.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
-import { attentionBias, leftPad, planChunks, positionIds, selectPositions, steeringMatrix } from './batch.ts';
+import { leftPad, planChunks, positionIds, selectPositions, steeringMatrix } from './batch.ts';
 import { chunkedStep } from './chunked.ts';
 import type { AttentionImpl, ComputeDType } from './graph.ts';
 import { attentionImpl, IO } from './graph.ts';
+import { appendKv, capacityBias, emptyKv, kvCapacity, KV_CHUNK, type KvCache } from './kv.ts';
 import { chunkTokens, fitsStep, planMemory, type MemoryPlan, type StepShape } from './memory.ts';
 import { firstTokenShared, forwardShared, type FirstTokenSharedResult, type SharedForwardOptions, type SharedForwardResult } from './prefix.ts';
 import type { QuantScheme } from './quant-store.ts';
@@ -42,14 +43,7 @@ export interface EngineOptions {
   maxMemory?: number;
 }
 
-/** Per-layer KV of `batch` rows × `length` slots; row b's real slots are starts[b]..length-1. */
-export interface KvCache {
-  keys: ort.Tensor[];
-  values: ort.Tensor[];
-  batch: number;
-  length: number;
-  starts: number[];
-}
+export type { KvCache } from './kv.ts';
 
 export interface StepInput {
   /** [B, T] ids (row-major), left-padded for the first step */
@@ -64,8 +58,16 @@ export interface StepInput {
   /** flat indices b·T + t of the new slots whose hidden states / logits are wanted */
   hiddenIndex: number[];
   logitsIndex: number[];
-  /** return the present KV (default true); false skips copying it out of onnxruntime */
+  /**
+   * return the present KV (default true): `past` extended by the new slots, written into past's buffer in place when
+   * it has room (kv.ts; the `past` value itself stays valid), else into a new buffer. false skips fetching the new slots.
+   */
   wantPresent?: boolean;
+  /**
+   * slots the caller expects to append after this step: when the step allocates a new KV buffer it leaves room for
+   * min(reserve, KV_CHUNK) of them. Default: KV_CHUNK for a single-token (decode) step, 0 otherwise.
+   */
+  reserve?: number;
 }
 
 export interface StepOutput {
@@ -73,7 +75,7 @@ export interface StepOutput {
   hidden: Float32Array;
   /** [logitsIndex.length, V] */
   logits: Float32Array;
-  /** null when the step was run with wantPresent: false */
+  /** null when the step was run with wantPresent: false; tensors [B, kvH, capacity ≥ length, hd] (kv.ts) */
   present: KvCache | null;
 }
 
@@ -107,27 +109,23 @@ export class OnnxEngine implements Engine {
   }
 
   emptyCache(batch: number): KvCache {
-    const { numKvHeads: kvH, headDim: hd } = this.config;
-    const empty = () => new ort.Tensor('float32', new Float32Array(0), [batch, kvH, 0, hd]);
-    return {
-      keys: Array.from({ length: this.numLayers }, empty),
-      values: Array.from({ length: this.numLayers }, empty),
-      batch,
-      length: 0,
-      starts: new Array<number>(batch).fill(0),
-    };
+    return emptyKv(this.numLayers, batch, this.config.numKvHeads, this.config.headDim);
   }
 
-  /** One forward of T new slots per row on top of `past` (null = empty cache). */
+  /**
+   * One forward of T new slots per row on top of `past` (null = empty cache). The graph reads past's whole buffer
+   * (unused capacity masked) and returns only the new slots, which are appended to the cache (kv.ts).
+   */
   async step(inp: StepInput): Promise<StepOutput> {
     const { batch: B, width: T } = inp;
     const past = inp.past ?? this.emptyCache(B);
     if (past.batch !== B) throw new Error(`step: cache has ${past.batch} rows, input ${B}`);
     const P = past.length;
+    const C = kvCapacity(past);
     const feeds: Record<string, ort.Tensor> = {
       [IO.inputIds]: new ort.Tensor('int64', inp.ids, [B, T]),
       [IO.positionIds]: new ort.Tensor('int64', positionIds(B, T, P, inp.starts), [B, T]),
-      [IO.attnBias]: new ort.Tensor('float32', attentionBias(B, T, P, inp.starts), [B, T, P + T]),
+      [IO.attnBias]: new ort.Tensor('float32', capacityBias(B, T, P, C, inp.starts), [B, T, C + T]),
       [IO.steer]: new ort.Tensor('float32', inp.steer, [this.numLayers + 1, this.dModel]),
       [IO.hiddenIndex]: new ort.Tensor('int64', i64(inp.hiddenIndex), [inp.hiddenIndex.length]),
       [IO.logitsIndex]: new ort.Tensor('int64', i64(inp.logitsIndex), [inp.logitsIndex.length]),
@@ -138,17 +136,20 @@ export class OnnxEngine implements Engine {
     }
     const wantPresent = inp.wantPresent ?? true;
     const fetches: string[] = [IO.hidden, IO.logits];
-    if (wantPresent) for (let l = 0; l < this.numLayers; l++) fetches.push(IO.presentKey(l), IO.presentValue(l));
+    if (wantPresent) for (let l = 0; l < this.numLayers; l++) fetches.push(IO.newKey(l), IO.newValue(l));
     const out = await this.session.run(feeds, fetches);
     let present: KvCache | null = null;
     if (wantPresent) {
-      const keys: ort.Tensor[] = [];
-      const values: ort.Tensor[] = [];
+      const newKeys: Float32Array[] = [];
+      const newValues: Float32Array[] = [];
       for (let l = 0; l < this.numLayers; l++) {
-        keys.push(out[IO.presentKey(l)]!);
-        values.push(out[IO.presentValue(l)]!);
+        newKeys.push(out[IO.newKey(l)]!.data as Float32Array);
+        newValues.push(out[IO.newValue(l)]!.data as Float32Array);
       }
-      present = { keys, values, batch: B, length: P + T, starts: inp.starts };
+      present = appendKv(inp.past, newKeys, newValues, {
+        batch: B, width: T, kvHeads: this.config.numKvHeads, headDim: this.config.headDim, starts: inp.starts,
+        reserve: inp.reserve ?? (T === 1 ? KV_CHUNK : 0),
+      });
     }
     return {
       hidden: out[IO.hidden]!.data as Float32Array,
@@ -268,6 +269,7 @@ export class OnnxEngine implements Engine {
       ids: pb.ids, batch: B, width: pb.width, starts: pb.pads, past: null, steer,
       hiddenIndex: opts.returnPromptLastHidden ? lastSlots : [],
       logitsIndex: opts.maxNewTokens > 0 ? lastSlots : [],
+      reserve: opts.maxNewTokens, // the KV buffer gets room for the decode steps (up to KV_CHUNK, kv.ts)
     });
     const res: GenerateResult[] = prompts.map(() => ({ generatedIds: [], finish: 'length' }));
     const stepLogits: Float32Array[][] = prompts.map(() => []);
@@ -302,6 +304,7 @@ export class OnnxEngine implements Engine {
         ids: fed, batch: B, width: 1, starts: pb.pads, past: out.present!, steer,
         hiddenIndex: needHidden ? all : [],
         logitsIndex: done.every(Boolean) ? [] : all,
+        reserve: opts.maxNewTokens - k - 1,
       });
       if (needHidden) {
         res.forEach((r, b) => {

@@ -7,8 +7,10 @@
  *     h = rmsnorm(x);  q, k, v = h Wqᵀ (+b), h Wkᵀ (+b), h Wvᵀ (+b)
  *     (qwen3) q, k = rmsnorm per head
  *     q, k = rope(q), rope(k)                        rotate_half form, positions from the caller
- *     K, V = concat(past, new)                       → present KV
- *     x += o_proj(softmax(q Kᵀ/√hd + bias) V)        GQA (KV head h // rep), softmax in f32
+ *     k_new, v_new                                   → graph outputs new_key.l / new_value.l (T slots)
+ *     x += o_proj(softmax([q Kbufᵀ, q k_newᵀ]/√hd + bias) [Vbuf; v_new])
+ *                                                    Kbuf/Vbuf = the KV buffer fed as past (kv.ts), GQA by
+ *                                                    KV head h // rep (no K/V repetition), softmax in f32
  *     x += down(silu(gate(h')) * up(h')) + steer[l+1],  h' = rmsnorm(x)      steer row as the Gemm bias
  *                                                    → hidden[l+1] (pre final norm, also for l+1 = L)
  *   logits = rmsnorm(x[logits_index]) lm_headᵀ
@@ -45,25 +47,27 @@ export function quantAccuracyLevel(bits: 4 | 8): number {
 export const IO = {
   inputIds: 'input_ids', // int64 [B, T]
   positionIds: 'position_ids', // int64 [B, T]
-  attnBias: 'attn_bias', // f32 [B, T, S], S = P + T; 0 = visible, large negative = masked
+  attnBias: 'attn_bias', // f32 [B, T, C + T], C = past buffer capacity; 0 = visible, large negative = masked (kv.ts capacityBias)
   steer: 'steer', // f32 [L+1, d]; row l is added to hidden[l]
   hiddenIndex: 'hidden_index', // int64 [N], flat indices into B*T
   logitsIndex: 'logits_index', // int64 [M]
-  pastKey: (l: number) => `past_key.${l}`, // f32 [B, kvH, P, hd]
+  pastKey: (l: number) => `past_key.${l}`, // f32 [B, kvH, C, hd]: the KV buffer (slots beyond the filled ones masked)
   pastValue: (l: number) => `past_value.${l}`,
   hidden: 'hidden', // f32 [L+1, N, d]
   logits: 'logits', // f32 [M, V]
-  presentKey: (l: number) => `present_key.${l}`, // f32 [B, kvH, S, hd]
-  presentValue: (l: number) => `present_value.${l}`,
+  newKey: (l: number) => `new_key.${l}`, // f32 [B, kvH, T, hd]: the new slots only (the engine writes them into the buffer)
+  newValue: (l: number) => `new_value.${l}`,
 } as const;
 
 /** Additive mask value for hidden keys (finite, so fully masked pad rows stay finite). */
 export const MASKED = -1e9;
 
 /**
- * Attention kernel: onnxruntime's fused MultiHeadAttention ('mha', default: measured 1.2× prefill and 1.5× decode
- * over 'matmul' on the SmolLM2 shape) or standard ops ('matmul': MatMul + bias Add + Softmax + MatMul, every score
- * materialised). Both are tested against HF and the oracle; SAFEKEEP_ATTENTION=matmul|mha overrides.
+ * Attention kernel. Steps on a past KV buffer (decode, prefix suffixes, chunked prefill) always run standard ops on
+ * the buffer (`bufferedAttention`: no K/V concatenation or per-head repetition). A step from an empty cache (prefill)
+ * runs onnxruntime's fused MultiHeadAttention with 'mha' (default; measured ~1.2× prefill over standard ops on the
+ * SmolLM2 shape) or the same standard ops with 'matmul'. Both are tested against HF and the oracle;
+ * SAFEKEEP_ATTENTION=matmul|mha overrides.
  */
 export function attentionImpl(explicit?: AttentionImpl): AttentionImpl {
   if (explicit) return explicit;
@@ -107,8 +111,8 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
   const past: { k: string; v: string }[] = [];
   for (let l = 0; l < L; l++) {
     past.push({
-      k: g.input(IO.pastKey(l), F, ['batch', kvH, 'past', hd]),
-      v: g.input(IO.pastValue(l), F, ['batch', kvH, 'past', hd]),
+      k: g.input(IO.pastKey(l), F, ['batch', kvH, 'capacity', hd]),
+      v: g.input(IO.pastValue(l), F, ['batch', kvH, 'capacity', hd]),
     });
   }
 
@@ -242,18 +246,43 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
     return g.op('Reshape', [attn, g.i64([-1, H * hd])]);
   };
   /**
-   * GQA with standard ops: query head h = kv·rep + r uses KV head kv → q as [B, kvH, rep·T, hd] against K/V
-   * [B, kvH, S, hd] (plain batched matmuls, K/V not repeated); the 1/√hd scale goes on q; softmax in f32. → [BT, H·hd]
+   * Attention on the KV buffer plus the T new slots, without concatenating them (kv.ts): q as [B, kvH, rep·T, hd]
+   * (query head h = kv·rep + r uses KV head kv; K/V never repeated) scored against the buffer [B, kvH, C, hd] and
+   * the new keys [B, kvH, T, hd]; one f32 softmax over the C + T scores (bias masks unused capacity, padding and the
+   * future); probabilities split back at C for the two value products. → [BT, H·hd]
    */
-  const matmulAttention = (q: string, K: string, V: string): string => {
+  const bufferedAttention = (q: string, kNew: string, vNew: string, kBuf: string, vBuf: string): string => {
     const q4 = g.op('Reshape', [g.op('Transpose', [g.op('Mul', [q, scale()], {}, { name: 'q_scaled' })], { perm: [0, 2, 1, 3] }), g.i64([0, kvH, -1, hd])]);
-    const scores = g.op('Add', [g.op('MatMul', [q4, g.op('Transpose', [K], { perm: [0, 1, 3, 2] })]), biasRep()], {}, { name: 'scores' });
-    const probs = g.op('Softmax', [scores], { axis: -1 }, { name: 'probs' }); // [B, kvH, rep·T, S]
-    const o = g.op('MatMul', [probs, V]); // [B, kvH, rep·T, hd]
+    const keysT = (k: string) => g.op('Transpose', [k], { perm: [0, 1, 3, 2] });
+    const sBuf = g.op('MatMul', [q4, keysT(kBuf)], {}, { name: 'scores_buffer' }); // [B, kvH, rep·T, C]
+    const sNew = g.op('MatMul', [q4, keysT(kNew)], {}, { name: 'scores_new' }); // [B, kvH, rep·T, T]
+    const scores = g.op('Add', [g.op('Concat', [sBuf, sNew], { axis: -1 }), biasRep()], {}, { name: 'scores' });
+    const probs = g.op('Softmax', [scores], { axis: -1 }, { name: 'probs' }); // [B, kvH, rep·T, C + T]
+    const C = g.op('Slice', [g.op('Shape', [kBuf]), g.i64([2]), g.i64([3])], {}, { name: 'capacity' }); // [1]
+    const pBuf = g.op('Slice', [probs, g.i64([0]), C, g.i64([3])], {}, { name: 'probs_buffer' });
+    const pNew = g.op('Slice', [probs, C, g.i64([Number.MAX_SAFE_INTEGER]), g.i64([3])], {}, { name: 'probs_new' });
+    const o = g.op('Add', [g.op('MatMul', [pBuf, vBuf]), g.op('MatMul', [pNew, vNew])], {}, { name: 'attn' }); // [B, kvH, rep·T, hd]
     return g.op('Reshape', [
       g.op('Transpose', [g.op('Reshape', [o, g.i64([0, H, -1, hd])])], { perm: [0, 2, 1, 3] }),
       g.i64([-1, H * hd]),
     ]);
+  };
+
+  /**
+   * 'matmul': always `bufferedAttention`. 'mha': an If on the buffer capacity — empty (a prefill from no cache) runs
+   * the fused MultiHeadAttention on the new slots (fastest for long T), otherwise `bufferedAttention` (decode and
+   * steps on a past). The bias helpers are made in the main graph first (both branches and every layer read them).
+   */
+  let noPast: string | null = null;
+  const attend = (q: string, kNew: string, vNew: string, kBuf: string, vBuf: string): string => {
+    if (attention === 'matmul') return bufferedAttention(q, kNew, vNew, kBuf, vBuf);
+    biasRep();
+    bias4();
+    noPast ??= g.op('Equal', [g.op('Slice', [g.op('Shape', [past[0]!.k]), g.i64([2]), g.i64([3])]), g.i64([0])], {}, { name: 'no_past' }); // [1] bool
+    const out = (v: string) => [{ name: v, elemType: F, dims: ['bt', H * hd] }];
+    const prefill = g.subgraph('prefill_attention', () => out(mhaAttention(q, kNew, vNew)));
+    const buffered = g.subgraph('buffered_attention', () => out(bufferedAttention(q, kNew, vNew, kBuf, vBuf)));
+    return g.op('If', [noPast], { then_branch: { graph: prefill }, else_branch: { graph: buffered } }, { name: 'attention' });
   };
 
   // ---- embeddings
@@ -285,11 +314,11 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
       q = rope(q);
       k = rope(k);
       const toHeads = (t: string) => g.op('Transpose', [t], { perm: [0, 2, 1, 3] }); // [B, heads, T, hd]
-      const K = g.op('Concat', [past[l]!.k, toHeads(k)], { axis: 2 }, { name: 'present_key' }); // [B, kvH, S, hd]
-      const V = g.op('Concat', [past[l]!.v, toHeads(v)], { axis: 2 }, { name: 'present_value' });
-      g.output(IO.presentKey(l), K, F, ['batch', kvH, 'total', hd]);
-      g.output(IO.presentValue(l), V, F, ['batch', kvH, 'total', hd]);
-      const merged = attention === 'mha' ? mhaAttention(q, K, V) : matmulAttention(q, K, V); // [BT, H·hd]
+      const kNew = toHeads(k); // [B, kvH, T, hd]
+      const vNew = toHeads(v);
+      g.output(IO.newKey(l), kNew, F, ['batch', kvH, 'seq', hd]);
+      g.output(IO.newValue(l), vNew, F, ['batch', kvH, 'seq', hd]);
+      const merged = attend(q, kNew, vNew, past[l]!.k, past[l]!.v); // [BT, H·hd]
       let r = g.op('Add', [x, linear(merged, `${p}self_attn.o_proj.weight`)], {}, { name: 'resid_attn' });
       // MLP
       const h2 = rmsnorm(r, `${p}post_attention_layernorm.weight`);

@@ -16,7 +16,8 @@
 import { createHash } from 'node:crypto';
 import * as ort from 'onnxruntime-node';
 import { selectPositions } from './batch.ts';
-import type { KvCache, OnnxEngine } from './engine.ts';
+import type { OnnxEngine } from './engine.ts';
+import { compactKv, kvCapacity, type KvCache } from './kv.ts';
 import type { ForwardResult, GenerateResult, PositionSelector, Steering } from './types.ts';
 
 /** lcp of two token sequences */
@@ -209,8 +210,7 @@ async function sharedCore(engine: OnnxEngine, prompts: number[][], steerMatrix: 
     });
     stats.computedTokens += piece.length;
     const kv: PrefixKv = {
-      keys: out.present!.keys.map((t) => t.data as Float32Array),
-      values: out.present!.values.map((t) => t.data as Float32Array),
+      ...compactKv(out.present!), // [1, kvH, prefix, hd] per layer
       length: prefix,
       bytes: 2 * L * kvH * prefix * hd * 4,
     };
@@ -311,7 +311,7 @@ async function sharedCore(engine: OnnxEngine, prompts: number[][], steerMatrix: 
     if (first) {
       // feed each row's greedy token on its own KV: row b's real slots starts[b] .. P + suffix_b − 1 (no right pads)
       const { numKvHeads: kvH, headDim: hd } = engine.config;
-      const S = P + T;
+      const S = kvCapacity(out.present!); // buffer stride (≥ P + T)
       for (let b = 0; b < B; b++) {
         const r = batch[b]!;
         const res = results[r.i]!;

@@ -20,7 +20,7 @@ import { quantizedWeights, type QuantScheme, type QuantStore } from './quant-sto
 import { machineThreads } from './threads.ts';
 
 /** bump when graph.ts changes what it emits */
-export const GRAPH_VERSION = 6;
+export const GRAPH_VERSION = 7;
 
 /**
  * Default quantization scheme per bit width (measured, `safekeep quantize --report` on random and real-shaped

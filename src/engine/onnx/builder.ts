@@ -72,7 +72,24 @@ export class GraphBuilder {
         this.nodes.push({ opType: 'Identity', inputs: [renamed.get(value) ?? value], outputs: [name], name: `out/${name}` });
       }
     }
-    if (renamed.size) for (const n of this.nodes) n.inputs = n.inputs.map((i) => renamed.get(i) ?? i);
+    const rename = (nodes: NodeDef[]): void => {
+      for (const n of nodes) {
+        n.inputs = n.inputs.map((i) => renamed.get(i) ?? i);
+        for (const a of Object.values(n.attrs ?? {})) if (typeof a === 'object' && 'graph' in a) rename(a.graph.nodes); // outer-scope references
+      }
+    };
+    if (renamed.size) rename(this.nodes);
+  }
+
+  /**
+   * A subgraph (an If branch): the nodes `body` adds go into it instead of this graph; it may read any value of the
+   * enclosing graph. `body` returns its outputs (values it produced) with their types.
+   */
+  subgraph(name: string, body: () => ValueInfoDef[]): GraphDef {
+    const start = this.nodes.length;
+    const outputs = body();
+    const nodes = this.nodes.splice(start);
+    return { name: this.fresh(name), nodes, initializers: [], inputs: [], outputs };
   }
 
   opN(opType: string, inputs: string[], attrs: Record<string, AttrValue> = {}, opts: OpOptions = {}): string[] {

@@ -98,7 +98,7 @@ export class ProtoWriter {
   }
 }
 
-export type AttrValue = number | string | number[] | { float: number } | { floats: number[] } | TensorDef;
+export type AttrValue = number | string | number[] | { float: number } | { floats: number[] } | TensorDef | { graph: GraphDef };
 
 /** A tensor: inline data (raw little-endian bytes) or external data (file relative to the model folder). */
 export interface TensorDef {
@@ -177,6 +177,9 @@ function writeAttr(w: ProtoWriter, name: string, v: AttrValue): void {
   } else if (isTensorDef(v)) {
     w.message(5, (t) => writeTensor(t, v));
     w.int(20, 4);
+  } else if ('graph' in v) {
+    w.message(6, (g) => writeGraph(g, v.graph)); // a subgraph (If branches)
+    w.int(20, 5);
   } else if ('floats' in v) {
     const b = new Uint8Array(v.floats.length * 4);
     const dv = new DataView(b.buffer);
@@ -210,18 +213,20 @@ function writeNode(w: ProtoWriter, n: NodeDef): void {
   if (n.domain) w.string(7, n.domain);
 }
 
+function writeGraph(g: ProtoWriter, graph: GraphDef): void {
+  for (const n of graph.nodes) g.message(1, (x) => writeNode(x, n));
+  g.string(2, graph.name);
+  for (const t of graph.initializers) g.message(5, (x) => writeTensor(x, t));
+  for (const v of graph.inputs) g.message(11, (x) => writeValueInfo(x, v));
+  for (const v of graph.outputs) g.message(12, (x) => writeValueInfo(x, v));
+}
+
 /** Serialise a model to ONNX protobuf bytes. */
 export function encodeModel(m: ModelDef): Uint8Array {
   const w = new ProtoWriter();
   w.int(1, m.irVersion ?? 8);
   w.string(2, m.producer ?? 'safekeep');
-  w.message(7, (g) => {
-    for (const n of m.graph.nodes) g.message(1, (x) => writeNode(x, n));
-    g.string(2, m.graph.name);
-    for (const t of m.graph.initializers) g.message(5, (x) => writeTensor(x, t));
-    for (const v of m.graph.inputs) g.message(11, (x) => writeValueInfo(x, v));
-    for (const v of m.graph.outputs) g.message(12, (x) => writeValueInfo(x, v));
-  });
+  w.message(7, (g) => writeGraph(g, m.graph));
   for (const [domain, version] of Object.entries(m.opsets)) {
     w.message(8, (o) => { if (domain) o.string(1, domain); o.int(2, version); });
   }

@@ -1,0 +1,147 @@
+/**
+ * In-place KV buffers (issue 7, "Bytes moved"). A `KvCache` holds per layer one key and one value buffer
+ * [B, kvH, C, hd] with a capacity C ≥ length: slots 0..length-1 are filled, the rest is room for later steps.
+ * A step feeds the whole buffer to the graph (the additive bias masks the unused capacity and each row's left
+ * padding), the graph returns only the T new slots [B, kvH, T, hd], and `appendKv` writes them into the buffer:
+ * a decode step moves B·kvH·T·hd floats per layer instead of the whole cache. When a step does not fit, the
+ * buffer is reallocated with room for up to KV_CHUNK more slots and copied once, so a long decode copies the
+ * cache once per chunk.
+ *
+ * Sharing rule: appending writes slots ≥ length of the buffer a past points to. If two steps continue from the
+ * same past, the second must not overwrite what the first wrote: each buffer remembers how far it has been written
+ * (`written`), and a past whose length is below that is copied into a fresh buffer instead (copy on write). So a
+ * KvCache value never changes under its holder; only capacity beyond its length is reused.
+ */
+import * as ort from 'onnxruntime-node';
+import { MASKED } from './graph.ts';
+
+/** slots of room added when a buffer is reallocated for single-token (decode) steps */
+export const KV_CHUNK = 256;
+
+/**
+ * Per-layer KV of `batch` rows; row b's real slots are starts[b]..length-1. Tensors are [B, kvH, C, hd] with
+ * C = capacity ≥ length (slots ≥ length: room for later steps, masked and never read as real slots).
+ */
+export interface KvCache {
+  keys: ort.Tensor[];
+  values: ort.Tensor[];
+  batch: number;
+  length: number;
+  starts: number[];
+}
+
+/** slots allocated per row (the tensors' dim 2) */
+export function kvCapacity(kv: KvCache): number {
+  const t = kv.keys[0];
+  return t ? t.dims[2]! : kv.length;
+}
+
+/** how far each buffer has been written (keyed by the layer-0 key buffer of a KvCache) */
+const written = new WeakMap<Float32Array, number>();
+
+function keyBuffer(kv: KvCache): Float32Array | undefined {
+  return kv.keys[0]?.data as Float32Array | undefined;
+}
+
+/** whether T more slots can be written into `kv`'s buffers in place (room, and no later step already wrote there) */
+export function canAppendInPlace(kv: KvCache, T: number): boolean {
+  const buf = keyBuffer(kv);
+  if (!buf) return false;
+  return kvCapacity(kv) >= kv.length + T && (written.get(buf) ?? kv.length) <= kv.length;
+}
+
+/** An empty cache: [B, kvH, 0, hd] per layer. */
+export function emptyKv(layers: number, batch: number, kvHeads: number, headDim: number): KvCache {
+  const empty = () => new ort.Tensor('float32', new Float32Array(0), [batch, kvHeads, 0, headDim]);
+  return {
+    keys: Array.from({ length: layers }, empty),
+    values: Array.from({ length: layers }, empty),
+    batch,
+    length: 0,
+    starts: new Array<number>(batch).fill(0),
+  };
+}
+
+/**
+ * Copy `rows` [B·kvH] of `slots` slots each (hd floats per slot) from src (capacity srcCap, starting at slot
+ * srcFrom) to dst (capacity dstCap, starting at slot dstFrom).
+ */
+function copySlots(src: Float32Array, srcCap: number, srcFrom: number, dst: Float32Array, dstCap: number, dstFrom: number,
+  rows: number, slots: number, hd: number): void {
+  if (slots === 0) return;
+  for (let r = 0; r < rows; r++) {
+    const s = (r * srcCap + srcFrom) * hd;
+    dst.set(src.subarray(s, s + slots * hd), (r * dstCap + dstFrom) * hd);
+  }
+}
+
+/**
+ * The cache after a step: `past` (null = empty) extended by the T new slots per row that the step computed
+ * (`newKeys[l]`/`newValues[l]`: [B, kvH, T, hd]). In place when `past` has room (`canAppendInPlace`); otherwise a new
+ * buffer of capacity length + T + min(reserve, KV_CHUNK), past and new slots copied in (no copy at all when there is
+ * no past and no reserve: the new slots are the buffer). `reserve`: slots the caller expects to append later.
+ */
+export function appendKv(past: KvCache | null, newKeys: Float32Array[], newValues: Float32Array[], shape: {
+  batch: number; width: number; kvHeads: number; headDim: number; starts: number[]; reserve: number;
+}): KvCache {
+  const { batch: B, width: T, kvHeads: kvH, headDim: hd } = shape;
+  const P = past?.length ?? 0;
+  const rows = B * kvH;
+  if (past && canAppendInPlace(past, T)) {
+    const C = kvCapacity(past);
+    past.keys.forEach((t, l) => copySlots(newKeys[l]!, T, 0, t.data as Float32Array, C, P, rows, T, hd));
+    past.values.forEach((t, l) => copySlots(newValues[l]!, T, 0, t.data as Float32Array, C, P, rows, T, hd));
+    written.set(keyBuffer(past)!, P + T);
+    return { keys: past.keys, values: past.values, batch: B, length: P + T, starts: shape.starts };
+  }
+  const C = P + T + Math.max(0, Math.min(shape.reserve, KV_CHUNK));
+  const grow = (old: ort.Tensor | undefined, fresh: Float32Array): ort.Tensor => {
+    if (P === 0 && C === T) return new ort.Tensor('float32', fresh, [B, kvH, C, hd]);
+    const buf = new Float32Array(rows * C * hd);
+    if (old && P > 0) copySlots(old.data as Float32Array, old.dims[2]!, 0, buf, C, 0, rows, P, hd);
+    copySlots(fresh, T, 0, buf, C, P, rows, T, hd);
+    return new ort.Tensor('float32', buf, [B, kvH, C, hd]);
+  };
+  const keys = newKeys.map((k, l) => grow(past?.keys[l], k));
+  const values = newValues.map((v, l) => grow(past?.values[l], v));
+  const out: KvCache = { keys, values, batch: B, length: P + T, starts: shape.starts };
+  written.set(keyBuffer(out)!, P + T);
+  return out;
+}
+
+/**
+ * Per layer the filled slots as contiguous [B, kvH, length, hd] arrays (the buffer itself when capacity = length,
+ * else a copy). For callers that keep a cache's contents (prefix.ts).
+ */
+export function compactKv(kv: KvCache): { keys: Float32Array[]; values: Float32Array[] } {
+  const C = kvCapacity(kv);
+  const compact = (t: ort.Tensor): Float32Array => {
+    const data = t.data as Float32Array;
+    if (C === kv.length) return data;
+    const [B, kvH, , hd] = t.dims as [number, number, number, number];
+    const out = new Float32Array(B * kvH * kv.length * hd);
+    copySlots(data, C, 0, out, kv.length, 0, B * kvH, kv.length, hd);
+    return out;
+  };
+  return { keys: kv.keys.map(compact), values: kv.values.map(compact) };
+}
+
+/**
+ * Additive attention bias [B, T, C + T] for T new slots on a buffer of capacity C holding P filled slots: column
+ * j < C is buffer slot j, visible iff starts[b] ≤ j < P; column C + u is new slot P + u, visible to new slot P + t
+ * iff u ≤ t and P + u ≥ starts[b]. With C = P this is `attentionBias(B, T, P, starts)` (batch.ts). Query rows on pad
+ * slots see nothing (a uniform softmax over MASKED, finite, ignored by callers).
+ */
+export function capacityBias(batch: number, width: number, past: number, capacity: number, starts: readonly number[]): Float32Array {
+  const S = capacity + width;
+  const out = new Float32Array(batch * width * S).fill(MASKED);
+  for (let b = 0; b < batch; b++) {
+    const s = starts[b]!;
+    for (let t = 0; t < width; t++) {
+      const row = (b * width + t) * S;
+      for (let j = s; j < past; j++) out[row + j] = 0;
+      for (let u = Math.max(0, s - past); u <= t; u++) out[row + capacity + u] = 0;
+    }
+  }
+  return out;
+}
