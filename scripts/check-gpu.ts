@@ -51,20 +51,30 @@ function cosine(a: Float32Array, b: Float32Array): number {
   return ab / Math.sqrt(aa * bb || 1);
 }
 
-/** GPU memory (MiB) held by this process, from nvidia-smi; null when unavailable */
+/**
+ * GPU memory in MiB from nvidia-smi: held by this process, or — when this process is not listed (containers often see
+ * other PIDs) — used on the whole device (then only meaningful on an otherwise idle GPU); null without nvidia-smi
+ */
 function gpuMemoryMiB(): number | null {
-  try {
-    const out = execFileSync('nvidia-smi', ['--query-compute-apps=pid,used_memory', '--format=csv,noheader,nounits'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
-    let sum = 0;
-    let seen = false;
-    for (const line of out.split('\n')) {
-      const [pid, mem] = line.split(',').map((s) => s.trim());
-      if (Number(pid) === process.pid) { sum += Number(mem); seen = true; }
+  const smi = (query: string): string | null => {
+    try {
+      return execFileSync('nvidia-smi', [query, '--format=csv,noheader,nounits'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+    } catch {
+      return null;
     }
-    return seen ? sum : 0;
-  } catch {
-    return null;
+  };
+  const apps = smi('--query-compute-apps=pid,used_memory');
+  if (apps === null) return null;
+  let sum = 0;
+  let seen = false;
+  for (const row of apps.split('\n')) {
+    const [pid, mem] = row.split(',').map((x) => x.trim());
+    if (Number(pid) === process.pid) { sum += Number(mem); seen = true; }
   }
+  if (seen) return sum;
+  const device = smi('--query-gpu=memory.used');
+  const first = device?.split('\n')[0]?.trim();
+  return first ? Number(first) : null;
 }
 
 /** the device under test: cuda, or `--as cpu` to exercise this script itself on a host without a GPU */
