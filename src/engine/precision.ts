@@ -17,7 +17,7 @@
  * On the CPU provider (ORT 1.30, x64) there is no f16 Gemm kernel: onnxruntime's InsertCastTransformer runs the
  * f16 Gemm in f32 and drops the f32→f16→f32 activation casts it considers precision-free. Measured: the CPU result
  * of the f16 graph equals f32 math on f16-rounded weights with f32 activations (|Δ| ≈ 1e-5 at K = 2048), i.e. CPU
- * f16 = "f16 weights, f32 activations". The f16 activation rounding itself only happens on CUDA (check:gpu).
+ * f16 = "f16 weights, f32 activations". The f16 activation rounding itself happens on CUDA (check:gpu) and in f16sim.
  */
 import type { DType } from '../checkpoint/types.ts';
 import type { GraphBuilder } from './onnx/builder.ts';
