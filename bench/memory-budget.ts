@@ -74,11 +74,30 @@ async function child(dir: string, budgetArg: string, threads: number, long: numb
   process.stdout.write(`${JSON.stringify(report)}\n`);
 }
 
+/** one forward of B×T tokens (hidden + logits at the last position) in a fresh process: VmHWM growth vs stepBytes */
+async function calibrateChild(dir: string, threads: number, shape: string): Promise<void> {
+  const { loadCheckpoint } = await import('../src/checkpoint/load.ts');
+  const { createEngineFromCheckpoint } = await import('../src/engine/engine.ts');
+  const { stepBytes, weightBytes } = await import('../src/engine/memory.ts');
+  const ck = await loadCheckpoint(dir);
+  const rssImports = peakRss();
+  const engine = await createEngineFromCheckpoint(ck, { threads, cacheDir: join(dir, 'cache') });
+  const rssSession = peakRss();
+  const [B, T] = shape.split('x').map(Number) as [number, number];
+  const ids = Array.from({ length: B }, (_, b) => Array.from({ length: T }, (_, i) => 3 + ((i * 7919 + b * 104729) % (SHAPE.vocabSize - 3))));
+  await engine.forward(ids, { hiddenAt: 'last', logitsAt: 'last' });
+  const rssStep = peakRss();
+  const model = stepBytes(ck.config, { batch: B, width: T, past: 0, hidden: B, logits: B }, engine.attention);
+  process.stdout.write(`${JSON.stringify({ shape, rssImports, rssSession, rssStep, model, weights: weightBytes(ck.config, 'f32') })}\n`);
+  await engine.dispose();
+}
+
 async function main(): Promise<void> {
   const self = fileURLToPath(import.meta.url);
   const threads = Number(flag('threads') ?? 2);
   const long = Number(flag('long') ?? 3072);
   if (flag('child')) return child(flag('child')!, flag('budget')!, threads, long);
+  if (flag('calibrate-child')) return calibrateChild(flag('calibrate-child')!, threads, flag('shape')!);
   if (process.argv.includes('--write')) {
     const { writeRandomCheckpoint } = await import('../src/checkpoint/random.ts');
     await writeRandomCheckpoint(flag('write')!, 'llama', { ...SHAPE, std: 0.02 });
@@ -92,6 +111,18 @@ async function main(): Promise<void> {
     if (!existsSync(join(dir, 'model.safetensors'))) {
       const w = node(['--write', dir]);
       if (w.status !== 0) throw new Error(`writing the checkpoint failed: ${w.stderr}`);
+    }
+    if (flag('calibrate')) {
+      // step growth (VmHWM after one forward − after the session) next to the model's stepBytes, per shape
+      process.stdout.write('| B×T | VmHWM imports / session (MiB) | step growth (MiB) | model stepBytes (MiB) | measured / model |\n| --- | --- | --- | --- | --- |\n');
+      for (const shape of flag('calibrate')!.split(',')) {
+        const r = node(['--calibrate-child', dir, '--shape', shape, '--threads', String(threads)]);
+        if (r.status !== 0) { process.stdout.write(`| ${shape} | failed: ${r.stderr.trim().split('\n').at(-1)} | | | |\n`); continue; }
+        const c = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { rssImports: number; rssSession: number; rssStep: number; model: number };
+        const grow = c.rssStep - c.rssSession;
+        process.stdout.write(`| ${shape} | ${mib(c.rssImports)} / ${mib(c.rssSession)} | ${mib(grow)} | ${mib(c.model)} | ${(grow / c.model).toFixed(2)} |\n`);
+      }
+      return;
     }
     const budgets = (flag('budgets') ?? '1.3GB,1.6GB,2.5GB').split(',');
     process.stderr.write(`bench:memory: SmolLM2-135M shape f32, ${threads} threads, long prompt ${long} tokens; one fresh child per budget\n`);

@@ -16,7 +16,7 @@ import type { Family, ModelConfig } from '../src/checkpoint/types.ts';
 import { leftPad, steeringMatrix } from '../src/engine/batch.ts';
 import { chunkedStep } from '../src/engine/chunked.ts';
 import { createEngine, type OnnxEngine, type StepOutput } from '../src/engine/engine.ts';
-import { planMemory, type MemoryPlan } from '../src/engine/memory.ts';
+import { planMemory, RUNTIME_BYTES } from '../src/engine/memory.ts';
 import type { Steering } from '../src/engine/types.ts';
 import { SafekeepError } from '../src/util/errors.ts';
 import { maxAbsDiff, tempCache } from './helpers/engine.ts';
@@ -63,7 +63,7 @@ describe('chunked prefill under a memory budget equals one step', () => {
       const dir = join(tmp, family);
       await writeRandomCheckpoint(dir, family, { seed: 5, numLayers: 3, hiddenSize: 48, intermediateSize: 80, vocabSize: 97, std: 0.2, ...extra });
       plain.set(family, await createEngine(dir, { threads: 2 }));
-      budgeted.set(family, await createEngine(dir, { threads: 2, maxMemory: smallBudget((await loadCheckpoint(dir)).config, 512 * 1024) }));
+      budgeted.set(family, await createEngine(dir, { threads: 2, maxMemory: smallBudget((await loadCheckpoint(dir)).config, 512 * 1024), runtimeBytes: RUNTIME_BYTES }));
     }
   });
   after(async () => {

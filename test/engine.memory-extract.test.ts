@@ -14,7 +14,7 @@ import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { readTensorF32 } from '../src/checkpoint/read.ts';
 import { readSafetensorsHeader } from '../src/checkpoint/safetensors.ts';
 import { OnnxEngine } from '../src/engine/engine.ts';
-import { planMemory, RUNTIME_BYTES, weightBytes } from '../src/engine/memory.ts';
+import { planMemory, RUNTIME_BYTES, STEP_FIXED, weightBytes } from '../src/engine/memory.ts';
 import { extractCondition, openContext, parseCondition, renderRows } from '../src/experiments/extract.ts';
 import { installTokenizer, npmTokenizerDir } from '../src/prompts/tokenizer.ts';
 import { maxAbsDiff } from './helpers/engine.ts';
@@ -48,8 +48,8 @@ test('extract agent.schema under a small --max-memory budget = without one; the 
     await plain.engine.dispose();
 
     const cfg = (plain.engine as OnnxEngine).config;
-    const budget = RUNTIME_BYTES + weightBytes(cfg, 'f32') + 6 * 2 ** 20;
-    const ctx = await openContext({ model, data: 'pairs', results: join(dir, 'budget'), limit: 3, engine: { maxMemory: budget } });
+    const budget = RUNTIME_BYTES + weightBytes(cfg, 'f32') + STEP_FIXED + 6 * 2 ** 20;
+    const ctx = await openContext({ model, data: 'pairs', results: join(dir, 'budget'), limit: 3, engine: { maxMemory: budget, runtimeBytes: RUNTIME_BYTES } });
     const engine = ctx.engine as OnnxEngine;
     const plan = engine.memoryPlan!;
     assert.deepEqual(plan, planMemory(cfg, 'f32', budget));

@@ -16,7 +16,7 @@ import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import type { ModelConfig } from '../src/checkpoint/types.ts';
 import {
   ACTIVATION_UNITS, ARENA_SLACK, chunkTokens, kvBytesPerToken, linearParams, normParams, otherParams, parseBytes, planMemory, PREFIX_CACHE_MAX,
-  PREFIX_CACHE_SHARE, quantLinearBytes, quantStoreBytes, RUNTIME_BYTES, SCORE_COPIES, stepBytes, WEIGHT_PEAK, weightBytes,
+  PREFIX_CACHE_SHARE, quantLinearBytes, quantStoreBytes, RUNTIME_BYTES, SCORE_COPIES, STEP_FIXED, stepBytes, WEIGHT_PEAK, weightBytes,
 } from '../src/engine/memory.ts';
 import { quantizedWeights } from '../src/engine/quant-store.ts';
 import { SafekeepError } from '../src/util/errors.ts';
@@ -71,9 +71,9 @@ describe('memory model arithmetic', () => {
     const tail = 2 * 5 * kv /* past */ + 3 * 3 * 2 * 8 * 4 /* hidden */ + 2 * 1 * 10 * 4 /* logits */;
     const shape = { batch: 2, width: 3, past: 5, hidden: 2, logits: 1 };
     const scoresMatmul = SCORE_COPIES.matmul * 2 * 2 * 3 * S * 4;
-    assert.ok(Math.abs(stepBytes(TINY, shape, 'matmul') - (ARENA_SLACK * (common + scoresMatmul) + tail)) < 1e-6);
+    assert.ok(Math.abs(stepBytes(TINY, shape, 'matmul') - (STEP_FIXED + ARENA_SLACK * (common + scoresMatmul) + tail)) < 1e-6);
     const scoresMha = SCORE_COPIES.mha * 2 * 2 * 3 * S * 4 + 2 * 2 * 2 * S * 4 * 4; // + K/V repeated per query head
-    assert.ok(Math.abs(stepBytes(TINY, shape, 'mha') - (ARENA_SLACK * (common + scoresMha) + tail)) < 1e-6);
+    assert.ok(Math.abs(stepBytes(TINY, shape, 'mha') - (STEP_FIXED + ARENA_SLACK * (common + scoresMha) + tail)) < 1e-6);
     // the present KV, when copied out, adds B·S·kv
     assert.ok(Math.abs(stepBytes(TINY, { ...shape, present: true }, 'mha') - stepBytes(TINY, shape, 'mha') - 2 * S * kv) < 1e-6);
   });
@@ -101,6 +101,8 @@ describe('memory model arithmetic', () => {
     assert.ok(last(3000, c3k) <= p.stepBytes && last(3000, c3k + 1) > p.stepBytes);
     // a bigger budget never plans smaller steps
     const q = planMemory(LLAMA8B, 'q4', 2 * budget, { storage: 'BF16' });
+    // the runtime bytes given are what the plan leaves aside
+    assert.equal(planMemory(LLAMA8B, 'q4', budget, { storage: 'BF16', runtimeBytes: 2 ** 30 }).baseBytes, 2 ** 30 + w);
     assert.ok(q.maxBatchTokens >= p.maxBatchTokens && q.maxChunkTokens >= p.maxChunkTokens && q.prefixCacheBytes >= p.prefixCacheBytes);
   });
 

@@ -15,7 +15,7 @@ import { chunkedStep } from './chunked.ts';
 import type { AttentionImpl, ComputeDType } from './graph.ts';
 import { attentionImpl, IO } from './graph.ts';
 import { appendKv, capacityBias, emptyKv, kvCapacity, KV_CHUNK, type KvCache } from './kv.ts';
-import { chunkTokens, fitsStep, planMemory, type MemoryPlan, type StepShape } from './memory.ts';
+import { chunkTokens, fitsStep, planMemory, RUNTIME_MARGIN, type MemoryPlan, type StepShape } from './memory.ts';
 import { firstTokenShared, forwardShared, type FirstTokenSharedResult, type SharedForwardOptions, type SharedForwardResult } from './prefix.ts';
 import type { QuantScheme } from './quant-store.ts';
 import { openSession, type Device } from './session.ts';
@@ -41,6 +41,8 @@ export interface EngineOptions {
    * the weights alone exceed is a SafekeepError before the session opens.
    */
   maxMemory?: number;
+  /** bytes the budget leaves to the rest of the process (default: its RSS now + memory.ts RUNTIME_MARGIN) */
+  runtimeBytes?: number;
 }
 
 export type { KvCache } from './kv.ts';
@@ -355,6 +357,7 @@ export async function createEngineFromCheckpoint(ckpt: Checkpoint, opts: EngineO
   const plan = opts.maxMemory === undefined ? null : planMemory(ckpt.config, opts.dtype ?? 'f32', opts.maxMemory, {
     storage: [...ckpt.tensors.values()].find((t) => t.name.endsWith('mlp.down_proj.weight'))?.dtype ?? 'F32',
     lowMemory: opts.lowMemory, attention: attentionImpl(opts.attention),
+    runtimeBytes: opts.runtimeBytes ?? process.memoryUsage().rss + RUNTIME_MARGIN,
   });
   const { session, cached } = await openSession(ckpt, {
     dtype: opts.dtype ?? 'f32', device: opts.device ?? 'cpu', threads: opts.threads, cacheDir: opts.cacheDir, lowMemory: opts.lowMemory,

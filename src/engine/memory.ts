@@ -5,7 +5,7 @@
  *
  *   peak ≈ runtime + weights + prefix cache + one step
  *
- * - runtime: Node + onnxruntime + tokenizer and data (a constant, measured);
+ * - runtime: Node + onnxruntime + tokenizer and data (the process's RSS when the engine is created + a margin);
  * - weights (`weightBytes`): f32/bf16 compute = f32 Gemm weights pre-packed by onnxruntime (peak ≈ WEIGHT_PEAK.f32 ×
  *   f32 bytes, counting the mmapped pages read while packing; BF16/F16 storage is cast to f32 at session creation, so
  *   its f32 size counts, plus the stored pages); `lowMemory` = mmapped stored pages only; q8/q4 = the quantized
@@ -28,24 +28,36 @@ const F32 = 4;
 const GiB = 2 ** 30;
 const MiB = 2 ** 20;
 
-/** Node + onnxruntime + tokenizer, templates and data of a run, before any weights (measured, see README). */
+/**
+ * Default bytes in use besides the engine: Node + onnxruntime + the pipeline's modules measured 256 MiB of VmHWM
+ * (tokenizer and 410 rendered agent prompts: 388 MiB). The engine plans with what the process really holds when it
+ * is created (RSS) + RUNTIME_MARGIN for what the run adds in JS (rendered prompts, results, GC slack).
+ */
 export const RUNTIME_BYTES = 256 * MiB;
+export const RUNTIME_MARGIN = 128 * MiB;
 
 /**
  * Peak resident weight bytes per byte of the weights as computed: f32 (pre-packed Gemm weights, plus the mmapped
- * pages read while packing and folding the fused q/k/v and gate/up copies) and q8/q4 (store pages + packed copy).
+ * pages read while packing and folding the fused q/k/v and gate/up copies; measured 1.31× on the SmolLM2 shape) and
+ * q8/q4 (store pages + packed copy: 2.4× per 8B-shaped layer, bench:8b).
  */
-export const WEIGHT_PEAK = { f32: 1.6, lowMemory: 1.05, quant: 2.4 } as const;
+export const WEIGHT_PEAK = { f32: 1.35, lowMemory: 1.05, quant: 2.4 } as const;
 
 /**
- * f32 values live per new token in one decoder block, in units of each width: residual stream and norms (× d),
- * fused q/k/v output, its split, RoPE temporaries and head transposes (× (H + 2·kvH)·hd), gate/up output, split,
- * SiLU temporaries (× I).
+ * f32 values live per new token in one decoder block, in units of each width: residual stream, norms, attention
+ * output and copies (× d), fused q/k/v output, its split, RoPE temporaries and head transposes (× (H + 2·kvH)·hd),
+ * gate/up output, split, SiLU temporaries (× I). Calibrated with `npm run bench:memory -- --calibrate` (README).
  */
-export const ACTIVATION_UNITS = { residual: 6, qkv: 4, mlp: 6 } as const;
+export const ACTIVATION_UNITS = { residual: 10, qkv: 8, mlp: 10 } as const;
 
-/** live f32 copies of the B·H·T·S attention scores: 'matmul' = repeated bias + scores + probabilities; 'mha' = probabilities (+ scratch) */
-export const SCORE_COPIES: Record<AttentionImpl, number> = { matmul: 3, mha: 2 };
+/**
+ * live f32 copies of the B·H·T·S attention scores: 'matmul' = repeated bias + scores + probabilities; 'mha' =
+ * probabilities and scratch (calibrated)
+ */
+export const SCORE_COPIES: Record<AttentionImpl, number> = { matmul: 3, mha: 1.5 };
+
+/** per-step bytes that do not scale with the shape (onnxruntime's per-run allocations, first arena blocks) */
+export const STEP_FIXED = 64 * MiB;
 
 /** slack for onnxruntime's arena (block rounding, shapes that change from step to step) */
 export const ARENA_SLACK = 1.25;
@@ -156,7 +168,7 @@ export function activationBytesPerToken(c: ModelConfig): number {
 
 /**
  * Bytes of one step above weights and runtime:
- *   ARENA_SLACK · ( B·T·activation + SCORE_COPIES · B·H·T·S·4 [+ mha: 2·B·H·S·hd·4 repeated K/V] + B·T·S·4 bias
+ *   STEP_FIXED + ARENA_SLACK · ( B·T·activation + SCORE_COPIES · B·H·T·S·4 [+ mha: 2·B·H·S·hd·4 repeated K/V] + B·T·S·4 bias
  *     + 2·B·kvH·S·hd·4 (this layer's K/V) )
  *   + past KV B·P·kv (fed from JS) + present KV B·S·kv when copied out
  *   + 3 · (L+1)·N·d·4 (gathered per layer, concatenated, copied to JS) + 2 · M·V·4 (in onnxruntime, copied to JS)
@@ -172,7 +184,7 @@ export function stepBytes(c: ModelConfig, s: StepShape, attention: AttentionImpl
   const arena = B * T * activationBytesPerToken(c) + scores + B * T * S * F32 + 2 * B * c.numKvHeads * S * hd * F32;
   const kvBytes = B * P * kv + (s.present ? B * S * kv : 0);
   const outputs = 3 * (c.numLayers + 1) * s.hidden * c.hiddenSize * F32 + 2 * s.logits * c.vocabSize * F32;
-  return ARENA_SLACK * arena + kvBytes + outputs;
+  return STEP_FIXED + ARENA_SLACK * arena + kvBytes + outputs;
 }
 
 export interface MemoryPlan {
@@ -193,6 +205,8 @@ export interface MemoryPlan {
 
 export interface PlanOptions extends WeightOptions {
   attention?: AttentionImpl;
+  /** bytes in use besides the engine (default RUNTIME_BYTES; the engine passes its process's RSS + RUNTIME_MARGIN) */
+  runtimeBytes?: number;
 }
 
 /** largest integer x in [lo, hi] with ok(x) (ok monotone decreasing), or lo − 1 */
@@ -214,15 +228,16 @@ export function planMemory(c: ModelConfig, dtype: ComputeDType, budgetBytes: num
   if (!Number.isFinite(budgetBytes) || budgetBytes <= 0) throw new SafekeepError(`--max-memory must be a positive size, got ${budgetBytes}`);
   const attention = o.attention ?? 'mha';
   const weights = weightBytes(c, dtype, o);
-  const base = RUNTIME_BYTES + weights;
+  const runtime = o.runtimeBytes ?? RUNTIME_BYTES;
+  const base = runtime + weights;
   const what = `${c.family} ${c.numLayers} layers, d_model ${c.hiddenSize}, ${dtype}${o.lowMemory ? ' lowMemory' : ''}`;
   if (base >= budgetBytes) {
-    throw new SafekeepError(`--max-memory ${formatBytes(budgetBytes)} is too small: the weights alone need ${formatBytes(weights)} (${what}) plus ${formatBytes(RUNTIME_BYTES)} runtime; raise it or use a smaller --dtype (q8, q4)`);
+    throw new SafekeepError(`--max-memory ${formatBytes(budgetBytes)} is too small: the weights alone need ${formatBytes(weights)} (${what}) plus ${formatBytes(runtime)} runtime; raise it or use a smaller --dtype (q8, q4)`);
   }
   const free = budgetBytes - base;
   const minStep = stepBytes(c, { batch: 1, width: 64, past: 0, hidden: 1, logits: 1 }, attention);
   if (free < minStep) {
-    throw new SafekeepError(`--max-memory ${formatBytes(budgetBytes)} is too small: the weights need ${formatBytes(weights)} (${what}) plus ${formatBytes(RUNTIME_BYTES)} runtime, leaving ${formatBytes(free)}, less than one 64-token step (${formatBytes(minStep)})`);
+    throw new SafekeepError(`--max-memory ${formatBytes(budgetBytes)} is too small: the weights need ${formatBytes(weights)} (${what}) plus ${formatBytes(runtime)} runtime, leaving ${formatBytes(free)}, less than one 64-token step (${formatBytes(minStep)})`);
   }
   const prefixCacheBytes = Math.floor(Math.min(PREFIX_CACHE_MAX, PREFIX_CACHE_SHARE * (free - minStep)));
   const step = free - prefixCacheBytes;
@@ -230,7 +245,7 @@ export function planMemory(c: ModelConfig, dtype: ComputeDType, budgetBytes: num
   const maxBatchTokens = Math.max(64, largest(1, MAX_STEP_TOKENS, perToken));
   const chunk = (t: number) => stepBytes(c, { batch: 1, width: t, past: 0, hidden: 1, logits: 1, present: true }, attention) <= step;
   const maxChunkTokens = Math.max(1, largest(1, maxBatchTokens, chunk));
-  return { budgetBytes, baseBytes: base, weightBytes: weights, runtimeBytes: RUNTIME_BYTES, prefixCacheBytes, stepBytes: step, maxBatchTokens, maxChunkTokens };
+  return { budgetBytes, baseBytes: base, weightBytes: weights, runtimeBytes: runtime, prefixCacheBytes, stepBytes: step, maxBatchTokens, maxChunkTokens };
 }
 
 /** One line for stderr and summaries. */
