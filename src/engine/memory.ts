@@ -232,7 +232,7 @@ export function planMemory(c: ModelConfig, dtype: ComputeDType, budgetBytes: num
   const base = runtime + weights;
   const what = `${c.family} ${c.numLayers} layers, d_model ${c.hiddenSize}, ${dtype}${o.lowMemory ? ' lowMemory' : ''}`;
   if (base >= budgetBytes) {
-    throw new SafekeepError(`--max-memory ${formatBytes(budgetBytes)} is too small: the weights alone need ${formatBytes(weights)} (${what}) plus ${formatBytes(runtime)} runtime; raise it or use a smaller --dtype (q8, q4)`);
+    throw new SafekeepError(`--max-memory ${formatBytes(budgetBytes)} is too small: the weights alone need ${formatBytes(weights)} (${what}) plus ${formatBytes(runtime)} runtime; raise it${dtype === 'q4' ? '' : dtype === 'q8' ? ' or use --dtype q4' : ' or use a smaller --dtype (q8, q4)'}`);
   }
   const free = budgetBytes - base;
   const minStep = stepBytes(c, { batch: 1, width: 64, past: 0, hidden: 1, logits: 1 }, attention);
