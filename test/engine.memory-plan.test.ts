@@ -74,8 +74,8 @@ describe('memory model arithmetic', () => {
     assert.ok(Math.abs(stepBytes(TINY, shape, 'matmul') - (STEP_FIXED + ARENA_SLACK * (common + scoresMatmul) + tail)) < 1e-6);
     const scoresMha = SCORE_COPIES.mha * 2 * 2 * 3 * S * 4 + 2 * 2 * 2 * S * 4 * 4; // + K/V repeated per query head
     assert.ok(Math.abs(stepBytes(TINY, shape, 'mha') - (STEP_FIXED + ARENA_SLACK * (common + scoresMha) + tail)) < 1e-6);
-    // the present KV, when copied out, adds B·S·kv
-    assert.ok(Math.abs(stepBytes(TINY, { ...shape, present: true }, 'mha') - stepBytes(TINY, shape, 'mha') - 2 * S * kv) < 1e-6);
+    // the present KV, when copied out, adds 2·B·S·kv (onnxruntime's outputs and their JS copies)
+    assert.ok(Math.abs(stepBytes(TINY, { ...shape, present: true }, 'mha') - stepBytes(TINY, shape, 'mha') - 2 * 2 * S * kv) < 1e-6);
   });
 
   test('plan: base, prefix share, step bytes; the largest batch and chunk that fit', () => {
@@ -95,10 +95,10 @@ describe('memory model arithmetic', () => {
     assert.ok(chunk(p.maxChunkTokens) <= p.stepBytes && (p.maxChunkTokens === p.maxBatchTokens || chunk(p.maxChunkTokens + 1) > p.stepBytes));
     // a longer prompt: the last chunk (span = the whole prompt) must fit, so chunks get shorter as prompts grow
     const c1k = chunkTokens(LLAMA8B, p, 1000, 0, { hiddenPerToken: false, logitsPerToken: false });
-    const c3k = chunkTokens(LLAMA8B, p, 3000, 0, { hiddenPerToken: false, logitsPerToken: false });
+    const c3k = chunkTokens(LLAMA8B, p, 2000, 0, { hiddenPerToken: false, logitsPerToken: false });
     assert.ok(c3k < c1k && c1k <= p.maxChunkTokens, `${c3k} ${c1k}`);
     const last = (n: number, t: number) => stepBytes(LLAMA8B, { batch: 1, width: t, past: n - t, hidden: 1, logits: 1, present: true });
-    assert.ok(last(3000, c3k) <= p.stepBytes && last(3000, c3k + 1) > p.stepBytes);
+    assert.ok(last(2000, c3k) <= p.stepBytes && last(2000, c3k + 1) > p.stepBytes);
     // a bigger budget never plans smaller steps
     const q = planMemory(LLAMA8B, 'q4', 2 * budget, { storage: 'BF16' });
     // the runtime bytes given are what the plan leaves aside

@@ -60,7 +60,7 @@ export const SCORE_COPIES: Record<AttentionImpl, number> = { matmul: 3, mha: 1.5
 export const STEP_FIXED = 64 * MiB;
 
 /** slack for onnxruntime's arena (block rounding, shapes that change from step to step) */
-export const ARENA_SLACK = 1.25;
+export const ARENA_SLACK = 1.3;
 
 /** share of the bytes left after weights and runtime given to the prefix KV cache, and its ceiling */
 export const PREFIX_CACHE_SHARE = 0.25;
@@ -170,7 +170,7 @@ export function activationBytesPerToken(c: ModelConfig): number {
  * Bytes of one step above weights and runtime:
  *   STEP_FIXED + ARENA_SLACK · ( B·T·activation + SCORE_COPIES · B·H·T·S·4 [+ mha: 2·B·H·S·hd·4 repeated K/V] + B·T·S·4 bias
  *     + 2·B·kvH·S·hd·4 (this layer's K/V) )
- *   + past KV B·P·kv (fed from JS) + present KV B·S·kv when copied out
+ *   + past KV B·P·kv (fed from JS) + present KV 2·B·S·kv when copied out (onnxruntime's outputs + the JS copies)
  *   + 3 · (L+1)·N·d·4 (gathered per layer, concatenated, copied to JS) + 2 · M·V·4 (in onnxruntime, copied to JS)
  * where kv = kvBytesPerToken.
  */
@@ -182,7 +182,7 @@ export function stepBytes(c: ModelConfig, s: StepShape, attention: AttentionImpl
   const kv = kvBytesPerToken(c);
   const scores = SCORE_COPIES[attention] * B * H * T * S * F32 + (attention === 'mha' && H !== c.numKvHeads ? 2 * B * H * S * hd * F32 : 0);
   const arena = B * T * activationBytesPerToken(c) + scores + B * T * S * F32 + 2 * B * c.numKvHeads * S * hd * F32;
-  const kvBytes = B * P * kv + (s.present ? B * S * kv : 0);
+  const kvBytes = B * P * kv + (s.present ? 2 * B * S * kv : 0);
   const outputs = 3 * (c.numLayers + 1) * s.hidden * c.hiddenSize * F32 + 2 * s.logits * c.vocabSize * F32;
   return STEP_FIXED + ARENA_SLACK * arena + kvBytes + outputs;
 }
