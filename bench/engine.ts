@@ -1,5 +1,5 @@
 /**
- * `npm run bench:engine [-- --threads N --reps R --low-memory --keep DIR]`: the engine on a SmolLM2-135M-shaped random checkpoint
+ * `npm run bench:engine [-- --threads N[,M…] --rounds R --reps R --low-memory --keep DIR]`: the engine on a SmolLM2-135M-shaped random checkpoint
  * (30 layers, hidden 576, 9 heads / 3 KV heads, head_dim 64, intermediate 1536, vocab 49152, tied), written to a
  * temp dir by a child process (so its JS buffers do not count in the measured RSS). The measuring child prints:
  * - prefill tokens/s: forward of 1×512 tokens, hidden states (all layers) and logits at the last position;
@@ -10,10 +10,12 @@
  *   the same threads, runs interleaved with the engine's; best of --reps (default 3) since the machine may be shared;
  * - peak RSS vs the f32 weight bytes.
  * Targets (issue 2): prefill ≥ 70 % of the GEMM rate; RSS ≤ 1.3 × f32 weight bytes.
+ * Threads: default = the engine's own choice (src/engine/threads.ts, printed); `--threads 1,2,4 [--rounds R]` measures
+ * each count in a fresh child per round (order alternating, best kept) and prints a table marking the default.
  */
 import { spawnSync } from 'node:child_process';
 import { best, peakRss, rawMatmulSession } from './common.ts';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -106,12 +108,14 @@ async function measure(dir: string, threads: number): Promise<void> {
 }
 
 async function main(): Promise<void> {
-  // default: the engine's own choice (src/engine/threads.ts), printed so a sweep over --threads can be compared to it
+  // default: the engine's own choice (src/engine/threads.ts); `--threads 1,2,4` measures each count (one child per
+  // count, in rounds of --rounds, default 2, best kept) and marks the default, to check it is the fastest or a tie
   const chosen = machineThreads();
-  const threads = Number(flag('threads') ?? chosen.threads);
-  if (!flag('run')) process.stderr.write(`threads ${threads}${flag('threads') ? ' (--threads)' : ''}; the engine's default here: ${chosen.threads} (${chosen.why})\n`);
   const runDir = flag('run');
-  if (runDir) return measure(runDir, threads);
+  if (runDir) return measure(runDir, Number(flag('threads') ?? chosen.threads));
+  const counts = (flag('threads') ?? String(chosen.threads)).split(',').map(Number);
+  if (!counts.every((t) => Number.isInteger(t) && t > 0)) throw new Error(`--threads: positive integers, got ${flag('threads')}`);
+  process.stderr.write(`threads ${counts.join(', ')}; the engine's default here: ${chosen.threads} (${chosen.why})\n`);
   const keep = flag('keep');
   const dir = keep ?? mkdtempSync(join(tmpdir(), 'safekeep-bench-'));
   try {
@@ -120,9 +124,36 @@ async function main(): Promise<void> {
       await writeRandomCheckpoint(join(dir, 'model'), 'llama', SHAPE);
     }
     // the child measures (it re-reads --threads, --reps, --low-memory, --json); --keep stays with the parent
-    const passOn = process.argv.slice(2).filter((a, i, all) => a !== '--keep' && all[i - 1] !== '--keep');
-    const r = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--run', join(dir, 'model'), ...passOn], { stdio: 'inherit' });
-    if (r.status !== 0) process.exitCode = r.status ?? 1;
+    const passOn = (t: number, json?: string) => [
+      ...process.argv.slice(2).filter((a, i, all) => !['--keep', '--threads', '--rounds', '--json'].includes(a) && !['--keep', '--threads', '--rounds', '--json'].includes(all[i - 1] ?? '')),
+      '--threads', String(t), ...(json ? ['--json', json] : flag('json') ? ['--json', flag('json')!] : []),
+    ];
+    const child = (t: number, json?: string) =>
+      spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--run', join(dir, 'model'), ...passOn(t, json)], { stdio: 'inherit' });
+    if (counts.length === 1) {
+      const r = child(counts[0]!);
+      if (r.status !== 0) process.exitCode = r.status ?? 1;
+      return;
+    }
+    const bestOf = new Map<number, { prefill: number; decode: number }>(counts.map((t) => [t, { prefill: 0, decode: 0 }]));
+    const rounds = Number(flag('rounds') ?? 2);
+    for (let round = 0; round < rounds; round++) {
+      for (const t of round % 2 ? [...counts].reverse() : counts) {
+        const json = join(dir, `threads-${t}.json`);
+        const r = child(t, json);
+        if (r.status !== 0) { process.exitCode = r.status ?? 1; return; }
+        const j = JSON.parse(readFileSync(json, 'utf8')) as { prefillTps: number; decodeTps: number };
+        const b = bestOf.get(t)!;
+        b.prefill = Math.max(b.prefill, j.prefillTps);
+        b.decode = Math.max(b.decode, j.decodeTps);
+      }
+    }
+    const top = { prefill: Math.max(...[...bestOf.values()].map((b) => b.prefill)), decode: Math.max(...[...bestOf.values()].map((b) => b.decode)) };
+    process.stdout.write(`\nthreads sweep (best of ${rounds} rounds × --reps):\n`);
+    for (const t of counts) {
+      const b = bestOf.get(t)!;
+      process.stdout.write(`  ${String(t).padStart(3)} threads${t === chosen.threads ? ' (default)' : '          '}: prefill ${b.prefill.toFixed(0)} tok/s (${(100 * b.prefill / top.prefill).toFixed(0)} %), decode ${b.decode.toFixed(1)} tok/s (${(100 * b.decode / top.decode).toFixed(0)} %)\n`);
+    }
   } finally {
     if (!keep) rmSync(dir, { recursive: true, force: true });
   }
