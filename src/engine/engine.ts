@@ -2,9 +2,11 @@
  * The ONNX engine: `createEngine(modelDir, {dtype, device, threads})` → `Engine` (src/engine/types.ts).
  *
  * One session per engine; every call goes through `step()`, a single forward of T new tokens per row on top of an
- * optional KV cache (`KvCache`: present KV of an earlier step + where each row's real slots start). `forward()` is
- * one step from an empty cache; `generate()` is a prefill step then one step per new token. Because `step()` takes
- * any past KV with its row starts, a later shared-prefix cache can feed a stored prefix's KV and run only suffixes.
+ * optional KV cache (`KvCache`: per-layer KV buffers with room to grow + where each row's real slots start; kv.ts).
+ * The graph reads the buffer in place and returns only the new slots, which `step()` appends (in place while the
+ * buffer has room). `forward()` is one step from an empty cache; `generate()` is a prefill step then one step per new
+ * token. Because `step()` takes any past KV with its row starts, a shared-prefix cache can feed a stored prefix's KV
+ * and run only suffixes.
  */
 import * as ort from 'onnxruntime-node';
 import { loadCheckpoint } from '../checkpoint/load.ts';
