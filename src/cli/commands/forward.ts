@@ -1,5 +1,5 @@
 /**
- * `safekeep forward --model DIR --ids IDS.json --out OUT.safetensors [--dtype f32|bf16] [--device cpu|cuda]`
+ * `safekeep forward --model DIR --ids IDS.json --out OUT.safetensors [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda]`
  * OUT: per sequence i, `hidden_states.i` f32 [L+1, T_i, d_model] and `logits.i` f32 [T_i, vocab] (real tokens).
  */
 import { parseArgs, requireValue } from '../args.ts';

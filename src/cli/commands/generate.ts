@@ -1,6 +1,6 @@
 /**
  * `safekeep generate --model DIR --ids IDS.json --max-new-tokens N [--no-stop]
- *    [--steer-layer l --steer-vector V.json --alpha a] [--dtype f32|bf16] [--device cpu|cuda] --out OUT.json`
+ *    [--steer-layer l --steer-vector V.json --alpha a] [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda] --out OUT.json`
  * Greedy decoding with a KV cache, batched internally. Steering subtracts a·v/|v| from hidden[l] at every prompt
  * position and every generated token. OUT = {"sequences": [{"generated_ids", "step_logits", "first_token_hidden"}]}.
  */
