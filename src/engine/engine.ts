@@ -18,6 +18,7 @@ import type { AttentionImpl, ComputeDType } from './graph.ts';
 import { attentionImpl, IO } from './graph.ts';
 import { appendKv, capacityBias, emptyKv, kvCapacity, KV_CHUNK, type KvCache } from './kv.ts';
 import { chunkTokens, fitsStep, planMemory, RUNTIME_MARGIN, type MemoryPlan, type StepShape } from './memory.ts';
+import { defaultDType } from './precision.ts';
 import { firstTokenShared, forwardShared, type FirstTokenSharedResult, type SharedForwardOptions, type SharedForwardResult } from './prefix.ts';
 import type { QuantScheme } from './quant-store.ts';
 import { openSession, type Device } from './session.ts';
@@ -355,14 +356,16 @@ export function argmax(row: Float32Array): number {
 }
 
 export async function createEngineFromCheckpoint(ckpt: Checkpoint, opts: EngineOptions = {}): Promise<OnnxEngine> {
+  // f32 on cpu, f16 weights on cuda unless asked otherwise (precision.ts)
+  const dtype = opts.dtype ?? defaultDType(opts.device ?? 'cpu');
   // the plan first: a budget the weights alone exceed fails before any memory is spent
-  const plan = opts.maxMemory === undefined ? null : planMemory(ckpt.config, opts.dtype ?? 'f32', opts.maxMemory, {
+  const plan = opts.maxMemory === undefined ? null : planMemory(ckpt.config, dtype, opts.maxMemory, {
     storage: [...ckpt.tensors.values()].find((t) => t.name.endsWith('mlp.down_proj.weight'))?.dtype ?? 'F32',
     lowMemory: opts.lowMemory, attention: attentionImpl(opts.attention),
     runtimeBytes: opts.runtimeBytes ?? process.memoryUsage().rss + RUNTIME_MARGIN,
   });
   const { session, cached } = await openSession(ckpt, {
-    dtype: opts.dtype ?? 'f32', device: opts.device ?? 'cpu', threads: opts.threads, cacheDir: opts.cacheDir, lowMemory: opts.lowMemory,
+    dtype, device: opts.device ?? 'cpu', threads: opts.threads, cacheDir: opts.cacheDir, lowMemory: opts.lowMemory,
     attention: opts.attention, quantScheme: opts.quantScheme,
   });
   const engine = new OnnxEngine(ckpt, session, cached);
