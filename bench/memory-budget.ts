@@ -1,5 +1,6 @@
 /**
- * `npm run bench:memory [-- --budgets 1.3GB,1.6GB,2.5GB --long 3072 --threads N --keep DIR]`: does `--max-memory` hold?
+ * `npm run bench:memory [-- --budgets 1.5GB,2GB,3GB --long 3072 --threads N --keep DIR]`: does `--max-memory` hold?
+ * `npm run bench:memory -- --calibrate 1x1024,4x512,...`: one forward of B×T per fresh child, VmHWM growth vs the model.
  *
  * A SmolLM2-135M-shaped random f32 checkpoint (bench/engine.ts SHAPE) is written by a child; then, for each budget
  * (and once without one), a FRESH child process creates the engine with `maxMemory`, and runs
@@ -59,7 +60,14 @@ async function child(dir: string, budgetArg: string, threads: number, long: numb
   const V = SHAPE.vocabSize;
   const tok = (i: number, salt: number) => 3 + ((i * 7919 + salt * 104729) % (V - 3));
   const prompt = Array.from({ length: long }, (_, i) => tok(i, 0));
-  await engine.forward([prompt], { hiddenAt: 'last', logitsAt: 'last' });
+  try {
+    await engine.forward([prompt], { hiddenAt: 'last', logitsAt: 'last' });
+  } catch (e) {
+    // a budget too small for the long prompt is refused with a SafekeepError: report it as the row
+    process.stdout.write(`${JSON.stringify({ refused: (e as Error).message })}\n`);
+    await engine.dispose();
+    return;
+  }
   const rssLong = peakRss();
   const head = Array.from({ length: 150 }, (_, i) => tok(i, 1));
   const prompts = Array.from({ length: 48 }, (_, k) => [...head, ...Array.from({ length: 50 + ((k * 37) % 221) }, (_, i) => tok(i, k + 2))]);
@@ -124,7 +132,7 @@ async function main(): Promise<void> {
       }
       return;
     }
-    const budgets = (flag('budgets') ?? '1.3GB,1.6GB,2.5GB').split(',');
+    const budgets = (flag('budgets') ?? '1.5GB,2GB,3GB').split(',');
     process.stderr.write(`bench:memory: SmolLM2-135M shape f32, ${threads} threads, long prompt ${long} tokens; one fresh child per budget\n`);
     const rows: string[] = [];
     for (const b of ['none', ...budgets]) {
@@ -134,7 +142,8 @@ async function main(): Promise<void> {
         rows.push(`| ${b} | refused or failed: ${why} | | | | | |`);
         continue;
       }
-      const rep = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as ChildReport;
+      const rep = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as ChildReport | { refused: string };
+      if ('refused' in rep) { rows.push(`| ${b} | refused: ${rep.refused} | | | | | | |`); continue; }
       const p = rep.plan;
       const held = rep.budget === null ? '' : rep.rssEnd <= rep.budget ? 'yes' : `NO (+${mib(rep.rssEnd - rep.budget)} MiB)`;
       rows.push(`| ${b} | ${p ? `${mib(p.weightBytes!)} / ${mib(p.stepBytes!)} / ${mib(p.prefixCacheBytes!)} | ${p.maxBatchTokens} / ${p.maxChunkTokens}` : '— | —'} | ${mib(rep.rssImports)} / ${mib(rep.rssSession)} / ${mib(rep.rssLong)} / ${mib(rep.rssShared)} | **${mib(rep.rssEnd)}** | ${held} | ${rep.steps} steps, ≤ ${rep.maxStepTokens} tokens | ${rep.seconds.toFixed(1)} |`);
