@@ -60,6 +60,8 @@ export async function chunkedStep(runner: StepRunner, inp: StepInput, chunk: num
       ids, batch: B, width: w, starts: inp.starts, past, steer: inp.steer,
       hiddenIndex: hSel.map((r) => r.local), logitsIndex: lSel.map((r) => r.local),
       wantPresent: isLast ? (inp.wantPresent ?? true) : true,
+      // room in the KV buffer for the chunks still to come (and what the caller reserves after the step; kv.ts caps it)
+      ...(isLast ? (inp.reserve !== undefined ? { reserve: inp.reserve } : {}) : { reserve: T - off - w + (inp.reserve ?? 0) }),
     });
     const n = hSel.length;
     for (const r of hSel) {
