@@ -1,6 +1,7 @@
 /**
- * Flags shared by the pipeline commands (extract, reproduce, steer): model, data, engine options, template, limit,
- * results folder, batching and split seed → `ContextOptions` of the extraction stage.
+ * Flags shared by the pipeline commands (extract, reproduce, steer): model, data, engine options (ENGINE_FLAGS:
+ * --dtype, --device, --threads, --max-memory), template, limit, results folder, batching and split seed →
+ * `ContextOptions` of the extraction stage.
  */
 import { engineOptions, ENGINE_FLAGS } from '../engine/cli-common.ts';
 import type { ContextOptions } from '../experiments/extract.ts';
