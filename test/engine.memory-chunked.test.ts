@@ -169,9 +169,9 @@ describe('chunked prefill under a memory budget equals one step', () => {
 
   test('a budget below the weights is refused before the session opens', async () => {
     const dir = join(tmp, 'llama');
-    await assert.rejects(createEngine(dir, { maxMemory: 1e6 }), (err: unknown) => {
+    await assert.rejects(createEngine(dir, { maxMemory: 1e5 }), (err: unknown) => {
       assert.ok(err instanceof SafekeepError);
-      assert.match(err.message, /--max-memory 977 KiB is too small: the weights alone need .* \(llama 3 layers, d_model 48, f32\)/);
+      assert.match(err.message, /--max-memory 98 KiB is too small: the weights alone need .* \(llama 3 layers, d_model 48, f32\)/);
       return true;
     });
   });

@@ -231,8 +231,11 @@ export function planMemory(c: ModelConfig, dtype: ComputeDType, budgetBytes: num
   const runtime = o.runtimeBytes ?? RUNTIME_BYTES;
   const base = runtime + weights;
   const what = `${c.family} ${c.numLayers} layers, d_model ${c.hiddenSize}, ${dtype}${o.lowMemory ? ' lowMemory' : ''}`;
-  if (base >= budgetBytes) {
+  if (weights >= budgetBytes) {
     throw new SafekeepError(`--max-memory ${formatBytes(budgetBytes)} is too small: the weights alone need ${formatBytes(weights)} (${what}) plus ${formatBytes(runtime)} runtime; raise it${dtype === 'q4' ? '' : dtype === 'q8' ? ' or use --dtype q4' : ' or use a smaller --dtype (q8, q4)'}`);
+  }
+  if (base >= budgetBytes) {
+    throw new SafekeepError(`--max-memory ${formatBytes(budgetBytes)} is too small: the weights (${formatBytes(weights)}, ${what}) and the runtime (${formatBytes(runtime)}: the process so far and a margin) need ${formatBytes(base)} before any step; raise it`);
   }
   const free = budgetBytes - base;
   const minStep = stepBytes(c, { batch: 1, width: 64, past: 0, hidden: 1, logits: 1 }, attention);
