@@ -1,8 +1,23 @@
-/** What the benchmarks share: a raw onnxruntime MatMul chain (the GEMM yardstick), best-of timing, peak RSS. */
+/**
+ * What the benchmarks share: the SmolLM2-135M shape they time, `--flag value` lookup, a raw onnxruntime MatMul chain
+ * (the GEMM yardstick), best-of timing, peak RSS.
+ */
 import { readFileSync } from 'node:fs';
 import * as ort from 'onnxruntime-node';
 import { GraphBuilder } from '../src/engine/onnx/builder.ts';
 import { DataType } from '../src/engine/onnx/proto.ts';
+
+/** SmolLM2-135M's shape (random weights): the engine benchmarks' workload, comparable with bench/compare-hf.md */
+export const SMOLLM2_SHAPE = {
+  numLayers: 30, hiddenSize: 576, numHeads: 9, numKvHeads: 3, headDim: 64, intermediateSize: 1536, vocabSize: 49152,
+  tieWordEmbeddings: true, ropeScaling: null, ropeTheta: 100000, seed: 1,
+} as const;
+
+/** the value after `--name` on the command line */
+export function flag(name: string): string | undefined {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : undefined;
+}
 
 /** A session running a chain of `depth` MatMuls [M, K]×[K, N] then [M, N]×[N, K] (constant weights). */
 export async function rawMatmulSession(threads: number, M: number, K: number, N: number, depth: number) {

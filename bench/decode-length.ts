@@ -15,19 +15,10 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
+import { flag, SMOLLM2_SHAPE } from './common.ts';
 
 /** last commit whose engine concatenated past and new KV in the graph and copied the whole present out per step */
 const BEFORE = 'aeec39f';
-
-const SHAPE = {
-  numLayers: 30, hiddenSize: 576, numHeads: 9, numKvHeads: 3, headDim: 64, intermediateSize: 1536, vocabSize: 49152,
-  tieWordEmbeddings: true, ropeScaling: null, ropeTheta: 100000, seed: 1,
-} as const;
-
-function flag(name: string): string | undefined {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-}
 
 interface Measured {
   prefillTps: number;
@@ -88,7 +79,7 @@ async function main(): Promise<void> {
   try {
     if (!(keep && existsSync(join(dir, 'model', 'model.safetensors')))) {
       process.stderr.write(`writing random checkpoint to ${dir} ...\n`);
-      await writeRandomCheckpoint(join(dir, 'model'), 'llama', SHAPE);
+      await writeRandomCheckpoint(join(dir, 'model'), 'llama', SMOLLM2_SHAPE);
     }
     // the "before" engine: src/ and package.json of REV, the same node_modules
     execFileSync('sh', ['-c', `git archive ${rev} src package.json | tar -x -C ${JSON.stringify(old)}`], { cwd: root });

@@ -14,7 +14,7 @@
  * each count in a fresh child per round (order alternating, best kept) and prints a table marking the default.
  */
 import { spawnSync } from 'node:child_process';
-import { best, peakRss, rawMatmulSession } from './common.ts';
+import { SMOLLM2_SHAPE, best, flag, peakRss, rawMatmulSession } from './common.ts';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -24,16 +24,6 @@ import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { steeringMatrix } from '../src/engine/batch.ts';
 import { createEngineFromCheckpoint } from '../src/engine/engine.ts';
 import { machineThreads } from '../src/engine/threads.ts';
-
-const SHAPE = {
-  numLayers: 30, hiddenSize: 576, numHeads: 9, numKvHeads: 3, headDim: 64, intermediateSize: 1536, vocabSize: 49152,
-  tieWordEmbeddings: true, ropeScaling: null, ropeTheta: 100000, seed: 1,
-} as const;
-
-function flag(name: string): string | undefined {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-}
 
 const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
 
@@ -121,7 +111,7 @@ async function main(): Promise<void> {
   try {
     if (!(keep && existsSync(join(dir, 'model', 'model.safetensors')))) {
       process.stderr.write(`writing random checkpoint to ${dir} ...\n`);
-      await writeRandomCheckpoint(join(dir, 'model'), 'llama', SHAPE);
+      await writeRandomCheckpoint(join(dir, 'model'), 'llama', SMOLLM2_SHAPE);
     }
     // the child measures (it re-reads --threads, --reps, --low-memory, --json); --keep stays with the parent
     const passOn = (t: number, json?: string) => [

@@ -16,7 +16,7 @@
  * Writes bench/results.json (git-ignored).
  */
 import { spawnSync } from 'node:child_process';
-import { best, peakRss, rawMatmulSession } from './common.ts';
+import { SMOLLM2_SHAPE, best, flag, peakRss, rawMatmulSession } from './common.ts';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -34,17 +34,7 @@ import { PromptBuilder } from '../src/prompts/configurations.ts';
 import { loadPromptTexts } from '../src/prompts/texts.ts';
 import { installTokenizer, loadPromptTokenizer } from '../src/prompts/tokenizer.ts';
 
-const SHAPE = {
-  numLayers: 30, hiddenSize: 576, numHeads: 9, numKvHeads: 3, headDim: 64, intermediateSize: 1536, vocabSize: 49152,
-  tieWordEmbeddings: true, ropeScaling: null, ropeTheta: 100000, seed: 1,
-} as const;
-
 const here = dirname(fileURLToPath(import.meta.url));
-function flag(name: string): string | undefined {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-}
-
 export interface BenchRow {
   dtype: ComputeDType;
   prefillTps: number;
@@ -153,10 +143,10 @@ async function main(): Promise<void> {
     const model = join(root, 'model');
     if (!existsSync(join(model, 'model.safetensors'))) {
       process.stderr.write(`writing a SmolLM2-135M-shaped random checkpoint to ${model} ...\n`);
-      await writeRandomCheckpoint(model, 'llama', SHAPE);
+      await writeRandomCheckpoint(model, 'llama', SMOLLM2_SHAPE);
     }
     const wl = join(root, 'workload.json');
-    const { fullRatio, n } = await workload(wl, Number(flag('pairs') ?? 16), SHAPE.vocabSize);
+    const { fullRatio, n } = await workload(wl, Number(flag('pairs') ?? 16), SMOLLM2_SHAPE.vocabSize);
     const rows: BenchRow[] = [];
     const env = { ...process.env, SAFEKEEP_QUIET: '1' };
     for (const dtype of dtypes) {

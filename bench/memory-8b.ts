@@ -13,7 +13,7 @@
  * the anonymous part and the scales/zero-point pages grow linearly with layers; embedding pages do not.
  */
 import { spawnSync } from 'node:child_process';
-import { peakRss } from './common.ts';
+import { flag, peakRss } from './common.ts';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -30,11 +30,6 @@ const SHAPE = {
   tieWordEmbeddings: false, dtype: 'BF16' as const, seed: 1, std: 0.02,
 };
 const FULL_LAYERS = 32;
-
-function flag(name: string): string | undefined {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-}
 
 const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
 

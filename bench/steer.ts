@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngine } from '../src/engine/engine.ts';
+import { SMOLLM2_SHAPE } from './common.ts';
 
 const flag = (name: string, def: number): number => {
   const i = process.argv.indexOf(`--${name}`);
@@ -19,13 +20,10 @@ const newTokens = flag('new', 32);
 const dir = mkdtempSync(join(tmpdir(), 'bench-steer-'));
 process.env.SAFEKEEP_CACHE ??= join(dir, '.graphs');
 try {
-  await writeRandomCheckpoint(join(dir, 'm'), 'llama', {
-    numLayers: 30, hiddenSize: 576, numHeads: 9, numKvHeads: 3, headDim: 64, intermediateSize: 1536, vocabSize: 49152,
-    tieWordEmbeddings: true, ropeScaling: null, seed: 3,
-  });
+  await writeRandomCheckpoint(join(dir, 'm'), 'llama', { ...SMOLLM2_SHAPE, seed: 3 });
   const eng = await createEngine(join(dir, 'm'));
   const prompt = Array.from({ length: 128 }, (_, i) => 3 + ((i * 7919) % 49000));
-  const vector = Float32Array.from({ length: 576 }, (_, i) => Math.sin(i));
+  const vector = Float32Array.from({ length: SMOLLM2_SHAPE.hiddenSize }, (_, i) => Math.sin(i));
   const steer = { layer: 15, vector, alpha: 4 };
   /** decode-only seconds: t(new) − t(1 new) removes the prefill */
   const decodeTps = async (on: boolean): Promise<number> => {
