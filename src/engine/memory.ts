@@ -39,9 +39,10 @@ export const RUNTIME_MARGIN = 128 * MiB;
 /**
  * Peak resident weight bytes per byte of the weights as computed: f32 (pre-packed Gemm weights, plus the mmapped
  * pages read while packing and folding the fused q/k/v and gate/up copies; measured 1.31× on the SmolLM2 shape) and
- * q8/q4 (store pages + packed copy: 2.4× per 8B-shaped layer, bench:8b).
+ * q8/q4 (codes pre-packed into the heap, block scales and zero points read in place from the mapped store: bench:8b
+ * on the 32-layer Llama-3.1-8B shape at q4 measured 3.87 GiB anonymous + 0.98 GiB of scale/zp pages ≈ 1.0× the store).
  */
-export const WEIGHT_PEAK = { f32: 1.35, lowMemory: 1.05, quant: 2.4 } as const;
+export const WEIGHT_PEAK = { f32: 1.35, lowMemory: 1.05, quant: 1.05 } as const;
 
 /**
  * f32 values live per new token in one decoder block, in units of each width: residual stream, norms, attention
@@ -131,12 +132,12 @@ const storageBytes = (s: DType | undefined): number => (s === 'BF16' || s === 'F
 
 /**
  * Peak resident weight bytes of a session: the linear layers as computed (f32 pre-packed, or the q8/q4 store) times
- * WEIGHT_PEAK, plus norms and biases in storage. The embedding is a Gather on the mapped file: only the rows of the
- * tokens seen are read (a few MiB), so it is not counted.
+ * WEIGHT_PEAK, plus norms and biases in storage, plus the embedding's stored bytes: it is a Gather on the mapped file,
+ * and read-ahead around the rows a long workload uses eventually pages all of it in (bench:8b).
  */
 export function weightBytes(c: ModelConfig, dtype: ComputeDType, o: WeightOptions = {}): number {
   const sb = storageBytes(o.storage);
-  const other = normParams(c) * sb;
+  const other = (normParams(c) + c.vocabSize * c.hiddenSize) * sb;
   if (dtype === 'q8' || dtype === 'q4') return WEIGHT_PEAK.quant * quantStoreBytes(c, dtype === 'q8' ? 8 : 4) + other;
   const lin = linearParams(c);
   if (o.lowMemory) return WEIGHT_PEAK.lowMemory * lin * sb + other;
