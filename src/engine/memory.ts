@@ -9,16 +9,16 @@
  * - weights (`weightBytes`): f32/bf16 compute = f32 Gemm weights pre-packed by onnxruntime (peak ≈ WEIGHT_PEAK.f32 ×
  *   f32 bytes, counting the mmapped pages read while packing; BF16/F16 storage is cast to f32 at session creation, so
  *   its f32 size counts, plus the stored pages); `lowMemory` = mmapped stored pages only; q8/q4 = the quantized
- *   store's bytes (`quantStoreBytes`: codes + f32 block scales + packed zero points) times WEIGHT_PEAK.quant (file
- *   pages + onnxruntime's packed copy);
+ *   store's bytes (`quantStoreBytes`: codes + f32 block scales + packed zero points) times WEIGHT_PEAK.quant (codes
+ *   packed into the heap, scales and zero points read in place); in every dtype + the embedding's stored pages;
  * - prefix cache: the LRU of shared-prefix KV (prefix.ts), given a share of what the weights leave;
  * - one step (`stepBytes`): B rows × T new tokens on P cached slots (S = P + T): the per-token activations of one
  *   decoder block (residual, fused q/k/v and gate/up widths), the attention scores (B·H·T·S f32, several live copies
  *   on the 'matmul' path; one probability tensor plus K/V repeated per query head for the fused MultiHeadAttention),
  *   the attention bias, past and present KV, and the outputs (hidden [L+1, N, d], logits [M, V]).
  *
- * The constants below were calibrated with `npm run bench:memory` (peak RSS = VmHWM of fresh child processes); the
- * figures are in src/engine/README.md ("Memory budget").
+ * The constants below were calibrated with `npm run bench:memory` (peak RSS = VmHWM of fresh child processes) and
+ * bench:8b (q4 on the Llama-3.1-8B shape); the figures are in src/engine/README.md ("Memory budget").
  */
 import type { DType, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
