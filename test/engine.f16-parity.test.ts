@@ -23,7 +23,7 @@ import { join } from 'node:path';
 import onnxProto from 'onnx-proto';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { readTensorF32 } from '../src/checkpoint/read.ts';
-import { writeRandomCheckpoint, type RandomCheckpointOptions } from '../src/checkpoint/random.ts';
+import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import type { Checkpoint, Family, TensorEntry } from '../src/checkpoint/types.ts';
 import { engineOptions } from '../src/engine/cli-common.ts';
 import { createEngine, createEngineFromCheckpoint, type OnnxEngine } from '../src/engine/engine.ts';
@@ -37,7 +37,7 @@ import { linear, referenceForward, referenceGenerate, rmsNorm } from '../src/eng
 import { resolveWeightFiles } from '../src/engine/session.ts';
 import { SafekeepError } from '../src/util/errors.ts';
 import { parseArgs } from '../src/cli/args.ts';
-import { readAllF32, tempCache } from './helpers/engine.ts';
+import { TINY_MODELS, readAllF32, tempCache } from './helpers/engine.ts';
 import { sharedPath } from './helpers/shared.ts';
 
 /** max |a − b| / max |b| */
@@ -56,11 +56,7 @@ function relDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
 const EXACT = 1e-5;
 const LINEAR = /(_proj\.weight|^lm_head\.weight)$/;
 
-const CASES: { family: Family; opts: RandomCheckpointOptions }[] = [
-  { family: 'llama', opts: { numLayers: 3, hiddenSize: 48, numHeads: 6, numKvHeads: 2, intermediateSize: 96, vocabSize: 101, tieWordEmbeddings: false, shards: 2 } },
-  { family: 'qwen2', opts: { numLayers: 2, hiddenSize: 32, numHeads: 4, numKvHeads: 2, intermediateSize: 64, vocabSize: 89, tieWordEmbeddings: true } },
-  { family: 'qwen3', opts: { numLayers: 3, hiddenSize: 40, numHeads: 4, numKvHeads: 2, headDim: 16, intermediateSize: 64, vocabSize: 83, tieWordEmbeddings: true } },
-];
+const CASES = (['llama', 'qwen2', 'qwen3'] as const).map((family) => ({ family, opts: TINY_MODELS[family] }));
 
 function prompts(vocab: number): number[][] {
   let s = 4242;

@@ -4,8 +4,21 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { RandomCheckpointOptions } from '../../src/checkpoint/random.ts';
 import { readSafetensorsHeader } from '../../src/checkpoint/safetensors.ts';
 import { readTensorF32 } from '../../src/checkpoint/read.ts';
+import type { Family } from '../../src/checkpoint/types.ts';
+
+/**
+ * The engine tests' tiny random models, one per family: GQA everywhere (mistral 4:1), llama untied and in 2 shards,
+ * qwen2 with q/k/v biases and tied embeddings, qwen3 with q/k norms and an explicit head_dim ≠ hidden/heads.
+ */
+export const TINY_MODELS: Record<Family, RandomCheckpointOptions> = {
+  llama: { numLayers: 3, hiddenSize: 48, numHeads: 6, numKvHeads: 2, intermediateSize: 96, vocabSize: 101, tieWordEmbeddings: false, shards: 2 },
+  mistral: { numLayers: 2, hiddenSize: 32, numHeads: 4, numKvHeads: 1, intermediateSize: 80, vocabSize: 97, tieWordEmbeddings: false },
+  qwen2: { numLayers: 2, hiddenSize: 32, numHeads: 4, numKvHeads: 2, intermediateSize: 64, vocabSize: 89, tieWordEmbeddings: true },
+  qwen3: { numLayers: 3, hiddenSize: 40, numHeads: 4, numKvHeads: 2, headDim: 16, intermediateSize: 64, vocabSize: 83, tieWordEmbeddings: true },
+};
 
 /** A fresh temp folder used as SAFEKEEP_CACHE (tests never touch ~/.cache). */
 export function tempCache(): { dir: string; cleanup: () => void } {
