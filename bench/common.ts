@@ -50,6 +50,20 @@ export async function best(reps: number, f: () => Promise<unknown>): Promise<num
 }
 
 /**
+ * Best times of `a` (one run per round) and `b` (best of 3 per round) over `rounds` interleaved rounds, so both see the
+ * same machine load: the engine against the raw-GEMM yardstick. → [a s, b s]
+ */
+export async function interleavedBest(rounds: number, a: () => Promise<unknown>, b: () => Promise<unknown>): Promise<[number, number]> {
+  let aS = Infinity;
+  let bS = Infinity;
+  for (let i = 0; i < rounds; i++) {
+    aS = Math.min(aS, await best(1, a));
+    bS = Math.min(bS, await best(3, b));
+  }
+  return [aS, bS];
+}
+
+/**
  * Peak RSS of this process image: VmHWM from /proc/self/status (Linux). Not getrusage's maxRSS: Linux carries the
  * parent's high-water mark across fork+exec into ru_maxrss, so a child spawned by a big parent reports the parent's.
  */

@@ -14,7 +14,7 @@
  * each count in a fresh child per round (order alternating, best kept) and prints a table marking the default.
  */
 import { spawnSync } from 'node:child_process';
-import { SMOLLM2_SHAPE, best, flag, peakRss, rawMatmulSession } from './common.ts';
+import { SMOLLM2_SHAPE, best, flag, interleavedBest, peakRss, rawMatmulSession } from './common.ts';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -68,13 +68,8 @@ async function measure(dir: string, threads: number): Promise<void> {
   const peakEngine = peakRss(); // VmHWM, before the GEMM session (its weights would count)
   const rssAfterRuns = process.memoryUsage().rss;
   const gemm = await rawMatmulSession(threads, T, d, c.intermediateSize, 8);
-  // interleave engine and GEMM runs so both see the same machine load
-  let prefillS = Infinity;
-  let gemmS = Infinity;
-  for (let i = 0; i < reps; i++) {
-    prefillS = Math.min(prefillS, await best(1, () => engine.forward([prompt], { hiddenAt: 'last', logitsAt: 'last' })));
-    gemmS = Math.min(gemmS, await best(3, () => gemm.run()));
-  }
+  // interleaved so both see the same machine load
+  const [prefillS, gemmS] = await interleavedBest(reps, () => engine.forward([prompt], { hiddenAt: 'last', logitsAt: 'last' }), () => gemm.run());
   await gemm.release();
   const prefillTps = T / prefillS;
   const engineGflops = flops / prefillS / 1e9;

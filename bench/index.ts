@@ -16,7 +16,7 @@
  * Writes bench/results.json (git-ignored).
  */
 import { spawnSync } from 'node:child_process';
-import { SMOLLM2_SHAPE, best, flag, peakRss, rawMatmulSession } from './common.ts';
+import { SMOLLM2_SHAPE, best, flag, interleavedBest, peakRss, rawMatmulSession } from './common.ts';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -88,12 +88,8 @@ async function measure(dir: string, dtype: ComputeDType, threads: number, reps: 
   const plainS = (performance.now() - ty) / 1000;
   // prefill vs raw GEMM, interleaved
   const gemm = await rawMatmulSession(threads, T, d, c.intermediateSize, 8);
-  let prefillS = Infinity;
-  let gemmS = Infinity;
-  for (let i = 0; i < reps; i++) {
-    prefillS = Math.min(prefillS, await best(1, () => engine.forward([prompt], { hiddenAt: 'all', logitsAt: 'last' })));
-    gemmS = Math.min(gemmS, await best(3, () => gemm.run()));
-  }
+  // interleaved so both see the same machine load
+  const [prefillS, gemmS] = await interleavedBest(reps, () => engine.forward([prompt], { hiddenAt: 'all', logitsAt: 'last' }), () => gemm.run());
   await gemm.release();
   await engine.dispose();
   return {

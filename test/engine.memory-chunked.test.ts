@@ -19,7 +19,7 @@ import { createEngine, type OnnxEngine, type StepOutput } from '../src/engine/en
 import { planMemory, RUNTIME_BYTES } from '../src/engine/memory.ts';
 import type { Steering } from '../src/engine/types.ts';
 import { SafekeepError } from '../src/util/errors.ts';
-import { maxAbsDiff, tempCache } from './helpers/engine.ts';
+import { SMALL_GQA, maxAbsDiff, tempCache } from './helpers/engine.ts';
 
 const EXACT = 1e-5;
 
@@ -44,11 +44,7 @@ function smallBudget(c: ModelConfig, extra: number): number {
   return hi + extra;
 }
 
-const FAMILIES: { family: Family; extra: Record<string, number> }[] = [
-  { family: 'llama', extra: { numHeads: 6, numKvHeads: 2 } },
-  { family: 'qwen2', extra: { numHeads: 4, numKvHeads: 2 } },
-  { family: 'qwen3', extra: { numHeads: 4, numKvHeads: 1 } },
-];
+const FAMILIES = SMALL_GQA;
 
 describe('chunked prefill under a memory budget equals one step', () => {
   let tmp: string;
@@ -59,9 +55,9 @@ describe('chunked prefill under a memory budget equals one step', () => {
   before(async () => {
     cache = tempCache();
     tmp = mkdtempSync(join(tmpdir(), 'safekeep-memory-'));
-    for (const { family, extra } of FAMILIES) {
+    for (const { family, opts } of FAMILIES) {
       const dir = join(tmp, family);
-      await writeRandomCheckpoint(dir, family, { seed: 5, numLayers: 3, hiddenSize: 48, intermediateSize: 80, vocabSize: 97, std: 0.2, ...extra });
+      await writeRandomCheckpoint(dir, family, { ...opts, seed: 5 });
       plain.set(family, await createEngine(dir, { threads: 2 }));
       budgeted.set(family, await createEngine(dir, { threads: 2, maxMemory: smallBudget((await loadCheckpoint(dir)).config, 512 * 1024), runtimeBytes: RUNTIME_BYTES }));
     }

@@ -18,7 +18,7 @@ import { loadPairSet } from '../src/data/load.ts';
 import { PromptBuilder } from '../src/prompts/configurations.ts';
 import { loadPromptTexts } from '../src/prompts/texts.ts';
 import { installTokenizer, loadPromptTokenizer } from '../src/prompts/tokenizer.ts';
-import { maxAbsDiff, tempCache } from './helpers/engine.ts';
+import { SMALL_GQA, maxAbsDiff, tempCache } from './helpers/engine.ts';
 import { needShared } from './helpers/shared.ts';
 
 const EXACT = 1e-5;
@@ -52,11 +52,7 @@ function workload(vocab: number): number[][] {
   ];
 }
 
-const FAMILIES: { family: Family; extra: Record<string, number> }[] = [
-  { family: 'llama', extra: { numHeads: 6, numKvHeads: 2 } },
-  { family: 'qwen2', extra: { numHeads: 4, numKvHeads: 2 } },
-  { family: 'qwen3', extra: { numHeads: 4, numKvHeads: 1 } },
-];
+const FAMILIES = SMALL_GQA;
 
 describe('shared-prefix reuse equals forward', () => {
   let tmp: string;
@@ -65,9 +61,9 @@ describe('shared-prefix reuse equals forward', () => {
   before(async () => {
     cache = tempCache();
     tmp = mkdtempSync(join(tmpdir(), 'safekeep-prefix-'));
-    for (const { family, extra } of FAMILIES) {
+    for (const { family, opts } of FAMILIES) {
       const dir = join(tmp, family);
-      await writeRandomCheckpoint(dir, family, { seed: 11, numLayers: 3, hiddenSize: 48, intermediateSize: 80, vocabSize: 97, std: 0.2, ...extra });
+      await writeRandomCheckpoint(dir, family, { ...opts, seed: 11 });
       engines.set(family, await createEngine(dir, { threads: 2 }));
     }
   });

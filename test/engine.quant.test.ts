@@ -11,6 +11,7 @@ import { GraphBuilder } from '../src/engine/onnx/builder.ts';
 import { DataType } from '../src/engine/onnx/proto.ts';
 import { dequantizeBlockwise, quantizeBlockwise, type QuantizedMatrix } from '../src/engine/quant.ts';
 import { Rng } from '../src/checkpoint/random.ts';
+import { layerErrors } from '../src/cli/commands/quantize.ts';
 
 const bytes = (a: ArrayBufferView) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
 
@@ -55,16 +56,6 @@ for (const bits of [4, 8] as const) {
   }
 }
 
-/** per-layer relative L2 error and cosine of all-position hidden states vs f32. [L+1] */
-function layerErrors(h: Float32Array, ref: Float32Array, layers: number): { rel: number; cos: number }[] {
-  const n = ref.length / layers;
-  return Array.from({ length: layers }, (_, l) => {
-    let num = 0, den = 0, dot = 0, na = 0;
-    for (let i = l * n; i < (l + 1) * n; i++) { const a = h[i]!, b = ref[i]!; num += (a - b) ** 2; den += b * b; dot += a * b; na += a * a; }
-    return { rel: Math.sqrt(num / den), cos: dot / Math.sqrt(na * den) };
-  });
-}
-
 test('q8/q4 engines: hidden states close to f32 (measured bounds), weights cached outside the checkpoint and reused', async (t) => {
   const { mkdtempSync, readdirSync, rmSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
@@ -94,8 +85,8 @@ test('q8/q4 engines: hidden states close to f32 (measured bounds), weights cache
           await e.dispose();
           res.forEach((r, i) => {
             const errs = layerErrors(r.hidden, ref[i]!.hidden, 5);
-            assert.equal(errs[0]!.rel, 0, 'embeddings are not quantized');
-            const worst = { rel: Math.max(...errs.map((x) => x.rel)), cos: Math.min(...errs.map((x) => x.cos)) };
+            assert.equal(errs[0]!.relError, 0, 'embeddings are not quantized');
+            const worst = { rel: Math.max(...errs.map((x) => x.relError)), cos: Math.min(...errs.map((x) => x.cosine)) };
             t.diagnostic(`${family} ${dtype} ${quantScheme} seq ${i}: worst rel ${worst.rel.toFixed(4)}, cos ${worst.cos.toFixed(5)}`);
             assert.ok(worst.rel <= bounds[dtype].rel && worst.cos >= bounds[dtype].cos, `${family} ${dtype} ${quantScheme}: ${JSON.stringify(worst)}`);
             assert.ok(r.logits.every(Number.isFinite));

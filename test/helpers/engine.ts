@@ -20,6 +20,16 @@ export const TINY_MODELS: Record<Family, RandomCheckpointOptions> = {
   qwen3: { numLayers: 3, hiddenSize: 40, numHeads: 4, numKvHeads: 2, headDim: 16, intermediateSize: 64, vocabSize: 83, tieWordEmbeddings: true },
 };
 
+/**
+ * Three GQA families at one small size (llama 3:1, qwen2 2:1 with biases, qwen3 4:1 with q/k norms), random weights
+ * large enough (std 0.2) that reuse or chunking mistakes show: the prefix and chunked-prefill tests' models.
+ */
+export const SMALL_GQA: { family: 'llama' | 'qwen2' | 'qwen3'; opts: RandomCheckpointOptions }[] = (
+  [['llama', 6, 2], ['qwen2', 4, 2], ['qwen3', 4, 1]] as const
+).map(([family, numHeads, numKvHeads]) => ({
+  family, opts: { numLayers: 3, hiddenSize: 48, intermediateSize: 80, vocabSize: 97, std: 0.2, numHeads, numKvHeads },
+}));
+
 /** A fresh temp folder used as SAFEKEEP_CACHE (tests never touch ~/.cache). */
 export function tempCache(): { dir: string; cleanup: () => void } {
   const dir = mkdtempSync(join(tmpdir(), 'safekeep-cache-'));
