@@ -18,7 +18,7 @@ import { locateDataset, repoRoot } from '../../data/locate.ts';
 import { OpenAIBackend, type PrefillMode } from '../../guard/backends/openai.ts';
 import { LocalBackend } from '../../guard/backends/local.ts';
 import { s3Tasks, S3_BENCHES, type S3Bench } from '../../guard/bench/s3-tasks.ts';
-import { loadSkills } from '../../guard/s3/skill-file.ts';
+import { loadSkills, skillDirsFromFlag } from '../../guard/s3/skill-file.ts';
 import { parseConfigs, runS3Eval, summarizeS3 } from '../../guard/s3/eval.ts';
 import { s3MarkdownTable, writeS3Tables } from '../../guard/s3/table.ts';
 import type { ChatBackend } from '../../guard/types.ts';
@@ -38,10 +38,6 @@ function positiveInt(args: ParsedArgs, flag: string, fallback: number): number {
   return n;
 }
 
-export function skillDirs(v: string | undefined): string[] {
-  return (v ?? join(repoRoot, 'skills')).split(',').map((s) => s.trim()).filter(Boolean).map((d) => resolve(d));
-}
-
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, {
     values: ['model', 'dtype', 'device', 'threads', 'template', 'endpoint', 'endpoint-model', 'bench', 'configs', 'skills', 'mitigation', 'limit',
@@ -55,7 +51,7 @@ export async function run(argv: string[]): Promise<number> {
   if (endpoint !== undefined && !/^https?:\/\/[^/]+/.test(endpoint)) throw new SafekeepError(`--endpoint must be an http(s) URL, got '${endpoint}'`);
   const bench = oneOf<S3Bench>('bench', requireValue(args, 'bench'), S3_BENCHES, 'mixed');
   const mitigation = oneOf('mitigation', args.values.get('mitigation'), ['recover', 'block'] as const, 'recover');
-  const skills = loadSkills(skillDirs(args.values.get('skills')));
+  const skills = loadSkills(skillDirsFromFlag(args.values.get('skills'), repoRoot));
   let configs = parseConfigs(args.values.get('configs') ?? 'none,full', skills, !args.booleans.has('no-guard-decision'));
   if (mitigation === 'block') configs = configs.map((c) => (c.config ? { ...c, config: { ...c.config, mitigation: 'block' } } : c));
   const limit = positiveInt(args, 'limit', Infinity);

@@ -230,3 +230,8 @@ export function loadSkills(dirs: readonly string[]): Skill[] {
   }
   return out;
 }
+
+/** `--skills DIR[,DIR]` → absolute folders (default: `<root>/skills`, the shipped skills). */
+export function skillDirsFromFlag(flag: string | undefined, root: string): string[] {
+  return (flag ?? join(root, 'skills')).split(',').map((x) => x.trim()).filter(Boolean).map((d) => resolve(d));
+}
