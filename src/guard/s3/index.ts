@@ -15,3 +15,4 @@ export { runStage, riskyRuns, type S3Config, type SkillRun, type StageDecision }
 export { recoverObservation, recoverCalls, recoverAnswer, recoveryMessage, guidanceMessage, cutSpans, type RiskyRun } from './recovery.ts';
 export { parseRules, PREDICATES, type Rule } from './rules-lang.ts';
 export { readRuleMemory, retrieveRules, validateRuleMemory, RULE_MEMORY_FORMAT, type MemoryRule, type RuleMemory } from './memory.ts';
+export { engineHiddenStates } from './hidden.ts';

@@ -10,7 +10,7 @@
  * - name_matches REGEX / arg_matches ARG REGEX: the call's name / the argument's value (as text).
  * - pattern REGEX: the stage text matches (evidence: the matches).
  * - secret_patterns: the stage text holds a secret or sensitive identifier (API key or token, private key block,
- *   password assignment, card number, US SSN, IBAN) that is not in the user's request (evidence: the matches).
+ *   password assignment, card number passing the Luhn check, US SSN, IBAN) that is not in the user's request (evidence: the matches).
  * - echoes_observation_data: a sensitive value (as in secret_patterns) that an earlier tool result returned
  *   occurs in the stage text and not in the user's request (evidence: the values).
  */
@@ -28,11 +28,22 @@ const URL_RE = /\bhttps?:\/\/[^\s"'<>)]+/g;
 export const SECRET_PATTERNS: readonly { name: string; re: RegExp }[] = [
   { name: 'api key or token', re: /\b(?:sk|pk|rk|ghp|gho|xox[abp]|AKIA)[-_][A-Za-z0-9_-]{10,}\b|\bAKIA[0-9A-Z]{16}\b/g },
   { name: 'private key', re: /-----BEGIN [A-Z ]*PRIVATE KEY-----/g },
-  { name: 'password', re: /\b(?:password|passwd|passcode|pin)\s*(?:is|[:=])\s*\S+/gi },
-  { name: 'card number', re: /\b(?:\d[ -]?){13,16}\b/g },
+  { name: 'password', re: /\b(?:password|passwd|passcode|pin)\s*(?:is|[:=])\s*[^\s"',;)]+/gi },
+  { name: 'card number', re: /\b(?:\d[ -]?){12,18}\d\b/g },
   { name: 'ssn', re: /\b\d{3}-\d{2}-\d{4}\b/g },
-  { name: 'iban', re: /\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){3,7}\b/g },
+  { name: 'iban', re: /\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b/g },
 ];
+
+/** Luhn checksum (card numbers): cuts false positives among long digit runs. */
+export function luhnValid(digits: string): boolean {
+  let sum = 0;
+  for (let i = 0; i < digits.length; i++) {
+    let d = Number(digits[digits.length - 1 - i]);
+    if (i % 2 === 1) { d *= 2; if (d > 9) d -= 9; }
+    sum += d;
+  }
+  return digits.length >= 13 && digits.length <= 19 && sum % 10 === 0;
+}
 
 function strings(v: unknown, out: string[] = []): string[] {
   if (typeof v === 'string') out.push(v);
@@ -54,7 +65,14 @@ export function addressesIn(args: Record<string, unknown>): string[] {
 
 export function secretsIn(text: string): string[] {
   const out = new Set<string>();
-  for (const { re } of SECRET_PATTERNS) for (const m of text.matchAll(re)) out.add(m[0].trim());
+  const ibans = [...text.matchAll(SECRET_PATTERNS.find((p) => p.name === 'iban')!.re)].map((m) => m[0]);
+  for (const { name, re } of SECRET_PATTERNS) {
+    for (const m of text.matchAll(re)) {
+      const v = m[0].trim();
+      if (name === 'card number' && (!luhnValid(v.replace(/\D/g, '')) || ibans.some((i) => i.includes(v)))) continue;
+      out.add(v);
+    }
+  }
   return [...out];
 }
 
