@@ -22,6 +22,8 @@ import { loadSkills, skillDirsFromFlag } from '../../guard/s3/skill-file.ts';
 import { parseConfigs, runS3Eval, summarizeS3 } from '../../guard/s3/eval.ts';
 import { s3MarkdownTable, writeS3Tables } from '../../guard/s3/table.ts';
 import type { ChatBackend } from '../../guard/types.ts';
+import type { HiddenStateProvider } from '../../guard/s3/check.ts';
+import { engineHiddenStates } from '../../guard/s3/hidden.ts';
 import type { CallFormat } from '../../experiments/outcome/types.ts';
 
 export const summary = 'S³: stage-specific safety skills with recovery, multi-turn evaluation (local model or endpoint)';
@@ -69,6 +71,7 @@ export async function run(argv: string[]): Promise<number> {
   let backend: ChatBackend;
   let dispose = async () => {};
   let concurrency = 1;
+  let hidden: HiddenStateProvider | undefined;
   if (endpoint !== undefined) {
     concurrency = positiveInt(args, 'concurrency', 4);
     backend = new OpenAIBackend({
@@ -90,6 +93,8 @@ export async function run(argv: string[]): Promise<number> {
     const engine = await openEngine(args);
     dispose = () => engine.dispose();
     backend = new LocalBackend(engine, tokenizer, noThinking ? { templateKwargs: { enable_thinking: false } } : {});
+    // probe checks read activations of the same local model
+    hidden = engineHiddenStates(engine, tokenizer, noThinking ? { enable_thinking: false } : undefined);
   }
   try {
     process.stderr.write(`s3 eval: ${tasks.length} ${bench} tasks × ${configs.map((c) => c.name).join(',')} on ${backend.name}\n`);
@@ -97,7 +102,7 @@ export async function run(argv: string[]): Promise<number> {
     let last = 0;
     const rows = await runS3Eval(tasks, configs, {
       backend,
-      env: { onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe') },
+      env: { onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe'), hidden },
       maxSteps: positiveInt(args, 'max-steps', 6),
       maxTokens: positiveInt(args, 'max-tokens', 256),
       concurrency,
