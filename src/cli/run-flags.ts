@@ -3,12 +3,22 @@
  * --dtype, --device, --threads, --max-memory), template, limit, results folder, batching and split seed →
  * `ContextOptions` of the extraction stage.
  */
-import { engineOptions, ENGINE_FLAGS } from '../engine/cli-common.ts';
+import { engineOptions, ENGINE_FLAG_DEFS } from '../engine/cli-common.ts';
 import type { ContextOptions } from '../experiments/extract.ts';
 import { resolveModel } from '../hub/resolve.ts';
-import { numberValue, requireValue, type ParsedArgs } from './args.ts';
+import { numberValue, requireValue, type FlagDef, type ParsedArgs } from './args.ts';
 
-export const RUN_FLAGS = [...ENGINE_FLAGS, 'data', 'limit', 'results', 'template', 'batch-tokens', 'split-seed'] as const;
+/** flag-table rows of the pipeline commands (extract, reproduce, steer) */
+export const RUN_FLAG_DEFS: readonly FlagDef[] = [
+  ...ENGINE_FLAG_DEFS,
+  { name: 'data', value: 'pairs|agentharm|PATH', default: 'pairs', help: 'pair source' },
+  { name: 'limit', value: 'N', help: 'keep the first N pairs' },
+  { name: 'results', value: 'DIR', default: 'results', help: 'results root (results/<model>/)' },
+  { name: 'template', value: 'FILE', help: 'chat template file instead of the model folder\'s' },
+  { name: 'batch-tokens', value: 'N', default: '4096', help: 'tokens per forward batch' },
+  { name: 'split-seed', value: 'N', default: '0', help: 'seed of the group-disjoint 7:3 extraction/evaluation split' },
+];
+export const RUN_FLAGS = RUN_FLAG_DEFS.map((f) => f.name);
 
 export async function runContextOptions(a: ParsedArgs): Promise<ContextOptions> {
   const template = a.values.get('template');

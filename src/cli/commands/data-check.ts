@@ -3,13 +3,23 @@
  * 'agentharm'; a pair file or folder) or 'injecagent', and print its statistics. A bad row exits 2 with the file,
  * row and problem.
  */
-import { parseArgs, numberValue } from '../args.ts';
+import { parseArgs, numberValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { loadInjecAgent, loadPairSet } from '../../data/load.ts';
 import { splitPairs } from '../../data/split.ts';
 import type { PairSet } from '../../data/types.ts';
 
 export const summary = 'validate a pair set (pairs, agentharm, a file/folder) or injecagent and print its statistics';
+
+export const flags: FlagTable = {
+  usage: 'data check [pairs|agentharm|injecagent|PATH] [--seed N] [--json]',
+  positionals: 'the source to check: pairs (bundled, default), agentharm, injecagent, or a pair file/folder',
+  flags: [
+    { name: 'seed', value: 'N', default: '0', help: 'split seed for the 7:3 extraction/evaluation counts' },
+    { name: 'json', boolean: true, help: 'print the statistics as JSON' },
+  ],
+  example: 'data check agentharm --json',
+};
 
 export interface PairSetStats {
   name: string;
@@ -58,7 +68,7 @@ export function pairSetStats(set: PairSet, seed = 0): PairSetStats {
 }
 
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, { values: ['seed'], booleans: ['json'] });
+  const args = parseArgs(argv, flags);
   if (args.positionals.length > 1) throw new SafekeepError('usage: safekeep data check [pairs|agentharm|injecagent|PATH] [--seed N] [--json]');
   const source = args.positionals[0] ?? 'pairs';
   const seed = numberValue(args, 'seed', 0);

@@ -4,18 +4,30 @@
  * Greedy decoding with a KV cache, batched internally. Steering subtracts a·v/|v| from hidden[l] at every prompt
  * position and every generated token. OUT = {"sequences": [{"generated_ids", "step_logits", "first_token_hidden"}]}.
  */
-import { numberValue, parseArgs, requireValue } from '../args.ts';
+import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { ENGINE_FLAGS, openEngine, readIdsFile, readVectorFile, writeFileAtomic } from '../../engine/cli-common.ts';
+import { ENGINE_FLAG_DEFS, openEngine, readIdsFile, readVectorFile, writeFileAtomic } from '../../engine/cli-common.ts';
 import type { Steering } from '../../engine/types.ts';
 
 export const summary = 'greedy generation with KV cache, optional steering → JSON (ids, step logits, hidden)';
 
+export const flags: FlagTable = {
+  usage: 'generate --model M --ids IDS.json --max-new-tokens N [--steer-layer l --steer-vector V.json --alpha a] --out OUT.json',
+  flags: [
+    ...ENGINE_FLAG_DEFS,
+    { name: 'ids', value: 'IDS.json', help: '{"input_ids": [[int, ...], ...]}' },
+    { name: 'out', value: 'OUT.json', help: 'generated ids, step logits, first-token hidden states' },
+    { name: 'max-new-tokens', value: 'N', help: 'tokens to generate per sequence' },
+    { name: 'steer-layer', value: 'l', help: 'steer hidden[l] (1..L)' },
+    { name: 'steer-vector', value: 'V.json', help: '{"vector": [d floats]}; subtracts alpha·v/|v|' },
+    { name: 'alpha', value: 'a', help: 'steering strength' },
+    { name: 'no-stop', boolean: true, help: 'ignore end-of-sequence tokens' },
+  ],
+  example: 'generate --model models/planted --ids ids.json --max-new-tokens 16 --out out.json',
+};
+
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, {
-    values: [...ENGINE_FLAGS, 'ids', 'out', 'max-new-tokens', 'steer-layer', 'steer-vector', 'alpha'],
-    booleans: ['no-stop'],
-  });
+  const args = parseArgs(argv, flags);
   const ids = readIdsFile(requireValue(args, 'ids'));
   const out = requireValue(args, 'out');
   const maxNewTokens = numberValue(args, 'max-new-tokens');

@@ -16,7 +16,7 @@
  * same command again resumes where it stopped.
  */
 import { basename, join, resolve } from 'node:path';
-import { numberValue, parseArgs, requireValue, type ParsedArgs } from '../args.ts';
+import { numberValue, parseArgs, requireValue, type ParsedArgs, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { locateDataset, repoRoot } from '../../data/locate.ts';
 import { agentHarmCases, injecAgentCases, type GuardBench, type GuardCase, type InjecSetting } from '../../guard/bench/cases.ts';
@@ -28,6 +28,38 @@ import { GUARD_METHODS, type ChatBackend, type GuardMethod } from '../../guard/t
 import type { CallFormat } from '../../experiments/outcome/types.ts';
 
 export const summary = 'Table 4: guard methods on AgentHarm / InjecAgent (local model or endpoint)';
+
+export const flags: FlagTable = {
+  usage: 'guard eval (--model M | --endpoint URL --endpoint-model NAME) --bench agentharm|injecagent [flags]',
+  flags: [
+    { name: 'model', value: 'M', help: 'local checkpoint folder or Hugging Face repo id' },
+    { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda', help: 'local model precision' },
+    { name: 'device', value: 'cpu|cuda', default: 'cpu', help: 'local model device' },
+    { name: 'threads', value: 'N', default: 'one per physical core', help: 'intra-op threads' },
+    { name: 'template', value: 'FILE', help: 'chat template file instead of the model folder\'s' },
+    { name: 'endpoint', value: 'URL', help: 'OpenAI-compatible endpoint instead of a local model' },
+    { name: 'endpoint-model', value: 'NAME', help: 'model name at the endpoint' },
+    { name: 'bench', value: 'agentharm|injecagent', help: 'benchmark' },
+    { name: 'methods', value: 'LIST', default: 'base,safejudge,safeprompt,safekeep', help: 'guard methods' },
+    { name: 'limit', value: 'N', help: 'first N cases of each group (harmful/benign; setting × attack type)' },
+    { name: 'settings', value: 'base,enhanced', default: 'base,enhanced', help: 'InjecAgent settings' },
+    { name: 'data', value: 'DIR', default: 'the located dataset', help: 'benchmark folder' },
+    { name: 'name', value: 'NAME', default: 'model folder or endpoint model', help: 'results name (results/<name>/guard)' },
+    { name: 'out', value: 'DIR', default: 'results/<name>/guard', help: 'output folder' },
+    { name: 'max-tokens', value: 'N', default: '256', help: 'agent generation budget' },
+    { name: 'judge-max-tokens', value: 'N', default: '8', help: 'judge generation budget' },
+    { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'verdict when the judge answer cannot be parsed' },
+    { name: 'concurrency', value: 'N', default: '4 (endpoint), 1 (local)', help: 'requests in flight' },
+    { name: 'api-key-env', value: 'VAR', help: 'environment variable holding the endpoint API key' },
+    { name: 'timeout-ms', value: 'MS', default: '60000', help: 'endpoint timeout' },
+    { name: 'retries', value: 'N', default: '3', help: 'endpoint retries' },
+    { name: 'prefill', value: 'none|continue|prefix', default: 'none', help: 'how the judge verdict is prefilled' },
+    { name: 'call-format', value: 'llama3|qwen|mistral', default: 'llama3', help: 'native call syntax left in content by an endpoint' },
+    { name: 'no-cache', boolean: true, help: 'do not cache endpoint answers' },
+    { name: 'no-thinking', boolean: true, help: 'disable Qwen3 thinking (template kwarg / chat_template_kwargs)' },
+  ],
+  example: 'guard eval --model models/planted --bench injecagent --limit 5',
+};
 
 function list<T extends string>(flag: string, v: string, allowed: readonly T[]): T[] {
   const xs = v.split(',').map((s) => s.trim()).filter(Boolean);
@@ -60,12 +92,7 @@ function progress(label: string): (done: number, total: number) => void {
 }
 
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, {
-    values: ['model', 'dtype', 'device', 'threads', 'template', 'endpoint', 'endpoint-model', 'bench', 'methods', 'limit', 'settings', 'data',
-      'name', 'out', 'max-tokens', 'judge-max-tokens', 'unparseable', 'concurrency', 'api-key-env', 'timeout-ms', 'retries', 'prefill',
-      'call-format'],
-    booleans: ['no-cache', 'no-thinking'],
-  });
+  const args = parseArgs(argv, flags);
   const model = args.values.get('model');
   const endpoint = args.values.get('endpoint');
   if ((model === undefined) === (endpoint === undefined)) throw new SafekeepError('give exactly one of --model DIR or --endpoint URL');

@@ -8,7 +8,7 @@
  * A model folder without tokenizer.json (e.g. a Mistral template only) renders text only, and says so; `--tokenizer
  * DIR` borrows another folder's vocabulary for ids and lengths.
  */
-import { numberValue, parseArgs, requireValue } from '../args.ts';
+import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { loadPairSet } from '../../data/load.ts';
 import { CONFIGS, isConfigName, isToolRepr, PromptBuilder, REPRS, type RenderedPrompt } from '../../prompts/configurations.ts';
@@ -16,6 +16,24 @@ import { loadPromptTexts } from '../../prompts/texts.ts';
 import { loadPromptTokenizer } from '../../prompts/tokenizer.ts';
 
 export const summary = 'print the exact prompts of a configuration (chatbot … agent, schema/flattened/pseudoword)';
+
+export const flags: FlagTable = {
+  usage: 'render --model M [--config C] [--repr R] [--data pairs|agentharm|PATH] [flags]',
+  flags: [
+    { name: 'model', value: 'DIR', help: 'model folder (its chat template and tokenizer)' },
+    { name: 'template', value: 'FILE', help: 'chat template file instead of the model folder\'s' },
+    { name: 'tokenizer', value: 'DIR', help: 'borrow another folder\'s tokenizer.json for ids and lengths' },
+    { name: 'data', value: 'pairs|agentharm|PATH', default: 'pairs', help: 'pair source' },
+    { name: 'config', value: 'chatbot|+role|+instructions|agent|chatbot-long', default: 'agent', help: 'prompt configuration (+tools = agent)' },
+    { name: 'repr', value: 'schema|flattened|pseudoword', default: 'schema', help: 'tool representation (agent only)' },
+    { name: 'which', value: 'harmful|benign|both', default: 'harmful', help: 'which request of each pair' },
+    { name: 'limit', value: 'N', default: '3', help: 'number of pairs' },
+    { name: 'seed', value: 'N', default: '0', help: 'pseudoword seed' },
+    { name: 'template-kwargs', value: 'JSON', default: '{}', help: 'extra chat-template variables' },
+    { name: 'json', boolean: true, help: 'one JSON object with the prompt manifest, hashes and token ids' },
+  ],
+  example: 'render --model models/planted --config agent --repr flattened --limit 3',
+};
 
 const WHICH = ['harmful', 'benign', 'both'] as const;
 
@@ -32,10 +50,7 @@ function parseKwargs(s: string | undefined): Record<string, unknown> {
 }
 
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, {
-    values: ['model', 'template', 'tokenizer', 'data', 'config', 'repr', 'which', 'limit', 'seed', 'template-kwargs'],
-    booleans: ['json'],
-  });
+  const args = parseArgs(argv, flags);
   const model = requireValue(args, 'model');
   // the paper's name for the full agent prompt is "+tools"
   const configArg = args.values.get('config') ?? 'agent';

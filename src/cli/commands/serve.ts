@@ -6,12 +6,30 @@
  * (see src/guard/proxy.ts). One JSON log line per request on stderr. Stops on SIGINT/SIGTERM.
  */
 import type { AddressInfo } from 'node:net';
-import { numberValue, parseArgs, requireValue } from '../args.ts';
+import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { createGuardProxy } from '../../guard/proxy.ts';
 import type { PrefillMode } from '../../guard/backends/openai.ts';
 
 export const summary = 'OpenAI-compatible proxy that puts the SafeKeep guard in front of an endpoint';
+
+export const flags: FlagTable = {
+  usage: 'serve --upstream URL [flags]',
+  flags: [
+    { name: 'upstream', value: 'URL', help: 'OpenAI-compatible endpoint to guard' },
+    { name: 'port', value: 'P', default: '8080', help: 'listen port (0 = any free port)' },
+    { name: 'host', value: 'H', default: '127.0.0.1', help: 'listen address' },
+    { name: 'judge-model', value: 'NAME', default: 'the request\'s model', help: 'model name for the judge call' },
+    { name: 'judge-upstream', value: 'URL', default: '--upstream', help: 'endpoint of the judge' },
+    { name: 'method', value: 'safekeep|safejudge', default: 'safekeep', help: 'judge with prose specs (safekeep) or JSON schemas (safejudge)' },
+    { name: 'api-key-env', value: 'VAR', help: 'environment variable holding the upstream API key' },
+    { name: 'timeout-ms', value: 'MS', default: '60000', help: 'upstream timeout' },
+    { name: 'prefill', value: 'none|continue|prefix', default: 'none', help: 'how the judge verdict is prefilled' },
+    { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'verdict when the judge answer cannot be parsed' },
+    { name: 'judge-max-tokens', value: 'N', default: '8', help: 'judge generation budget' },
+  ],
+  example: 'serve --upstream http://localhost:8000/v1 --port 8080',
+};
 
 function oneOf<T extends string>(name: string, v: string | undefined, allowed: readonly T[], fallback: T): T {
   if (v === undefined) return fallback;
@@ -20,10 +38,7 @@ function oneOf<T extends string>(name: string, v: string | undefined, allowed: r
 }
 
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, {
-    values: ['upstream', 'port', 'host', 'judge-model', 'judge-upstream', 'method', 'api-key-env', 'timeout-ms', 'prefill', 'unparseable',
-      'judge-max-tokens'],
-  });
+  const args = parseArgs(argv, flags);
   const upstream = requireValue(args, 'upstream');
   for (const f of ['upstream', 'judge-upstream']) {
     const u = args.values.get(f);
