@@ -29,6 +29,11 @@ export interface ConfigActivations {
   labels: Labels;
   /** [n] */
   pairIds: readonly string[];
+  /**
+   * [n] resampling group of each row (scenario / behavior stem): bootstrap resamples and CV folds draw whole groups,
+   * so pairs that share tools are never split between a fold's training and test rows. Default: the pair id.
+   */
+  groups?: readonly string[];
   /** extraction-split rows */
   extraction: readonly number[];
   /** evaluation-split rows */
@@ -70,7 +75,7 @@ export interface AnalysisInput {
 }
 
 function toEval(c: ConfigActivations): EvalSet {
-  return { name: c.name, acts: c.acts, labels: c.labels, pairIds: c.pairIds, rows: c.evaluation };
+  return { name: c.name, acts: c.acts, labels: c.labels, pairIds: c.groups ?? c.pairIds, rows: c.evaluation };
 }
 
 /** Same shape and the same numbers (the same cache loaded twice counts as the same set). */
@@ -151,7 +156,7 @@ export function analyze(input: AnalysisInput): AnalysisResults {
     }
   }
   const r = refusalDirection(chatbot.acts, chatbot.labels, chatbot.extraction);
-  const choice = chooseLayerByCV(chatbot.acts, chatbot.labels, chatbot.pairIds, chatbot.extraction, { k: o.k ?? 5, seed });
+  const choice = chooseLayerByCV(chatbot.acts, chatbot.labels, chatbot.groups ?? chatbot.pairIds, chatbot.extraction, { k: o.k ?? 5, seed });
   const lStar = choice.layer;
   const bopts = { reps, seed, level };
 
@@ -173,7 +178,7 @@ export function analyze(input: AnalysisInput): AnalysisResults {
     synthetic: input.synthetic ?? false,
     lStar: {
       layer: lStar,
-      method: `${choice.k}-fold cross-validation over pairs on the chatbot extraction split, seed ${seed}`,
+      method: `${choice.k}-fold cross-validation over ${chatbot.groups ? 'groups' : 'pairs'} on the chatbot extraction split, seed ${seed}`,
       cvAuroc: choice.cvAuroc.map((x) => (Number.isNaN(x) ? null : round(x))),
     },
     bootstrap: { reps, seed, level },

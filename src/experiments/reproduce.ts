@@ -13,6 +13,7 @@ import { analyze, type ConfigActivations, type FirstTokenInput } from '../analys
 import { makeActivations } from '../analysis/activations.ts';
 import type { AnalysisResults } from '../analysis/results.ts';
 import { readActivationCache } from '../cache/store.ts';
+import { groupMap } from '../data/split.ts';
 import { writeReport, type ReportFiles } from '../report/write-report.ts';
 import {
   conditionName, extractCondition, extractWithFirstToken, firstTokenCacheName, openContext, promptCacheName,
@@ -45,7 +46,9 @@ function configActivations(ctx: ExtractContext, cacheName: string, name: string,
   const extraction: number[] = [];
   const evaluation: number[] = [];
   pairIds.forEach((p, i) => (ext.has(p) ? extraction : evaluation).push(i));
-  return { name, label, acts: makeActivations(cache.n, cache.layers, cache.d, cache.data), labels, pairIds, extraction, evaluation };
+  const group = groupMap(ctx.set.pairs);
+  const groups = pairIds.map((p) => group.get(p) ?? p);
+  return { name, label, acts: makeActivations(cache.n, cache.layers, cache.d, cache.data), labels, pairIds, groups, extraction, evaluation };
 }
 
 export interface ReproduceOptions extends ContextOptions {
