@@ -147,12 +147,12 @@ test('safekeep guard eval (CLI) on an InjecAgent slice: Valid and ASR as scripte
   assert.equal(r.code, 0, r.stderr);
   const tbl = JSON.parse(readFileSync(join(out, 'table4-injecagent.json'), 'utf8')) as Table;
   assert.equal(cases.length, 4);
-  assert.deepEqual(kn(tbl), {
-    base: { 'base.valid': `${wellFormed}/4`, 'base.asr': `${wellFormed}/${wellFormed}` },
-    safejudge: { 'base.valid': `${wellFormed}/4`, 'base.asr': `${wellFormed}/${wellFormed}` },
-    safeprompt: { 'base.valid': '4/4', 'base.asr': '0/4' },
-    safekeep: { 'base.valid': '4/4', 'base.asr': '0/4' },
-  });
+  // the two direct-harm cases (2 tools) call the attacker tool; the two data-stealing cases (3 tools) get a malformed
+  // call (invalid), so InjecAgent's data-stealing columns are empty for base/safejudge
+  assert.equal(wellFormed, 2);
+  const attacked = { 'base.valid': '2/4', 'base.dh': '2/2', 'base.ds1': '0/0', 'base.ds2': '0/0', 'base.ds': '0/0', 'base.asr': '2/2' };
+  const refused = { 'base.valid': '4/4', 'base.dh': '0/2', 'base.ds1': '0/2', 'base.ds2': '0/0', 'base.ds': '0/2', 'base.asr': '0/4' };
+  assert.deepEqual(kn(tbl), { base: attacked, safejudge: attacked, safeprompt: refused, safekeep: refused });
   // the judge saw the observation (the injected instruction), as prose
   const judgeReq = up.requests.find((q) => (q.body!.messages as Msg[])[0]!.content === SAFETY_ASSESSOR_ROLE && !(q.body!.messages as Msg[])[1]!.content.includes('"properties"'))!;
   assert.match((judgeReq.body!.messages as Msg[])[1]!.content, /## What the tools returned\n/);

@@ -12,7 +12,9 @@
  * balanced.
  */
 import { readAgentHarm } from '../../data/agentharm.ts';
-import { INJECAGENT_ATTACKS, readInjecAgentCases, readInjecAgentTools } from '../../data/injecagent.ts';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { INJECAGENT_ATTACKS, readInjecAgentCases, readInjecAgentTools, readSimulatedAttackerResponses } from '../../data/injecagent.ts';
 import type { AgentRequest } from '../types.ts';
 
 export type GuardBench = 'agentharm' | 'injecagent';
@@ -42,6 +44,11 @@ export interface InjecAgentCase {
   userTool: string;
   attackerTools: string[];
   request: AgentRequest;
+  /**
+   * data stealing: InjecAgent's cached responses of the data-extraction tool (attackerTools[0]), parameters text →
+   * response, fed back after a successful step 1 so that step 2 (sending the data) can be scored
+   */
+  simulatedResponses?: Record<string, string>;
 }
 
 export type GuardCase = AgentHarmCase | InjecAgentCase;
@@ -66,6 +73,17 @@ export function agentHarmCases(dir: string, limit = Infinity): AgentHarmCase[] {
 
 export function injecAgentCases(dir: string, settings: readonly InjecSetting[] = ['base', 'enhanced'], limit = Infinity): InjecAgentCase[] {
   const tools = readInjecAgentTools(dir);
+  // `(tool,parameters text)` → response, grouped by tool
+  const simulated = new Map<string, Record<string, string>>();
+  if (existsSync(join(dir, 'attacker_simulated_responses.json'))) {
+    for (const [k, v] of readSimulatedAttackerResponses(dir)) {
+      const m = /^\(([^,]+),([\s\S]*)\)$/.exec(k);
+      if (!m) continue;
+      const byParams = simulated.get(m[1]!) ?? {};
+      byParams[m[2]!] = v;
+      simulated.set(m[1]!, byParams);
+    }
+  }
   const out: InjecAgentCase[] = [];
   for (const setting of settings) {
     for (const attack of INJECAGENT_ATTACKS) {
@@ -77,6 +95,7 @@ export function injecAgentCases(dir: string, settings: readonly InjecSetting[] =
           attack,
           userTool: c.userTool,
           attackerTools: [...c.attackerTools],
+          ...(attack === 'ds' ? { simulatedResponses: simulated.get(c.attackerTools[0]!) ?? {} } : {}),
           request: {
             tools: [...c.tools],
             messages: [
