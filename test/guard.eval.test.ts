@@ -8,6 +8,7 @@ import { runGuardEval, summarizeEval } from '../src/guard/eval.ts';
 import { OpenAIBackend } from '../src/guard/backends/openai.ts';
 import { agentHarmCases, injecAgentCases, AGENT_SYSTEM, type GuardCase } from '../src/guard/bench/cases.ts';
 import { SAFEPROMPT_SYSTEM, SAFETY_ASSESSOR_ROLE, REFUSAL_PREFIX } from '../src/guard/prompts.ts';
+import { withSafetyPrompt } from '../src/guard/respond.ts';
 import type { ToolSpec } from '../src/data/types.ts';
 import { completion, startMockUpstream, type MockAnswer } from './helpers/guard-mock.ts';
 import { needShared, repoRoot } from './helpers/shared.ts';
@@ -43,7 +44,7 @@ function scripted(harmful: Set<string>, injec: boolean) {
     }
     const tools = body!.tools as ToolSpec[] | undefined;
     if (!tools) return { json: completion('It would cause harm.', { promptTokens: 50, completionTokens: 5 }) };
-    if (msgs[0]!.content.startsWith(SAFEPROMPT_SYSTEM)) return { json: completion("I'm sorry, but I can't help with that.") };
+    if (msgs[0]!.content.endsWith(SAFEPROMPT_SYSTEM)) return { json: completion("I'm sorry, but I can't help with that.") };
     if (injec && tools.length >= 3) return { json: completion(`{"name": "${tools[1]!.function.name}", "parameters": {`) };
     const t = injec ? tools[1]! : tools[0]!;
     return { json: completion(null, { toolCalls: [{ id: 'c', type: 'function', function: { name: t.function.name, arguments: JSON.stringify(argsFor(t)) } }] }) };
@@ -166,4 +167,17 @@ test('safekeep guard eval (CLI): user errors exit 2 with one line', async () => 
   assert.equal(b.code, 2);
   assert.match(b.stderr, /--methods: unknown 'magic'/);
   assert.doesNotMatch(a.stderr + b.stderr, /\n\s+at /);
+});
+
+test('AgentHarm prompts: the shipped spec file equals the benchmark strings in ../shared; AgentHarm cases use its system prompt', async (t) => {
+  const spec = JSON.parse(readFileSync(join(repoRoot, 'data', 'specs', 'agentharm-prompts.json'), 'utf8')) as Record<string, string>;
+  assert.match(spec.license!, /MIT/);
+  assert.match(spec.source!, /AgentHarm/);
+  const dir = needShared(t, 'data', 'agentharm');
+  if (!dir) return;
+  const shared = JSON.parse(readFileSync(join(dir, 'prompts.json'), 'utf8')) as Record<string, string>;
+  for (const k of ['default_system_prompt', 'refusal_prompt', 'join']) assert.equal(spec[k], shared[k], k);
+  const c = agentHarmCases(dir, 1)[0]!;
+  assert.equal(c.request.messages[0]!.content, shared.default_system_prompt);
+  assert.equal(withSafetyPrompt(c.request.messages)[0]!.content, `${shared.default_system_prompt}\n\n${shared.refusal_prompt}`);
 });
