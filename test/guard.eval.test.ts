@@ -181,3 +181,16 @@ test('AgentHarm prompts: the shipped spec file equals the benchmark strings in .
   assert.equal(c.request.messages[0]!.content, shared.default_system_prompt);
   assert.equal(withSafetyPrompt(c.request.messages)[0]!.content, `${shared.default_system_prompt}\n\n${shared.refusal_prompt}`);
 });
+
+test('guard eval with thinking on: a judge budget that cannot reach a verdict stops with one clear line (exit 2)', async (t) => {
+  const dir = needShared(t, 'data', 'agentharm');
+  if (!dir) return;
+  const { installTokenizer } = await import('../src/prompts/tokenizer.ts');
+  const model = mkdtempSync(join(tmpdir(), 'safekeep-think-'));
+  t.after(() => rmSync(model, { recursive: true, force: true }));
+  await installTokenizer(model, 'qwen3'); // a Qwen3 template (thinking switch); the check runs before weights load
+  const r = await runCli(['guard', 'eval', '--model', model, '--bench', 'agentharm', '--data', dir, '--limit', '1', '--thinking', 'on', '--judge-max-tokens', '8']);
+  assert.equal(r.code, 2, r.stderr);
+  assert.match(r.stderr, /thinking is on: a judge budget of 8 tokens ends inside the <think> block .* --judge-max-tokens 1024/);
+  assert.doesNotMatch(r.stderr, /\n\s+at /);
+});

@@ -7,6 +7,9 @@ import { engineOptions, ENGINE_FLAG_DEFS } from '../engine/cli-common.ts';
 import type { ContextOptions } from '../experiments/extract.ts';
 import { resolveModel } from '../hub/resolve.ts';
 import { numberValue, requireValue, type FlagDef, type ParsedArgs } from './args.ts';
+import { THINKING_FLAG_DEFS, thinkingOptions } from './thinking-flags.ts';
+
+export { THINKING_FLAG_DEFS, thinkingOptions };
 
 /** flag-table rows of the pipeline commands (extract, reproduce, steer) */
 export const RUN_FLAG_DEFS: readonly FlagDef[] = [
@@ -17,12 +20,15 @@ export const RUN_FLAG_DEFS: readonly FlagDef[] = [
   { name: 'template', value: 'FILE', help: 'chat template file instead of the model folder\'s' },
   { name: 'batch-tokens', value: 'N', default: '4096', help: 'tokens per forward batch' },
   { name: 'split-seed', value: 'N', default: '0', help: 'seed of the group-disjoint 7:3 extraction/evaluation split' },
+  ...THINKING_FLAG_DEFS,
 ];
 export const RUN_FLAGS = RUN_FLAG_DEFS.map((f) => f.name);
+
 
 export async function runContextOptions(a: ParsedArgs): Promise<ContextOptions> {
   const template = a.values.get('template');
   return {
+    ...thinkingOptions(a),
     model: await resolveModel(requireValue(a, 'model')),
     data: a.values.get('data') ?? 'pairs',
     results: a.values.get('results') ?? 'results',
