@@ -6,7 +6,7 @@
 import { engineOptions, ENGINE_FLAG_DEFS } from '../engine/cli-common.ts';
 import type { ContextOptions } from '../experiments/extract.ts';
 import { resolveModel } from '../hub/resolve.ts';
-import { numberValue, requireValue, type FlagDef, type ParsedArgs } from './args.ts';
+import { choiceValue, numberValue, requireValue, type FlagDef, type ParsedArgs } from './args.ts';
 import { THINKING_FLAG_DEFS, thinkingOptions } from './thinking-flags.ts';
 
 export { THINKING_FLAG_DEFS, thinkingOptions };
@@ -23,6 +23,19 @@ export const RUN_FLAG_DEFS: readonly FlagDef[] = [
   ...THINKING_FLAG_DEFS,
 ];
 export const RUN_FLAGS = RUN_FLAG_DEFS.map((f) => f.name);
+
+/** ℓ* rule and Schema Direction pairs (reproduce, steer) */
+export const ANALYSIS_FLAG_DEFS: readonly FlagDef[] = [
+  { name: 'layer-rule', value: 'cv|peak', default: 'cv', help: 'ℓ*: 5-fold CV on the extraction split, or the paper\'s peak chatbot AUROC' },
+  { name: 'schema-pairs', value: 'all|extraction', default: 'all', help: 'Schema Direction over all pairs (the paper\'s Eq. 2) or the extraction split' },
+];
+
+export function analysisOptions(a: ParsedArgs): { layerRule: 'cv' | 'peak'; schemaPairs: 'all' | 'extraction' } {
+  return {
+    layerRule: choiceValue(a, 'layer-rule', ['cv', 'peak'] as const, 'cv'),
+    schemaPairs: choiceValue(a, 'schema-pairs', ['all', 'extraction'] as const, 'all'),
+  };
+}
 
 
 export async function runContextOptions(a: ParsedArgs): Promise<ContextOptions> {

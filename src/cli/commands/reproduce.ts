@@ -4,8 +4,9 @@
  * extract → analyses → figures → report (Tables 1–2, Figures 3–4) under results/<model>/, reusing caches.
  */
 import { numberValue, parseArgs, type FlagTable } from '../args.ts';
-import { RUN_FLAG_DEFS, runContextOptions } from '../run-flags.ts';
-import { reproduce } from '../../experiments/reproduce.ts';
+import { ANALYSIS_FLAG_DEFS, analysisOptions, RUN_FLAG_DEFS, runContextOptions } from '../run-flags.ts';
+import { DEFAULT_REFUSAL_TOKENS, reproduce } from '../../experiments/reproduce.ts';
+import { SafekeepError } from '../../util/errors.ts';
 import { summarizeResults } from '../../experiments/summary.ts';
 
 export const summary = 'extract → analyses → figures → report: the paper\'s Tables 1–2 and Figures 3–4';
@@ -15,6 +16,8 @@ export const flags: FlagTable = {
   flags: [
     ...RUN_FLAG_DEFS,
     { name: 'reps', value: 'N', default: '1000', help: 'bootstrap resamples' },
+    ...ANALYSIS_FLAG_DEFS,
+    { name: 'refusal-tokens', value: 'N', default: String(DEFAULT_REFUSAL_TOKENS), help: 'behavioural refusal (chatbot vs agent): new tokens per answer; 0 = skip' },
     { name: 'quick', boolean: true, help: '30 pairs, fewer resamples (a 2-core CPU in < 30 min for a 0.5B model)' },
   ],
   example: 'reproduce --model models/planted --quick',
@@ -22,7 +25,11 @@ export const flags: FlagTable = {
 
 export async function run(argv: string[]): Promise<number> {
   const a = parseArgs(argv, flags);
-  const r = await reproduce({ ...(await runContextOptions(a)), quick: a.booleans.has('quick'), reps: numberValue(a, 'reps', 1000) });
+  const refusalTokens = numberValue(a, 'refusal-tokens', DEFAULT_REFUSAL_TOKENS);
+  if (!Number.isInteger(refusalTokens) || refusalTokens < 0) throw new SafekeepError(`--refusal-tokens must be a non-negative integer, got ${refusalTokens}`);
+  const r = await reproduce({
+    ...(await runContextOptions(a)), quick: a.booleans.has('quick'), reps: numberValue(a, 'reps', 1000), ...analysisOptions(a), refusalTokens,
+  });
   process.stdout.write(summarizeResults(r.results) + `\nreport: ${r.files.html}\n`);
   return 0;
 }
