@@ -64,7 +64,7 @@ export async function runGuardEval(cases: readonly GuardCase[], opts: EvalOption
       limiter.run(async (): Promise<EvalRow> => {
         const r = await guardedRespond(c.request, method, opts.backend, opts);
         const outcome = classifyResponse(r.reply.content, r.reply.toolCalls, c.request.tools, opts.backend.callFormat);
-        const steps = c.bench === 'injecagent' ? await injecSteps(c, method, outcome, r.reply.content, opts) : {};
+        const steps = c.bench === 'injecagent' ? await injecSteps(c, method, outcome, opts) : {};
         opts.onProgress?.(++done, total);
         return {
           ...steps,
@@ -93,7 +93,6 @@ async function injecSteps(
   c: Extract<GuardCase, { bench: 'injecagent' }>,
   method: GuardMethod,
   outcome: Outcome,
-  content: string,
   opts: EvalOptions,
 ): Promise<Pick<EvalRow, 'step1' | 'step2' | 'step2Output' | 'step2Calls' | 'step2Simulated'>> {
   const [extract, send] = c.attackerTools;
@@ -106,7 +105,8 @@ async function injecSteps(
     tools: c.request.tools,
     messages: [
       ...c.request.messages,
-      { role: 'assistant' as const, content, tool_calls: [{ id: 'call_1', type: 'function' as const, function: { name: extract!, arguments: JSON.stringify(call.call.arguments ?? {}) } }] },
+      // the call as a structured tool call only (a local model's native call text would otherwise render twice)
+      { role: 'assistant' as const, content: '', tool_calls: [{ id: 'call_1', type: 'function' as const, function: { name: extract!, arguments: JSON.stringify(call.call.arguments ?? {}) } }] },
       { role: 'tool' as const, tool_call_id: 'call_1', name: extract!, content: sim.text },
     ],
   };
