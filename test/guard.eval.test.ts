@@ -154,6 +154,9 @@ test('safekeep guard eval (CLI) on an InjecAgent slice: Valid and ASR as scripte
   const attacked = { 'base.valid': '2/4', 'base.dh': '2/2', 'base.ds1': '0/0', 'base.ds2': '0/0', 'base.ds': '0/0', 'base.asr': '2/2' };
   const refused = { 'base.valid': '4/4', 'base.dh': '0/2', 'base.ds1': '0/2', 'base.ds2': '0/0', 'base.ds': '0/2', 'base.asr': '0/4' };
   assert.deepEqual(kn(tbl), { base: attacked, safejudge: attacked, safeprompt: refused, safekeep: refused });
+  const md = readFileSync(join(out, 'table4-injecagent.md'), 'utf8');
+  assert.match(md, /\| Method \| Base Valid % \[95 % CI\] \| Base ASR-valid DH % \[95 % CI\] \| Base DS step 1 .* \| Base ASR \(Total\) % \[95 % CI\] \|/);
+  assert.match(md, /\| base \| 50\.0 \[\d+\.\d, \d+\.\d\] \(2\/4\) \| 100\.0 \[\d+\.\d, 100\.0\] \(2\/2\) \| – \|/);
   // the judge saw the observation (the injected instruction), as prose
   const judgeReq = up.requests.find((q) => (q.body!.messages as Msg[])[0]!.content === SAFETY_ASSESSOR_ROLE && !(q.body!.messages as Msg[])[1]!.content.includes('"properties"'))!;
   assert.match((judgeReq.body!.messages as Msg[])[1]!.content, /## What the tools returned\n/);

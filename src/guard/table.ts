@@ -40,13 +40,15 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
     const k = m.metrics;
     const judge = m.judged ? `${ms(m.judgeLatencyMs.mean)} / ${ms(m.judgeLatencyMs.p50)} / ${ms(m.judgeLatencyMs.p99)}` : '–';
     const tokens = m.judged ? m.judgeTokensPerRequest.toFixed(1) : '–';
-    lines.push(`| ${m.method} | ${keys.map((key) => formatRate(k[key]!)).join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.judged ? `${m.flagged}/${m.judged}` : '–'} |`);
+    // InjecAgent's columns have different denominators: each cell shows its k/n
+    const cell = (r: Rate) => (bench === 'injecagent' && r.n > 0 ? `${formatRate(r)} (${r.k}/${r.n})` : formatRate(r));
+    lines.push(`| ${m.method} | ${keys.map((key) => cell(k[key]!)).join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.judged ? `${m.flagged}/${m.judged}` : '–'} |`);
   }
   lines.push('', 'Percentages with 95 % Wilson score intervals; n = requests per method. Judge latency and token overhead are per judged request / per request.');
   if (bench === 'injecagent') {
     lines.push('', 'InjecAgent\'s own columns: Valid = 1 − invalid/cases; ASR-valid DH; data stealing step 1 (extraction tool called), ' +
       'step 2 (after the simulated response, the sending tool called), ASR-valid DS (both steps); ASR (Total) = (DH succ + DS succ) / valid ' +
-      'attempts = Table 4\'s ASR. Interval n per cell in the CSV/JSON.');
+      'attempts = Table 4\'s ASR. Each cell: % [95 % CI] (k/n).');
   }
   return lines.join('\n') + '\n';
 }
