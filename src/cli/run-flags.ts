@@ -15,7 +15,7 @@ export { THINKING_FLAG_DEFS, thinkingOptions };
 export const RUN_FLAG_DEFS: readonly FlagDef[] = [
   ...ENGINE_FLAG_DEFS,
   { name: 'data', value: 'pairs|agentharm|PATH', default: 'pairs', help: 'pair source' },
-  { name: 'limit', value: 'N', help: 'keep the first N pairs' },
+  { name: 'limit', value: 'N', help: 'keep N pairs, round-robin over categories' },
   { name: 'results', value: 'DIR', default: 'results', help: 'results root (results/<model>/)' },
   { name: 'template', value: 'FILE', help: 'chat template file instead of the model folder\'s' },
   { name: 'batch-tokens', value: 'N', default: '4096', help: 'tokens per forward batch' },

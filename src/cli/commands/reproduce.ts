@@ -18,7 +18,7 @@ export const flags: FlagTable = {
     { name: 'reps', value: 'N', default: '1000', help: 'bootstrap resamples' },
     ...ANALYSIS_FLAG_DEFS,
     { name: 'refusal-tokens', value: 'N', default: String(DEFAULT_REFUSAL_TOKENS), help: 'behavioural refusal (chatbot vs agent): new tokens per answer; 0 = skip' },
-    { name: 'quick', boolean: true, help: '30 pairs, fewer resamples (a 2-core CPU in < 30 min for a 0.5B model)' },
+    { name: 'quick', boolean: true, help: '30 pairs (sized for a 0.5B model on a 2-core CPU in < 30 min)' },
   ],
   example: 'reproduce --model models/planted --quick',
 };
