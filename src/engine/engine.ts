@@ -270,8 +270,10 @@ export class OnnxEngine implements Engine {
     const pb = leftPad(prompts);
     const B = pb.batch;
     const lastSlots = pb.pads.map((p, b) => b * pb.width + p + pb.lengths[b]! - 1);
+    // positions 'generated': the prompt (prefill) is unsteered, the decode steps steered
+    const prefillSteer = opts.steer?.positions === 'generated' ? new Float32Array(steer.length) : steer;
     let out = await this.prefill({
-      ids: pb.ids, batch: B, width: pb.width, starts: pb.pads, past: null, steer,
+      ids: pb.ids, batch: B, width: pb.width, starts: pb.pads, past: null, steer: prefillSteer,
       hiddenIndex: opts.returnPromptLastHidden ? lastSlots : [],
       logitsIndex: opts.maxNewTokens > 0 ? lastSlots : [],
       reserve: opts.maxNewTokens, // the KV buffer gets room for the decode steps (up to KV_CHUNK, kv.ts)

@@ -286,7 +286,7 @@ export function hiddenAt(hidden: Float64Array, L: number, T: number, d: number, 
   return out;
 }
 
-/** Greedy decoding with the KV cache; steering applies to the prompt and every generated token. */
+/** Greedy decoding with the KV cache; steering applies to the prompt and every generated token (positions 'generated': only the latter). */
 export function referenceGenerate(ckpt: Checkpoint, prompt: number[], opts: ReferenceGenerateOptions): ReferenceGenerateResult {
   const c = ckpt.config;
   const V = c.vocabSize;
@@ -294,7 +294,7 @@ export function referenceGenerate(ckpt: Checkpoint, prompt: number[], opts: Refe
   const d = c.hiddenSize;
   const stop = new Set(opts.stopIds ?? c.eosTokenIds);
   const fwd = { steer: opts.steer, steerMatrix: opts.steerMatrix, weights: opts.weights };
-  let r = referenceForward(ckpt, prompt, fwd);
+  let r = referenceForward(ckpt, prompt, opts.steer?.positions === 'generated' ? { weights: opts.weights } : fwd);
   const promptLastHidden = hiddenAt(r.hidden, L, prompt.length, d, prompt.length - 1);
   let last = r.logits.subarray((prompt.length - 1) * V);
   const generatedIds: number[] = [];

@@ -2,15 +2,24 @@
  * `safekeep inspect --model DIR|owner/name [--json]`: validates a checkpoint (config, every safetensors header,
  * every expected tensor and shape) without running it, and prints what it is.
  */
-import { parseArgs, requireValue } from '../args.ts';
+import { parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { checkpointDTypes, loadCheckpoint, parameterCount } from '../../checkpoint/load.ts';
 import { FAMILIES } from '../../checkpoint/config.ts';
 import { resolveModel } from '../../hub/resolve.ts';
 
 export const summary = 'validate a checkpoint folder (or hub id) and print family, sizes, dtypes, parameters, eos ids';
 
+export const flags: FlagTable = {
+  usage: 'inspect --model M [--json]',
+  flags: [
+    { name: 'model', value: 'M', help: 'checkpoint folder or Hugging Face repo id' },
+    { name: 'json', boolean: true, help: 'print JSON' },
+  ],
+  example: 'inspect --model models/planted',
+};
+
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, { values: ['model'], booleans: ['json'] });
+  const args = parseArgs(argv, flags);
   const dir = await resolveModel(requireValue(args, 'model'));
   const ck = await loadCheckpoint(dir);
   const c = ck.config;

@@ -10,7 +10,7 @@
  * `--judge-api-key-env` for a separate judge host (which never receives the client's header).
  */
 import type { AddressInfo } from 'node:net';
-import { numberValue, parseArgs, requireValue } from '../args.ts';
+import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { createGuardProxy } from '../../guard/proxy.ts';
 import type { PrefillMode } from '../../guard/backends/openai.ts';
@@ -20,6 +20,28 @@ import { repoRoot } from '../../data/locate.ts';
 
 export const summary = 'OpenAI-compatible proxy: the SafeKeep guard, or S³ skills at every stage, in front of an endpoint';
 
+export const flags: FlagTable = {
+  usage: 'serve --upstream URL [flags]',
+  flags: [
+    { name: 'upstream', value: 'URL', help: 'OpenAI-compatible endpoint to guard' },
+    { name: 'port', value: 'P', default: '8080', help: 'listen port (0 = any free port)' },
+    { name: 'host', value: 'H', default: '127.0.0.1', help: 'listen address' },
+    { name: 'judge-model', value: 'NAME', default: 'the request\'s model', help: 'model name for the judge call' },
+    { name: 'judge-upstream', value: 'URL', default: '--upstream', help: 'endpoint of the judge' },
+    { name: 'method', value: 'safekeep|safejudge', default: 'safekeep', help: 'judge with prose specs (safekeep) or JSON schemas (safejudge)' },
+    { name: 'skills', value: 'DIR[,DIR]', help: 'S³: skill folders (or names under skills/) checked at every stage; excludes --method' },
+    { name: 'no-guard-decision', boolean: true, help: 'S³: run every skill that passes its filter (no guard-agent pick)' },
+    { name: 'mitigation', value: 'recover|block', default: 'recover', help: 'S³: recover (strip/replace, let the task go on) or block (end with a refusal)' },
+    { name: 'api-key-env', value: 'VAR', help: 'environment variable holding the upstream API key (else the client\'s own header is forwarded)' },
+    { name: 'judge-api-key-env', value: 'VAR', help: 'environment variable holding the judge host\'s key (never the client\'s header)' },
+    { name: 'timeout-ms', value: 'MS', default: '60000', help: 'upstream timeout' },
+    { name: 'prefill', value: 'none|continue|prefix', default: 'none', help: 'how the judge verdict is prefilled' },
+    { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'verdict when the judge answer cannot be parsed' },
+    { name: 'judge-max-tokens', value: 'N', default: '8', help: 'judge generation budget' },
+  ],
+  example: 'serve --upstream http://localhost:8000/v1 --port 8080',
+};
+
 function oneOf<T extends string>(name: string, v: string | undefined, allowed: readonly T[], fallback: T): T {
   if (v === undefined) return fallback;
   if (!(allowed as readonly string[]).includes(v)) throw new SafekeepError(`--${name} must be one of ${allowed.join(', ')}, got '${v}'`);
@@ -27,11 +49,7 @@ function oneOf<T extends string>(name: string, v: string | undefined, allowed: r
 }
 
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, {
-    values: ['upstream', 'port', 'host', 'judge-model', 'judge-upstream', 'method', 'api-key-env', 'judge-api-key-env', 'timeout-ms', 'prefill',
-      'unparseable', 'judge-max-tokens', 'skills', 'mitigation'],
-    booleans: ['no-guard-decision'],
-  });
+  const args = parseArgs(argv, flags);
   const skillsFlag = args.values.get('skills');
   if (skillsFlag !== undefined && args.values.has('method')) throw new SafekeepError('give --method or --skills, not both (--method safekeep = the safekeep-judge skill alone)');
   if (skillsFlag === undefined && (args.values.has('mitigation') || args.booleans.has('no-guard-decision'))) {
