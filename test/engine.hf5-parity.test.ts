@@ -15,16 +15,10 @@ import { join } from 'node:path';
 import { chunkedStep } from '../src/engine/chunked.ts';
 import { createEngine, type OnnxEngine } from '../src/engine/engine.ts';
 import { steeringMatrix } from '../src/engine/batch.ts';
-import { maxAbsDiff, readAllF32, tempCache } from './helpers/engine.ts';
-import { repoRoot } from './helpers/shared.ts';
+import { maxAbsDiff, type readAllF32, tempCache } from './helpers/engine.ts';
+import { HF5, hf5Index, hf5Refs } from './helpers/hf5.ts';
 
 const TOL = 1e-4;
-export const HF5 = join(repoRoot, 'test', 'fixtures', 'hf5');
-
-export interface Hf5Case { family: string; rope: string; window: number | null; greedy: number[]; steered: number[]; same_refs_as?: string }
-export interface Hf5Index { transformers: string; prompt: number[]; steer: { layer: number; alpha: number; vector: number[] }; new_tokens: number; cases: Record<string, Hf5Case> }
-export const hf5Index = (): Hf5Index => JSON.parse(readFileSync(join(HF5, 'index.json'), 'utf8')) as Hf5Index;
-export const hf5Refs = (tag: string, c: Hf5Case) => readAllF32(join(HF5, c.same_refs_as ?? tag, 'refs.safetensors'));
 
 const index = hf5Index();
 
@@ -77,10 +71,11 @@ for (const [tag, c] of Object.entries(index.cases)) {
       assert.equal(engine.window, c.window);
     });
 
-    test('forward: hidden states at every layer and position, logits', async () => {
+    test('forward: hidden states at every layer and position, logits', async (t) => {
       const [r] = await engine.forward([prompt]);
       close('hidden', r!.hidden, ref('hidden'));
       close('logits', r!.logits, ref('logits'));
+      t.diagnostic(`max |diff| vs transformers: hidden ${maxAbsDiff(r!.hidden, ref('hidden')).toExponential(2)}, logits ${maxAbsDiff(r!.logits, ref('logits')).toExponential(2)}`);
     });
 
     test('greedy generation with the KV cache: ids, step logits, first generated token hidden state', async () => {
