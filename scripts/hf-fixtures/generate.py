@@ -171,6 +171,46 @@ def margin(step_logits):
     return float((top[:, 0] - top[:, 1]).min())
 
 
+# RoPE settings beyond the model fixtures: transformers' inv_freq and attention scaling for each (rope-cases.json)
+ROPE_CASES = [
+    ('llama', {'rope_parameters': {'rope_type': 'yarn', 'rope_theta': 1000000.0, 'factor': 4.0, 'original_max_position_embeddings': 32768}}),
+    ('qwen3', {'rope_parameters': {'rope_type': 'yarn', 'rope_theta': 10000.0, 'factor': 8.0, 'original_max_position_embeddings': 4096,
+                                   'beta_fast': 16, 'beta_slow': 2, 'truncate': False}}),
+    ('llama', {'rope_parameters': {'rope_type': 'yarn', 'rope_theta': 10000.0, 'factor': 40.0, 'original_max_position_embeddings': 4096,
+                                   'mscale': 1.0, 'mscale_all_dim': 0.707}}),
+    ('mistral', {'rope_parameters': {'rope_type': 'yarn', 'rope_theta': 10000.0, 'factor': 2.0, 'original_max_position_embeddings': 4096,
+                                     'attention_factor': 0.9}}),
+    ('qwen2', {'rope_parameters': {'rope_type': 'yarn', 'rope_theta': 10000.0, 'factor': None, 'original_max_position_embeddings': 512}}),
+    ('llama', {'rope_parameters': {'rope_type': 'llama3', 'rope_theta': 500000.0, 'factor': 32.0, 'low_freq_factor': 1.0,
+                                   'high_freq_factor': 4.0, 'original_max_position_embeddings': 8192}}),
+    ('llama', {'rope_theta': 50000.0, 'rope_scaling': {'type': 'linear', 'factor': 2.0}}),
+    ('qwen3', {'rope_parameters': {'rope_type': 'dynamic', 'rope_theta': 1000000.0, 'factor': 4.0}, 'seq_len': 5000}),
+    ('llama', {'rope_parameters': {'rope_type': 'default', 'rope_theta': 10000.0, 'partial_rotary_factor': 0.5}}),
+    ('llama', {'rope_parameters': {'rope_type': 'llama3', 'rope_theta': 500000.0, 'factor': 8.0, 'low_freq_factor': 1.0,
+                                   'high_freq_factor': 4.0, 'original_max_position_embeddings': 8192}, 'original_max_position_embeddings': 2048}),
+]
+
+
+def rope_cases():
+    out = []
+    for family, extra in ROPE_CASES:
+        extra = copy.deepcopy(extra)
+        seq_len = extra.pop('seq_len', None)
+        kw = dict(vocab_size=16, hidden_size=64, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+                  num_key_value_heads=1, max_position_embeddings=2048)
+        if family == 'qwen3':
+            kw['head_dim'] = 32
+        config = {'model_type': family, **kw, **extra}
+        cfg = CLASSES[family](**{**kw, **copy.deepcopy(extra)})
+        rot = transformers.AutoModelForCausalLM.from_config(cfg).model.rotary_emb
+        if seq_len is not None:
+            # what a forward whose last position is seq_len - 1 uses (dynamic_rope_update)
+            rot(torch.zeros(1, 1, 64), torch.tensor([[seq_len - 1]]))
+        out.append({'config': config, 'seq_len': seq_len, 'inv_freq': rot.inv_freq.tolist(),
+                    'attention_scaling': float(rot.attention_scaling), 'rope_parameters': cfg.rope_parameters})
+    return out
+
+
 def config_4x(cfg5):
     """the same model as transformers 4.x wrote it: top-level rope_theta + rope_scaling, torch_dtype"""
     c = dict(cfg5)
@@ -264,6 +304,7 @@ def main():
             index['cases']['llama-llama3-4x'] = {**index['cases'][tag], 'same_refs_as': tag}
 
     (out / 'index.json').write_text(json.dumps(index, indent=1) + '\n')
+    (out / 'rope-cases.json').write_text(json.dumps(rope_cases(), indent=1) + '\n')
 
 
 def relative_change(d, cfg_dict, prompt, logits):
