@@ -69,6 +69,7 @@ export function resolveRope(cfg: Json, file: string, defaults: { theta: number }
   }
   if (scaling !== undefined) keys.push('rope_scaling');
   if (params !== undefined) keys.push('rope_parameters');
+  const own = new Set(Object.keys(raw)); // the dict's own keys (before top-level keys fill it)
 
   // top-level keys fill what the dict lacks (setdefault)
   if (raw.rope_theta === undefined || raw.rope_theta === null) {
@@ -109,7 +110,7 @@ export function resolveRope(cfg: Json, file: string, defaults: { theta: number }
   if (type !== 'default' && Math.trunc(headDim * prf) !== headDim) {
     throw new SafekeepError(`${file}: partial_rotary_factor ${prf} with RoPE type ${type} rotates ${Math.trunc(headDim * prf)} of ${headDim} head dims, which transformers' Llama/Mistral/Qwen classes cannot run; not supported`);
   }
-  const read = (ks: string[]) => { for (const k of ks) if (raw[k] !== undefined) keys.push(`${where}.${k}`); };
+  const read = (ks: string[]) => { for (const k of ks) if (own.has(k)) keys.push(`${where}.${k}`); };
   read(['rope_type', 'type', 'rope_theta', 'partial_rotary_factor']);
 
   let rope: RopeScaling;

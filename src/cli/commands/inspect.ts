@@ -24,7 +24,8 @@ export function describeWindows(c: ModelConfig): string {
     i = j;
   }
   const all = layers.length === c.numLayers;
-  return `sliding window ${w} on ${all ? 'every layer' : `layers ${runs.join(', ')} (0-based; the others full)`}`;
+  const which = layers.length === 1 ? `layer ${runs[0]}` : `layers ${runs.join(', ')}`;
+  return `sliding window ${w} on ${all ? 'every layer' : `${which} (0-based; the others full causal)`}`;
 }
 
 export async function run(argv: string[]): Promise<number> {
