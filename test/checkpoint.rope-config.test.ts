@@ -113,5 +113,16 @@ test('forward-changing keys are refused by name (one line naming the file and th
     transformers_version: '5.18.0', pretraining_tp: 1, initializer_range: 0.02, attention_dropout: 0, use_cache: true, _name_or_path: 'x',
   }, null);
   assert.ok(ok.configKeys.ignored.includes('pretraining_tp') && ok.configKeys.ignored.includes('dtype'));
+  // SmolLM2-135M's config.json (keys as on the hub): its extra metadata keys are harmless, rope_interleaved false a no-op
+  const smol = parseModelConfig({
+    architectures: ['LlamaForCausalLM'], attention_bias: false, attention_dropout: 0.0, bos_token_id: 0, eos_token_id: 0, hidden_act: 'silu',
+    hidden_size: 576, initializer_range: 0.041666666666666664, intermediate_size: 1536, is_llama_config: true, max_position_embeddings: 8192,
+    mlp_bias: false, model_type: 'llama', num_attention_heads: 9, num_hidden_layers: 30, num_key_value_heads: 3, pad_token_id: 0,
+    pretraining_tp: 1, rms_norm_eps: 1e-5, rope_interleaved: false, rope_scaling: null, rope_theta: 100000, tie_word_embeddings: true,
+    torch_dtype: 'bfloat16', transformers_version: '4.42.3', 'transformers.js_config': { kv_cache_dtype: { q4f16: 'float16' } }, use_cache: true, vocab_size: 49152,
+  }, null);
+  assert.deepEqual(smol.rope, { type: 'default' });
+  assert.equal(smol.ropeTheta, 100000);
+  assert.throws(() => parseModelConfig({ ...base, model_type: 'llama', rope_interleaved: true }, null), /rope_interleaved true is not supported \(interleaved RoPE\)/);
   assert.ok(ok.configKeys.read.includes('hidden_size') && ok.configKeys.read.includes('attention_bias'));
 });

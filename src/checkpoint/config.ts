@@ -205,7 +205,12 @@ export const IGNORED_KEYS = new Set([
   'tf_legacy_loss', 'pruned_heads', 'chunk_size_feed_forward', 'is_encoder_decoder', 'is_decoder',
   'add_cross_attention', 'cross_attention_hidden_size', 'tie_encoder_decoder', 'id2label', 'label2id', 'num_labels',
   'problem_type', 'finetuning_task', 'tokenizer_class', 'prefix', 'task_specific_params', 'sep_token_id',
-  'decoder_start_token_id', 'model_name', 'name_or_path',
+  'decoder_start_token_id', 'model_name', 'name_or_path', 'keys_to_ignore_at_inference', 'initializer_factor',
+  // metadata other tools write (SmolLM2: is_llama_config, transformers.js_config; Unsloth); auto_map names custom
+  // modeling code, which transformers itself does not run without trust_remote_code (it uses the class above)
+  'is_llama_config', 'transformers.js_config', 'auto_map', 'unsloth_version', 'unsloth_fixed',
+  // dropout: inactive at inference
+  'embd_pdrop', 'resid_pdrop', 'attn_pdrop', 'hidden_dropout', 'classifier_dropout', 'mlp_dropout',
   // generation settings old configs carry (greedy decoding here is explicit; stop ids come from eos_token_id)
   'max_length', 'min_length', 'do_sample', 'early_stopping', 'num_beams', 'num_beam_groups', 'diversity_penalty',
   'temperature', 'top_k', 'top_p', 'typical_p', 'repetition_penalty', 'length_penalty', 'no_repeat_ngram_size',
@@ -225,7 +230,8 @@ export const REFUSED_KEYS: Record<string, string> = {
   query_pre_attn_scalar: 'a different attention scale',
   logits_scaling: 'scaled logits', embedding_multiplier: 'scaled embeddings', residual_multiplier: 'scaled residuals',
   attention_multiplier: 'a different attention scale', logit_scale: 'scaled logits',
-  quantization_config: 'quantized weights', rope_interleave: 'interleaved RoPE', use_mrope: 'multimodal RoPE',
+  quantization_config: 'quantized weights', rope_interleave: 'interleaved RoPE', rope_interleaved: 'interleaved RoPE',
+  use_mrope: 'multimodal RoPE',
   no_rope_layers: 'layers without RoPE', no_rope_layer_interval: 'layers without RoPE', attention_chunk_size: 'chunked attention',
   sliding_window_pattern: 'alternating sliding-window layers', num_experts: 'mixture of experts',
   num_local_experts: 'mixture of experts', n_routed_experts: 'mixture of experts', moe_intermediate_size: 'mixture of experts',
