@@ -232,6 +232,6 @@ export function describeRope(theta: number, r: RopeScaling): string {
     case 'linear': return `linear (theta ${theta}, factor ${r.factor})`;
     case 'llama3': return `llama3 (theta ${theta}, factor ${r.factor}, low ${r.lowFreqFactor}, high ${r.highFreqFactor}, original ${r.originalMaxPositionEmbeddings})`;
     case 'yarn': return `yarn (theta ${theta}, factor ${r.factor}, original ${r.originalMaxPositionEmbeddings}, beta_fast ${r.betaFast}, beta_slow ${r.betaSlow}, truncate ${r.truncate}, attention factor ${+r.attentionFactor.toFixed(6)})`;
-    case 'dynamic': return `dynamic NTK (theta ${theta}, factor ${r.factor}, from ${r.maxPositionEmbeddings} tokens on: recomputed for the length run)`;
+    case 'dynamic': return `dynamic NTK (theta ${theta}, factor ${r.factor}, scaled beyond ${r.maxPositionEmbeddings} tokens, recomputed for the length run)`;
   }
 }
