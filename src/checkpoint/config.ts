@@ -209,6 +209,8 @@ export const IGNORED_KEYS = new Set([
   // metadata other tools write (SmolLM2: is_llama_config, transformers.js_config; Unsloth); auto_map names custom
   // modeling code, which transformers itself does not run without trust_remote_code (it uses the class above)
   'is_llama_config', 'transformers.js_config', 'auto_map', 'unsloth_version', 'unsloth_fixed',
+  // lengths some Llama-2-era configs carry; these transformers classes never read them
+  'max_sequence_length', 'seq_length',
   // dropout: inactive at inference
   'embd_pdrop', 'resid_pdrop', 'attn_pdrop', 'hidden_dropout', 'classifier_dropout', 'mlp_dropout',
   // generation settings old configs carry (greedy decoding here is explicit; stop ids come from eos_token_id)
