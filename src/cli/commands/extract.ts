@@ -4,16 +4,21 @@
  *    [--device cpu|cuda] [--threads N] [--template FILE] [--batch-tokens N] [--split-seed N]`
  * Caches the final-prompt-token residual stream (all layers) per configuration/representation under
  * results/<model>/cache/; `agent` is cached once per --repr. Resumable; progress on stderr; summary on stdout.
+ * `--shard i/n` (0-based): only this shard's token-balanced share of the batches, into
+ * results/<model>/shards/extract/shard-<i>-of-<n>/; `safekeep merge results/<model>` assembles the caches.
  */
 import { parseArgs } from '../args.ts';
 import { RUN_FLAGS, runContextOptions } from '../run-flags.ts';
-import { extractCondition, extractFirstToken, openContext, parseCondition, conditionName, type Condition } from '../../experiments/extract.ts';
+import {
+  conditionPass, extractCondition, extractFirstToken, firstTokenPass, openContext, parseCondition, conditionName, runShard, type Condition,
+} from '../../experiments/extract.ts';
+import { parseShard } from '../../util/shard.ts';
 import type { ToolRepr } from '../../prompts/configurations.ts';
 
 export const summary = 'cache final-prompt-token hidden states per prompt configuration (resumable)';
 
 export async function run(argv: string[]): Promise<number> {
-  const a = parseArgs(argv, { values: [...RUN_FLAGS, 'configs', 'repr'], booleans: ['first-token'] });
+  const a = parseArgs(argv, { values: [...RUN_FLAGS, 'configs', 'repr', 'shard'], booleans: ['first-token'] });
   const reprs = (a.values.get('repr') ?? 'schema').split(',');
   const conditions: Condition[] = [];
   for (const name of (a.values.get('configs') ?? 'chatbot,agent').split(',')) {
@@ -21,6 +26,18 @@ export async function run(argv: string[]): Promise<number> {
     else conditions.push(parseCondition(name));
   }
   const ctx = await openContext(await runContextOptions(a));
+  const shardArg = a.values.get('shard');
+  if (shardArg !== undefined) {
+    try {
+      const passes = conditions.map((c) => conditionPass(ctx, c));
+      if (a.booleans.has('first-token')) passes.push(firstTokenPass(ctx, 'schema'), firstTokenPass(ctx, 'flattened'));
+      const r = await runShard(ctx, 'extract', passes, parseShard(shardArg), {});
+      process.stdout.write(`shard ${shardArg}: ${r.items} batches (${r.tokens} padded tokens), computed ${r.computedRows} prompts in ${r.seconds.toFixed(1)} s → ${r.dir}\n`);
+    } finally {
+      await ctx.engine.dispose();
+    }
+    return 0;
+  }
   try {
     for (const c of conditions) {
       const r = await extractCondition(ctx, c);

@@ -1,0 +1,49 @@
+/**
+ * `safekeep merge RESULTS_DIR` (results/<model>): joins the part files of every sharded command found under
+ * RESULTS_DIR/shards/ (extract, reproduce, steer, guard-eval; in that order) into the files one process writes —
+ * caches byte-identical — then runs what the command runs after its work items (reproduce: analyses, tables,
+ * figures, report). Refuses, naming them, missing/unfinished or duplicate shards and shards from a different
+ * model/template/data/options. Idempotent: merging again reuses the assembled caches.
+ */
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { parseArgs } from '../args.ts';
+import { SafekeepError } from '../../util/errors.ts';
+import { shardCommands } from '../../util/shard-run.ts';
+import { mergeReproduce, mergeShardCaches, type CacheMerge } from '../../experiments/merge.ts';
+import { summarizeResults } from '../../experiments/summary.ts';
+
+export const summary = 'join the part files of sharded runs (--shard i/n) into one result, then analyses and report';
+
+/** Merge order: a later stage may read what an earlier one assembled. */
+export const MERGE_ORDER = ['extract', 'reproduce', 'steer', 'guard-eval'] as const;
+
+function describe(command: string, m: CacheMerge, seconds: number): string {
+  const built = m.passes.filter((p) => !p.cached).map((p) => p.names.join('+'));
+  const cached = m.passes.filter((p) => p.cached).length;
+  return `${command}: ${m.shards.length} shards → ${built.length} caches assembled${built.length ? ` (${built.join(', ')})` : ''}${cached ? `, ${cached} already complete` : ''} in ${seconds.toFixed(2)} s`;
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const a = parseArgs(argv, { values: [] });
+  if (a.positionals.length !== 1) throw new SafekeepError('usage: safekeep merge RESULTS_DIR (the results/<model> folder the shards wrote into)');
+  const dir = resolve(a.positionals[0]!);
+  if (!existsSync(dir)) throw new SafekeepError(`${dir}: no such results folder`);
+  const found = shardCommands(dir);
+  const unknown = found.filter((c) => !(MERGE_ORDER as readonly string[]).includes(c));
+  if (unknown.length) throw new SafekeepError(`${dir}/shards: unknown sharded commands ${unknown.join(', ')}`);
+  if (found.length === 0) throw new SafekeepError(`${dir}: no shards to merge (nothing under ${dir}/shards/)`);
+  for (const command of MERGE_ORDER.filter((c) => found.includes(c))) {
+    const t0 = performance.now();
+    if (command === 'reproduce') {
+      const m = await mergeReproduce(dir);
+      process.stdout.write(`${describe(command, m, (performance.now() - t0) / 1000)}\n${summarizeResults(m.report.results)}\nreport: ${m.report.files.html}\n`);
+    } else if (command === 'extract') {
+      const m = mergeShardCaches(dir, command);
+      process.stdout.write(`${describe(command, m, (performance.now() - t0) / 1000)}\n`);
+    } else {
+      throw new SafekeepError(`${dir}/shards/${command}: merging ${command} shards is not implemented yet`);
+    }
+  }
+  return 0;
+}

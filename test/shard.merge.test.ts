@@ -1,0 +1,120 @@
+/**
+ * Sharding: the partition is contiguous, covering and token-balanced; on the planted model, `reproduce` as 4 shards
+ * + `safekeep merge` writes the same caches (byte for byte), manifests and results as one process; merge refuses a
+ * missing shard, a shard of another partition and a shard run on different data, naming them.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseShard, partitionByCost, selectShard } from '../src/util/shard.ts';
+import { writePlantedModel } from '../src/experiments/planted.ts';
+import { reproduce, reproduceShard } from '../src/experiments/reproduce.ts';
+import { main } from '../src/cli/main.ts';
+
+test('partitionByCost: contiguous, every item once, each shard within one item of T/n', () => {
+  const costs = Array.from({ length: 200 }, (_, k) => 1 + ((k * 7919) % 97)); // uneven, deterministic
+  const total = costs.reduce((a, b) => a + b, 0);
+  for (const n of [1, 2, 3, 4, 7, 16]) {
+    const owner = partitionByCost(costs, n);
+    assert.equal(owner.length, costs.length);
+    for (let k = 1; k < owner.length; k++) assert.ok(owner[k]! >= owner[k - 1]! && owner[k]! - owner[k - 1]! <= 1, 'contiguous, in order');
+    const load = Array<number>(n).fill(0);
+    owner.forEach((s, k) => (load[s]! += costs[k]!));
+    const maxItem = Math.max(...costs);
+    for (const l of load) assert.ok(Math.abs(l - total / n) <= maxItem, `n=${n}: load ${l} vs ${total / n}`);
+    assert.deepEqual(partitionByCost(costs, n), owner, 'deterministic');
+  }
+  // tokens, not counts: one long item and many short ones split into two halves of equal cost
+  const owner = partitionByCost([100, ...Array<number>(100).fill(1)], 2);
+  assert.equal(owner.filter((s) => s === 0).length, 1);
+  // selectShard over all shards = all items, in order
+  const items = costs.map((c, k) => ({ c, k }));
+  const back = [0, 1, 2].flatMap((i) => selectShard(items, (x) => x.c, { index: i, count: 3 }).map((x) => x.k));
+  assert.deepEqual(back, items.map((x) => x.k));
+});
+
+test('parseShard: 0-based i/n; bad forms are one clear error', () => {
+  assert.deepEqual(parseShard('3/4'), { index: 3, count: 4 });
+  for (const bad of ['4/4', '1/0', '-1/4', '1', 'a/b', '1/4/2']) assert.throws(() => parseShard(bad), /--shard/);
+});
+
+/** Every file under `dir` (relative paths), for byte comparison. */
+function files(dir: string, sub = ''): string[] {
+  return readdirSync(join(dir, sub), { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? files(dir, join(sub, e.name)) : [join(sub, e.name)])).sort();
+}
+
+async function cli(...argv: string[]): Promise<{ code: number; err: string }> {
+  const write = process.stderr.write.bind(process.stderr);
+  const outWrite = process.stdout.write.bind(process.stdout);
+  let err = '';
+  process.stderr.write = ((s: string) => { err += s; return true; }) as typeof process.stderr.write;
+  process.stdout.write = (() => true) as typeof process.stdout.write;
+  try {
+    return { code: await main(argv), err };
+  } finally {
+    process.stderr.write = write;
+    process.stdout.write = outWrite;
+  }
+}
+
+test('planted reproduce: 4 shards + merge = one process (byte-identical caches, same results); bad shard sets refused', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'shard-'));
+  process.env.SAFEKEEP_CACHE = join(dir, '.graphs');
+  process.env.SAFEKEEP_QUIET = '1';
+  try {
+    const model = join(dir, 'planted');
+    await writePlantedModel(model);
+    const opts = { model, data: 'pairs', limit: 24, reps: 50, batchTokens: 1500 };
+    const one = await reproduce({ ...opts, results: join(dir, 'one') });
+    const tokens: number[] = [];
+    for (let i = 0; i < 4; i++) tokens.push((await reproduceShard({ ...opts, results: join(dir, 'four') }, { index: i, count: 4 })).tokens);
+    const total = tokens.reduce((a, b) => a + b, 0);
+    for (const t of tokens) assert.ok(t > 0.5 * (total / 4) && t < 1.5 * (total / 4), `token-balanced shards: ${tokens}`);
+    const four = join(dir, 'four', 'planted');
+    // before merge: nothing in the shared cache folder — each shard wrote only its own folder
+    assert.equal(existsSync(join(four, 'cache')), false);
+
+    // a missing shard is named (shard 2 "lost": copy the set without it)
+    const lost = join(dir, 'lost', 'planted');
+    cpSync(four, lost, { recursive: true });
+    rmSync(join(lost, 'shards', 'reproduce', 'shard-2-of-4'), { recursive: true });
+    let r = await cli('merge', lost);
+    assert.equal(r.code, 2);
+    assert.match(r.err, /missing shards: 2\/4 \(not started\)/);
+    // a shard of another partition (a stale 2-shard run) is named
+    const mixed = join(dir, 'mixed', 'planted');
+    cpSync(four, mixed, { recursive: true });
+    await reproduceShard({ ...opts, results: join(dir, 'mixed') }, { index: 1, count: 2 });
+    r = await cli('merge', mixed);
+    assert.equal(r.code, 2);
+    assert.match(r.err, /different partitions: n=2 \(shard-1-of-2\) vs n=4 \(shard-0-of-4, shard-1-of-4, shard-2-of-4, shard-3-of-4\)/);
+    // a shard run on different data (another --limit) is named
+    const other = join(dir, 'other', 'planted');
+    cpSync(four, other, { recursive: true });
+    rmSync(join(other, 'shards', 'reproduce', 'shard-3-of-4'), { recursive: true });
+    await reproduceShard({ ...opts, limit: 20, results: join(dir, 'other') }, { index: 3, count: 4 });
+    r = await cli('merge', other);
+    assert.equal(r.code, 2);
+    assert.match(r.err, /shards disagree on data: shard-0-of-4 has pairs \w+ limit 24 .*shard-3-of-4 has pairs \w+ limit 20/);
+    assert.equal(existsSync(join(other, 'results.json')), false, 'nothing written by a refused merge');
+
+    r = await cli('merge', four);
+    assert.equal(r.code, 0, r.err);
+    const cacheFiles = files(join(one.outDir, 'cache'));
+    assert.deepEqual(files(join(four, 'cache')), cacheFiles);
+    assert.equal(cacheFiles.filter((f) => f.endsWith('.safetensors')).length, 9);
+    for (const f of cacheFiles) assert.ok(readFileSync(join(one.outDir, 'cache', f)).equals(readFileSync(join(four, 'cache', f))), `${f} differs`);
+    // results and tables: the same up to the results folder's path
+    const norm = (p: string): string => readFileSync(p, 'utf8').replaceAll(join(dir, 'four'), '<R>').replaceAll(join(dir, 'one'), '<R>');
+    for (const f of ['results.json', 'manifest.json', ...files(join(one.outDir, 'tables')).map((t) => join('tables', t))]) {
+      assert.equal(norm(join(four, f)), norm(join(one.outDir, f)), f);
+    }
+    assert.ok(existsSync(join(four, 'report.html')));
+    // merging again reuses the assembled caches
+    assert.equal((await cli('merge', four)).code, 0);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
