@@ -10,6 +10,8 @@ import { resolve } from 'node:path';
 import { parseArgs } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { shardCommands } from '../../util/shard-run.ts';
+import { writeJsonAtomic } from '../../util/atomic.ts';
+import { mergedFile } from '../../cluster/status.ts';
 import { mergeReproduce, mergeShardCaches, type CacheMerge } from '../../experiments/merge.ts';
 import { summarizeResults } from '../../experiments/summary.ts';
 
@@ -35,11 +37,14 @@ export async function run(argv: string[]): Promise<number> {
   if (found.length === 0) throw new SafekeepError(`${dir}: no shards to merge (nothing under ${dir}/shards/)`);
   for (const command of MERGE_ORDER.filter((c) => found.includes(c))) {
     const t0 = performance.now();
+    const done = (): void => writeJsonAtomic(mergedFile(dir, command), { at: new Date().toISOString(), seconds: (performance.now() - t0) / 1000 });
     if (command === 'reproduce') {
       const m = await mergeReproduce(dir);
+      done();
       process.stdout.write(`${describe(command, m, (performance.now() - t0) / 1000)}\n${summarizeResults(m.report.results)}\nreport: ${m.report.files.html}\n`);
     } else if (command === 'extract') {
       const m = mergeShardCaches(dir, command);
+      done();
       process.stdout.write(`${describe(command, m, (performance.now() - t0) / 1000)}\n`);
     } else {
       throw new SafekeepError(`${dir}/shards/${command}: merging ${command} shards is not implemented yet`);
