@@ -118,3 +118,41 @@ test('planted reproduce: 4 shards + merge = one process (byte-identical caches, 
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('planted steer: extract ×2 shards + merge, then steer ×3 shards + merge = one process (generations, Table 3)', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'shard-steer-'));
+  process.env.SAFEKEEP_CACHE = join(dir, '.graphs');
+  process.env.SAFEKEEP_QUIET = '1';
+  try {
+    const model = join(dir, 'planted');
+    await writePlantedModel(model);
+    const steerArgs = ['--model', model, '--limit', '24', '--alphas', '0,0.8,1.2', '--max-new-tokens', '10'];
+    let r = await cli('steer', ...steerArgs, '--results', join(dir, 'one'));
+    assert.equal(r.code, 0, r.err);
+    const sharded = join(dir, 'three');
+    // steer shards need the extraction caches first, and say so
+    r = await cli('steer', ...steerArgs, '--results', sharded, '--shard', '0/3');
+    assert.equal(r.code, 2);
+    assert.match(r.err, /needs the caches prompt\.chatbot, prompt\.agent\.schema, prompt\.agent\.flattened/);
+    for (const i of [0, 1]) {
+      r = await cli('extract', '--model', model, '--limit', '24', '--configs', 'chatbot,agent', '--repr', 'schema,flattened', '--results', sharded, '--shard', `${i}/2`);
+      assert.equal(r.code, 0, r.err);
+    }
+    assert.equal((await cli('merge', join(sharded, 'planted'))).code, 0);
+    for (const f of ['prompt.chatbot', 'prompt.agent.schema', 'prompt.agent.flattened']) {
+      assert.ok(readFileSync(join(dir, 'one', 'planted', 'cache', `${f}.safetensors`)).equals(readFileSync(join(sharded, 'planted', 'cache', `${f}.safetensors`))), f);
+    }
+    for (const i of [0, 1, 2]) {
+      r = await cli('steer', ...steerArgs, '--results', sharded, '--shard', `${i}/3`);
+      assert.equal(r.code, 0, r.err);
+    }
+    r = await cli('merge', join(sharded, 'planted'));
+    assert.equal(r.code, 0, r.err);
+    const outs = files(join(dir, 'one', 'planted', 'steering'));
+    assert.equal(outs.filter((f) => f.startsWith('generations.')).length, 6);
+    assert.deepEqual(files(join(sharded, 'planted', 'steering')), outs);
+    for (const f of outs) assert.ok(readFileSync(join(dir, 'one', 'planted', 'steering', f)).equals(readFileSync(join(sharded, 'planted', 'steering', f))), `steering/${f} differs`);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

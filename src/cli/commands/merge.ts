@@ -9,7 +9,8 @@ import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { shardCommands } from '../../util/shard-run.ts';
+import { completeShardSet, shardCommands } from '../../util/shard-run.ts';
+import { finishSteer, type SteerMergeOptions } from '../../experiments/steer.ts';
 import { writeJsonAtomic } from '../../util/atomic.ts';
 import { mergedFile } from '../../cluster/status.ts';
 import { mergeReproduce, mergeShardCaches, type CacheMerge } from '../../experiments/merge.ts';
@@ -46,6 +47,11 @@ export async function run(argv: string[]): Promise<number> {
       const m = mergeShardCaches(dir, command);
       done();
       process.stdout.write(`${describe(command, m, (performance.now() - t0) / 1000)}\n`);
+    } else if (command === 'steer') {
+      const shards = completeShardSet(dir, command);
+      const r = await finishSteer(dir, shards[0]!.record!.options as unknown as SteerMergeOptions, shards);
+      done();
+      process.stdout.write(`steer: ${shards.length} shards → ${r.sweeps.reduce((n, s) => n + s.rows.length, 0)} (requests, α) generation files in ${((performance.now() - t0) / 1000).toFixed(2)} s\nTable 3: ${r.outDir}/table3.md\nreport: ${r.report}\n`);
     } else {
       throw new SafekeepError(`${dir}/shards/${command}: merging ${command} shards is not implemented yet`);
     }
