@@ -14,6 +14,8 @@
  * a thinking judge needs a larger `--judge-max-tokens`, else its verdict is unparseable (→ unsafe by default).
  * An endpoint that still fails after the retries stops the run (exit 3); answers so far stay cached, so running the
  * same command again resumes where it stopped.
+ * `--shard i/n` (0-based): this shard's token-balanced share of the (method × case) items into
+ * results/<name>/shards/guard-eval/; `safekeep merge results/<name>` writes Table 4 as one process would.
  */
 import { basename, join, resolve } from 'node:path';
 import { numberValue, parseArgs, requireValue, type ParsedArgs } from '../args.ts';
@@ -26,6 +28,9 @@ import { runGuardEval, summarizeEval } from '../../guard/eval.ts';
 import { markdownTable, writeGuardTables } from '../../guard/table.ts';
 import { GUARD_METHODS, type ChatBackend, type GuardMethod } from '../../guard/types.ts';
 import type { CallFormat } from '../../experiments/outcome/types.ts';
+import { runGuardShard, type GuardMergeOptions } from '../../guard/shard.ts';
+import { parseShard } from '../../util/shard.ts';
+import { sha256Hex } from '../../prompts/hash.ts';
 
 export const summary = 'Table 4: guard methods on AgentHarm / InjecAgent (local model or endpoint)';
 
@@ -63,7 +68,7 @@ export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, {
     values: ['model', 'dtype', 'device', 'threads', 'template', 'endpoint', 'endpoint-model', 'bench', 'methods', 'limit', 'settings', 'data',
       'name', 'out', 'max-tokens', 'judge-max-tokens', 'unparseable', 'concurrency', 'api-key-env', 'timeout-ms', 'retries', 'prefill',
-      'call-format'],
+      'call-format', 'shard'],
     booleans: ['no-cache', 'no-thinking'],
   });
   const model = args.values.get('model');
@@ -83,6 +88,7 @@ export async function run(argv: string[]): Promise<number> {
   const noThinking = args.booleans.has('no-thinking');
 
   let backend: ChatBackend;
+  let templateHash = 'none (endpoint)';
   let dispose = async () => {};
   let concurrency = 1;
   if (endpoint !== undefined) {
@@ -103,13 +109,14 @@ export async function run(argv: string[]): Promise<number> {
     const { openEngine } = await import('../../engine/cli-common.ts');
     const { loadPromptTokenizer } = await import('../../prompts/tokenizer.ts');
     const tokenizer = await loadPromptTokenizer(model!, { template: args.values.get('template') });
+    templateHash = tokenizer.templateHash;
     const engine = await openEngine(args);
     dispose = () => engine.dispose();
     backend = new LocalBackend(engine, tokenizer, noThinking ? { templateKwargs: { enable_thinking: false } } : {});
   }
   try {
     process.stderr.write(`guard eval: ${cases.length} ${bench} cases × ${methods.join(',')} on ${backend.name}\n`);
-    const rows = await runGuardEval(cases, {
+    const evalOptions = {
       methods,
       backend,
       concurrency,
@@ -117,9 +124,28 @@ export async function run(argv: string[]): Promise<number> {
       judgeMaxTokens: positiveInt(args, 'judge-max-tokens', 8),
       onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe'),
       onProgress: progress('guard eval'),
-    });
+    };
+    const meta = { backend: backend.name, data: dataDir, limit: Number.isFinite(limit) ? limit : null, cases: cases.length };
+    const shardArg = args.values.get('shard');
+    if (shardArg !== undefined) {
+      const m: GuardMergeOptions = {
+        bench, dataDir, settings: list<InjecSetting>('settings', args.values.get('settings') ?? 'base,enhanced', ['base', 'enhanced']),
+        limit: Number.isFinite(limit) ? limit : null, methods, name, out, maxTokens: evalOptions.maxTokens, judgeMaxTokens: evalOptions.judgeMaxTokens, meta,
+      };
+      const short = (x: unknown): string => sha256Hex(JSON.stringify(x)).slice(0, 12);
+      const identity = {
+        model: model !== undefined ? `${basename(resolve(model))} ${args.values.get('dtype') ?? 'default dtype'}` : `${endpoint} ${endpointModel}`,
+        template: templateHash,
+        data: `${bench} ${cases.length} cases ${short(cases.map((c) => c.id))}`,
+        options: short([...argv].filter((x, i, xs) => x !== '--shard' && xs[i - 1] !== '--shard' && !x.startsWith('--shard='))),
+      };
+      const r = await runGuardShard(cases, evalOptions, parseShard(shardArg), m, identity);
+      process.stdout.write(`shard ${shardArg}: ${r.items} items (~${r.tokens} tokens) in ${r.seconds.toFixed(1)} s → ${r.dir}\nwhen every shard is done: safekeep merge ${resolve(out, '..')}\n`);
+      return 0;
+    }
+    const rows = await runGuardEval(cases, evalOptions);
     const summaries = summarizeEval(bench, cases, rows, methods);
-    const files = writeGuardTables(out, bench, name, summaries, rows, { backend: backend.name, data: dataDir, limit: Number.isFinite(limit) ? limit : null, cases: cases.length });
+    const files = writeGuardTables(out, bench, name, summaries, rows, meta);
     process.stdout.write(markdownTable(bench, name, summaries));
     process.stdout.write(`\nwrote ${Object.values(files).join(', ')}\n`);
   } finally {

@@ -11,6 +11,7 @@ import { parseArgs } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { completeShardSet, shardCommands } from '../../util/shard-run.ts';
 import { finishSteer, type SteerMergeOptions } from '../../experiments/steer.ts';
+import { finishGuardEval, type GuardMergeOptions } from '../../guard/shard.ts';
 import { writeJsonAtomic } from '../../util/atomic.ts';
 import { mergedFile } from '../../cluster/status.ts';
 import { mergeReproduce, mergeShardCaches, type CacheMerge } from '../../experiments/merge.ts';
@@ -53,7 +54,10 @@ export async function run(argv: string[]): Promise<number> {
       done();
       process.stdout.write(`steer: ${shards.length} shards → ${r.sweeps.reduce((n, s) => n + s.rows.length, 0)} (requests, α) generation files in ${((performance.now() - t0) / 1000).toFixed(2)} s\nTable 3: ${r.outDir}/table3.md\nreport: ${r.report}\n`);
     } else {
-      throw new SafekeepError(`${dir}/shards/${command}: merging ${command} shards is not implemented yet`);
+      const shards = completeShardSet(dir, command);
+      const r = finishGuardEval(shards[0]!.record!.options as unknown as GuardMergeOptions, shards);
+      done();
+      process.stdout.write(`guard-eval: ${shards.length} shards → ${r.files.markdown} in ${((performance.now() - t0) / 1000).toFixed(2)} s\n`);
     }
   }
   return 0;
