@@ -74,4 +74,23 @@ test('slurm reproduce --shards 4 on a real single-node Slurm = one process', asy
   assert.equal(st.status, 0, st.stderr);
   assert.match(st.stdout, /reproduce \(n=4\): 4 done, 0 running or failed, 0 not started; 100% .*merged/);
   assert.match(st.stdout, new RegExp(`${ids[0]}\\s+reproduce shards array 0-3`));
+
+  // a failed/missing task is resubmitted alone: tasks 1,3 first (their merge fails, naming 0/4 and 2/4), then 0,2
+  const part = (only: string) => cli('slurm', 'reproduce', '--model', model, '--shards', '4', '--only', only, '--results', join(dir, 'again'), '--', '--limit', '24', '--reps', '50');
+  const first = part('1,3');
+  assert.equal(first.status, 0, first.stderr);
+  const ids1 = [...first.stdout.matchAll(/job (\d+)/g)].map((m) => m[1]!);
+  const s1 = await waitForJobs(c.env, ids1, 600_000);
+  assert.deepEqual(s1[ids1[0]!], ['COMPLETED', 'COMPLETED']);
+  assert.deepEqual(s1[ids1[1]!], ['FAILED'], 'merge refuses an incomplete shard set');
+  const again = join(dir, 'again', 'planted');
+  const mergeLog = readdirSync(join(again, 'slurm', 'logs')).find((f) => f.includes(`-${ids1[1]}.out`))!;
+  assert.match(readFileSync(join(again, 'slurm', 'logs', mergeLog), 'utf8'), /missing shards: 0\/4 \(not started\), 2\/4 \(not started\)/);
+  assert.match(cli('slurm', 'status', again).stdout, /not started: 0\/4, 2\/4 \(resubmit with --only 0,2\)/);
+  const second = part('0,2');
+  assert.equal(second.status, 0, second.stderr);
+  const ids2 = [...second.stdout.matchAll(/job (\d+)/g)].map((m) => m[1]!);
+  const s2 = await waitForJobs(c.env, ids2, 600_000);
+  assert.deepEqual(s2[ids2[1]!], ['COMPLETED'], JSON.stringify(s2));
+  for (const f of cacheFiles) assert.ok(readFileSync(join(one.outDir, 'cache', f)).equals(readFileSync(join(again, 'cache', f))), `${f} differs after --only`);
 });

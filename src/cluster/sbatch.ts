@@ -78,6 +78,8 @@ export function arrayScript(s: ArraySpec): string {
 
 export interface MergeSpec {
   name: string;
+  /** the sharded command whose parts this job merges */
+  command: string;
   node: string;
   bin: string;
   resultsDir: string;
@@ -91,10 +93,10 @@ export function mergeScript(s: MergeSpec): string {
   const { gpusPerTask: _g, cpusPerTask: _c, ...r } = s.resources;
   return [
     ...header(s.name, r, `${s.logDir}/%x-%j.out`, ['#SBATCH --ntasks=1']),
-    '# runs after every array task succeeded (afterok): parts → caches, then analyses, tables, figures, report',
+    '# runs after every array task succeeded (afterok): parts → the files one process writes, then the command\'s own finish (reproduce: analyses, tables, figures, report)',
     'set -euo pipefail',
     `cd ${shq(s.workdir)}`,
-    `exec ${shq(s.node)} ${shq(s.bin)} merge ${shq(s.resultsDir)}`,
+    `exec ${shq(s.node)} ${shq(s.bin)} merge ${shq(s.resultsDir)} --command ${shq(s.command)}`,
     '',
   ].join('\n');
 }

@@ -15,7 +15,7 @@ import { readJobs, jobsFile, type SubmittedJob } from './status.ts';
 /** One stage: a job array of a sharded safekeep command, or a merge of the results folder. */
 export type Stage =
   | { kind: 'array'; label: string; argv: string[]; shards: number; only?: number[] }
-  | { kind: 'merge'; label: string };
+  | { kind: 'merge'; label: string; command: string };
 
 export interface Submission {
   /** the command the user asked for (reproduce, steer, guard-eval) */
@@ -46,7 +46,7 @@ export function stageScripts(s: Submission): StageScript[] {
     const path = join(slurmDir, `${String(k + 1).padStart(2, '0')}-${stage.label}.sbatch`);
     const text = stage.kind === 'array'
       ? arrayScript({ name, node: s.node, bin: s.bin, argv: stage.argv, shards: stage.shards, ...(stage.only ? { only: stage.only } : {}), logDir, workdir: s.workdir, resources: s.resources })
-      : mergeScript({ name, node: s.node, bin: s.bin, resultsDir: s.resultsDir, logDir, workdir: s.workdir, resources: s.resources });
+      : mergeScript({ name, command: stage.command, node: s.node, bin: s.bin, resultsDir: s.resultsDir, logDir, workdir: s.workdir, resources: s.resources });
     return { stage, name, path, text };
   });
 }

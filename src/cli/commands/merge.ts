@@ -1,6 +1,6 @@
 /**
- * `safekeep merge RESULTS_DIR` (results/<model>): joins the part files of every sharded command found under
- * RESULTS_DIR/shards/ (extract, reproduce, steer, guard-eval; in that order) into the files one process writes —
+ * `safekeep merge RESULTS_DIR [--command C]` (results/<model>): joins the part files of every sharded command found
+ * under RESULTS_DIR/shards/ (extract, reproduce, steer, guard-eval; in that order; or only C) into the files one process writes —
  * caches byte-identical — then runs what the command runs after its work items (reproduce: analyses, tables,
  * figures, report). Refuses, naming them, missing/unfinished or duplicate shards and shards from a different
  * model/template/data/options. Idempotent: merging again reuses the assembled caches.
@@ -29,15 +29,18 @@ function describe(command: string, m: CacheMerge, seconds: number): string {
 }
 
 export async function run(argv: string[]): Promise<number> {
-  const a = parseArgs(argv, { values: [] });
-  if (a.positionals.length !== 1) throw new SafekeepError('usage: safekeep merge RESULTS_DIR (the results/<model> folder the shards wrote into)');
+  const a = parseArgs(argv, { values: ['command'] });
+  if (a.positionals.length !== 1) throw new SafekeepError('usage: safekeep merge RESULTS_DIR [--command extract|reproduce|steer|guard-eval] (RESULTS_DIR: the results/<model> folder the shards wrote into)');
+  const only = a.values.get('command');
+  if (only !== undefined && !(MERGE_ORDER as readonly string[]).includes(only)) throw new SafekeepError(`--command: one of ${MERGE_ORDER.join(', ')}, got '${only}'`);
   const dir = resolve(a.positionals[0]!);
   if (!existsSync(dir)) throw new SafekeepError(`${dir}: no such results folder`);
   const found = shardCommands(dir);
   const unknown = found.filter((c) => !(MERGE_ORDER as readonly string[]).includes(c));
   if (unknown.length) throw new SafekeepError(`${dir}/shards: unknown sharded commands ${unknown.join(', ')}`);
   if (found.length === 0) throw new SafekeepError(`${dir}: no shards to merge (nothing under ${dir}/shards/)`);
-  for (const command of MERGE_ORDER.filter((c) => found.includes(c))) {
+  if (only !== undefined && !found.includes(only)) throw new SafekeepError(`${dir}: no ${only} shards to merge (found: ${found.join(', ')})`);
+  for (const command of MERGE_ORDER.filter((c) => (only ?? c) === c && found.includes(c))) {
     const t0 = performance.now();
     const done = (): void => writeJsonAtomic(mergedFile(dir, command), { at: new Date().toISOString(), seconds: (performance.now() - t0) / 1000 });
     if (command === 'reproduce') {

@@ -1,11 +1,14 @@
 /**
- * `safekeep slurm reproduce --model M --shards N [--results DIR] [--partition P] [--gpus-per-task 1]
+ * `safekeep slurm reproduce|steer|guard-eval --model M --shards N [--results DIR] [--partition P] [--gpus-per-task 1]
  *    [--cpus-per-task C] [--time 02:00:00] [--sbatch-arg "--account=lab --qos=high"] [--only 3,7] [--dry-run]
  *    [-- FLAGS FOR reproduce]`
  * writes an sbatch job array (task i runs `reproduce --shard i/N`) and a merge job that depends on it
  * (`--dependency=afterok`, `--kill-on-invalid-dep=yes`) into RESULTS_DIR/slurm/, submits them with
  * `sbatch --parsable`, and prints the job ids and where the results land. `--only 3,7` resubmits failed tasks
  * alone (plus a new merge). `--dry-run` prints the scripts and submits nothing. Flags after `--` go to every task.
+ * steer: the three caches ℓ* and R̂ come from are extracted first as their own array + merge (skipped when they
+ * are already in RESULTS_DIR/cache), then the steer array + merge; `--only` applies to the first array submitted.
+ * guard-eval: `guard eval --model M --out RESULTS/<name>/guard` per task (flags such as --bench after `--`).
  * `safekeep slurm status RESULTS_DIR`: shard progress from the results folder (no accounting database).
  * Assumes a shared filesystem: this repository, node, the model and the results folder at the same paths on
  * every node (the model is read in place by every task, never copied).
@@ -20,8 +23,34 @@ import { modelDirFor } from '../../hub/pull.ts';
 import { stageScripts, submit, type Stage, type Submission } from '../../cluster/slurm.ts';
 import type { SlurmResources } from '../../cluster/sbatch.ts';
 import { statusLines } from '../../cluster/status.ts';
+import { RUN_FLAGS } from '../run-flags.ts';
 
-export const summary = 'run reproduce as a Slurm job array + dependent merge/report job; `slurm status RESULTS_DIR`';
+export const summary = 'reproduce/steer/guard-eval as Slurm job arrays + dependent merge/report jobs; `slurm status RESULTS_DIR`';
+
+const SUBMITTABLE = ['reproduce', 'steer', 'guard-eval'] as const;
+const STEER_CACHES = ['prompt.chatbot', 'prompt.agent.schema', 'prompt.agent.flattened'];
+
+/** `--name v` or `--name=v` in a flag list */
+function flagValue(argv: readonly string[], flag: string): string | undefined {
+  for (let i = 0; i < argv.length; i++) {
+    if (argv[i] === flag) return argv[i + 1];
+    if (argv[i]!.startsWith(`${flag}=`)) return argv[i]!.slice(flag.length + 1);
+  }
+  return undefined;
+}
+
+/** The pipeline flags (RUN_FLAGS: data, limit, engine options ...) of a steer flag list, for its extraction stage. */
+function runFlagsOf(argv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    const name = a.startsWith('--') ? a.slice(2).split('=')[0]! : '';
+    const inline = a.includes('=');
+    if ((RUN_FLAGS as readonly string[]).includes(name)) out.push(...(inline ? [a] : [a, argv[i + 1]!]));
+    if (!inline && a.startsWith('--')) i++; // every steer flag takes a value
+  }
+  return out;
+}
 
 const SUBMIT_FLAGS = ['model', 'shards', 'results', 'partition', 'gpus-per-task', 'cpus-per-task', 'time', 'sbatch-arg', 'only'] as const;
 /** flags the submission sets itself, so they may not appear after `--` */
@@ -67,10 +96,11 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(statusLines(resolve(a.positionals[0]!)).join('\n') + '\n');
     return 0;
   }
-  if (sub !== 'reproduce') throw new SafekeepError(`usage: safekeep slurm reproduce|status ... (got '${sub ?? ''}')`);
+  if (!(SUBMITTABLE as readonly string[]).includes(sub ?? '')) throw new SafekeepError(`usage: safekeep slurm ${SUBMITTABLE.join('|')}|status ... (got '${sub ?? ''}')`);
   const a = parseArgs(rest, { values: [...SUBMIT_FLAGS], booleans: ['dry-run'] });
   if (a.positionals.length) throw new SafekeepError(`unexpected '${a.positionals[0]}' (flags for ${sub} go after --)`);
-  for (const f of passthrough) if (OWNED.some((o) => f === o || f.startsWith(`${o}=`))) throw new SafekeepError(`${f} after --: set by safekeep slurm itself`);
+  const owned = sub === 'guard-eval' ? [...OWNED, '--out'] : OWNED;
+  for (const f of passthrough) if (owned.some((o) => f === o || f.startsWith(`${o}=`))) throw new SafekeepError(`${f} after --: set by safekeep slurm itself`);
   const shards = positiveInt(a, 'shards');
   if (!shards) throw new SafekeepError('missing required --shards N');
   const only = onlyList(a, shards);
@@ -79,14 +109,26 @@ export async function run(argv: string[]): Promise<number> {
   const model = requireValue(a, 'model');
   const modelDir = dryRun && !existsSync(model) && looksLikeRepoId(model) ? modelDirFor(model) : await resolveModel(model);
   const resultsRoot = resolve(a.values.get('results') ?? 'results');
-  const resultsDir = join(resultsRoot, basename(modelDir));
-  const argvFor = (command: string): string[] => [command, '--model', modelDir, '--results', resultsRoot, ...passthrough];
-  const stages: Stage[] = [
-    { kind: 'array', label: 'shards', argv: argvFor('reproduce'), shards, ...(only ? { only } : {}) },
-    { kind: 'merge', label: 'merge' },
-  ];
+  const name = sub === 'guard-eval' ? (flagValue(passthrough, '--name') ?? basename(modelDir)).replace(/[^\w.-]+/g, '_') : basename(modelDir);
+  const resultsDir = join(resultsRoot, name);
+  const array = (label: string, argv: string[], o?: number[]): Stage => ({ kind: 'array', label, argv, shards, ...(o ? { only: o } : {}) });
+  const merge = (command: string, label = 'merge'): Stage => ({ kind: 'merge', label, command });
+  let stages: Stage[];
+  if (sub === 'reproduce') {
+    stages = [array('shards', ['reproduce', '--model', modelDir, '--results', resultsRoot, ...passthrough], only), merge('reproduce')];
+  } else if (sub === 'steer') {
+    // ℓ* and R̂ come from three caches: extract them as their own sharded stage unless they are already merged
+    const steerArgv = ['steer', '--model', modelDir, '--results', resultsRoot, ...passthrough];
+    const cached = STEER_CACHES.every((c) => existsSync(join(resultsDir, 'cache', `${c}.safetensors`)));
+    stages = cached
+      ? [array('steer', steerArgv, only), merge('steer')]
+      : [array('extract', ['extract', '--model', modelDir, '--results', resultsRoot, '--configs', 'chatbot,agent', '--repr', 'schema,flattened', ...runFlagsOf(passthrough)], only),
+        merge('extract', 'merge-extract'), array('steer', steerArgv), merge('steer')];
+  } else {
+    stages = [array('shards', ['guard', 'eval', '--model', modelDir, '--out', join(resultsDir, 'guard'), ...passthrough], only), merge('guard-eval')];
+  }
   const s: Submission = {
-    command: sub, resultsDir, modelName: basename(modelDir), stages, node: process.execPath, bin: join(repoRoot, 'bin', 'safekeep.mjs'),
+    command: sub!, resultsDir, modelName: name, stages, node: process.execPath, bin: join(repoRoot, 'bin', 'safekeep.mjs'),
     workdir: process.cwd(), resources: resources(a),
   };
   if (dryRun) {
