@@ -10,13 +10,16 @@ import { finishReproduce, type ReproduceMergeOptions, type ReproduceResult } fro
 export interface CacheMerge {
   shards: ShardEntry[];
   passes: MergedPass[];
+  /** seconds spent checking the shard set and assembling the caches */
+  seconds: number;
 }
 
 /** Assembles the caches of `command`'s shards (extract, reproduce, the extraction stage of steer) into `<results>/cache`. */
 export function mergeShardCaches(resultsDir: string, command: string): CacheMerge {
+  const t0 = performance.now();
   const shards = completeShardSet(resultsDir, command);
   const passes = mergeCacheParts(join(resultsDir, 'cache'), shards.map((e) => ({ name: e.name, dir: join(e.dir, 'cache') })));
-  return { shards, passes };
+  return { shards, passes, seconds: (performance.now() - t0) / 1000 };
 }
 
 /** A sharded `reproduce`: caches, then analyses, tables, figures and report as one process would write them. */

@@ -25,7 +25,7 @@ export const MERGE_ORDER = ['extract', 'reproduce', 'steer', 'guard-eval'] as co
 function describe(command: string, m: CacheMerge, seconds: number): string {
   const built = m.passes.filter((p) => !p.cached).map((p) => p.names.join('+'));
   const cached = m.passes.filter((p) => p.cached).length;
-  return `${command}: ${m.shards.length} shards → ${built.length} caches assembled${built.length ? ` (${built.join(', ')})` : ''}${cached ? `, ${cached} already complete` : ''} in ${seconds.toFixed(2)} s`;
+  return `${command}: ${m.shards.length} shards → ${built.length} caches assembled${built.length ? ` (${built.join(', ')})` : ''}${cached ? `, ${cached} already complete` : ''} in ${m.seconds.toFixed(2)} s; total ${seconds.toFixed(2)} s`;
 }
 
 export async function run(argv: string[]): Promise<number> {
@@ -42,14 +42,14 @@ export async function run(argv: string[]): Promise<number> {
   if (only !== undefined && !found.includes(only)) throw new SafekeepError(`${dir}: no ${only} shards to merge (found: ${found.join(', ')})`);
   for (const command of MERGE_ORDER.filter((c) => (only ?? c) === c && found.includes(c))) {
     const t0 = performance.now();
-    const done = (): void => writeJsonAtomic(mergedFile(dir, command), { at: new Date().toISOString(), seconds: (performance.now() - t0) / 1000 });
+    const done = (assembly?: number): void => writeJsonAtomic(mergedFile(dir, command), { at: new Date().toISOString(), seconds: (performance.now() - t0) / 1000, ...(assembly !== undefined ? { assemblySeconds: assembly } : {}) });
     if (command === 'reproduce') {
       const m = await mergeReproduce(dir);
-      done();
+      done(m.seconds);
       process.stdout.write(`${describe(command, m, (performance.now() - t0) / 1000)}\n${summarizeResults(m.report.results)}\nreport: ${m.report.files.html}\n`);
     } else if (command === 'extract') {
       const m = mergeShardCaches(dir, command);
-      done();
+      done(m.seconds);
       process.stdout.write(`${describe(command, m, (performance.now() - t0) / 1000)}\n`);
     } else if (command === 'steer') {
       const shards = completeShardSet(dir, command);
