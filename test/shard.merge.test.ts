@@ -73,6 +73,8 @@ test('planted reproduce: 4 shards + merge = one process (byte-identical caches, 
     const total = tokens.reduce((a, b) => a + b, 0);
     for (const t of tokens) assert.ok(t > 0.5 * (total / 4) && t < 1.5 * (total / 4), `token-balanced shards: ${tokens}`);
     const four = join(dir, 'four', 'planted');
+    // a rerun of a finished shard resumes from its parts: nothing computed
+    assert.equal((await reproduceShard({ ...opts, results: join(dir, 'four') }, { index: 0, count: 4 })).computedRows, 0);
     // before merge: nothing in the shared cache folder — each shard wrote only its own folder
     assert.equal(existsSync(join(four, 'cache')), false);
 
@@ -99,6 +101,14 @@ test('planted reproduce: 4 shards + merge = one process (byte-identical caches, 
     assert.equal(r.code, 2);
     assert.match(r.err, /shards disagree on data: shard-0-of-4 has pairs \w+ limit 24 .*shard-3-of-4 has pairs \w+ limit 20/);
     assert.equal(existsSync(join(other, 'results.json')), false, 'nothing written by a refused merge');
+
+    // a shard copied under another name (two records for one index) is named
+    const dup = join(dir, 'dup', 'planted');
+    cpSync(four, dup, { recursive: true });
+    cpSync(join(dup, 'shards', 'reproduce', 'shard-1-of-4'), join(dup, 'shards', 'reproduce', 'shard-1-of-4-copy'), { recursive: true });
+    r = await cli('merge', dup);
+    assert.equal(r.code, 2);
+    assert.match(r.err, /shard-1-of-4-copy: folder holds shard 1\/4 \(expected shard-1-of-4\); duplicate or moved shard/);
 
     r = await cli('merge', four);
     assert.equal(r.code, 0, r.err);
