@@ -45,17 +45,18 @@ function files(dir: string, sub = ''): string[] {
   return readdirSync(join(dir, sub), { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? files(dir, join(sub, e.name)) : [join(sub, e.name)])).sort();
 }
 
+/**
+ * `safekeep <argv>` in this process, stderr captured (exit code and message). stdout is left alone: the test runner
+ * talks to its parent over this process's stdout, so it must not be swallowed (summaries show up as diagnostics).
+ */
 async function cli(...argv: string[]): Promise<{ code: number; err: string }> {
   const write = process.stderr.write.bind(process.stderr);
-  const outWrite = process.stdout.write.bind(process.stdout);
   let err = '';
   process.stderr.write = ((s: string) => { err += s; return true; }) as typeof process.stderr.write;
-  process.stdout.write = (() => true) as typeof process.stdout.write;
   try {
     return { code: await main(argv), err };
   } finally {
     process.stderr.write = write;
-    process.stdout.write = outWrite;
   }
 }
 

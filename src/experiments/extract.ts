@@ -143,12 +143,17 @@ export function renderRows(ctx: ExtractContext, c: Condition): CacheRow[] {
   return rows;
 }
 
-/** A cache pass built but not run: the rows of one condition and how to compute them (cache/store.ts). */
-export type ExtractPass = MultiStoreOptions;
+/**
+ * A cache pass built but not run: the rows of one condition and how to compute them (cache/store.ts). `release`
+ * drops what the pass holds between batches (its prefix cache), so a list of built passes costs memory only while
+ * each one runs.
+ */
+export type ExtractPass = MultiStoreOptions & { release?: () => void };
 
 function pass(ctx: ExtractContext, c: Condition, names: string[], kinds: string[], rows: CacheRow[], extra: Record<string, unknown>,
-  compute: MultiBatchCompute): ExtractPass {
+  compute: MultiBatchCompute, release?: () => void): ExtractPass {
   return {
+    ...(release ? { release } : {}),
     dir: ctx.cacheDir,
     names,
     rows,
@@ -179,11 +184,11 @@ export function conditionPass(ctx: ExtractContext, c: Condition): ExtractPass {
       return [res.map((r) => r.hidden)];
     });
   }
-  const { cache, boundariesOf, reuse } = prefixReuse(ctx, rows);
+  const { cache, release, boundariesOf, reuse } = prefixReuse(ctx, rows);
   return pass(ctx, c, [promptCacheName(c)], ['final-prompt-token'], rows, { reuse }, async (batch) => {
-    const { results } = await shared(batch.map((r) => r.ids), { hiddenAt: 'last', logitsAt: 'none', cache, boundaries: boundariesOf(batch) });
+    const { results } = await shared(batch.map((r) => r.ids), { hiddenAt: 'last', logitsAt: 'none', cache: cache(), boundaries: boundariesOf(batch) });
     return [results.map((r) => r.hidden)];
-  });
+  }, release);
 }
 
 /** Caches the final-prompt-token residual stream of every row in condition `c` (see `conditionPass`). [n, L+1, d] */
@@ -200,9 +205,11 @@ function prefixReuse(ctx: ExtractContext, rows: readonly CacheRow[]) {
   const plan = prefixPlan(ids);
   const boundaries = new Map(rows.map((r, i) => [r, plan[i]!])); // by row identity (the store passes slices of `rows`)
   const planned = plannedReuse(ids, plan);
+  let held: PrefixCache | null = null;
   return {
-    // sized by the --max-memory plan when there is one (else PrefixCache's default)
-    cache: new PrefixCache(ctx.memoryPlan?.prefixCacheBytes),
+    // made on the first batch, sized by the --max-memory plan when there is one (else PrefixCache's default)
+    cache: (): PrefixCache => (held ??= new PrefixCache(ctx.memoryPlan?.prefixCacheBytes)),
+    release: (): void => { held = null; },
     boundariesOf: (batch: readonly CacheRow[]) => batch.map((r) => boundaries.get(r) ?? prefixPlan([r.ids])[0]!),
     reuse: { kind: 'shared-prefix KV', promptTokens: planned.promptTokens, computedTokens: planned.computedTokens, ratio: Number(planned.ratio.toFixed(4)) },
   };
@@ -233,19 +240,19 @@ export function promptAndFirstTokenPass(ctx: ExtractContext, repr: ToolRepr): Ex
   const rows = renderRows(ctx, c);
   if (cacheIsComplete(ctx.cacheDir, promptCacheName(c), rows)) return firstTokenPass(ctx, repr);
   const shared = ctx.engine.firstTokenShared?.bind(ctx.engine);
-  const { cache, boundariesOf, reuse } = prefixReuse(ctx, rows);
+  const { cache, release, boundariesOf, reuse } = prefixReuse(ctx, rows);
   return pass(ctx, c, [promptCacheName(c), firstTokenCacheName(repr)], ['final-prompt-token', 'first-generated-token'], rows,
     shared ? { reuse } : {}, async (batch) => {
       if (shared) {
         // the same as the generate() below, with the prefill's shared prefixes computed once
-        const { results } = await shared(batch.map((r) => r.ids), { stopIds: [], cache, boundaries: boundariesOf(batch) });
+        const { results } = await shared(batch.map((r) => r.ids), { stopIds: [], cache: cache(), boundaries: boundariesOf(batch) });
         return [results.map((r) => r.promptLastHidden!), results.map((r) => r.firstTokenHidden!)];
       }
       const res = await ctx.engine.generate(batch.map((r) => r.ids), {
         maxNewTokens: 1, stopIds: [], returnPromptLastHidden: true, returnFirstTokenHidden: true,
       });
       return [res.map((r) => r.promptLastHidden!), res.map((r) => r.firstTokenHidden!)];
-    });
+    }, release);
 }
 
 export function extractWithFirstToken(ctx: ExtractContext, repr: ToolRepr): Promise<StoreResult[]> {
@@ -288,12 +295,16 @@ export function shardBatches(ctx: ExtractContext, passes: readonly ExtractPass[]
 export async function runPasses(ctx: ExtractContext, passes: readonly ExtractPass[], target?: ShardTarget): Promise<StoreResult[][]> {
   const out: StoreResult[][] = [];
   if (!target) {
-    for (const p of passes) out.push(await buildActivationCaches(p));
+    for (const p of passes) {
+      out.push(await buildActivationCaches(p));
+      p.release?.();
+    }
     return out;
   }
   const { batches } = shardBatches(ctx, passes, target.shard);
   for (let k = 0; k < passes.length; k++) {
     out.push(await buildActivationCaches(passes[k]!, { partsRoot: join(target.dir, 'cache'), batches: batches[k]!, ...(target.onBatch ? { onBatch: (_rows: number, tokens: number) => target.onBatch!(1, tokens) } : {}) }));
+    passes[k]!.release?.();
   }
   return out;
 }
