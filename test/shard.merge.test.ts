@@ -12,6 +12,7 @@ import { parseShard, partitionByCost, selectShard } from '../src/util/shard.ts';
 import { writePlantedModel } from '../src/experiments/planted.ts';
 import { reproduce, reproduceShard } from '../src/experiments/reproduce.ts';
 import { main } from '../src/cli/main.ts';
+import { statusLines } from '../src/cluster/status.ts';
 
 test('partitionByCost: contiguous, every item once, each shard within one item of T/n', () => {
   const costs = Array.from({ length: 200 }, (_, k) => 1 + ((k * 7919) % 97)); // uneven, deterministic
@@ -76,6 +77,8 @@ test('planted reproduce: 4 shards + merge = one process (byte-identical caches, 
     const four = join(dir, 'four', 'planted');
     // a rerun of a finished shard resumes from its parts: nothing computed
     assert.equal((await reproduceShard({ ...opts, results: join(dir, 'four') }, { index: 0, count: 4 })).computedRows, 0);
+    // progress from the folder alone
+    assert.match(statusLines(four).join('\n'), /reproduce \(n=4\): 4 done, 0 running or failed, 0 not started; 100% of started shards' tokens/);
     // before merge: nothing in the shared cache folder — each shard wrote only its own folder
     assert.equal(existsSync(join(four, 'cache')), false);
 
@@ -86,6 +89,7 @@ test('planted reproduce: 4 shards + merge = one process (byte-identical caches, 
     let r = await cli('merge', lost);
     assert.equal(r.code, 2);
     assert.match(r.err, /missing shards: 2\/4 \(not started\)/);
+    assert.match(statusLines(lost).join('\n'), /3 done, 0 running or failed, 1 not started.*\n(.*\n)*  not started: 2\/4 \(resubmit with --only 2\)/);
     // a shard of another partition (a stale 2-shard run) is named
     const mixed = join(dir, 'mixed', 'planted');
     cpSync(four, mixed, { recursive: true });
