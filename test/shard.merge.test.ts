@@ -13,6 +13,8 @@ import { writePlantedModel } from '../src/experiments/planted.ts';
 import { reproduce, reproduceShard } from '../src/experiments/reproduce.ts';
 import { main } from '../src/cli/main.ts';
 import { statusLines } from '../src/cluster/status.ts';
+import { completeShardSet } from '../src/util/shard-run.ts';
+import { mergeShardRows, runShardRows } from '../src/util/shard-rows.ts';
 
 test('partitionByCost: contiguous, every item once, each shard within one item of T/n', () => {
   const costs = Array.from({ length: 200 }, (_, k) => 1 + ((k * 7919) % 97)); // uneven, deterministic
@@ -39,6 +41,29 @@ test('partitionByCost: contiguous, every item once, each shard within one item o
 test('parseShard: 0-based i/n; bad forms are one clear error', () => {
   assert.deepEqual(parseShard('3/4'), { index: 3, count: 4 });
   for (const bad of ['4/4', '1/0', '-1/4', '1', 'a/b', '1/4/2']) assert.throws(() => parseShard(bad), /--shard/);
+});
+
+test('runShardRows + mergeShardRows: rows back in item order; duplicate, missing and foreign items are named', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'shard-rows-'));
+  try {
+    const items = Array.from({ length: 10 }, (_, k) => ({ id: `i${k}`, tokens: 1 + k }));
+    for (const index of [0, 1, 2]) {
+      const r = await runShardRows({
+        resultsDir: dir, command: 'toy', shard: { index, count: 3 }, identity: { data: 'x' }, options: {}, items, cost: (it) => it.tokens, file: 'rows.jsonl',
+        run: async (mine, progress) => mine.map((it, k) => { progress(k + 1); return { id: it.id, twice: 2 * it.tokens }; }),
+      });
+      assert.ok(r.items > 0);
+    }
+    const shards = completeShardSet(dir, 'toy');
+    const keys = items.map((it) => it.id);
+    const rows = mergeShardRows<{ id: string; twice: number }>(shards, 'rows.jsonl', (r) => r.id, keys);
+    assert.deepEqual(rows.map((r) => r.twice), items.map((it) => 2 * it.tokens));
+    assert.throws(() => mergeShardRows(shards, 'rows.jsonl', (r: { id: string }) => r.id, [...keys, 'i10']), /1 of 11 items are in no shard \(first: i10\)/);
+    assert.throws(() => mergeShardRows(shards, 'rows.jsonl', (r: { id: string }) => r.id, keys.slice(1)), /1 items that this run does not have \(first: i0\)/);
+    assert.throws(() => mergeShardRows([...shards, { ...shards[0]!, name: 'copy' }], 'rows.jsonl', (r: { id: string }) => r.id, keys), /item i0 is in both shard-0-of-3 and copy/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 /** Every file under `dir` (relative paths), for byte comparison. */
