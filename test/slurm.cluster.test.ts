@@ -1,6 +1,7 @@
 /**
  * On a REAL single-node Slurm started here (test/helpers/slurm.ts; packages from scripts/slurm/install.sh):
  * `safekeep slurm reproduce --model <planted> --shards 4` submits a 4-task job array and a dependent merge job;
+ * (and `slurm steer --shards 3` its four chained jobs)
  * once Slurm ran them, the merged caches are byte-identical to a single-process `reproduce` and the results equal.
  * Skips, with the reason, where Slurm is not installed or we are not root. Stops only the daemons it started.
  */
@@ -93,4 +94,30 @@ test('slurm reproduce --shards 4 on a real single-node Slurm = one process', asy
   const s2 = await waitForJobs(c.env, ids2, 600_000);
   assert.deepEqual(s2[ids2[1]!], ['COMPLETED'], JSON.stringify(s2));
   for (const f of cacheFiles) assert.ok(readFileSync(join(one.outDir, 'cache', f)).equals(readFileSync(join(again, 'cache', f))), `${f} differs after --only`);
+});
+
+test('slurm steer --shards 3 on the real Slurm: extract array → merge → steer array → merge = one process', async (t) => {
+  if (typeof cluster === 'string') { t.skip(cluster); return; }
+  const c = cluster;
+  const env = { ...c.env, SAFEKEEP_CACHE: join(dir, '.graphs'), SAFEKEEP_QUIET: '1' };
+  process.env.SAFEKEEP_CACHE = env.SAFEKEEP_CACHE;
+  process.env.SAFEKEEP_QUIET = '1';
+  const model = join(dir, 'planted-steer');
+  await writePlantedModel(model);
+  const flags = ['--limit', '24', '--alphas', '0,0.8,1.2', '--max-new-tokens', '10'];
+  const cli = (...argv: string[]) => spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), ...argv], { env, encoding: 'utf8', cwd: dir });
+  const one = cli('steer', '--model', model, '--results', join(dir, 'steer-one'), ...flags);
+  assert.equal(one.status, 0, one.stderr);
+  const sub = cli('slurm', 'steer', '--model', model, '--shards', '3', '--results', join(dir, 'steer-three'), '--', ...flags);
+  assert.equal(sub.status, 0, sub.stderr);
+  const ids = [...sub.stdout.matchAll(/job (\d+)/g)].map((m) => m[1]!);
+  assert.equal(ids.length, 4, sub.stdout);
+  const states = await waitForJobs(c.env, ids, 600_000);
+  assert.deepEqual(Object.values(states).flat(), Array(8).fill('COMPLETED'), `${JSON.stringify(states)}\n${c.logs()}`);
+  const a = join(dir, 'steer-one', 'planted-steer', 'steering');
+  const b = join(dir, 'steer-three', 'planted-steer', 'steering');
+  const outs = files(a);
+  assert.equal(outs.filter((f) => f.startsWith('generations.')).length, 6);
+  assert.deepEqual(files(b), outs);
+  for (const f of outs) assert.ok(readFileSync(join(a, f)).equals(readFileSync(join(b, f))), `steering/${f} differs`);
 });
