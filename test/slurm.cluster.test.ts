@@ -1,8 +1,9 @@
 /**
  * On a REAL single-node Slurm started here (test/helpers/slurm.ts; packages from scripts/slurm/install.sh):
  * `safekeep slurm reproduce --model <planted> --shards 4` submits a 4-task job array and a dependent merge job;
- * (and `slurm steer --shards 3` its four chained jobs)
- * once Slurm ran them, the merged caches are byte-identical to a single-process `reproduce` and the results equal.
+ * once Slurm ran them, the merged caches are byte-identical to a single-process `reproduce` and the results equal;
+ * missing tasks are resubmitted alone with --only. `slurm steer --shards 3` chains four jobs (extract array, merge,
+ * steer array, merge) and yields the single-process generations.
  * Skips, with the reason, where Slurm is not installed or we are not root. Stops only the daemons it started.
  */
 import { test, before, after } from 'node:test';
