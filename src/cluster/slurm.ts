@@ -51,8 +51,8 @@ export function stageScripts(s: Submission): StageScript[] {
   });
 }
 
-/** Writes the scripts and submits them in order, each stage after the previous one succeeded. */
-export function submit(s: Submission, env: NodeJS.ProcessEnv = process.env): SubmittedJob[] {
+/** Writes the scripts and submits them in order, each stage after the previous one succeeded; `env` is sbatch's (and, exported by sbatch, every task's) environment. */
+export function submit(s: Submission, env: NodeJS.ProcessEnv): SubmittedJob[] {
   const scripts = stageScripts(s);
   mkdirSync(join(s.resultsDir, 'slurm', 'logs'), { recursive: true });
   const jobs: SubmittedJob[] = [];

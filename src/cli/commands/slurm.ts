@@ -135,7 +135,7 @@ export async function run(argv: string[]): Promise<number> {
     for (const sc of stageScripts(s)) process.stdout.write(`# ${sc.path}${sc.stage.kind === 'merge' ? ' (submitted with --dependency=afterok:<previous job> --kill-on-invalid-dep=yes)' : ''}\n${sc.text}\n`);
     return 0;
   }
-  const jobs = submit(s);
+  const jobs = submit(s, process.env);
   for (const j of jobs) process.stdout.write(`${j.stage.padEnd(7)} job ${j.jobId}${j.array ? ` (array ${j.array})` : ''}${j.dependency ? ` after ${j.dependency}` : ''}\n`);
   process.stdout.write(`results: ${resultsDir}\nprogress: safekeep slurm status ${resultsDir}\nlogs: ${join(resultsDir, 'slurm', 'logs')}\n`);
   return 0;
