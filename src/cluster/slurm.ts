@@ -51,7 +51,10 @@ export function stageScripts(s: Submission): StageScript[] {
   });
 }
 
-/** Writes the scripts and submits them in order, each stage after the previous one succeeded; `env` is sbatch's (and, exported by sbatch, every task's) environment. */
+/**
+ * Writes the scripts and submits them in order, each stage after the previous one succeeded. `env`: sbatch's
+ * environment, which sbatch exports to every task.
+ */
 export function submit(s: Submission, env: NodeJS.ProcessEnv): SubmittedJob[] {
   const scripts = stageScripts(s);
   mkdirSync(join(s.resultsDir, 'slurm', 'logs'), { recursive: true });
