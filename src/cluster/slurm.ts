@@ -45,7 +45,10 @@ export function stageScripts(s: Submission): StageScript[] {
     const name = `safekeep-${s.command}-${stage.label}-${s.modelName}`.replace(/[^\w.+-]+/g, '_');
     const path = join(slurmDir, `${String(k + 1).padStart(2, '0')}-${stage.label}.sbatch`);
     const text = stage.kind === 'array'
-      ? arrayScript({ name, node: s.node, bin: s.bin, argv: stage.argv, shards: stage.shards, ...(stage.only ? { only: stage.only } : {}), logDir, workdir: s.workdir, resources: s.resources })
+      ? arrayScript({
+        name, node: s.node, bin: s.bin, argv: stage.argv, shards: stage.shards, ...(stage.only ? { only: stage.only } : {}),
+        logDir, workdir: s.workdir, resources: s.resources,
+      })
       : mergeScript({ name, command: stage.command, node: s.node, bin: s.bin, resultsDir: s.resultsDir, logDir, workdir: s.workdir, resources: s.resources });
     return { stage, name, path, text };
   });
@@ -67,7 +70,8 @@ export function submit(s: Submission, env: NodeJS.ProcessEnv): SubmittedJob[] {
     const r = spawnSync('sbatch', args, { env, encoding: 'utf8' });
     if (r.error) throw new SafekeepError(`sbatch: ${(r.error as NodeJS.ErrnoException).code === 'ENOENT' ? 'not found (is this a Slurm login node?)' : r.error.message}`);
     if (r.status !== 0) {
-      throw new SafekeepError(`sbatch ${sc.path} failed (exit ${r.status}): ${r.stderr.trim()}${jobs.length ? `; already submitted: ${jobs.map((j) => j.jobId).join(', ')} (scancel them)` : ''}`);
+      const earlier = jobs.length ? `; already submitted: ${jobs.map((j) => j.jobId).join(', ')} (scancel them)` : '';
+      throw new SafekeepError(`sbatch ${sc.path} failed (exit ${r.status}): ${r.stderr.trim()}${earlier}`);
     }
     let jobId: string;
     try { jobId = parseJobId(r.stdout); } catch (e) { throw new SafekeepError((e as Error).message); }

@@ -58,7 +58,9 @@ export function statusLines(resultsDir: string): string[] {
   const jobs = readJobs(resultsDir);
   if (jobs.length) {
     lines.push('jobs:');
-    for (const j of jobs) lines.push(`  ${j.jobId.padEnd(10)} ${j.command} ${j.stage}${j.array ? ` array ${j.array}` : ''}${j.dependency ? ` (${j.dependency})` : ''}  ${j.submittedAt}`);
+    for (const j of jobs) {
+      lines.push(`  ${j.jobId.padEnd(10)} ${j.command} ${j.stage}${j.array ? ` array ${j.array}` : ''}${j.dependency ? ` (${j.dependency})` : ''}  ${j.submittedAt}`);
+    }
   }
   return lines;
 }
