@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { auroc, averageRanks } from '../src/analysis/auroc.ts';
-import { makeRng } from '../src/analysis/rng.ts';
+import { makeRng } from '../src/util/rng.ts';
 import { SafekeepError } from '../src/util/errors.ts';
 
 /** Independent definition: P(pos > neg) + ½ P(pos = neg) over all pos/neg pairs. */

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import { allRows } from '../src/analysis/activations.ts';
 import { permutationCosineBand, randomCosineBand } from '../src/analysis/baselines.ts';
 import { layerCosines, refusalDirection } from '../src/analysis/direction.ts';
-import { makeRng } from '../src/analysis/rng.ts';
+import { makeRng } from '../src/util/rng.ts';
 import { mean, sd } from '../src/analysis/stats.ts';
 import { planted, randomUnit } from './helpers/analysis-synthetic.ts';
 

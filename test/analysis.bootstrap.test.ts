@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { auroc } from '../src/analysis/auroc.ts';
 import { bootstrapAuroc, pairUnion } from '../src/analysis/bootstrap.ts';
-import { makeRng } from '../src/analysis/rng.ts';
+import { makeRng } from '../src/util/rng.ts';
 import { quantile, wilsonInterval } from '../src/analysis/stats.ts';
 
 function noisyPairs(pairs: number, shift: number, seed: number) {

@@ -105,7 +105,7 @@ describe('engine CLI: forward and generate', { skip: root ? false : 'needs ../sh
     writeFileSync(join(tmp, 'not-json.json'), '{"input_ids": [[1, 2');
     const cases: [string[], RegExp][] = [
       [['forward', '--model', model(), '--ids', join(tmp, 'bad-ids.json'), '--out', join(tmp, 'x.safetensors')], /token id 9999 is not in 0\.\.511/],
-      [['forward', '--model', model(), '--ids', join(tmp, 'not-json.json'), '--out', join(tmp, 'x.safetensors')], /not valid JSON/],
+      [['forward', '--model', model(), '--ids', join(tmp, 'not-json.json'), '--out', join(tmp, 'x.safetensors')], /not-json\.json:1:\d+: invalid JSON/],
       [['forward', '--model', join(tmp, 'nope'), '--ids', join(tmp, 'ids.json'), '--out', join(tmp, 'x.safetensors')], /no such folder/],
       [['generate', '--model', model(), '--ids', join(tmp, 'ids.json'), '--max-new-tokens', '2', '--steer-layer', '9',
         '--steer-vector', join(tmp, 'v.json'), '--alpha', '1', '--out', join(tmp, 'x.json')], /out of range 0\.\.4/],

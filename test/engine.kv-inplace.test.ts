@@ -21,7 +21,7 @@ import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import type { Checkpoint, Family } from '../src/checkpoint/types.ts';
 import { attentionBias, steeringMatrix } from '../src/engine/batch.ts';
 import { createEngineFromCheckpoint, type OnnxEngine } from '../src/engine/engine.ts';
-import { MASKED } from '../src/engine/graph.ts';
+import { MASKED } from '../src/engine/io.ts';
 import { appendKv, canAppendInPlace, capacityBias, compactKv, KV_CHUNK, kvCapacity, type KvCache } from '../src/engine/kv.ts';
 import { referenceGenerate } from '../src/engine/reference.ts';
 import { TINY_MODELS, maxAbsDiff, tempCache } from './helpers/engine.ts';

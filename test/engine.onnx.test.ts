@@ -16,7 +16,7 @@ import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngineFromCheckpoint } from '../src/engine/engine.ts';
 import { GraphBuilder } from '../src/engine/onnx/builder.ts';
 import { DataType, ProtoWriter } from '../src/engine/onnx/proto.ts';
-import { resolveWeightFiles } from '../src/engine/session.ts';
+import { resolveWeightFiles } from '../src/engine/weight-files.ts';
 import { maxAbsDiff, tempCache } from './helpers/engine.ts';
 
 test('varint encoding: small, multi-byte, 2^53, negative int64 (10 bytes, two\'s complement)', () => {

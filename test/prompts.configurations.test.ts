@@ -16,7 +16,7 @@ import { loadPromptTexts } from '../src/prompts/texts.ts';
 import { loadPairSet } from '../src/data/load.ts';
 import type { ToolSpec } from '../src/data/types.ts';
 import { SafekeepError } from '../src/util/errors.ts';
-import { sha256Hex } from '../src/prompts/hash.ts';
+import { sha256Hex } from '../src/util/hash.ts';
 
 const texts = loadPromptTexts();
 

@@ -3,7 +3,8 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { needShared } from './helpers/shared.ts';
-import { mulberry32, pseudoword, pseudowordTools } from '../src/prompts/pseudoword.ts';
+import { pseudoword, pseudowordTools } from '../src/prompts/pseudoword.ts';
+import { makeRng } from '../src/util/rng.ts';
 import type { JsonSchema, ToolSpec } from '../src/data/types.ts';
 
 const IDENT = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -128,7 +129,7 @@ function checkTools(orig: ToolSpec[], seed: number): ToolSpec[] {
 }
 
 test('pseudoword: pronounceable, exact length, seeded', () => {
-  const rng = mulberry32(7);
+  const rng = makeRng(7).uniform;
   for (let n = 1; n <= 30; n++) {
     const w = pseudoword(rng, n);
     assert.equal(w.length, n);
@@ -137,8 +138,8 @@ test('pseudoword: pronounceable, exact length, seeded', () => {
     assert.ok(!/[^aeiou]{3}$/.test(w), `no hard final cluster: ${w}`);
     assert.ok(!/[^aeiou]{4}/.test(w), `pronounceable: ${w}`);
   }
-  const a = mulberry32(1);
-  const b = mulberry32(1);
+  const a = makeRng(1).uniform;
+  const b = makeRng(1).uniform;
   assert.deepEqual([a(), a(), a()], [b(), b(), b()]);
 });
 

@@ -10,7 +10,7 @@ import { installTokenizer, loadPromptTokenizer } from '../src/prompts/tokenizer.
 import { PromptBuilder } from '../src/prompts/configurations.ts';
 import { loadPromptTexts } from '../src/prompts/texts.ts';
 import { loadPairSet } from '../src/data/load.ts';
-import { sha256Hex } from '../src/prompts/hash.ts';
+import { sha256Hex } from '../src/util/hash.ts';
 import { flattenTools } from '../src/prompts/flatten.ts';
 
 function safekeep(args: string[]): { code: number | null; stdout: string; stderr: string } {

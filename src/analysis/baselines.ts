@@ -9,7 +9,7 @@
 import { SafekeepError } from '../util/errors.ts';
 import { type Activations, type Labels, allRows, checkRowsAndLabels } from './activations.ts';
 import { type Directions, directionAt, meanDifference } from './direction.ts';
-import { makeRng, shuffleInPlace } from './rng.ts';
+import { makeRng, shuffleInPlace } from '../util/rng.ts';
 import { percentileInterval } from './stats.ts';
 import { cosine, dot } from './vector.ts';
 

@@ -7,7 +7,7 @@
  */
 import { SafekeepError } from '../util/errors.ts';
 import { auroc } from './auroc.ts';
-import { makeRng } from './rng.ts';
+import { makeRng } from '../util/rng.ts';
 import { percentileInterval } from './stats.ts';
 
 export interface ScoredSet {

@@ -9,7 +9,7 @@ import { type Activations, type Labels, allRows, checkRowsAndLabels } from './ac
 import { auroc } from './auroc.ts';
 import { refusalDirection } from './direction.ts';
 import { projections } from './projection.ts';
-import { makeRng, shuffleInPlace } from './rng.ts';
+import { makeRng, shuffleInPlace } from '../util/rng.ts';
 
 export interface LayerChoiceOptions {
   /** folds (default 5) */

@@ -23,7 +23,7 @@ export {
 export { type EvalSet, type LayerwiseAuroc, layerwiseAuroc } from './format-transfer.ts';
 export { type ProjectionStats, projectionStats, projections, projectionsAllLayers } from './projection.ts';
 export type * from './results.ts';
-export { type Rng, makeRng, shuffleInPlace } from './rng.ts';
+export { type Rng, makeRng, shuffleInPlace } from '../util/rng.ts';
 export { matchRows, schemaDirection } from './schema-direction.ts';
 export { type Interval, mean, percentileInterval, quantile, sd, wilsonInterval } from './stats.ts';
 export { cosine, dot, norm, unit } from './vector.ts';

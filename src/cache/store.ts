@@ -15,7 +15,7 @@ import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync } from 'node:f
 import { join } from 'node:path';
 import { readSafetensorsHeader, writeSafetensors, type TensorToWrite } from '../checkpoint/safetensors.ts';
 import { writeJsonAtomic } from '../util/atomic.ts';
-import { sha256Hex } from '../prompts/hash.ts';
+import { sha256Hex } from '../util/hash.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { ItemProgress } from '../util/progress.ts';
 

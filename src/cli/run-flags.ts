@@ -3,7 +3,7 @@
  * --dtype, --device, --threads, --max-memory), template, limit, results folder, batching and split seed →
  * `ContextOptions` of the extraction stage.
  */
-import { engineOptions, ENGINE_FLAG_DEFS } from '../engine/cli-common.ts';
+import { engineOptions, ENGINE_FLAG_DEFS } from './engine-flags.ts';
 import type { ContextOptions } from '../experiments/extract.ts';
 import { resolveModel } from '../hub/resolve.ts';
 import { choiceValue, numberValue, requireValue, type FlagDef, type ParsedArgs } from './args.ts';

@@ -1,8 +1,7 @@
 /**
  * Reading JSON / JSONL data files with errors that name the file and the place (line:column or row),
- * and canonical JSON (sorted keys) for content hashes.
+ * and canonical JSON (sorted keys) for content hashes (util/hash.ts).
  */
-import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { SafekeepError } from '../util/errors.ts';
 
@@ -142,10 +141,6 @@ export function canonicalJson(value: unknown): string {
   const obj = value as Record<string, unknown>;
   const keys = Object.keys(obj).filter((k) => obj[k] !== undefined).sort();
   return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson(obj[k])}`).join(',')}}`;
-}
-
-export function sha256Hex(text: string): string {
-  return createHash('sha256').update(text).digest('hex');
 }
 
 export function isRecord(v: unknown): v is Record<string, unknown> {

@@ -3,14 +3,14 @@
  * its group key (`pair.group ?? pair.id`), never on input order or on the prompt configuration, so every
  * configuration of a run uses the same split and variants of one behavior never straddle the two sides.
  */
-import { createHash } from 'node:crypto';
+import { sha256Hex } from '../util/hash.ts';
 import type { Pair, PairSet, Split } from './types.ts';
 
 export const EXTRACTION_SHARE = 0.7;
 
 /** Rank key of a group: sha256(seed:key) as hex (ties impossible in practice; broken by the key). */
 function rankKey(seed: number, key: string): string {
-  return createHash('sha256').update(`${seed}:${key}`).digest('hex');
+  return sha256Hex(`${seed}:${key}`);
 }
 
 /** The split and resampling unit of a pair: its group (scenario, AgentHarm behavior stem), else the pair itself. */

@@ -4,7 +4,7 @@
  * and the steering matrix.
  */
 import { SafekeepError } from '../util/errors.ts';
-import { MASKED } from './graph.ts';
+import { MASKED } from './io.ts';
 import type { PositionSelector, Steering } from './types.ts';
 
 export interface PaddedBatch {

@@ -5,15 +5,7 @@
  * activations and attention scores of a step scale with C instead of T (memory.ts `chunkTokens` picks C).
  * Sliding windows are in each chunk's bias (kv.ts); dynamic-NTK RoPE gets the whole step's length in every chunk.
  */
-import type { StepInput, StepOutput } from './engine.ts';
-
-/** what chunking needs from an engine */
-export interface StepRunner {
-  readonly numLayers: number;
-  readonly dModel: number;
-  readonly vocabSize: number;
-  step(inp: StepInput): Promise<StepOutput>;
-}
+import type { StepInput, StepOutput, StepRunner } from './step.ts';
 
 /** [L+1, N, d] / [M, V] outputs: which chunk and row each requested flat index (b·T + t) lands in */
 function route(index: readonly number[], width: number, chunk: number): { chunk: number; local: number; row: number }[] {

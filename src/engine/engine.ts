@@ -13,17 +13,20 @@ import { loadCheckpoint } from '../checkpoint/load.ts';
 import { ropeInvFreq } from '../checkpoint/rope.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
+import { argmax } from './argmax.ts';
 import { leftPad, planChunks, positionIds, selectPositions, steeringMatrix } from './batch.ts';
 import { chunkedStep } from './chunked.ts';
 import type { AttentionImpl, ComputeDType } from './graph.ts';
-import { attentionImpl, IO } from './graph.ts';
+import { attentionImpl } from './graph.ts';
+import { IO } from './io.ts';
 import { appendKv, capacityBias, emptyKv, kvCapacity, KV_CHUNK, type KvCache } from './kv.ts';
 import { chunkTokens, fitsStep, planMemory, RUNTIME_MARGIN, type MemoryPlan, type StepShape } from './memory.ts';
 import { defaultDType } from './precision.ts';
-import { firstTokenShared, forwardShared, type FirstTokenSharedResult, type SharedForwardOptions, type SharedForwardResult } from './prefix.ts';
+import { firstTokenShared, forwardShared } from './prefix.ts';
 import type { QuantScheme } from './quant-store.ts';
 import { openSession, type Device } from './session.ts';
-import type { Engine, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, Steering } from './types.ts';
+import { hiddenRows, type StepInput, type StepOutput, type Stepper } from './step.ts';
+import type { Engine, FirstTokenSharedOptions, FirstTokenSharedResult, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, SharedForwardOptions, SharedForwardResult } from './types.ts';
 
 export interface EngineOptions {
   dtype?: ComputeDType;
@@ -49,51 +52,9 @@ export interface EngineOptions {
   runtimeBytes?: number;
 }
 
-export type { KvCache } from './kv.ts';
-
-export interface StepInput {
-  /** [B, T] ids (row-major), left-padded for the first step */
-  ids: BigInt64Array;
-  batch: number;
-  width: number;
-  /** where each row's real slots start (absolute, counting cached slots) */
-  starts: number[];
-  past: KvCache | null;
-  /** [L+1, d] */
-  steer: Float32Array;
-  /** flat indices b·T + t of the new slots whose hidden states / logits are wanted */
-  hiddenIndex: number[];
-  logitsIndex: number[];
-  /**
-   * return the present KV (default true): `past` extended by the new slots, written into past's buffer in place when
-   * it has room (kv.ts; the `past` value itself stays valid), else into a new buffer. false skips fetching the new slots.
-   */
-  wantPresent?: boolean;
-  /**
-   * slots the caller expects to append after this step: when the step allocates a new KV buffer it leaves room for
-   * min(reserve, KV_CHUNK) of them. Default: KV_CHUNK for a single-token (decode) step, 0 otherwise.
-   */
-  reserve?: number;
-  /**
-   * per row, the sequence length dynamic-NTK RoPE is computed for (rope.ts; other RoPE types ignore it). Default: the
-   * row's last position in this step + 1 (past + T − starts[b]), as transformers does for one forward. Chunked
-   * prefill passes the whole prompt's length so its chunks equal one step; right-padded rows pass their real length.
-   */
-  ropeLength?: number[];
-}
-
-export interface StepOutput {
-  /** [L+1, hiddenIndex.length, d] */
-  hidden: Float32Array;
-  /** [logitsIndex.length, V] */
-  logits: Float32Array;
-  /** null when the step was run with wantPresent: false; tensors [B, kvH, capacity ≥ length, hd] (kv.ts) */
-  present: KvCache | null;
-}
-
 const i64 = (xs: readonly number[]) => BigInt64Array.from(xs, (x) => BigInt(x));
 
-export class OnnxEngine implements Engine {
+export class OnnxEngine implements Engine, Stepper {
   readonly modelType: string;
   readonly numLayers: number;
   readonly dModel: number;
@@ -103,19 +64,23 @@ export class OnnxEngine implements Engine {
   /** whether the graph came from the cache */
   readonly graphCached: boolean;
 
-  /** most padded tokens per internal batch */
-  maxBatchTokens = 4096;
+  /** most padded tokens per internal batch (a tuning knob: callers may lower it between calls) */
+  maxBatchTokens: number;
   /** the `maxMemory` plan (null: no budget, one step per batch whatever its length) */
-  memoryPlan: MemoryPlan | null = null;
+  readonly memoryPlan: MemoryPlan | null;
   /** attention kernel of the session (for the memory model) */
-  attention: AttentionImpl = attentionImpl();
+  readonly attention: AttentionImpl;
 
   /** the sliding window of the windowed layers (one size per config), null when every layer attends fully */
   readonly window: number | null;
   /** RoPE inv_freq as f32 when it does not depend on the length (every type but dynamic) */
   private readonly fixedInvFreq: Float32Array | null;
 
-  constructor(readonly checkpoint: Checkpoint, private readonly session: ort.InferenceSession, graphCached: boolean) {
+  constructor(readonly checkpoint: Checkpoint, private readonly session: ort.InferenceSession, graphCached: boolean,
+    run: { attention: AttentionImpl; memoryPlan?: MemoryPlan | null; maxBatchTokens?: number }) {
+    this.attention = run.attention;
+    this.memoryPlan = run.memoryPlan ?? null;
+    this.maxBatchTokens = run.maxBatchTokens ?? 4096;
     this.config = checkpoint.config;
     this.window = this.config.attentionWindows.find((w) => w !== null) ?? null;
     this.fixedInvFreq = this.config.rope.type === 'dynamic' ? null : Float32Array.from(ropeInvFreq(this.config));
@@ -211,8 +176,7 @@ export class OnnxEngine implements Engine {
       let lOff = 0;
       chunk.forEach((i, b) => {
         const n = hiddenPos[b]!.length;
-        const hidden = new Float32Array(L1 * n * d);
-        for (let l = 0; l < L1; l++) hidden.set(out.hidden.subarray((l * N + hOff) * d, (l * N + hOff + n) * d), l * n * d);
+        const hidden = hiddenRows(out.hidden, L1, N, d, hOff, n);
         const m = logitPos[b]!.length;
         results[i] = {
           length: pb.lengths[b]!,
@@ -262,7 +226,7 @@ export class OnnxEngine implements Engine {
    * One greedy token per prompt with shared-prefix reuse: equals `generate(ids, {maxNewTokens: 1,
    * returnPromptLastHidden: true, returnFirstTokenHidden: true, stopIds, steer})` (prefix.ts).
    */
-  async firstTokenShared(inputIds: number[][], opts: Omit<SharedForwardOptions, 'hiddenAt' | 'logitsAt'> & { stopIds?: number[] } = {}): Promise<FirstTokenSharedResult> {
+  async firstTokenShared(inputIds: number[][], opts: FirstTokenSharedOptions = {}): Promise<FirstTokenSharedResult> {
     this.checkIds(inputIds);
     return firstTokenShared(this, inputIds, steeringMatrix(this.numLayers, this.dModel, opts.steer), opts);
   }
@@ -305,11 +269,7 @@ export class OnnxEngine implements Engine {
     const res: GenerateResult[] = prompts.map(() => ({ generatedIds: [], finish: 'length' }));
     const stepLogits: Float32Array[][] = prompts.map(() => []);
     if (opts.returnPromptLastHidden) {
-      res.forEach((r, b) => {
-        const h = new Float32Array(L1 * d);
-        for (let l = 0; l < L1; l++) h.set(out.hidden.subarray((l * B + b) * d, (l * B + b + 1) * d), l * d);
-        r.promptLastHidden = h;
-      });
+      res.forEach((r, b) => { r.promptLastHidden = hiddenRows(out.hidden, L1, B, d, b, 1); });
     }
     const done = new Array<boolean>(B).fill(opts.maxNewTokens === 0);
     const wantFirstHidden = !!opts.returnFirstTokenHidden && opts.maxNewTokens > 0;
@@ -338,11 +298,7 @@ export class OnnxEngine implements Engine {
         reserve: opts.maxNewTokens - k - 1,
       });
       if (needHidden) {
-        res.forEach((r, b) => {
-          const h = new Float32Array(L1 * d);
-          for (let l = 0; l < L1; l++) h.set(out.hidden.subarray((l * B + b) * d, (l * B + b + 1) * d), l * d);
-          r.firstTokenHidden = h;
-        });
+        res.forEach((r, b) => { r.firstTokenHidden = hiddenRows(out.hidden, L1, B, d, b, 1); });
         if (done.every(Boolean)) break;
       }
     }
@@ -374,13 +330,6 @@ export class OnnxEngine implements Engine {
   }
 }
 
-/** index of the largest value (first on ties, like torch.argmax) */
-export function argmax(row: Float32Array): number {
-  let best = 0;
-  for (let i = 1; i < row.length; i++) if (row[i]! > row[best]!) best = i;
-  return best;
-}
-
 export async function createEngineFromCheckpoint(ckpt: Checkpoint, opts: EngineOptions = {}): Promise<OnnxEngine> {
   // f32 on cpu, f16 weights on cuda unless asked otherwise (precision.ts)
   const dtype = opts.dtype ?? defaultDType(opts.device ?? 'cpu');
@@ -394,21 +343,14 @@ export async function createEngineFromCheckpoint(ckpt: Checkpoint, opts: EngineO
     dtype, device: opts.device ?? 'cpu', threads: opts.threads, cacheDir: opts.cacheDir, lowMemory: opts.lowMemory,
     attention: opts.attention, quantScheme: opts.quantScheme,
   });
-  const engine = new OnnxEngine(ckpt, session, cached);
-  engine.attention = attentionImpl(opts.attention);
-  if (plan) {
-    engine.memoryPlan = plan;
-    engine.maxBatchTokens = plan.maxBatchTokens;
+  if (opts.maxBatchTokens !== undefined && (!Number.isInteger(opts.maxBatchTokens) || opts.maxBatchTokens < 1)) {
+    throw new SafekeepError(`maxBatchTokens must be a positive integer, got ${opts.maxBatchTokens}`);
   }
-  if (opts.maxBatchTokens !== undefined) {
-    if (!Number.isInteger(opts.maxBatchTokens) || opts.maxBatchTokens < 1) throw new SafekeepError(`maxBatchTokens must be a positive integer, got ${opts.maxBatchTokens}`);
-    engine.maxBatchTokens = plan ? Math.min(plan.maxBatchTokens, opts.maxBatchTokens) : opts.maxBatchTokens;
-  }
-  return engine;
+  const maxBatchTokens = Math.min(plan?.maxBatchTokens ?? Infinity, opts.maxBatchTokens ?? (plan ? Infinity : 4096));
+  return new OnnxEngine(ckpt, session, cached, { attention: attentionImpl(opts.attention), memoryPlan: plan, maxBatchTokens });
 }
 
 export async function createEngine(modelDir: string, opts: EngineOptions = {}): Promise<OnnxEngine> {
   return createEngineFromCheckpoint(await loadCheckpoint(modelDir), opts);
 }
 
-export type { Steering };

@@ -13,12 +13,14 @@
  * slots Pmax−P_b..Pmax−1, start = Pmax−P_b) and RIGHT-padding the new tokens (causal attention never lets a real token
  * see a later pad), so position ids stay slot − start and only the real slots are visible.
  */
-import { createHash } from 'node:crypto';
 import * as ort from 'onnxruntime-node';
+import { sha256Hex } from '../util/hash.ts';
+import { argmax } from './argmax.ts';
 import { selectPositions } from './batch.ts';
-import type { OnnxEngine } from './engine.ts';
 import { compactKv, kvCapacity, type KvCache } from './kv.ts';
-import type { ForwardResult, GenerateResult, PositionSelector, Steering } from './types.ts';
+import { PrefixCache, type PrefixKv } from './prefix-cache.ts';
+import { hiddenRows, type Stepper } from './step.ts';
+import type { FirstTokenSharedOptions, FirstTokenSharedResult, ForwardResult, GenerateResult, ReuseStats, SharedForwardOptions, SharedForwardResult } from './types.ts';
 
 /** lcp of two token sequences */
 export function lcp(a: readonly number[], b: readonly number[]): number {
@@ -72,94 +74,19 @@ export function choosePrefix(boundaries: readonly number[], length: number, firs
   return { prefix: usable.at(-1) ?? 0, chain: usable.slice(0, -1) };
 }
 
-/** Batch-1 KV of a prefix: per layer [1, kvH, P, hd] */
-interface PrefixKv {
-  keys: Float32Array[];
-  values: Float32Array[];
-  length: number;
-  bytes: number;
-}
-
-/** Byte-bounded LRU of prefix KV (Map insertion order = recency). */
-export class PrefixCache {
-  private readonly map = new Map<string, PrefixKv>();
-  private used = 0;
-  hits = 0;
-  misses = 0;
-  /** most bytes of KV held (default 1 GiB) */
-  constructor(readonly maxBytes = 1 << 30) {}
-
-  get(key: string): PrefixKv | undefined {
-    const v = this.map.get(key);
-    if (v) {
-      this.map.delete(key);
-      this.map.set(key, v);
-    }
-    return v;
-  }
-
-  set(key: string, v: PrefixKv): void {
-    if (this.map.has(key)) return;
-    if (v.bytes > this.maxBytes) return;
-    this.map.set(key, v);
-    this.used += v.bytes;
-    for (const [k, old] of this.map) {
-      if (this.used <= this.maxBytes) break;
-      this.map.delete(k);
-      this.used -= old.bytes;
-    }
-  }
-
-  get bytes(): number {
-    return this.used;
-  }
-
-  get size(): number {
-    return this.map.size;
-  }
-}
-
-export interface SharedForwardOptions {
-  steer?: Steering;
-  hiddenAt?: PositionSelector;
-  logitsAt?: PositionSelector;
-  /** boundaries per prompt from `prefixPlan` over the whole workload (default: planned over this call's prompts) */
-  boundaries?: readonly (readonly number[])[];
-  /** prefix KV cache kept across calls (default: a fresh one for this call) */
-  cache?: PrefixCache;
-}
-
-export interface ReuseStats {
-  /** tokens in the prompts */
-  promptTokens: number;
-  /** tokens actually run through the model (prefix steps + suffixes, no padding) */
-  computedTokens: number;
-}
-
-export interface SharedForwardResult {
-  results: ForwardResult[];
-  stats: ReuseStats;
-}
-
 const steerKey = (steer: Float32Array): string => {
-  for (let i = 0; i < steer.length; i++) if (steer[i] !== 0) return createHash('sha256').update(new Uint8Array(steer.buffer, steer.byteOffset, steer.byteLength)).digest('hex').slice(0, 16);
+  for (let i = 0; i < steer.length; i++) if (steer[i] !== 0) return sha256Hex(new Uint8Array(steer.buffer, steer.byteOffset, steer.byteLength)).slice(0, 16);
   return 'none';
 };
 const prefixKey = (ids: readonly number[], prefix: number, chain: readonly number[], steer: string): string =>
-  createHash('sha256').update(`${steer}|${chain.join(',')}|${ids.slice(0, prefix).join(',')}`).digest('hex');
+  sha256Hex(`${steer}|${chain.join(',')}|${ids.slice(0, prefix).join(',')}`);
 
 /**
  * Forward with shared-prefix reuse: the same `ForwardResult[]` as `engine.forward(prompts, opts)` (hidden states and
  * logits within float rounding, ≤ 1e-5 in the tests) plus what was computed.
  */
-export async function forwardShared(engine: OnnxEngine, prompts: number[][], steerMatrix: Float32Array, opts: SharedForwardOptions = {}): Promise<SharedForwardResult> {
+export async function forwardShared(engine: Stepper, prompts: number[][], steerMatrix: Float32Array, opts: SharedForwardOptions = {}): Promise<SharedForwardResult> {
   return sharedCore(engine, prompts, steerMatrix, opts, null);
-}
-
-export interface FirstTokenSharedResult {
-  /** one greedy token per prompt, with `promptLastHidden` and `firstTokenHidden` ([L+1, d] each) */
-  results: GenerateResult[];
-  stats: ReuseStats;
 }
 
 /**
@@ -167,21 +94,14 @@ export interface FirstTokenSharedResult {
  * shared-prefix reuse for the prefill: the prompt's last-token hidden state, its greedy token, and the all-layer
  * hidden state computed when that token is fed back (one batch-1 step per prompt on its own KV).
  */
-export async function firstTokenShared(engine: OnnxEngine, prompts: number[][], steerMatrix: Float32Array,
-  opts: Omit<SharedForwardOptions, 'hiddenAt' | 'logitsAt' | 'steer'> & { stopIds?: number[] } = {}): Promise<FirstTokenSharedResult> {
+export async function firstTokenShared(engine: Stepper, prompts: number[][], steerMatrix: Float32Array,
+  opts: Omit<FirstTokenSharedOptions, 'steer'> = {}): Promise<FirstTokenSharedResult> {
   const out: GenerateResult[] = new Array(prompts.length);
   const { stats } = await sharedCore(engine, prompts, steerMatrix, { ...opts, hiddenAt: 'last', logitsAt: 'last' }, { stop: new Set(opts.stopIds ?? engine.eosIds), out });
   return { results: out, stats };
 }
 
-/** greedy token: index of the largest logit (first on ties, like torch.argmax) */
-function argmaxRow(row: Float32Array): number {
-  let best = 0;
-  for (let i = 1; i < row.length; i++) if (row[i]! > row[best]!) best = i;
-  return best;
-}
-
-async function sharedCore(engine: OnnxEngine, prompts: number[][], steerMatrix: Float32Array, opts: SharedForwardOptions,
+async function sharedCore(engine: Stepper, prompts: number[][], steerMatrix: Float32Array, opts: SharedForwardOptions,
   first: { stop: Set<number>; out: GenerateResult[] } | null): Promise<SharedForwardResult> {
   const n = prompts.length;
   const boundaries = opts.boundaries ?? prefixPlan(prompts);
@@ -306,8 +226,7 @@ async function sharedCore(engine: OnnxEngine, prompts: number[][], steerMatrix: 
     let lOff = 0;
     for (const r of batch) {
       const nh = r.hiddenPos.length;
-      const hidden = new Float32Array(L1 * nh * d);
-      for (let l = 0; l < L1; l++) hidden.set(out.hidden.subarray((l * N + hOff) * d, (l * N + hOff + nh) * d), l * nh * d);
+      const hidden = hiddenRows(out.hidden, L1, N, d, hOff, nh);
       const m = r.logitPos.length;
       results[r.i] = { length: r.ids.length, hiddenPositions: r.hiddenPos, hidden, logitPositions: r.logitPos, logits: out.logits.slice(lOff * V, (lOff + m) * V) };
       hOff += nh;
@@ -320,7 +239,7 @@ async function sharedCore(engine: OnnxEngine, prompts: number[][], steerMatrix: 
       for (let b = 0; b < B; b++) {
         const r = batch[b]!;
         const res = results[r.i]!;
-        const tok = argmaxRow(res.logits);
+        const tok = argmax(res.logits);
         const from = starts[b]!;
         const len = P + r.ids.length - r.prefix - from;
         const slice = (t: ort.Tensor): ort.Tensor => {

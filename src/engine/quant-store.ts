@@ -9,13 +9,14 @@
  * rows for the Gather, norms, biases) is copied byte for byte in its stored dtype, so the session reads all its
  * external data from this one folder. The folder is written under a temp name and renamed: complete or absent.
  */
-import { createHash } from 'node:crypto';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { readTensorBytes, readTensorF32 } from '../checkpoint/read.ts';
 import type { Checkpoint, DType } from '../checkpoint/types.ts';
+import { writeFileAtomic } from '../util/atomic.ts';
+import { sha256Hex } from '../util/hash.ts';
 import { quantizeBlockwise, type QuantBits } from './quant.ts';
-import { cacheRoot, resolveWeightFiles } from './session.ts';
+import { cacheRoot, resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
 
 export const QUANT_VERSION = 1;
 export const QUANT_BLOCK = 32;
@@ -68,13 +69,7 @@ export function linearGroups(ckpt: Checkpoint): Map<string, string[]> {
 
 export function quantKey(ckpt: Checkpoint, bits: QuantBits, scheme: QuantScheme): string {
   const { realFiles } = resolveWeightFiles(ckpt);
-  const h = createHash('sha256');
-  h.update(`safekeep-quant v${QUANT_VERSION}\n${ckpt.configHash}\n${bits}\n${scheme}\n${QUANT_BLOCK}\n`);
-  for (const real of [...realFiles.values()].sort()) {
-    const st = statSync(real);
-    h.update(`${real}\t${st.size}\t${st.mtimeMs}\n`);
-  }
-  return h.digest('hex').slice(0, 32);
+  return sha256Hex(`safekeep-quant v${QUANT_VERSION}\n${ckpt.configHash}\n${bits}\n${scheme}\n${QUANT_BLOCK}\n` + weightFilesStamp(realFiles)).slice(0, 32);
 }
 
 /** The quantized weights of `ckpt` from the cache, or made now (progress on stderr unless SAFEKEEP_QUIET). */
@@ -137,15 +132,8 @@ export function quantizedWeights(ckpt: Checkpoint, bits: QuantBits, scheme: Quan
     rmSync(tmp, { recursive: true, force: true });
     throw err;
   }
-  const indexTmp = join(tmp, 'index.json');
-  writeFileAtomicSync(indexTmp, JSON.stringify(index));
+  writeFileAtomic(join(tmp, 'index.json'), JSON.stringify(index));
   rmSync(dir, { recursive: true, force: true });
   renameSync(tmp, dir);
   return { dir, file, index, cached: false };
-}
-
-function writeFileAtomicSync(path: string, text: string): void {
-  const fd = openSync(path, 'w');
-  writeSync(fd, text);
-  closeSync(fd);
 }

@@ -25,6 +25,7 @@
 import { readTensorF32, roundToBf16 } from '../checkpoint/read.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
+import { argmax } from './argmax.ts';
 import type { Steering } from './types.ts';
 
 /** Weights upcast to f64, by HF name. Cached per checkpoint object and weight precision. */
@@ -322,13 +323,6 @@ export interface ReferenceGenerateResult {
   firstTokenHidden: Float64Array | null;
   /** last prompt position of the prefill. [L+1, d_model] */
   promptLastHidden: Float64Array;
-}
-
-/** First index of the maximum (torch.argmax). */
-export function argmax(x: Float64Array | Float32Array, from = 0, to = x.length): number {
-  let best = from;
-  for (let i = from + 1; i < to; i++) if (x[i]! > x[best]!) best = i;
-  return best - from;
 }
 
 /** Rows [L+1] of position t from hidden [L+1, T, d]. → [L+1, d] */

@@ -6,18 +6,19 @@
  * config hash, each weight file's real path + size + mtime, tensor index, options). The graph holds no weight
  * bytes; the session reads them straight from the .safetensors files.
  */
-import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, realpathSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { homedir } from 'node:os';
-import { basename, dirname, join } from 'node:path';
+import { dirname, join } from 'node:path';
 import * as ort from 'onnxruntime-node';
 import type { Checkpoint } from '../checkpoint/types.ts';
+import { writeFileAtomic } from '../util/atomic.ts';
 import { SafekeepError } from '../util/errors.ts';
+import { sha256Hex } from '../util/hash.ts';
 import { attentionImpl, buildModelGraph, isQuantized, quantAccuracyLevel, type AttentionImpl, type ComputeDType } from './graph.ts';
 import { linearType } from './precision.ts';
 import { quantizedWeights, type QuantScheme, type QuantStore } from './quant-store.ts';
 import { machineThreads } from './threads.ts';
+import { cacheRoot, resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
 
 /** bump when graph.ts changes what it emits */
 export const GRAPH_VERSION = 8;
@@ -57,32 +58,10 @@ export interface SessionOptions {
   quantScheme?: QuantScheme;
 }
 
-export function cacheRoot(explicit?: string): string {
-  return explicit ?? process.env.SAFEKEEP_CACHE ?? join(homedir(), '.cache', 'safekeep');
-}
-
-/** Real path of every weight file; they must share one folder (true for plain folders and the HF hub cache). */
-export function resolveWeightFiles(ckpt: Checkpoint): { realFiles: Map<string, string>; weightsDir: string } {
-  const realFiles = new Map<string, string>();
-  for (const e of ckpt.tensors.values()) if (!realFiles.has(e.file)) realFiles.set(e.file, realpathSync(e.file));
-  const dirs = new Set([...realFiles.values()].map((f) => dirname(f)));
-  if (dirs.size !== 1) {
-    throw new SafekeepError(`${ckpt.dir}: the weight files resolve to different folders (${[...dirs].join(', ')}); put them in one folder`);
-  }
-  const names = [...realFiles.values()].map((f) => basename(f));
-  if (new Set(names).size !== names.length) throw new SafekeepError(`${ckpt.dir}: two weight files resolve to the same file`);
-  return { realFiles, weightsDir: [...dirs][0]! };
-}
-
 export function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, dtype: ComputeDType, attention: AttentionImpl, fused: boolean, extra = ''): string {
-  const h = createHash('sha256');
-  h.update(`safekeep-graph v${GRAPH_VERSION}\n${ckpt.configHash}\n${dtype}\n${attention}\n${fused}\n${extra}`);
-  for (const real of [...realFiles.values()].sort()) {
-    const st = statSync(real);
-    h.update(`${real}\t${st.size}\t${st.mtimeMs}\n`);
-  }
-  for (const e of ckpt.tensors.values()) h.update(`${e.name}\t${e.dtype}\t${e.shape.join('x')}\t${e.file}\t${e.offset}\t${e.byteLength}\n`);
-  return h.digest('hex').slice(0, 32);
+  let text = `safekeep-graph v${GRAPH_VERSION}\n${ckpt.configHash}\n${dtype}\n${attention}\n${fused}\n${extra}` + weightFilesStamp(realFiles);
+  for (const e of ckpt.tensors.values()) text += `${e.name}\t${e.dtype}\t${e.shape.join('x')}\t${e.file}\t${e.offset}\t${e.byteLength}\n`;
+  return sha256Hex(text).slice(0, 32);
 }
 
 /** The graph bytes for this checkpoint and options: from the cache, or built and cached (atomic write). */
@@ -101,10 +80,7 @@ export function modelGraph(ckpt: Checkpoint, opts: SessionOptions): { bytes: Uin
   if (existsSync(path)) return { bytes: readFileSync(path), weightsDir, cached: true, path };
   const { bytes } = buildModelGraph(ckpt, opts.dtype, realFiles, weightsDir, attention, fused, quant);
   try {
-    mkdirSync(dir, { recursive: true });
-    const tmp = `${path}.${process.pid}.tmp`;
-    writeFileSync(tmp, bytes);
-    renameSync(tmp, path);
+    writeFileAtomic(path, bytes);
   } catch {
     // an unwritable cache only costs the rebuild next time
   }

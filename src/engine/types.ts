@@ -7,6 +7,7 @@
  *   hidden states, hence the first generated token's choice, are unsteered).
  * - Left padding, position ids = cumsum(mask) - 1. Greedy decoding; stop ids from generation_config.json.
  */
+import type { PrefixCache } from './prefix-cache.ts';
 
 /** Steering as a full matrix: row l is ADDED to hidden[l]; zeros = no steering. [L+1, d_model] */
 export type SteeringMatrix = Float32Array;
@@ -87,9 +88,40 @@ export interface EngineInfo {
 export interface Engine extends EngineInfo {
   forward(inputIds: number[][], opts?: ForwardOptions): Promise<ForwardResult[]>;
   /** `forward` with shared-prefix KV reuse (src/engine/prefix.ts); optional for other engines */
-  forwardShared?(inputIds: number[][], opts?: import('./prefix.ts').SharedForwardOptions): Promise<import('./prefix.ts').SharedForwardResult>;
+  forwardShared?(inputIds: number[][], opts?: SharedForwardOptions): Promise<SharedForwardResult>;
   /** generate(maxNewTokens 1, prompt-last + first-token hidden states) with shared-prefix reuse; optional */
-  firstTokenShared?(inputIds: number[][], opts?: Omit<import('./prefix.ts').SharedForwardOptions, 'hiddenAt' | 'logitsAt'> & { stopIds?: number[] }): Promise<import('./prefix.ts').FirstTokenSharedResult>;
+  firstTokenShared?(inputIds: number[][], opts?: FirstTokenSharedOptions): Promise<FirstTokenSharedResult>;
   generate(inputIds: number[][], opts: GenerateOptions): Promise<GenerateResult[]>;
   dispose(): Promise<void>;
 }
+
+export interface SharedForwardOptions {
+  steer?: Steering;
+  hiddenAt?: PositionSelector;
+  logitsAt?: PositionSelector;
+  /** boundaries per prompt from `prefixPlan` over the whole workload (default: planned over this call's prompts) */
+  boundaries?: readonly (readonly number[])[];
+  /** prefix KV cache kept across calls (default: a fresh one for this call) */
+  cache?: PrefixCache;
+}
+
+export interface ReuseStats {
+  /** tokens in the prompts */
+  promptTokens: number;
+  /** tokens actually run through the model (prefix steps + suffixes, no padding) */
+  computedTokens: number;
+}
+
+export interface SharedForwardResult {
+  results: ForwardResult[];
+  stats: ReuseStats;
+}
+
+export interface FirstTokenSharedResult {
+  /** one greedy token per prompt, with `promptLastHidden` and `firstTokenHidden` ([L+1, d] each) */
+  results: GenerateResult[];
+  stats: ReuseStats;
+}
+
+/** `firstTokenShared` options: the shared-forward ones but the positions (always the last), plus stop ids. */
+export type FirstTokenSharedOptions = Omit<SharedForwardOptions, 'hiddenAt' | 'logitsAt'> & { stopIds?: number[] };

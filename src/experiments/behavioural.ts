@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import type { BehaviouralRefusal, BehaviouralRefusalRow } from '../analysis/results.ts';
 import { wilsonInterval } from '../analysis/stats.ts';
 import { loadCheckpoint } from '../checkpoint/load.ts';
-import { writeFileAtomic } from '../report/atomic.ts';
+import { writeFileAtomic } from '../util/atomic.ts';
 import { ItemProgress } from '../util/progress.ts';
 import type { ExtractContext } from './extract.ts';
 import { classifyOutput } from './outcome/classify.ts';

@@ -11,7 +11,8 @@ import { basename, join, resolve } from 'node:path';
 import { createEngine, type EngineOptions } from '../engine/engine.ts';
 import { GRAPH_VERSION } from '../engine/session.ts';
 import { describePlan, planRecord, type MemoryPlan } from '../engine/memory.ts';
-import { plannedReuse, prefixPlan, PrefixCache } from '../engine/prefix.ts';
+import { plannedReuse, prefixPlan } from '../engine/prefix.ts';
+import { PrefixCache } from '../engine/prefix-cache.ts';
 import type { Engine } from '../engine/types.ts';
 import { loadCheckpoint } from '../checkpoint/load.ts';
 import { loadPairSet } from '../data/load.ts';
@@ -24,7 +25,7 @@ import { resolveTemplateKwargs, type ThinkingFlag } from '../prompts/thinking.ts
 import { SafekeepError } from '../util/errors.ts';
 import { buildActivationCaches, cacheIsComplete, passIsComplete, planPass, rowsHash, type CacheRow, type MultiBatchCompute, type MultiStoreOptions, type StoreResult } from '../cache/store.ts';
 import { partitionByCost, type Shard } from '../util/shard.ts';
-import { sha256Hex } from '../prompts/hash.ts';
+import { sha256Hex } from '../util/hash.ts';
 import { ShardRun } from '../util/shard-run.ts';
 
 export const ENGINE_VERSION = `safekeep-engine graph v${GRAPH_VERSION}`;

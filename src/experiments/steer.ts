@@ -25,7 +25,7 @@ import { cacheIsComplete, readActivationCache } from '../cache/store.ts';
 import { loadCheckpoint } from '../checkpoint/load.ts';
 import type { Family } from '../checkpoint/types.ts';
 import type { Pair } from '../data/types.ts';
-import { writeFileAtomic } from '../report/atomic.ts';
+import { writeFileAtomic } from '../util/atomic.ts';
 import { buildTables, tableMarkdown, toCsv } from '../report/tables.ts';
 import { writeReport } from '../report/write-report.ts';
 import { SafekeepError } from '../util/errors.ts';
@@ -35,7 +35,7 @@ import { callFormatOf, type CallFormat, type OutcomeLabel } from './outcome/type
 import {
   extractCondition, openContext, promptCacheName, renderRows, shardIdentity, type ContextOptions, type ExtractContext, type ShardSummary,
 } from './extract.ts';
-import { sha256Hex } from '../prompts/hash.ts';
+import { sha256Hex } from '../util/hash.ts';
 import { ShardRun } from '../util/shard-run.ts';
 import { selectShard, type Shard } from '../util/shard.ts';
 

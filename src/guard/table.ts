@@ -6,7 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { GuardBench } from './bench/cases.ts';
 import type { EvalRow, MethodSummary } from './eval.ts';
-import { writeFileAtomic } from './files.ts';
+import { writeFileAtomic } from '../util/atomic.ts';
 import type { Rate } from './metrics.ts';
 
 const LABELS: Record<string, string> = {

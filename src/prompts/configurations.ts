@@ -20,7 +20,7 @@
 import type { ToolSpec } from '../data/types.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { flattenTools } from './flatten.ts';
-import { sha256Hex } from './hash.ts';
+import { sha256Hex } from '../util/hash.ts';
 import { pseudowordTools } from './pseudoword.ts';
 import type { PromptTexts } from './texts.ts';
 import type { ChatMessage, PromptTokenizer } from './tokenizer.ts';

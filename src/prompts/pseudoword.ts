@@ -10,18 +10,7 @@
  * valid identifiers stay valid identifiers (letters map to letters; `_`, digits and punctuation are kept).
  */
 import type { JsonSchema, ToolSpec } from '../data/types.ts';
-
-/** mulberry32: small, fast, seeded 32-bit PRNG → [0, 1). */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { makeRng } from '../util/rng.ts';
 
 const ONSETS = ['b', 'd', 'f', 'g', 'k', 'l', 'm', 'n', 'p', 'r', 's', 't', 'v', 'z', 'br', 'dr', 'gr', 'pl', 'st', 'tr', 'sh', 'ch'];
 const VOWELS = ['a', 'e', 'i', 'o', 'u', 'a', 'e', 'o', 'ai', 'ou', 'ee'];
@@ -53,7 +42,7 @@ export class PseudowordCipher {
 
   /** `forbidden`: lowercase words that must never be produced (the original vocabulary). */
   constructor(seed: number, forbidden: Iterable<string> = []) {
-    this.rng = mulberry32(seed);
+    this.rng = makeRng(seed).uniform;
     this.forbidden = new Set([...forbidden].map((w) => w.toLowerCase()));
   }
 

@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { SafekeepError } from '../util/errors.ts';
-import { sha256Hex } from './hash.ts';
+import { sha256Hex } from '../util/hash.ts';
 
 export interface PromptTexts {
   /** agent role description (`+role` and later) */

@@ -20,7 +20,7 @@ import * as transformers from '@huggingface/transformers';
 import { Template } from '@huggingface/jinja';
 import type { ToolSpec } from '../data/types.ts';
 import { SafekeepError } from '../util/errors.ts';
-import { sha256Hex } from './hash.ts';
+import { sha256Hex } from '../util/hash.ts';
 
 /** Which chat-template dialect a template speaks (guessed from its control tokens). */
 export type TemplateFamily = 'llama3' | 'qwen' | 'mistral' | 'unknown';

@@ -7,7 +7,7 @@
 import { join } from 'node:path';
 import type { AnalysisResults } from '../analysis/results.ts';
 import { SafekeepError } from '../util/errors.ts';
-import { writeFileAtomic } from './atomic.ts';
+import { writeFileAtomic } from '../util/atomic.ts';
 import { aurocLayersFigure } from './figures/auroc-layers.ts';
 import { firstTokenFigure } from './figures/first-token.ts';
 import { schemaCosineFigure } from './figures/schema-cosine.ts';

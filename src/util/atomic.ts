@@ -5,21 +5,23 @@
  */
 import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
+import { SafekeepError } from './errors.ts';
 
 /** Temp path next to `path`: `.name.<pid>.<time><random>.tmp`. */
 export function tempPathFor(path: string): string {
   return join(dirname(path), `.${basename(path)}.${process.pid}.${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}.tmp`);
 }
 
+/** Write `data` to `path` (folders created) or fail with one SafekeepError naming the path; never a half-written file. */
 export function writeFileAtomic(path: string, data: string | Uint8Array): void {
-  mkdirSync(dirname(path), { recursive: true });
   const tmp = tempPathFor(path);
   try {
+    mkdirSync(dirname(path), { recursive: true });
     writeFileSync(tmp, data);
     renameSync(tmp, path);
   } catch (e) {
     rmSync(tmp, { force: true });
-    throw e;
+    throw new SafekeepError(`${path}: cannot write (${(e as Error).message})`);
   }
 }
 

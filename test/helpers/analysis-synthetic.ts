@@ -4,7 +4,7 @@
  * so the true refusal direction at layer ℓ is strength(ℓ)·u.
  */
 import { type Activations, makeActivations } from '../../src/analysis/activations.ts';
-import { makeRng } from '../../src/analysis/rng.ts';
+import { makeRng } from '../../src/util/rng.ts';
 import { unit } from '../../src/analysis/vector.ts';
 
 export interface PlantedOptions {

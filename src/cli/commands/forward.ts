@@ -4,7 +4,7 @@
  */
 import { parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { writeSafetensors, type TensorToWrite } from '../../checkpoint/safetensors.ts';
-import { ENGINE_FLAG_DEFS, openEngine, readIdsFile } from '../../engine/cli-common.ts';
+import { ENGINE_FLAG_DEFS, openEngine, readIdsFile } from '../engine-flags.ts';
 
 export const summary = 'all-layer hidden states and logits of token-id sequences → .safetensors';
 

@@ -6,7 +6,8 @@
  */
 import { choiceValue, numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { ENGINE_FLAG_DEFS, openEngine, readIdsFile, readVectorFile, writeFileAtomic } from '../../engine/cli-common.ts';
+import { ENGINE_FLAG_DEFS, openEngine, readIdsFile, readVectorFile } from '../engine-flags.ts';
+import { writeFileAtomic } from '../../util/atomic.ts';
 import { STEER_POSITIONS, type Steering } from '../../engine/types.ts';
 
 export const summary = 'greedy generation with KV cache, optional steering → JSON (ids, step logits, hidden)';

@@ -39,7 +39,7 @@ import type { CallFormat } from '../../experiments/outcome/types.ts';
 import { runGuardShard, type GuardMergeOptions } from '../../guard/shard.ts';
 import { parseShard } from '../../util/shard.ts';
 import { SHARD_FLAG_DEF } from '../shard-flag.ts';
-import { sha256Hex } from '../../prompts/hash.ts';
+import { sha256Hex } from '../../util/hash.ts';
 
 export const summary = 'Table 4: guard methods on AgentHarm / InjecAgent (local model or endpoint)';
 
@@ -169,7 +169,7 @@ export async function run(argv: string[]): Promise<number> {
     thinking = thinkingFlag ?? (th.chatTemplateKwargs.enable_thinking === undefined ? 'endpoint default' : th.chatTemplateKwargs.enable_thinking ? 'on' : 'off');
     templateKwargs = { ...th.chatTemplateKwargs, ...(thinkingFlag !== undefined ? { enable_thinking: thinkingFlag === 'on' } : {}) };
   } else {
-    const { openEngine } = await import('../../engine/cli-common.ts');
+    const { openEngine } = await import('../engine-flags.ts');
     const { loadPromptTokenizer } = await import('../../prompts/tokenizer.ts');
     const { resolveTemplateKwargs } = await import('../../prompts/thinking.ts');
     const tokenizer = await loadPromptTokenizer(model!, { template: args.values.get('template') });

@@ -117,7 +117,7 @@ export async function run(argv: string[]): Promise<number> {
       ...(noThinking ? { extraBody: { chat_template_kwargs: { enable_thinking: false } } } : {}),
     });
   } else {
-    const { openEngine } = await import('../../engine/cli-common.ts');
+    const { openEngine } = await import('../engine-flags.ts');
     const { loadPromptTokenizer } = await import('../../prompts/tokenizer.ts');
     const tokenizer = await loadPromptTokenizer(model!, { template: args.values.get('template') });
     const engine = await openEngine(args);

@@ -3,7 +3,7 @@
  * decision). Written atomically.
  */
 import { join } from 'node:path';
-import { writeFileAtomic } from '../files.ts';
+import { writeFileAtomic } from '../../util/atomic.ts';
 import type { Rate } from '../metrics.ts';
 import { formatRate } from '../table.ts';
 import type { MeanCI, S3Summary, ScoredTrajectory } from './eval.ts';

@@ -1,5 +1,5 @@
 /**
- * The one seeded random source of the analyses: mulberry32 (32-bit state, period 2^32) for uniforms,
+ * The seeded random source of analyses and prompt randomization: mulberry32 (32-bit state, period 2^32) for uniforms,
  * Box–Muller for standard normals. Same seed → same stream on every machine (pure integer arithmetic).
  */
 

@@ -1,16 +1,15 @@
 /**
- * What `safekeep forward` and `safekeep generate` share: engine flags (--model, --dtype, --device, --threads,
- * --max-memory), reading IDS.json, and atomic JSON output.
+ * What the model commands share: engine flags (--model, --dtype, --device, --threads, --max-memory) turned into
+ * engine options, and reading IDS.json / V.json.
  */
-import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
-import { dirname, join, basename } from 'node:path';
-import type { FlagDef, ParsedArgs } from '../cli/args.ts';
-import { numberValue, requireValue } from '../cli/args.ts';
+import { readJsonFile } from '../data/jsonfile.ts';
+import { createEngine, type EngineOptions, type OnnxEngine } from '../engine/engine.ts';
+import { parseBytes } from '../engine/memory.ts';
+import { COMPUTE_DTYPES, defaultDType, type ComputeDType } from '../engine/precision.ts';
 import { resolveModel } from '../hub/resolve.ts';
 import { SafekeepError } from '../util/errors.ts';
-import { createEngine, type EngineOptions, type OnnxEngine } from './engine.ts';
-import { parseBytes } from './memory.ts';
-import { COMPUTE_DTYPES, defaultDType, type ComputeDType } from './precision.ts';
+import type { FlagDef, ParsedArgs } from './args.ts';
+import { numberValue, requireValue } from './args.ts';
 
 /** flag-table rows every model command shares (--model, --dtype, --device, --threads, --max-memory) */
 export const ENGINE_FLAG_DEFS: readonly FlagDef[] = [
@@ -50,18 +49,9 @@ export async function openEngine(args: ParsedArgs): Promise<OnnxEngine> {
   return createEngine(await resolveModel(requireValue(args, 'model')), options);
 }
 
-export function readJsonFile(path: string, what: string): unknown {
-  if (!existsSync(path)) throw new SafekeepError(`${what} ${path}: no such file`);
-  try {
-    return JSON.parse(readFileSync(path, 'utf8')) as unknown;
-  } catch (e) {
-    throw new SafekeepError(`${what} ${path}: not valid JSON (${(e as Error).message})`);
-  }
-}
-
 /** IDS.json = {"input_ids": [[int, ...], ...]} */
 export function readIdsFile(path: string): number[][] {
-  const j = readJsonFile(path, '--ids');
+  const j = readJsonFile(path);
   const ids = (j as { input_ids?: unknown } | null)?.input_ids;
   if (!Array.isArray(ids) || ids.length === 0) throw new SafekeepError(`${path}: needs "input_ids": a non-empty list of token-id lists`);
   ids.forEach((s, i) => {
@@ -75,20 +65,10 @@ export function readIdsFile(path: string): number[][] {
 
 /** V.json = {"vector": [d floats]} */
 export function readVectorFile(path: string): number[] {
-  const j = readJsonFile(path, '--steer-vector');
+  const j = readJsonFile(path);
   const v = (j as { vector?: unknown } | null)?.vector;
   if (!Array.isArray(v) || v.length === 0 || !v.every((x) => typeof x === 'number' && Number.isFinite(x))) {
     throw new SafekeepError(`${path}: needs "vector": a list of finite numbers`);
   }
   return v as number[];
-}
-
-export function writeFileAtomic(path: string, data: string | Uint8Array): void {
-  const tmp = join(dirname(path), `.${basename(path)}.${process.pid}.tmp`);
-  try {
-    writeFileSync(tmp, data);
-    renameSync(tmp, path);
-  } catch (e) {
-    throw new SafekeepError(`${path}: cannot write (${(e as Error).message})`);
-  }
 }

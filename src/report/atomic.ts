@@ -1,2 +1,0 @@
-/** Atomic writes live in util/atomic.ts; re-exported for the report modules. */
-export { writeFileAtomic } from '../util/atomic.ts';
