@@ -9,7 +9,8 @@
  *   (a chain of 8 MatMuls [512, 576]×[576, 1536]×[1536, 576]…, constant weights) measured in the same process with
  *   the same threads, runs interleaved with the engine's; best of --reps (default 3) since the machine may be shared;
  * - peak RSS vs the f32 weight bytes.
- * Targets (issue 2): prefill ≥ 70 % of the GEMM rate; RSS ≤ 1.3 × f32 weight bytes.
+ * Targets: prefill ≥ 70 % of the GEMM rate (the linear layers dominate, so the graph should run near raw MatMul
+ * speed); RSS ≤ 1.3 × f32 weight bytes (one pre-packed copy of the weights, little else).
  * Threads: default = the engine's own choice (src/engine/threads.ts, printed); `--threads 1,2,4 [--rounds R]` measures
  * each count in a fresh child per round (order alternating, best kept) and prints a table marking the default.
  */

@@ -25,11 +25,12 @@ import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { loadPairSet } from '../src/data/load.ts';
 import { createEngineFromCheckpoint } from '../src/engine/engine.ts';
-import type { ComputeDType } from '../src/engine/graph.ts';
+import type { ComputeDType } from '../src/engine/precision.ts';
+import { resolveEngineConfig } from '../src/engine/engine-config.ts';
+import { engineEnv } from '../src/cli/env.ts';
 import { plannedReuse, prefixPlan } from '../src/engine/prefix.ts';
 import { PrefixCache } from '../src/engine/prefix-cache.ts';
 import { quantizedWeights } from '../src/engine/quant-store.ts';
-import { quantScheme } from '../src/engine/session.ts';
 import { stratifiedSubset } from '../src/experiments/extract.ts';
 import { PromptBuilder } from '../src/prompts/configurations.ts';
 import { loadPromptTexts } from '../src/prompts/texts.ts';
@@ -124,7 +125,8 @@ async function main(): Promise<void> {
   if (mode === 'quantize') {
     const ck = await loadCheckpoint(flag('run')!);
     const dtype = flag('dtype') as 'q8' | 'q4';
-    quantizedWeights(ck, dtype === 'q8' ? 8 : 4, quantScheme(dtype), join(flag('run')!, '..', 'cache'));
+    const cfg = resolveEngineConfig({ ...engineEnv(), dtype, cacheDir: join(flag('run')!, '..', 'cache') });
+    quantizedWeights(ck, cfg.quant!.bits, cfg.quant!.scheme, cfg.cacheDir, cfg.quiet);
     return;
   }
   if (mode === 'measure') {

@@ -21,9 +21,10 @@ import { fileURLToPath } from 'node:url';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngineFromCheckpoint } from '../src/engine/engine.ts';
-import type { ComputeDType } from '../src/engine/graph.ts';
+import type { ComputeDType } from '../src/engine/precision.ts';
+import { resolveEngineConfig } from '../src/engine/engine-config.ts';
+import { engineEnv } from '../src/cli/env.ts';
 import { quantizedWeights, type QuantStore } from '../src/engine/quant-store.ts';
-import { quantScheme } from '../src/engine/session.ts';
 
 const SHAPE = {
   hiddenSize: 4096, numHeads: 32, numKvHeads: 8, headDim: 128, intermediateSize: 14336, vocabSize: 128256,
@@ -36,11 +37,12 @@ const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
 async function child(mode: string, dir: string, dtype: ComputeDType): Promise<void> {
   const ck = await loadCheckpoint(dir);
   const cacheDir = join(dir, '..', 'cache');
+  const cfg = resolveEngineConfig({ ...engineEnv(), dtype, cacheDir });
   if (mode === 'quantize') {
-    if (dtype === 'q4' || dtype === 'q8') quantizedWeights(ck, dtype === 'q8' ? 8 : 4, quantScheme(dtype), cacheDir);
+    if (cfg.quant) quantizedWeights(ck, cfg.quant.bits, cfg.quant.scheme, cacheDir, cfg.quiet);
     return;
   }
-  const store = dtype === 'q4' || dtype === 'q8' ? quantizedWeights(ck, dtype === 'q8' ? 8 : 4, quantScheme(dtype), cacheDir) : null;
+  const store = cfg.quant ? quantizedWeights(ck, cfg.quant.bits, cfg.quant.scheme, cacheDir, cfg.quiet) : null;
   const stages: Stage[] = [];
   const t0 = performance.now();
   const engine = await createEngineFromCheckpoint(ck, { dtype, cacheDir, threads: Number(flag('threads') ?? 0) || undefined });

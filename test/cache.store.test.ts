@@ -86,7 +86,7 @@ test('one prefill fills the prompt and first-token caches with the values of the
   process.env.SAFEKEEP_QUIET = '1';
   try {
     await writePlantedModel(join(dir, 'planted'));
-    const open = (results: string) => openContext({ model: join(dir, 'planted'), data: 'pairs', results: join(dir, results), limit: 10 });
+    const open = (results: string) => openContext({ model: join(dir, 'planted'), data: 'pairs', results: join(dir, results), limit: 10, engine: { cacheDir: join(dir, '.graphs'), quiet: true } });
     const a = await open('a');
     const both = await extractWithFirstToken(a, 'flattened');
     assert.equal(both.length, 2);

@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { expectedTensors, parseModelConfig } from '../src/checkpoint/config.ts';
+import { parseModelConfig } from '../src/checkpoint/config.ts';
+import { expectedTensors } from '../src/checkpoint/tensors.ts';
 import { SafekeepError } from '../src/util/errors.ts';
 
 const base = { hidden_size: 64, num_attention_heads: 4, num_key_value_heads: 2, num_hidden_layers: 2, intermediate_size: 128, vocab_size: 100 };

@@ -111,7 +111,7 @@ for (const { family, opts } of CASES) {
     });
 
     test('F32 checkpoint: linear weights (only) rounded to f16 — equals the mixed oracle, differs from the f32 one', async () => {
-      const engine = await createEngineFromCheckpoint(ck.F32, { dtype: 'f16', threads: 2 });
+      const engine = await createEngineFromCheckpoint(ck.F32, { cacheDir: cache.dir, dtype: 'f16', threads: 2 });
       engines.push(engine);
       const tied = ck.F32.config.tieWordEmbeddings;
       const head16 = readTensorF32(ck.F16.tensors.get(tied ? 'model.embed_tokens.weight' : 'lm_head.weight')!);
@@ -147,7 +147,7 @@ for (const { family, opts } of CASES) {
 
     for (const storage of ['F16', 'BF16'] as const) {
       test(`${storage} checkpoint: the stored values exactly`, async () => {
-        const engine = await createEngineFromCheckpoint(ck[storage], { dtype: 'f16', threads: 2 });
+        const engine = await createEngineFromCheckpoint(ck[storage], { cacheDir: cache.dir, dtype: 'f16', threads: 2 });
         engines.push(engine);
         const out = await engine.forward(seqs, { steer });
         for (let i = 0; i < seqs.length; i++) {
@@ -203,7 +203,7 @@ describe('f16sim (CPU emulation of f16 on a GPU)', () => {
         // BF16 storage: every weight is exactly an f16 too, so all the error is the activation rounding
         await writeRandomCheckpoint(tmp, family, { ...opts, seed: 11, dtype: 'BF16' });
         const ck = await loadCheckpoint(tmp);
-        const engine = await createEngineFromCheckpoint(ck, { dtype: 'f16sim', threads: 2 });
+        const engine = await createEngineFromCheckpoint(ck, { cacheDir: cache.dir, dtype: 'f16sim', threads: 2 });
         try {
           const seqs = prompts(ck.config.vocabSize);
           const out = await engine.forward(seqs);
@@ -254,7 +254,7 @@ describe('the 16-bit linear graph', () => {
 
   const graphOf = (dtype: 'f32' | 'f16' | 'bf16w', fused: boolean) => {
     const { realFiles, weightsDir } = resolveWeightFiles(ckpt);
-    return decode(buildModelGraph(ckpt, dtype, realFiles, weightsDir, 'mha', fused).bytes);
+    return decode(buildModelGraph(ckpt, { dtype, attention: 'mha', fuse: fused, quant: null }, realFiles, weightsDir).bytes);
   };
 
   for (const [dtype, T, op] of [['f16', DataType.FLOAT16, 'Gemm'], ['bf16w', DataType.BFLOAT16, 'MatMul']] as const) {
@@ -310,7 +310,7 @@ describe('the 16-bit linear graph', () => {
   test('bf16w on the CPU: one clear error; --device cuda defaults to f16, cpu to f32', async () => {
     const cache = tempCache();
     try {
-      await assert.rejects(createEngineFromCheckpoint(ckpt, { dtype: 'bf16w', device: 'cpu', threads: 1 }),
+      await assert.rejects(createEngineFromCheckpoint(ckpt, { cacheDir: cache.dir, dtype: 'bf16w', device: 'cpu', threads: 1 }),
         (e: unknown) => e instanceof SafekeepError && /--dtype bf16w runs only with --device cuda/.test(e.message));
     } finally {
       cache.cleanup();
@@ -333,7 +333,7 @@ for (const tag of ['llama3-tiny-f32', 'qwen3-tiny-f32']) {
     let cache: ReturnType<typeof tempCache>;
     before(async () => {
       cache = tempCache();
-      engine = await createEngine(join(hf!, 'models', tag), { dtype: 'f16', threads: 2 });
+      engine = await createEngine(join(hf!, 'models', tag), { cacheDir: cache.dir, dtype: 'f16', threads: 2 });
     });
     after(async () => {
       await engine?.dispose();

@@ -43,7 +43,7 @@ for (const tag of ['llama3-tiny-f32', 'qwen3-tiny-f32']) {
       inputs = JSON.parse(readFileSync(join(root!, 'inputs.json'), 'utf8')) as Inputs;
       refs = readAllF32(join(root!, 'refs', `${tag}.safetensors`));
       meta = JSON.parse(readFileSync(join(root!, 'refs', `${tag}.json`), 'utf8'));
-      engine = await createEngine(join(root!, 'models', tag), { threads: 2 });
+      engine = await createEngine(join(root!, 'models', tag), { cacheDir: cache.dir, threads: 2 });
     });
     after(async () => {
       await engine?.dispose();

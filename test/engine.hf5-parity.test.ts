@@ -59,7 +59,7 @@ for (const [tag, c] of Object.entries(index.cases)) {
     before(async () => {
       cache = tempCache();
       refs = hf5Refs(tag, c);
-      engine = await createEngine(join(HF5, tag, 'model'), { threads: 1 });
+      engine = await createEngine(join(HF5, tag, 'model'), { cacheDir: cache.dir, threads: 1 });
     });
     after(async () => {
       await engine?.dispose();

@@ -37,7 +37,7 @@ describe('engine invariants (random llama, GQA 6/2)', () => {
       seed: 3, numLayers: 3, hiddenSize: 48, numHeads: 6, numKvHeads: 2, intermediateSize: 96, vocabSize: 131, std: 0.2,
     });
     ck = await loadCheckpoint(join(tmp, 'm'));
-    engine = await createEngineFromCheckpoint(ck, { threads: 2 });
+    engine = await createEngineFromCheckpoint(ck, { cacheDir: cache.dir, threads: 2 });
   });
   after(async () => {
     await engine?.dispose();
@@ -81,7 +81,7 @@ describe('engine invariants (random llama, GQA 6/2)', () => {
 
   test('small internal batches (maxBatchTokens) give the same results in the caller\'s order', async () => {
     assert.deepEqual(planChunks([8, 3, 13, 1], 6, 16), [[3, 1], [0], [2]]);
-    const small = await createEngineFromCheckpoint(ck, { threads: 1, maxBatchTokens: 16 });
+    const small = await createEngineFromCheckpoint(ck, { cacheDir: cache.dir, threads: 1, maxBatchTokens: 16 });
     try {
       const a = await small.forward(seqs);
       const b = await engine.forward(seqs);
@@ -125,7 +125,7 @@ describe('engine invariants (random llama, GQA 6/2)', () => {
     await writeRandomCheckpoint(join(tmp, 'eos'), 'llama', {
       seed: 3, numLayers: 3, hiddenSize: 48, numHeads: 6, numKvHeads: 2, intermediateSize: 96, vocabSize: 131, std: 0.2, eosTokenId: [9999 % 131, eos],
     });
-    const withEos = await createEngineFromCheckpoint(await loadCheckpoint(join(tmp, 'eos')), { threads: 1 });
+    const withEos = await createEngineFromCheckpoint(await loadCheckpoint(join(tmp, 'eos')), { cacheDir: cache.dir, threads: 1 });
     try {
       assert.deepEqual(withEos.eosIds, [9999 % 131, eos]);
       const [stopped] = await withEos.generate([seqs[1]!], { maxNewTokens: 6 });
@@ -193,19 +193,19 @@ describe('engine invariants (random llama, GQA 6/2)', () => {
     const graphs = () => readdirSync(join(cache.dir, 'graphs')).filter((f) => f.endsWith('.onnx'));
     assert.equal(engine.graphCached, false);
     const n0 = graphs().length;
-    const again = await createEngineFromCheckpoint(ck, { threads: 1 });
+    const again = await createEngineFromCheckpoint(ck, { cacheDir: cache.dir, threads: 1 });
     assert.equal(again.graphCached, true);
     const [a] = await again.forward([seqs[1]!]);
     const [b] = await engine.forward([seqs[1]!]);
     assert.ok(maxAbsDiff(a!.logits, b!.logits) <= EXACT);
     await again.dispose();
     assert.equal(graphs().length, n0);
-    const bf = await createEngineFromCheckpoint(ck, { dtype: 'bf16', threads: 1 });
+    const bf = await createEngineFromCheckpoint(ck, { cacheDir: cache.dir, dtype: 'bf16', threads: 1 });
     assert.equal(bf.graphCached, false);
     await bf.dispose();
     const file = [...ck.tensors.values()][0]!.file;
     utimesSync(file, new Date(), new Date(Date.now() + 5000));
-    const touched = await createEngineFromCheckpoint(await loadCheckpoint(join(tmp, 'm')), { threads: 1 });
+    const touched = await createEngineFromCheckpoint(await loadCheckpoint(join(tmp, 'm')), { cacheDir: cache.dir, threads: 1 });
     assert.equal(touched.graphCached, false);
     await touched.dispose();
     assert.equal(graphs().length, n0 + 2);

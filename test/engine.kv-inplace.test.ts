@@ -140,7 +140,7 @@ for (const { family, opts } of CASES) {
         tmp = mkdtempSync(join(tmpdir(), `safekeep-kv-inplace-${family}-`));
         await writeRandomCheckpoint(join(tmp, 'm'), family, { ...opts, seed: 11, std: 0.2 });
         ck = await loadCheckpoint(join(tmp, 'm'));
-        engine = await createEngineFromCheckpoint(ck, { threads: 1, attention });
+        engine = await createEngineFromCheckpoint(ck, { cacheDir: cache.dir, threads: 1, attention });
         const V = ck.config.vocabSize;
         let s = 777;
         const next = () => { s = (s * 1103515245 + 12345) % 2147483648; return 3 + (s % (V - 3)); };

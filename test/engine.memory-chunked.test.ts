@@ -59,8 +59,8 @@ describe('chunked prefill under a memory budget equals one step', () => {
     for (const { family, opts } of FAMILIES) {
       const dir = join(tmp, family);
       await writeRandomCheckpoint(dir, family, { ...opts, seed: 5 });
-      plain.set(family, await createEngine(dir, { threads: 2 }));
-      budgeted.set(family, await createEngine(dir, { threads: 2, maxMemory: smallBudget((await loadCheckpoint(dir)).config, 512 * 1024), runtimeBytes: RUNTIME_BYTES }));
+      plain.set(family, await createEngine(dir, { cacheDir: cache.dir, threads: 2 }));
+      budgeted.set(family, await createEngine(dir, { cacheDir: cache.dir, threads: 2, maxMemory: smallBudget((await loadCheckpoint(dir)).config, 512 * 1024), runtimeBytes: RUNTIME_BYTES }));
     }
   });
   after(async () => {

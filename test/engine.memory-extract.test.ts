@@ -43,13 +43,13 @@ test('extract agent.schema under a small --max-memory budget = without one; the 
     await writeRandomCheckpoint(model, 'qwen3', { vocabSize: vocabSize(), numLayers: 2, hiddenSize: 32, intermediateSize: 64, numHeads: 4, numKvHeads: 2, seed: 9 });
     await installTokenizer(model, 'qwen3');
     const c = parseCondition('agent.schema');
-    const plain = await openContext({ model, data: 'pairs', results: join(dir, 'plain'), limit: 3 });
+    const plain = await openContext({ model, data: 'pairs', results: join(dir, 'plain'), limit: 3, engine: { cacheDir: join(dir, '.graphs'), quiet: true } });
     const ref = await extractCondition(plain, c);
     await plain.engine.dispose();
 
     const cfg = (plain.engine as OnnxEngine).config;
     const budget = RUNTIME_BYTES + weightBytes(cfg, 'f32') + STEP_FIXED + 6 * 2 ** 20;
-    const ctx = await openContext({ model, data: 'pairs', results: join(dir, 'budget'), limit: 3, engine: { maxMemory: budget, runtimeBytes: RUNTIME_BYTES } });
+    const ctx = await openContext({ model, data: 'pairs', results: join(dir, 'budget'), limit: 3, engine: { cacheDir: join(dir, '.graphs'), maxMemory: budget, runtimeBytes: RUNTIME_BYTES } });
     const engine = ctx.engine as OnnxEngine;
     const plan = engine.memoryPlan!;
     assert.deepEqual(plan, planMemory(cfg, 'f32', budget));

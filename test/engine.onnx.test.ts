@@ -82,8 +82,8 @@ test('weight files reached through symlinks into another folder (HF hub cache la
     const viaLinks = await loadCheckpoint(snap);
     const direct = await loadCheckpoint(join(tmp, 'real'));
     assert.equal(resolveWeightFiles(viaLinks).weightsDir, resolveWeightFiles(direct).weightsDir);
-    const a = await createEngineFromCheckpoint(viaLinks, { threads: 1, lowMemory: true });
-    const b = await createEngineFromCheckpoint(direct, { threads: 1 });
+    const a = await createEngineFromCheckpoint(viaLinks, { cacheDir: cache.dir, threads: 1, lowMemory: true });
+    const b = await createEngineFromCheckpoint(direct, { cacheDir: cache.dir, threads: 1 });
     const [ra] = await a.forward([[3, 9, 27, 11]]);
     const [rb] = await b.forward([[3, 9, 27, 11]]);
     assert.ok(maxAbsDiff(ra!.logits, rb!.logits) <= 1e-6);

@@ -74,7 +74,7 @@ for (const { family, opts } of CASES) {
     ];
     for (const [name, engineCk, dtype, oracleCk, attention] of cases) {
       test(`${name}: prefill, steered prefill, KV-cache greedy decode`, async () => {
-        const engine = await createEngineFromCheckpoint(engineCk(), { dtype, threads: 2, attention });
+        const engine = await createEngineFromCheckpoint(engineCk(), { cacheDir: cache.dir, dtype, threads: 2, attention });
         engines.push(engine);
         const oc = oracleCk();
         const fwd = await engine.forward(seqs);

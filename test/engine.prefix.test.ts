@@ -65,7 +65,7 @@ describe('shared-prefix reuse equals forward', () => {
     for (const { family, opts } of FAMILIES) {
       const dir = join(tmp, family);
       await writeRandomCheckpoint(dir, family, { ...opts, seed: 11 });
-      engines.set(family, await createEngine(dir, { threads: 2 }));
+      engines.set(family, await createEngine(dir, { cacheDir: cache.dir, threads: 2 }));
     }
   });
   after(async () => {

@@ -75,12 +75,12 @@ test('q8/q4 engines: hidden states close to f32 (measured bounds), weights cache
       await writeRandomCheckpoint(dir, family, { seed: 5, numLayers: 4, hiddenSize: 64, numHeads: 4, numKvHeads: 2, intermediateSize: 128, vocabSize: 101, std: 0.1 });
       const before = readdirSync(dir).sort();
       const ids = [[3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41], [2, 4, 8]];
-      const f32 = await createEngine(dir, { threads: 2 });
+      const f32 = await createEngine(dir, { cacheDir: cache.dir, threads: 2 });
       const ref = await f32.forward(ids, { hiddenAt: 'all', logitsAt: 'last' });
       await f32.dispose();
       for (const dtype of ['q8', 'q4'] as const) {
         for (const quantScheme of ['sym', 'asym'] as const) {
-          const e = await createEngine(dir, { threads: 2, dtype, quantScheme });
+          const e = await createEngine(dir, { cacheDir: cache.dir, threads: 2, dtype, quantScheme });
           const res = await e.forward(ids, { hiddenAt: 'all', logitsAt: 'last' });
           await e.dispose();
           res.forEach((r, i) => {
@@ -92,7 +92,7 @@ test('q8/q4 engines: hidden states close to f32 (measured bounds), weights cache
             assert.ok(r.logits.every(Number.isFinite));
           });
           // second start: quantized weights and graph from the cache
-          const again = await createEngine(dir, { threads: 2, dtype, quantScheme });
+          const again = await createEngine(dir, { cacheDir: cache.dir, threads: 2, dtype, quantScheme });
           assert.equal(again.graphCached, true);
           await again.dispose();
         }

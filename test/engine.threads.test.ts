@@ -6,7 +6,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { availableParallelism } from 'node:os';
 import { chooseThreads, cpuQuota, parseCpuList, parseCpuMax, readCpuFacts, type CpuFacts } from '../src/engine/threads.ts';
-import { defaultThreads } from '../src/engine/session.ts';
+import { engineEnv } from '../src/cli/env.ts';
+import { resolveEngineConfig } from '../src/engine/engine-config.ts';
 
 /** a machine of `cores` physical cores with `smt` threads each, Linux numbering (siblings n and n + cores) */
 function machine(cores: number, smt: 1 | 2, quota: number | null = null, allowed?: number[]): CpuFacts {
@@ -73,14 +74,8 @@ test('this machine: facts consistent with Node, the default within them', () => 
   assert.equal(f.allowed.length, availableParallelism(), 'allowed CPUs = os.availableParallelism()');
   const c = chooseThreads(f);
   assert.ok(c.threads >= 1 && c.threads <= f.allowed.length, `${c.threads} of ${f.allowed.length}`);
-  const saved = process.env.SAFEKEEP_THREADS;
-  try {
-    delete process.env.SAFEKEEP_THREADS;
-    assert.equal(defaultThreads(), c.threads);
-    process.env.SAFEKEEP_THREADS = '5';
-    assert.equal(defaultThreads(), 5);
-  } finally {
-    if (saved === undefined) delete process.env.SAFEKEEP_THREADS;
-    else process.env.SAFEKEEP_THREADS = saved;
-  }
+  // the engine's default without options; SAFEKEEP_THREADS reaches it through the CLI's engineEnv, invalid ignored
+  assert.equal(resolveEngineConfig({}).threads, c.threads);
+  assert.equal(resolveEngineConfig(engineEnv({ SAFEKEEP_THREADS: '5' })).threads, 5);
+  assert.equal(resolveEngineConfig(engineEnv({ SAFEKEEP_THREADS: 'lots' })).threads, c.threads);
 });

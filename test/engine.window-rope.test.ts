@@ -58,7 +58,7 @@ for (const c of CASES) {
       cache = tempCache();
       dir = mkdtempSync(join(tmpdir(), 'safekeep-window-'));
       ck = await loadCheckpoint(await writeRandomCheckpoint(join(dir, 'm'), c.family, { seed: 7, std: 0.2, ...c.opts }));
-      engine = await createEngineFromCheckpoint(ck, { threads: 1 });
+      engine = await createEngineFromCheckpoint(ck, { cacheDir: cache.dir, threads: 1 });
     });
     after(async () => {
       await engine?.dispose();

@@ -185,7 +185,7 @@ test('probe checks get hidden states from a local engine: the last prompt positi
   const model = await writeRandomCheckpoint(join(root, 'm'), 'qwen3', { seed: 3, numLayers: 2, vocabSize: 151936, eosTokenId: 151645 });
   await installTokenizer(model, 'qwen3');
   const tok = await loadPromptTokenizer(model);
-  const engine = await createEngine(model);
+  const engine = await createEngine(model, { cacheDir: join(root, 'cache') });
   t.after(() => engine.dispose());
   const h = await engineHiddenStates(engine, tok).lastTokenHidden(base, tools);
   assert.deepEqual([h.numLayers, h.dModel, h.hidden.length], [engine.numLayers, engine.dModel, (engine.numLayers + 1) * engine.dModel]);

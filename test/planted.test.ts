@@ -8,12 +8,13 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { writePlantedModel, plantedGain, predictedRefusalScore, PLANTED, type PlantedTruth } from '../src/experiments/planted.ts';
+import { buildVocab, writePlantedModel, plantedGain, predictedRefusalScore, PLANTED, PLANTED_WORDS_FILE, type PlantedTruth } from '../src/experiments/planted.ts';
 import { loadPromptTokenizer, type PromptTokenizer } from '../src/prompts/tokenizer.ts';
 import { createEngine } from '../src/engine/engine.ts';
 import type { Engine } from '../src/engine/types.ts';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { readTensorF32 } from '../src/checkpoint/read.ts';
+import { tensorName } from '../src/checkpoint/tensors.ts';
 import { loadPairSet } from '../src/data/load.ts';
 import type { ToolSpec } from '../src/data/types.ts';
 
@@ -29,17 +30,25 @@ const tools: ToolSpec[] = [{
 
 before(async () => {
   dir = mkdtempSync(join(tmpdir(), 'planted-'));
-  process.env.SAFEKEEP_CACHE = join(dir, '.cache');
   const pairs = await loadPairSet('pairs');
   truth = await writePlantedModel(join(dir, 'm'), { lexiconPairs: pairs.pairs });
   tok = await loadPromptTokenizer(join(dir, 'm'));
-  eng = await createEngine(join(dir, 'm'));
+  eng = await createEngine(join(dir, 'm'), { cacheDir: join(dir, '.cache') });
   const ck = await loadCheckpoint(join(dir, 'm'));
-  embed = readTensorF32(ck.tensors.get('model.embed_tokens.weight')!);
+  embed = readTensorF32(ck.tensors.get(tensorName('embed'))!);
 });
 after(async () => {
   await eng?.dispose();
   rmSync(dir, { recursive: true, force: true });
+});
+
+test('planted: the vocabulary is the committed word list (never whatever files sit under data/)', () => {
+  const words = readFileSync(PLANTED_WORDS_FILE, 'utf8').trim().split('\n');
+  assert.deepEqual(words, [...new Set(words)].sort(), 'sorted, unique');
+  const vocab = (JSON.parse(readFileSync(join(dir, 'm', 'tokenizer.json'), 'utf8')) as { model: { vocab: Record<string, number> } }).model.vocab;
+  const expected = buildVocab([words.join('\n')]);
+  assert.equal(Object.keys(vocab).length, expected.length);
+  expected.forEach((w, i) => assert.equal(vocab[w], i, w));
 });
 
 const dot = (a: ArrayLike<number>, off: number, b: ArrayLike<number>): number => {

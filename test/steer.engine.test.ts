@@ -21,7 +21,7 @@ before(async () => {
   dir = mkdtempSync(join(tmpdir(), 'steer-engine-'));
   process.env.SAFEKEEP_CACHE = join(dir, '.graphs');
   await writeRandomCheckpoint(join(dir, 'm'), 'qwen3', { seed: 11 });
-  eng = await createEngine(join(dir, 'm'));
+  eng = await createEngine(join(dir, 'm'), { cacheDir: join(dir, '.graphs') });
 });
 after(async () => {
   await eng.dispose();

@@ -274,39 +274,3 @@ function checkKeys(cfg: Json, family: Family, file: string): void {
     throw new SafekeepError(`${file}: config key ${JSON.stringify(k)} is not known to safekeep for ${family} and may change the forward pass; refusing (src/engine/README.md lists the keys read, ignored and refused)`);
   }
 }
-
-/**
- * Every tensor the forward pass needs, with its HF shape (linear weights are [out, in]).
- * `lm_head.weight` only when untied.
- */
-export function expectedTensors(c: ModelConfig): Map<string, number[]> {
-  const m = new Map<string, number[]>();
-  const d = c.hiddenSize;
-  const q = c.numHeads * c.headDim;
-  const kv = c.numKvHeads * c.headDim;
-  m.set('model.embed_tokens.weight', [c.vocabSize, d]);
-  for (let i = 0; i < c.numLayers; i++) {
-    const p = `model.layers.${i}.`;
-    m.set(`${p}input_layernorm.weight`, [d]);
-    m.set(`${p}self_attn.q_proj.weight`, [q, d]);
-    m.set(`${p}self_attn.k_proj.weight`, [kv, d]);
-    m.set(`${p}self_attn.v_proj.weight`, [kv, d]);
-    if (c.qkvBias) {
-      m.set(`${p}self_attn.q_proj.bias`, [q]);
-      m.set(`${p}self_attn.k_proj.bias`, [kv]);
-      m.set(`${p}self_attn.v_proj.bias`, [kv]);
-    }
-    if (c.qkNorm) {
-      m.set(`${p}self_attn.q_norm.weight`, [c.headDim]);
-      m.set(`${p}self_attn.k_norm.weight`, [c.headDim]);
-    }
-    m.set(`${p}self_attn.o_proj.weight`, [d, q]);
-    m.set(`${p}post_attention_layernorm.weight`, [d]);
-    m.set(`${p}mlp.gate_proj.weight`, [c.intermediateSize, d]);
-    m.set(`${p}mlp.up_proj.weight`, [c.intermediateSize, d]);
-    m.set(`${p}mlp.down_proj.weight`, [d, c.intermediateSize]);
-  }
-  m.set('model.norm.weight', [d]);
-  if (!c.tieWordEmbeddings) m.set('lm_head.weight', [c.vocabSize, d]);
-  return m;
-}

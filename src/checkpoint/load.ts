@@ -8,7 +8,8 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
-import { expectedTensors, parseModelConfig } from './config.ts';
+import { parseModelConfig } from './config.ts';
+import { expectedTensors } from './tensors.ts';
 import { readSafetensorsHeader, type SafetensorsEntry } from './safetensors.ts';
 import type { Checkpoint, DType, TensorEntry } from './types.ts';
 

@@ -7,7 +7,8 @@
 import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
-import { expectedTensors, FAMILIES, parseModelConfig } from './config.ts';
+import { FAMILIES, parseModelConfig } from './config.ts';
+import { expectedTensors, isNormTensor } from './tensors.ts';
 import { f32ToBf16Bits, f32ToF16Bits } from './dtype.ts';
 import { writeSafetensors, writeSafetensorsStreamed, type TensorToWrite } from './safetensors.ts';
 import { writeJsonAtomic } from '../util/atomic.ts';
@@ -101,9 +102,6 @@ function rotl(x: number, k: number): number {
   return ((x << k) | (x >>> (32 - k))) >>> 0;
 }
 
-function isNormWeight(name: string): boolean {
-  return name.endsWith('layernorm.weight') || name.endsWith('_norm.weight') || name === 'model.norm.weight';
-}
 
 /** config.json as transformers' `save_pretrained` writes it for the family (v4.51 key set). */
 function hfConfig(family: Family, o: Required<Omit<RandomCheckpointOptions, 'seed' | 'dtype' | 'shards' | 'std' | 'ropeScaling' | 'config'>> & { ropeScaling: Llama3RopeScalingOptions | null }, dtype: DType): Record<string, unknown> {
@@ -200,13 +198,14 @@ export async function writeRandomCheckpoint(dirIn: string, family: Family, opts:
 
   const rng = new Rng(opts.seed ?? 0);
   const std = opts.std ?? 0.1;
-  const names = [...expectedTensors(parsed).keys()].sort();
+  const expected = expectedTensors(parsed);
+  const names = [...expected.keys()].sort();
   /** the next tensor of the sorted-name sequence, drawn from the one RNG stream */
   const draw = (name: string): TensorToWrite => {
-    const shape = expectedTensors(parsed).get(name)!;
+    const shape = expected.get(name)!;
     const n = shape.reduce((a, b) => a * b, 1);
     const v = new Float32Array(n);
-    if (isNormWeight(name)) for (let i = 0; i < n; i++) v[i] = 1 + std * rng.normal();
+    if (isNormTensor(name)) for (let i = 0; i < n; i++) v[i] = 1 + std * rng.normal();
     else for (let i = 0; i < n; i++) v[i] = std * rng.normal();
     const data = dtype === 'F32' ? v : dtype === 'BF16' ? f32ToBf16Bits(v) : f32ToF16Bits(v);
     return { dtype, shape, data };
@@ -215,7 +214,7 @@ export async function writeRandomCheckpoint(dirIn: string, family: Family, opts:
   const shards = Math.max(1, Math.floor(opts.shards ?? 1));
   if (shards === 1) {
     // streamed: one tensor in memory at a time (an 8B-shaped checkpoint is 16 GB at BF16)
-    const specs = Object.fromEntries(names.map((name) => [name, { dtype, shape: expectedTensors(parsed).get(name)! }]));
+    const specs = Object.fromEntries(names.map((name) => [name, { dtype, shape: expected.get(name)! }]));
     writeSafetensorsStreamed(join(dir, 'model.safetensors'), specs, (name) => draw(name).data, { format: 'pt' });
   } else {
     const tensors: Record<string, TensorToWrite> = {};

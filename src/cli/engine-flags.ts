@@ -3,13 +3,15 @@
  * engine options, and reading IDS.json / V.json.
  */
 import { readJsonFile } from '../data/jsonfile.ts';
-import { createEngine, type EngineOptions, type OnnxEngine } from '../engine/engine.ts';
+import type { EngineOptions } from '../engine/engine-config.ts';
+import { createEngine, type OnnxEngine } from '../engine/engine.ts';
 import { parseBytes } from '../engine/memory.ts';
 import { COMPUTE_DTYPES, defaultDType, type ComputeDType } from '../engine/precision.ts';
 import { resolveModel } from '../hub/resolve.ts';
 import { SafekeepError } from '../util/errors.ts';
 import type { FlagDef, ParsedArgs } from './args.ts';
 import { numberValue, requireValue } from './args.ts';
+import { engineEnv } from './env.ts';
 
 /** flag-table rows every model command shares (--model, --dtype, --device, --threads, --max-memory) */
 export const ENGINE_FLAG_DEFS: readonly FlagDef[] = [
@@ -31,7 +33,8 @@ export function engineOptions(args: ParsedArgs): EngineOptions {
   if (device !== 'cpu' && device !== 'cuda') throw new SafekeepError(`--device must be cpu or cuda, got '${device}'`);
   const dtype = (args.values.get('dtype') ?? defaultDType(device)) as ComputeDType;
   if (!COMPUTE_DTYPES.includes(dtype)) throw new SafekeepError(`--dtype must be one of ${COMPUTE_DTYPES.join(', ')}, got '${dtype}'. ${DTYPE_HELP}`);
-  const opts: EngineOptions = { dtype, device };
+  // the environment's defaults (cli/env.ts), then the flags
+  const opts: EngineOptions = { ...engineEnv(), dtype, device };
   if (args.values.has('threads')) {
     const t = numberValue(args, 'threads');
     if (!Number.isInteger(t) || t < 1) throw new SafekeepError(`--threads must be a positive integer, got ${t}`);

@@ -7,7 +7,7 @@
  *   Each case becomes an agent context: the user instruction, the agent's call of the user tool with the case's
  *   parameters, and the tool response that carries the injected attacker instruction. The tools the agent sees are
  *   InjecAgent's: the user tool followed by the attacker tools.
- * - ASR (issue 6) needs `attackerTools`: an output that calls one of them is a successful attack (for data stealing,
+ * - the attack success rate of the guard evaluation needs `attackerTools`: an output that calls one of them is a successful attack (for data stealing,
  *   the first attacker tool is the data-fetching step; `simulatedAttackerResponse` gives InjecAgent's canned
  *   observation for the second step).
  */

@@ -11,46 +11,20 @@
 import * as ort from 'onnxruntime-node';
 import { loadCheckpoint } from '../checkpoint/load.ts';
 import { ropeInvFreq } from '../checkpoint/rope.ts';
+import { tensorName } from '../checkpoint/tensors.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { argmax } from './argmax.ts';
 import { leftPad, planChunks, positionIds, selectPositions, steeringMatrix } from './batch.ts';
 import { chunkedStep } from './chunked.ts';
-import type { AttentionImpl, ComputeDType } from './graph.ts';
-import { attentionImpl } from './graph.ts';
+import { resolveEngineConfig, type AttentionImpl, type EngineOptions } from './engine-config.ts';
 import { IO } from './io.ts';
 import { appendKv, capacityBias, emptyKv, kvCapacity, KV_CHUNK, type KvCache } from './kv.ts';
 import { chunkTokens, fitsStep, planMemory, RUNTIME_MARGIN, type MemoryPlan, type StepShape } from './memory.ts';
-import { defaultDType } from './precision.ts';
 import { firstTokenShared, forwardShared } from './prefix.ts';
-import type { QuantScheme } from './quant-store.ts';
-import { openSession, type Device } from './session.ts';
+import { openSession } from './session.ts';
 import { hiddenRows, type StepInput, type StepOutput, type Stepper } from './step.ts';
 import type { Engine, FirstTokenSharedOptions, FirstTokenSharedResult, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, SharedForwardOptions, SharedForwardResult } from './types.ts';
-
-export interface EngineOptions {
-  dtype?: ComputeDType;
-  device?: Device;
-  threads?: number;
-  /** graph cache root (default $SAFEKEEP_CACHE or ~/.cache/safekeep) */
-  cacheDir?: string;
-  /** most padded tokens (B·T) per internal batch (default 4096); sequences are grouped by length under it */
-  maxBatchTokens?: number;
-  /** weights only in the mmapped files, no pre-packed copy (less RSS, slower; see session.ts) */
-  lowMemory?: boolean;
-  /** attention kernel: 'mha' (fused, default) or 'matmul' (standard ops); see graph.ts */
-  attention?: AttentionImpl;
-  /** q8/q4: symmetric or asymmetric blocks (default: session.ts quantScheme) */
-  quantScheme?: QuantScheme;
-  /**
-   * memory budget in bytes (memory.ts `planMemory`): sets maxBatchTokens, groups batches so every step fits, prefills
-   * prompts too long for one step in chunks, and sizes the prefix cache (`memoryPlan.prefixCacheBytes`). A budget
-   * the weights alone exceed is a SafekeepError before the session opens.
-   */
-  maxMemory?: number;
-  /** bytes the budget leaves to the rest of the process (default: its RSS now + memory.ts RUNTIME_MARGIN) */
-  runtimeBytes?: number;
-}
 
 const i64 = (xs: readonly number[]) => BigInt64Array.from(xs, (x) => BigInt(x));
 
@@ -331,23 +305,19 @@ export class OnnxEngine implements Engine, Stepper {
 }
 
 export async function createEngineFromCheckpoint(ckpt: Checkpoint, opts: EngineOptions = {}): Promise<OnnxEngine> {
-  // f32 on cpu, f16 weights on cuda unless asked otherwise (precision.ts)
-  const dtype = opts.dtype ?? defaultDType(opts.device ?? 'cpu');
+  const cfg = resolveEngineConfig(opts);
   // the plan first: a budget the weights alone exceed fails before any memory is spent
-  const plan = opts.maxMemory === undefined ? null : planMemory(ckpt.config, dtype, opts.maxMemory, {
-    storage: [...ckpt.tensors.values()].find((t) => t.name.endsWith('mlp.down_proj.weight'))?.dtype ?? 'F32',
-    lowMemory: opts.lowMemory, attention: attentionImpl(opts.attention),
+  const plan = opts.maxMemory === undefined ? null : planMemory(ckpt.config, cfg.dtype, opts.maxMemory, {
+    storage: ckpt.tensors.get(tensorName('down', 0))?.dtype ?? 'F32',
+    lowMemory: cfg.lowMemory, attention: cfg.attention,
     runtimeBytes: opts.runtimeBytes ?? process.memoryUsage().rss + RUNTIME_MARGIN,
-  });
-  const { session, cached } = await openSession(ckpt, {
-    dtype, device: opts.device ?? 'cpu', threads: opts.threads, cacheDir: opts.cacheDir, lowMemory: opts.lowMemory,
-    attention: opts.attention, quantScheme: opts.quantScheme,
   });
   if (opts.maxBatchTokens !== undefined && (!Number.isInteger(opts.maxBatchTokens) || opts.maxBatchTokens < 1)) {
     throw new SafekeepError(`maxBatchTokens must be a positive integer, got ${opts.maxBatchTokens}`);
   }
+  const { session, cached } = await openSession(ckpt, cfg);
   const maxBatchTokens = Math.min(plan?.maxBatchTokens ?? Infinity, opts.maxBatchTokens ?? (plan ? Infinity : 4096));
-  return new OnnxEngine(ckpt, session, cached, { attention: attentionImpl(opts.attention), memoryPlan: plan, maxBatchTokens });
+  return new OnnxEngine(ckpt, session, cached, { attention: cfg.attention, memoryPlan: plan, maxBatchTokens });
 }
 
 export async function createEngine(modelDir: string, opts: EngineOptions = {}): Promise<OnnxEngine> {

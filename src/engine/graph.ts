@@ -25,39 +25,14 @@
  */
 import { basename } from 'node:path';
 import { ropeAttentionScaling } from '../checkpoint/rope.ts';
+import { layerWeights, lmHeadName, tensorName } from '../checkpoint/tensors.ts';
 import type { Checkpoint, DType, TensorEntry } from '../checkpoint/types.ts';
 import { GraphBuilder } from './onnx/builder.ts';
 import { DataType, type DataTypeId } from './onnx/proto.ts';
-import { castStored, linearAs, linearType, type ComputeDType, type LinearType } from './precision.ts';
+import { castStored, linearAs, linearType, type LinearType } from './precision.ts';
+import { isQuantized, type EngineConfig } from './engine-config.ts';
 import { IO } from './io.ts';
 import type { QuantStore } from './quant-store.ts';
-
-export type { ComputeDType } from './precision.ts';
-
-export const isQuantized = (dtype: ComputeDType): dtype is 'q8' | 'q4' => dtype === 'q8' || dtype === 'q4';
-
-/**
- * MatMulNBits accuracy level: 0 = f32 activations × dequantized weights, 4 = int8 activations. Defaults as measured
- * (`npm run bench`, 1 thread, SmolLM2 shape): q4 → 0 (decode 66 tok/s, closest to f32); q8 → 4, because 8-bit at
- * level 0 has no fast kernel here (decode 1.2 tok/s vs 57 at level 4). SAFEKEEP_QUANT_ACCURACY overrides.
- */
-export function quantAccuracyLevel(bits: 4 | 8): number {
-  const v = process.env.SAFEKEEP_QUANT_ACCURACY;
-  if (v !== undefined && ['0', '1', '2', '3', '4'].includes(v)) return Number(v);
-  return bits === 8 ? 4 : 0;
-}
-
-/**
- * Attention kernel. Steps on a past KV buffer (decode, prefix suffixes, chunked prefill) always run standard ops on
- * the buffer (`bufferedAttention`: no K/V concatenation or per-head repetition). A step from an empty cache (prefill)
- * runs onnxruntime's fused MultiHeadAttention with 'mha' (default; measured ~1.2× prefill over standard ops on the
- * SmolLM2 shape) or the same standard ops with 'matmul'. Both are tested against HF and the oracle;
- * SAFEKEEP_ATTENTION=matmul|mha overrides.
- */
-export function attentionImpl(explicit?: AttentionImpl): AttentionImpl {
-  if (explicit) return explicit;
-  return process.env.SAFEKEEP_ATTENTION === 'matmul' ? 'matmul' : 'mha';
-}
 
 const STORAGE: Record<DType, DataTypeId> = { F32: DataType.FLOAT, BF16: DataType.BFLOAT16, F16: DataType.FLOAT16 };
 
@@ -67,15 +42,16 @@ export interface BuiltGraph {
   weightsDir: string;
 }
 
-export type AttentionImpl = 'matmul' | 'mha';
-
 /**
- * Build the graph. `weightsDir` is the one folder that holds every (real, symlink-resolved) weight file; each
- * entry's location is its basename there. `fuseLinears`: q/k/v and gate/up as one Gemm each (see `linears`).
+ * Build the graph for `cfg` (its dtype, attention kernel, fusing and quantization). `weightsDir` is the one folder
+ * that holds every (real, symlink-resolved) weight file; each entry's location is its basename there. `cfg.fuse`:
+ * q/k/v and gate/up as one Gemm each (see `linears`).
  */
-export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles: Map<string, string>, weightsDir: string,
-  attention: AttentionImpl = attentionImpl(), fuseLinears = false, quant?: QuantStore): BuiltGraph {
+export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype' | 'attention' | 'fuse' | 'quant'>, realFiles: Map<string, string>, weightsDir: string,
+  quant?: QuantStore): BuiltGraph {
+  const { dtype, attention, fuse: fuseLinears } = cfg;
   if (isQuantized(dtype) && !quant) throw new Error(`graph: dtype ${dtype} needs the quantized weights`);
+  const accuracyLevel = cfg.quant?.accuracyLevel ?? 0;
   const c = ckpt.config;
   const L = c.numLayers;
   const d = c.hiddenSize;
@@ -159,7 +135,7 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
     const [N, K] = q.index.linears[name] ?? [0, 0];
     const inputs = [x, ext('codes', DataType.UINT8), ext('scales', F)];
     if (q.index.scheme === 'asym') inputs.push(ext('zp', DataType.UINT8));
-    return g.op('MatMulNBits', inputs, { K, N, bits: q.index.bits, block_size: q.index.block, accuracy_level: quantAccuracyLevel(q.index.bits) },
+    return g.op('MatMulNBits', inputs, { K, N, bits: q.index.bits, block_size: q.index.block, accuracy_level: accuracyLevel },
       { domain: 'com.microsoft', name: name.split('.').slice(-2, -1)[0] ?? 'qlinear' });
   };
   const linear = (x: string, w: string, bias?: string): string => {
@@ -291,7 +267,7 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
   let x = g.scope('embed', () => {
     // rows gathered from their own mapping of the stored bytes, converted after the gather: only the rows used are
     // read, and a tied lm_head's folded/pre-packed copy does not keep a second full copy resident
-    const { init, entry } = stored('model.embed_tokens.weight');
+    const { init, entry } = stored(tensorName('embed'));
     const e = toF32(g.op('Gather', [init, ids], { axis: 0 }), entry.dtype, 'embed_rows'); // [B, T, d]
     return addSteer(g.op('Reshape', [e, g.i64([-1, d])]), 0); // [BT, d]
   });
@@ -299,19 +275,18 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
 
   // ---- decoder blocks
   for (let l = 0; l < L; l++) {
-    const p = `model.layers.${l}.`;
+    const w = layerWeights(c, l);
     x = g.scope(`layers.${l}`, () => {
       // attention
-      const h = rmsnorm(x, `${p}input_layernorm.weight`);
-      const bias = (n: string) => (c.qkvBias ? `${p}self_attn.${n}_proj.bias` : undefined);
-      const [qf, kf, vf] = linears(h, ['q', 'k', 'v'].map((n) => `${p}self_attn.${n}_proj.weight`), c.qkvBias ? ['q', 'k', 'v'].map((n) => bias(n)!) : undefined,
-        [H * hd, kvH * hd, kvH * hd], `${p}self_attn.qkv_proj.weight`);
+      const h = rmsnorm(x, w.attnNorm);
+      const [qf, kf, vf] = linears(h, [w.q, w.k, w.v], w.bias ? [w.bias.q, w.bias.k, w.bias.v] : undefined,
+        [H * hd, kvH * hd, kvH * hd], tensorName('qkv', l));
       let q = g.op('Reshape', [qf!, shapeQ]); // [B, T, H, hd]
       let k = g.op('Reshape', [kf!, shapeKV]); // [B, T, kvH, hd]
       const v = g.op('Reshape', [vf!, shapeKV]);
-      if (c.qkNorm) {
-        q = rmsnorm(q, `${p}self_attn.q_norm.weight`);
-        k = rmsnorm(k, `${p}self_attn.k_norm.weight`);
+      if (w.qkNorm) {
+        q = rmsnorm(q, w.qkNorm.q);
+        k = rmsnorm(k, w.qkNorm.k);
       }
       q = rope(q);
       k = rope(k);
@@ -322,16 +297,16 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
       g.output(IO.newValue(l), vNew, F, ['batch', kvH, 'seq', hd]);
       const layerBias = c.attentionWindows[l] !== null ? attnBiasWindow! : attnBias;
       const merged = attend(q, kNew, vNew, past[l]!.k, past[l]!.v, layerBias); // [BT, H·hd]
-      let r = g.op('Add', [x, linear(merged, `${p}self_attn.o_proj.weight`)], {}, { name: 'resid_attn' });
+      let r = g.op('Add', [x, linear(merged, w.o)], {}, { name: 'resid_attn' });
       // MLP
-      const h2 = rmsnorm(r, `${p}post_attention_layernorm.weight`);
-      const [gate, up] = linears(h2, [`${p}mlp.gate_proj.weight`, `${p}mlp.up_proj.weight`], undefined, [c.intermediateSize, c.intermediateSize], `${p}mlp.gate_up_proj.weight`);
+      const h2 = rmsnorm(r, w.mlpNorm);
+      const [gate, up] = linears(h2, [w.gate, w.up], undefined, [c.intermediateSize, c.intermediateSize], tensorName('gateUp', l));
       const act = g.op('Mul', [g.op('Mul', [gate!, g.op('Sigmoid', [gate!])], {}, { name: 'silu' }), up!]);
       // steering row l+1 rides in the down projection's Gemm bias (C), so an unused (zero) steer costs nothing extra:
       // hidden[l+1] = r + (down(act) + steer[l+1])
       const down = quant
-        ? g.op('Add', [qmatmul(act, `${p}mlp.down_proj.weight`), steerRow(l + 1)], {}, { name: 'down_proj_steered' })
-        : linearAs(g, act, weight(`${p}mlp.down_proj.weight`, true), lt, 'down_proj_steered', steerRow(l + 1));
+        ? g.op('Add', [qmatmul(act, w.down), steerRow(l + 1)], {}, { name: 'down_proj_steered' })
+        : linearAs(g, act, weight(w.down, true), lt, 'down_proj_steered', steerRow(l + 1));
       return g.op('Add', [r, down], {}, { name: 'resid_mlp' });
     });
     capture(x);
@@ -340,9 +315,9 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
   // ---- outputs
   g.output(IO.hidden, g.op('Concat', captured, { axis: 0 }, { name: 'hidden_all' }), F, [L + 1, 'n_hidden', d]);
   const logits = g.scope('head', () => {
-    const sel = rmsnorm(g.op('Gather', [x, logitsIndex], { axis: 0 }), 'model.norm.weight'); // [M, d]
-    if (quant) return qmatmul(sel, 'lm_head.weight');
-    return linearAs(g, sel, weight(c.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight', true), lt, 'lm_head');
+    const sel = rmsnorm(g.op('Gather', [x, logitsIndex], { axis: 0 }), tensorName('finalNorm')); // [M, d]
+    if (quant) return qmatmul(sel, tensorName('lmHead'));
+    return linearAs(g, sel, weight(lmHeadName(c), true), lt, 'lm_head');
   });
   g.output(IO.logits, logits, F, ['n_logits', c.vocabSize]);
   return { bytes: g.encode('safekeep-decoder'), weightsDir };

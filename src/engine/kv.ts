@@ -1,5 +1,6 @@
 /**
- * In-place KV buffers (issue 7, "Bytes moved"). A `KvCache` holds per layer one key and one value buffer
+ * In-place KV buffers: decoding writes each new slot into room left in the buffer instead of copying the whole cache
+ * every step (the bytes moved per token stay O(new slots)). A `KvCache` holds per layer one key and one value buffer
  * [B, kvH, C, hd] with a capacity C ≥ length: slots 0..length-1 are filled, the rest is room for later steps.
  * A step feeds the whole buffer to the graph (the additive bias masks the unused capacity and each row's left
  * padding), the graph returns only the T new slots [B, kvH, T, hd], and `appendKv` writes them into the buffer:

@@ -1,5 +1,5 @@
 /**
- * A memory model of the engine and the plan that keeps a run under a `--max-memory` budget (issue 7).
+ * A memory model of the engine and the plan that keeps a run under a `--max-memory` budget.
  *
  * Everything is bytes and pure arithmetic on the model config, so a plan can be checked by hand:
  *
@@ -22,7 +22,8 @@
  */
 import type { DType, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
-import type { AttentionImpl, ComputeDType } from './graph.ts';
+import type { AttentionImpl } from './engine-config.ts';
+import type { ComputeDType } from './precision.ts';
 
 const F32 = 4;
 const GiB = 2 ** 30;

@@ -1,5 +1,5 @@
 /**
- * Shared-prefix KV reuse (issue 7). Prompts of one workload share long token prefixes (template header, system
+ * Shared-prefix KV reuse. Prompts of one workload share long token prefixes (template header, system
  * text, tool specs); each distinct shared prefix is computed once, its KV kept in a byte-bounded LRU, and only the
  * suffixes are run on top of it.
  *

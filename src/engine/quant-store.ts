@@ -1,6 +1,6 @@
 /**
  * Quantized weights, made once per checkpoint and scheme and cached beside the graph cache (never in the user's
- * checkpoint folder): `$SAFEKEEP_CACHE/quant/<key>/weights.bin` + `index.json`, key = sha256 of (QUANT_VERSION,
+ * checkpoint folder): `<cacheDir>/quant/<key>/weights.bin` + `index.json`, key = sha256 of (QUANT_VERSION,
  * config hash, each weight file's real path + size + mtime, bits, scheme, block).
  *
  * Every linear layer is quantized (quant.ts): q/k/v as one row-concatenated `self_attn.qkv_proj.weight`, gate/up as
@@ -12,16 +12,16 @@
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { readTensorBytes, readTensorF32 } from '../checkpoint/read.ts';
+import { layerWeights, lmHeadName, tensorName } from '../checkpoint/tensors.ts';
 import type { Checkpoint, DType } from '../checkpoint/types.ts';
 import { writeFileAtomic } from '../util/atomic.ts';
 import { sha256Hex } from '../util/hash.ts';
+import type { QuantScheme } from './engine-config.ts';
 import { quantizeBlockwise, type QuantBits } from './quant.ts';
-import { cacheRoot, resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
+import { resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
 
 export const QUANT_VERSION = 1;
 export const QUANT_BLOCK = 32;
-
-export type QuantScheme = 'sym' | 'asym';
 
 /** One tensor in weights.bin. */
 export interface StoredTensor {
@@ -51,19 +51,17 @@ export interface QuantStore {
   cached: boolean;
 }
 
-const LINEAR = /\.(q|k|v|o|gate|up|down)_proj\.weight$/;
-
 /** Groups of HF weights quantized as one row-concatenated matrix: stored name → parts */
 export function linearGroups(ckpt: Checkpoint): Map<string, string[]> {
   const groups = new Map<string, string[]>();
   for (let l = 0; l < ckpt.config.numLayers; l++) {
-    const p = `model.layers.${l}.`;
-    groups.set(`${p}self_attn.qkv_proj.weight`, ['q', 'k', 'v'].map((x) => `${p}self_attn.${x}_proj.weight`));
-    groups.set(`${p}self_attn.o_proj.weight`, [`${p}self_attn.o_proj.weight`]);
-    groups.set(`${p}mlp.gate_up_proj.weight`, [`${p}mlp.gate_proj.weight`, `${p}mlp.up_proj.weight`]);
-    groups.set(`${p}mlp.down_proj.weight`, [`${p}mlp.down_proj.weight`]);
+    const w = layerWeights(ckpt.config, l);
+    groups.set(tensorName('qkv', l), [w.q, w.k, w.v]);
+    groups.set(w.o, [w.o]);
+    groups.set(tensorName('gateUp', l), [w.gate, w.up]);
+    groups.set(w.down, [w.down]);
   }
-  groups.set('lm_head.weight', [ckpt.config.tieWordEmbeddings ? 'model.embed_tokens.weight' : 'lm_head.weight']);
+  groups.set(tensorName('lmHead'), [lmHeadName(ckpt.config)]);
   return groups;
 }
 
@@ -72,9 +70,9 @@ export function quantKey(ckpt: Checkpoint, bits: QuantBits, scheme: QuantScheme)
   return sha256Hex(`safekeep-quant v${QUANT_VERSION}\n${ckpt.configHash}\n${bits}\n${scheme}\n${QUANT_BLOCK}\n` + weightFilesStamp(realFiles)).slice(0, 32);
 }
 
-/** The quantized weights of `ckpt` from the cache, or made now (progress on stderr unless SAFEKEEP_QUIET). */
-export function quantizedWeights(ckpt: Checkpoint, bits: QuantBits, scheme: QuantScheme, cacheDir?: string): QuantStore {
-  const dir = join(cacheRoot(cacheDir), 'quant', quantKey(ckpt, bits, scheme));
+/** The quantized weights of `ckpt` from the cache root `cacheDir`, or made now (progress on stderr unless quiet). */
+export function quantizedWeights(ckpt: Checkpoint, bits: QuantBits, scheme: QuantScheme, cacheDir: string, quiet = false): QuantStore {
+  const dir = join(cacheDir, 'quant', quantKey(ckpt, bits, scheme));
   const file = join(dir, 'weights.bin');
   const indexPath = join(dir, 'index.json');
   if (existsSync(indexPath) && existsSync(file)) {
@@ -93,7 +91,6 @@ export function quantizedWeights(ckpt: Checkpoint, bits: QuantBits, scheme: Quan
     index.tensors[name] = { offset: pos, length: data.byteLength, dtype, shape };
     pos += data.byteLength;
   };
-  const quiet = !!process.env.SAFEKEEP_QUIET;
   const t0 = Date.now();
   try {
     const groups = linearGroups(ckpt);
@@ -122,8 +119,7 @@ export function quantizedWeights(ckpt: Checkpoint, bits: QuantBits, scheme: Quan
     }
     if (!quiet) process.stderr.write('\n');
     for (const e of ckpt.tensors.values()) {
-      if (inGroups.has(e.name) && e.name !== 'model.embed_tokens.weight') continue;
-      if (LINEAR.test(e.name)) continue;
+      if (inGroups.has(e.name) && e.name !== tensorName('embed')) continue;
       put(e.name, readTensorBytes(e), e.dtype, e.shape);
     }
     closeSync(fd);

@@ -23,6 +23,7 @@
  * logits = RMSNorm(hidden[L]; norm) · lm_headᵀ (tied: embed_tokens).
  */
 import { readTensorF32, roundToBf16 } from '../checkpoint/read.ts';
+import { layerWeights, tensorName } from '../checkpoint/tensors.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { argmax } from './argmax.ts';
@@ -218,7 +219,7 @@ export function referenceForward(ckpt: Checkpoint, ids: number[], opts: Referenc
   const values = Array.from({ length: L }, (_, l) => [...(past?.values[l] ?? [])]);
 
   const hidden = new Float64Array((L + 1) * T * d);
-  const emb = W(w, 'model.embed_tokens.weight');
+  const emb = W(w, tensorName('embed'));
   let xs: Float64Array[] = ids.map((id) => {
     if (!Number.isInteger(id) || id < 0 || id >= c.vocabSize) throw new SafekeepError(`token id ${id} out of range 0..${c.vocabSize - 1}`);
     return emb.slice(id * d, (id + 1) * d);
@@ -233,20 +234,19 @@ export function referenceForward(ckpt: Checkpoint, ids: number[], opts: Referenc
   record(0);
 
   for (let l = 0; l < L; l++) {
-    const p = `model.layers.${l}.`;
-    const bias = (n: string): Float64Array | undefined => (c.qkvBias ? W(w, `${p}self_attn.${n}_proj.bias`) : undefined);
+    const lw = layerWeights(c, l);
     // 1. project and rope every new token, extending the cache
     const qs: Float64Array[] = [];
     for (let t = 0; t < T; t++) {
-      const h = rmsNorm(xs[t]!, W(w, `${p}input_layernorm.weight`), c.rmsNormEps);
-      const q = linear(W(w, `${p}self_attn.q_proj.weight`), h, bias('q'));
-      const k = linear(W(w, `${p}self_attn.k_proj.weight`), h, bias('k'));
-      const v = linear(W(w, `${p}self_attn.v_proj.weight`), h, bias('v'));
+      const h = rmsNorm(xs[t]!, W(w, lw.attnNorm), c.rmsNormEps);
+      const q = linear(W(w, lw.q), h, lw.bias ? W(w, lw.bias.q) : undefined);
+      const k = linear(W(w, lw.k), h, lw.bias ? W(w, lw.bias.k) : undefined);
+      const v = linear(W(w, lw.v), h, lw.bias ? W(w, lw.bias.v) : undefined);
       const pos = start + t;
-      for (const [vec, nHeads, norm] of [[q, c.numHeads, 'q_norm'], [k, c.numKvHeads, 'k_norm']] as const) {
+      for (const [vec, nHeads, norm] of [[q, c.numHeads, lw.qkNorm?.q], [k, c.numKvHeads, lw.qkNorm?.k]] as const) {
         for (let hh = 0; hh < nHeads; hh++) {
           let head: Float64Array = vec.slice(hh * hd, (hh + 1) * hd);
-          if (c.qkNorm) head = rmsNorm(head, W(w, `${p}self_attn.${norm}.weight`), c.rmsNormEps);
+          if (norm) head = rmsNorm(head, W(w, norm), c.rmsNormEps);
           ropeInPlace(head, invFreq, pos, ropeScale);
           vec.set(head, hh * hd);
         }
@@ -282,14 +282,14 @@ export function referenceForward(ckpt: Checkpoint, ids: number[], opts: Referenc
         }
       }
       const x = Float64Array.from(xs[t]!);
-      const o = linear(W(w, `${p}self_attn.o_proj.weight`), attn);
+      const o = linear(W(w, lw.o), attn);
       for (let i = 0; i < d; i++) x[i] = x[i]! + o[i]!;
       // 3. gated MLP
-      const h = rmsNorm(x, W(w, `${p}post_attention_layernorm.weight`), c.rmsNormEps);
-      const g = linear(W(w, `${p}mlp.gate_proj.weight`), h);
-      const u = linear(W(w, `${p}mlp.up_proj.weight`), h);
+      const h = rmsNorm(x, W(w, lw.mlpNorm), c.rmsNormEps);
+      const g = linear(W(w, lw.gate), h);
+      const u = linear(W(w, lw.up), h);
       for (let i = 0; i < g.length; i++) g[i] = silu(g[i]!) * u[i]!;
-      const m = linear(W(w, `${p}mlp.down_proj.weight`), g);
+      const m = linear(W(w, lw.down), g);
       for (let i = 0; i < d; i++) x[i] = x[i]! + m[i]!;
       next.push(x);
     }
@@ -297,9 +297,9 @@ export function referenceForward(ckpt: Checkpoint, ids: number[], opts: Referenc
     record(l + 1);
   }
 
-  const head = c.tieWordEmbeddings ? emb : W(w, 'lm_head.weight');
+  const head = c.tieWordEmbeddings ? emb : W(w, tensorName('lmHead'));
   const logits = new Float64Array(T * c.vocabSize);
-  xs.forEach((x, t) => logits.set(linear(head, rmsNorm(x, W(w, 'model.norm.weight'), c.rmsNormEps)), t * c.vocabSize));
+  xs.forEach((x, t) => logits.set(linear(head, rmsNorm(x, W(w, tensorName('finalNorm')), c.rmsNormEps)), t * c.vocabSize));
   return { hidden, logits, kv: { keys, values, length: start + T } };
 }
 

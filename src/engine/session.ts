@@ -2,8 +2,8 @@
  * From a checkpoint to an onnxruntime session: resolve the weight files (symlinks followed: onnxruntime refuses
  * external data outside the folder it is told about), build or reuse the cached graph, and open the session.
  *
- * Cache: `$SAFEKEEP_CACHE` (default `~/.cache/safekeep`)/graphs/<key>.onnx, key = sha256 of (graph version,
- * config hash, each weight file's real path + size + mtime, tensor index, options). The graph holds no weight
+ * Cache: `<cacheDir>`/graphs/<key>.onnx, key = sha256 of (graph version, config hash, each weight file's real path +
+ * size + mtime, tensor index, the graph-relevant EngineConfig fields). The graph holds no weight
  * bytes; the session reads them straight from the .safetensors files.
  */
 import { existsSync, readFileSync } from 'node:fs';
@@ -14,82 +14,39 @@ import type { Checkpoint } from '../checkpoint/types.ts';
 import { writeFileAtomic } from '../util/atomic.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { sha256Hex } from '../util/hash.ts';
-import { attentionImpl, buildModelGraph, isQuantized, quantAccuracyLevel, type AttentionImpl, type ComputeDType } from './graph.ts';
+import { graphConfigKey, isQuantized, type EngineConfig } from './engine-config.ts';
+import { buildModelGraph } from './graph.ts';
 import { linearType } from './precision.ts';
-import { quantizedWeights, type QuantScheme, type QuantStore } from './quant-store.ts';
-import { machineThreads } from './threads.ts';
-import { cacheRoot, resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
+import { quantizedWeights } from './quant-store.ts';
+import { resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
 
 /** bump when graph.ts changes what it emits */
 export const GRAPH_VERSION = 8;
 
-/**
- * Default quantization scheme per bit width (measured, `safekeep quantize --report` on random and real-shaped
- * checkpoints; SAFEKEEP_QUANT_SCHEME=sym|asym overrides).
- */
-export function quantScheme(dtype: 'q8' | 'q4', explicit?: QuantScheme): QuantScheme {
-  if (explicit) return explicit;
-  const env = process.env.SAFEKEEP_QUANT_SCHEME;
-  if (env === 'sym' || env === 'asym') return env;
-  // asymmetric measured closer to f32 (worst-layer hidden-state rel. error, random llama/qwen2): q4 0.17–0.28 vs
-  // 0.23–0.31 symmetric; q8 with f32 activations 0.013–0.014 vs 0.010–0.017, with int8 activations (the q8 default)
-  // 0.017–0.021 vs 0.016–0.023 — a wash at 8 bits
-  void dtype;
-  return 'asym';
-}
-
-export type Device = 'cpu' | 'cuda';
-
-export interface SessionOptions {
-  dtype: ComputeDType;
-  device: Device;
-  /** intra-op threads (default: defaultThreads()) */
-  threads?: number;
-  /** cache root (default $SAFEKEEP_CACHE or ~/.cache/safekeep) */
-  cacheDir?: string;
-  /**
-   * keep f32 weights only in the mmapped .safetensors pages (no pre-packed heap copy): RSS ≈ weight bytes, but
-   * decode measured ~4× slower here (Gemm reading file-backed pages), prefill ~1.5× slower. Default false.
-   */
-  lowMemory?: boolean;
-  /** attention kernel (default: SAFEKEEP_ATTENTION or 'mha', see graph.ts) */
-  attention?: AttentionImpl;
-  /** q8/q4 only: symmetric or asymmetric blocks (default quantScheme()) */
-  quantScheme?: QuantScheme;
-}
-
-export function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, dtype: ComputeDType, attention: AttentionImpl, fused: boolean, extra = ''): string {
-  let text = `safekeep-graph v${GRAPH_VERSION}\n${ckpt.configHash}\n${dtype}\n${attention}\n${fused}\n${extra}` + weightFilesStamp(realFiles);
+/** Cache key of the graph: what the graph's bytes depend on (GRAPH_VERSION, config, weight files, tensor index, config). */
+export function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, cfg: EngineConfig, quantDir: string | null): string {
+  const quant = cfg.quant && quantDir !== null ? `${quantDir}\n${cfg.quant.scheme}\n${cfg.quant.accuracyLevel}\n` : '';
+  let text = `safekeep-graph v${GRAPH_VERSION}\n${ckpt.configHash}\n${graphConfigKey(cfg)}${quant}` + weightFilesStamp(realFiles);
   for (const e of ckpt.tensors.values()) text += `${e.name}\t${e.dtype}\t${e.shape.join('x')}\t${e.file}\t${e.offset}\t${e.byteLength}\n`;
   return sha256Hex(text).slice(0, 32);
 }
 
 /** The graph bytes for this checkpoint and options: from the cache, or built and cached (atomic write). */
-export function modelGraph(ckpt: Checkpoint, opts: SessionOptions): { bytes: Uint8Array; weightsDir: string; cached: boolean; path: string } {
+export function modelGraph(ckpt: Checkpoint, cfg: EngineConfig): { bytes: Uint8Array; weightsDir: string; cached: boolean; path: string } {
   const { realFiles, weightsDir: ckptDir } = resolveWeightFiles(ckpt);
-  const attention = attentionImpl(opts.attention);
-  // fused q/k/v and gate/up weights are folded copies: only when weights are pre-packed (copied) anyway
-  const fused = !opts.lowMemory && process.env.SAFEKEEP_FUSE !== '0';
   // q8/q4: every weight comes from the quantized store in the cache (made once), not the checkpoint folder
-  let quant: QuantStore | undefined;
-  if (isQuantized(opts.dtype)) quant = quantizedWeights(ckpt, opts.dtype === 'q8' ? 8 : 4, quantScheme(opts.dtype, opts.quantScheme), opts.cacheDir);
+  const quant = cfg.quant ? quantizedWeights(ckpt, cfg.quant.bits, cfg.quant.scheme, cfg.cacheDir, cfg.quiet) : undefined;
   const weightsDir = quant ? quant.dir : ckptDir;
-  const key = graphCacheKey(ckpt, realFiles, opts.dtype, attention, fused, quant ? `${quant.dir}\n${quant.index.scheme}\n${quantAccuracyLevel(quant.index.bits)}\n` : '');
-  const dir = join(cacheRoot(opts.cacheDir), 'graphs');
-  const path = join(dir, `${key}.onnx`);
+  const key = graphCacheKey(ckpt, realFiles, cfg, quant?.dir ?? null);
+  const path = join(cfg.cacheDir, 'graphs', `${key}.onnx`);
   if (existsSync(path)) return { bytes: readFileSync(path), weightsDir, cached: true, path };
-  const { bytes } = buildModelGraph(ckpt, opts.dtype, realFiles, weightsDir, attention, fused, quant);
+  const { bytes } = buildModelGraph(ckpt, cfg, realFiles, weightsDir, quant);
   try {
     writeFileAtomic(path, bytes);
   } catch {
     // an unwritable cache only costs the rebuild next time
   }
   return { bytes, weightsDir, cached: false, path };
-}
-
-/** intra-op threads when none are given: SAFEKEEP_THREADS, else physical cores within the cgroup quota (threads.ts) */
-export function defaultThreads(): number {
-  return machineThreads().threads;
 }
 
 const CUDA_HINT = 'On a host with CUDA 12 + cuDNN 9 install it with `npm ci --onnxruntime-node-install=cuda12` (README, CUDA), or use --device cpu';
@@ -102,7 +59,7 @@ function checkCudaInstalled(): void {
   }
 }
 
-export async function openSession(ckpt: Checkpoint, opts: SessionOptions): Promise<{ session: ort.InferenceSession; cached: boolean }> {
+export async function openSession(ckpt: Checkpoint, opts: EngineConfig): Promise<{ session: ort.InferenceSession; cached: boolean }> {
   if (opts.device === 'cuda') checkCudaInstalled();
   if (linearType(opts.dtype) === 'bf16' && opts.device !== 'cuda') {
     throw new SafekeepError(`--dtype ${opts.dtype} runs only with --device cuda (onnxruntime's CPU provider has no bf16 MatMul); on the CPU use --dtype bf16 (bf16-rounded weights, f32 math) or f16`);
@@ -111,7 +68,7 @@ export async function openSession(ckpt: Checkpoint, opts: SessionOptions): Promi
   const options: ort.InferenceSession.SessionOptions = {
     executionProviders: opts.device === 'cuda' ? ['cuda', 'cpu'] : ['cpu'],
     graphOptimizationLevel: 'all',
-    intraOpNumThreads: opts.threads ?? defaultThreads(),
+    intraOpNumThreads: opts.threads,
     interOpNumThreads: 1,
     executionMode: 'sequential',
     extra: {

@@ -89,7 +89,7 @@ function readText(path: string): string | null {
 }
 
 /** The facts of this process on this machine (Linux files; degrades to availableParallelism() elsewhere). */
-export function readCpuFacts(env: string | undefined = process.env.SAFEKEEP_THREADS): CpuFacts {
+export function readCpuFacts(env?: string): CpuFacts {
   const status = readText('/proc/self/status');
   const listLine = status ? /^Cpus_allowed_list:\s*(.+)$/m.exec(status)?.[1] : undefined;
   const allowed = (listLine ? parseCpuList(listLine) : null) ?? Array.from({ length: availableParallelism() }, (_, i) => i);
@@ -111,9 +111,8 @@ export function readCpuFacts(env: string | undefined = process.env.SAFEKEEP_THRE
 
 let facts: CpuFacts | null = null;
 
-/** chooseThreads over this machine's facts (read once per process; SAFEKEEP_THREADS is re-read every call). */
-export function machineThreads(): ThreadChoice {
+/** chooseThreads over this machine's facts (read once per process) and an override (SAFEKEEP_THREADS, from the CLI). */
+export function machineThreads(env?: string): ThreadChoice {
   facts ??= readCpuFacts(undefined);
-  const env = process.env.SAFEKEEP_THREADS;
   return chooseThreads(env === undefined ? facts : { ...facts, env });
 }

@@ -1,11 +1,10 @@
 /**
  * A checkpoint's weight files as the runtime sees them: real paths (symlinks followed: onnxruntime refuses external
  * data outside the folder it is told about), the one folder holding them, and a stamp of their identity for cache
- * keys; and the cache root where graphs and quantized weights are kept.
+ * keys.
  */
 import { realpathSync, statSync } from 'node:fs';
-import { homedir } from 'node:os';
-import { basename, dirname, join } from 'node:path';
+import { basename, dirname } from 'node:path';
 import type { Checkpoint } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
 
@@ -28,9 +27,4 @@ export function weightFilesStamp(realFiles: ReadonlyMap<string, string>): string
     const st = statSync(real);
     return `${real}\t${st.size}\t${st.mtimeMs}\n`;
   }).join('');
-}
-
-/** Root of the graph and quantized-weight caches (default ~/.cache/safekeep). */
-export function cacheRoot(explicit?: string): string {
-  return explicit ?? process.env.SAFEKEEP_CACHE ?? join(homedir(), '.cache', 'safekeep');
 }

@@ -8,7 +8,8 @@
  * configuration, so rows align across caches (the Schema Direction pairs h_schema and h_text row by row).
  */
 import { basename, join, resolve } from 'node:path';
-import { createEngine, type EngineOptions } from '../engine/engine.ts';
+import type { EngineOptions } from '../engine/engine-config.ts';
+import { createEngine } from '../engine/engine.ts';
 import { GRAPH_VERSION } from '../engine/session.ts';
 import { describePlan, planRecord, type MemoryPlan } from '../engine/memory.ts';
 import { plannedReuse, prefixPlan } from '../engine/prefix.ts';

@@ -24,7 +24,8 @@
  */
 import { mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { expectedTensors, parseModelConfig } from '../checkpoint/config.ts';
+import { parseModelConfig } from '../checkpoint/config.ts';
+import { expectedTensors, isNormTensor, tensorName } from '../checkpoint/tensors.ts';
 import { Rng, writeRandomCheckpoint } from '../checkpoint/random.ts';
 import { writeSafetensors, type TensorToWrite } from '../checkpoint/safetensors.ts';
 import { writeFileAtomic, writeJsonAtomic } from '../util/atomic.ts';
@@ -261,15 +262,22 @@ function f32(v: Float64Array | number[]): Float32Array {
 }
 
 /**
+ * The planted model's default word list (committed, one pre-token a line: the words of the bundled pairs, prompts
+ * and specs when it was made). A fixture, so pulling a data set or editing data/ never changes the planted weights
+ * or the figures made from them.
+ */
+export const PLANTED_WORDS_FILE = join(import.meta.dirname, 'planted-words.txt');
+
+/**
  * Writes the planted checkpoint (config, generation config, weights, tokenizer, template, PLANTED.json with the
- * ground truth) into `outDir`. `vocabFolders`: folders whose text files define the vocabulary (default: the
- * bundled `data/` of the repo).
+ * ground truth) into `outDir`. `vocabFolders`: folders whose text files define the vocabulary instead of the
+ * committed word list (`PLANTED_WORDS_FILE`).
  */
 export async function writePlantedModel(outDir: string, opts: { seed?: number; vocabFolders?: string[]; lexiconPairs?: readonly Pair[] } = {}): Promise<PlantedTruth> {
   const dir = resolve(outDir);
   mkdirSync(dir, { recursive: true });
   const seed = opts.seed ?? 1234;
-  const texts = collectTexts(opts.vocabFolders ?? [resolve(import.meta.dirname, '..', '..', 'data')]);
+  const texts = opts.vocabFolders ? collectTexts(opts.vocabFolders) : [readFileSync(PLANTED_WORDS_FILE, 'utf8')];
   const vocab = buildVocab(texts);
   const V = vocab.length;
   const id = (w: string): number => {
@@ -325,17 +333,17 @@ export async function writePlantedModel(outDir: string, opts: { seed?: number; v
   for (const [name, shape] of shapes) {
     const size = shape.reduce((x, y) => x * y, 1);
     const data = new Float32Array(size);
-    if (name.endsWith('layernorm.weight') || name === 'model.norm.weight') data.fill(1);
+    if (isNormTensor(name)) data.fill(1);
     tensors[name] = { dtype: 'F32', shape, data };
   }
   const put = (name: string): Float32Array => tensors[name]!.data as Float32Array;
-  put('model.embed_tokens.weight').set(embed);
+  put(tensorName('embed')).set(embed);
   // block 0: mean of the Q3 coordinate → Q4 (content-dependent, ⟂ r)
   // block 1: mean of u·x → G·r. v_proj row 0 (KV head 0, dim 0) reads x_norm/√d; o_proj column 0 (head 0, dim 0) writes.
   const plant = (block: number, read: Float64Array, write: Float64Array, gain: number): void => {
-    const v = put(`model.layers.${block}.self_attn.v_proj.weight`); // [kv*hd, d]
+    const v = put(tensorName('v', block)); // [kv*hd, d]
     for (let i = 0; i < d; i++) v[i] = read[i]! / Math.sqrt(d);
-    const o = put(`model.layers.${block}.self_attn.o_proj.weight`); // [d, heads*hd]
+    const o = put(tensorName('o', block)); // [d, heads*hd]
     const cols = P.numHeads * P.headDim;
     for (let i = 0; i < d; i++) o[i * cols + 0] = gain * write[i]!;
   };
@@ -343,7 +351,7 @@ export async function writePlantedModel(outDir: string, opts: { seed?: number; v
   plant(P.plantedLayer - 1, u, r, P.G);
 
   // lm_head: "sorry" = K r ; "{" = K (τ/β) f ; refusal chain through the n_w directions
-  const lm = put('lm_head.weight');
+  const lm = put(tensorName('lmHead'));
   const addRow = (tok: number, vec: Float64Array, scale: number): void => {
     for (let i = 0; i < d; i++) lm[tok * d + i] = lm[tok * d + i]! + scale * vec[i]!;
   };

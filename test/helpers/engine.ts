@@ -30,10 +30,9 @@ export const SMALL_GQA: { family: 'llama' | 'qwen2' | 'qwen3'; opts: RandomCheck
   family, opts: { numLayers: 3, hiddenSize: 48, intermediateSize: 80, vocabSize: 97, std: 0.2, numHeads, numKvHeads },
 }));
 
-/** A fresh temp folder used as SAFEKEEP_CACHE (tests never touch ~/.cache). */
+/** A fresh temp folder the tests pass as the engine's `cacheDir` (tests never touch ~/.cache). */
 export function tempCache(): { dir: string; cleanup: () => void } {
   const dir = mkdtempSync(join(tmpdir(), 'safekeep-cache-'));
-  process.env.SAFEKEEP_CACHE = dir;
   return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
 }
 

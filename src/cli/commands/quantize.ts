@@ -16,8 +16,9 @@ import { resolveModel } from '../../hub/resolve.ts';
 import { engineOptions, readIdsFile } from '../engine-flags.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
 import { createEngineFromCheckpoint } from '../../engine/engine.ts';
-import { quantizedWeights, type QuantScheme } from '../../engine/quant-store.ts';
-import { quantScheme } from '../../engine/session.ts';
+import { resolveEngineConfig } from '../../engine/engine-config.ts';
+import { quantizedWeights } from '../../engine/quant-store.ts';
+import { engineEnv } from '../env.ts';
 import { loadPromptTokenizer } from '../../prompts/tokenizer.ts';
 import { SafekeepError } from '../../util/errors.ts';
 
@@ -72,11 +73,13 @@ export async function run(argv: string[]): Promise<number> {
   if (dtype !== 'q8' && dtype !== 'q4') throw new SafekeepError(`--dtype must be q8 or q4, got '${dtype}'`);
   const schemeFlag = args.values.get('scheme');
   if (schemeFlag !== undefined && schemeFlag !== 'sym' && schemeFlag !== 'asym') throw new SafekeepError(`--scheme must be sym or asym, got '${schemeFlag}'`);
-  const scheme: QuantScheme = quantScheme(dtype, schemeFlag);
+  // --scheme, else SAFEKEEP_QUANT_SCHEME, else the default; the cache root from SAFEKEEP_CACHE (cli/env.ts)
+  const cfg = resolveEngineConfig({ ...engineEnv(), dtype, ...(schemeFlag ? { quantScheme: schemeFlag } : {}) });
+  const scheme = cfg.quant!.scheme;
   const modelDir = await resolveModel(requireValue(args, 'model'));
   const ckpt = await loadCheckpoint(modelDir);
   const t0 = performance.now();
-  const store = quantizedWeights(ckpt, dtype === 'q8' ? 8 : 4, scheme);
+  const store = quantizedWeights(ckpt, cfg.quant!.bits, scheme, cfg.cacheDir, cfg.quiet);
   const mb = statSync(store.file).size / 2 ** 20;
   process.stdout.write(`${dtype} ${scheme} block ${store.index.block}: ${store.cached ? 'cached' : `made in ${((performance.now() - t0) / 1000).toFixed(1)} s`} → ${store.file} (${mb.toFixed(1)} MiB)\n`);
   if (!args.booleans.has('report')) return 0;

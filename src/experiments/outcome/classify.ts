@@ -1,5 +1,5 @@
 /**
- * The three-way outcome of one agent output (issue 5, Table 3), in this order of precedence:
+ * The three-way outcome of one agent output (the paper's Table 3), in this order of precedence:
  *
  * 1. Tool calls are parsed in the family's native format (`parse-calls.ts`).
  *    - **valid**: at least one call, every call names a provided tool and its arguments validate against that

@@ -1,6 +1,6 @@
 /**
  * Agent-output classification (refusal / valid harmful execution / invalid), shared by the steering sweep
- * (issue 5) and the guard evaluation (issue 6). Precedence rules: `classify.ts`.
+ * (the paper's Table 3) and the guard evaluation, so both count outcomes by the same rules. Precedence rules: `classify.ts`.
  * Typical use: `classifyOutput(decodedText, pair.tools, callFormatOf[checkpoint.config.family])`.
  */
 export type { CallFormat, CallCheck, MalformedCall, Outcome, OutcomeLabel, ParseResult, ParsedCall } from './types.ts';

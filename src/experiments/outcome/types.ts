@@ -1,5 +1,5 @@
 /**
- * Agent-output classification (issue 5, reused by the guard evaluation of issue 6): every generation is one of
+ * Agent-output classification (steering sweep and guard evaluation alike): every generation is one of
  * refusal / valid harmful execution / invalid. See `classify.ts` for the precedence rules.
  */
 import type { Family } from '../../checkpoint/types.ts';

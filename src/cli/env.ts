@@ -1,0 +1,42 @@
+/**
+ * Every SAFEKEEP_* environment variable, declared once (name, values, meaning; the README lists them from here) and
+ * read only at the CLI edge: `engineEnv` turns the engine's into `EngineOptions` defaults that flags override.
+ */
+import type { EngineOptions } from '../engine/engine-config.ts';
+
+export interface EnvVarDef {
+  name: string;
+  value: string;
+  help: string;
+}
+
+export const ENV_VARS: readonly EnvVarDef[] = [
+  { name: 'SAFEKEEP_CACHE', value: 'DIR', help: 'graph and quantized-weight cache root (default ~/.cache/safekeep)' },
+  { name: 'SAFEKEEP_THREADS', value: 'N', help: 'intra-op threads when --threads is not given (default: one per physical core within the CPU quota)' },
+  { name: 'SAFEKEEP_ATTENTION', value: 'mha|matmul', help: 'prefill attention kernel: fused MultiHeadAttention (default) or standard ops' },
+  { name: 'SAFEKEEP_FUSE', value: '0', help: '0: q/k/v and gate/up as separate Gemms instead of one concatenated Gemm each' },
+  { name: 'SAFEKEEP_QUANT_SCHEME', value: 'sym|asym', help: 'q8/q4 block quantization (default asym)' },
+  { name: 'SAFEKEEP_QUANT_ACCURACY', value: '0..4', help: 'q8/q4 MatMulNBits accuracy level (default: 4 for q8, 0 for q4)' },
+  { name: 'SAFEKEEP_QUIET', value: '1', help: 'no progress lines on stderr' },
+  { name: 'SAFEKEEP_MODELS', value: 'DIR', help: 'where `safekeep pull` and hub ids put checkpoints (default models/)' },
+  { name: 'SAFEKEEP_DATA', value: 'DIR', help: 'looked in first for data sets, and where `safekeep data pull` writes (default data/)' },
+  { name: 'SAFEKEEP_SHARED', value: 'DIR', help: 'the read-only shared folder (data sets, test fixtures; default ../shared)' },
+  { name: 'SAFEKEEP_CHROMIUM', value: 'PATH', help: 'tests: the Chromium that renders the HTML report' },
+  { name: 'SAFEKEEP_DEBUG', value: '1', help: 'print the stack of an internal error' },
+];
+
+/** The engine options the environment sets (flags override them); unset or invalid values set nothing. */
+export function engineEnv(env: NodeJS.ProcessEnv = process.env): EngineOptions {
+  const o: EngineOptions = {};
+  if (env.SAFEKEEP_CACHE) o.cacheDir = env.SAFEKEEP_CACHE;
+  const threads = Number(env.SAFEKEEP_THREADS);
+  if (env.SAFEKEEP_THREADS && Number.isInteger(threads) && threads > 0) o.threads = threads;
+  if (env.SAFEKEEP_ATTENTION === 'matmul') o.attention = 'matmul';
+  if (env.SAFEKEEP_FUSE === '0') o.fuse = false;
+  const scheme = env.SAFEKEEP_QUANT_SCHEME;
+  if (scheme === 'sym' || scheme === 'asym') o.quantScheme = scheme;
+  const acc = env.SAFEKEEP_QUANT_ACCURACY;
+  if (acc !== undefined && ['0', '1', '2', '3', '4'].includes(acc)) o.quantAccuracy = Number(acc);
+  if (env.SAFEKEEP_QUIET) o.quiet = true;
+  return o;
+}

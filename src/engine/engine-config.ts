@@ -1,0 +1,117 @@
+/**
+ * The engine's one resolved configuration. Callers give `EngineOptions` (every field optional); the CLI fills them
+ * from its flags and the SAFEKEEP_* environment (src/cli/env.ts) — nothing below the CLI reads the environment.
+ * `resolveEngineConfig` applies the measured defaults once; the graph builder, the session and the graph-cache key
+ * all read the same `EngineConfig`.
+ */
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { defaultDType, type ComputeDType } from './precision.ts';
+import { machineThreads } from './threads.ts';
+
+export type Device = 'cpu' | 'cuda';
+
+/**
+ * Attention kernel. Steps on a past KV buffer (decode, prefix suffixes, chunked prefill) always run standard ops on
+ * the buffer. A step from an empty cache (prefill) runs onnxruntime's fused MultiHeadAttention with 'mha' (default;
+ * measured ~1.2× prefill over standard ops on the SmolLM2 shape) or the same standard ops with 'matmul'. Both are
+ * tested against HF and the oracle.
+ */
+export type AttentionImpl = 'matmul' | 'mha';
+
+/** q8/q4 block quantization: symmetric, or asymmetric with a zero point per block. */
+export type QuantScheme = 'sym' | 'asym';
+
+export const isQuantized = (dtype: ComputeDType): dtype is 'q8' | 'q4' => dtype === 'q8' || dtype === 'q4';
+
+export interface EngineOptions {
+  dtype?: ComputeDType;
+  device?: Device;
+  /** intra-op threads (default: one per physical core within the CPU quota, threads.ts) */
+  threads?: number;
+  /** graph and quantized-weight cache root (default ~/.cache/safekeep) */
+  cacheDir?: string;
+  /** most padded tokens (B·T) per internal batch (default 4096); sequences are grouped by length under it */
+  maxBatchTokens?: number;
+  /** weights only in the mmapped files, no pre-packed copy (less RSS, slower; see session.ts) */
+  lowMemory?: boolean;
+  /** attention kernel: 'mha' (fused, default) or 'matmul' (standard ops) */
+  attention?: AttentionImpl;
+  /**
+   * q/k/v and gate/up as one Gemm each on in-graph concatenated weights (default true; always false with
+   * lowMemory, because the concatenation is a folded copy that only pays when weights are pre-packed anyway)
+   */
+  fuse?: boolean;
+  /** q8/q4: symmetric or asymmetric blocks (default `defaultQuantScheme`) */
+  quantScheme?: QuantScheme;
+  /** q8/q4: MatMulNBits accuracy level 0..4 (default `defaultQuantAccuracy`) */
+  quantAccuracy?: number;
+  /** no progress lines on stderr (quantizing weights) */
+  quiet?: boolean;
+  /**
+   * memory budget in bytes (memory.ts `planMemory`): sets maxBatchTokens, groups batches so every step fits, prefills
+   * prompts too long for one step in chunks, and sizes the prefix cache (`memoryPlan.prefixCacheBytes`). A budget
+   * the weights alone exceed is a SafekeepError before the session opens.
+   */
+  maxMemory?: number;
+  /** bytes the budget leaves to the rest of the process (default: its RSS now + memory.ts RUNTIME_MARGIN) */
+  runtimeBytes?: number;
+}
+
+/** What the session and the graph are made from: every choice resolved. */
+export interface EngineConfig {
+  dtype: ComputeDType;
+  device: Device;
+  threads: number;
+  cacheDir: string;
+  lowMemory: boolean;
+  attention: AttentionImpl;
+  fuse: boolean;
+  /** null unless dtype is q8/q4 */
+  quant: { bits: 4 | 8; scheme: QuantScheme; accuracyLevel: number } | null;
+  quiet: boolean;
+}
+
+/**
+ * Default quantization scheme: asymmetric measured closer to f32 (worst-layer hidden-state rel. error, random
+ * llama/qwen2): q4 0.17–0.28 vs 0.23–0.31 symmetric; q8 with f32 activations 0.013–0.014 vs 0.010–0.017, with int8
+ * activations (the q8 default) 0.017–0.021 vs 0.016–0.023 — a wash at 8 bits.
+ */
+export function defaultQuantScheme(): QuantScheme {
+  return 'asym';
+}
+
+/**
+ * MatMulNBits accuracy level: 0 = f32 activations × dequantized weights, 4 = int8 activations. Defaults as measured
+ * (`npm run bench`, 1 thread, SmolLM2 shape): q4 → 0 (decode 66 tok/s, closest to f32); q8 → 4, because 8-bit at
+ * level 0 has no fast kernel here (decode 1.2 tok/s vs 57 at level 4).
+ */
+export function defaultQuantAccuracy(bits: 4 | 8): number {
+  return bits === 8 ? 4 : 0;
+}
+
+export function defaultCacheDir(): string {
+  return join(homedir(), '.cache', 'safekeep');
+}
+
+export function resolveEngineConfig(o: EngineOptions): EngineConfig {
+  const device = o.device ?? 'cpu';
+  // f32 on cpu, f16 weights on cuda unless asked otherwise (precision.ts)
+  const dtype = o.dtype ?? defaultDType(device);
+  const lowMemory = o.lowMemory ?? false;
+  const bits = dtype === 'q8' ? 8 : dtype === 'q4' ? 4 : null;
+  return {
+    dtype, device, lowMemory,
+    threads: o.threads ?? machineThreads().threads,
+    cacheDir: o.cacheDir ?? defaultCacheDir(),
+    attention: o.attention ?? 'mha',
+    fuse: !lowMemory && (o.fuse ?? true),
+    quant: bits === null ? null : { bits, scheme: o.quantScheme ?? defaultQuantScheme(), accuracyLevel: o.quantAccuracy ?? defaultQuantAccuracy(bits) },
+    quiet: o.quiet ?? false,
+  };
+}
+
+/** The fields of a config that change the graph's bytes (the graph-cache key's share of it). */
+export function graphConfigKey(c: EngineConfig): string {
+  return `${c.dtype}\n${c.attention}\n${c.fuse}\n`;
+}
