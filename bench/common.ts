@@ -4,8 +4,8 @@
  */
 import { readFileSync } from 'node:fs';
 import * as ort from 'onnxruntime-node';
-import { GraphBuilder } from '../src/engine/onnx/builder.ts';
-import { DataType } from '../src/engine/onnx/proto.ts';
+import { GraphBuilder } from '../src/engine/graph/onnx/builder.ts';
+import { DataType } from '../src/engine/graph/onnx/proto.ts';
 
 /** SmolLM2-135M's shape (random weights): the engine benchmarks' workload, comparable with bench/compare-hf.md */
 export const SMOLLM2_SHAPE = {

@@ -1,6 +1,6 @@
 /**
  * `npm run bench:decode [-- --threads N --reps R --new K --lengths 128,512,2048 --before REV --keep DIR]`: decode
- * tokens/s against prompt length, before and after in-place KV buffers (src/engine/kv.ts), in one run.
+ * tokens/s against prompt length, before and after in-place KV buffers (src/engine/runtime/kv.ts), in one run.
  *
  * SmolLM2-135M-shaped random checkpoint (as bench/engine.ts). "before" is the engine of git revision REV (default: the
  * last commit with the Concat-past→present KV path), extracted with `git archive` into a temp folder (node_modules

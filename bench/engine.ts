@@ -11,7 +11,7 @@
  * - peak RSS vs the f32 weight bytes.
  * Targets: prefill ≥ 70 % of the GEMM rate (the linear layers dominate, so the graph should run near raw MatMul
  * speed); RSS ≤ 1.3 × f32 weight bytes (one pre-packed copy of the weights, little else).
- * Threads: default = the engine's own choice (src/engine/threads.ts, printed); `--threads 1,2,4 [--rounds R]` measures
+ * Threads: default = the engine's own choice (src/engine/runtime/threads.ts, printed); `--threads 1,2,4 [--rounds R]` measures
  * each count in a fresh child per round (order alternating, best kept) and prints a table marking the default.
  */
 import { spawnSync } from 'node:child_process';
@@ -22,9 +22,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadCheckpoint, parameterCount } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
-import { steeringMatrix } from '../src/engine/batch.ts';
+import { steeringMatrix } from '../src/engine/run/batch.ts';
 import { createEngineFromCheckpoint } from '../src/engine/engine.ts';
-import { machineThreads } from '../src/engine/threads.ts';
+import { machineThreads } from '../src/engine/runtime/threads.ts';
 
 const mb = (bytes: number) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
 
@@ -94,7 +94,7 @@ async function measure(dir: string, threads: number): Promise<void> {
 }
 
 async function main(): Promise<void> {
-  // default: the engine's own choice (src/engine/threads.ts); `--threads 1,2,4` measures each count (one child per
+  // default: the engine's own choice (src/engine/runtime/threads.ts); `--threads 1,2,4` measures each count (one child per
   // count, in rounds of --rounds, default 2, best kept) and marks the default, to check it is the fastest or a tie
   const chosen = machineThreads();
   const runDir = flag('run');

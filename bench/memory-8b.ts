@@ -21,10 +21,11 @@ import { fileURLToPath } from 'node:url';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngineFromCheckpoint } from '../src/engine/engine.ts';
-import type { ComputeDType } from '../src/engine/precision.ts';
+import type { ComputeDType } from '../src/engine/graph/precision.ts';
 import { resolveEngineConfig } from '../src/engine/engine-config.ts';
 import { engineEnv } from '../src/cli/env.ts';
-import { quantizedWeights, type QuantStore } from '../src/engine/quant-store.ts';
+import type { QuantStore } from '../src/engine/graph/quant-index.ts';
+import { quantizedWeights } from '../src/engine/runtime/quant-store.ts';
 
 const SHAPE = {
   hiddenSize: 4096, numHeads: 32, numKvHeads: 8, headDim: 128, intermediateSize: 14336, vocabSize: 128256,

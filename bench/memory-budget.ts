@@ -46,7 +46,7 @@ interface ChildReport {
 async function child(dir: string, budgetArg: string, threads: number, long: number): Promise<void> {
   const { loadCheckpoint } = await import('../src/checkpoint/load.ts');
   const { createEngineFromCheckpoint } = await import('../src/engine/engine.ts');
-  const { parseBytes } = await import('../src/engine/memory.ts');
+  const { parseBytes } = await import('../src/engine/runtime/memory.ts');
   const ck = await loadCheckpoint(dir);
   const rssImports = peakRss();
   const budget = budgetArg === 'none' ? null : parseBytes(budgetArg);
@@ -86,7 +86,7 @@ async function child(dir: string, budgetArg: string, threads: number, long: numb
 async function calibrateChild(dir: string, threads: number, shape: string): Promise<void> {
   const { loadCheckpoint } = await import('../src/checkpoint/load.ts');
   const { createEngineFromCheckpoint } = await import('../src/engine/engine.ts');
-  const { stepBytes, weightBytes } = await import('../src/engine/memory.ts');
+  const { stepBytes, weightBytes } = await import('../src/engine/runtime/memory.ts');
   const ck = await loadCheckpoint(dir);
   const rssImports = peakRss();
   const engine = await createEngineFromCheckpoint(ck, { threads, cacheDir: join(dir, 'cache') });

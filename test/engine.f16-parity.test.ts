@@ -27,14 +27,14 @@ import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import type { Checkpoint, Family, TensorEntry } from '../src/checkpoint/types.ts';
 import { engineOptions } from '../src/cli/engine-flags.ts';
 import { createEngine, createEngineFromCheckpoint, type OnnxEngine } from '../src/engine/engine.ts';
-import { buildModelGraph } from '../src/engine/graph.ts';
+import { buildModelGraph } from '../src/engine/graph/decoder.ts';
 import * as ort from 'onnxruntime-node';
-import { GraphBuilder } from '../src/engine/onnx/builder.ts';
-import { DataType } from '../src/engine/onnx/proto.ts';
-import { castStored, linearAs } from '../src/engine/precision.ts';
+import { GraphBuilder } from '../src/engine/graph/onnx/builder.ts';
+import { DataType } from '../src/engine/graph/onnx/proto.ts';
+import { castStored, linearAs } from '../src/engine/graph/precision.ts';
 import { f16BitsToF32, f32ToF16Bits } from '../src/checkpoint/read.ts';
 import { linear, referenceForward, referenceGenerate, rmsNorm } from '../src/engine/reference.ts';
-import { resolveWeightFiles } from '../src/engine/weight-files.ts';
+import { resolveWeightFiles } from '../src/engine/runtime/weight-files.ts';
 import { SafekeepError } from '../src/util/errors.ts';
 import { parseArgs } from '../src/cli/args.ts';
 import { TINY_MODELS, readAllF32, tempCache } from './helpers/engine.ts';
@@ -253,8 +253,8 @@ describe('the 16-bit linear graph', () => {
   after(() => { if (tmp) rmSync(tmp, { recursive: true, force: true }); });
 
   const graphOf = (dtype: 'f32' | 'f16' | 'bf16w', fused: boolean) => {
-    const { realFiles, weightsDir } = resolveWeightFiles(ckpt);
-    return decode(buildModelGraph(ckpt, { dtype, attention: 'mha', fuse: fused, quant: null }, realFiles, weightsDir).bytes);
+    const { realFiles } = resolveWeightFiles(ckpt);
+    return decode(buildModelGraph(ckpt, { dtype, attention: 'mha', fuse: fused, quant: null }, realFiles));
   };
 
   for (const [dtype, T, op] of [['f16', DataType.FLOAT16, 'Gemm'], ['bf16w', DataType.BFLOAT16, 'MatMul']] as const) {

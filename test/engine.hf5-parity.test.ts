@@ -12,9 +12,9 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { chunkedStep } from '../src/engine/chunked.ts';
+import { chunkedStep } from '../src/engine/run/chunked.ts';
 import { createEngine, type OnnxEngine } from '../src/engine/engine.ts';
-import { steeringMatrix } from '../src/engine/batch.ts';
+import { steeringMatrix } from '../src/engine/run/batch.ts';
 import { maxAbsDiff, type readAllF32, tempCache } from './helpers/engine.ts';
 import { HF5, hf5Index, hf5Refs } from './helpers/hf5.ts';
 

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import type { Checkpoint } from '../src/checkpoint/types.ts';
-import { leftPad, planChunks, steeringMatrix } from '../src/engine/batch.ts';
+import { leftPad, planChunks, steeringMatrix } from '../src/engine/run/batch.ts';
 import { createEngineFromCheckpoint, type OnnxEngine } from '../src/engine/engine.ts';
 import { SafekeepError } from '../src/util/errors.ts';
 import { maxAbsDiff, tempCache } from './helpers/engine.ts';

@@ -1,5 +1,5 @@
 /**
- * In-place KV buffers (src/engine/kv.ts): decode appends only the new slots into a preallocated buffer and reads
+ * In-place KV buffers (src/engine/runtime/kv.ts): decode appends only the new slots into a preallocated buffer and reads
  * it through a bias that masks unused capacity. Checked against independent references:
  * - the bias for a buffer of capacity C equals batch.ts attentionBias (the contiguous-cache bias) on the filled
  *   slots, with the unused capacity masked; appendKv writes in place, grows by min(reserve, KV_CHUNK), copies on
@@ -19,10 +19,10 @@ import * as ort from 'onnxruntime-node';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import type { Checkpoint, Family } from '../src/checkpoint/types.ts';
-import { attentionBias, steeringMatrix } from '../src/engine/batch.ts';
+import { attentionBias, steeringMatrix } from '../src/engine/run/batch.ts';
 import { createEngineFromCheckpoint, type OnnxEngine } from '../src/engine/engine.ts';
-import { MASKED } from '../src/engine/io.ts';
-import { appendKv, canAppendInPlace, capacityBias, compactKv, KV_CHUNK, kvCapacity, type KvCache } from '../src/engine/kv.ts';
+import { MASKED } from '../src/engine/graph/io.ts';
+import { appendKv, canAppendInPlace, capacityBias, compactKv, KV_CHUNK, kvCapacity, type KvCache } from '../src/engine/runtime/kv.ts';
 import { referenceGenerate } from '../src/engine/reference.ts';
 import { TINY_MODELS, maxAbsDiff, tempCache } from './helpers/engine.ts';
 

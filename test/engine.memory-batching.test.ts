@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { planBatches } from '../src/cache/store.ts';
 import { loadPairSet } from '../src/data/load.ts';
-import { paddingWaste, planChunks } from '../src/engine/batch.ts';
+import { paddingWaste, planChunks } from '../src/engine/run/batch.ts';
 import { PromptBuilder } from '../src/prompts/configurations.ts';
 import { loadPromptTexts } from '../src/prompts/texts.ts';
 import { installTokenizer, loadPromptTokenizer } from '../src/prompts/tokenizer.ts';

@@ -14,7 +14,7 @@ import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { readTensorF32 } from '../src/checkpoint/read.ts';
 import { readSafetensorsHeader } from '../src/checkpoint/safetensors.ts';
 import { OnnxEngine } from '../src/engine/engine.ts';
-import { planMemory, RUNTIME_BYTES, STEP_FIXED, weightBytes } from '../src/engine/memory.ts';
+import { planMemory, RUNTIME_BYTES, STEP_FIXED, weightBytes } from '../src/engine/runtime/memory.ts';
 import { extractCondition, openContext, parseCondition, renderRows } from '../src/experiments/extract.ts';
 import { installTokenizer, npmTokenizerDir } from '../src/prompts/tokenizer.ts';
 import { maxAbsDiff } from './helpers/engine.ts';

@@ -1,5 +1,5 @@
 /**
- * The memory planner (src/engine/memory.ts) against hand-computed values: Llama-3.1-8B's parameter count (8.03 B,
+ * The memory planner (src/engine/runtime/memory.ts) against hand-computed values: Llama-3.1-8B's parameter count (8.03 B,
  * from its published shape) and KV bytes per token; q4/q8 store bytes of a 4096×4096 linear by hand and against a
  * real quantized store written by quant-store.ts; one step's bytes term by term on a tiny config; the plan's
  * arithmetic (base, prefix share, step bytes, largest batch and chunk that fit); sizes like 6GB/6GiB/500MB; and the
@@ -17,8 +17,8 @@ import type { ModelConfig } from '../src/checkpoint/types.ts';
 import {
   ACTIVATION_UNITS, ARENA_SLACK, chunkTokens, kvBytesPerToken, linearParams, normParams, otherParams, parseBytes, planMemory, PREFIX_CACHE_MAX,
   PREFIX_CACHE_SHARE, quantLinearBytes, quantStoreBytes, RUNTIME_BYTES, SCORE_COPIES, STEP_FIXED, stepBytes, WEIGHT_PEAK, weightBytes,
-} from '../src/engine/memory.ts';
-import { quantizedWeights } from '../src/engine/quant-store.ts';
+} from '../src/engine/runtime/memory.ts';
+import { quantizedWeights } from '../src/engine/runtime/quant-store.ts';
 import { SafekeepError } from '../src/util/errors.ts';
 import { repoRoot } from './helpers/shared.ts';
 

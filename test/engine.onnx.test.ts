@@ -14,9 +14,9 @@ import { roundToBf16 } from '../src/checkpoint/dtype.ts';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngineFromCheckpoint } from '../src/engine/engine.ts';
-import { GraphBuilder } from '../src/engine/onnx/builder.ts';
-import { DataType, ProtoWriter } from '../src/engine/onnx/proto.ts';
-import { resolveWeightFiles } from '../src/engine/weight-files.ts';
+import { GraphBuilder } from '../src/engine/graph/onnx/builder.ts';
+import { DataType, ProtoWriter } from '../src/engine/graph/onnx/proto.ts';
+import { resolveWeightFiles } from '../src/engine/runtime/weight-files.ts';
 import { maxAbsDiff, tempCache } from './helpers/engine.ts';
 
 test('varint encoding: small, multi-byte, 2^53, negative int64 (10 bytes, two\'s complement)', () => {

@@ -1,5 +1,5 @@
 /**
- * Shared-prefix KV reuse (src/engine/prefix.ts): `forwardShared` equals `forward` (≤ 1e-5) on random checkpoints of
+ * Shared-prefix KV reuse (src/engine/run/prefix.ts): `forwardShared` equals `forward` (≤ 1e-5) on random checkpoints of
  * several families, with and without steering, for prompts with shared and unshared prefixes, a prompt that is a
  * prefix of another, duplicates, and batches split by a small token budget; a cache hit returns the same bytes as a
  * fresh computation; the plan's lcp boundaries against brute force; and the computed/prompt token ratio on the
@@ -13,8 +13,8 @@ import { join } from 'node:path';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import type { Family } from '../src/checkpoint/types.ts';
 import { createEngine, type OnnxEngine } from '../src/engine/engine.ts';
-import { lcp, plannedReuse, prefixPlan } from '../src/engine/prefix.ts';
-import { PrefixCache } from '../src/engine/prefix-cache.ts';
+import { lcp, plannedReuse, prefixPlan } from '../src/engine/run/prefix.ts';
+import { PrefixCache } from '../src/engine/run/prefix-cache.ts';
 import { loadPairSet } from '../src/data/load.ts';
 import { PromptBuilder } from '../src/prompts/configurations.ts';
 import { loadPromptTexts } from '../src/prompts/texts.ts';

@@ -1,5 +1,5 @@
 /**
- * Block-wise quantization (src/engine/quant.ts) against onnxruntime's own MatMulNBits: the weight onnxruntime
+ * Block-wise quantization (src/engine/runtime/quant.ts) against onnxruntime's own MatMulNBits: the weight onnxruntime
  * computes with (read back by multiplying an identity matrix) equals our TypeScript dequantization exactly, for 4 and
  * 8 bits, symmetric and asymmetric, K a multiple of the block and not; and the reconstruction error is within the
  * quantization step (|w − ŵ| ≤ s/2 per block, + clamping for asymmetric).
@@ -7,9 +7,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as ort from 'onnxruntime-node';
-import { GraphBuilder } from '../src/engine/onnx/builder.ts';
-import { DataType } from '../src/engine/onnx/proto.ts';
-import { dequantizeBlockwise, quantizeBlockwise, type QuantizedMatrix } from '../src/engine/quant.ts';
+import { GraphBuilder } from '../src/engine/graph/onnx/builder.ts';
+import { DataType } from '../src/engine/graph/onnx/proto.ts';
+import { dequantizeBlockwise, quantizeBlockwise, type QuantizedMatrix } from '../src/engine/runtime/quant.ts';
 import { Rng } from '../src/checkpoint/random.ts';
 import { layerErrors } from '../src/cli/commands/quantize.ts';
 

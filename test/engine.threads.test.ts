@@ -1,11 +1,11 @@
 /**
- * The default thread count (src/engine/threads.ts): the pure rule over parsed machine facts, the parsers of the
+ * The default thread count (src/engine/runtime/threads.ts): the pure rule over parsed machine facts, the parsers of the
  * Linux files it reads, and the facts of this machine read consistently with what Node sees.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { availableParallelism } from 'node:os';
-import { chooseThreads, cpuQuota, parseCpuList, parseCpuMax, readCpuFacts, type CpuFacts } from '../src/engine/threads.ts';
+import { chooseThreads, cpuQuota, parseCpuList, parseCpuMax, readCpuFacts, type CpuFacts } from '../src/engine/runtime/threads.ts';
 import { engineEnv } from '../src/cli/env.ts';
 import { resolveEngineConfig } from '../src/engine/engine-config.ts';
 

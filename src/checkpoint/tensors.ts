@@ -4,7 +4,7 @@
  * norms: qwen3), which the config's flags select. Shapes are HF's ([out, in] for linear weights).
  *
  * `qkv` and `gateUp` are not checkpoint tensors: they name the row-concatenated q/k/v and gate/up weights that the
- * quantized store (engine/quant-store.ts) writes, in the same naming scheme.
+ * quantized store (engine/runtime/quant-store.ts) writes, in the same naming scheme.
  */
 import type { ModelConfig } from './types.ts';
 

@@ -5,8 +5,8 @@
 import { readJsonFile } from '../data/jsonfile.ts';
 import type { EngineOptions } from '../engine/engine-config.ts';
 import { createEngine, type OnnxEngine } from '../engine/engine.ts';
-import { parseBytes } from '../engine/memory.ts';
-import { COMPUTE_DTYPES, defaultDType, type ComputeDType } from '../engine/precision.ts';
+import { parseBytes } from '../engine/runtime/memory.ts';
+import { COMPUTE_DTYPES, defaultDType, type ComputeDType } from '../engine/graph/precision.ts';
 import { resolveModel } from '../hub/resolve.ts';
 import { SafekeepError } from '../util/errors.ts';
 import type { FlagDef, ParsedArgs } from './args.ts';

@@ -6,8 +6,8 @@
  */
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import { defaultDType, type ComputeDType } from './precision.ts';
-import { machineThreads } from './threads.ts';
+import { defaultDType, type ComputeDType } from './graph/precision.ts';
+import { machineThreads } from './runtime/threads.ts';
 
 export type Device = 'cpu' | 'cuda';
 
@@ -21,8 +21,6 @@ export type AttentionImpl = 'matmul' | 'mha';
 
 /** q8/q4 block quantization: symmetric, or asymmetric with a zero point per block. */
 export type QuantScheme = 'sym' | 'asym';
-
-export const isQuantized = (dtype: ComputeDType): dtype is 'q8' | 'q4' => dtype === 'q8' || dtype === 'q4';
 
 export interface EngineOptions {
   dtype?: ComputeDType;

@@ -14,16 +14,17 @@ import { ropeInvFreq } from '../checkpoint/rope.ts';
 import { tensorName } from '../checkpoint/tensors.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
-import { argmax } from './argmax.ts';
-import { leftPad, planChunks, positionIds, selectPositions, steeringMatrix } from './batch.ts';
-import { chunkedStep } from './chunked.ts';
 import { resolveEngineConfig, type AttentionImpl, type EngineOptions } from './engine-config.ts';
-import { IO } from './io.ts';
-import { appendKv, capacityBias, emptyKv, kvCapacity, KV_CHUNK, type KvCache } from './kv.ts';
-import { chunkTokens, fitsStep, planMemory, RUNTIME_MARGIN, type MemoryPlan, type StepShape } from './memory.ts';
-import { firstTokenShared, forwardShared } from './prefix.ts';
-import { openSession } from './session.ts';
-import { hiddenRows, type StepInput, type StepOutput, type Stepper } from './step.ts';
+import { IO } from './graph/io.ts';
+import { positionIds, steeringMatrix } from './run/batch.ts';
+import { memoryFits, prefill } from './run/chunked.ts';
+import { checkIds, forward } from './run/forward.ts';
+import { generate } from './run/generate.ts';
+import { firstTokenShared, forwardShared } from './run/prefix.ts';
+import type { StepInput, StepOutput, Stepper } from './run/step.ts';
+import { appendKv, capacityBias, emptyKv, kvCapacity, KV_CHUNK, type KvCache } from './runtime/kv.ts';
+import { planMemory, RUNTIME_MARGIN, type MemoryPlan, type StepShape } from './runtime/memory.ts';
+import { openSession } from './runtime/session.ts';
 import type { Engine, FirstTokenSharedOptions, FirstTokenSharedResult, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, SharedForwardOptions, SharedForwardResult } from './types.ts';
 
 const i64 = (xs: readonly number[]) => BigInt64Array.from(xs, (x) => BigInt(x));
@@ -127,64 +128,15 @@ export class OnnxEngine implements Engine, Stepper {
   }
 
   async forward(inputIds: number[][], opts: ForwardOptions = {}): Promise<ForwardResult[]> {
-    this.checkIds(inputIds);
-    const steer = steeringMatrix(this.numLayers, this.dModel, opts.steer);
-    const results: ForwardResult[] = new Array(inputIds.length);
-    const L1 = this.numLayers + 1;
-    const d = this.dModel;
-    const V = this.vocabSize;
-    const rows = (sel: ForwardOptions['hiddenAt'], B: number, T: number) =>
-      B * (sel === undefined || sel === 'all' ? T : sel === 'last' ? 1 : sel === 'none' ? 0 : Math.min(T, sel.length));
-    const fits = this.memoryFits((B, T) => [{ batch: B, width: T, past: 0, hidden: rows(opts.hiddenAt, B, T), logits: rows(opts.logitsAt, B, T) }]);
-    for (const chunk of planChunks(inputIds.map((s) => s.length), this.config.numHeads, this.maxBatchTokens, undefined, fits)) {
-      const pb = leftPad(chunk.map((i) => inputIds[i]!));
-      const hiddenPos = chunk.map((i, b) => selectPositions(opts.hiddenAt, pb.lengths[b]!, `sequence ${i} hiddenAt`));
-      const logitPos = chunk.map((i, b) => selectPositions(opts.logitsAt, pb.lengths[b]!, `sequence ${i} logitsAt`));
-      const flat = (pos: number[][]) => pos.flatMap((ps, b) => ps.map((p) => b * pb.width + pb.pads[b]! + p));
-      const out = await this.prefill({
-        ids: pb.ids, batch: pb.batch, width: pb.width, starts: pb.pads, past: null, steer,
-        hiddenIndex: flat(hiddenPos), logitsIndex: flat(logitPos), wantPresent: false,
-      });
-      const N = hiddenPos.reduce((a, p) => a + p.length, 0);
-      let hOff = 0;
-      let lOff = 0;
-      chunk.forEach((i, b) => {
-        const n = hiddenPos[b]!.length;
-        const hidden = hiddenRows(out.hidden, L1, N, d, hOff, n);
-        const m = logitPos[b]!.length;
-        results[i] = {
-          length: pb.lengths[b]!,
-          hiddenPositions: hiddenPos[b]!,
-          hidden,
-          logitPositions: logitPos[b]!,
-          logits: out.logits.slice(lOff * V, (lOff + m) * V),
-        };
-        hOff += n;
-        lOff += m;
-      });
-    }
-    return results;
+    return forward(this, inputIds, opts);
   }
 
-  /** `fits(B, T)` for planChunks under the memory plan: every step shape of a batch fits (undefined without a plan) */
   memoryFits(shapes: (batch: number, width: number) => StepShape[]): ((batch: number, width: number) => boolean) | undefined {
-    const plan = this.memoryPlan;
-    if (!plan) return undefined;
-    return (B, T) => shapes(B, T).every((s) => fitsStep(this.config, plan, s, this.attention));
+    return memoryFits(this, shapes);
   }
 
-  /**
-   * `step(inp)` for new tokens that may be too many for one step under the memory plan: one row whose step does not
-   * fit is run in chunks (chunked.ts, same results); without a plan, or when it fits, exactly `step(inp)`.
-   */
   async prefill(inp: StepInput): Promise<StepOutput> {
-    const plan = this.memoryPlan;
-    if (!plan || inp.batch !== 1) return this.step(inp);
-    const P = inp.past?.length ?? 0;
-    const shape = { batch: 1, width: inp.width, past: P, hidden: inp.hiddenIndex.length, logits: inp.logitsIndex.length, present: inp.wantPresent ?? true };
-    if (inp.width <= plan.maxChunkTokens && fitsStep(this.config, plan, shape, this.attention)) return this.step(inp);
-    const per = { hiddenPerToken: inp.hiddenIndex.length > 1, logitsPerToken: inp.logitsIndex.length > 1 };
-    return chunkedStep(this, inp, chunkTokens(this.config, plan, inp.width, P, per, this.attention));
+    return prefill(this, inp);
   }
 
   /**
@@ -192,7 +144,7 @@ export class OnnxEngine implements Engine, Stepper {
    * prefix computed once (kept in `opts.cache` across calls), plus {promptTokens, computedTokens}.
    */
   async forwardShared(inputIds: number[][], opts: SharedForwardOptions = {}): Promise<SharedForwardResult> {
-    this.checkIds(inputIds);
+    checkIds(inputIds, this.vocabSize);
     return forwardShared(this, inputIds, steeringMatrix(this.numLayers, this.dModel, opts.steer), opts);
   }
 
@@ -201,102 +153,12 @@ export class OnnxEngine implements Engine, Stepper {
    * returnPromptLastHidden: true, returnFirstTokenHidden: true, stopIds, steer})` (prefix.ts).
    */
   async firstTokenShared(inputIds: number[][], opts: FirstTokenSharedOptions = {}): Promise<FirstTokenSharedResult> {
-    this.checkIds(inputIds);
+    checkIds(inputIds, this.vocabSize);
     return firstTokenShared(this, inputIds, steeringMatrix(this.numLayers, this.dModel, opts.steer), opts);
   }
 
   async generate(inputIds: number[][], opts: GenerateOptions): Promise<GenerateResult[]> {
-    this.checkIds(inputIds);
-    if (!Number.isInteger(opts.maxNewTokens) || opts.maxNewTokens < 0) {
-      throw new SafekeepError(`maxNewTokens must be a non-negative integer, got ${opts.maxNewTokens}`);
-    }
-    const steer = steeringMatrix(this.numLayers, this.dModel, opts.steer);
-    const results: GenerateResult[] = new Array(inputIds.length);
-    // prefill, then decode steps on up to T + maxNewTokens cached slots (past fed + present copied out)
-    const fits = this.memoryFits((B, T) => [
-      { batch: B, width: T, past: 0, hidden: B, logits: B, present: true },
-      { batch: B, width: 1, past: T + opts.maxNewTokens, hidden: B, logits: B, present: true },
-    ]);
-    for (const chunk of planChunks(inputIds.map((s) => s.length), this.config.numHeads, this.maxBatchTokens, undefined, fits)) {
-      const rs = await this.generateBatch(chunk.map((i) => inputIds[i]!), opts, steer);
-      chunk.forEach((i, b) => { results[i] = rs[b]!; });
-    }
-    return results;
-  }
-
-  private async generateBatch(prompts: number[][], opts: GenerateOptions, steer: Float32Array): Promise<GenerateResult[]> {
-    const stop = new Set(opts.stopIds ?? this.eosIds);
-    const V = this.vocabSize;
-    const d = this.dModel;
-    const L1 = this.numLayers + 1;
-    const pb = leftPad(prompts);
-    const B = pb.batch;
-    const lastSlots = pb.pads.map((p, b) => b * pb.width + p + pb.lengths[b]! - 1);
-    // positions 'generated': the prompt (prefill) is unsteered, the decode steps steered
-    const prefillSteer = opts.steer?.positions === 'generated' ? new Float32Array(steer.length) : steer;
-    let out = await this.prefill({
-      ids: pb.ids, batch: B, width: pb.width, starts: pb.pads, past: null, steer: prefillSteer,
-      hiddenIndex: opts.returnPromptLastHidden ? lastSlots : [],
-      logitsIndex: opts.maxNewTokens > 0 ? lastSlots : [],
-      reserve: opts.maxNewTokens, // the KV buffer gets room for the decode steps (up to KV_CHUNK, kv.ts)
-    });
-    const res: GenerateResult[] = prompts.map(() => ({ generatedIds: [], finish: 'length' }));
-    const stepLogits: Float32Array[][] = prompts.map(() => []);
-    if (opts.returnPromptLastHidden) {
-      res.forEach((r, b) => { r.promptLastHidden = hiddenRows(out.hidden, L1, B, d, b, 1); });
-    }
-    const done = new Array<boolean>(B).fill(opts.maxNewTokens === 0);
-    const wantFirstHidden = !!opts.returnFirstTokenHidden && opts.maxNewTokens > 0;
-    for (let k = 0; ; k++) {
-      // choose token k from the logits of the last step (rows = batch)
-      const fed = new BigInt64Array(B);
-      for (let b = 0; b < B; b++) {
-        const r = res[b]!;
-        if (!done[b]) {
-          const row = out.logits.subarray(b * V, (b + 1) * V);
-          const tok = argmax(row);
-          r.generatedIds.push(tok);
-          if (opts.returnStepLogits) stepLogits[b]!.push(row.slice());
-          if (stop.has(tok)) { done[b] = true; r.finish = 'stop'; }
-          else if (r.generatedIds.length >= opts.maxNewTokens) done[b] = true;
-        }
-        fed[b] = BigInt(r.generatedIds.at(-1) ?? 0);
-      }
-      const needHidden = wantFirstHidden && k === 0;
-      if (done.every(Boolean) && !needHidden) break;
-      const all = Array.from({ length: B }, (_, b) => b);
-      out = await this.step({
-        ids: fed, batch: B, width: 1, starts: pb.pads, past: out.present!, steer,
-        hiddenIndex: needHidden ? all : [],
-        logitsIndex: done.every(Boolean) ? [] : all,
-        reserve: opts.maxNewTokens - k - 1,
-      });
-      if (needHidden) {
-        res.forEach((r, b) => { r.firstTokenHidden = hiddenRows(out.hidden, L1, B, d, b, 1); });
-        if (done.every(Boolean)) break;
-      }
-    }
-    if (opts.returnStepLogits) {
-      res.forEach((r, b) => {
-        const rows = stepLogits[b]!;
-        const m = new Float32Array(rows.length * V);
-        rows.forEach((row, k) => m.set(row, k * V));
-        r.stepLogits = m;
-      });
-    }
-    return res;
-  }
-
-  private checkIds(inputIds: number[][]): void {
-    if (!Array.isArray(inputIds)) throw new SafekeepError('input ids must be a list of token-id lists');
-    inputIds.forEach((s, i) => {
-      if (!Array.isArray(s) || s.length === 0) throw new SafekeepError(`sequence ${i}: needs at least one token id`);
-      s.forEach((id, t) => {
-        if (!Number.isInteger(id) || id < 0 || id >= this.vocabSize) {
-          throw new SafekeepError(`sequence ${i}, position ${t}: token id ${JSON.stringify(id)} is not in 0..${this.vocabSize - 1}`);
-        }
-      });
-    });
+    return generate(this, inputIds, opts);
   }
 
   async dispose(): Promise<void> {

@@ -26,7 +26,7 @@ import { readTensorF32, roundToBf16 } from '../checkpoint/read.ts';
 import { layerWeights, tensorName } from '../checkpoint/tensors.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
-import { argmax } from './argmax.ts';
+import { argmax } from './run/argmax.ts';
 import type { Steering } from './types.ts';
 
 /** Weights upcast to f64, by HF name. Cached per checkpoint object and weight precision. */

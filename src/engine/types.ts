@@ -7,7 +7,7 @@
  *   hidden states, hence the first generated token's choice, are unsteered).
  * - Left padding, position ids = cumsum(mask) - 1. Greedy decoding; stop ids from generation_config.json.
  */
-import type { PrefixCache } from './prefix-cache.ts';
+import type { PrefixCache } from './run/prefix-cache.ts';
 
 /** Steering as a full matrix: row l is ADDED to hidden[l]; zeros = no steering. [L+1, d_model] */
 export type SteeringMatrix = Float32Array;
@@ -87,7 +87,7 @@ export interface EngineInfo {
 
 export interface Engine extends EngineInfo {
   forward(inputIds: number[][], opts?: ForwardOptions): Promise<ForwardResult[]>;
-  /** `forward` with shared-prefix KV reuse (src/engine/prefix.ts); optional for other engines */
+  /** `forward` with shared-prefix KV reuse (src/engine/run/prefix.ts); optional for other engines */
   forwardShared?(inputIds: number[][], opts?: SharedForwardOptions): Promise<SharedForwardResult>;
   /** generate(maxNewTokens 1, prompt-last + first-token hidden states) with shared-prefix reuse; optional */
   firstTokenShared?(inputIds: number[][], opts?: FirstTokenSharedOptions): Promise<FirstTokenSharedResult>;

@@ -10,10 +10,10 @@
 import { basename, join, resolve } from 'node:path';
 import type { EngineOptions } from '../engine/engine-config.ts';
 import { createEngine } from '../engine/engine.ts';
-import { GRAPH_VERSION } from '../engine/session.ts';
-import { describePlan, planRecord, type MemoryPlan } from '../engine/memory.ts';
-import { plannedReuse, prefixPlan } from '../engine/prefix.ts';
-import { PrefixCache } from '../engine/prefix-cache.ts';
+import { GRAPH_VERSION } from '../engine/runtime/session.ts';
+import { describePlan, planRecord, type MemoryPlan } from '../engine/runtime/memory.ts';
+import { plannedReuse, prefixPlan } from '../engine/run/prefix.ts';
+import { PrefixCache } from '../engine/run/prefix-cache.ts';
 import type { Engine } from '../engine/types.ts';
 import { loadCheckpoint } from '../checkpoint/load.ts';
 import { loadPairSet } from '../data/load.ts';
@@ -206,7 +206,7 @@ export async function extractCondition(ctx: ExtractContext, c: Condition): Promi
 }
 
 /**
- * Shared-prefix plan of a condition's rows (src/engine/prefix.ts): split points over ALL rows, so each batch computes
+ * Shared-prefix plan of a condition's rows (src/engine/run/prefix.ts): split points over ALL rows, so each batch computes
  * the same bytes whatever the prefix cache holds (deterministic resume); `reuse` = planned token counts.
  */
 function prefixReuse(ctx: ExtractContext, rows: readonly CacheRow[]) {

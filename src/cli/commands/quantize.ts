@@ -17,7 +17,7 @@ import { engineOptions, readIdsFile } from '../engine-flags.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
 import { createEngineFromCheckpoint } from '../../engine/engine.ts';
 import { resolveEngineConfig } from '../../engine/engine-config.ts';
-import { quantizedWeights } from '../../engine/quant-store.ts';
+import { quantizedWeights } from '../../engine/runtime/quant-store.ts';
 import { engineEnv } from '../env.ts';
 import { loadPromptTokenizer } from '../../prompts/tokenizer.ts';
 import { SafekeepError } from '../../util/errors.ts';

@@ -3,9 +3,9 @@
  * layer (chunked prefill, shared-prefix reuse, generation) needs from an engine, so those modules depend on this
  * interface and never on the engine class.
  */
-import type { ModelConfig } from '../checkpoint/types.ts';
-import type { KvCache } from './kv.ts';
-import type { MemoryPlan, StepShape } from './memory.ts';
+import type { ModelConfig } from '../../checkpoint/types.ts';
+import type { KvCache } from '../runtime/kv.ts';
+import type { MemoryPlan, StepShape } from '../runtime/memory.ts';
 
 export interface StepInput {
   /** [B, T] ids (row-major), left-padded for the first step */

@@ -3,9 +3,9 @@
  * cumsum(mask) - 1, the additive attention bias (causal + padding, over cached and new slots), flat row indices,
  * and the steering matrix.
  */
-import { SafekeepError } from '../util/errors.ts';
-import { MASKED } from './io.ts';
-import type { PositionSelector, Steering } from './types.ts';
+import { SafekeepError } from '../../util/errors.ts';
+import { MASKED } from '../graph/io.ts';
+import type { PositionSelector, Steering } from '../types.ts';
 
 export interface PaddedBatch {
   batch: number;

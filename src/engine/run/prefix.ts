@@ -14,13 +14,13 @@
  * see a later pad), so position ids stay slot − start and only the real slots are visible.
  */
 import * as ort from 'onnxruntime-node';
-import { sha256Hex } from '../util/hash.ts';
+import { sha256Hex } from '../../util/hash.ts';
 import { argmax } from './argmax.ts';
 import { selectPositions } from './batch.ts';
-import { compactKv, kvCapacity, type KvCache } from './kv.ts';
+import { compactKv, kvCapacity, type KvCache } from '../runtime/kv.ts';
 import { PrefixCache, type PrefixKv } from './prefix-cache.ts';
 import { hiddenRows, type Stepper } from './step.ts';
-import type { FirstTokenSharedOptions, FirstTokenSharedResult, ForwardResult, GenerateResult, ReuseStats, SharedForwardOptions, SharedForwardResult } from './types.ts';
+import type { FirstTokenSharedOptions, FirstTokenSharedResult, ForwardResult, GenerateResult, ReuseStats, SharedForwardOptions, SharedForwardResult } from '../types.ts';
 
 /** lcp of two token sequences */
 export function lcp(a: readonly number[], b: readonly number[]): number {

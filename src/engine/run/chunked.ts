@@ -5,7 +5,38 @@
  * activations and attention scores of a step scale with C instead of T (memory.ts `chunkTokens` picks C).
  * Sliding windows are in each chunk's bias (kv.ts); dynamic-NTK RoPE gets the whole step's length in every chunk.
  */
+import type { ModelConfig } from '../../checkpoint/types.ts';
+import type { AttentionImpl } from '../engine-config.ts';
+import { chunkTokens, fitsStep, type MemoryPlan, type StepShape } from '../runtime/memory.ts';
 import type { StepInput, StepOutput, StepRunner } from './step.ts';
+
+/** A step runner under a memory plan (null: no budget). */
+export interface PlannedRunner extends StepRunner {
+  readonly config: ModelConfig;
+  readonly memoryPlan: MemoryPlan | null;
+  readonly attention: AttentionImpl;
+}
+
+/** `fits(B, T)` for batch planning under the memory plan: every step shape of a batch fits (undefined without a plan) */
+export function memoryFits(r: PlannedRunner, shapes: (batch: number, width: number) => StepShape[]): ((batch: number, width: number) => boolean) | undefined {
+  const plan = r.memoryPlan;
+  if (!plan) return undefined;
+  return (B, T) => shapes(B, T).every((s) => fitsStep(r.config, plan, s, r.attention));
+}
+
+/**
+ * `r.step(inp)` for new tokens that may be too many for one step under the memory plan: one row whose step does not
+ * fit is run in chunks (same results); without a plan, or when it fits, exactly `r.step(inp)`.
+ */
+export async function prefill(r: PlannedRunner, inp: StepInput): Promise<StepOutput> {
+  const plan = r.memoryPlan;
+  if (!plan || inp.batch !== 1) return r.step(inp);
+  const P = inp.past?.length ?? 0;
+  const shape = { batch: 1, width: inp.width, past: P, hidden: inp.hiddenIndex.length, logits: inp.logitsIndex.length, present: inp.wantPresent ?? true };
+  if (inp.width <= plan.maxChunkTokens && fitsStep(r.config, plan, shape, r.attention)) return r.step(inp);
+  const per = { hiddenPerToken: inp.hiddenIndex.length > 1, logitsPerToken: inp.logitsIndex.length > 1 };
+  return chunkedStep(r, inp, chunkTokens(r.config, plan, inp.width, P, per, r.attention));
+}
 
 /** [L+1, N, d] / [M, V] outputs: which chunk and row each requested flat index (b·T + t) lands in */
 function route(index: readonly number[], width: number, chunk: number): { chunk: number; local: number; row: number }[] {

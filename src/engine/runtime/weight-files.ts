@@ -5,8 +5,8 @@
  */
 import { realpathSync, statSync } from 'node:fs';
 import { basename, dirname } from 'node:path';
-import type { Checkpoint } from '../checkpoint/types.ts';
-import { SafekeepError } from '../util/errors.ts';
+import type { Checkpoint } from '../../checkpoint/types.ts';
+import { SafekeepError } from '../../util/errors.ts';
 
 /** Real path of every weight file; they must share one folder (true for plain folders and the HF hub cache). */
 export function resolveWeightFiles(ckpt: Checkpoint): { realFiles: Map<string, string>; weightsDir: string } {

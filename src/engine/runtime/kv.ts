@@ -14,7 +14,7 @@
  * KvCache value never changes under its holder; only capacity beyond its length is reused.
  */
 import * as ort from 'onnxruntime-node';
-import { MASKED } from './io.ts';
+import { MASKED } from '../graph/io.ts';
 
 /** slots of room added when a buffer is reallocated for single-token (decode) steps */
 export const KV_CHUNK = 256;

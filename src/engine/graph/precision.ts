@@ -19,7 +19,7 @@
  * of the f16 graph equals f32 math on f16-rounded weights with f32 activations (|Δ| ≈ 1e-5 at K = 2048), i.e. CPU
  * f16 = "f16 weights, f32 activations". The f16 activation rounding itself happens on CUDA (check:gpu) and in f16sim.
  */
-import type { DType } from '../checkpoint/types.ts';
+import type { DType } from '../../checkpoint/types.ts';
 import type { GraphBuilder } from './onnx/builder.ts';
 import { DataType, type DataTypeId } from './onnx/proto.ts';
 
@@ -28,6 +28,8 @@ import { DataType, type DataTypeId } from './onnx/proto.ts';
  * emulates f16 numerics in f32 (tests, check:gpu); q8 / q4 run MatMulNBits (quant.ts)
  */
 export type ComputeDType = 'f32' | 'bf16' | 'f16' | 'bf16w' | 'f16sim' | 'q8' | 'q4';
+
+export const isQuantized = (dtype: ComputeDType): dtype is 'q8' | 'q4' => dtype === 'q8' || dtype === 'q4';
 
 /** the dtypes a user picks with --dtype */
 export const COMPUTE_DTYPES: readonly ComputeDType[] = ['f32', 'bf16', 'f16', 'bf16w', 'q8', 'q4'];

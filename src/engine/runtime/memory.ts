@@ -20,10 +20,10 @@
  * The constants below were calibrated with `npm run bench:memory` (peak RSS = VmHWM of fresh child processes) and
  * bench:8b (q4 on the Llama-3.1-8B shape); the figures are in src/engine/README.md ("Memory budget").
  */
-import type { DType, ModelConfig } from '../checkpoint/types.ts';
-import { SafekeepError } from '../util/errors.ts';
-import type { AttentionImpl } from './engine-config.ts';
-import type { ComputeDType } from './precision.ts';
+import type { DType, ModelConfig } from '../../checkpoint/types.ts';
+import { SafekeepError } from '../../util/errors.ts';
+import type { AttentionImpl } from '../engine-config.ts';
+import type { ComputeDType } from '../graph/precision.ts';
 
 const F32 = 4;
 const GiB = 2 ** 30;

@@ -11,45 +11,18 @@
  */
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import { readTensorBytes, readTensorF32 } from '../checkpoint/read.ts';
-import { layerWeights, lmHeadName, tensorName } from '../checkpoint/tensors.ts';
-import type { Checkpoint, DType } from '../checkpoint/types.ts';
-import { writeFileAtomic } from '../util/atomic.ts';
-import { sha256Hex } from '../util/hash.ts';
-import type { QuantScheme } from './engine-config.ts';
+import { readTensorBytes, readTensorF32 } from '../../checkpoint/read.ts';
+import { layerWeights, lmHeadName, tensorName } from '../../checkpoint/tensors.ts';
+import type { Checkpoint } from '../../checkpoint/types.ts';
+import { writeFileAtomic } from '../../util/atomic.ts';
+import { sha256Hex } from '../../util/hash.ts';
+import type { QuantScheme } from '../engine-config.ts';
+import type { QuantIndex, QuantStore, StoredTensor } from '../graph/quant-index.ts';
 import { quantizeBlockwise, type QuantBits } from './quant.ts';
 import { resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
 
 export const QUANT_VERSION = 1;
 export const QUANT_BLOCK = 32;
-
-/** One tensor in weights.bin. */
-export interface StoredTensor {
-  offset: number;
-  length: number;
-  /** 'U8' codes / packed zero points, 'F32' scales, or the checkpoint's storage dtype for copied tensors */
-  dtype: 'U8' | DType;
-  shape: number[];
-}
-
-/** A quantized linear weight [N, K]: `<name>.codes`, `<name>.scales`, `<name>.zp` (asymmetric) in the index. */
-export interface QuantIndex {
-  version: number;
-  bits: QuantBits;
-  scheme: QuantScheme;
-  block: number;
-  tensors: Record<string, StoredTensor>;
-  /** quantized linear weights: name → [N, K] */
-  linears: Record<string, [number, number]>;
-}
-
-export interface QuantStore {
-  dir: string;
-  file: string;
-  index: QuantIndex;
-  /** true when it came from the cache */
-  cached: boolean;
-}
 
 /** Groups of HF weights quantized as one row-concatenated matrix: stored name → parts */
 export function linearGroups(ckpt: Checkpoint): Map<string, string[]> {

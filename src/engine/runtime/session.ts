@@ -10,18 +10,19 @@ import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import * as ort from 'onnxruntime-node';
-import type { Checkpoint } from '../checkpoint/types.ts';
-import { writeFileAtomic } from '../util/atomic.ts';
-import { SafekeepError } from '../util/errors.ts';
-import { sha256Hex } from '../util/hash.ts';
-import { graphConfigKey, isQuantized, type EngineConfig } from './engine-config.ts';
-import { buildModelGraph } from './graph.ts';
-import { linearType } from './precision.ts';
+import type { Checkpoint } from '../../checkpoint/types.ts';
+import { writeFileAtomic } from '../../util/atomic.ts';
+import { SafekeepError } from '../../util/errors.ts';
+import { sha256Hex } from '../../util/hash.ts';
+import { graphConfigKey, type EngineConfig } from '../engine-config.ts';
+import { isQuantized } from '../graph/precision.ts';
+import { buildModelGraph } from '../graph/decoder.ts';
+import { linearType } from '../graph/precision.ts';
 import { quantizedWeights } from './quant-store.ts';
 import { resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
 
 /** bump when graph.ts changes what it emits */
-export const GRAPH_VERSION = 8;
+export const GRAPH_VERSION = 9;
 
 /** Cache key of the graph: what the graph's bytes depend on (GRAPH_VERSION, config, weight files, tensor index, config). */
 export function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, cfg: EngineConfig, quantDir: string | null): string {
@@ -40,7 +41,7 @@ export function modelGraph(ckpt: Checkpoint, cfg: EngineConfig): { bytes: Uint8A
   const key = graphCacheKey(ckpt, realFiles, cfg, quant?.dir ?? null);
   const path = join(cfg.cacheDir, 'graphs', `${key}.onnx`);
   if (existsSync(path)) return { bytes: readFileSync(path), weightsDir, cached: true, path };
-  const { bytes } = buildModelGraph(ckpt, cfg, realFiles, weightsDir, quant);
+  const bytes = buildModelGraph(ckpt, cfg, realFiles, quant);
   try {
     writeFileAtomic(path, bytes);
   } catch {

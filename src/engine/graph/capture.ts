@@ -1,0 +1,17 @@
+/** Capturing the residual stream: hidden[l] at the requested flat rows, stacked into the `hidden` output. */
+import type { GraphBuilder } from './onnx/builder.ts';
+
+export interface Capture {
+  /** record x [BT, d] at the rows `hidden_index` selects, as the next hidden[l] */
+  add(x: string): void;
+  /** [L+1, N, d] */
+  stacked(): string;
+}
+
+export function hiddenCapture(g: GraphBuilder, hiddenIndex: string): Capture {
+  const rows: string[] = [];
+  return {
+    add: (x) => { rows.push(g.op('Unsqueeze', [g.op('Gather', [x, hiddenIndex], { axis: 0 }), g.i64([0])], {}, { name: 'capture' })); },
+    stacked: () => g.op('Concat', rows, { axis: 0 }, { name: 'hidden_all' }),
+  };
+}

@@ -1,0 +1,107 @@
+/**
+ * The decoder as an ONNX graph, built from a checkpoint's config and tensor index. Reads top to bottom like
+ * nanoGPT's model.py:
+ *
+ *   x = embed(ids)                                   hidden[0] (+ steer[0])
+ *   for each block l:
+ *     h = rmsnorm(x);  q, k, v = h Wqᵀ (+b), h Wkᵀ (+b), h Wvᵀ (+b)
+ *     (qwen3) q, k = rmsnorm per head
+ *     q, k = rope(q), rope(k)                        rotate_half form, positions and inv_freq per row from the
+ *                                                    caller (dynamic NTK depends on the row's length), cos/sin
+ *                                                    × yarn's attention factor
+ *     k_new, v_new                                   → graph outputs new_key.l / new_value.l (T slots)
+ *     x += o_proj(softmax([q Kbufᵀ, q k_newᵀ]/√hd + bias) [Vbuf; v_new])
+ *                                                    Kbuf/Vbuf = the KV buffer fed as past (kv.ts), GQA by
+ *                                                    KV head h // rep (no K/V repetition), softmax in f32;
+ *                                                    bias = attn_bias, or attn_bias_window on sliding-window layers
+ *     x += down(silu(gate(h')) * up(h')) + steer[l+1],  h' = rmsnorm(x)      steer row as the Gemm bias
+ *                                                    → hidden[l+1] (pre final norm, also for l+1 = L)
+ *   logits = rmsnorm(x[logits_index]) lm_headᵀ
+ *
+ * Tokens are flattened to 2-D [B*T, d] so every linear layer is one Gemm(transB=1) straight on the HF [out, in]
+ * weight (no transposed copy). Weights are external data pointing into the .safetensors byte ranges; non-f32
+ * storage (and `dtype: 'bf16'` rounding of f32 weights) is a Cast in the graph, which onnxruntime folds once at
+ * session creation.
+ */
+import { ropeAttentionScaling } from '../../checkpoint/rope.ts';
+import { layerWeights, tensorName } from '../../checkpoint/tensors.ts';
+import type { Checkpoint, ModelConfig } from '../../checkpoint/types.ts';
+import type { EngineConfig } from '../engine-config.ts';
+import type { QuantStore } from './quant-index.ts';
+import { attention, type Attend } from './attention.ts';
+import { hiddenCapture } from './capture.ts';
+import { addSteer, steerRow } from './intervene.ts';
+import { declareInputs, outputKv, outputResults, type GraphInputs } from './io.ts';
+import { swigluMlp } from './mlp.ts';
+import { rmsnorm } from './norm.ts';
+import { GraphBuilder } from './onnx/builder.ts';
+import { isQuantized } from './precision.ts';
+import { rope, ropeTables, type RopeTables } from './rope.ts';
+import { checkpointWeights, quantStoreWeights, type WeightSource } from './weights.ts';
+
+/**
+ * Build the graph for `cfg` (dtype, attention kernel, fusing, quantization). `realFiles`: each weight file's real
+ * path, all in one folder; with `quant` every weight comes from the quantized store instead. → ONNX ModelProto bytes
+ */
+export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype' | 'attention' | 'fuse' | 'quant'>,
+  realFiles: ReadonlyMap<string, string>, quant?: QuantStore): Uint8Array {
+  if (isQuantized(cfg.dtype) && !quant) throw new Error(`graph: dtype ${cfg.dtype} needs the quantized weights`);
+  const c = ckpt.config;
+  const g = new GraphBuilder();
+  const io = declareInputs(g, c);
+  const w = quant
+    ? quantStoreWeights(g, ckpt, cfg.dtype, quant, cfg.quant?.accuracyLevel ?? 0)
+    : checkpointWeights(g, ckpt, cfg.dtype, realFiles, cfg.fuse);
+  const shapeBT = g.op('Shape', [io.ids], {}, { name: 'shape_bt' }); // [B, T]
+  const heads = (n: number) => g.op('Concat', [shapeBT, g.i64([n, c.headDim])], { axis: 0 }, { name: `shape_bt_${n}_hd` });
+  const ctx: Layers = {
+    g, c, w, io, headsQ: heads(c.numHeads), headsKV: heads(c.numKvHeads),
+    tables: ropeTables(g, io.positions, io.invFreq, ropeAttentionScaling(c.rope)),
+    attend: attention(g, c, cfg.attention, io.past[0]!.k),
+  };
+  const hidden = hiddenCapture(g, io.hiddenIndex);
+
+  let x = g.scope('embed', () => addSteer(g, g.op('Reshape', [w.embedRows(io.ids), g.i64([-1, c.hiddenSize])]), io.steer, 0)); // [BT, d]
+  hidden.add(x);
+  for (let l = 0; l < c.numLayers; l++) {
+    x = g.scope(`layers.${l}`, () => decoderLayer(ctx, l, x));
+    hidden.add(x);
+  }
+  const logits = g.scope('head', () => w.lmHead(rmsnorm(g, g.op('Gather', [x, io.logitsIndex], { axis: 0 }), w.f32(tensorName('finalNorm')), c.rmsNormEps)));
+  outputResults(g, c, hidden.stacked(), logits);
+  return g.encode('safekeep-decoder');
+}
+
+/** What every layer shares: the graph, weights, inputs, RoPE tables, attention kernel, [B, T, heads, hd] shapes. */
+interface Layers {
+  g: GraphBuilder;
+  c: ModelConfig;
+  w: WeightSource;
+  io: GraphInputs;
+  tables: RopeTables;
+  attend: Attend;
+  headsQ: string;
+  headsKV: string;
+}
+
+/** Decoder block l: x [BT, d] → hidden[l+1] = x + attn(norm(x)) + mlp(norm(·)) + steer[l+1] */
+function decoderLayer({ g, c, w, io, tables, attend, headsQ, headsKV }: Layers, l: number, x: string): string {
+  const { numHeads: H, numKvHeads: kvH, headDim: hd } = c;
+  const lw = layerWeights(c, l);
+  const norm = (v: string, name: string) => rmsnorm(g, v, w.f32(name), c.rmsNormEps);
+  const [qf, kf, vf] = w.linears(norm(x, lw.attnNorm), [lw.q, lw.k, lw.v], lw.bias ? [lw.bias.q, lw.bias.k, lw.bias.v].map(w.f32) : undefined,
+    [H * hd, kvH * hd, kvH * hd], tensorName('qkv', l));
+  let q = g.op('Reshape', [qf!, headsQ]); // [B, T, H, hd]
+  let k = g.op('Reshape', [kf!, headsKV]);
+  if (lw.qkNorm) [q, k] = [norm(q, lw.qkNorm.q), norm(k, lw.qkNorm.k)];
+  const toHeads = (t: string) => g.op('Transpose', [t], { perm: [0, 2, 1, 3] }); // [B, heads, T, hd]
+  const kNew = toHeads(rope(g, k, tables));
+  const vNew = toHeads(g.op('Reshape', [vf!, headsKV]));
+  outputKv(g, c, l, kNew, vNew);
+  const bias = c.attentionWindows[l] !== null ? io.attnBiasWindow! : io.attnBias;
+  const merged = attend(rope(g, q, tables), kNew, vNew, io.past[l]!.k, io.past[l]!.v, bias); // [BT, H·hd]
+  const r = g.op('Add', [x, w.linear(merged, lw.o)], {}, { name: 'resid_attn' });
+  // steering row l+1 rides in the down projection's bias: hidden[l+1] = r + (down(act) + steer[l+1])
+  const mlp = swigluMlp(g, w, lw, norm(r, lw.mlpNorm), c.intermediateSize, tensorName('gateUp', l), steerRow(g, io.steer, l + 1));
+  return g.op('Add', [r, mlp], {}, { name: 'resid_mlp' });
+}

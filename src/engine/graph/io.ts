@@ -1,0 +1,78 @@
+/**
+ * The graph's I/O contract: the names of the session's inputs and outputs and their shapes, shared by the graph
+ * builder (decoder.ts declares them here) and everything that feeds or reads a session (engine.ts, batch.ts, kv.ts).
+ */
+import type { ModelConfig } from '../../checkpoint/types.ts';
+import type { GraphBuilder } from './onnx/builder.ts';
+import { DataType } from './onnx/proto.ts';
+
+/** Names of the graph's inputs and outputs (the session contract). */
+export const IO = {
+  inputIds: 'input_ids', // int64 [B, T]
+  positionIds: 'position_ids', // int64 [B, T]
+  attnBias: 'attn_bias', // f32 [B, T, C + T], C = past buffer capacity; 0 = visible, large negative = masked (kv.ts capacityBias)
+  attnBiasWindow: 'attn_bias_window', // f32 [B, T, C + T]: attn_bias with the sliding window too; only when a layer has one
+  ropeInvFreq: 'rope_inv_freq', // f32 [B, hd/2]: RoPE inverse frequencies per row (rope.ts ropeInvFreq)
+  steer: 'steer', // f32 [L+1, d]; row l is added to hidden[l]
+  hiddenIndex: 'hidden_index', // int64 [N], flat indices into B*T
+  logitsIndex: 'logits_index', // int64 [M]
+  pastKey: (l: number) => `past_key.${l}`, // f32 [B, kvH, C, hd]: the KV buffer (slots beyond the filled ones masked)
+  pastValue: (l: number) => `past_value.${l}`,
+  hidden: 'hidden', // f32 [L+1, N, d]
+  logits: 'logits', // f32 [M, V]
+  newKey: (l: number) => `new_key.${l}`, // f32 [B, kvH, T, hd]: the new slots only (the engine writes them into the buffer)
+  newValue: (l: number) => `new_value.${l}`,
+} as const;
+
+/** Additive mask value for hidden keys (finite, so fully masked pad rows stay finite). */
+export const MASKED = -1e9;
+
+/** The graph's input values, declared in `IO` order (shapes as in `IO`). */
+export interface GraphInputs {
+  ids: string;
+  positions: string;
+  attnBias: string;
+  /** only when a layer has a sliding window */
+  attnBiasWindow: string | null;
+  invFreq: string;
+  steer: string;
+  hiddenIndex: string;
+  logitsIndex: string;
+  /** per layer: the KV buffer */
+  past: { k: string; v: string }[];
+}
+
+export function declareInputs(g: GraphBuilder, c: ModelConfig): GraphInputs {
+  const F = DataType.FLOAT;
+  const { numLayers: L, hiddenSize: d, numKvHeads: kvH, headDim: hd } = c;
+  // one window size for every windowed layer (the config keys give one); the engine feeds its bias when there is one
+  const windows = [...new Set(c.attentionWindows.filter((w): w is number => w !== null))];
+  if (windows.length > 1) throw new Error(`graph: several sliding-window sizes (${windows.join(', ')})`);
+  const bt = ['batch', 'seq'];
+  return {
+    ids: g.input(IO.inputIds, DataType.INT64, bt),
+    positions: g.input(IO.positionIds, DataType.INT64, bt),
+    attnBias: g.input(IO.attnBias, F, [...bt, 'total']),
+    attnBiasWindow: windows.length ? g.input(IO.attnBiasWindow, F, [...bt, 'total']) : null,
+    invFreq: g.input(IO.ropeInvFreq, F, ['batch', hd / 2]),
+    steer: g.input(IO.steer, F, [L + 1, d]),
+    hiddenIndex: g.input(IO.hiddenIndex, DataType.INT64, ['n_hidden']),
+    logitsIndex: g.input(IO.logitsIndex, DataType.INT64, ['n_logits']),
+    past: Array.from({ length: L }, (_, l) => ({
+      k: g.input(IO.pastKey(l), F, ['batch', kvH, 'capacity', hd]),
+      v: g.input(IO.pastValue(l), F, ['batch', kvH, 'capacity', hd]),
+    })),
+  };
+}
+
+/** Layer l's new K/V slots as outputs [B, kvH, T, hd]. */
+export function outputKv(g: GraphBuilder, c: ModelConfig, l: number, k: string, v: string): void {
+  g.output(IO.newKey(l), k, DataType.FLOAT, ['batch', c.numKvHeads, 'seq', c.headDim]);
+  g.output(IO.newValue(l), v, DataType.FLOAT, ['batch', c.numKvHeads, 'seq', c.headDim]);
+}
+
+/** The captured hidden states [L+1, N, d] and the logits [M, V]. */
+export function outputResults(g: GraphBuilder, c: ModelConfig, hidden: string, logits: string): void {
+  g.output(IO.hidden, hidden, DataType.FLOAT, [c.numLayers + 1, 'n_hidden', c.hiddenSize]);
+  g.output(IO.logits, logits, DataType.FLOAT, ['n_logits', c.vocabSize]);
+}

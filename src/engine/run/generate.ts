@@ -1,0 +1,93 @@
+/**
+ * Greedy `generate`: a prefill step (the prompt, left-padded), then one step per new token on the growing KV
+ * buffer; stops per row at a stop id or maxNewTokens. Steering with positions 'generated' leaves the prefill
+ * unsteered. Optional: the logits of every choice, the prompt's last and the first generated token's hidden states.
+ */
+import { SafekeepError } from '../../util/errors.ts';
+import type { GenerateOptions, GenerateResult } from '../types.ts';
+import { argmax } from './argmax.ts';
+import { leftPad, planChunks, steeringMatrix } from './batch.ts';
+import { checkIds } from './forward.ts';
+import { hiddenRows, type Stepper } from './step.ts';
+
+export async function generate(s: Stepper, inputIds: number[][], opts: GenerateOptions): Promise<GenerateResult[]> {
+  checkIds(inputIds, s.vocabSize);
+  if (!Number.isInteger(opts.maxNewTokens) || opts.maxNewTokens < 0) {
+    throw new SafekeepError(`maxNewTokens must be a non-negative integer, got ${opts.maxNewTokens}`);
+  }
+  const steer = steeringMatrix(s.numLayers, s.dModel, opts.steer);
+  const results: GenerateResult[] = new Array(inputIds.length);
+  // prefill, then decode steps on up to T + maxNewTokens cached slots (past fed + present copied out)
+  const fits = s.memoryFits((B, T) => [
+    { batch: B, width: T, past: 0, hidden: B, logits: B, present: true },
+    { batch: B, width: 1, past: T + opts.maxNewTokens, hidden: B, logits: B, present: true },
+  ]);
+  for (const chunk of planChunks(inputIds.map((s) => s.length), s.config.numHeads, s.maxBatchTokens, undefined, fits)) {
+    const rs = await generateBatch(s, chunk.map((i) => inputIds[i]!), opts, steer);
+    chunk.forEach((i, b) => { results[i] = rs[b]!; });
+  }
+  return results;
+}
+
+async function generateBatch(s: Stepper, prompts: number[][], opts: GenerateOptions, steer: Float32Array): Promise<GenerateResult[]> {
+  const stop = new Set(opts.stopIds ?? s.eosIds);
+  const V = s.vocabSize;
+  const d = s.dModel;
+  const L1 = s.numLayers + 1;
+  const pb = leftPad(prompts);
+  const B = pb.batch;
+  const lastSlots = pb.pads.map((p, b) => b * pb.width + p + pb.lengths[b]! - 1);
+  // positions 'generated': the prompt (prefill) is unsteered, the decode steps steered
+  const prefillSteer = opts.steer?.positions === 'generated' ? new Float32Array(steer.length) : steer;
+  let out = await s.prefill({
+    ids: pb.ids, batch: B, width: pb.width, starts: pb.pads, past: null, steer: prefillSteer,
+    hiddenIndex: opts.returnPromptLastHidden ? lastSlots : [],
+    logitsIndex: opts.maxNewTokens > 0 ? lastSlots : [],
+    reserve: opts.maxNewTokens, // the KV buffer gets room for the decode steps (up to KV_CHUNK, kv.ts)
+  });
+  const res: GenerateResult[] = prompts.map(() => ({ generatedIds: [], finish: 'length' }));
+  const stepLogits: Float32Array[][] = prompts.map(() => []);
+  if (opts.returnPromptLastHidden) {
+    res.forEach((r, b) => { r.promptLastHidden = hiddenRows(out.hidden, L1, B, d, b, 1); });
+  }
+  const done = new Array<boolean>(B).fill(opts.maxNewTokens === 0);
+  const wantFirstHidden = !!opts.returnFirstTokenHidden && opts.maxNewTokens > 0;
+  for (let k = 0; ; k++) {
+    // choose token k from the logits of the last step (rows = batch)
+    const fed = new BigInt64Array(B);
+    for (let b = 0; b < B; b++) {
+      const r = res[b]!;
+      if (!done[b]) {
+        const row = out.logits.subarray(b * V, (b + 1) * V);
+        const tok = argmax(row);
+        r.generatedIds.push(tok);
+        if (opts.returnStepLogits) stepLogits[b]!.push(row.slice());
+        if (stop.has(tok)) { done[b] = true; r.finish = 'stop'; }
+        else if (r.generatedIds.length >= opts.maxNewTokens) done[b] = true;
+      }
+      fed[b] = BigInt(r.generatedIds.at(-1) ?? 0);
+    }
+    const needHidden = wantFirstHidden && k === 0;
+    if (done.every(Boolean) && !needHidden) break;
+    const all = Array.from({ length: B }, (_, b) => b);
+    out = await s.step({
+      ids: fed, batch: B, width: 1, starts: pb.pads, past: out.present!, steer,
+      hiddenIndex: needHidden ? all : [],
+      logitsIndex: done.every(Boolean) ? [] : all,
+      reserve: opts.maxNewTokens - k - 1,
+    });
+    if (needHidden) {
+      res.forEach((r, b) => { r.firstTokenHidden = hiddenRows(out.hidden, L1, B, d, b, 1); });
+      if (done.every(Boolean)) break;
+    }
+  }
+  if (opts.returnStepLogits) {
+    res.forEach((r, b) => {
+      const rows = stepLogits[b]!;
+      const m = new Float32Array(rows.length * V);
+      rows.forEach((row, k) => m.set(row, k * V));
+      r.stepLogits = m;
+    });
+  }
+  return res;
+}

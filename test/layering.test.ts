@@ -1,0 +1,64 @@
+/**
+ * Imports point one way (developers' brief): no import cycle anywhere under src/, nothing under src/engine imports
+ * from src/cli, and the engine's layers only import downwards (graph ← runtime ← run ← engine.ts). Type imports
+ * count too: a cycle through types is still a cycle for the reader.
+ */
+import assert from 'node:assert/strict';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, normalize, relative } from 'node:path';
+import { test } from 'node:test';
+import { repoRoot } from '../src/data/locate.ts';
+
+const src = join(repoRoot, 'src');
+const files = (dir: string): string[] => readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+  e.isDirectory() ? files(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : []);
+
+/** file (relative to src/) → the src files it imports */
+const graph = new Map<string, string[]>();
+for (const f of files(src)) {
+  const deps: string[] = [];
+  for (const m of readFileSync(f, 'utf8').matchAll(/(?:from\s+|import\s*\(\s*)['"](\.[^'"]+)['"]/g)) {
+    const target = normalize(join(dirname(f), m[1]!));
+    if (existsSync(target)) deps.push(relative(src, target));
+  }
+  graph.set(relative(src, f), deps);
+}
+
+test('the import graph: a few known edges are seen (the scan works)', () => {
+  assert.ok(graph.get('engine/engine.ts')?.includes('engine/run/forward.ts'));
+  assert.ok(graph.get('cli/engine-flags.ts')?.includes('engine/engine.ts'));
+});
+
+test('no import cycle under src/', () => {
+  const state = new Map<string, 1 | 2>();
+  const stack: string[] = [];
+  const visit = (u: string): string[] | null => {
+    state.set(u, 1);
+    stack.push(u);
+    for (const v of graph.get(u) ?? []) {
+      if (state.get(v) === 1) return [...stack.slice(stack.indexOf(v)), v];
+      if (!state.has(v)) { const c = visit(v); if (c) return c; }
+    }
+    stack.pop();
+    state.set(u, 2);
+    return null;
+  };
+  for (const f of graph.keys()) {
+    if (state.has(f)) continue;
+    const cycle = visit(f);
+    assert.equal(cycle, null, `import cycle: ${cycle?.join(' → ')}`);
+  }
+});
+
+test('engine layers import only downwards, and never from the CLI', () => {
+  const rank = (f: string): number | null => f.startsWith('engine/graph/') ? 0 : f.startsWith('engine/runtime/') ? 1
+    : f.startsWith('engine/run/') ? 2 : f === 'engine/engine.ts' ? 3 : null;
+  for (const [f, deps] of graph) {
+    if (!f.startsWith('engine/')) continue;
+    for (const d of deps) {
+      assert.ok(!d.startsWith('cli/'), `${f} imports ${d}`);
+      const [a, b] = [rank(f), rank(d)];
+      if (a !== null && b !== null) assert.ok(b <= a, `${f} (layer ${a}) imports ${d} (layer ${b}), an upper layer`);
+    }
+  }
+});
