@@ -256,7 +256,10 @@ export class OnnxEngine implements Engine {
       { batch: B, width: 1, past: T + opts.maxNewTokens, hidden: B, logits: B, present: true },
     ]);
     for (const chunk of planChunks(inputIds.map((s) => s.length), this.config.numHeads, this.maxBatchTokens, undefined, fits)) {
-      const rs = await this.generateBatch(chunk.map((i) => inputIds[i]!), opts, steer);
+      // haltAfterPrefill sees the caller's row index, not the index within this internal batch
+      const halt = opts.haltAfterPrefill;
+      const chunkOpts = halt ? { ...opts, haltAfterPrefill: (b: number, h: Float32Array) => halt(chunk[b]!, h) } : opts;
+      const rs = await this.generateBatch(chunk.map((i) => inputIds[i]!), chunkOpts, steer);
       chunk.forEach((i, b) => { results[i] = rs[b]!; });
     }
     return results;
@@ -270,22 +273,28 @@ export class OnnxEngine implements Engine {
     const pb = leftPad(prompts);
     const B = pb.batch;
     const lastSlots = pb.pads.map((p, b) => b * pb.width + p + pb.lengths[b]! - 1);
+    const wantPromptHidden = !!opts.returnPromptLastHidden || !!opts.haltAfterPrefill;
     let out = await this.prefill({
       ids: pb.ids, batch: B, width: pb.width, starts: pb.pads, past: null, steer,
-      hiddenIndex: opts.returnPromptLastHidden ? lastSlots : [],
+      hiddenIndex: wantPromptHidden ? lastSlots : [],
       logitsIndex: opts.maxNewTokens > 0 ? lastSlots : [],
       reserve: opts.maxNewTokens, // the KV buffer gets room for the decode steps (up to KV_CHUNK, kv.ts)
     });
     const res: GenerateResult[] = prompts.map(() => ({ generatedIds: [], finish: 'length' }));
     const stepLogits: Float32Array[][] = prompts.map(() => []);
-    if (opts.returnPromptLastHidden) {
+    const done = new Array<boolean>(B).fill(opts.maxNewTokens === 0);
+    if (wantPromptHidden) {
       res.forEach((r, b) => {
         const h = new Float32Array(L1 * d);
         for (let l = 0; l < L1; l++) h.set(out.hidden.subarray((l * B + b) * d, (l * B + b + 1) * d), l * d);
-        r.promptLastHidden = h;
+        if (opts.returnPromptLastHidden) r.promptLastHidden = h;
+        if (opts.haltAfterPrefill?.(b, h)) { done[b] = true; r.finish = 'halted'; }
       });
+      if (done.every(Boolean)) {
+        if (opts.returnStepLogits) res.forEach((r) => { r.stepLogits = new Float32Array(0); });
+        return res;
+      }
     }
-    const done = new Array<boolean>(B).fill(opts.maxNewTokens === 0);
     const wantFirstHidden = !!opts.returnFirstTokenHidden && opts.maxNewTokens > 0;
     for (let k = 0; ; k++) {
       // choose token k from the logits of the last step (rows = batch)
@@ -313,6 +322,7 @@ export class OnnxEngine implements Engine {
       });
       if (needHidden) {
         res.forEach((r, b) => {
+          if (r.finish === 'halted') return; // no first token was chosen
           const h = new Float32Array(L1 * d);
           for (let l = 0; l < L1; l++) h.set(out.hidden.subarray((l * B + b) * d, (l * B + b + 1) * d), l * d);
           r.firstTokenHidden = h;
