@@ -4,12 +4,21 @@
  *    [--unparseable unsafe|safe] [--judge-max-tokens 8]`
  * OpenAI-compatible proxy applying the SafeKeep guard in front of any chat-completions endpoint
  * (see src/guard/proxy.ts). One JSON log line per request on stderr. Stops on SIGINT/SIGTERM.
+ *
+ * `safekeep serve --model DIR [--method base|safekeep|refusal-probe|safekeep+probe] [--probe FILE] [--max-tokens 256]
+ *    [--no-thinking] [--template FILE] [--dtype ..] [--device ..] [--threads N] [--max-memory ..] [--port ..] [--host ..]
+ *    [--unparseable unsafe|safe] [--judge-max-tokens 8]`
+ * The same API served by the local engine itself (src/guard/local-server.ts): the refusal probe reads the agent's own
+ * prefill, so it guards without an extra model call.
  */
 import type { AddressInfo } from 'node:net';
+import { basename } from 'node:path';
 import { numberValue, parseArgs, requireValue } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { createGuardProxy } from '../../guard/proxy.ts';
 import type { PrefillMode } from '../../guard/backends/openai.ts';
+import type { ParsedArgs } from '../args.ts';
+import type { Server } from 'node:http';
 
 export const summary = 'OpenAI-compatible proxy that puts the SafeKeep guard in front of an endpoint';
 
@@ -22,8 +31,13 @@ function oneOf<T extends string>(name: string, v: string | undefined, allowed: r
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, {
     values: ['upstream', 'port', 'host', 'judge-model', 'judge-upstream', 'method', 'api-key-env', 'timeout-ms', 'prefill', 'unparseable',
-      'judge-max-tokens'],
+      'judge-max-tokens', 'model', 'probe', 'max-tokens', 'template', 'dtype', 'device', 'threads', 'max-memory'],
+    booleans: ['no-thinking'],
   });
+  if (args.values.has('model')) return serveLocal(args);
+  for (const f of ['probe', 'max-tokens', 'template', 'dtype', 'device', 'threads', 'max-memory']) {
+    if (args.values.has(f)) throw new SafekeepError(`--${f} applies to serve --model DIR (the local engine), not to the --upstream proxy`);
+  }
   const upstream = requireValue(args, 'upstream');
   for (const f of ['upstream', 'judge-upstream']) {
     const u = args.values.get(f);
@@ -43,16 +57,65 @@ export async function run(argv: string[]): Promise<number> {
     onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe'),
     judgeMaxTokens: numberValue(args, 'judge-max-tokens', 8),
   });
+  await listenUntilStopped(server, host, port, upstream);
+  return 0;
+}
+
+async function listenUntilStopped(server: Server, host: string, port: number, target: string): Promise<void> {
   await new Promise<void>((resolve, reject) => {
     server.once('error', (e: NodeJS.ErrnoException) => reject(new SafekeepError(`cannot listen on ${host}:${port}: ${e.code ?? e.message}`)));
     server.listen(port, host, () => resolve());
   });
   const addr = server.address() as AddressInfo;
-  process.stdout.write(`safekeep serve: http://${host}:${addr.port}/v1 → ${upstream}\n`);
+  process.stdout.write(`safekeep serve: http://${host}:${addr.port}/v1 → ${target}\n`);
   await new Promise<void>((resolve) => {
     const stop = () => server.close(() => resolve());
     process.once('SIGINT', stop);
     process.once('SIGTERM', stop);
   });
+}
+
+/** `serve --model DIR`: the local engine behind the same API, guarded by guardedRespond. */
+async function serveLocal(args: ParsedArgs): Promise<number> {
+  for (const f of ['upstream', 'judge-upstream', 'judge-model', 'api-key-env', 'timeout-ms', 'prefill']) {
+    if (args.values.has(f)) throw new SafekeepError(`--${f} applies to the --upstream proxy, not to serve --model DIR`);
+  }
+  const method = oneOf('method', args.values.get('method'), ['base', 'safekeep', 'refusal-probe', 'safekeep+probe'] as const, 'safekeep');
+  const probeFile = args.values.get('probe');
+  if ((method === 'refusal-probe' || method === 'safekeep+probe') && probeFile === undefined) {
+    throw new SafekeepError(`--method ${method} needs --probe FILE (safekeep probe train writes results/<model>/probe/agent.schema.<kind>.json)`);
+  }
+  const port = numberValue(args, 'port', 8080);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new SafekeepError(`--port must be 0..65535, got ${port}`);
+  const host = args.values.get('host') ?? '127.0.0.1';
+  const { openEngine } = await import('../../engine/cli-common.ts');
+  const { loadPromptTokenizer } = await import('../../prompts/tokenizer.ts');
+  const { resolveModel } = await import('../../hub/resolve.ts');
+  const { loadCheckpoint } = await import('../../checkpoint/load.ts');
+  const { LocalBackend } = await import('../../guard/backends/local.ts');
+  const { createLocalServer } = await import('../../guard/local-server.ts');
+  const { ProbeGuard } = await import('../../guard/probe.ts');
+  const { readProbe, checkProbeFits } = await import('../../experiments/probe/file.ts');
+  const modelDir = await resolveModel(requireValue(args, 'model'));
+  const probe = probeFile === undefined ? undefined : readProbe(probeFile);
+  const tokenizer = await loadPromptTokenizer(modelDir, { template: args.values.get('template') });
+  const engine = await openEngine(args);
+  try {
+    if (probe) {
+      const ckpt = await loadCheckpoint(modelDir);
+      checkProbeFits(probe, { configHash: ckpt.configHash, numLayers: engine.numLayers, dModel: engine.dModel });
+    }
+    const backend = new LocalBackend(engine, tokenizer, args.booleans.has('no-thinking') ? { templateKwargs: { enable_thinking: false } } : {});
+    const server = createLocalServer({
+      backend, method, modelName: basename(modelDir),
+      ...(probe ? { probe: new ProbeGuard(probe) } : {}),
+      defaultMaxTokens: numberValue(args, 'max-tokens', 256),
+      judgeMaxTokens: numberValue(args, 'judge-max-tokens', 8),
+      onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe'),
+    });
+    await listenUntilStopped(server, host, port, `${modelDir} (local engine, guard ${method}${probe ? `, probe ${probe.kind} ℓ=${probe.layer}` : ''})`);
+  } finally {
+    await engine.dispose();
+  }
   return 0;
 }
