@@ -35,7 +35,7 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
     const k = m.metrics;
     const judge = m.judged ? `${ms(m.judgeLatencyMs.mean)} / ${ms(m.judgeLatencyMs.p50)} / ${ms(m.judgeLatencyMs.p99)}` : '–';
     const tokens = m.judged ? m.judgeTokensPerRequest.toFixed(1) : '–';
-    lines.push(`| ${m.method} | ${keys.map((key) => formatRate(k[key]!)).join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.judged ? `${m.flagged}/${m.judged}` : '–'} |`);
+    lines.push(`| ${m.method} | ${keys.map((key) => formatRate(k[key]!)).join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.judged ? `${m.flagged}/${m.judged}` : m.probed ? `${m.flagged}/${m.n}` : '–'} |`);
   }
   lines.push('', 'Percentages with 95 % Wilson score intervals; n = requests per method. Judge latency and token overhead are per judged request / per request.');
   return lines.join('\n') + '\n';

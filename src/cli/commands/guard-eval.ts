@@ -4,7 +4,8 @@
  *    [--name NAME] [--out DIR] [--max-tokens 256] [--judge-max-tokens 8] [--unparseable unsafe|safe]
  *    [--concurrency 4] [--api-key-env VAR] [--timeout-ms 60000] [--retries 3] [--prefill none|continue|prefix]
  *    [--call-format llama3|qwen|mistral] [--no-cache] [--no-thinking] [--template FILE] [--dtype ..] [--device ..]
- *    [--threads ..]`
+ *    [--threads ..] [--probe FILE]`
+ * `--methods` may also name refusal-probe and safekeep+probe (local model and --probe FILE only; src/guard/README.md).
  * Table 4: Refusal/Acc on AgentHarm or Valid/ASR on InjecAgent per method, with n, 95 % Wilson intervals, judge
  * latency and judge-token overhead. Writes results/<name>/guard/table4-<bench>.{md,csv,json} and every output
  * with its label (outputs-<bench>.jsonl). Endpoint answers are cached on disk (re-runs cost nothing).
@@ -24,7 +25,8 @@ import { OpenAIBackend, type PrefillMode } from '../../guard/backends/openai.ts'
 import { LocalBackend } from '../../guard/backends/local.ts';
 import { runGuardEval, summarizeEval } from '../../guard/eval.ts';
 import { markdownTable, writeGuardTables } from '../../guard/table.ts';
-import { GUARD_METHODS, type ChatBackend, type GuardMethod } from '../../guard/types.ts';
+import { ALL_GUARD_METHODS, GUARD_METHODS, type ChatBackend, type GuardMethod } from '../../guard/types.ts';
+import type { ProbeGuard } from '../../guard/probe.ts';
 import type { CallFormat } from '../../experiments/outcome/types.ts';
 
 export const summary = 'Table 4: guard methods on AgentHarm / InjecAgent (local model or endpoint)';
@@ -63,7 +65,7 @@ export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, {
     values: ['model', 'dtype', 'device', 'threads', 'template', 'endpoint', 'endpoint-model', 'bench', 'methods', 'limit', 'settings', 'data',
       'name', 'out', 'max-tokens', 'judge-max-tokens', 'unparseable', 'concurrency', 'api-key-env', 'timeout-ms', 'retries', 'prefill',
-      'call-format'],
+      'call-format', 'probe'],
     booleans: ['no-cache', 'no-thinking'],
   });
   const model = args.values.get('model');
@@ -71,7 +73,11 @@ export async function run(argv: string[]): Promise<number> {
   if ((model === undefined) === (endpoint === undefined)) throw new SafekeepError('give exactly one of --model DIR or --endpoint URL');
   if (endpoint !== undefined && !/^https?:\/\/[^/]+/.test(endpoint)) throw new SafekeepError(`--endpoint must be an http(s) URL, got '${endpoint}'`);
   const bench = oneOf<GuardBench>('bench', requireValue(args, 'bench'), ['agentharm', 'injecagent'], 'agentharm');
-  const methods = list<GuardMethod>('methods', args.values.get('methods') ?? GUARD_METHODS.join(','), GUARD_METHODS);
+  const methods = list<GuardMethod>('methods', args.values.get('methods') ?? GUARD_METHODS.join(','), ALL_GUARD_METHODS);
+  const probeFile = args.values.get('probe');
+  const probed = methods.filter((m) => m === 'refusal-probe' || m === 'safekeep+probe');
+  if (probed.length > 0 && probeFile === undefined) throw new SafekeepError(`--methods ${probed.join(',')} need --probe FILE (safekeep probe train)`);
+  if (probed.length > 0 && model === undefined) throw new SafekeepError(`--methods ${probed.join(',')} read the agent's hidden states: they need --model DIR, not --endpoint`);
   const limit = positiveInt(args, 'limit', Infinity);
   const endpointModel = endpoint !== undefined ? requireValue(args, 'endpoint-model') : '';
   const name = (args.values.get('name') ?? (model !== undefined ? basename(resolve(model)) : endpointModel)).replace(/[^\w.-]+/g, '_');
@@ -85,6 +91,7 @@ export async function run(argv: string[]): Promise<number> {
   let backend: ChatBackend;
   let dispose = async () => {};
   let concurrency = 1;
+  let probe: ProbeGuard | undefined;
   if (endpoint !== undefined) {
     concurrency = positiveInt(args, 'concurrency', 4);
     backend = new OpenAIBackend({
@@ -106,6 +113,14 @@ export async function run(argv: string[]): Promise<number> {
     const engine = await openEngine(args);
     dispose = () => engine.dispose();
     backend = new LocalBackend(engine, tokenizer, noThinking ? { templateKwargs: { enable_thinking: false } } : {});
+    if (probeFile !== undefined) {
+      const { readProbe, checkProbeFits } = await import('../../experiments/probe/file.ts');
+      const { loadCheckpoint } = await import('../../checkpoint/load.ts');
+      const { ProbeGuard: Guard } = await import('../../guard/probe.ts');
+      const p = readProbe(probeFile);
+      checkProbeFits(p, { configHash: (await loadCheckpoint(resolve(model!))).configHash, numLayers: engine.numLayers, dModel: engine.dModel });
+      probe = new Guard(p);
+    }
   }
   try {
     process.stderr.write(`guard eval: ${cases.length} ${bench} cases × ${methods.join(',')} on ${backend.name}\n`);
@@ -117,6 +132,7 @@ export async function run(argv: string[]): Promise<number> {
       judgeMaxTokens: positiveInt(args, 'judge-max-tokens', 8),
       onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe'),
       onProgress: progress('guard eval'),
+      ...(probe ? { probe } : {}),
     });
     const summaries = summarizeEval(bench, cases, rows, methods);
     const files = writeGuardTables(out, bench, name, summaries, rows, { backend: backend.name, data: dataDir, limit: Number.isFinite(limit) ? limit : null, cases: cases.length });
