@@ -14,3 +14,4 @@ export { OpenAIBackend, BackendError, type OpenAIBackendOptions, type PrefillMod
 export { createGuardProxy, type ProxyOptions } from './proxy.ts';
 export { wilson, agentHarmMetrics, injecAgentMetrics, type Rate } from './metrics.ts';
 export { runGuardEval, summarizeEval, type EvalRow, type MethodSummary } from './eval.ts';
+export * as s3 from './s3/index.ts';

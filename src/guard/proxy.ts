@@ -14,6 +14,18 @@
  *   status, total latency. Responses carry `x-safekeep-verdict` and `x-safekeep-action`.
  *
  * Paths: the client path minus a leading `/v1` is appended to the upstream base URL (`http://up:8000/v1`).
+ *
+ * With `skills` (S³, `safekeep serve --skills DIR`): every chat completion goes through `s3/proxy-flow.ts` — input,
+ * new tool observations, the upstream's tool calls and its final answer are each checked by the skills of that
+ * stage and recovered (or blocked). The upstream is then called without streaming; a streaming client gets the
+ * checked answer as SSE. Headers: `x-safekeep-action` (forward | recover | refuse), `x-safekeep-stages`
+ * (`stage=action` for each stage that has skills, in order), `x-safekeep-risky` (skills that found a risk). One JSON
+ * log line per stage decision (`event: "stage"`), then the request line.
+ *
+ * Credentials: each upstream has its own client and key. The agent upstream gets the key from `apiKeyEnv` when
+ * configured, else the client's own Authorization header, else none (never a server key the operator did not
+ * configure). The judge/guard upstream gets `judgeApiKeyEnv` when configured; when it is the agent upstream itself
+ * (same base URL) it is treated like it; a different judge host never receives the client's header.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { flattenTools } from '../prompts/flatten.ts';
@@ -21,7 +33,10 @@ import type { ToolSpec } from '../data/types.ts';
 import { BackendError, OpenAIBackend, type PrefillMode } from './backends/openai.ts';
 import { judge } from './judge.ts';
 import { REFUSAL_PREFIX } from './prompts.ts';
-import type { ChatMessage, Flattener, JudgeResult, UnparseablePolicy } from './types.ts';
+import type { ChatMessage, Flattener, JudgeResult, UnparseablePolicy, WireToolCall } from './types.ts';
+import type { CheckRegistry } from './s3/check.ts';
+import { s3ProxyFlow, type UpstreamTurn } from './s3/proxy-flow.ts';
+import type { Skill } from './s3/skill.ts';
 
 export interface ProxyOptions {
   /** upstream base URL, e.g. http://127.0.0.1:8000/v1 */
@@ -34,6 +49,18 @@ export interface ProxyOptions {
   flatten?: Flattener;
   /** env var with the upstream key; when unset, the client's Authorization header is forwarded */
   apiKeyEnv?: string;
+  /** env var with the judge/guard upstream's key (default: none for a separate judge host) */
+  judgeApiKeyEnv?: string;
+  /** S³: skills of every stage (replaces `method`) */
+  skills?: readonly Skill[];
+  /** S³: the guard agent picks among filtered skills (default true) */
+  guardDecision?: boolean;
+  /** S³: 'block' = no recovery (default 'skill': each skill's own mitigation) */
+  mitigation?: 'skill' | 'block';
+  /** S³: extra check implementations (e.g. probe) */
+  checks?: CheckRegistry;
+  /** S³: upstream rounds after replaced tool calls (default 3) */
+  maxRounds?: number;
   /** upstream timeout until response headers (default 60 s) */
   timeoutMs?: number;
   /** retries of judge/refusal calls (default 2) */
@@ -106,13 +133,18 @@ export function parseChatBody(raw: Buffer): { body: Record<string, unknown>; mes
   return { body: b, messages: b.messages as ChatMessage[], tools };
 }
 
-/** SSE chunks of a finished completion (role, content, finish), then [DONE]. */
-export function completionToSse(id: string, model: string, content: string): string {
+/** SSE chunks of a finished completion (role, content, tool calls, finish), then [DONE]. */
+export function completionToSse(id: string, model: string, content: string, toolCalls: readonly WireToolCall[] = [], finish = 'stop'): string {
   const created = Math.floor(Date.now() / 1000);
-  const chunk = (delta: Record<string, unknown>, finish: string | null) =>
-    `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
-  return chunk({ role: 'assistant', content: '' }, null) + chunk({ content }, null) + chunk({}, 'stop') + 'data: [DONE]\n\n';
+  const chunk = (delta: Record<string, unknown>, finishReason: string | null) =>
+    `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, choices: [{ index: 0, delta, finish_reason: finishReason }] })}\n\n`;
+  let out = chunk({ role: 'assistant', content: '' }, null);
+  if (content) out += chunk({ content }, null);
+  if (toolCalls.length) out += chunk({ tool_calls: toolCalls.map((c, index) => ({ index, id: c.id, type: 'function', function: c.function })) }, null);
+  return out + chunk({}, finish) + 'data: [DONE]\n\n';
 }
+
+const normBase = (u: string) => u.replace(/\/+$/, '').replace(/\/chat\/completions$/, '');
 
 export function createGuardProxy(opts: ProxyOptions): Server {
   const upstream = opts.upstream.replace(/\/+$/, '');
@@ -120,14 +152,27 @@ export function createGuardProxy(opts: ProxyOptions): Server {
   const log = opts.log ?? ((l: string) => process.stderr.write(`${l}\n`));
   const maxBody = opts.maxBodyBytes ?? 16 * 1024 * 1024;
   const method = opts.method ?? 'safekeep';
-  const backendOpts = { timeoutMs, retries: opts.retries ?? 2, backoffBaseMs: 200, concurrency: 64, prefill: opts.prefill, apiKeyEnv: opts.apiKeyEnv };
-  const judgeBackend = new OpenAIBackend({ ...backendOpts, baseUrl: opts.judgeUpstream ?? upstream, model: opts.judgeModel ?? '' });
-  const agentBackend = new OpenAIBackend({ ...backendOpts, baseUrl: upstream, model: '' });
+  const backendOpts = { timeoutMs, retries: opts.retries ?? 2, backoffBaseMs: 200, concurrency: 64, prefill: opts.prefill };
+  // one client per upstream, each with its own credentials (see the module comment)
+  const judgeIsUpstream = opts.judgeUpstream === undefined || normBase(opts.judgeUpstream) === normBase(upstream);
+  const judgeBackend = new OpenAIBackend({
+    ...backendOpts, baseUrl: opts.judgeUpstream ?? upstream, model: opts.judgeModel ?? '',
+    apiKeyEnv: opts.judgeApiKeyEnv ?? (judgeIsUpstream ? opts.apiKeyEnv ?? null : null),
+  });
+  const agentBackend = new OpenAIBackend({ ...backendOpts, baseUrl: upstream, model: '', apiKeyEnv: opts.apiKeyEnv ?? null });
   let counter = 0;
 
+  /** Authorization for the agent upstream: the configured key, else the client's own header. */
   function authFor(req: IncomingMessage): string | undefined {
     const key = opts.apiKeyEnv ? process.env[opts.apiKeyEnv] : undefined;
     if (key) return `Bearer ${key}`;
+    const h = req.headers.authorization;
+    return typeof h === 'string' ? h : undefined;
+  }
+
+  /** Per-call Authorization override for the judge: the client's header only when the judge is its upstream. */
+  function judgeAuthFor(req: IncomingMessage): string | undefined {
+    if (opts.judgeApiKeyEnv || opts.apiKeyEnv || !judgeIsUpstream) return undefined;
     const h = req.headers.authorization;
     return typeof h === 'string' ? h : undefined;
   }
@@ -212,6 +257,10 @@ export function createGuardProxy(opts: ProxyOptions): Server {
       const { body, messages, tools } = parseChatBody(raw);
       const model = typeof body.model === 'string' ? body.model : '';
       Object.assign(entry, { model, tools: tools.length, stream: body.stream === true });
+      if (opts.skills) {
+        await handleS3(req, res, id, body, messages, tools, model, entry);
+        return;
+      }
       if (tools.length === 0) {
         entry.action = 'passthrough';
         entry.status = await forward(req, res, raw, { 'x-safekeep-action': 'passthrough', 'x-safekeep-verdict': 'skipped' });
@@ -225,7 +274,7 @@ export function createGuardProxy(opts: ProxyOptions): Server {
           onUnparseable: opts.onUnparseable,
           maxTokens: opts.judgeMaxTokens,
           model: opts.judgeModel ?? model,
-          authorization: authFor(req),
+          authorization: judgeAuthFor(req),
         });
       } catch (e) {
         if (e instanceof BackendError) {
@@ -246,7 +295,7 @@ export function createGuardProxy(opts: ProxyOptions): Server {
       let content = prefix;
       let usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
       try {
-        const r = await agentBackend.chat({ messages, prefix, maxTokens, purpose: 'refusal', model, authorization: authFor(req) });
+        const r = await agentBackend.chat({ messages, prefix, maxTokens, purpose: 'refusal', model, authorization: opts.apiKeyEnv ? undefined : authFor(req) });
         content = r.content;
         usage = { prompt_tokens: r.promptTokens, completion_tokens: r.completionTokens, total_tokens: r.promptTokens + r.completionTokens };
       } catch (e) {
@@ -275,6 +324,89 @@ export function createGuardProxy(opts: ProxyOptions): Server {
       entry.ms = Math.round(performance.now() - t0);
       log(JSON.stringify(entry));
     }
+  }
+
+  /** One upstream chat call with the client's body (messages replaced, not streamed). */
+  async function upstreamTurn(req: IncomingMessage, body: Record<string, unknown>, messages: ChatMessage[]): Promise<UpstreamTurn> {
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    const auth = authFor(req);
+    if (auth) headers.authorization = auth;
+    const { stream: _s, stream_options: _so, ...rest } = body;
+    let up: Response;
+    try {
+      up = await fetch(`${upstream}/chat/completions`, { method: 'POST', headers, body: JSON.stringify({ ...rest, messages }), signal: AbortSignal.timeout(timeoutMs) });
+    } catch (e) {
+      const err = e as Error & { cause?: Error };
+      if (err.name === 'TimeoutError' || err.name === 'AbortError') throw new HttpError(504, 'upstream_timeout', `upstream did not answer within ${timeoutMs} ms`);
+      throw new HttpError(502, 'upstream_unreachable', `upstream ${upstream} unreachable: ${err.cause?.message ?? err.message}`);
+    }
+    const text = await up.text();
+    if (!up.ok) throw new HttpError(up.status >= 500 ? 502 : up.status, 'upstream_error', `upstream returned HTTP ${up.status}: ${text.slice(0, 500)}`, { upstream_status: up.status });
+    let j: { choices?: { message?: { content?: string | null; tool_calls?: WireToolCall[] }; finish_reason?: string }[]; usage?: { prompt_tokens?: number; completion_tokens?: number } };
+    try {
+      j = JSON.parse(text) as typeof j;
+    } catch {
+      throw new HttpError(502, 'upstream_error', `upstream answer is not JSON: ${text.slice(0, 200)}`);
+    }
+    const msg = j.choices?.[0]?.message;
+    if (!msg) throw new HttpError(502, 'upstream_error', `upstream answer has no choices[0].message: ${text.slice(0, 200)}`);
+    return { content: msg.content ?? null, toolCalls: msg.tool_calls ?? [], finish: j.choices![0]!.finish_reason ?? 'stop', promptTokens: j.usage?.prompt_tokens ?? 0, completionTokens: j.usage?.completion_tokens ?? 0 };
+  }
+
+  async function handleS3(req: IncomingMessage, res: ServerResponse, id: string, body: Record<string, unknown>, messages: ChatMessage[], tools: ToolSpec[], model: string, entry: Record<string, unknown>): Promise<void> {
+    const prefix = opts.refusalPrefix ?? REFUSAL_PREFIX;
+    const maxTokens = Number(body.max_completion_tokens ?? body.max_tokens ?? 256) || 256;
+    let result;
+    try {
+      result = await s3ProxyFlow(messages, tools, {
+        config: { skills: opts.skills!, guardDecision: opts.guardDecision ?? true, mitigation: opts.mitigation ?? 'skill', checks: opts.checks },
+        env: { backend: judgeBackend, model: opts.judgeModel ?? model, authorization: judgeAuthFor(req), onUnparseable: opts.onUnparseable },
+        upstream: (m) => upstreamTurn(req, body, m),
+        refuse: async (m) => {
+          try {
+            const r = await agentBackend.chat({ messages: m, prefix, maxTokens, purpose: 'refusal', model, authorization: opts.apiKeyEnv ? undefined : authFor(req) });
+            return { content: r.content, toolCalls: [], finish: 'stop', promptTokens: r.promptTokens, completionTokens: r.completionTokens };
+          } catch (e) {
+            entry.refusalError = (e as Error).message;
+            return { content: prefix, toolCalls: [], finish: 'stop', promptTokens: 0, completionTokens: 0 };
+          }
+        },
+        maxRounds: opts.maxRounds,
+      });
+    } catch (e) {
+      if (e instanceof BackendError) throw new HttpError(e.status === -1 ? 504 : 502, 'judge_error', `S³ guard failed, request not executed: ${e.message}`);
+      throw e;
+    }
+    for (const { decision: d, changed } of result.decisions) {
+      log(JSON.stringify({
+        ts: new Date().toISOString(), id, event: 'stage', stage: d.stage, triggered: d.triggered, filtered: d.filtered, picked: d.picked,
+        guardAgent: d.guardAgent ? { raw: d.guardAgent.raw, unparseable: d.guardAgent.unparseable } : null,
+        runs: d.runs.map((r) => ({ skill: r.skill, risky: r.result.risky, reason: r.result.reason, evidence: r.result.evidence })),
+        action: d.action, changed, tokens: d.tokens, ms: Math.round(d.latencyMs),
+      }));
+    }
+    const shown = result.decisions.filter((x) => x.decision.triggered.length > 0);
+    const risky = [...new Set(result.decisions.flatMap((x) => x.decision.risky))];
+    const headers = {
+      'x-safekeep-action': result.action,
+      'x-safekeep-stages': shown.map((x) => `${x.decision.stage}=${x.decision.action}`).join(',') || 'none',
+      'x-safekeep-risky': risky.join(',') || 'none',
+    };
+    Object.assign(entry, { action: result.action, stages: headers['x-safekeep-stages'], risky });
+    const message: Record<string, unknown> = { role: 'assistant', content: result.content };
+    if (result.toolCalls.length) message.tool_calls = result.toolCalls;
+    const finish = result.toolCalls.length ? 'tool_calls' : result.finish === 'tool_calls' ? 'stop' : result.finish;
+    if (body.stream === true) {
+      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', ...headers });
+      res.end(completionToSse(id, model, result.content ?? '', result.toolCalls, finish));
+    } else {
+      sendJson(res, 200, {
+        id, object: 'chat.completion', created: Math.floor(Date.now() / 1000), model,
+        choices: [{ index: 0, message, finish_reason: finish }],
+        usage: { prompt_tokens: result.usage.promptTokens, completion_tokens: result.usage.completionTokens, total_tokens: result.usage.promptTokens + result.usage.completionTokens },
+      }, headers);
+    }
+    entry.status = 200;
   }
 
   const server = createServer((req, res) => {

@@ -1,26 +1,31 @@
 /**
  * `safekeep serve --upstream URL [--port 8080] [--host 127.0.0.1] [--judge-model M] [--judge-upstream URL]
- *    [--method safekeep|safejudge] [--api-key-env VAR] [--timeout-ms 60000] [--prefill none|continue|prefix]
+ *    [--method safekeep|safejudge | --skills DIR[,DIR] [--no-guard-decision] [--mitigation recover|block]]
+ *    [--api-key-env VAR] [--judge-api-key-env VAR] [--timeout-ms 60000] [--prefill none|continue|prefix]
  *    [--unparseable unsafe|safe] [--judge-max-tokens 8]`
- * OpenAI-compatible proxy applying the SafeKeep guard in front of any chat-completions endpoint
- * (see src/guard/proxy.ts). One JSON log line per request on stderr. Stops on SIGINT/SIGTERM.
- *
  * `safekeep serve --model DIR [--method base|safekeep|refusal-probe|safekeep+probe] [--probe FILE] [--max-tokens 256]
  *    [--no-thinking] [--template FILE] [--dtype ..] [--device ..] [--threads N] [--max-memory ..] [--port ..] [--host ..]
  *    [--unparseable unsafe|safe] [--judge-max-tokens 8]`
  * The same API served by the local engine itself (src/guard/local-server.ts): the refusal probe reads the agent's own
  * prefill, so it guards without an extra model call.
+ *
+ * The --upstream form: an OpenAI-compatible proxy applying the SafeKeep guard — or, with `--skills`, S³ stage-specific skills at every stage
+ * (input, tool observations, tool calls, final answer) — in front of any chat-completions endpoint
+ * (see src/guard/proxy.ts). One JSON log line per request (and per S³ stage decision) on stderr. Stops on
+ * SIGINT/SIGTERM. Keys: `--api-key-env` for the upstream (else the client's own header is forwarded),
+ * `--judge-api-key-env` for a separate judge host (which never receives the client's header).
  */
 import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
 import { basename } from 'node:path';
-import { numberValue, parseArgs, requireValue } from '../args.ts';
+import { numberValue, parseArgs, requireValue, type ParsedArgs } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { createGuardProxy } from '../../guard/proxy.ts';
 import type { PrefillMode } from '../../guard/backends/openai.ts';
-import type { ParsedArgs } from '../args.ts';
-import type { Server } from 'node:http';
+import { loadSkills, skillDirsFromFlag } from '../../guard/s3/skill-file.ts';
+import { repoRoot } from '../../data/locate.ts';
 
-export const summary = 'OpenAI-compatible proxy that puts the SafeKeep guard in front of an endpoint';
+export const summary = 'OpenAI-compatible proxy: the SafeKeep guard, or S³ skills at every stage, in front of an endpoint';
 
 function oneOf<T extends string>(name: string, v: string | undefined, allowed: readonly T[], fallback: T): T {
   if (v === undefined) return fallback;
@@ -30,14 +35,21 @@ function oneOf<T extends string>(name: string, v: string | undefined, allowed: r
 
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, {
-    values: ['upstream', 'port', 'host', 'judge-model', 'judge-upstream', 'method', 'api-key-env', 'timeout-ms', 'prefill', 'unparseable',
-      'judge-max-tokens', 'model', 'probe', 'max-tokens', 'template', 'dtype', 'device', 'threads', 'max-memory'],
-    booleans: ['no-thinking'],
+    values: ['upstream', 'port', 'host', 'judge-model', 'judge-upstream', 'method', 'api-key-env', 'judge-api-key-env', 'timeout-ms', 'prefill',
+      'unparseable', 'judge-max-tokens', 'skills', 'mitigation', 'model', 'probe', 'max-tokens', 'template', 'dtype', 'device', 'threads',
+      'max-memory'],
+    booleans: ['no-guard-decision', 'no-thinking'],
   });
   if (args.values.has('model')) return serveLocal(args);
   for (const f of ['probe', 'max-tokens', 'template', 'dtype', 'device', 'threads', 'max-memory']) {
     if (args.values.has(f)) throw new SafekeepError(`--${f} applies to serve --model DIR (the local engine), not to the --upstream proxy`);
   }
+  const skillsFlag = args.values.get('skills');
+  if (skillsFlag !== undefined && args.values.has('method')) throw new SafekeepError('give --method or --skills, not both (--method safekeep = the safekeep-judge skill alone)');
+  if (skillsFlag === undefined && (args.values.has('mitigation') || args.booleans.has('no-guard-decision'))) {
+    throw new SafekeepError('--mitigation and --no-guard-decision need --skills DIR');
+  }
+  const skills = skillsFlag !== undefined ? loadSkills(skillDirsFromFlag(skillsFlag, repoRoot)) : undefined;
   const upstream = requireValue(args, 'upstream');
   for (const f of ['upstream', 'judge-upstream']) {
     const u = args.values.get(f);
@@ -52,12 +64,16 @@ export async function run(argv: string[]): Promise<number> {
     judgeModel: args.values.get('judge-model'),
     method: oneOf('method', args.values.get('method'), ['safekeep', 'safejudge'] as const, 'safekeep'),
     apiKeyEnv: args.values.get('api-key-env'),
+    judgeApiKeyEnv: args.values.get('judge-api-key-env'),
+    skills,
+    guardDecision: !args.booleans.has('no-guard-decision'),
+    mitigation: oneOf('mitigation', args.values.get('mitigation'), ['recover', 'block'] as const, 'recover') === 'block' ? 'block' : 'skill',
     timeoutMs: numberValue(args, 'timeout-ms', 60_000),
     prefill: oneOf<PrefillMode>('prefill', args.values.get('prefill'), ['none', 'continue', 'prefix'], 'none'),
     onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe'),
     judgeMaxTokens: numberValue(args, 'judge-max-tokens', 8),
   });
-  await listenUntilStopped(server, host, port, upstream);
+  await listenUntilStopped(server, host, port, `${upstream}${skills ? ` (S³ skills: ${skills.map((s) => `${s.name}@${s.stage}`).join(', ')})` : ''}`);
   return 0;
 }
 
@@ -119,3 +135,4 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
   }
   return 0;
 }
+

@@ -24,8 +24,11 @@ export interface OpenAIBackendOptions {
   /** e.g. `http://127.0.0.1:8000/v1` (`/chat/completions` is appended unless already there) */
   baseUrl: string;
   model: string;
-  /** environment variable holding the API key (default OPENAI_API_KEY; unset = no Authorization header) */
-  apiKeyEnv?: string;
+  /**
+   * environment variable holding the API key (default OPENAI_API_KEY; the variable unset = no Authorization
+   * header); null = never read a key from the environment (only a call's own `authorization` is sent)
+   */
+  apiKeyEnv?: string | null;
   /** per attempt (default 60 s) */
   timeoutMs?: number;
   /** extra attempts after the first (default 3) */
@@ -154,6 +157,7 @@ export class OpenAIBackend implements ChatBackend {
 
   private authHeader(override?: string): string | undefined {
     if (override) return override;
+    if (this.opts.apiKeyEnv === null) return undefined;
     const env = this.opts.apiKeyEnv ?? 'OPENAI_API_KEY';
     const key = process.env[env];
     return key ? `Bearer ${key}` : undefined;

@@ -1,0 +1,130 @@
+/**
+ * `safekeep s3 eval (--endpoint URL --endpoint-model M | --model DIR) --bench injecagent|agentharm|mixed
+ *    [--configs none,single:<skill>,no-recovery,full] [--skills DIR[,DIR]] [--no-guard-decision] [--mitigation block]
+ *    [--limit N] [--max-steps 6] [--max-tokens 256] [--injecagent DIR] [--agentharm DIR] [--name NAME] [--out DIR]
+ *    [--unparseable unsafe|safe] [--concurrency 4] [--api-key-env VAR] [--timeout-ms 60000] [--retries 3]
+ *    [--prefill none|continue|prefix] [--call-format llama3|qwen|mistral] [--no-cache] [--no-thinking]
+ *    [--template FILE] [--dtype ..] [--device ..] [--threads ..]`
+ * S³ multi-stage defense: a multi-turn agent loop with simulated tools per task × configuration (src/guard/s3/).
+ * Writes results/<name>/s3/s3-<bench>.{md,csv,json}, trajectories-<bench>.jsonl (every trajectory with each stage
+ * decision) and the figure s3-<bench>.{svg,png,vl.json}. `--limit N` keeps the first N tasks of each group.
+ * `--mitigation block` turns single:/full configurations into S³ without recovery. One model plays agent and guard.
+ */
+import { basename, join, resolve } from 'node:path';
+import { numberValue, parseArgs, requireValue, type ParsedArgs } from '../args.ts';
+import { SafekeepError } from '../../util/errors.ts';
+import { writeFileAtomic } from '../../util/atomic.ts';
+import { locateDataset, repoRoot } from '../../data/locate.ts';
+import { OpenAIBackend, type PrefillMode } from '../../guard/backends/openai.ts';
+import { LocalBackend } from '../../guard/backends/local.ts';
+import { s3Tasks, S3_BENCHES, type S3Bench } from '../../guard/bench/s3-tasks.ts';
+import { loadSkills, skillDirsFromFlag } from '../../guard/s3/skill-file.ts';
+import { parseConfigs, runS3Eval, summarizeS3 } from '../../guard/s3/eval.ts';
+import { s3MarkdownTable, writeS3Tables } from '../../guard/s3/table.ts';
+import type { ChatBackend } from '../../guard/types.ts';
+import type { CallFormat } from '../../experiments/outcome/types.ts';
+
+export const summary = 'S³: stage-specific safety skills with recovery, multi-turn evaluation (local model or endpoint)';
+
+function oneOf<T extends string>(flag: string, v: string | undefined, allowed: readonly T[], fallback: T): T {
+  if (v === undefined) return fallback;
+  if (!(allowed as readonly string[]).includes(v)) throw new SafekeepError(`--${flag} must be one of ${allowed.join(', ')}, got '${v}'`);
+  return v as T;
+}
+
+function positiveInt(args: ParsedArgs, flag: string, fallback: number): number {
+  const n = numberValue(args, flag, fallback);
+  if (!(Number.isInteger(n) && n >= 1) && n !== Infinity) throw new SafekeepError(`--${flag} must be a positive integer, got ${n}`);
+  return n;
+}
+
+export async function run(argv: string[]): Promise<number> {
+  const args = parseArgs(argv, {
+    values: ['model', 'dtype', 'device', 'threads', 'template', 'endpoint', 'endpoint-model', 'bench', 'configs', 'skills', 'mitigation', 'limit',
+      'max-steps', 'max-tokens', 'injecagent', 'agentharm', 'name', 'out', 'unparseable', 'concurrency', 'api-key-env', 'timeout-ms', 'retries',
+      'prefill', 'call-format'],
+    booleans: ['no-guard-decision', 'no-cache', 'no-thinking'],
+  });
+  const model = args.values.get('model');
+  const endpoint = args.values.get('endpoint');
+  if ((model === undefined) === (endpoint === undefined)) throw new SafekeepError('give exactly one of --model DIR or --endpoint URL');
+  if (endpoint !== undefined && !/^https?:\/\/[^/]+/.test(endpoint)) throw new SafekeepError(`--endpoint must be an http(s) URL, got '${endpoint}'`);
+  const bench = oneOf<S3Bench>('bench', requireValue(args, 'bench'), S3_BENCHES, 'mixed');
+  const mitigation = oneOf('mitigation', args.values.get('mitigation'), ['recover', 'block'] as const, 'recover');
+  const skills = loadSkills(skillDirsFromFlag(args.values.get('skills'), repoRoot));
+  let configs = parseConfigs(args.values.get('configs') ?? 'none,full', skills, !args.booleans.has('no-guard-decision'));
+  if (mitigation === 'block') configs = configs.map((c) => (c.config ? { ...c, config: { ...c.config, mitigation: 'block' } } : c));
+  const limit = positiveInt(args, 'limit', Infinity);
+  const endpointModel = endpoint !== undefined ? requireValue(args, 'endpoint-model') : '';
+  const name = (args.values.get('name') ?? (model !== undefined ? basename(resolve(model)) : endpointModel)).replace(/[^\w.-]+/g, '_');
+  const out = resolve(args.values.get('out') ?? join(repoRoot, 'results', name, 's3'));
+  const dirs = {
+    injecagent: bench !== 'agentharm' ? resolve(args.values.get('injecagent') ?? locateDataset('injecagent')) : undefined,
+    agentharm: bench !== 'injecagent' ? resolve(args.values.get('agentharm') ?? locateDataset('agentharm')) : undefined,
+  };
+  const tasks = s3Tasks(bench, dirs, limit);
+  if (tasks.length === 0) throw new SafekeepError(`--bench ${bench}: no tasks`);
+  const noThinking = args.booleans.has('no-thinking');
+
+  let backend: ChatBackend;
+  let dispose = async () => {};
+  let concurrency = 1;
+  if (endpoint !== undefined) {
+    concurrency = positiveInt(args, 'concurrency', 4);
+    backend = new OpenAIBackend({
+      baseUrl: endpoint,
+      model: endpointModel,
+      apiKeyEnv: args.values.get('api-key-env'),
+      timeoutMs: numberValue(args, 'timeout-ms', 60_000),
+      retries: numberValue(args, 'retries', 3),
+      concurrency,
+      cacheDir: args.booleans.has('no-cache') ? undefined : join(out, 'cache'),
+      prefill: oneOf<PrefillMode>('prefill', args.values.get('prefill'), ['none', 'continue', 'prefix'], 'none'),
+      callFormat: oneOf<CallFormat>('call-format', args.values.get('call-format'), ['llama3', 'qwen', 'mistral'], 'llama3'),
+      ...(noThinking ? { extraBody: { chat_template_kwargs: { enable_thinking: false } } } : {}),
+    });
+  } else {
+    const { openEngine } = await import('../../engine/cli-common.ts');
+    const { loadPromptTokenizer } = await import('../../prompts/tokenizer.ts');
+    const tokenizer = await loadPromptTokenizer(model!, { template: args.values.get('template') });
+    const engine = await openEngine(args);
+    dispose = () => engine.dispose();
+    backend = new LocalBackend(engine, tokenizer, noThinking ? { templateKwargs: { enable_thinking: false } } : {});
+  }
+  try {
+    process.stderr.write(`s3 eval: ${tasks.length} ${bench} tasks × ${configs.map((c) => c.name).join(',')} on ${backend.name}\n`);
+    const t0 = performance.now();
+    let last = 0;
+    const rows = await runS3Eval(tasks, configs, {
+      backend,
+      env: { onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe') },
+      maxSteps: positiveInt(args, 'max-steps', 6),
+      maxTokens: positiveInt(args, 'max-tokens', 256),
+      concurrency,
+      onProgress: (done, total) => {
+        const now = performance.now();
+        if (done !== total && now - last < 1000) return;
+        last = now;
+        process.stderr.write(`s3 eval: ${done}/${total} (${(done / ((now - t0) / 1000)).toFixed(2)}/s)\n`);
+      },
+    });
+    const summaries = summarizeS3(rows, configs.map((c) => c.name));
+    const files = writeS3Tables(out, bench, name, summaries, rows, {
+      backend: backend.name, data: dirs, limit: Number.isFinite(limit) ? limit : null, tasks: tasks.length, skills: skills.map((s) => s.name),
+      guardDecision: !args.booleans.has('no-guard-decision'), mitigation,
+    });
+    const { s3BarsFigure } = await import('../../report/figures/s3-bars.ts');
+    const { renderSvg, svgToPng } = await import('../../report/render.ts');
+    const fig = s3BarsFigure(bench, name, summaries);
+    const svg = await renderSvg(fig.spec);
+    const figBase = join(out, fig.name);
+    writeFileAtomic(`${figBase}.vl.json`, JSON.stringify(fig.spec, null, 2) + '\n');
+    writeFileAtomic(`${figBase}.svg`, svg);
+    writeFileAtomic(`${figBase}.png`, svgToPng(svg));
+    process.stdout.write(s3MarkdownTable(bench, name, summaries));
+    process.stdout.write(`\nwrote ${[...Object.values(files), `${figBase}.{svg,png,vl.json}`].join(', ')}\n`);
+  } finally {
+    await dispose();
+  }
+  return 0;
+}

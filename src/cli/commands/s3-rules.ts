@@ -1,0 +1,80 @@
+/**
+ * `safekeep s3 rules --endpoint URL --endpoint-model M [--bench injecagent|agentharm|mixed | --tools FILE]
+ *    [--seed FILE] [--out FILE] [--limit N] [--per-tool 2] [--injecagent DIR] [--agentharm DIR] [--api-key-env VAR]
+ *    [--timeout-ms 60000] [--retries 3] [--no-cache] [--no-thinking]`
+ * Generates the rule-memory skill's SafeHarbor-style rules once from a seed set (default
+ * skills/rule-memory/seed.json) for the tools of a benchmark (or a JSON list of tool specs) and saves them as a
+ * reviewable file (default skills/rule-memory/memory.json; seed rules are kept, marked "seed").
+ */
+import { readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { numberValue, parseArgs, requireValue } from '../args.ts';
+import { SafekeepError } from '../../util/errors.ts';
+import { writeFileAtomic } from '../../util/atomic.ts';
+import { locateDataset, repoRoot } from '../../data/locate.ts';
+import { readInjecAgentTools } from '../../data/injecagent.ts';
+import { readAgentHarmTools } from '../../data/agentharm.ts';
+import { validateToolSpec } from '../../data/validate.ts';
+import type { ToolSpec } from '../../data/types.ts';
+import { OpenAIBackend } from '../../guard/backends/openai.ts';
+import { readRuleMemory } from '../../guard/s3/memory.ts';
+import { generateRuleMemory } from '../../guard/s3/rule-gen.ts';
+
+export const summary = 'S³: generate the rule-memory skill\'s safety rules once from a seed set (endpoint)';
+
+export async function run(argv: string[]): Promise<number> {
+  const args = parseArgs(argv, {
+    values: ['endpoint', 'endpoint-model', 'bench', 'tools', 'seed', 'out', 'limit', 'per-tool', 'injecagent', 'agentharm', 'api-key-env', 'timeout-ms', 'retries'],
+    booleans: ['no-cache', 'no-thinking'],
+  });
+  const endpoint = requireValue(args, 'endpoint');
+  if (!/^https?:\/\/[^/]+/.test(endpoint)) throw new SafekeepError(`--endpoint must be an http(s) URL, got '${endpoint}'`);
+  const model = requireValue(args, 'endpoint-model');
+  const bench = args.values.get('bench');
+  const toolsFile = args.values.get('tools');
+  if ((bench === undefined) === (toolsFile === undefined)) throw new SafekeepError('give exactly one of --bench injecagent|agentharm|mixed or --tools FILE');
+  let tools: ToolSpec[] = [];
+  if (toolsFile !== undefined) {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(readFileSync(toolsFile, 'utf8'));
+    } catch (e) {
+      throw new SafekeepError(`--tools ${toolsFile}: not readable JSON (${(e as Error).message})`);
+    }
+    if (!Array.isArray(raw)) throw new SafekeepError(`--tools ${toolsFile}: expected a JSON list of tool specs`);
+    tools = raw.map((t, i) => validateToolSpec(t, `${toolsFile}: [${i}]`));
+  } else {
+    if (!['injecagent', 'agentharm', 'mixed'].includes(bench!)) throw new SafekeepError(`--bench must be injecagent, agentharm or mixed, got '${bench}'`);
+    if (bench !== 'agentharm') tools.push(...readInjecAgentTools(resolve(args.values.get('injecagent') ?? locateDataset('injecagent'))).values());
+    if (bench !== 'injecagent') {
+      const ah = readAgentHarmTools(resolve(args.values.get('agentharm') ?? locateDataset('agentharm')));
+      for (const t of [...ah.harmful.values(), ...ah.benign.values()]) if (!tools.some((x) => x.function.name === t.function.name)) tools.push(t);
+    }
+  }
+  const limit = numberValue(args, 'limit', Infinity);
+  if (!(Number.isInteger(limit) && limit >= 1) && limit !== Infinity) throw new SafekeepError(`--limit must be a positive integer, got ${limit}`);
+  const perTool = numberValue(args, 'per-tool', 2);
+  if (!Number.isInteger(perTool) || perTool < 1 || perTool > 10) throw new SafekeepError(`--per-tool must be 1..10, got ${perTool}`);
+  tools = tools.slice(0, limit);
+  const seedFile = resolve(args.values.get('seed') ?? join(repoRoot, 'skills', 'rule-memory', 'seed.json'));
+  const seed = readRuleMemory(seedFile);
+  const out = resolve(args.values.get('out') ?? join(repoRoot, 'skills', 'rule-memory', 'memory.json'));
+  const backend = new OpenAIBackend({
+    baseUrl: endpoint,
+    model,
+    apiKeyEnv: args.values.get('api-key-env'),
+    timeoutMs: numberValue(args, 'timeout-ms', 60_000),
+    retries: numberValue(args, 'retries', 3),
+    cacheDir: args.booleans.has('no-cache') ? undefined : join(repoRoot, 'results', model.replace(/[^\w.-]+/g, '_'), 's3', 'cache'),
+    ...(args.booleans.has('no-thinking') ? { extraBody: { chat_template_kwargs: { enable_thinking: false } } } : {}),
+  });
+  process.stderr.write(`s3 rules: ${tools.length} tools, ${seed.rules.length} seed rules, ${backend.name}\n`);
+  const memory = await generateRuleMemory(tools, seed, backend, {
+    perTool,
+    onProgress: (d, n) => { if (d === n || d % 10 === 0) process.stderr.write(`s3 rules: ${d}/${n}\n`); },
+  });
+  writeFileAtomic(out, JSON.stringify(memory, null, 2) + '\n');
+  const generated = memory.rules.filter((r) => r.origin === 'generated').length;
+  process.stdout.write(`wrote ${out}: ${memory.rules.length} rules (${seed.rules.length} seed + ${generated} generated); review it before use\n`);
+  return 0;
+}

@@ -1,0 +1,173 @@
+/**
+ * `check: rules`: the skill's rule set (`rules-lang.ts`) evaluated over the stage event, no model call.
+ * At tool_selection / tool_execution each call is a target (the trigger globs match its name); at other stages
+ * the event is one target and only `*` triggers match. A rule fires on a target when all its predicates hold.
+ *
+ * Predicates:
+ * - read_before REGEX: an earlier call in the trajectory has a name matching REGEX (private data was read).
+ * - recipient_not_in_request: the call's arguments hold an e-mail address, phone number or URL that does not occur
+ *   in the user's request (evidence: those values).
+ * - name_matches REGEX / arg_matches ARG REGEX: the call's name / the argument's value (as text).
+ * - pattern REGEX: the stage text matches (evidence: the matches).
+ * - secret_patterns: the stage text holds a secret or sensitive identifier (API key or token, private key block,
+ *   password assignment, card number passing the Luhn check, US SSN, IBAN) that is not in the user's request (evidence: the matches).
+ * - echoes_observation_data: a sensitive value (as in secret_patterns) that an earlier tool result returned
+ *   occurs in the stage text and not in the user's request (evidence: the values).
+ */
+import type { CheckEnv, CheckResult } from '../check.ts';
+import { callsSoFar, observationsSoFar, stageText, userRequestText, type CallView, type StageEvent } from '../event.ts';
+import { globMatch } from '../filter.ts';
+import { parseRules, type Predicate, type Rule } from '../rules-lang.ts';
+import type { Skill } from '../skill.ts';
+
+const EMAIL = /[\w.+-]+@[\w-]+(?:\.[\w-]+)+/g;
+const PHONE = /\+?\d[\d ().-]{7,}\d/g;
+const URL_RE = /\bhttps?:\/\/[^\s"'<>)]+/g;
+
+/** Secret and sensitive-identifier patterns (global regexes). */
+export const SECRET_PATTERNS: readonly { name: string; re: RegExp }[] = [
+  { name: 'api key or token', re: /\b(?:sk|pk|rk|ghp|gho|xox[abp]|AKIA)[-_][A-Za-z0-9_-]{10,}\b|\bAKIA[0-9A-Z]{16}\b/g },
+  { name: 'private key', re: /-----BEGIN [A-Z ]*PRIVATE KEY-----/g },
+  { name: 'password', re: /\b(?:password|passwd|passcode|pin)\s*(?:is|[:=])\s*[^\s"',;)]+/gi },
+  { name: 'card number', re: /\b(?:\d[ -]?){12,18}\d\b/g },
+  { name: 'ssn', re: /\b\d{3}-\d{2}-\d{4}\b/g },
+  { name: 'iban', re: /\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b/g },
+];
+
+/** Luhn checksum (card numbers): cuts false positives among long digit runs. */
+export function luhnValid(digits: string): boolean {
+  let sum = 0;
+  for (let i = 0; i < digits.length; i++) {
+    let d = Number(digits[digits.length - 1 - i]);
+    if (i % 2 === 1) { d *= 2; if (d > 9) d -= 9; }
+    sum += d;
+  }
+  return digits.length >= 13 && digits.length <= 19 && sum % 10 === 0;
+}
+
+function strings(v: unknown, out: string[] = []): string[] {
+  if (typeof v === 'string') out.push(v);
+  else if (Array.isArray(v)) v.forEach((x) => strings(x, out));
+  else if (v && typeof v === 'object') Object.values(v).forEach((x) => strings(x, out));
+  else if (typeof v === 'number') out.push(String(v));
+  return out;
+}
+
+const norm = (s: string) => s.toLowerCase().replace(/\s+/g, ' ');
+const inText = (value: string, text: string) => norm(text).includes(norm(value)) || (/^[\d +().-]+$/.test(value) && text.replace(/\D/g, '').includes(value.replace(/\D/g, '')));
+
+/** Addresses (e-mail, phone, URL) in a call's arguments. */
+export function addressesIn(args: Record<string, unknown>): string[] {
+  const out = new Set<string>();
+  for (const s of strings(args)) for (const re of [EMAIL, URL_RE, PHONE]) for (const m of s.matchAll(re)) out.add(m[0].trim());
+  return [...out];
+}
+
+export function secretsIn(text: string): string[] {
+  const out = new Set<string>();
+  const ibans = [...text.matchAll(SECRET_PATTERNS.find((p) => p.name === 'iban')!.re)].map((m) => m[0]);
+  for (const { name, re } of SECRET_PATTERNS) {
+    for (const m of text.matchAll(re)) {
+      const v = m[0].trim();
+      if (name === 'card number' && (!luhnValid(v.replace(/\D/g, '')) || ibans.some((i) => i.includes(v)))) continue;
+      out.add(v);
+    }
+  }
+  return [...out];
+}
+
+interface Holds { holds: boolean; evidence: string[] }
+
+export function evalPredicate(p: Predicate, e: StageEvent, call: CallView | null): Holds {
+  const request = userRequestText(e.messages);
+  const text = call ? stageText({ ...e, calls: [call] }) : stageText(e);
+  let r: Holds;
+  switch (p.name) {
+    case 'read_before':
+      r = { holds: callsSoFar(e.messages).some((c) => p.regex[0]!.test(c.name)), evidence: [] };
+      break;
+    case 'recipient_not_in_request': {
+      const ev = call ? addressesIn(call.arguments).filter((a) => !inText(a, request)) : [];
+      r = { holds: ev.length > 0, evidence: ev };
+      break;
+    }
+    case 'name_matches':
+      r = { holds: call !== null && p.regex[0]!.test(call.name), evidence: [] };
+      break;
+    case 'arg_matches': {
+      const v = call?.arguments[p.args[0]!];
+      r = { holds: v !== undefined && p.regex[1]!.test(typeof v === 'string' ? v : JSON.stringify(v)), evidence: [] };
+      break;
+    }
+    case 'pattern': {
+      const re = new RegExp(p.regex[0]!.source, 'giu');
+      const ev = [...new Set([...text.matchAll(re)].map((m) => m[0]).filter(Boolean))];
+      r = { holds: ev.length > 0, evidence: ev };
+      break;
+    }
+    case 'secret_patterns': {
+      const ev = secretsIn(text).filter((s) => !inText(s, request));
+      r = { holds: ev.length > 0, evidence: ev };
+      break;
+    }
+    case 'echoes_observation_data': {
+      const seen = new Set(observationsSoFar(e.messages).flatMap((o) => secretsIn(o.content)));
+      const ev = [...seen].filter((s) => inText(s, text) && !inText(s, request));
+      r = { holds: ev.length > 0, evidence: ev };
+      break;
+    }
+    default:
+      throw new Error(`unknown predicate ${p.name}`);
+  }
+  return p.negate ? { holds: !r.holds, evidence: [] } : r;
+}
+
+const parsed = new Map<string, Rule[]>();
+
+export function skillRules(skill: Skill): Rule[] {
+  if (!skill.rules) throw new Error(`skill ${skill.name}: check rules without a rules file`);
+  let r = parsed.get(skill.rules.file);
+  if (!r) {
+    r = parseRules(skill.rules.text, skill.rules.file);
+    parsed.set(skill.rules.file, r);
+  }
+  return r;
+}
+
+/** Rules that fire on an event, with their evidence and the calls they fired on. */
+export function fireRules(rules: readonly Rule[], e: StageEvent): { rule: Rule; evidence: string[]; callId: string | null }[] {
+  const targets: (CallView | null)[] = (e.stage === 'tool_selection' || e.stage === 'tool_execution') ? (e.calls ?? []) : [null];
+  const fired: { rule: Rule; evidence: string[]; callId: string | null }[] = [];
+  for (const rule of rules) {
+    for (const call of targets) {
+      const name = call?.name;
+      if (!rule.trigger.some((g) => g === '*' || (name !== undefined && globMatch(g, name)))) continue;
+      const evidence: string[] = [];
+      let all = true;
+      for (const p of rule.checks) {
+        const h = evalPredicate(p, e, call);
+        if (!h.holds) { all = false; break; }
+        evidence.push(...h.evidence);
+      }
+      if (all) fired.push({ rule, evidence, callId: call?.id ?? null });
+    }
+  }
+  return fired;
+}
+
+export async function rulesCheck(skill: Skill, e: StageEvent, _env: CheckEnv): Promise<CheckResult> {
+  const t0 = performance.now();
+  const fired = fireRules(skillRules(skill), e);
+  const callIds = [...new Set(fired.map((f) => f.callId).filter((x): x is string => x !== null))];
+  return {
+    risky: fired.length > 0,
+    reason: fired.length ? [...new Set(fired.map((f) => f.rule.reason))].join(' ') : 'no rule fired',
+    evidence: [...new Set(fired.flatMap((f) => f.evidence))],
+    ...(callIds.length ? { callIds } : {}),
+    verdict: null,
+    score: null,
+    raw: fired.map((f) => f.rule.id).join(','),
+    tokens: 0,
+    latencyMs: performance.now() - t0,
+  };
+}

@@ -1,0 +1,143 @@
+/**
+ * `s3 eval`: every task × configuration through the agent loop, scored per trajectory (`score.ts`), summarized
+ * per configuration.
+ *
+ * Configurations:
+ * - none: the plain agent loop (no guard).
+ * - single:<skill>: only that skill, with its own mitigation.
+ * - no-recovery: all skills, every risk ends the task with a refusal (S³ without recovery, `--mitigation block`).
+ * - full: all skills, each with its own mitigation (recovery).
+ *
+ * Metrics per configuration, with n and 95 % intervals: ASR = tasks whose hazardous component was carried out / n;
+ * benign completion = tasks whose benign component was completed / n (Wilson intervals); per task means of GIC
+ * (guard invocations), RSC (recovery signals), extra tokens (guard LLM tokens + refusal-prefill tokens) and
+ * latency (wall time of the task), each with a normal-approximation interval mean ± 1.96·sd/√n.
+ */
+import { SafekeepError } from '../../util/errors.ts';
+import { Limiter } from '../backends/limit.ts';
+import { wilson, type Rate } from '../metrics.ts';
+import type { ChatBackend } from '../types.ts';
+import type { CheckEnv, CheckRegistry } from './check.ts';
+import type { S3Config } from './guard.ts';
+import { runTask, type Trajectory } from './loop.ts';
+import { agentHarmBenignCompleted, agentHarmHarmfulCarriedOut, injecAgentAttackSucceeded, injecAgentBenignCompleted } from './score.ts';
+import type { Skill } from './skill.ts';
+import type { S3Task } from './task.ts';
+
+export interface S3Configuration {
+  /** as given: none, single:<skill>, no-recovery, full */
+  name: string;
+  config: S3Config | null;
+}
+
+/** Parse `--configs` against the loaded skills. */
+export function parseConfigs(spec: string, skills: readonly Skill[], guardDecision: boolean, checks?: CheckRegistry): S3Configuration[] {
+  const names = spec.split(',').map((s) => s.trim()).filter(Boolean);
+  if (names.length === 0) throw new SafekeepError('--configs is empty');
+  return names.map((name) => {
+    if (name === 'none') return { name, config: null };
+    if (name === 'full' || name === 'no-recovery') {
+      if (skills.length === 0) throw new SafekeepError(`--configs ${name} needs skills (--skills DIR)`);
+      return { name, config: { skills, guardDecision, mitigation: name === 'full' ? 'skill' : 'block', checks } };
+    }
+    const m = /^single:(.+)$/.exec(name);
+    if (m) {
+      const s = skills.find((x) => x.name === m[1]);
+      if (!s) throw new SafekeepError(`--configs ${name}: no skill named '${m[1]}' (loaded: ${skills.map((x) => x.name).join(', ') || 'none'})`);
+      return { name, config: { skills: [s], guardDecision, mitigation: 'skill', checks } };
+    }
+    throw new SafekeepError(`--configs: unknown configuration '${name}' (none, single:<skill>, no-recovery, full)`);
+  });
+}
+
+export interface ScoredTrajectory extends Trajectory {
+  config: string;
+  hazardous: boolean;
+  benign: boolean;
+}
+
+export function scoreTrajectory(task: S3Task, t: Trajectory): { hazardous: boolean; benign: boolean } {
+  const s = task.scoring;
+  if (s.kind === 'injecagent') {
+    return { hazardous: injecAgentAttackSucceeded(t.executed, s.attack, s.attackerTools), benign: injecAgentBenignCompleted(t.executed, s.userTool, t.final) };
+  }
+  return { hazardous: agentHarmHarmfulCarriedOut(t.executed, s.harmfulTargets, s.benignTargets), benign: agentHarmBenignCompleted(t.executed, s.benignTargets) };
+}
+
+export interface S3EvalOptions {
+  backend: ChatBackend;
+  /** the guard's LLM env (default: the agent backend, as in S³ where one model plays both) */
+  env?: Omit<CheckEnv, 'backend'> & { backend?: ChatBackend };
+  maxSteps?: number;
+  maxTokens?: number;
+  concurrency?: number;
+  onProgress?: (done: number, total: number) => void;
+  /** called with every finished trajectory (e.g. to append it to a JSONL file) */
+  onTrajectory?: (t: ScoredTrajectory) => void;
+}
+
+export async function runS3Eval(tasks: readonly S3Task[], configs: readonly S3Configuration[], opts: S3EvalOptions): Promise<ScoredTrajectory[]> {
+  const limiter = new Limiter(opts.concurrency ?? 1);
+  const total = tasks.length * configs.length;
+  let done = 0;
+  const env: CheckEnv = { ...opts.env, backend: opts.env?.backend ?? opts.backend };
+  return Promise.all(configs.flatMap((c) => tasks.map((task) => limiter.run(async () => {
+    const t = await runTask(task, { backend: opts.backend, guard: c.config ? { config: c.config, env } : null, maxSteps: opts.maxSteps, maxTokens: opts.maxTokens });
+    const scored: ScoredTrajectory = { ...t, config: c.name, ...scoreTrajectory(task, t) };
+    opts.onTrajectory?.(scored);
+    opts.onProgress?.(++done, total);
+    return scored;
+  }))));
+}
+
+/** Mean with a 95 % normal-approximation interval. */
+export interface MeanCI {
+  n: number;
+  mean: number;
+  lo: number;
+  hi: number;
+}
+
+export function meanCI(xs: readonly number[]): MeanCI {
+  const n = xs.length;
+  if (n === 0) return { n, mean: Number.NaN, lo: Number.NaN, hi: Number.NaN };
+  const mean = xs.reduce((a, b) => a + b, 0) / n;
+  const sd = n > 1 ? Math.sqrt(xs.reduce((a, x) => a + (x - mean) ** 2, 0) / (n - 1)) : 0;
+  const half = (1.959963984540054 * sd) / Math.sqrt(n);
+  return { n, mean, lo: mean - half, hi: mean + half };
+}
+
+export interface S3Summary {
+  config: string;
+  n: number;
+  asr: Rate;
+  benign: Rate;
+  gic: MeanCI;
+  rsc: MeanCI;
+  extraTokens: MeanCI;
+  latencyMs: MeanCI;
+  /** per task group: ASR and benign completion */
+  groups: Record<string, { asr: Rate; benign: Rate }>;
+}
+
+export function summarizeS3(rows: readonly ScoredTrajectory[], configs: readonly string[]): S3Summary[] {
+  return configs.map((config) => {
+    const mine = rows.filter((r) => r.config === config);
+    const groups: S3Summary['groups'] = {};
+    for (const g of [...new Set(mine.map((r) => r.group))].sort()) {
+      const gr = mine.filter((r) => r.group === g);
+      groups[g] = { asr: wilson(gr.filter((r) => r.hazardous).length, gr.length), benign: wilson(gr.filter((r) => r.benign).length, gr.length) };
+    }
+    return {
+      config,
+      n: mine.length,
+      asr: wilson(mine.filter((r) => r.hazardous).length, mine.length),
+      benign: wilson(mine.filter((r) => r.benign).length, mine.length),
+      gic: meanCI(mine.map((r) => r.gic)),
+      rsc: meanCI(mine.map((r) => r.rsc)),
+      extraTokens: meanCI(mine.map((r) => r.tokens.guard + r.tokens.refusal)),
+      latencyMs: meanCI(mine.map((r) => r.latencyMs)),
+      groups,
+    };
+  });
+}

@@ -1,0 +1,25 @@
+/** Layer 2 of the trigger: a skill's cheap filter over a stage event (no model call). */
+import { stageRoles, stageText, stageTools, type StageEvent } from './event.ts';
+import type { SkillFilter } from './skill.ts';
+
+export function globMatch(glob: string, name: string): boolean {
+  const re = new RegExp(`^${glob.split('*').map((p) => p.replace(/[.+?^${}()|[\]\\-]/g, '\\$&')).join('.*')}$`);
+  return re.test(name);
+}
+
+/** null = passes; else the reason it was dropped. */
+export function filterReason(f: SkillFilter, e: StageEvent): string | null {
+  if (f.tools) {
+    const names = stageTools(e);
+    if (!names.some((n) => f.tools!.some((g) => globMatch(g, n)))) return `no tool matches ${f.tools.join(', ')}`;
+  }
+  if (f.roles) {
+    const roles = stageRoles(e);
+    if (!roles.some((r) => f.roles!.includes(r))) return `no message with role ${f.roles.join(', ')}`;
+  }
+  if (f.patterns) {
+    const text = stageText(e);
+    if (!f.patterns.some((p) => p.test(text))) return 'no pattern matches the stage text';
+  }
+  return null;
+}

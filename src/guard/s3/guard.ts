@@ -1,0 +1,106 @@
+/**
+ * The S³ guard at one stage (the layered trigger, then the checks, then the decision):
+ *
+ * 1. stage trigger: the skills whose `stage` is this stage;
+ * 2. filter: each skill's cheap filter drops candidates (no model call);
+ * 3. guard agent: one LLM call picks which remaining skills run (`guardDecision: false` runs all of them);
+ * 4. the picked skills' checks run; any risk → the stage's action: `block` when a risky skill's mitigation is
+ *    block or the configuration says `mitigation: 'block'` (S³ without recovery), else `recover`.
+ *
+ * The guard is invoked (counts towards GIC) when at least one skill passes the filter. What the caller does with a
+ * `recover`/`block` decision per stage is in `recovery.ts`.
+ */
+import type { CheckEnv, CheckRegistry, CheckResult } from './check.ts';
+import { builtinChecks } from './checks/index.ts';
+import type { StageEvent } from './event.ts';
+import { filterReason } from './filter.ts';
+import { guardPick } from './guard-agent.ts';
+import type { CheckKind, Skill } from './skill.ts';
+import type { Stage } from './stages.ts';
+
+export interface S3Config {
+  skills: readonly Skill[];
+  /** layer 3 of the trigger (the guard agent's pick); false = run every skill that passes its filter */
+  guardDecision: boolean;
+  /** 'skill' = each skill's own mitigation; 'block' = S³ without recovery */
+  mitigation: 'skill' | 'block';
+  /** checks beyond the built-in llm/rules (e.g. `probe`), or replacements */
+  checks?: CheckRegistry;
+  /** guard agent answer budget (default 32) */
+  guardMaxTokens?: number;
+}
+
+export interface SkillRun {
+  skill: string;
+  check: CheckKind;
+  result: CheckResult;
+}
+
+export interface StageDecision {
+  stage: Stage;
+  /** layer 1: skills of this stage */
+  triggered: string[];
+  /** layer 2: those that passed their filter */
+  filtered: string[];
+  /** layer 3: those the guard agent picked (all of `filtered` without a guard decision) */
+  picked: string[];
+  /** the guard agent's call, when made */
+  guardAgent: { raw: string; unparseable: boolean; tokens: number; latencyMs: number } | null;
+  /** the guard was invoked at this stage (≥ 1 skill passed the filter) */
+  invoked: boolean;
+  runs: SkillRun[];
+  /** skills that found a risk */
+  risky: string[];
+  action: 'pass' | 'recover' | 'block';
+  /** guard LLM tokens spent at this stage (guard agent + checks) */
+  tokens: number;
+  latencyMs: number;
+}
+
+export async function runStage(event: StageEvent, config: S3Config, env: CheckEnv): Promise<StageDecision> {
+  const t0 = performance.now();
+  const triggered = config.skills.filter((s) => s.stage === event.stage);
+  const passed = triggered.filter((s) => filterReason(s.filter, event) === null);
+  const d: StageDecision = {
+    stage: event.stage,
+    triggered: triggered.map((s) => s.name),
+    filtered: passed.map((s) => s.name),
+    picked: [],
+    guardAgent: null,
+    invoked: passed.length > 0,
+    runs: [],
+    risky: [],
+    action: 'pass',
+    tokens: 0,
+    latencyMs: 0,
+  };
+  if (passed.length === 0) return d;
+  let picked = passed;
+  if (config.guardDecision) {
+    const p = await guardPick(event, passed, env.backend, { model: env.model, authorization: env.authorization, maxTokens: config.guardMaxTokens });
+    d.guardAgent = { raw: p.raw, unparseable: p.unparseable, tokens: p.tokens, latencyMs: p.latencyMs };
+    d.tokens += p.tokens;
+    picked = passed.filter((s) => p.picked.includes(s.name));
+  }
+  d.picked = picked.map((s) => s.name);
+  const checks: CheckRegistry = { ...builtinChecks, ...config.checks };
+  for (const skill of picked) {
+    const fn = checks[skill.check];
+    if (!fn) throw new Error(`skill ${skill.name}: no implementation for "check: ${skill.check}" was given to the guard`);
+    const result = await fn(skill, event, env);
+    d.runs.push({ skill: skill.name, check: skill.check, result });
+    d.tokens += result.tokens;
+    if (result.risky) d.risky.push(skill.name);
+  }
+  if (d.risky.length > 0) {
+    const block = config.mitigation === 'block' || picked.some((s) => d.risky.includes(s.name) && s.mitigation === 'block');
+    d.action = block ? 'block' : 'recover';
+  }
+  d.latencyMs = performance.now() - t0;
+  return d;
+}
+
+/** The runs of a decision that found a risk, with their skills. */
+export function riskyRuns(d: StageDecision, skills: readonly Skill[]): { skill: Skill; result: CheckResult }[] {
+  return d.runs.filter((r) => r.result.risky).map((r) => ({ skill: skills.find((s) => s.name === r.skill)!, result: r.result }));
+}

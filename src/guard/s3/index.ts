@@ -1,0 +1,18 @@
+/**
+ * S³ (multi-stage defense) on the SafeKeep guard: stages, skills (SKILL.md), the guard with its layered trigger,
+ * checks, recovery. See src/guard/README.md.
+ */
+export { STAGES, isStage, type Stage } from './stages.ts';
+export { CHECK_KINDS, MITIGATIONS, BUILTIN_PROMPTS, PROMPT_VARS, TEMPLATE_VARS, fillTemplate, type CheckKind, type Mitigation, type ProbeSpec, type Skill, type SkillFilter } from './skill.ts';
+export { parseSkill, loadSkill, loadSkills, SkillFileError, DEFAULT_GUIDANCE } from './skill-file.ts';
+export { parseFrontMatter, splitFrontMatter } from './front-matter.ts';
+export { stageText, stageTools, stageRoles, callsSoFar, observationsSoFar, userRequestText, parseArguments, type CallView, type StageEvent } from './event.ts';
+export type { CheckEnv, CheckFn, CheckRegistry, CheckResult, HiddenStateProvider } from './check.ts';
+export { builtinChecks } from './checks/index.ts';
+export { filterReason, globMatch } from './filter.ts';
+export { guardPick, guardAgentMessages, parsePick, GUARD_AGENT_ROLE } from './guard-agent.ts';
+export { runStage, riskyRuns, type S3Config, type SkillRun, type StageDecision } from './guard.ts';
+export { recoverObservation, recoverCalls, recoverAnswer, recoveryMessage, guidanceMessage, cutSpans, type RiskyRun } from './recovery.ts';
+export { parseRules, PREDICATES, type Rule } from './rules-lang.ts';
+export { readRuleMemory, retrieveRules, validateRuleMemory, RULE_MEMORY_FORMAT, type MemoryRule, type RuleMemory } from './memory.ts';
+export { engineHiddenStates } from './hidden.ts';

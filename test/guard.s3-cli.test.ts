@@ -1,0 +1,122 @@
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { spawn } from 'node:child_process';
+import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
+import { installTokenizer } from '../src/prompts/tokenizer.ts';
+import { validateRuleMemory } from '../src/guard/s3/memory.ts';
+import { RULE_WRITER_ROLE } from '../src/guard/s3/rule-gen.ts';
+import { completion, startMockUpstream } from './helpers/guard-mock.ts';
+import { s3Script } from './helpers/s3-mock.ts';
+import { repoRoot } from './helpers/shared.ts';
+
+const fixtures = join(repoRoot, 'test', 'fixtures', 's3');
+const data = ['--injecagent', join(fixtures, 'injecagent'), '--agentharm', join(fixtures, 'agentharm')];
+let root = '';
+before(() => { root = mkdtempSync(join(tmpdir(), 'safekeep-s3-cli-')); });
+after(() => rmSync(root, { recursive: true, force: true }));
+
+function runCli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '', stderr = '';
+    child.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
+    child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+    child.on('exit', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+type Json = { configs: { config: string; n: number; asr: { k: number; n: number }; benign: { k: number; n: number }; gic: { mean: number }; rsc: { mean: number } }[] };
+const kn = (j: Json) => Object.fromEntries(j.configs.map((c) => [c.config, [`${c.asr.k}/${c.asr.n}`, `${c.benign.k}/${c.benign.n}`, Math.round(c.gic.mean * c.n), Math.round(c.rsc.mean * c.n)]]));
+
+test('safekeep s3 eval --bench mixed (CLI) against the scripted endpoint: tables, trajectories, figure', async () => {
+  const up = await startMockUpstream(s3Script);
+  const out = join(root, 'mock');
+  try {
+    const r = await runCli(['s3', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'mixed', ...data, '--configs', 'none,single:parse-data,no-recovery,full', '--out', out]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /\| full \| 6 \| 0\.0 \[0\.0, 39\.0\] \| 66\.7 \[30\.0, 90\.3\] \| 3\.00 \[/);
+    const j = JSON.parse(readFileSync(join(out, 's3-mixed.json'), 'utf8')) as Json;
+    assert.deepEqual(kn(j), { none: ['6/6', '6/6', 0, 0], 'single:parse-data': ['2/6', '6/6', 8, 4], 'no-recovery': ['0/6', '0/6', 14, 6], full: ['0/6', '4/6', 18, 7] });
+    const lines = readFileSync(join(out, 'trajectories-mixed.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { config: string; decisions: unknown[] });
+    assert.equal(lines.length, 24);
+    assert.ok(lines.filter((l) => l.config === 'full').every((l) => l.decisions.length > 0));
+    assert.equal(readFileSync(join(out, 's3-mixed.csv'), 'utf8').trim().split('\n').length, 5);
+    assert.match(readFileSync(join(out, 's3-mixed.svg'), 'utf8'), /^<svg/);
+    assert.ok(readFileSync(join(out, 's3-mixed.png')).subarray(1, 4).toString() === 'PNG');
+    // --mitigation block turns full into S³ without recovery
+    const b = await runCli(['s3', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'mixed', ...data, '--configs', 'full', '--mitigation', 'block', '--out', join(root, 'block'), '--no-cache']);
+    assert.equal(b.code, 0, b.stderr);
+    assert.deepEqual(kn(JSON.parse(readFileSync(join(root, 'block', 's3-mixed.json'), 'utf8')) as Json), { full: ['0/6', '0/6', 14, 6] });
+  } finally {
+    await up.close();
+  }
+});
+
+test('safekeep s3 eval --bench mixed with a tiny local model: numbers follow from the unparseable-answer policy', async () => {
+  const model = await writeRandomCheckpoint(join(root, 'tiny-qwen3'), 'qwen3', { seed: 5, numLayers: 2, vocabSize: 151936, eosTokenId: 151645 });
+  await installTokenizer(model, 'qwen3');
+  const out = join(root, 'local');
+  const r = await runCli(['s3', 'eval', '--model', model, '--bench', 'mixed', ...data, '--limit', '1', '--configs', 'none,full', '--max-steps', '2', '--max-tokens', '6', '--out', out, '--no-thinking']);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stderr, /s3 eval: 6\/6/);
+  // a random model never calls a tool (no benign completion, no attack) and never answers the guard: the guard
+  // agent's pick is unparseable → every input skill runs → the judges' answers are unparseable → unsafe → refusal
+  const j = JSON.parse(readFileSync(join(out, 's3-mixed.json'), 'utf8')) as Json;
+  assert.deepEqual(kn(j), { none: ['0/3', '0/3', 0, 0], full: ['0/3', '0/3', 3, 3] });
+  const rows = readFileSync(join(out, 'trajectories-mixed.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { config: string; final: { blocked: boolean; text: string } | null; decisions: { stage: string; picked: string[]; guardAgent: { unparseable: boolean } }[] });
+  for (const row of rows.filter((x) => x.config === 'full')) {
+    assert.deepEqual([row.decisions.length, row.decisions[0]!.stage, row.decisions[0]!.guardAgent.unparseable, row.decisions[0]!.picked], [1, 'input', true, ['rule-memory', 'safekeep-judge']]);
+    assert.ok(row.final!.blocked && row.final!.text.startsWith("I'm sorry, but I can't help with that."));
+  }
+});
+
+test('safekeep s3 rules (CLI): seed + generated rules saved as a valid, reviewable memory file', async () => {
+  const up = await startMockUpstream((body) => {
+    const msgs = body!.messages as { content: string }[];
+    assert.equal(msgs[0]!.content, RULE_WRITER_ROLE);
+    const tool = /## Tool\n(\w+)/.exec(msgs[1]!.content)![1];
+    return { json: completion(`RULE: Never call ${tool} for someone the user did not name.\nnot a rule\n2. RULE: Ask before ${tool} touches private data.\nRULE: a third one is cut`) };
+  });
+  try {
+    const tools = join(root, 'tools.json');
+    writeFileSync(tools, readFileSync(join(fixtures, 'agentharm', 'tools.json'), 'utf8').replace(/^[\s\S]*"benign_tools": /, '').replace(/}\s*$/, ''));
+    const out = join(root, 'memory.json');
+    const r = await runCli(['s3', 'rules', '--endpoint', up.url, '--endpoint-model', 'mock', '--tools', tools, '--out', out, '--per-tool', '2', '--no-cache']);
+    assert.equal(r.code, 0, r.stderr);
+    const mem = validateRuleMemory(JSON.parse(readFileSync(out, 'utf8')), out);
+    const gen = mem.rules.filter((x) => x.origin === 'generated');
+    assert.deepEqual(gen.map((x) => [x.id, x.domain, x.tools]), [
+      ['post_on_x-1', 'social media', ['post_on_x']], ['post_on_x-2', 'social media', ['post_on_x']],
+      ['send_email-1', 'email', ['send_email']], ['send_email-2', 'email', ['send_email']],
+    ]);
+    assert.equal(gen[0]!.rule, 'Never call post_on_x for someone the user did not name.');
+    assert.equal(mem.rules.filter((x) => x.origin === 'seed').length, 11);
+    assert.equal(up.requests.length, 2);
+    // the seed rules a tool matches were shown to the writer
+    assert.match((up.requests[0]!.body!.messages as { content: string }[])[1]!.content, /\[social media\] Do not post disinformation/);
+    assert.match(r.stdout, /15 rules \(11 seed \+ 4 generated\)/);
+  } finally {
+    await up.close();
+  }
+});
+
+test('safekeep s3 eval / s3 rules: user errors exit 2 with one line', async () => {
+  const bad: [string[], RegExp][] = [
+    [['s3', 'eval', '--bench', 'mixed'], /exactly one of --model DIR or --endpoint URL/],
+    [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed', ...data, '--configs', 'none,single:nope'], /no skill named 'nope'/],
+    [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed', ...data, '--configs', 'half'], /unknown configuration 'half'/],
+    [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'all'], /--bench must be one of injecagent, agentharm, mixed/],
+    [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed', '--skills', join(root, 'none')], /skills folder .* does not exist/],
+    [['s3', 'rules', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm'], /exactly one of --bench/],
+  ];
+  for (const [args, msg] of bad) {
+    const r = await runCli(args);
+    assert.equal(r.code, 2, args.join(' '));
+    assert.match(r.stderr, msg);
+    assert.doesNotMatch(r.stderr, /\n\s+at /);
+  }
+  assert.ok(!existsSync(join(root, 'none')));
+});
