@@ -14,8 +14,11 @@ export interface ProbeVerdict {
   latencyMs: number;
 }
 
+/** What the guard needs of a probe (a probe file, or a probe skill's direction). */
+export type ProbeParams = Pick<Probe, 'w' | 'bias' | 'layer' | 'dModel'> & { threshold: { value: number } };
+
 export class ProbeGuard {
-  constructor(readonly probe: Probe) {}
+  constructor(readonly probe: ProbeParams) {}
 
   /** An `inspect` hook for one agent call and a reader of the verdict it left (null until the prefill ran). */
   hook(): { inspect: (promptLastHidden: Float32Array) => boolean; verdict: () => ProbeVerdict | null } {

@@ -5,7 +5,8 @@
  * Refusal probes from the activation cache (extracted when missing), fit on the extraction split only: the
  * difference-of-means direction (the paper's) and/or an L2 logistic probe on hidden[ℓ] at the last prompt token;
  * threshold = at most --target of benign extraction requests flagged. Writes results/<model>/probe/
- * <condition>.<kind>.{safetensors,json} (weights + provenance).
+ * <condition>.<kind>.{safetensors,json} (weights + provenance) and the `refusal-probe` S³ skill folder for the
+ * mean-diff probe (or the one kind trained) under results/<model>/probe/skill/refusal-probe/.
  */
 import { numberValue, parseArgs } from '../args.ts';
 import { RUN_FLAGS, runContextOptions } from '../run-flags.ts';
@@ -34,9 +35,10 @@ export async function run(argv: string[]): Promise<number> {
   if (!(l2 > 0)) throw new SafekeepError(`--l2 must be > 0, got ${l2}`);
   const out = a.values.get('out');
   const trained = await trainProbes({ ...(await runContextOptions(a)), condition, kinds: kinds as ProbeKind[], layer, target, l2, ...(out ? { out } : {}) });
-  for (const { path, probe: p } of trained) {
+  for (const { path, probe: p, skill } of trained) {
     const t = p.threshold;
     process.stdout.write(`${p.kind} probe on ${p.provenance.condition} at ℓ = ${p.layer}: threshold ${t.value.toPrecision(4)} flags ${(100 * t.benignFlagged).toFixed(1)} % benign / ${(100 * t.harmfulFlagged).toFixed(1)} % harmful extraction requests (n = ${t.nBenign} + ${t.nHarmful}) → ${path}\n`);
+    if (skill) process.stdout.write(`  S³ skill (stage input, check probe): ${skill}\n`);
   }
   return 0;
 }

@@ -22,6 +22,7 @@ import { loadSkills, skillDirsFromFlag } from '../../guard/s3/skill-file.ts';
 import { parseConfigs, runS3Eval, summarizeS3 } from '../../guard/s3/eval.ts';
 import { s3MarkdownTable, writeS3Tables } from '../../guard/s3/table.ts';
 import type { ChatBackend } from '../../guard/types.ts';
+import { loadSkillProbe, probeCheck, SharedPrefill } from '../../guard/s3/checks/probe.ts';
 import type { CallFormat } from '../../experiments/outcome/types.ts';
 
 export const summary = 'S³: stage-specific safety skills with recovery, multi-turn evaluation (local model or endpoint)';
@@ -52,7 +53,10 @@ export async function run(argv: string[]): Promise<number> {
   const bench = oneOf<S3Bench>('bench', requireValue(args, 'bench'), S3_BENCHES, 'mixed');
   const mitigation = oneOf('mitigation', args.values.get('mitigation'), ['recover', 'block'] as const, 'recover');
   const skills = loadSkills(skillDirsFromFlag(args.values.get('skills'), repoRoot));
-  let configs = parseConfigs(args.values.get('configs') ?? 'none,full', skills, !args.booleans.has('no-guard-decision'));
+  // check: probe (the refusal-probe skill) reads the local agent's own prefill (checks/probe.ts); endpoints have none
+  const probeSkills = skills.filter((s) => s.check === 'probe');
+  const checks = probeSkills.length && args.values.has('model') ? { probe: probeCheck } : undefined;
+  let configs = parseConfigs(args.values.get('configs') ?? 'none,full', skills, !args.booleans.has('no-guard-decision'), checks);
   if (mitigation === 'block') configs = configs.map((c) => (c.config ? { ...c, config: { ...c.config, mitigation: 'block' } } : c));
   const limit = positiveInt(args, 'limit', Infinity);
   const endpointModel = endpoint !== undefined ? requireValue(args, 'endpoint-model') : '';
@@ -69,6 +73,7 @@ export async function run(argv: string[]): Promise<number> {
   let backend: ChatBackend;
   let dispose = async () => {};
   let concurrency = 1;
+  let shared: SharedPrefill | undefined;
   if (endpoint !== undefined) {
     concurrency = positiveInt(args, 'concurrency', 4);
     backend = new OpenAIBackend({
@@ -90,6 +95,17 @@ export async function run(argv: string[]): Promise<number> {
     const engine = await openEngine(args);
     dispose = () => engine.dispose();
     backend = new LocalBackend(engine, tokenizer, noThinking ? { templateKwargs: { enable_thinking: false } } : {});
+    if (probeSkills.length) {
+      for (const sk of probeSkills) {
+        const p = loadSkillProbe(sk);
+        if (p.dModel !== engine.dModel || p.layer > engine.numLayers) throw new SafekeepError(`skill ${sk.name}: probe for d_model ${p.dModel} at layer ${p.layer}; ${model} has d_model ${engine.dModel}, ${engine.numLayers} layers`);
+      }
+      shared = new SharedPrefill(backend, positiveInt(args, 'max-tokens', 256), { numLayers: engine.numLayers, dModel: engine.dModel });
+      backend = shared.backend;
+    }
+  }
+  if (probeSkills.length && !shared) {
+    throw new SafekeepError(`skill(s) ${probeSkills.map((s) => s.name).join(', ')} (check: probe) read the agent's hidden states: they need --model DIR, not --endpoint`);
   }
   try {
     process.stderr.write(`s3 eval: ${tasks.length} ${bench} tasks × ${configs.map((c) => c.name).join(',')} on ${backend.name}\n`);
@@ -97,7 +113,7 @@ export async function run(argv: string[]): Promise<number> {
     let last = 0;
     const rows = await runS3Eval(tasks, configs, {
       backend,
-      env: { onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe') },
+      env: { onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe'), ...(shared ? { hidden: shared } : {}) },
       maxSteps: positiveInt(args, 'max-steps', 6),
       maxTokens: positiveInt(args, 'max-tokens', 256),
       concurrency,

@@ -93,7 +93,7 @@ async function listenUntilStopped(server: Server, host: string, port: number, ta
 
 /** `serve --model DIR`: the local engine behind the same API, guarded by guardedRespond. */
 async function serveLocal(args: ParsedArgs): Promise<number> {
-  for (const f of ['upstream', 'judge-upstream', 'judge-model', 'api-key-env', 'timeout-ms', 'prefill']) {
+  for (const f of ['upstream', 'judge-upstream', 'judge-model', 'api-key-env', 'judge-api-key-env', 'timeout-ms', 'prefill', 'skills', 'mitigation']) {
     if (args.values.has(f)) throw new SafekeepError(`--${f} applies to the --upstream proxy, not to serve --model DIR`);
   }
   const method = oneOf('method', args.values.get('method'), ['base', 'safekeep', 'refusal-probe', 'safekeep+probe'] as const, 'safekeep');
@@ -112,24 +112,47 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
   const { createLocalServer } = await import('../../guard/local-server.ts');
   const { ProbeGuard } = await import('../../guard/probe.ts');
   const { readProbe, checkProbeFits } = await import('../../experiments/probe/file.ts');
+  const { existsSync, statSync, readFileSync } = await import('node:fs');
+  const { join } = await import('node:path');
   const modelDir = await resolveModel(requireValue(args, 'model'));
-  const probe = probeFile === undefined ? undefined : readProbe(probeFile);
+  // --probe: a probe file, or a refusal-probe skill folder (SKILL.md with check: probe; probe train writes one)
+  let probe: InstanceType<typeof ProbeGuard> | undefined;
+  let probeFileToCheck: string | undefined;
+  let probeLabel = '';
+  if (probeFile !== undefined && existsSync(probeFile) && statSync(probeFile).isDirectory()) {
+    const { loadSkill } = await import('../../guard/s3/skill-file.ts');
+    const { probeGuardFromSkill } = await import('../../guard/s3/checks/probe.ts');
+    const skill = loadSkill(probeFile);
+    if (skill.check !== 'probe' || skill.stage !== 'input') throw new SafekeepError(`${join(probeFile, 'SKILL.md')}: serve --model --probe needs an input-stage skill with check: probe (got ${skill.stage}/${skill.check})`);
+    probe = probeGuardFromSkill(skill);
+    const j = JSON.parse(readFileSync(skill.probe!.direction, 'utf8')) as { format?: string };
+    if (j.format === 'safekeep-probe') probeFileToCheck = skill.probe!.direction;
+    probeLabel = `skill ${skill.name} ℓ=${skill.probe!.layer}`;
+  } else if (probeFile !== undefined) {
+    probeFileToCheck = probeFile;
+  }
   const tokenizer = await loadPromptTokenizer(modelDir, { template: args.values.get('template') });
   const engine = await openEngine(args);
   try {
-    if (probe) {
+    if (probeFileToCheck !== undefined) {
+      const p = readProbe(probeFileToCheck);
       const ckpt = await loadCheckpoint(modelDir);
-      checkProbeFits(probe, { configHash: ckpt.configHash, numLayers: engine.numLayers, dModel: engine.dModel });
+      checkProbeFits(p, { configHash: ckpt.configHash, numLayers: engine.numLayers, dModel: engine.dModel });
+      probe ??= new ProbeGuard(p);
+      probeLabel ||= `probe ${p.kind} ℓ=${p.layer}`;
+    }
+    if (probe && (probe.probe.dModel !== engine.dModel || probe.probe.layer > engine.numLayers)) {
+      throw new SafekeepError(`--probe: d_model ${probe.probe.dModel}, layer ${probe.probe.layer} do not fit this model (d_model ${engine.dModel}, ${engine.numLayers} layers)`);
     }
     const backend = new LocalBackend(engine, tokenizer, args.booleans.has('no-thinking') ? { templateKwargs: { enable_thinking: false } } : {});
     const server = createLocalServer({
       backend, method, modelName: basename(modelDir),
-      ...(probe ? { probe: new ProbeGuard(probe) } : {}),
+      ...(probe ? { probe } : {}),
       defaultMaxTokens: numberValue(args, 'max-tokens', 256),
       judgeMaxTokens: numberValue(args, 'judge-max-tokens', 8),
       onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe'),
     });
-    await listenUntilStopped(server, host, port, `${modelDir} (local engine, guard ${method}${probe ? `, probe ${probe.kind} ℓ=${probe.layer}` : ''})`);
+    await listenUntilStopped(server, host, port, `${modelDir} (local engine, guard ${method}${probe ? `, ${probeLabel}` : ''})`);
   } finally {
     await engine.dispose();
   }

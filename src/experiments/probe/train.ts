@@ -19,6 +19,7 @@ import { SafekeepError } from '../../util/errors.ts';
 import { conditionName, ENGINE_VERSION, extractCondition, openContext, promptCacheName, type Condition, type ContextOptions, type ExtractContext } from '../extract.ts';
 import { type Probe, type ProbeKind, readProbe, weightsFingerprint, writeProbe } from './file.ts';
 import { cachedRows, type CachedRows } from './rows.ts';
+import { writeProbeSkill } from './skill.ts';
 
 export interface ProbeTrainOptions {
   condition?: Condition;
@@ -30,11 +31,15 @@ export interface ProbeTrainOptions {
   l2?: number;
   /** output folder (default results/<model>/probe) */
   out?: string;
+  /** the kind whose `refusal-probe` skill folder is written to <out>/skill/ (default: mean-diff if trained, else the first) */
+  skillKind?: ProbeKind;
 }
 
 export interface TrainedProbe {
   path: string;
   probe: Probe;
+  /** the refusal-probe skill folder, for the probe it was written for */
+  skill?: string;
 }
 
 const round = (x: number): number => Math.round(x * 1e6) / 1e6;
@@ -108,6 +113,9 @@ export async function trainProbesIn(ctx: ExtractContext, o: ProbeTrainOptions): 
     }, w);
     trained.push({ path, probe: readProbe(path) });
   }
+  const skillKind = o.skillKind ?? (kinds.includes('mean-diff') ? 'mean-diff' : kinds[0]!);
+  const forSkill = trained.find((t) => t.probe.kind === skillKind);
+  if (forSkill) forSkill.skill = writeProbeSkill(join(out, 'skill'), forSkill.probe);
   return trained;
 }
 
