@@ -27,6 +27,8 @@ import { runTask } from '../src/guard/s3/loop.ts';
 import type { S3Task } from '../src/guard/s3/task.ts';
 import type { ToolSpec } from '../src/data/types.ts';
 import type { GenerateOptions } from '../src/engine/types.ts';
+import { spawnSync } from 'node:child_process';
+import { repoRoot } from './helpers/shared.ts';
 
 let dir = '';
 let model = '';
@@ -147,4 +149,31 @@ test('probe skills: layer mismatch, unlisted weights and a bad direction file ar
   writeFileSync(join(d, 'agent.schema.mean-diff.json'), JSON.stringify({ vector: truth.r.map((x) => 2 * x) }));
   const g = probeGuardFromSkill(loadSkill(d));
   assert.ok(Math.abs(g.probe.w.reduce((s, x, j) => s + x * truth.r[j]!, 0) - 1) < 1e-5);
+});
+
+test('s3 eval --model with the refusal-probe skill (CLI): the input stage runs the probe on each task; blocked iff above threshold', () => {
+  const fixtures = join(repoRoot, 'test', 'fixtures', 's3');
+  const out = join(dir, 's3out');
+  const r = spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 's3', 'eval', '--model', model, '--bench', 'mixed',
+    '--injecagent', join(fixtures, 'injecagent'), '--agentharm', join(fixtures, 'agentharm'), '--limit', '1', '--skills', skillDir,
+    '--configs', 'none,single:refusal-probe', '--no-guard-decision', '--max-steps', '1', '--max-tokens', '6', '--out', out],
+  { env: { ...process.env, SAFEKEEP_CACHE: join(dir, '.cache') }, encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  type Row = { config: string; final: { blocked: boolean } | null; decisions: { stage: string; runs: { skill: string; risky: boolean; reason: string }[] }[] };
+  const rows = readFileSync(join(out, 'trajectories-mixed.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Row).filter((x) => x.config === 'single:refusal-probe');
+  assert.ok(rows.length > 0);
+  const thr = (scores.harmful + scores.benign) / 2;
+  for (const row of rows) {
+    const run = row.decisions[0]!.runs[0]!;
+    assert.equal(row.decisions[0]!.stage, 'input');
+    assert.equal(run.skill, 'refusal-probe');
+    const score = Number(/score[s the request]* (-?[\d.]+)/.exec(run.reason)![1]);
+    assert.equal(run.risky, score > thr, run.reason);
+    assert.equal(row.final?.blocked ?? false, run.risky);
+  }
+  // an endpoint cannot run a probe skill: one error
+  const e = spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 's3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed',
+    '--injecagent', join(fixtures, 'injecagent'), '--agentharm', join(fixtures, 'agentharm'), '--skills', skillDir, '--configs', 'full'], { encoding: 'utf8' });
+  assert.equal(e.status, 2);
+  assert.match(e.stderr, /need --model DIR, not --endpoint/);
 });
