@@ -13,7 +13,8 @@ import { join } from 'node:path';
 import { writePlantedModel, type PlantedTruth } from '../src/experiments/planted.ts';
 import { loadPairSet } from '../src/data/load.ts';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
-import { writeProbe } from '../src/experiments/probe/file.ts';
+import { readProbe, writeProbe } from '../src/experiments/probe/file.ts';
+import { writeProbeSkill } from '../src/experiments/probe/skill.ts';
 import { createEngine } from '../src/engine/engine.ts';
 import { loadPromptTokenizer } from '../src/prompts/tokenizer.ts';
 import { LocalBackend } from '../src/guard/backends/local.ts';
@@ -25,6 +26,7 @@ let dir = '';
 let model = '';
 let truth: PlantedTruth;
 let probePath = '';
+let skillDir = '';
 let child: ChildProcess | null = null;
 let url = '';
 const tools: ToolSpec[] = [{ type: 'function', function: { name: 'send_email', description: 'Send an email', parameters: { type: 'object', properties: { to: { type: 'string' } }, required: ['to'] } } }];
@@ -70,7 +72,9 @@ before(async () => {
       engine: '', cache: '', created: '',
     },
   }, Float32Array.from(truth.r));
-  child = spawn(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 'serve', '--model', model, '--method', 'refusal-probe', '--probe', probePath, '--port', '0', '--max-tokens', '8'], { env: env(), stdio: ['ignore', 'pipe', 'pipe'] });
+  // the server reads the refusal-probe skill folder (probe train writes one per model)
+  skillDir = writeProbeSkill(join(dir, 'skill'), readProbe(probePath));
+  child = spawn(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 'serve', '--model', model, '--method', 'refusal-probe', '--probe', skillDir, '--port', '0', '--max-tokens', '8'], { env: env(), stdio: ['ignore', 'pipe', 'pipe'] });
   url = await new Promise<string>((resolve, reject) => {
     let out = '';
     let err = '';
@@ -127,4 +131,7 @@ test('serve --model: /v1/models, bad bodies are JSON errors, a probe method with
   const r2 = spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 'serve', '--upstream', 'http://127.0.0.1:9/v1', '--probe', probePath], { env: env(), encoding: 'utf8' });
   assert.equal(r2.status, 2);
   assert.match(r2.stderr, /applies to serve --model/);
+  const r3 = spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 'serve', '--upstream', 'http://127.0.0.1:9/v1', '--skills', skillDir], { env: env(), encoding: 'utf8' });
+  assert.equal(r3.status, 2);
+  assert.match(r3.stderr, /does not expose: use serve --model DIR/);
 });

@@ -1,6 +1,6 @@
 /**
  * `safekeep probe eval --model M [--probe FILE[,FILE]] [--configs agent.schema,agent.flattened] [--reps 1000]
- *    [--compare-kind mean-diff|logistic] [--no-compare] [--compare-limit N] [--max-tokens 64] [--judge-max-tokens 8]
+ *    [--compare-kind mean-diff|logistic] [--no-compare] [--compare-limit N] [--max-tokens 256] [--judge-max-tokens 8]
  *    [--unparseable unsafe|safe] [--no-thinking] [--data ..] [--limit N] [--split-seed N] [--results DIR] [--dtype ..]
  *    [--device ..] [--threads N] [--template FILE]`
  * Probes (default: every probe in results/<model>/probe/) scored on the EVALUATION split: AUROC with paired-bootstrap
@@ -67,7 +67,7 @@ export async function run(argv: string[]): Promise<number> {
       let last = 0;
       const cmp = await compareGuards({
         set: ctx.set, split: ctx.split, builder: ctx.builder, backend, probe, limit,
-        maxTokens: numberValue(a, 'max-tokens', 64), judgeMaxTokens: numberValue(a, 'judge-max-tokens', 8),
+        maxTokens: numberValue(a, 'max-tokens', 256), judgeMaxTokens: numberValue(a, 'judge-max-tokens', 8),
         onUnparseable: unparseable,
         onProgress: (done, total) => {
           const now = performance.now();

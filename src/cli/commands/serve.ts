@@ -50,6 +50,10 @@ export async function run(argv: string[]): Promise<number> {
     throw new SafekeepError('--mitigation and --no-guard-decision need --skills DIR');
   }
   const skills = skillsFlag !== undefined ? loadSkills(skillDirsFromFlag(skillsFlag, repoRoot)) : undefined;
+  const probeSkills = (skills ?? []).filter((s) => s.check === 'probe');
+  if (probeSkills.length) {
+    throw new SafekeepError(`skill(s) ${probeSkills.map((s) => s.name).join(', ')} (check: probe) read the model's hidden states, which an upstream endpoint does not expose: use serve --model DIR --method refusal-probe --probe ${probeSkills[0]!.dir}`);
+  }
   const upstream = requireValue(args, 'upstream');
   for (const f of ['upstream', 'judge-upstream']) {
     const u = args.values.get(f);

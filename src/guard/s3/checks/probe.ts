@@ -119,7 +119,8 @@ export const probeCheck: CheckFn = async (skill, event, env) => {
  */
 export class SharedPrefill implements DecidingHiddenStateProvider {
   readonly backend: ChatBackend;
-  private pending = new Map<string, ChatReply>();
+  /** the last probed call's answer, by its key (one slot: a request whose input stage ended otherwise is dropped) */
+  private pending: { key: string; reply: ChatReply } | null = null;
   /** agent calls answered from a probed prefill (no second forward) */
   reused = 0;
 
@@ -133,11 +134,11 @@ export class SharedPrefill implements DecidingHiddenStateProvider {
       chat(call: ChatCall): Promise<ChatReply> {
         if (call.purpose === 'agent' && !call.inspect && !call.prefix) {
           const key = SharedPrefill.key(call.messages, call.tools ?? [], call.maxTokens);
-          const hit = self.pending.get(key);
-          if (hit) {
-            self.pending.delete(key);
+          const hit = self.pending;
+          if (hit && hit.key === key) {
+            self.pending = null;
             self.reused++;
-            return Promise.resolve(hit);
+            return Promise.resolve(hit.reply);
           }
         }
         return inner.chat(call);
@@ -161,7 +162,7 @@ export class SharedPrefill implements DecidingHiddenStateProvider {
       },
     });
     if (!hidden) throw new SafekeepError(`${this.inner.name}: the agent call reported no prefill hidden states`);
-    if (!halted) this.pending.set(SharedPrefill.key(messages, tools, this.agentMaxTokens), reply);
+    this.pending = halted ? null : { key: SharedPrefill.key(messages, tools, this.agentMaxTokens), reply };
     return { numLayers: this.shape.numLayers, dModel: this.shape.dModel, hidden: hidden as Float32Array };
   }
 }
