@@ -6,6 +6,10 @@
  *   passthrough — client → proxy → upstream, request without tools (no guard)
  *   guarded     — client → proxy → judge (NO) → upstream, request with tools
  *   refused     — client → proxy → judge (YES) → upstream refusal call
+ *   s3-rules    — S³ proxy with the rules-only skills (tool-rules, output-leak), no guard agent: no model call
+ *                 beyond the upstream's
+ *   s3-all      — S³ proxy with all shipped skills and the guard agent (input: guard agent + 2 judges; selection:
+ *                 guard agent + tool-rules) → upstream
  * Bounded request count; stops by itself.
  */
 import type { AddressInfo } from 'node:net';
@@ -14,6 +18,9 @@ import { createGuardProxy } from '../src/guard/proxy.ts';
 import { SAFETY_ASSESSOR_ROLE } from '../src/guard/prompts.ts';
 import { summarize } from '../src/guard/metrics.ts';
 import { completion, startMockUpstream } from '../test/helpers/guard-mock.ts';
+import { join } from 'node:path';
+import { loadSkills } from '../src/guard/s3/skill-file.ts';
+import { repoRoot } from '../src/data/locate.ts';
 
 const args = parseArgs(process.argv.slice(2), { values: ['requests', 'concurrency', 'upstream-ms', 'judge-ms'] });
 const N = numberValue(args, 'requests', 400);
@@ -34,6 +41,11 @@ const judgeUp = await startMockUpstream((b) => {
 const proxy = createGuardProxy({ upstream: upstream.url, judgeUpstream: judgeUp.url, log: () => {} });
 await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
 const proxyUrl = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}/v1`;
+const skills = loadSkills([join(repoRoot, 'skills')]);
+const s3Rules = createGuardProxy({ upstream: upstream.url, judgeUpstream: judgeUp.url, log: () => {}, guardDecision: false, skills: skills.filter((x) => x.check === 'rules') });
+const s3All = createGuardProxy({ upstream: upstream.url, judgeUpstream: judgeUp.url, log: () => {}, skills });
+for (const p of [s3Rules, s3All]) await new Promise<void>((r) => p.listen(0, '127.0.0.1', r));
+const urlOf = (p: typeof proxy) => `http://127.0.0.1:${(p.address() as AddressInfo).port}/v1`;
 
 async function scenario(name: string, url: string, body: unknown): Promise<Record<string, string | number>> {
   const payload = JSON.stringify(body);
@@ -66,13 +78,18 @@ const results = [
   await scenario('passthrough', proxyUrl, plain),
   await scenario('guarded', proxyUrl, withTools),
   await scenario('refused', proxyUrl, harmful),
+  await scenario('s3-rules', urlOf(s3Rules), withTools),
+  await scenario('s3-all', urlOf(s3All), withTools),
 ];
 console.log(`bench:guard — ${N} requests per scenario, concurrency ${C}, mock upstream ${upstreamMs} ms, mock judge ${judgeMs} ms`);
 console.table(results);
 const pass = results.find((r) => r.scenario === 'passthrough')!;
 const guarded = results.find((r) => r.scenario === 'guarded')!;
 console.log(`guard overhead at p50: ${(Number(guarded['p50 ms']) - Number(pass['p50 ms'])).toFixed(2)} ms (one judge round trip + prompt flattening)`);
-proxy.closeAllConnections();
-await new Promise<void>((r) => proxy.close(() => r()));
+console.log('s3-rules vs passthrough is not a pure overhead figure: the S³ proxy makes one buffered upstream call where passthrough pipes the stream');
+for (const p of [proxy, s3Rules, s3All]) {
+  p.closeAllConnections();
+  await new Promise<void>((r) => p.close(() => r()));
+}
 await upstream.close();
 await judgeUp.close();

@@ -7,6 +7,7 @@
  *   agent+probe  — the same call with the probe: the prefill also returns hidden[L+1, d] at the last prompt position
  *                  and a d-dimensional dot product scores it (engine haltAfterPrefill, as guardedRespond does)
  *   judge        — SafeKeep's extra call: prefill of the judge context + its few answer tokens
+ *   agent (again) — the agent call once more: the A/A difference is the noise floor of the comparison
  * Calls are interleaved (rotating order) so machine load hits all three alike; medians are reported. Prints figures;
  * asserts nothing.
  */
@@ -49,6 +50,8 @@ try {
       },
     }),
     judge: () => engine.generate([judgeIds], { maxNewTokens: judgeTokens, stopIds: [] }),
+    // the agent call again, unchanged: the A/A difference is this machine's noise floor for the comparison above
+    'agent (again)': () => engine.generate([agentIds], { maxNewTokens: newTokens, stopIds: [] }),
   };
   const names = Object.keys(runs);
   for (const n of names) await runs[n]!(); // warm-up (graph, arena)
@@ -77,6 +80,9 @@ try {
   const bestAdded = best('agent+probe') - best('agent');
   const cm = Object.fromEntries(names.map((n) => [n, median(cpu[n]!)]));
   const cpuAdded = median(cpu.agent!.map((t, i) => cpu['agent+probe']![i]! - t));
+  const noise = median(times.agent!.map((t, i) => times['agent (again)']![i]! - t));
+  const noiseAbs = median(times.agent!.map((t, i) => Math.abs(times['agent (again)']![i]! - t)));
+  const cpuNoise = median(cpu.agent!.map((t, i) => cpu['agent (again)']![i]! - t));
   const lines = [
     `bench:probe — SmolLM2-135M shape (random weights), ${engine.numLayers} layers, d ${engine.dModel}; agent prompt ${promptTokens} tokens + ${newTokens} generated; judge prompt ${judgePromptTokens} + ${judgeTokens}; ${reps} interleaved reps, medians`,
     `  agent call                 ${base.toFixed(1)} ms`,
@@ -84,6 +90,7 @@ try {
     `  best of ${reps}: agent ${best('agent').toFixed(1)} ms, with the probe ${best('agent+probe').toFixed(1)} ms (added ${bestAdded.toFixed(2)} ms = ${((100 * bestAdded) / best('agent')).toFixed(2)} %), judge ${best('judge').toFixed(1)} ms (${((100 * best('judge')) / best('agent')).toFixed(1)} %)`,
     `  SafeKeep judge call        ${m.judge!.toFixed(1)} ms  (= ${((100 * m.judge!) / base).toFixed(1)} % of the agent call, on top of it)`,
     `  CPU time (process, all threads; medians): agent ${cm.agent!.toFixed(1)} ms, with the probe ${cm['agent+probe']!.toFixed(1)} ms (added, median of paired differences: ${cpuAdded.toFixed(2)} ms = ${((100 * cpuAdded) / cm.agent!).toFixed(2)} %), judge ${cm.judge!.toFixed(1)} ms (${((100 * cm.judge!) / cm.agent!).toFixed(1)} %)`,
+    `  A/A noise floor (the agent call against itself): wall ${noise.toFixed(2)} ms (median |difference| ${noiseAbs.toFixed(1)} ms = ${((100 * noiseAbs) / base).toFixed(2)} %), CPU ${cpuNoise.toFixed(2)} ms`,
     `  target: probe < 2 % of the agent call → wall ${Math.abs(added) / base < 0.02 ? 'met' : 'NOT met'}, CPU ${Math.abs(cpuAdded) / cm.agent! < 0.02 ? 'met' : 'NOT met'} on this run (wall figures need a quiet machine)`,
   ];
   process.stdout.write(`${lines.join('\n')}\n`);

@@ -104,7 +104,14 @@ test('safekeep s3 rules (CLI): seed + generated rules saved as a valid, reviewab
 });
 
 test('safekeep s3 eval / s3 rules: user errors exit 2 with one line', async () => {
+  const probe = join(root, 'probes', 'my-probe');
+  const { mkdirSync } = await import('node:fs');
+  mkdirSync(probe, { recursive: true });
+  writeFileSync(join(probe, 'd.json'), '{}');
+  writeFileSync(join(probe, 'SKILL.md'), '---\nname: my-probe\nstage: input\ndescription: x\nresources: [d.json]\ncheck: probe\ndirection: d.json\nlayer: 1\nmitigation: block\nrecovery: x\n---\nProject.\n');
   const bad: [string[], RegExp][] = [
+    [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed', ...data, '--skills', join(root, 'probes'), '--configs', 'full'], /my-probe\/SKILL\.md: field "check": no implementation of "check: probe"/],
+    [['serve', '--upstream', 'http://127.0.0.1:9/v1', '--skills', join(root, 'probes')], /field "check": no implementation of "check: probe"/],
     [['s3', 'eval', '--bench', 'mixed'], /exactly one of --model DIR or --endpoint URL/],
     [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed', ...data, '--configs', 'none,single:nope'], /no skill named 'nope'/],
     [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed', ...data, '--configs', 'half'], /unknown configuration 'half'/],

@@ -175,5 +175,5 @@ test('s3 eval --model with the refusal-probe skill (CLI): the input stage runs t
   const e = spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 's3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed',
     '--injecagent', join(fixtures, 'injecagent'), '--agentharm', join(fixtures, 'agentharm'), '--skills', skillDir, '--configs', 'full'], { encoding: 'utf8' });
   assert.equal(e.status, 2);
-  assert.match(e.stderr, /need --model DIR, not --endpoint/);
+  assert.match(e.stderr, /field "check": no implementation of "check: probe"/);
 });

@@ -181,3 +181,21 @@ test('serve CLI: --skills runs S³; --method and --skills together exit 2', asyn
   assert.equal(await new Promise<number | null>((resolve) => bad.on('exit', resolve)), 2);
   assert.match(berr, /give --method or --skills, not both/);
 });
+
+test('proxy (S³): guard or upstream failures are JSON errors and nothing unchecked reaches the client', async (t) => {
+  // the guard's checks fail → 502 judge_error, the upstream is never asked
+  const { up, url } = await setup(t, {}, (b) => (b?.tools ? agent(b) : { status: 500, json: { error: 'guard down' } }));
+  const r = await post(url, { model: 'm', messages: request, tools });
+  assert.equal(r.status, 502);
+  assert.equal(((await r.json()) as { error: { type: string } }).error.type, 'judge_error');
+  assert.equal(agentCalls(up).length, 0);
+  // the upstream fails after the input stage passed → 502 upstream_error with its status
+  const { url: url2 } = await setup(t, {}, (b) => (b?.tools ? { status: 503, json: { error: 'busy' } } : s3Script(b)));
+  const r2 = await post(url2, { model: 'm', messages: request, tools });
+  assert.equal(r2.status, 502);
+  const e = (await r2.json()) as { error: { type: string; upstream_status: number } };
+  assert.deepEqual([e.error.type, e.error.upstream_status], ['upstream_error', 503]);
+  // malformed bodies are still 400s
+  const r3 = await post(url2, { model: 'm', messages: 'x' });
+  assert.equal(r3.status, 400);
+});

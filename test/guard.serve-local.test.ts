@@ -133,5 +133,5 @@ test('serve --model: /v1/models, bad bodies are JSON errors, a probe method with
   assert.match(r2.stderr, /applies to serve --model/);
   const r3 = spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 'serve', '--upstream', 'http://127.0.0.1:9/v1', '--skills', skillDir], { env: env(), encoding: 'utf8' });
   assert.equal(r3.status, 2);
-  assert.match(r3.stderr, /does not expose: use serve --model DIR/);
+  assert.match(r3.stderr, /field "check": no implementation of "check: probe"/); // the proxy has no activations
 });

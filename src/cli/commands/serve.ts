@@ -23,6 +23,7 @@ import { SafekeepError } from '../../util/errors.ts';
 import { createGuardProxy } from '../../guard/proxy.ts';
 import type { PrefillMode } from '../../guard/backends/openai.ts';
 import { loadSkills, skillDirsFromFlag } from '../../guard/s3/skill-file.ts';
+import { requireChecks } from '../../guard/s3/guard.ts';
 import { repoRoot } from '../../data/locate.ts';
 
 export const summary = 'OpenAI-compatible proxy: the SafeKeep guard, or S³ skills at every stage, in front of an endpoint';
@@ -50,10 +51,7 @@ export async function run(argv: string[]): Promise<number> {
     throw new SafekeepError('--mitigation and --no-guard-decision need --skills DIR');
   }
   const skills = skillsFlag !== undefined ? loadSkills(skillDirsFromFlag(skillsFlag, repoRoot)) : undefined;
-  const probeSkills = (skills ?? []).filter((s) => s.check === 'probe');
-  if (probeSkills.length) {
-    throw new SafekeepError(`skill(s) ${probeSkills.map((s) => s.name).join(', ')} (check: probe) read the model's hidden states, which an upstream endpoint does not expose: use serve --model DIR --method refusal-probe --probe ${probeSkills[0]!.dir}`);
-  }
+  if (skills) requireChecks(skills);
   const upstream = requireValue(args, 'upstream');
   for (const f of ['upstream', 'judge-upstream']) {
     const u = args.values.get(f);

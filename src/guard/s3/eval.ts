@@ -18,7 +18,7 @@ import { Limiter } from '../backends/limit.ts';
 import { wilson, type Rate } from '../metrics.ts';
 import type { ChatBackend } from '../types.ts';
 import type { CheckEnv, CheckRegistry } from './check.ts';
-import type { S3Config } from './guard.ts';
+import { requireChecks, type S3Config } from './guard.ts';
 import { runTask, type Trajectory } from './loop.ts';
 import { agentHarmBenignCompleted, agentHarmHarmfulCarriedOut, injecAgentAttackSucceeded, injecAgentBenignCompleted } from './score.ts';
 import type { Skill } from './skill.ts';
@@ -34,7 +34,7 @@ export interface S3Configuration {
 export function parseConfigs(spec: string, skills: readonly Skill[], guardDecision: boolean, checks?: CheckRegistry): S3Configuration[] {
   const names = spec.split(',').map((s) => s.trim()).filter(Boolean);
   if (names.length === 0) throw new SafekeepError('--configs is empty');
-  return names.map((name) => {
+  const out = names.map((name): S3Configuration => {
     if (name === 'none') return { name, config: null };
     if (name === 'full' || name === 'no-recovery') {
       if (skills.length === 0) throw new SafekeepError(`--configs ${name} needs skills (--skills DIR)`);
@@ -48,6 +48,8 @@ export function parseConfigs(spec: string, skills: readonly Skill[], guardDecisi
     }
     throw new SafekeepError(`--configs: unknown configuration '${name}' (none, single:<skill>, no-recovery, full)`);
   });
+  for (const c of out) if (c.config) requireChecks(c.config.skills, checks);
+  return out;
 }
 
 export interface ScoredTrajectory extends Trajectory {

@@ -5,7 +5,7 @@
  * unparseable, and then every candidate runs (fail closed).
  */
 import type { ChatBackend, ChatMessage } from '../types.ts';
-import { stageText, type StageEvent } from './event.ts';
+import { stageText, userRequestText, type StageEvent } from './event.ts';
 import type { Skill } from './skill.ts';
 
 export const GUARD_AGENT_ROLE = [
@@ -16,7 +16,7 @@ export const GUARD_AGENT_ROLE = [
 ].join('\n');
 
 export function guardAgentMessages(event: StageEvent, candidates: readonly Skill[]): ChatMessage[] {
-  const request = event.messages.filter((m) => m.role === 'user').map((m) => String(m.content ?? '')).join('\n\n');
+  const request = userRequestText(event.messages);
   const skills = candidates.map((s) => `### ${s.name}\n${s.description}\n\n${s.body}`).join('\n\n');
   return [
     { role: 'system', content: GUARD_AGENT_ROLE },

@@ -10,6 +10,7 @@
  * The guard is invoked (counts towards GIC) when at least one skill passes the filter. What the caller does with a
  * `recover`/`block` decision per stage is in `recovery.ts`.
  */
+import { SafekeepError } from '../../util/errors.ts';
 import type { CheckEnv, CheckRegistry, CheckResult } from './check.ts';
 import { builtinChecks } from './checks/index.ts';
 import type { StageEvent } from './event.ts';
@@ -55,6 +56,15 @@ export interface StageDecision {
   /** guard LLM tokens spent at this stage (guard agent + checks) */
   tokens: number;
   latencyMs: number;
+}
+
+/** Every skill's check kind has an implementation (built in, or given), else one clear error before any run. */
+export function requireChecks(skills: readonly Skill[], checks: CheckRegistry = {}): void {
+  for (const s of skills) {
+    if (!{ ...builtinChecks, ...checks }[s.check]) {
+      throw new SafekeepError(`${s.file}: field "check": no implementation of "check: ${s.check}" is available to this command — fix: remove the skill from --skills, or run with a ${s.check} check supplied`);
+    }
+  }
 }
 
 export async function runStage(event: StageEvent, config: S3Config, env: CheckEnv): Promise<StageDecision> {

@@ -11,7 +11,7 @@ export type { CheckEnv, CheckFn, CheckRegistry, CheckResult, HiddenStateProvider
 export { builtinChecks } from './checks/index.ts';
 export { filterReason, globMatch } from './filter.ts';
 export { guardPick, guardAgentMessages, parsePick, GUARD_AGENT_ROLE } from './guard-agent.ts';
-export { runStage, riskyRuns, type S3Config, type SkillRun, type StageDecision } from './guard.ts';
+export { runStage, riskyRuns, requireChecks, type S3Config, type SkillRun, type StageDecision } from './guard.ts';
 export { recoverObservation, recoverCalls, recoverAnswer, recoveryMessage, guidanceMessage, cutSpans, type RiskyRun } from './recovery.ts';
 export { parseRules, PREDICATES, type Rule } from './rules-lang.ts';
 export { readRuleMemory, retrieveRules, validateRuleMemory, RULE_MEMORY_FORMAT, type MemoryRule, type RuleMemory } from './memory.ts';

@@ -128,7 +128,7 @@ export async function s3ProxyFlow(messages: readonly ChatMessage[], tools: reado
         const keep = new Set(r.allowed.map((c) => c.id));
         return { content: u.content, toolCalls: u.toolCalls.filter((c, i) => keep.has(toView(c, i).id)), finish: u.finish, action, decisions, upstreamMessages: before, usage };
       }
-      work.push({ role: 'assistant', content: u.content ?? '', tool_calls: u.toolCalls });
+      work.push({ role: 'assistant', content: u.content ?? '', tool_calls: u.toolCalls.map((c, i) => ({ ...c, id: toView(c, i).id })) });
       for (const b of r.blocked) work.push({ role: 'tool', tool_call_id: b.call.id, name: b.call.name, content: b.result });
       lastBlocked = r.blocked.map((b) => b.result);
       continue;
