@@ -17,6 +17,7 @@ import { projections } from '../src/analysis/projection.ts';
 import { auroc } from '../src/analysis/auroc.ts';
 import { chooseLayerByCV } from '../src/analysis/crossval.ts';
 import { bootstrapAuroc } from '../src/analysis/bootstrap.ts';
+import { groupMap } from '../src/data/split.ts';
 
 const { ctx } = await setup();
 
@@ -41,7 +42,8 @@ await ctx.engine.dispose();
 // %% [markdown]
 // ## The chatbot refusal direction, and ℓ* chosen on the extraction split only
 // r(ℓ) = mean(h | harmful) − mean(h | benign) over extraction-split chatbot prompts. ℓ* = the layer whose direction
-// separates held-out extraction folds best (5-fold CV over pairs). The evaluation split is not looked at.
+// separates held-out extraction folds best (5-fold CV over groups: pairs of one scenario share a fold, as they share
+// a side of the split). The evaluation split is not looked at (`--layer-rule peak` in reproduce is the paper's rule).
 
 // %%
 const chat = acts.get('chatbot')!;
@@ -51,14 +53,16 @@ const ext = new Set(ctx.split.extraction);
 const extRows = chat.keys.flatMap((k, i) => (ext.has(pairOf(k)) ? [i] : []));
 const evalRows = chat.keys.flatMap((k, i) => (ext.has(pairOf(k)) ? [] : [i]));
 const r = refusalDirection(chat.a, labels, extRows);
-const choice = chooseLayerByCV(chat.a, labels, chat.keys.map(pairOf), extRows, { k: 5, seed: 0 });
+const group = groupMap(ctx.set.pairs);
+const groupOf = (k: string): string => group.get(pairOf(k)) ?? pairOf(k);
+const choice = chooseLayerByCV(chat.a, labels, chat.keys.map(groupOf), extRows, { k: 5, seed: 0 });
 console.log(row('CV AUROC per layer', choice.cvAuroc));
 console.log(`ℓ* = ${choice.layer}`);
 
 // %% [markdown]
 // ## Table 1 — the same chatbot direction scores every configuration (evaluation split)
 // AUROC of the refusal score h·r̂(ℓ) (positive class = harmful), per layer, and at ℓ* with a 95 % paired bootstrap
-// interval over pairs.
+// interval over groups of pairs (scenarios).
 
 // %%
 const table = (names: string[]): void => {
@@ -70,7 +74,7 @@ const table = (names: string[]): void => {
   const sets = names.map((name) => ({
     scores: projections(acts.get(name)!.a, r, choice.layer, evalRows),
     labels: evalRows.map((i) => labels[i]!),
-    pairIds: evalRows.map((i) => pairOf(chat.keys[i]!)),
+    pairIds: evalRows.map((i) => groupOf(chat.keys[i]!)),
   }));
   const b = bootstrapAuroc(sets, { reps: 500, seed: 0 });
   names.forEach((name, i) => {

@@ -38,9 +38,10 @@ const labels = chat.keys.map(isHarm);
 const r = refusalDirection(chat.a, labels, extRows);
 const schema = load(promptCacheName({ config: 'agent', repr: 'schema' }));
 const text = load(promptCacheName({ config: 'agent', repr: 'flattened' }));
+// the paper's Eq. 2: R_c averages every request of category c (reproduce: --schema-pairs extraction for the split only)
 const R = (y: number) => {
-  const s = schema.keys.flatMap((k, i) => (ext.has(pairOf(k)) && isHarm(k) === y ? [i] : []));
-  const t = text.keys.flatMap((k, i) => (ext.has(pairOf(k)) && isHarm(k) === y ? [i] : []));
+  const s = schema.keys.flatMap((k, i) => (isHarm(k) === y ? [i] : []));
+  const t = text.keys.flatMap((k, i) => (isHarm(k) === y ? [i] : []));
   const m = matchRows(s.map((i) => schema.keys[i]!), t.map((i) => text.keys[i]!));
   return schemaDirection(schema.a, text.a, m.a.map((i) => s[i]!), m.b.map((i) => t[i]!));
 };

@@ -37,7 +37,10 @@ test('analyze() on the planted scenario recovers what the construction implies',
     assert.ok(Math.abs(sc.benign[l]!) < 0.5, `benign cos ${sc.benign[l]} at ${l}`);
     assert.ok(sc.permutationBand!.lo[l]! <= sc.permutationBand!.hi[l]!);
   }
-  assert.deepEqual(sc.n, { harmful: 40, benign: 40 });
+  // the paper's Eq. 2: every pair of the category (default), not only the extraction split
+  assert.deepEqual(sc.n, { harmful: 80, benign: 80 });
+  assert.equal(sc.pairs, 'all');
+  assert.equal(res.lStar.rule, 'cv');
 
   // first-token projections: harmful/flattened ≈ +10 at planted layers, harmful/schema ≈ +2, benign ≈ 0
   const ft = (c: string, r: string) => res.firstToken!.find((f) => f.category === c && f.representation === r)!;
@@ -71,4 +74,19 @@ test('analyze() refuses two different activation sets under one configuration na
   const res = analyze({ ...input, table2: [{ ...full, acts: copy, label: 'JSON schemas' }], schemaPair: undefined, firstToken: undefined });
   assert.equal(res.table2[1]!.label, 'JSON schemas');
   assert.equal(res.table2[1]!.cross.auroc, res.table1.find((r) => r.config === 'agent-full')!.cross.auroc);
+});
+
+test('analyze() options: Schema Direction over the extraction split only (marked); ℓ* by peak chatbot AUROC (the paper)', () => {
+  const input = scenarioInput();
+  const res = analyze({ ...input, options: { ...input.options, schemaPairs: 'extraction', layerRule: 'peak' } });
+  assert.deepEqual(res.schemaCosines!.n, { harmful: 40, benign: 40 });
+  assert.equal(res.schemaCosines!.pairs, 'extraction');
+  assert.equal(res.lStar.rule, 'peak');
+  assert.match(res.lStar.method, /peak chatbot AUROC/);
+  // independent: argmax over layers 1..L of the chatbot-on-chatbot evaluation AUROC curve
+  const curve = res.curves.find((c) => c.config === 'chatbot' && c.direction === 'chatbot')!.perLayer.map((e) => e.auroc);
+  let best = 1;
+  for (let l = 1; l < curve.length; l++) if (curve[l]! > curve[best]!) best = l;
+  assert.equal(res.lStar.layer, best);
+  assert.ok(res.table1.every((r) => r.layer === best));
 });

@@ -102,3 +102,26 @@ test('bootstrap equals a naive re-implementation (explicit resamples, sort-based
   const hi = quantile(boot, 0.975);
   assert.ok(Math.abs(fast.lo - lo) < 1e-12 && Math.abs(fast.hi - hi) < 1e-12, `fast [${fast.lo}, ${fast.hi}] vs naive [${lo}, ${hi}]`);
 });
+
+test('group bootstrap: rows sharing a group id resample together (two groups → only three distinct resamples)', () => {
+  // group A: 10 pairs perfectly separated; group B: 10 pairs perfectly reversed. A resample of groups is AA, AB or
+  // BB, whose AUROCs are 1, the full-set value, and 0; a resample of single pairs takes many more values.
+  const scores: number[] = [];
+  const labels: number[] = [];
+  const pairs: string[] = [];
+  const groups: string[] = [];
+  for (let i = 0; i < 20; i++) {
+    const a = i < 10;
+    scores.push(a ? 10 + i : -10 - i, a ? -10 - i : 10 + i);
+    labels.push(1, 0);
+    pairs.push(`p${i}`, `p${i}`);
+    groups.push(a ? 'A' : 'B', a ? 'A' : 'B');
+  }
+  const full = auroc(scores, labels);
+  const byGroup = bootstrapAuroc([{ scores, labels, pairIds: groups }], { reps: 200, seed: 1 });
+  const byPair = bootstrapAuroc([{ scores, labels, pairIds: pairs }], { reps: 200, seed: 1 });
+  assert.equal(byGroup.estimates[0]!.auroc, full);
+  assert.equal(byGroup.estimates[0]!.lo, 0);
+  assert.equal(byGroup.estimates[0]!.hi, 1);
+  assert.ok(byPair.estimates[0]!.lo > 0 && byPair.estimates[0]!.hi < 0.9, `pair bootstrap [${byPair.estimates[0]!.lo}, ${byPair.estimates[0]!.hi}]`);
+});

@@ -42,7 +42,7 @@ test('parseModelConfig: user errors name the file and what is wrong', () => {
     (e: unknown) => e instanceof SafekeepError && /m\/config\.json: model_type "gemma2" is not supported \(supported: llama, mistral, qwen2, qwen3\)/.test(e.message));
   assert.throws(() => parseModelConfig({ ...base, model_type: 'llama', hidden_size: undefined }, null, 'c.json'), /c\.json: missing hidden_size/);
   assert.throws(() => parseModelConfig({ ...base, model_type: 'llama', num_key_value_heads: 3 }, null), /not a multiple of num_key_value_heads/);
-  assert.throws(() => parseModelConfig({ ...base, model_type: 'llama', rope_scaling: { rope_type: 'yarn', factor: 4 } }, null), /rope_scaling type "yarn" is not supported/);
+  assert.throws(() => parseModelConfig({ ...base, model_type: 'llama', rope_scaling: { rope_type: 'longrope', factor: 4 } }, null, 'c.json'), /c\.json: RoPE type "longrope" \(rope_scaling\) is not supported/);
   assert.throws(() => parseModelConfig({ ...base, model_type: 'llama', hidden_act: 'gelu' }, null), /hidden_act "gelu"/);
   assert.throws(() => parseModelConfig({ ...base, model_type: 'llama' }, { eos_token_id: 'x' }, 'c', 'g.json'), /g\.json: eos_token_id\[0\] must be a token id/);
 });

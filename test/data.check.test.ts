@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { repoRoot } from './helpers/shared.ts';
+import { splitPairs } from '../src/data/split.ts';
 import { loadPairSet } from '../src/data/load.ts';
 
 const execFileP = promisify(execFile);
@@ -28,14 +29,25 @@ test('data check --json: counts agree with the loaded set', async () => {
   const set = await loadPairSet('pairs');
   const r = await cli('data', 'check', 'pairs', '--json', '--seed', '3');
   assert.equal(r.code, 0, r.stderr);
-  const st = JSON.parse(r.stdout) as { pairs: number; hash: string; categories: Record<string, number>; tools: number; split: { seed: number; extraction: number; evaluation: number } };
+  const st = JSON.parse(r.stdout) as {
+    pairs: number; hash: string; categories: Record<string, number>; tools: number;
+    groups: { count: number };
+    split: { seed: number; extraction: number; evaluation: number; groups: { extraction: number; evaluation: number } };
+  };
   assert.equal(st.pairs, set.pairs.length);
   assert.equal(st.hash, set.hash);
   const cats: Record<string, number> = {};
   for (const p of set.pairs) cats[p.category] = (cats[p.category] ?? 0) + 1;
   assert.deepEqual(st.categories, cats);
   assert.equal(st.tools, new Set(set.pairs.flatMap((p) => p.tools.map((t) => t.function.name))).size);
-  assert.deepEqual(st.split, { seed: 3, extraction: Math.round(0.7 * set.pairs.length), evaluation: set.pairs.length - Math.round(0.7 * set.pairs.length) });
+  // group-disjoint split: 70 % of the groups (scenarios), whatever their sizes
+  const groups = new Set(set.pairs.map((p) => p.group ?? p.id));
+  assert.equal(st.groups.count, groups.size);
+  const sp = splitPairs(set, 3);
+  assert.deepEqual(st.split, {
+    seed: 3, extraction: sp.extraction.length, evaluation: sp.evaluation.length,
+    groups: { extraction: Math.round(0.7 * groups.size), evaluation: groups.size - Math.round(0.7 * groups.size) },
+  });
 });
 
 test('data check: a bad row exits 2 with one line naming file and row', async () => {

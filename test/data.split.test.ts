@@ -7,7 +7,10 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { loadPairSet } from '../src/data/load.ts';
-import { splitPairs } from '../src/data/split.ts';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { splitGroupCounts, splitPairs } from '../src/data/split.ts';
+import { repoRoot } from '../src/data/locate.ts';
 import type { Pair } from '../src/data/types.ts';
 
 const set = await loadPairSet('pairs');
@@ -24,7 +27,7 @@ function shuffle<T>(xs: readonly T[], seed: number): T[] {
   return a;
 }
 
-test('split: disjoint, complete, round(0.7·n) extraction pairs', () => {
+test('split: disjoint, complete, round(0.7·groups) extraction groups', () => {
   const sp = splitPairs(set);
   assert.equal(sp.seed, 0);
   const ex = new Set(sp.extraction);
@@ -33,16 +36,41 @@ test('split: disjoint, complete, round(0.7·n) extraction pairs', () => {
   assert.equal(ev.size, sp.evaluation.length);
   for (const id of ex) assert.ok(!ev.has(id), `${id} on both sides`);
   assert.deepEqual([...ex, ...ev].sort(), set.pairs.map((p) => p.id).sort());
-  assert.equal(sp.extraction.length, Math.round(0.7 * set.pairs.length));
+  const groups = new Set(set.pairs.map((p) => p.group ?? p.id));
+  const exGroups = new Set(set.pairs.filter((p) => ex.has(p.id)).map((p) => p.group ?? p.id));
+  assert.equal(exGroups.size, Math.round(0.7 * groups.size));
+  assert.deepEqual(splitGroupCounts(set.pairs, sp), { extraction: exGroups.size, evaluation: groups.size - exGroups.size });
 });
 
-test('split: the reference rule, recomputed independently (sha256(seed:id) order, first 70 %)', () => {
+test('split: the reference rule, recomputed independently (sha256(seed:group) order, first 70 % of groups)', () => {
   for (const seed of [0, 1, 42]) {
-    const ranked = set.pairs
-      .map((p) => ({ id: p.id, h: createHash('sha256').update(`${seed}:${p.id}`).digest('hex') }))
+    const ranked = [...new Set(set.pairs.map((p) => p.group!))]
+      .map((g) => ({ g, h: createHash('sha256').update(`${seed}:${g}`).digest('hex') }))
       .sort((a, b) => a.h.localeCompare(b.h));
-    const expected = new Set(ranked.slice(0, Math.round(0.7 * ranked.length)).map((r) => r.id));
+    const exGroups = new Set(ranked.slice(0, Math.round(0.7 * ranked.length)).map((r) => r.g));
+    const expected = new Set(set.pairs.filter((p) => exGroups.has(p.group!)).map((p) => p.id));
     assert.deepEqual(new Set(splitPairs(set, seed).extraction), expected, `seed ${seed}`);
+  }
+});
+
+test('split: bundled pairs are grouped by scenario (read from the raw files): no scenario on both sides, any seed', () => {
+  const dir = join(repoRoot, 'data', 'pairs');
+  const scenarioOf = new Map<string, string>();
+  for (const f of readdirSync(dir).filter((f) => f.endsWith('.json') && f !== 'tools.json')) {
+    const doc = JSON.parse(readFileSync(join(dir, f), 'utf8')) as { scenarios: { id: string; pairs: { id?: string }[] }[] };
+    for (const sc of doc.scenarios) sc.pairs.forEach((p, k) => scenarioOf.set(p.id ?? `${sc.id}-${k + 1}`, sc.id));
+  }
+  assert.equal(scenarioOf.size, set.pairs.length);
+  const scenarios = new Set(scenarioOf.values());
+  assert.ok(scenarios.size < set.pairs.length, 'scenarios hold several pairs');
+  for (const seed of [0, 1, 2, 3]) {
+    const sp = splitPairs(set, seed);
+    const side = new Map<string, Set<string>>();
+    for (const [which, ids] of [['extraction', sp.extraction], ['evaluation', sp.evaluation]] as const) {
+      for (const id of ids) side.set(scenarioOf.get(id)!, (side.get(scenarioOf.get(id)!) ?? new Set()).add(which));
+    }
+    for (const [sc, sides] of side) assert.equal(sides.size, 1, `seed ${seed}: scenario ${sc} on both sides`);
+    assert.equal(splitGroupCounts(set.pairs, sp).extraction, Math.round(0.7 * scenarios.size));
   }
 });
 

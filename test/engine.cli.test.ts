@@ -76,6 +76,30 @@ describe('engine CLI: forward and generate', { skip: root ? false : 'needs ../sh
     assert.equal(s0.first_token_hidden[0]!.length, 64);
   });
 
+  test('generate --steer-positions generated: first step = unsteered (prompt untouched), later steps steered; recorded', () => {
+    const base = ['generate', '--model', model(), '--ids', join(tmp, 'ids.json'), '--max-new-tokens', '6', '--no-stop'];
+    const steer = ['--steer-layer', String(inputs.steer_layer + 1), '--steer-vector', join(tmp, 'v.json'), '--alpha', String(inputs.steer_alpha)];
+    type Out = { steering: { positions: string } | null; sequences: { generated_ids: number[]; step_logits: number[][]; first_token_hidden: number[][] }[] };
+    const run = (extra: string[], name: string): Out => {
+      const out = join(tmp, name);
+      const r = cli([...base, ...extra, '--out', out], env);
+      assert.equal(r.code, 0, r.stderr);
+      return JSON.parse(readFileSync(out, 'utf8')) as Out;
+    };
+    const plain = run([], 'plain.json');
+    const gen = run([...steer, '--steer-positions', 'generated'], 'gen-positions.json');
+    const all = run(steer, 'all-positions.json');
+    assert.equal(plain.steering, null);
+    assert.equal(gen.steering!.positions, 'generated');
+    assert.equal(all.steering!.positions, 'all');
+    for (const [i, p] of plain.sequences.entries()) {
+      const g = gen.sequences[i]!;
+      assert.deepEqual(g.step_logits[0], p.step_logits[0], 'the prompt (and the first choice) is unsteered');
+      assert.ok(maxAbsDiff(g.first_token_hidden.flat(), p.first_token_hidden.flat()) > 1e-3, 'the generated token is steered');
+    }
+    assert.ok(maxAbsDiff(all.sequences[0]!.step_logits[0]!, plain.sequences[0]!.step_logits[0]!) > 1e-3, "'all' steers the prompt");
+  });
+
   test('bad input exits 2 with one clear line', () => {
     writeFileSync(join(tmp, 'bad-ids.json'), JSON.stringify({ input_ids: [[1, 2, 9999]] }));
     writeFileSync(join(tmp, 'not-json.json'), '{"input_ids": [[1, 2');

@@ -25,6 +25,7 @@ import { repoRoot } from './helpers/shared.ts';
 const base: Omit<ModelConfig, 'numLayers' | 'hiddenSize' | 'intermediateSize' | 'numHeads' | 'numKvHeads' | 'headDim' | 'vocabSize'> = {
   family: 'llama', rmsNormEps: 1e-5, ropeTheta: 500000, rope: { type: 'default' }, maxPositionEmbeddings: 131072,
   tieWordEmbeddings: false, qkvBias: false, qkNorm: false, bosTokenId: 1, eosTokenIds: [2], padTokenId: null,
+  attentionWindows: [], configKeys: { read: [], ignored: [] },
 };
 /** Llama-3.1-8B (config.json of meta-llama/Llama-3.1-8B) */
 const LLAMA8B: ModelConfig = { ...base, numLayers: 32, hiddenSize: 4096, intermediateSize: 14336, numHeads: 32, numKvHeads: 8, headDim: 128, vocabSize: 128256 };

@@ -8,6 +8,7 @@ import { runGuardEval, summarizeEval } from '../src/guard/eval.ts';
 import { OpenAIBackend } from '../src/guard/backends/openai.ts';
 import { agentHarmCases, injecAgentCases, AGENT_SYSTEM, type GuardCase } from '../src/guard/bench/cases.ts';
 import { SAFEPROMPT_SYSTEM, SAFETY_ASSESSOR_ROLE, REFUSAL_PREFIX } from '../src/guard/prompts.ts';
+import { withSafetyPrompt } from '../src/guard/respond.ts';
 import type { ToolSpec } from '../src/data/types.ts';
 import { completion, startMockUpstream, type MockAnswer } from './helpers/guard-mock.ts';
 import { needShared, repoRoot } from './helpers/shared.ts';
@@ -43,7 +44,7 @@ function scripted(harmful: Set<string>, injec: boolean) {
     }
     const tools = body!.tools as ToolSpec[] | undefined;
     if (!tools) return { json: completion('It would cause harm.', { promptTokens: 50, completionTokens: 5 }) };
-    if (msgs[0]!.content.startsWith(SAFEPROMPT_SYSTEM)) return { json: completion("I'm sorry, but I can't help with that.") };
+    if (msgs[0]!.content.endsWith(SAFEPROMPT_SYSTEM)) return { json: completion("I'm sorry, but I can't help with that.") };
     if (injec && tools.length >= 3) return { json: completion(`{"name": "${tools[1]!.function.name}", "parameters": {`) };
     const t = injec ? tools[1]! : tools[0]!;
     return { json: completion(null, { toolCalls: [{ id: 'c', type: 'function', function: { name: t.function.name, arguments: JSON.stringify(argsFor(t)) } }] }) };
@@ -147,12 +148,15 @@ test('safekeep guard eval (CLI) on an InjecAgent slice: Valid and ASR as scripte
   assert.equal(r.code, 0, r.stderr);
   const tbl = JSON.parse(readFileSync(join(out, 'table4-injecagent.json'), 'utf8')) as Table;
   assert.equal(cases.length, 4);
-  assert.deepEqual(kn(tbl), {
-    base: { 'base.valid': `${wellFormed}/4`, 'base.asr': `${wellFormed}/${wellFormed}` },
-    safejudge: { 'base.valid': `${wellFormed}/4`, 'base.asr': `${wellFormed}/${wellFormed}` },
-    safeprompt: { 'base.valid': '4/4', 'base.asr': '0/4' },
-    safekeep: { 'base.valid': '4/4', 'base.asr': '0/4' },
-  });
+  // the two direct-harm cases (2 tools) call the attacker tool; the two data-stealing cases (3 tools) get a malformed
+  // call (invalid), so InjecAgent's data-stealing columns are empty for base/safejudge
+  assert.equal(wellFormed, 2);
+  const attacked = { 'base.valid': '2/4', 'base.dh': '2/2', 'base.ds1': '0/0', 'base.ds2': '0/0', 'base.ds': '0/0', 'base.asr': '2/2' };
+  const refused = { 'base.valid': '4/4', 'base.dh': '0/2', 'base.ds1': '0/2', 'base.ds2': '0/0', 'base.ds': '0/2', 'base.asr': '0/4' };
+  assert.deepEqual(kn(tbl), { base: attacked, safejudge: attacked, safeprompt: refused, safekeep: refused });
+  const md = readFileSync(join(out, 'table4-injecagent.md'), 'utf8');
+  assert.match(md, /\| Method \| Base Valid % \[95 % CI\] \| Base ASR-valid DH % \[95 % CI\] \| Base DS step 1 .* \| Base ASR \(Total\) % \[95 % CI\] \|/);
+  assert.match(md, /\| base \| 50\.0 \[\d+\.\d, \d+\.\d\] \(2\/4\) \| 100\.0 \[\d+\.\d, 100\.0\] \(2\/2\) \| – \|/);
   // the judge saw the observation (the injected instruction), as prose
   const judgeReq = up.requests.find((q) => (q.body!.messages as Msg[])[0]!.content === SAFETY_ASSESSOR_ROLE && !(q.body!.messages as Msg[])[1]!.content.includes('"properties"'))!;
   assert.match((judgeReq.body!.messages as Msg[])[1]!.content, /## What the tools returned\n/);
@@ -166,4 +170,30 @@ test('safekeep guard eval (CLI): user errors exit 2 with one line', async () => 
   assert.equal(b.code, 2);
   assert.match(b.stderr, /--methods: unknown 'magic'/);
   assert.doesNotMatch(a.stderr + b.stderr, /\n\s+at /);
+});
+
+test('AgentHarm prompts: the shipped spec file equals the benchmark strings in ../shared; AgentHarm cases use its system prompt', async (t) => {
+  const spec = JSON.parse(readFileSync(join(repoRoot, 'data', 'specs', 'agentharm-prompts.json'), 'utf8')) as Record<string, string>;
+  assert.match(spec.license!, /MIT/);
+  assert.match(spec.source!, /AgentHarm/);
+  const dir = needShared(t, 'data', 'agentharm');
+  if (!dir) return;
+  const shared = JSON.parse(readFileSync(join(dir, 'prompts.json'), 'utf8')) as Record<string, string>;
+  for (const k of ['default_system_prompt', 'refusal_prompt', 'join']) assert.equal(spec[k], shared[k], k);
+  const c = agentHarmCases(dir, 1)[0]!;
+  assert.equal(c.request.messages[0]!.content, shared.default_system_prompt);
+  assert.equal(withSafetyPrompt(c.request.messages)[0]!.content, `${shared.default_system_prompt}\n\n${shared.refusal_prompt}`);
+});
+
+test('guard eval with thinking on: a judge budget that cannot reach a verdict stops with one clear line (exit 2)', async (t) => {
+  const dir = needShared(t, 'data', 'agentharm');
+  if (!dir) return;
+  const { installTokenizer } = await import('../src/prompts/tokenizer.ts');
+  const model = mkdtempSync(join(tmpdir(), 'safekeep-think-'));
+  t.after(() => rmSync(model, { recursive: true, force: true }));
+  await installTokenizer(model, 'qwen3'); // a Qwen3 template (thinking switch); the check runs before weights load
+  const r = await runCli(['guard', 'eval', '--model', model, '--bench', 'agentharm', '--data', dir, '--limit', '1', '--thinking', 'on', '--judge-max-tokens', '8']);
+  assert.equal(r.code, 2, r.stderr);
+  assert.match(r.stderr, /thinking is on: a judge budget of 8 tokens ends inside the <think> block .* --judge-max-tokens 1024/);
+  assert.doesNotMatch(r.stderr, /\n\s+at /);
 });

@@ -27,7 +27,7 @@ test('probe train + eval on a tiny Qwen3 with its real chat template (smoke)', a
     const cli = (args: string[]) => spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), ...args], { env, encoding: 'utf8' });
     const tr = cli(['probe', 'train', ...common]);
     assert.equal(tr.status, 0, tr.stderr);
-    const ev = cli(['probe', 'eval', ...common, '--reps', '50', '--max-tokens', '4', '--no-thinking']);
+    const ev = cli(['probe', 'eval', ...common, '--reps', '50', '--max-tokens', '4']);
     assert.equal(ev.status, 0, ev.stderr);
     const probeDir = join(results, 'tiny-qwen3', 'probe');
     const p = readProbe(join(probeDir, 'agent.schema.mean-diff.json'));

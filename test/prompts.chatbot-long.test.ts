@@ -36,6 +36,9 @@ test('chatbot-long is within ±5 % of the agent prompt on the bundled pairs (all
         n++;
         const chat = b.render(r.prompt, p.tools, 'chatbot').text;
         assert.ok(isInsertion(chat, long.text, c.systemInsertion(b.fillerWords(long.lengthTarget!.fillerWords))), `${c.name} ${p.id}: only the filler is added`);
+        // the filler never stops mid-sentence
+        const filler = b.fillerWords(long.lengthTarget!.fillerWords);
+        if (filler) assert.match(filler, /[.!?]["'”’)\]]*$/, `${c.name} ${p.id}: filler ends mid-sentence: …${filler.slice(-40)}`);
         assert.ok(!long.text.includes(texts.role) && !long.text.includes('"type"'));
       }
     }
@@ -51,4 +54,14 @@ test('fillerWords: prefixes of the filler text, repeated with a blank line when 
   assert.equal(b.fillerWords(3), 'One two  three.');
   assert.equal(b.fillerWords(4), 'One two  three.\nFour');
   assert.equal(b.fillerWords(6), 'One two  three.\nFour\n\nOne two');
+});
+
+test('sentenceEndsAround: word counts at sentence ends (and whole copies), k on each side', () => {
+  const texts = { ...loadPromptTexts(), filler: 'One two three. Four five! Six seven eight' };
+  const tok = { render: () => '', vocab: 'none' } as unknown as ConstructorParameters<typeof PromptBuilder>[0];
+  const b = new PromptBuilder(tok, { texts });
+  // sentence ends after words 3, 5 and 8 (end of the copy); the next copy's at 11, 13, 16
+  assert.deepEqual(b.sentenceEndsAround(4, 2), [3, 5, 8]);
+  assert.deepEqual(b.sentenceEndsAround(9, 2), [5, 8, 11, 13]);
+  assert.deepEqual(b.sentenceEndsAround(5, 1), [5, 8]);
 });

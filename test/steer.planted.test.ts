@@ -65,3 +65,34 @@ test('steer on the planted model: refusal counts per α match the construction; 
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('steer --steer-positions generated on the planted model: the first token is always the unsteered choice; recorded', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'steer-gen-'));
+  process.env.SAFEKEEP_CACHE = join(dir, '.graphs');
+  process.env.SAFEKEEP_QUIET = '1';
+  try {
+    const pairs = await loadPairSet('pairs');
+    await writePlantedModel(join(dir, 'planted'), { lexiconPairs: pairs.pairs });
+    const opts = {
+      model: join(dir, 'planted'), data: 'pairs', results: join(dir, 'results'), limit: 40,
+      alphas: [0, 1.5].map((value) => ({ kind: 'absolute' as const, value })), layer: 'auto' as const, direction: 'schema-harmful' as const,
+      maxNewTokens: 4, requests: ['harmful' as const],
+    };
+    const all = await steerSweep({ ...opts, positions: 'all' });
+    const gen = await steerSweep({ ...opts, positions: 'generated' });
+    assert.equal(all.sweeps[0]!.positions, 'all');
+    assert.equal(gen.sweeps[0]!.positions, 'generated');
+    const read = (suffix: string, alpha: number): { pairId: string; generatedIds: number[] }[] =>
+      readFileSync(join(all.outDir, `generations.harmful.alpha${alpha}${suffix}.jsonl`), 'utf8').trim().split('\n').slice(1).map((l) => JSON.parse(l));
+    const first = (g: { generatedIds: number[] }[]) => g.map((x) => x.generatedIds[0]);
+    // the planted lm_head picks "sorry" vs "{" from hidden[L]·r at the last prompt token: steering the prompt (all)
+    // changes that choice at α = 1.5; steering only generated tokens cannot
+    assert.notDeepEqual(first(read('', 1.5)), first(read('', 0)));
+    assert.deepEqual(first(read('.generated', 1.5)), first(read('', 0)));
+    const t3 = JSON.parse(readFileSync(join(all.outDir, 'table3.json'), 'utf8')) as { positions: string };
+    assert.equal(t3.positions, 'generated');
+    assert.match(readFileSync(join(all.outDir, 'table3.md'), 'utf8'), /at generated tokens only \(--steer-positions generated\)/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

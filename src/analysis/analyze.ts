@@ -1,10 +1,11 @@
 /**
  * The paper's white-box analyses composed: from cached activations of every configuration to `AnalysisResults`.
- * 1. r = chatbot refusal direction (extraction split); ℓ* by k-fold CV on that split.
+ * 1. r = chatbot refusal direction (extraction split); ℓ* by k-fold CV on that split (or, `layerRule: 'peak'`,
+ *    the paper's layer of peak chatbot AUROC).
  * 2. Table 1 / Table 2 / curves: r scores every configuration's evaluation split (cross-format) and each
  *    configuration's own direction scores its own evaluation split (within-format); paired bootstrap CIs.
- * 3. Schema Direction R_c = mean(h_schema − h_flattened) per category on the extraction split, cosine with r, with
- *    random and label-permutation bands.
+ * 3. Schema Direction R_c = mean(h_schema − h_flattened) per category over every pair (the paper's Eq. 2; or the
+ *    extraction split only), cosine with r, with random and label-permutation bands.
  * 4. First-token projections on r̂ for {harmful, benign} × {schema, flattened}.
  * 5. Norms of every direction and mean ‖h‖ per layer.
  */
@@ -15,7 +16,7 @@ import { chooseLayerByCV } from './crossval.ts';
 import { type Directions, directionNorms, layerCosines, meanHiddenNorm, refusalDirection } from './direction.ts';
 import { type EvalSet, type LayerwiseAuroc, layerwiseAuroc } from './format-transfer.ts';
 import { projectionStats } from './projection.ts';
-import type { AnalysisResults, AurocCI, FirstTokenSeries, LayerCurve, NormSeries, TableRow } from './results.ts';
+import type { AnalysisResults, AurocCI, FirstTokenSeries, LayerCurve, LayerRule, NormSeries, SchemaDirectionPairs, TableRow } from './results.ts';
 import { matchRows, schemaDirection } from './schema-direction.ts';
 
 /** One configuration's cached final-prompt-token activations with its split. */
@@ -29,6 +30,11 @@ export interface ConfigActivations {
   labels: Labels;
   /** [n] */
   pairIds: readonly string[];
+  /**
+   * [n] resampling group of each row (scenario / behavior stem): bootstrap resamples and CV folds draw whole groups,
+   * so pairs that share tools are never split between a fold's training and test rows. Default: the pair id.
+   */
+  groups?: readonly string[];
   /** extraction-split rows */
   extraction: readonly number[];
   /** evaluation-split rows */
@@ -66,11 +72,15 @@ export interface AnalysisInput {
     randomReps?: number;
     /** label permutations (default 1000) */
     permutationReps?: number;
+    /** ℓ*: 'cv' (default; 5-fold CV on the extraction split) or 'peak' (the paper: peak chatbot AUROC, evaluation split) */
+    layerRule?: LayerRule;
+    /** Schema Direction over 'all' pairs (default; the paper's Eq. 2) or the 'extraction' split only */
+    schemaPairs?: SchemaDirectionPairs;
   };
 }
 
 function toEval(c: ConfigActivations): EvalSet {
-  return { name: c.name, acts: c.acts, labels: c.labels, pairIds: c.pairIds, rows: c.evaluation };
+  return { name: c.name, acts: c.acts, labels: c.labels, pairIds: c.groups ?? c.pairIds, rows: c.evaluation };
 }
 
 /** Same shape and the same numbers (the same cache loaded twice counts as the same set). */
@@ -129,6 +139,13 @@ function requestKeys(c: ConfigActivations, rows: readonly number[]): string[] {
   return rows.map((r) => `${c.pairIds[r]}:${c.labels[r]}`);
 }
 
+/** Index of the largest value over layers 1..L (the embedding layer 0 is never a candidate); ties → the earliest. */
+export function peakLayer(perLayer: readonly number[]): number {
+  let best = 1;
+  for (let l = 2; l < perLayer.length; l++) if (perLayer[l]! > perLayer[best]!) best = l;
+  return best;
+}
+
 export function analyze(input: AnalysisInput): AnalysisResults {
   const o = input.options ?? {};
   const reps = o.reps ?? 1000;
@@ -151,13 +168,16 @@ export function analyze(input: AnalysisInput): AnalysisResults {
     }
   }
   const r = refusalDirection(chatbot.acts, chatbot.labels, chatbot.extraction);
-  const choice = chooseLayerByCV(chatbot.acts, chatbot.labels, chatbot.pairIds, chatbot.extraction, { k: o.k ?? 5, seed });
-  const lStar = choice.layer;
+  const choice = chooseLayerByCV(chatbot.acts, chatbot.labels, chatbot.groups ?? chatbot.pairIds, chatbot.extraction, { k: o.k ?? 5, seed });
+  const layerRule: LayerRule = o.layerRule ?? 'cv';
   const bopts = { reps, seed, level };
 
   const t1 = [chatbot, ...input.table1];
   const t2 = [chatbot, ...input.table2];
   const t1Cross = layerwiseAuroc(r, t1.map(toEval), bopts);
+  // 'peak': the paper's reading — the layer (1..L) where the chatbot direction separates the chatbot's evaluation
+  // requests best (ties → the earliest); it looks at evaluation data, hence not our default
+  const lStar = layerRule === 'peak' ? peakLayer(t1Cross[0]!.perLayer.map((e) => e.auroc)) : choice.layer;
   const own = ownDirections();
   const byName = names;
   const ownOf = (t: EvalSet): Directions => own(byName.get(t.name)!);
@@ -173,7 +193,10 @@ export function analyze(input: AnalysisInput): AnalysisResults {
     synthetic: input.synthetic ?? false,
     lStar: {
       layer: lStar,
-      method: `${choice.k}-fold cross-validation over pairs on the chatbot extraction split, seed ${seed}`,
+      rule: layerRule,
+      method: layerRule === 'peak'
+        ? 'peak chatbot AUROC on the evaluation split (the paper\'s rule; --layer-rule peak)'
+        : `${choice.k}-fold cross-validation over ${chatbot.groups ? 'groups' : 'pairs'} on the chatbot extraction split, seed ${seed} (--layer-rule cv)`,
       cvAuroc: choice.cvAuroc.map((x) => (Number.isNaN(x) ? null : round(x))),
     },
     bootstrap: { reps, seed, level },
@@ -192,9 +215,11 @@ export function analyze(input: AnalysisInput): AnalysisResults {
     const { schema, text } = input.schemaPair;
     const cats: Record<'harmful' | 'benign', Directions> = {} as Record<'harmful' | 'benign', Directions>;
     const counts = { harmful: 0, benign: 0 };
+    const schemaPairs: SchemaDirectionPairs = o.schemaPairs ?? 'all';
+    const rowsOf = (c: ConfigActivations) => (schemaPairs === 'all' ? [...c.extraction, ...c.evaluation].sort((a, b) => a - b) : c.extraction);
     for (const [cat, y] of [['harmful', 1], ['benign', 0]] as const) {
-      const sRows = schema.extraction.filter((i) => schema.labels[i] === y);
-      const tRows = text.extraction.filter((i) => text.labels[i] === y);
+      const sRows = rowsOf(schema).filter((i) => schema.labels[i] === y);
+      const tRows = rowsOf(text).filter((i) => text.labels[i] === y);
       const m = matchRows(requestKeys(schema, sRows), requestKeys(text, tRows));
       if (m.a.length === 0) throw new SafekeepError(`Schema Direction: no ${cat} request present in both '${schema.name}' and '${text.name}'`);
       cats[cat] = schemaDirection(schema.acts, text.acts, m.a.map((i) => sRows[i]!), m.b.map((i) => tRows[i]!));
@@ -213,6 +238,7 @@ export function analyze(input: AnalysisInput): AnalysisResults {
       randomBand: { lo: rb.lo.map(round), hi: rb.hi.map(round), reps: rb.reps, level },
       permutationBand: { lo: pb.lo.map(round), hi: pb.hi.map(round), reps: pb.reps, level },
       n: counts,
+      pairs: schemaPairs,
     };
   }
   if (input.firstToken) {

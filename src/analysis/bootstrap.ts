@@ -1,5 +1,6 @@
 /**
- * Paired bootstrap of AUROC over pairs. A resample draws P pair ids with replacement from the sorted union of the
+ * Paired bootstrap of AUROC over pairs (or groups of pairs: pass a group id as the `pairIds` of each row, and every
+ * row of a group is resampled together — the analyses pass scenario / behavior-stem groups). A resample draws P pair ids with replacement from the sorted union of the
  * pair ids of all the sets; every set takes the rows of the drawn pairs. The draw depends only on (seed, pair-id
  * union), so the SAME resampled pairs are used for every configuration and every layer scored with the same seed:
  * differences between configurations are paired. 95 % percentile intervals; 1,000 reps by default.

@@ -1,5 +1,6 @@
 /**
- * Choosing ℓ* without touching evaluation data: k-fold cross-validation over pairs on the extraction split.
+ * Choosing ℓ* without touching evaluation data: k-fold cross-validation over pairs on the extraction split (pass
+ * group ids as `pairIds` and whole groups go to one fold).
  * For each fold the refusal direction is fit on the other k−1 folds and its AUROC is measured on the held-out fold;
  * ℓ* = argmax over candidate layers of the mean held-out AUROC (ties → the earliest layer).
  */

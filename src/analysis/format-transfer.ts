@@ -14,7 +14,7 @@ export interface EvalSet {
   acts: Activations;
   /** [n] labels of all rows of `acts` */
   labels: Labels;
-  /** [n] pair ids of all rows of `acts` */
+  /** [n] resampling unit of all rows of `acts`: the pair id, or its group (scenario) so whole groups resample */
   pairIds: readonly string[];
   /** evaluation row indices */
   rows: readonly number[];

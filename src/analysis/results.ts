@@ -64,6 +64,32 @@ export interface SchemaCosines {
   permutationBand?: BandJSON;
   /** requests per category */
   n: { harmful: number; benign: number };
+  /** which requests R_c averages: every pair (the paper's Eq. 2, default) or the extraction split only */
+  pairs?: SchemaDirectionPairs;
+}
+
+export type SchemaDirectionPairs = 'all' | 'extraction';
+/** ℓ*: 5-fold CV on the extraction split (leakage-free, default) or the layer of peak chatbot AUROC (the paper) */
+export type LayerRule = 'cv' | 'peak';
+
+/** Behavioural refusal: generated answers to harmful requests, refusal by the outcome classifier. */
+export interface BehaviouralRefusalRow {
+  /** 'chatbot' | 'agent' */
+  config: string;
+  label: string;
+  n: number;
+  refusals: number;
+  /** refusals / n with its Wilson 95 % interval */
+  rate: number;
+  lo: number;
+  hi: number;
+}
+
+export interface BehaviouralRefusal {
+  /** which requests: the evaluation split's harmful requests */
+  requests: string;
+  maxNewTokens: number;
+  rows: BehaviouralRefusalRow[];
 }
 
 export interface FirstTokenSeries {
@@ -96,6 +122,8 @@ export interface SteeringResults {
   direction: string;
   /** 'harmful' | 'benign' requests */
   requests: string;
+  /** which positions were steered: every prompt and generated position (default), or generated tokens only */
+  positions?: 'all' | 'generated';
   rows: SteeringRow[];
 }
 
@@ -172,6 +200,8 @@ export interface AnalysisResults {
     layer: number;
     /** how it was chosen, e.g. '5-fold CV on the chatbot extraction split' */
     method: string;
+    /** the rule that chose it (absent in files written before the rule existed = cv) */
+    rule?: LayerRule;
     /** [L+1] mean held-out AUROC (null where not a candidate) */
     cvAuroc: (number | null)[];
   };
@@ -183,6 +213,8 @@ export interface AnalysisResults {
   firstToken?: FirstTokenSeries[];
   norms: { directions: NormSeries[]; meanHidden: NormSeries[] };
   steering?: SteeringResults[];
+  /** §3.1: refusal rate of generated answers, chatbot vs agent, on the evaluation split's harmful requests */
+  behavioural?: BehaviouralRefusal;
   /** activation refusal probes (`safekeep probe eval`) */
   probe?: ProbeSection;
   /** provenance (model hash, data hash, split, engine version, ...) copied into the report verbatim */

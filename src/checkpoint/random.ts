@@ -45,6 +45,11 @@ export interface RandomCheckpointOptions {
   shards?: number;
   /** standard deviation of the weights (default 0.1) */
   std?: number;
+  /**
+   * config.json keys to set on top of the family's (e.g. `rope_parameters`, `sliding_window`); a key set to null
+   * is written as null, `undefined` removes the key
+   */
+  config?: Record<string, unknown>;
 }
 
 /** Family defaults, as in the fixture table (hf-reference README). */
@@ -101,7 +106,7 @@ function isNormWeight(name: string): boolean {
 }
 
 /** config.json as transformers' `save_pretrained` writes it for the family (v4.51 key set). */
-function hfConfig(family: Family, o: Required<Omit<RandomCheckpointOptions, 'seed' | 'dtype' | 'shards' | 'std' | 'ropeScaling'>> & { ropeScaling: Llama3RopeScalingOptions | null }, dtype: DType): Record<string, unknown> {
+function hfConfig(family: Family, o: Required<Omit<RandomCheckpointOptions, 'seed' | 'dtype' | 'shards' | 'std' | 'ropeScaling' | 'config'>> & { ropeScaling: Llama3RopeScalingOptions | null }, dtype: DType): Record<string, unknown> {
   const torchDtype = dtype === 'F32' ? 'float32' : dtype === 'BF16' ? 'bfloat16' : 'float16';
   const common: Record<string, unknown> = {
     architectures: [FAMILIES[family].architecture],
@@ -186,6 +191,10 @@ export async function writeRandomCheckpoint(dirIn: string, family: Family, opts:
     eosTokenId: opts.eosTokenId ?? 2,
   };
   const config = hfConfig(family, o, dtype);
+  for (const [k, v] of Object.entries(opts.config ?? {})) {
+    if (v === undefined) delete config[k];
+    else config[k] = v;
+  }
   const gen = { _from_model_config: true, bos_token_id: o.bosTokenId, eos_token_id: o.eosTokenId, transformers_version: '4.51.0' };
   const parsed = parseModelConfig(config, gen);
 

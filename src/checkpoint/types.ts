@@ -6,15 +6,29 @@
 export type Family = 'llama' | 'mistral' | 'qwen2' | 'qwen3';
 export type DType = 'F32' | 'BF16' | 'F16';
 
+/** Resolved RoPE type and its parameters (rope.ts; transformers' `rope_parameters` / `rope_scaling`). */
 export type RopeScaling =
   | { type: 'default' }
+  | { type: 'linear'; factor: number }
   | {
       type: 'llama3';
       factor: number;
       lowFreqFactor: number;
       highFreqFactor: number;
       originalMaxPositionEmbeddings: number;
-    };
+    }
+  | {
+      type: 'yarn';
+      factor: number;
+      originalMaxPositionEmbeddings: number;
+      /** multiplies cos and sin (explicit `attention_factor`, else from factor / mscale / mscale_all_dim) */
+      attentionFactor: number;
+      betaFast: number;
+      betaSlow: number;
+      truncate: boolean;
+    }
+  /** NTK: θ grows with the length being run beyond `maxPositionEmbeddings` (recomputed per forward, as transformers does) */
+  | { type: 'dynamic'; factor: number; maxPositionEmbeddings: number };
 
 /** Normalised config.json (+ generation_config.json). */
 export interface ModelConfig {
@@ -30,6 +44,11 @@ export interface ModelConfig {
   ropeTheta: number;
   rope: RopeScaling;
   maxPositionEmbeddings: number;
+  /**
+   * per layer: the sliding attention window W (query at position i sees keys i−W+1..i, transformers'
+   * `kv_idx > q_idx - sliding_window`), or null for full causal attention. [numLayers]
+   */
+  attentionWindows: (number | null)[];
   tieWordEmbeddings: boolean;
   /** q/k/v projections carry a bias (qwen2) */
   qkvBias: boolean;
@@ -39,6 +58,8 @@ export interface ModelConfig {
   /** stop ids: generation_config.json eos_token_id (int or list), else config.json's */
   eosTokenIds: number[];
   padTokenId: number | null;
+  /** config.json keys that were read (they decide the forward pass or the stop ids) and those ignored as harmless */
+  configKeys: { read: string[]; ignored: string[] };
 }
 
 /** One tensor inside a .safetensors file, validated against its header and the file size. */

@@ -1,9 +1,38 @@
 /**
  * Minimal, strict flag parser shared by every command: `--name value`, `--flag`, `--name=value`.
  * Unknown flags are an error (a typo must not silently fall back to a default).
+ *
+ * Each command exports one `flags: FlagTable` that is the source of both its parsing (`parseArgs(argv, flags)`) and
+ * its `--help` text (`helpText`); `main.ts` answers `--help`/`-h` for any command that exports a table, so a new
+ * command or flag only needs a row in that table. Groups shared by several commands (engine flags, pipeline flags)
+ * are arrays of rows spread into each table.
  */
 import { SafekeepError } from '../util/errors.ts';
 
+/** One row of a command's flag table. */
+export interface FlagDef {
+  name: string;
+  /** a switch (no value); otherwise the flag takes a value */
+  boolean?: boolean;
+  /** placeholder for the value in help (default 'X') */
+  value?: string;
+  /** what the command uses when the flag is absent, as shown in help */
+  default?: string;
+  help: string;
+}
+
+/** A command's flag table: parsing and `--help` both read it. */
+export interface FlagTable {
+  /** synopsis after `safekeep `, e.g. `render --model M [flags]` */
+  usage: string;
+  flags: readonly FlagDef[];
+  /** one runnable example (without the leading `safekeep `) */
+  example: string;
+  /** what the positional arguments are, when the command takes any */
+  positionals?: string;
+}
+
+/** Legacy form: bare name lists (still accepted, e.g. by bench scripts). */
 export interface FlagSpec {
   /** flags that take a value */
   values?: readonly string[];
@@ -17,7 +46,48 @@ export interface ParsedArgs {
   booleans: Set<string>;
 }
 
-export function parseArgs(argv: readonly string[], spec: FlagSpec): ParsedArgs {
+function isTable(spec: FlagSpec | FlagTable): spec is FlagTable {
+  return Array.isArray((spec as FlagTable).flags);
+}
+
+/** The name lists a table parses with. Duplicate rows are a programming error (two meanings for one flag). */
+export function flagSpec(table: FlagTable): FlagSpec {
+  const seen = new Set<string>();
+  for (const f of table.flags) {
+    if (seen.has(f.name)) throw new Error(`flag table '${table.usage}': --${f.name} defined twice`);
+    if (f.name === 'help') throw new Error(`flag table '${table.usage}': --help is reserved`);
+    seen.add(f.name);
+  }
+  return {
+    values: table.flags.filter((f) => !f.boolean).map((f) => f.name),
+    booleans: table.flags.filter((f) => f.boolean).map((f) => f.name),
+  };
+}
+
+/** Whether argv asks for help (`--help` or `-h` anywhere). */
+export function wantsHelp(argv: readonly string[]): boolean {
+  return argv.some((a) => a === '--help' || a === '-h');
+}
+
+/** `--help` text of a command: usage, summary, every flag with its value placeholder and default, one example. */
+export function helpText(name: string, summary: string, table: FlagTable): string {
+  const left = (f: FlagDef) => `--${f.name}${f.boolean ? '' : ` ${f.value ?? 'X'}`}`;
+  const width = Math.min(34, Math.max(12, ...table.flags.map((f) => left(f).length))) + 2;
+  const lines = [`usage: safekeep ${table.usage}`, '', `${name}: ${summary}`];
+  if (table.positionals) lines.push('', `arguments: ${table.positionals}`);
+  lines.push('', 'flags:');
+  for (const f of table.flags) {
+    const l = left(f);
+    const dflt = f.default !== undefined ? ` (default: ${f.default})` : '';
+    lines.push(l.length + 2 > width ? `  ${l}\n  ${' '.repeat(width)}${f.help}${dflt}` : `  ${l.padEnd(width)}${f.help}${dflt}`);
+  }
+  lines.push(`  ${'--help, -h'.padEnd(width)}this text`);
+  lines.push('', 'example:', `  safekeep ${table.example}`);
+  return lines.join('\n') + '\n';
+}
+
+export function parseArgs(argv: readonly string[], table: FlagSpec | FlagTable): ParsedArgs {
+  const spec = isTable(table) ? flagSpec(table) : table;
   const values = new Map<string, string>();
   const booleans = new Set<string>();
   const positionals: string[] = [];
@@ -36,7 +106,7 @@ export function parseArgs(argv: readonly string[], spec: FlagSpec): ParsedArgs {
       booleans.add(name);
     } else {
       const known = [...valueFlags, ...boolFlags].map((f) => `--${f}`).join(', ');
-      throw new SafekeepError(`unknown flag --${name} (known: ${known || 'none'})`);
+      throw new SafekeepError(`unknown flag --${name} (known: ${known || 'none'}; --help for details)`);
     }
   }
   return { positionals, values, booleans };
@@ -57,4 +127,12 @@ export function numberValue(args: ParsedArgs, name: string, fallback?: number): 
   const n = Number(v);
   if (!Number.isFinite(n)) throw new SafekeepError(`--${name} must be a number, got '${v}'`);
   return n;
+}
+
+/** A value flag restricted to a fixed set of choices. */
+export function choiceValue<T extends string>(args: ParsedArgs, name: string, allowed: readonly T[], fallback: T): T {
+  const v = args.values.get(name);
+  if (v === undefined) return fallback;
+  if (!(allowed as readonly string[]).includes(v)) throw new SafekeepError(`--${name} must be one of ${allowed.join(', ')}, got '${v}'`);
+  return v as T;
 }

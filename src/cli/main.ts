@@ -9,9 +9,12 @@ import { readdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isSafekeepError } from '../util/errors.ts';
+import { helpText, wantsHelp, type FlagTable } from './args.ts';
 
 export interface Command {
   summary: string;
+  /** the command's flag table: source of its parsing and of `--help` (answered here, generically) */
+  flags?: FlagTable;
   run(argv: string[]): Promise<number>;
 }
 
@@ -49,13 +52,31 @@ export async function main(argv: string[]): Promise<number> {
     // two-word commands first (`data pull`, `guard eval`), then one-word
     let cmd = second ? await loadCommand(`${first}-${second}`) : null;
     let args = rest;
+    let name = `${first} ${second}`;
     if (!cmd) {
+      name = first;
       cmd = await loadCommand(first);
       args = second === undefined ? [] : [second, ...rest];
+    }
+    const group = listCommands().filter((c) => c.startsWith(`${first}-`));
+    if (!cmd && group.length && (second === undefined || wantsHelp([second]))) {
+      // `safekeep data --help`: the group's subcommands
+      const lines = [`usage: safekeep ${first} <${group.map((c) => c.slice(first.length + 1)).join('|')}> [flags]`, ''];
+      for (const c of group) lines.push(`  ${c.replace(/-/g, ' ').padEnd(16)} ${(await loadCommand(c))?.summary ?? ''}`);
+      process.stdout.write(lines.join('\n') + '\n');
+      return second === undefined ? 2 : 0;
     }
     if (!cmd) {
       process.stderr.write(`safekeep: unknown command '${first}'\n${await help()}\n`);
       return 2;
+    }
+    if (wantsHelp(args)) {
+      if (!cmd.flags) {
+        process.stdout.write(`safekeep ${name}: ${cmd.summary}\n(this command has no flag table)\n`);
+        return 0;
+      }
+      process.stdout.write(helpText(name, cmd.summary, cmd.flags));
+      return 0;
     }
     return await cmd.run(args);
   } catch (e) {

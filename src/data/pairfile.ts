@@ -4,7 +4,8 @@
  * Scenario format (data/pairs/<category>.json):
  *   { "category": "fraud", "scenarios": [ { "id": "fraud-invoice", "tools": ["send_email", {inline spec}],
  *     "pairs": [ { "harmful": {"prompt", "targetFunctions"}, "benign": {...} }, ... ] } ] }
- *   Pair ids default to `<scenario id>-<k>` (k = 1, 2, ...); a pair may set `id`, `category` or `group`.
+ *   Pair ids default to `<scenario id>-<k>` (k = 1, 2, ...); a pair may set `id`, `category` or `group` (default: the
+ *   scenario id, so pairs with the same tools never straddle the extraction/evaluation split).
  * Flat format: a JSON array of pairs, `{"pairs": [...]}`, or JSONL with one pair per line
  *   (`{"id", "category", "tools", "harmful", "benign"}`).
  * Tools given as a string are looked up by name in `tools.json` of the same folder (the tool library:
@@ -73,7 +74,8 @@ function scenarioFile(file: string, doc: Record<string, unknown>, lib: Map<strin
           tools,
           harmful: p.harmful,
           benign: p.benign,
-          group: p.group,
+          // a scenario's pairs share its tools: they stay on one side of the split and resample together
+          group: p.group ?? sc.id,
         },
         pw,
       );

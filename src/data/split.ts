@@ -1,5 +1,5 @@
 /**
- * Deterministic extraction/evaluation split (paper: 7:3 by pair). The side of a pair depends only on the seed and
+ * Deterministic extraction/evaluation split (paper: 7:3; we split 7:3 by group so no scenario is on both sides). The side of a pair depends only on the seed and
  * its group key (`pair.group ?? pair.id`), never on input order or on the prompt configuration, so every
  * configuration of a run uses the same split and variants of one behavior never straddle the two sides.
  */
@@ -13,8 +13,21 @@ function rankKey(seed: number, key: string): string {
   return createHash('sha256').update(`${seed}:${key}`).digest('hex');
 }
 
-function groupOf(p: Pair): string {
+/** The split and resampling unit of a pair: its group (scenario, AgentHarm behavior stem), else the pair itself. */
+export function groupOf(p: Pair): string {
   return p.group ?? p.id;
+}
+
+/** pair id → group, for the analyses' group bootstrap and group CV folds */
+export function groupMap(pairs: readonly Pair[]): Map<string, string> {
+  return new Map(pairs.map((p) => [p.id, groupOf(p)]));
+}
+
+/** Number of groups on each side of a split. */
+export function splitGroupCounts(pairs: readonly Pair[], split: Split): { extraction: number; evaluation: number } {
+  const g = groupMap(pairs);
+  const count = (ids: readonly string[]) => new Set(ids.map((id) => g.get(id) ?? id)).size;
+  return { extraction: count(split.extraction), evaluation: count(split.evaluation) };
 }
 
 const byId = (a: string, b: string): number => a.localeCompare(b, 'en', { numeric: true });

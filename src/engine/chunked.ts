@@ -3,6 +3,7 @@
  * previous one returned. Attention is causal and the past KV carries every earlier slot, so each token sees exactly
  * what it sees in one step: same hidden states and logits (float rounding only, tested ≤ 1e-5 rel), while the
  * activations and attention scores of a step scale with C instead of T (memory.ts `chunkTokens` picks C).
+ * Sliding windows are in each chunk's bias (kv.ts); dynamic-NTK RoPE gets the whole step's length in every chunk.
  */
 import type { StepInput, StepOutput } from './engine.ts';
 
@@ -48,6 +49,9 @@ export async function chunkedStep(runner: StepRunner, inp: StepInput, chunk: num
   const chunks = Math.ceil(T / chunk);
   let past = inp.past;
   let last: StepOutput | null = null;
+  // dynamic-NTK RoPE: every chunk rotates with the whole step's length, as one step would
+  const P0 = inp.past?.length ?? 0;
+  const ropeLength = inp.ropeLength ?? inp.starts.map((s) => P0 + T - s);
   for (let k = 0; k < chunks; k++) {
     const off = k * chunk;
     const w = Math.min(chunk, T - off);
@@ -57,7 +61,7 @@ export async function chunkedStep(runner: StepRunner, inp: StepInput, chunk: num
     const lSel = lRoute.map((r, i) => ({ ...r, i })).filter((r) => r.chunk === k);
     const isLast = k === chunks - 1;
     const out = await runner.step({
-      ids, batch: B, width: w, starts: inp.starts, past, steer: inp.steer,
+      ids, batch: B, width: w, starts: inp.starts, past, steer: inp.steer, ropeLength,
       hiddenIndex: hSel.map((r) => r.local), logitsIndex: lSel.map((r) => r.local),
       wantPresent: isLast ? (inp.wantPresent ?? true) : true,
       // room in the KV buffer for the chunks still to come (and what the caller reserves after the step; kv.ts caps it)

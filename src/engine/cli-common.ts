@@ -4,7 +4,7 @@
  */
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname, join, basename } from 'node:path';
-import type { ParsedArgs } from '../cli/args.ts';
+import type { FlagDef, ParsedArgs } from '../cli/args.ts';
 import { numberValue, requireValue } from '../cli/args.ts';
 import { resolveModel } from '../hub/resolve.ts';
 import { SafekeepError } from '../util/errors.ts';
@@ -12,7 +12,15 @@ import { createEngine, type EngineOptions, type OnnxEngine } from './engine.ts';
 import { parseBytes } from './memory.ts';
 import { COMPUTE_DTYPES, defaultDType, type ComputeDType } from './precision.ts';
 
-export const ENGINE_FLAGS = ['model', 'dtype', 'device', 'threads', 'max-memory'] as const;
+/** flag-table rows every model command shares (--model, --dtype, --device, --threads, --max-memory) */
+export const ENGINE_FLAG_DEFS: readonly FlagDef[] = [
+  { name: 'model', value: 'M', help: 'checkpoint folder or Hugging Face repo id (pulled into models/ on first use)' },
+  { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda', help: 'weight/compute precision' },
+  { name: 'device', value: 'cpu|cuda', default: 'cpu', help: 'execution provider' },
+  { name: 'threads', value: 'N', default: 'one per physical core', help: 'intra-op threads' },
+  { name: 'max-memory', value: '6GB', help: 'peak-RSS budget: batches, chunks and prefix cache are planned under it' },
+];
+export const ENGINE_FLAGS = ENGINE_FLAG_DEFS.map((f) => f.name);
 
 /** what each --dtype means (precision.ts, session.ts) */
 export const DTYPE_HELP = 'f32: f32 weights and math (default on cpu); bf16: bf16-rounded weights, f32 math; '

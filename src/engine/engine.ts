@@ -10,6 +10,7 @@
  */
 import * as ort from 'onnxruntime-node';
 import { loadCheckpoint } from '../checkpoint/load.ts';
+import { ropeInvFreq } from '../checkpoint/rope.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { leftPad, planChunks, positionIds, selectPositions, steeringMatrix } from './batch.ts';
@@ -73,6 +74,12 @@ export interface StepInput {
    * min(reserve, KV_CHUNK) of them. Default: KV_CHUNK for a single-token (decode) step, 0 otherwise.
    */
   reserve?: number;
+  /**
+   * per row, the sequence length dynamic-NTK RoPE is computed for (rope.ts; other RoPE types ignore it). Default: the
+   * row's last position in this step + 1 (past + T − starts[b]), as transformers does for one forward. Chunked
+   * prefill passes the whole prompt's length so its chunks equal one step; right-padded rows pass their real length.
+   */
+  ropeLength?: number[];
 }
 
 export interface StepOutput {
@@ -103,14 +110,29 @@ export class OnnxEngine implements Engine {
   /** attention kernel of the session (for the memory model) */
   attention: AttentionImpl = attentionImpl();
 
+  /** the sliding window of the windowed layers (one size per config), null when every layer attends fully */
+  readonly window: number | null;
+  /** RoPE inv_freq as f32 when it does not depend on the length (every type but dynamic) */
+  private readonly fixedInvFreq: Float32Array | null;
+
   constructor(readonly checkpoint: Checkpoint, private readonly session: ort.InferenceSession, graphCached: boolean) {
     this.config = checkpoint.config;
+    this.window = this.config.attentionWindows.find((w) => w !== null) ?? null;
+    this.fixedInvFreq = this.config.rope.type === 'dynamic' ? null : Float32Array.from(ropeInvFreq(this.config));
     this.modelType = this.config.family;
     this.numLayers = this.config.numLayers;
     this.dModel = this.config.hiddenSize;
     this.vocabSize = this.config.vocabSize;
     this.eosIds = [...this.config.eosTokenIds];
     this.graphCached = graphCached;
+  }
+
+  /** [B, hd/2] inverse frequencies, row b for a sequence of lengths[b] tokens (only dynamic NTK looks at it) */
+  private invFreqRows(B: number, lengths: readonly number[]): Float32Array {
+    const half = this.config.headDim / 2;
+    const out = new Float32Array(B * half);
+    for (let b = 0; b < B; b++) out.set(this.fixedInvFreq ?? Float32Array.from(ropeInvFreq(this.config, lengths[b]!)), b * half);
+    return out;
   }
 
   emptyCache(batch: number): KvCache {
@@ -131,10 +153,12 @@ export class OnnxEngine implements Engine {
       [IO.inputIds]: new ort.Tensor('int64', inp.ids, [B, T]),
       [IO.positionIds]: new ort.Tensor('int64', positionIds(B, T, P, inp.starts), [B, T]),
       [IO.attnBias]: new ort.Tensor('float32', capacityBias(B, T, P, C, inp.starts), [B, T, C + T]),
+      [IO.ropeInvFreq]: new ort.Tensor('float32', this.invFreqRows(B, inp.ropeLength ?? inp.starts.map((s) => P + T - s)), [B, this.config.headDim / 2]),
       [IO.steer]: new ort.Tensor('float32', inp.steer, [this.numLayers + 1, this.dModel]),
       [IO.hiddenIndex]: new ort.Tensor('int64', i64(inp.hiddenIndex), [inp.hiddenIndex.length]),
       [IO.logitsIndex]: new ort.Tensor('int64', i64(inp.logitsIndex), [inp.logitsIndex.length]),
     };
+    if (this.window !== null) feeds[IO.attnBiasWindow] = new ort.Tensor('float32', capacityBias(B, T, P, C, inp.starts, this.window), [B, T, C + T]);
     for (let l = 0; l < this.numLayers; l++) {
       feeds[IO.pastKey(l)] = past.keys[l]!;
       feeds[IO.pastValue(l)] = past.values[l]!;
@@ -274,8 +298,10 @@ export class OnnxEngine implements Engine {
     const B = pb.batch;
     const lastSlots = pb.pads.map((p, b) => b * pb.width + p + pb.lengths[b]! - 1);
     const wantPromptHidden = !!opts.returnPromptLastHidden || !!opts.haltAfterPrefill;
+    // positions 'generated': the prompt (prefill) is unsteered, the decode steps steered
+    const prefillSteer = opts.steer?.positions === 'generated' ? new Float32Array(steer.length) : steer;
     let out = await this.prefill({
-      ids: pb.ids, batch: B, width: pb.width, starts: pb.pads, past: null, steer,
+      ids: pb.ids, batch: B, width: pb.width, starts: pb.pads, past: null, steer: prefillSteer,
       hiddenIndex: wantPromptHidden ? lastSlots : [],
       logitsIndex: opts.maxNewTokens > 0 ? lastSlots : [],
       reserve: opts.maxNewTokens, // the KV buffer gets room for the decode steps (up to KV_CHUNK, kv.ts)

@@ -6,11 +6,14 @@
  *   for each block l:
  *     h = rmsnorm(x);  q, k, v = h Wqᵀ (+b), h Wkᵀ (+b), h Wvᵀ (+b)
  *     (qwen3) q, k = rmsnorm per head
- *     q, k = rope(q), rope(k)                        rotate_half form, positions from the caller
+ *     q, k = rope(q), rope(k)                        rotate_half form, positions and inv_freq per row from the
+ *                                                    caller (dynamic NTK depends on the row's length), cos/sin
+ *                                                    × yarn's attention factor
  *     k_new, v_new                                   → graph outputs new_key.l / new_value.l (T slots)
  *     x += o_proj(softmax([q Kbufᵀ, q k_newᵀ]/√hd + bias) [Vbuf; v_new])
  *                                                    Kbuf/Vbuf = the KV buffer fed as past (kv.ts), GQA by
- *                                                    KV head h // rep (no K/V repetition), softmax in f32
+ *                                                    KV head h // rep (no K/V repetition), softmax in f32;
+ *                                                    bias = attn_bias, or attn_bias_window on sliding-window layers
  *     x += down(silu(gate(h')) * up(h')) + steer[l+1],  h' = rmsnorm(x)      steer row as the Gemm bias
  *                                                    → hidden[l+1] (pre final norm, also for l+1 = L)
  *   logits = rmsnorm(x[logits_index]) lm_headᵀ
@@ -21,7 +24,7 @@
  * session creation.
  */
 import { basename } from 'node:path';
-import { ropeInvFreq } from '../checkpoint/config.ts';
+import { ropeAttentionScaling } from '../checkpoint/rope.ts';
 import type { Checkpoint, DType, TensorEntry } from '../checkpoint/types.ts';
 import { GraphBuilder } from './onnx/builder.ts';
 import { DataType, type DataTypeId } from './onnx/proto.ts';
@@ -48,6 +51,8 @@ export const IO = {
   inputIds: 'input_ids', // int64 [B, T]
   positionIds: 'position_ids', // int64 [B, T]
   attnBias: 'attn_bias', // f32 [B, T, C + T], C = past buffer capacity; 0 = visible, large negative = masked (kv.ts capacityBias)
+  attnBiasWindow: 'attn_bias_window', // f32 [B, T, C + T]: attn_bias with the sliding window too; only when a layer has one
+  ropeInvFreq: 'rope_inv_freq', // f32 [B, hd/2]: RoPE inverse frequencies per row (rope.ts ropeInvFreq)
   steer: 'steer', // f32 [L+1, d]; row l is added to hidden[l]
   hiddenIndex: 'hidden_index', // int64 [N], flat indices into B*T
   logitsIndex: 'logits_index', // int64 [M]
@@ -105,6 +110,11 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
   const ids = g.input(IO.inputIds, DataType.INT64, ['batch', 'seq']);
   const positions = g.input(IO.positionIds, DataType.INT64, ['batch', 'seq']);
   const attnBias = g.input(IO.attnBias, F, ['batch', 'seq', 'total']);
+  // one window size for every windowed layer (the config keys give one); the engine feeds its bias when there is one
+  const windows = [...new Set(c.attentionWindows.filter((w): w is number => w !== null))];
+  if (windows.length > 1) throw new Error(`graph: several sliding-window sizes (${windows.join(', ')})`);
+  const attnBiasWindow = windows.length ? g.input(IO.attnBiasWindow, F, ['batch', 'seq', 'total']) : null;
+  const invFreqIn = g.input(IO.ropeInvFreq, F, ['batch', hd / 2]);
   const steer = g.input(IO.steer, F, [L + 1, d]);
   const hiddenIndex = g.input(IO.hiddenIndex, DataType.INT64, ['n_hidden']);
   const logitsIndex = g.input(IO.logitsIndex, DataType.INT64, ['n_logits']);
@@ -204,12 +214,15 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
   const shapeKV = heads4(kvH);
 
   // ---- RoPE tables: cos/sin [B, T, 1, hd]
-  const invFreq = g.f32(Float32Array.from(ropeInvFreq(c)));
+  const attentionScaling = ropeAttentionScaling(c.rope);
   const [cos, sin] = g.scope('rope', () => {
     const pos = g.op('Unsqueeze', [g.op('Cast', [positions], { to: F }), g.i64([-1])]); // [B, T, 1]
-    const freqs = g.op('Mul', [pos, invFreq]); // [B, T, hd/2]
+    const freqs = g.op('Mul', [pos, g.op('Unsqueeze', [invFreqIn, g.i64([1])])]); // [B, T, hd/2]
     const emb = g.op('Unsqueeze', [g.op('Concat', [freqs, freqs], { axis: -1 }), g.i64([2])]); // [B, T, 1, hd]
-    return [g.op('Cos', [emb]), g.op('Sin', [emb])] as const;
+    if (attentionScaling === 1) return [g.op('Cos', [emb]), g.op('Sin', [emb])] as const;
+    // transformers: cos = emb.cos() * attention_scaling (likewise sin), in f32
+    const s = g.f32([attentionScaling], []);
+    return [g.op('Mul', [g.op('Cos', [emb]), s]), g.op('Mul', [g.op('Sin', [emb]), s])] as const;
   });
   /** x·cos + rotate_half(x)·sin, x: [B, T, heads, hd] */
   const rope = (x: string): string => {
@@ -220,14 +233,23 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
 
   // the bias repeated for the rep query heads of a KV head and expanded once to the score shape [B, kvH, rep·T, S]
   // (a broadcasting Add per layer measured ~20 % of a 512-token prefill; the same-shape Add is a plain streaming add)
-  let biasRepName: string | null = null;
-  const biasRep = (): string => {
-    if (biasRepName) return biasRepName;
-    const tiled = g.op('Unsqueeze', [g.op('Tile', [attnBias, g.i64([1, rep, 1])]), g.i64([1])]); // [B, 1, rep·T, S]
-    return (biasRepName = g.op('Expand', [tiled, g.i64([1, kvH, 1, 1])], {}, { name: 'attn_bias_rep' }));
+  const biasRepNames = new Map<string, string>();
+  const biasRep = (bias: string): string => {
+    const hit = biasRepNames.get(bias);
+    if (hit) return hit;
+    const tiled = g.op('Unsqueeze', [g.op('Tile', [bias, g.i64([1, rep, 1])]), g.i64([1])]); // [B, 1, rep·T, S]
+    const out = g.op('Expand', [tiled, g.i64([1, kvH, 1, 1])], {}, { name: 'attn_bias_rep' });
+    biasRepNames.set(bias, out);
+    return out;
   };
-  let bias4Name: string | null = null;
-  const bias4 = (): string => (bias4Name ??= g.op('Unsqueeze', [attnBias, g.i64([1])], {}, { name: 'attn_bias4' })); // [B, 1, T, S]
+  const bias4Names = new Map<string, string>();
+  const bias4 = (bias: string): string => { // [B, 1, T, S]
+    const hit = bias4Names.get(bias);
+    if (hit) return hit;
+    const out = g.op('Unsqueeze', [bias, g.i64([1])], {}, { name: 'attn_bias4' });
+    bias4Names.set(bias, out);
+    return out;
+  };
   const scale = (): string => g.f32([1 / Math.sqrt(hd)], []);
 
   const captured: string[] = [];
@@ -238,10 +260,10 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
   const addSteer = (x: string, l: number): string => g.op('Add', [x, steerRow(l)], {}, { name: 'steered' });
 
   /** GQA with onnxruntime's fused MultiHeadAttention: K/V repeated per query head, the bias added inside. → [BT, H·hd] */
-  const mhaAttention = (q: string, K: string, V: string): string => {
+  const mhaAttention = (q: string, K: string, V: string, bias: string): string => {
     const perHead = (t: string) => (rep === 1 ? t : g.op('Reshape', [
       g.op('Expand', [g.op('Unsqueeze', [t, g.i64([2])]), g.i64([1, 1, rep, 1, 1])]), g.i64([0, H, -1, hd])]));
-    const attn = g.op('MultiHeadAttention', [g.op('Reshape', [q, g.i64([0, 0, H * hd])]), perHead(K), perHead(V), '', '', bias4()],
+    const attn = g.op('MultiHeadAttention', [g.op('Reshape', [q, g.i64([0, 0, H * hd])]), perHead(K), perHead(V), '', '', bias4(bias)],
       { num_heads: H, scale: { float: 1 / Math.sqrt(hd) } }, { domain: 'com.microsoft', name: 'mha' }); // [B, T, H·hd]
     return g.op('Reshape', [attn, g.i64([-1, H * hd])]);
   };
@@ -251,12 +273,12 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
    * the new keys [B, kvH, T, hd]; one f32 softmax over the C + T scores (bias masks unused capacity, padding and the
    * future); probabilities split back at C for the two value products. → [BT, H·hd]
    */
-  const bufferedAttention = (q: string, kNew: string, vNew: string, kBuf: string, vBuf: string): string => {
+  const bufferedAttention = (q: string, kNew: string, vNew: string, kBuf: string, vBuf: string, bias: string): string => {
     const q4 = g.op('Reshape', [g.op('Transpose', [g.op('Mul', [q, scale()], {}, { name: 'q_scaled' })], { perm: [0, 2, 1, 3] }), g.i64([0, kvH, -1, hd])]);
     const keysT = (k: string) => g.op('Transpose', [k], { perm: [0, 1, 3, 2] });
     const sBuf = g.op('MatMul', [q4, keysT(kBuf)], {}, { name: 'scores_buffer' }); // [B, kvH, rep·T, C]
     const sNew = g.op('MatMul', [q4, keysT(kNew)], {}, { name: 'scores_new' }); // [B, kvH, rep·T, T]
-    const scores = g.op('Add', [g.op('Concat', [sBuf, sNew], { axis: -1 }), biasRep()], {}, { name: 'scores' });
+    const scores = g.op('Add', [g.op('Concat', [sBuf, sNew], { axis: -1 }), biasRep(bias)], {}, { name: 'scores' });
     const probs = g.op('Softmax', [scores], { axis: -1 }, { name: 'probs' }); // [B, kvH, rep·T, C + T]
     const C = g.op('Slice', [g.op('Shape', [kBuf]), g.i64([2]), g.i64([3])], {}, { name: 'capacity' }); // [1]
     const pBuf = g.op('Slice', [probs, g.i64([0]), C, g.i64([3])], {}, { name: 'probs_buffer' });
@@ -274,14 +296,14 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
    * steps on a past). The bias helpers are made in the main graph first (both branches and every layer read them).
    */
   let noPast: string | null = null;
-  const attend = (q: string, kNew: string, vNew: string, kBuf: string, vBuf: string): string => {
-    if (attention === 'matmul') return bufferedAttention(q, kNew, vNew, kBuf, vBuf);
-    biasRep();
-    bias4();
+  const attend = (q: string, kNew: string, vNew: string, kBuf: string, vBuf: string, bias: string): string => {
+    if (attention === 'matmul') return bufferedAttention(q, kNew, vNew, kBuf, vBuf, bias);
+    biasRep(bias);
+    bias4(bias);
     noPast ??= g.op('Equal', [g.op('Slice', [g.op('Shape', [past[0]!.k]), g.i64([2]), g.i64([3])]), g.i64([0])], {}, { name: 'no_past' }); // [1] bool
     const out = (v: string) => [{ name: v, elemType: F, dims: ['bt', H * hd] }];
-    const prefill = g.subgraph('prefill_attention', () => out(mhaAttention(q, kNew, vNew)));
-    const buffered = g.subgraph('buffered_attention', () => out(bufferedAttention(q, kNew, vNew, kBuf, vBuf)));
+    const prefill = g.subgraph('prefill_attention', () => out(mhaAttention(q, kNew, vNew, bias)));
+    const buffered = g.subgraph('buffered_attention', () => out(bufferedAttention(q, kNew, vNew, kBuf, vBuf, bias)));
     return g.op('If', [noPast], { then_branch: { graph: prefill }, else_branch: { graph: buffered } }, { name: 'attention' });
   };
 
@@ -318,7 +340,8 @@ export function buildModelGraph(ckpt: Checkpoint, dtype: ComputeDType, realFiles
       const vNew = toHeads(v);
       g.output(IO.newKey(l), kNew, F, ['batch', kvH, 'seq', hd]);
       g.output(IO.newValue(l), vNew, F, ['batch', kvH, 'seq', hd]);
-      const merged = attend(q, kNew, vNew, past[l]!.k, past[l]!.v); // [BT, H·hd]
+      const layerBias = c.attentionWindows[l] !== null ? attnBiasWindow! : attnBias;
+      const merged = attend(q, kNew, vNew, past[l]!.k, past[l]!.v, layerBias); // [BT, H·hd]
       let r = g.op('Add', [x, linear(merged, `${p}self_attn.o_proj.weight`)], {}, { name: 'resid_attn' });
       // MLP
       const h2 = rmsnorm(r, `${p}post_attention_layernorm.weight`);

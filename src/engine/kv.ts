@@ -130,17 +130,20 @@ export function compactKv(kv: KvCache): { keys: Float32Array[]; values: Float32A
  * Additive attention bias [B, T, C + T] for T new slots on a buffer of capacity C holding P filled slots: column
  * j < C is buffer slot j, visible iff starts[b] ≤ j < P; column C + u is new slot P + u, visible to new slot P + t
  * iff u ≤ t and P + u ≥ starts[b]. With C = P this is `attentionBias(B, T, P, starts)` (batch.ts). Query rows on pad
- * slots see nothing (a uniform softmax over MASKED, finite, ignored by callers).
+ * slots see nothing (a uniform softmax over MASKED, finite, ignored by callers). `window` W (sliding-window layers):
+ * additionally only slots within W − 1 of the query (transformers' `kv_idx > q_idx - sliding_window`; real slots are
+ * contiguous, so slot distance = position distance).
  */
-export function capacityBias(batch: number, width: number, past: number, capacity: number, starts: readonly number[]): Float32Array {
+export function capacityBias(batch: number, width: number, past: number, capacity: number, starts: readonly number[], window: number | null = null): Float32Array {
   const S = capacity + width;
   const out = new Float32Array(batch * width * S).fill(MASKED);
   for (let b = 0; b < batch; b++) {
     const s = starts[b]!;
     for (let t = 0; t < width; t++) {
       const row = (b * width + t) * S;
-      for (let j = s; j < past; j++) out[row + j] = 0;
-      for (let u = Math.max(0, s - past); u <= t; u++) out[row + capacity + u] = 0;
+      const from = window === null ? s : Math.max(s, past + t - window + 1);
+      for (let j = from; j < past; j++) out[row + j] = 0;
+      for (let u = Math.max(0, from - past); u <= t; u++) out[row + capacity + u] = 0;
     }
   }
   return out;

@@ -246,7 +246,11 @@ async function sharedCore(engine: OnnxEngine, prompts: number[][], steerMatrix: 
     const hiddenPos = selectPositions(opts.hiddenAt, ids.length, `sequence ${i} hiddenAt`);
     const logitPos = selectPositions(opts.logitsAt, ids.length, `sequence ${i} logitsAt`);
     const first = Math.min(ids.length - 1, ...hiddenPos, ...logitPos);
-    const { prefix, chain } = choosePrefix(boundaries[i]!, ids.length, first);
+    // dynamic-NTK RoPE rotates every token by the frequencies of the whole length run; beyond max_position_embeddings
+    // those differ from what a shorter prefix was computed with, so such prompts reuse nothing (results = forward)
+    const rope = engine.config.rope;
+    const reusable = rope.type !== 'dynamic' || ids.length <= rope.maxPositionEmbeddings;
+    const { prefix, chain } = reusable ? choosePrefix(boundaries[i]!, ids.length, first) : { prefix: 0, chain: [] };
     stats.promptTokens += ids.length;
     return { i, ids, hiddenPos, logitPos, prefix, chain };
   });
@@ -294,6 +298,7 @@ async function sharedCore(engine: OnnxEngine, prompts: number[][], steerMatrix: 
     const out = await engine.prefill({
       ids, batch: B, width: T, starts, past: P > 0 ? toCache(kvs, P) : null, steer: steerMatrix,
       hiddenIndex: flat((r) => r.hiddenPos), logitsIndex: flat((r) => r.logitPos), wantPresent: first !== null,
+      ropeLength: batch.map((r) => r.ids.length), // real lengths: the right pads are not part of a row's sequence
     });
     stats.computedTokens += batch.reduce((s, r) => s + r.ids.length - r.prefix, 0);
     const N = batch.reduce((s, r) => s + r.hiddenPos.length, 0);

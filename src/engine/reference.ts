@@ -7,14 +7,21 @@
  *   h = RMSNorm(x; input_layernorm)                              RMSNorm(x; w) = w ⊙ x / sqrt(mean(x²) + eps)
  *   q, k, v = h·Wqᵀ (+bq), h·Wkᵀ (+bk), h·Wvᵀ (+bv)              heads = contiguous head_dim-wide slices
  *   (qwen3) q_h, k_h = RMSNorm(q_h; q_norm), RMSNorm(k_h; k_norm)
- *   q_h, k_h = RoPE(·, position)                                 rotate-half form
- *   attn_h = softmax(q_h·K_{h/g}ᵀ / sqrt(head_dim) + causal) · V_{h/g}        g = heads / kv_heads (GQA)
+ *   q_h, k_h = RoPE(·, position)                                 rotate-half form, inv_freq by RoPE type (below),
+ *                                                                cos/sin × yarn's attention factor
+ *   attn_h = softmax(q_h·K_{h/g}ᵀ / sqrt(head_dim) + causal) · V_{h/g}        g = heads / kv_heads (GQA); on a
+ *                                                                sliding-window layer only keys at positions
+ *                                                                > position − W
+ * inv_freq_j = θ^(−2j/hd), j < hd/2, then by type (written from the formulas of transformers' modeling_rope_utils,
+ * independently of rope.ts): linear ÷ factor; llama3 by wavelength band (÷ factor above the low-frequency wavelength,
+ * kept below the high-frequency one, interpolated between); yarn blends f/factor and f by a clamped linear ramp over
+ * the dimension index between the correction dims of beta_fast and beta_slow; dynamic NTK uses
+ * θ' = θ·(factor·n/max_pos − factor + 1)^(hd/(hd−2)) for a call whose last position + 1 is n > max_pos.
  *   x = x + concat(attn_h)·Woᵀ
  *   h = RMSNorm(x; post_attention_layernorm);  x = x + (silu(h·Wgᵀ) ⊙ h·Wuᵀ)·Wdᵀ
  *   hidden[l+1] = x (+ steering row l+1)                          the residual stream, before any final norm
  * logits = RMSNorm(hidden[L]; norm) · lm_headᵀ (tied: embed_tokens).
  */
-import { ropeInvFreq } from '../checkpoint/config.ts';
 import { readTensorF32, roundToBf16 } from '../checkpoint/read.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
@@ -105,18 +112,60 @@ export function rmsNorm(x: Float64Array, w: Float64Array, eps: number): Float64A
   return y;
 }
 
-/** RoPE, rotate-half form, on one head vector [head_dim] in place: x·cos + rotate_half(x)·sin. */
-export function ropeInPlace(x: Float64Array, invFreq: Float64Array, position: number): void {
+/** RoPE, rotate-half form, on one head vector [head_dim] in place: x·cos + rotate_half(x)·sin (cos, sin × scale). */
+export function ropeInPlace(x: Float64Array, invFreq: Float64Array, position: number, scale = 1): void {
   const half = invFreq.length;
   for (let j = 0; j < half; j++) {
     const a = position * invFreq[j]!;
-    const c = Math.cos(a);
-    const s = Math.sin(a);
+    const c = Math.cos(a) * scale;
+    const s = Math.sin(a) * scale;
     const x1 = x[j]!;
     const x2 = x[j + half]!;
     x[j] = x1 * c - x2 * s;
     x[j + half] = x2 * c + x1 * s;
   }
+}
+
+/**
+ * inv_freq [head_dim/2] of a call whose last position + 1 is `seqLength`, and the factor on cos/sin. The oracle's own
+ * implementation of the RoPE types (tests compare it with transformers' fixtures and with rope.ts).
+ */
+export function referenceRope(c: ModelConfig, seqLength: number): { invFreq: Float64Array; scale: number } {
+  const hd = c.headDim;
+  const r = c.rope;
+  const theta = r.type === 'dynamic' && seqLength > r.maxPositionEmbeddings
+    ? c.ropeTheta * Math.pow(r.factor * seqLength / r.maxPositionEmbeddings - r.factor + 1, hd / (hd - 2))
+    : c.ropeTheta;
+  const invFreq = Float64Array.from({ length: hd / 2 }, (_, j) => Math.pow(theta, -(2 * j) / hd));
+  let scale = 1;
+  if (r.type === 'linear') invFreq.forEach((f, j) => { invFreq[j] = f / r.factor; });
+  else if (r.type === 'llama3') {
+    invFreq.forEach((f, j) => {
+      const wavelength = 2 * Math.PI / f;
+      const low = r.originalMaxPositionEmbeddings / r.lowFreqFactor; // longest wavelength kept partly
+      const high = r.originalMaxPositionEmbeddings / r.highFreqFactor; // shorter than this: unchanged
+      if (wavelength > low) invFreq[j] = f / r.factor;
+      else if (wavelength >= high) {
+        const smooth = (r.originalMaxPositionEmbeddings / wavelength - r.lowFreqFactor) / (r.highFreqFactor - r.lowFreqFactor);
+        invFreq[j] = smooth * f + (1 - smooth) * f / r.factor;
+      }
+    });
+  } else if (r.type === 'yarn') {
+    // dimension (of hd) at which a frequency makes `rotations` turns over the original context
+    const dimAt = (rotations: number) => hd * Math.log(r.originalMaxPositionEmbeddings / (rotations * 2 * Math.PI)) / (2 * Math.log(c.ropeTheta));
+    let lo = dimAt(r.betaFast);
+    let hi = dimAt(r.betaSlow);
+    if (r.truncate) { lo = Math.floor(lo); hi = Math.ceil(hi); }
+    lo = Math.max(lo, 0);
+    hi = Math.min(hi, hd - 1);
+    if (lo === hi) hi += 0.001;
+    invFreq.forEach((f, j) => {
+      const ramp = Math.min(1, Math.max(0, (j - lo) / (hi - lo))); // 0: keep f (extrapolate), 1: f / factor
+      invFreq[j] = ramp * (f / r.factor) + (1 - ramp) * f;
+    });
+    scale = r.attentionFactor;
+  }
+  return { invFreq, scale };
 }
 
 export function silu(x: number): number {
@@ -159,10 +208,11 @@ export function referenceForward(ckpt: Checkpoint, ids: number[], opts: Referenc
   const T = ids.length;
   const hd = c.headDim;
   const group = c.numHeads / c.numKvHeads;
-  const invFreq = ropeInvFreq(c);
   const steer = steeringRows(c, opts);
   const past = opts.past;
   const start = past?.length ?? 0;
+  // dynamic NTK: the frequencies of this call's length (transformers recomputes them per forward as the length grows)
+  const { invFreq, scale: ropeScale } = referenceRope(c, start + T);
   const keys = Array.from({ length: L }, (_, l) => [...(past?.keys[l] ?? [])]);
   const values = Array.from({ length: L }, (_, l) => [...(past?.values[l] ?? [])]);
 
@@ -196,7 +246,7 @@ export function referenceForward(ckpt: Checkpoint, ids: number[], opts: Referenc
         for (let hh = 0; hh < nHeads; hh++) {
           let head: Float64Array = vec.slice(hh * hd, (hh + 1) * hd);
           if (c.qkNorm) head = rmsNorm(head, W(w, `${p}self_attn.${norm}.weight`), c.rmsNormEps);
-          ropeInPlace(head, invFreq, pos);
+          ropeInPlace(head, invFreq, pos, ropeScale);
           vec.set(head, hh * hd);
         }
       }
@@ -204,16 +254,18 @@ export function referenceForward(ckpt: Checkpoint, ids: number[], opts: Referenc
       keys[l]!.push(k);
       values[l]!.push(v);
     }
-    // 2. causal attention: token t sees cache positions 0..start+t
+    // 2. causal attention: token t sees cache positions 0..start+t (a sliding-window layer: the last W of them)
     const next: Float64Array[] = [];
+    const win = c.attentionWindows[l] ?? null;
     for (let t = 0; t < T; t++) {
       const n = start + t + 1;
+      const j0 = win === null ? 0 : Math.max(0, n - win);
       const attn = new Float64Array(c.numHeads * hd);
       for (let hh = 0; hh < c.numHeads; hh++) {
         const kvh = Math.floor(hh / group);
         const scores = new Float64Array(n);
         let max = -Infinity;
-        for (let j = 0; j < n; j++) {
+        for (let j = j0; j < n; j++) {
           const kj = keys[l]![j]!;
           let s = 0;
           for (let i = 0; i < hd; i++) s += qs[t]![hh * hd + i]! * kj[kvh * hd + i]!;
@@ -221,8 +273,8 @@ export function referenceForward(ckpt: Checkpoint, ids: number[], opts: Referenc
           if (scores[j]! > max) max = scores[j]!;
         }
         let z = 0;
-        for (let j = 0; j < n; j++) { scores[j] = Math.exp(scores[j]! - max); z += scores[j]!; }
-        for (let j = 0; j < n; j++) {
+        for (let j = j0; j < n; j++) { scores[j] = Math.exp(scores[j]! - max); z += scores[j]!; }
+        for (let j = j0; j < n; j++) {
           const pj = scores[j]! / z;
           const vj = values[l]![j]!;
           for (let i = 0; i < hd; i++) attn[hh * hd + i] = attn[hh * hd + i]! + pj * vj[kvh * hd + i]!;
@@ -286,7 +338,7 @@ export function hiddenAt(hidden: Float64Array, L: number, T: number, d: number, 
   return out;
 }
 
-/** Greedy decoding with the KV cache; steering applies to the prompt and every generated token. */
+/** Greedy decoding with the KV cache; steering applies to the prompt and every generated token (positions 'generated': only the latter). */
 export function referenceGenerate(ckpt: Checkpoint, prompt: number[], opts: ReferenceGenerateOptions): ReferenceGenerateResult {
   const c = ckpt.config;
   const V = c.vocabSize;
@@ -294,7 +346,7 @@ export function referenceGenerate(ckpt: Checkpoint, prompt: number[], opts: Refe
   const d = c.hiddenSize;
   const stop = new Set(opts.stopIds ?? c.eosTokenIds);
   const fwd = { steer: opts.steer, steerMatrix: opts.steerMatrix, weights: opts.weights };
-  let r = referenceForward(ckpt, prompt, fwd);
+  let r = referenceForward(ckpt, prompt, opts.steer?.positions === 'generated' ? { weights: opts.weights } : fwd);
   const promptLastHidden = hiddenAt(r.hidden, L, prompt.length, d, prompt.length - 1);
   let last = r.logits.subarray((prompt.length - 1) * V);
   const generatedIds: number[] = [];

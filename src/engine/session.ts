@@ -20,7 +20,7 @@ import { quantizedWeights, type QuantScheme, type QuantStore } from './quant-sto
 import { machineThreads } from './threads.ts';
 
 /** bump when graph.ts changes what it emits */
-export const GRAPH_VERSION = 7;
+export const GRAPH_VERSION = 8;
 
 /**
  * Default quantization scheme per bit width (measured, `safekeep quantize --report` on random and real-shaped

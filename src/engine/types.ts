@@ -3,7 +3,8 @@
  * - hidden[0] = embedding output; hidden[l], l = 1..L = residual stream after decoder block l-1, before the final
  *   norm (also for l = L).
  * - Steering at layer l: hidden[l] -= alpha * v/|v| at every prompt position and every generated token
- *   (HF: forward hook on model.layers[l-1]).
+ *   (HF: forward hook on model.layers[l-1]); with positions 'generated' only at generated tokens (the prompt's
+ *   hidden states, hence the first generated token's choice, are unsteered).
  * - Left padding, position ids = cumsum(mask) - 1. Greedy decoding; stop ids from generation_config.json.
  */
 
@@ -16,7 +17,16 @@ export interface Steering {
   /** [d_model] (normalised by the engine) */
   vector: Float32Array | number[];
   alpha: number;
+  /**
+   * generation only: 'all' (default) steers every prompt position and every generated token (an HF forward hook);
+   * 'generated' steers only the generated tokens as they are fed back (the paper's "at each decoding step"): the
+   * prefill runs unsteered. forward() always steers every position.
+   */
+  positions?: SteerPositions;
 }
+
+export type SteerPositions = 'all' | 'generated';
+export const STEER_POSITIONS: readonly SteerPositions[] = ['all', 'generated'];
 
 /** Which positions of each (unpadded) sequence to return. */
 export type PositionSelector = 'all' | 'last' | 'none' | number[];

@@ -20,6 +20,7 @@ import type { PairSet, Split } from '../data/types.ts';
 import { PromptBuilder, type ConfigName, type ToolRepr } from '../prompts/configurations.ts';
 import { loadPromptTexts } from '../prompts/texts.ts';
 import { loadPromptTokenizer, type PromptTokenizer } from '../prompts/tokenizer.ts';
+import { resolveTemplateKwargs, type ThinkingFlag } from '../prompts/thinking.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { buildActivationCache, buildActivationCaches, cacheIsComplete, type BatchCompute, type CacheRow, type StoreResult } from '../cache/store.ts';
 
@@ -81,6 +82,10 @@ export interface ContextOptions {
   /** keep only n pairs: round-robin over categories in set order, so a subset still spans every category */
   limit?: number;
   batchTokens?: number;
+  /** --thinking: default off on templates with a thinking switch (prompts/thinking.ts) */
+  thinking?: ThinkingFlag;
+  /** --chat-template-kwargs */
+  chatTemplateKwargs?: Record<string, unknown>;
 }
 
 /** n pairs taken round-robin over categories (each category in set order); result in set order. */
@@ -107,7 +112,8 @@ export async function openContext(o: ContextOptions): Promise<ExtractContext> {
   const tok = await loadPromptTokenizer(modelDir, o.template ? { template: o.template } : {});
   if (tok.vocab === 'none') throw new SafekeepError(`${o.model}: no tokenizer.json; extraction needs token ids`);
   const texts = loadPromptTexts();
-  const builder = new PromptBuilder(tok, { texts });
+  const template = resolveTemplateKwargs(tok.template, o.thinking, o.chatTemplateKwargs);
+  const builder = new PromptBuilder(tok, { texts, templateKwargs: template.kwargs });
   let set = await loadPairSet(o.data);
   if (o.limit !== undefined) set = { ...set, pairs: stratifiedSubset(set.pairs, o.limit) };
   const split = splitPairs(set, o.splitSeed ?? 0);
@@ -120,6 +126,7 @@ export async function openContext(o: ContextOptions): Promise<ExtractContext> {
   const baseManifest = {
     model: { dir: o.model, configHash: ckpt.configHash, family: ckpt.config.family, layers: ckpt.config.numLayers, dModel: ckpt.config.hiddenSize, dtype: engineOptions.dtype },
     prompts: builder.manifest(),
+    thinking: template.thinking,
     dataset: { name: set.name, hash: set.hash, pairs: set.pairs.length, limit: o.limit ?? null, split },
     engine: ENGINE_VERSION,
     reuse: 'none: every prompt is computed in full',

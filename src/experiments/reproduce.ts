@@ -5,14 +5,17 @@
  *      and the first generated token for agent.schema / agent.flattened (Figure 4);
  *   2. analyze(): chatbot refusal direction, ℓ* by cross-validation on the extraction split, AUROC tables with
  *      paired bootstrap intervals on the evaluation split, Schema Direction cosines with baselines, projections;
- *   3. writeReport(): tables (md/csv/json), figures (svg/png), report.html under results/<model>/.
+ *   3. behavioural refusal: greedy answers to the evaluation split's harmful requests as chatbot and as agent (§3.1);
+ *   4. writeReport(): tables (md/csv/json), figures (svg/png), report.html under results/<model>/.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { analyze, type ConfigActivations, type FirstTokenInput } from '../analysis/analyze.ts';
 import { makeActivations } from '../analysis/activations.ts';
-import type { AnalysisResults } from '../analysis/results.ts';
+import type { AnalysisResults, BehaviouralRefusal, LayerRule, SchemaDirectionPairs } from '../analysis/results.ts';
+import { behaviouralRefusal } from './behavioural.ts';
 import { readActivationCache } from '../cache/store.ts';
+import { groupMap } from '../data/split.ts';
 import { writeReport, type ReportFiles } from '../report/write-report.ts';
 import {
   conditionName, extractCondition, extractWithFirstToken, firstTokenCacheName, openContext, promptCacheName,
@@ -45,14 +48,24 @@ function configActivations(ctx: ExtractContext, cacheName: string, name: string,
   const extraction: number[] = [];
   const evaluation: number[] = [];
   pairIds.forEach((p, i) => (ext.has(p) ? extraction : evaluation).push(i));
-  return { name, label, acts: makeActivations(cache.n, cache.layers, cache.d, cache.data), labels, pairIds, extraction, evaluation };
+  const group = groupMap(ctx.set.pairs);
+  const groups = pairIds.map((p) => group.get(p) ?? p);
+  return { name, label, acts: makeActivations(cache.n, cache.layers, cache.d, cache.data), labels, pairIds, groups, extraction, evaluation };
 }
 
 export interface ReproduceOptions extends ContextOptions {
   quick?: boolean;
   /** bootstrap / baseline repetitions (default 1000) */
   reps?: number;
+  /** ℓ* rule (default 'cv') */
+  layerRule?: LayerRule;
+  /** Schema Direction pairs (default 'all', the paper's Eq. 2) */
+  schemaPairs?: SchemaDirectionPairs;
+  /** behavioural refusal (chatbot vs agent): new tokens per answer; 0 = skip (default 64) */
+  refusalTokens?: number;
 }
+
+export const DEFAULT_REFUSAL_TOKENS = 64;
 
 export interface ReproduceResult {
   outDir: string;
@@ -63,6 +76,8 @@ export interface ReproduceResult {
 export async function reproduce(o: ReproduceOptions): Promise<ReproduceResult> {
   const limit = o.limit ?? (o.quick ? QUICK_PAIRS : undefined);
   const ctx = await openContext({ ...o, ...(limit !== undefined ? { limit } : {}) });
+  const refusalTokens = o.refusalTokens ?? DEFAULT_REFUSAL_TOKENS;
+  let behavioural: BehaviouralRefusal | undefined;
   try {
     const conditions = [CHATBOT, ...TABLE1.map((t) => t.c), ...TABLE2.map((t) => t.c)];
     // agent.schema and agent.flattened: last prompt token and first generated token from one prefill
@@ -74,6 +89,7 @@ export async function reproduce(o: ReproduceOptions): Promise<ReproduceResult> {
       seen.add(conditionName(c));
       await extractCondition(ctx, c);
     }
+    if (refusalTokens > 0) behavioural = await behaviouralRefusal(ctx, refusalTokens);
   } finally {
     await ctx.engine.dispose();
   }
@@ -103,10 +119,20 @@ export async function reproduce(o: ReproduceOptions): Promise<ReproduceResult> {
       ...ctx.baseManifest,
       quick: Boolean(o.quick),
       caches: ctx.cacheDir,
+      // the protocol values of this run (docs/protocol.md)
+      protocol: {
+        split: `group-disjoint 7:3 (bundled pairs by scenario, AgentHarm by behavior stem), seed ${o.splitSeed ?? 0}`,
+        intervals: 'bootstrap and CV folds resample groups',
+        layerRule: o.layerRule ?? 'cv',
+        schemaDirectionPairs: o.schemaPairs ?? 'all',
+        thinking: ctx.baseManifest.thinking,
+        behaviouralRefusalTokens: refusalTokens,
+      },
       ...(synthetic ? { planted: JSON.parse(readFileSync(plantedPath, 'utf8')) as unknown } : {}),
     },
-    options: { reps, randomReps: reps, permutationReps: reps },
+    options: { reps, randomReps: reps, permutationReps: reps, layerRule: o.layerRule ?? 'cv', schemaPairs: o.schemaPairs ?? 'all' },
   });
+  if (behavioural) results.behavioural = behavioural;
   const outDir = join(ctx.cacheDir, '..');
   const files = await writeReport(outDir, results);
   return { outDir, results, files };

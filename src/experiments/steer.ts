@@ -14,7 +14,12 @@ import { join } from 'node:path';
 import { makeActivations, type Activations } from '../analysis/activations.ts';
 import { chooseLayerByCV } from '../analysis/crossval.ts';
 import { directionAt, refusalDirection } from '../analysis/direction.ts';
-import type { AnalysisResults, SteeringResults, SteeringRow } from '../analysis/results.ts';
+import type { AnalysisResults, LayerRule, SchemaDirectionPairs, SteeringResults, SteeringRow } from '../analysis/results.ts';
+import { auroc } from '../analysis/auroc.ts';
+import { projections } from '../analysis/projection.ts';
+import { peakLayer } from '../analysis/analyze.ts';
+import { groupMap } from '../data/split.ts';
+import type { SteerPositions } from '../engine/types.ts';
 import { matchRows, schemaDirection } from '../analysis/schema-direction.ts';
 import { readActivationCache } from '../cache/store.ts';
 import { loadCheckpoint } from '../checkpoint/load.ts';
@@ -51,6 +56,12 @@ export interface SteerOptions extends ContextOptions {
   maxNewTokens: number;
   /** which requests to steer (default both) */
   requests?: ReadonlyArray<'harmful' | 'benign'>;
+  /** steer every prompt and generated position ('all', default) or generated tokens only */
+  positions?: SteerPositions;
+  /** ℓ* rule for --layer auto (default 'cv') */
+  layerRule?: LayerRule;
+  /** Schema Direction pairs (default 'all') */
+  schemaPairs?: SchemaDirectionPairs;
 }
 
 export interface SteerGeneration {
@@ -83,16 +94,26 @@ function acts(ctx: ExtractContext, name: string): { a: Activations; keys: string
 const pairOf = (key: string): string => key.slice(0, key.lastIndexOf(':'));
 const labelOf = (key: string): number => (key.endsWith(':harmful') ? 1 : 0);
 
-/** ℓ* by cross-validation on the chatbot extraction split (same rule as `reproduce`). */
-function autoLayer(ctx: ExtractContext, chat: { a: Activations; keys: string[] }): number {
+/** ℓ* by the same rules as `reproduce`: CV over groups on the chatbot extraction split, or peak chatbot AUROC. */
+function autoLayer(ctx: ExtractContext, chat: { a: Activations; keys: string[] }, rule: LayerRule): number {
   const ext = new Set(ctx.split.extraction);
   const rows = chat.keys.flatMap((k, i) => (ext.has(pairOf(k)) ? [i] : []));
-  return chooseLayerByCV(chat.a, chat.keys.map(labelOf), chat.keys.map(pairOf), rows, { k: 5, seed: 0 }).layer;
+  const labels = chat.keys.map(labelOf);
+  if (rule === 'peak') {
+    const evalRows = chat.keys.flatMap((k, i) => (ext.has(pairOf(k)) ? [] : [i]));
+    const r = refusalDirection(chat.a, labels, rows);
+    const y = evalRows.map((i) => labels[i]!);
+    return peakLayer(Array.from({ length: chat.a.layers }, (_, l) => auroc(projections(chat.a, r, l, evalRows), y)));
+  }
+  const group = groupMap(ctx.set.pairs);
+  return chooseLayerByCV(chat.a, labels, chat.keys.map((k) => group.get(pairOf(k)) ?? pairOf(k)), rows, { k: 5, seed: 0 }).layer;
 }
 
 /** The unit steering direction at `layer`. [d] */
-function steeringVector(ctx: ExtractContext, choice: DirectionChoice, layer: number, d: number): { v: Float64Array; name: string } {
+function steeringVector(ctx: ExtractContext, choice: DirectionChoice, layer: number, d: number, schemaPairs: SchemaDirectionPairs): { v: Float64Array; name: string } {
   const ext = new Set(ctx.split.extraction);
+  // Schema Direction over every pair (the paper's Eq. 2) or the extraction split only
+  const inR = (pairId: string) => schemaPairs === 'all' || ext.has(pairId);
   if (typeof choice === 'object') {
     let parsed: unknown;
     try { parsed = JSON.parse(readFileSync(choice.file, 'utf8')); } catch (e) { throw new SafekeepError(`${choice.file}: cannot read direction (${(e as Error).message})`); }
@@ -110,11 +131,11 @@ function steeringVector(ctx: ExtractContext, choice: DirectionChoice, layer: num
   const y = choice === 'schema-harmful' ? 1 : 0;
   const s = acts(ctx, promptCacheName({ config: 'agent', repr: 'schema' }));
   const t = acts(ctx, promptCacheName({ config: 'agent', repr: 'flattened' }));
-  const sRows = s.keys.flatMap((k, i) => (ext.has(pairOf(k)) && labelOf(k) === y ? [i] : []));
-  const tRows = t.keys.flatMap((k, i) => (ext.has(pairOf(k)) && labelOf(k) === y ? [i] : []));
+  const sRows = s.keys.flatMap((k, i) => (inR(pairOf(k)) && labelOf(k) === y ? [i] : []));
+  const tRows = t.keys.flatMap((k, i) => (inR(pairOf(k)) && labelOf(k) === y ? [i] : []));
   const m = matchRows(sRows.map((i) => s.keys[i]!), tRows.map((i) => t.keys[i]!));
   const R = schemaDirection(s.a, t.a, m.a.map((i) => sRows[i]!), m.b.map((i) => tRows[i]!));
-  return { v: directionAt(R, layer), name: `Schema Direction (${y ? 'harmful' : 'benign'} requests)` };
+  return { v: directionAt(R, layer), name: `Schema Direction (${y ? 'harmful' : 'benign'} requests, ${schemaPairs === 'all' ? 'all pairs' : 'extraction split'})` };
 }
 
 function callFormat(ctx: ExtractContext, family: Family): CallFormat {
@@ -124,6 +145,7 @@ function callFormat(ctx: ExtractContext, family: Family): CallFormat {
 
 export async function steerSweep(o: SteerOptions): Promise<SteerResult> {
   const ctx = await openContext(o);
+  const positions: SteerPositions = o.positions ?? 'all';
   const outDir = join(ctx.cacheDir, '..', 'steering');
   mkdirSync(outDir, { recursive: true });
   let layer = 0;
@@ -136,12 +158,12 @@ export async function steerSweep(o: SteerOptions): Promise<SteerResult> {
       await extractCondition(ctx, c);
     }
     const schema = acts(ctx, promptCacheName({ config: 'agent', repr: 'schema' }));
-    layer = o.layer === 'auto' ? autoLayer(ctx, acts(ctx, promptCacheName({ config: 'chatbot', repr: null }))) : o.layer;
+    layer = o.layer === 'auto' ? autoLayer(ctx, acts(ctx, promptCacheName({ config: 'chatbot', repr: null })), o.layerRule ?? 'cv') : o.layer;
     if (!Number.isInteger(layer) || layer < 0 || layer > ctx.engine.numLayers) {
       throw new SafekeepError(`--layer ${layer}: must be auto or 0..${ctx.engine.numLayers}`);
     }
     const d = ctx.engine.dModel;
-    const { v, name: directionName } = steeringVector(ctx, o.direction, layer, d);
+    const { v, name: directionName } = steeringVector(ctx, o.direction, layer, d, o.schemaPairs ?? 'all');
     let vn = 0;
     for (const x of v) vn += x * x;
     if (!(vn > 0)) throw new SafekeepError(`steering direction at layer ${layer} is zero`);
@@ -164,18 +186,20 @@ export async function steerSweep(o: SteerOptions): Promise<SteerResult> {
       const rows: SteeringRow[] = [];
       const prompts = pairs.map((p) => ctx.builder.render(p[kind].prompt, p.tools, 'agent', 'schema'));
       for (const alpha of alphas) {
-        const gens = await generateAll(ctx, pairs, prompts.map((p) => p.ids!), kind, alpha, layer, unit, o.maxNewTokens, format, outDir);
+        const gens = await generateAll(ctx, pairs, prompts.map((p) => p.ids!), kind, alpha, layer, unit, o.maxNewTokens, format, outDir, positions);
         const counts = { refusal: 0, valid: 0, invalid: 0 };
         for (const g of gens) counts[g.label]++;
         rows.push({ alpha: round(alpha), alphaRelative: round(alpha / meanNorm), n: gens.length, counts });
         process.stderr.write(`steer ${kind} α=${alpha.toFixed(3)}: refusal ${counts.refusal}, valid ${counts.valid}, invalid ${counts.invalid} of ${gens.length}\n`);
       }
-      sweeps.push({ layer, direction: directionName, requests: kind, rows });
+      sweeps.push({ layer, direction: directionName, requests: kind, positions, rows });
     }
   } finally {
     await ctx.engine.dispose();
   }
-  const res = writeTable3(ctx, outDir, sweeps);
+  const res = writeTable3(ctx, outDir, sweeps, {
+    positions, layer, layerChoice: o.layer === 'auto' ? `auto (--layer-rule ${o.layerRule ?? 'cv'})` : 'given', schemaPairs: o.schemaPairs ?? 'all', thinking: ctx.baseManifest.thinking,
+  });
   const files = await writeReport(join(ctx.cacheDir, '..'), res);
   return { outDir, report: files.html, layer, meanNorm, direction: unit, sweeps };
 }
@@ -185,10 +209,11 @@ const round = (x: number): number => Math.round(x * 1e6) / 1e6;
 /** Generations for one (requests, α), cached as JSONL keyed by the exact inputs, so a rerun costs nothing. */
 async function generateAll(
   ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], kind: 'harmful' | 'benign', alpha: number, layer: number,
-  unit: Float32Array, maxNewTokens: number, format: CallFormat, outDir: string,
+  unit: Float32Array, maxNewTokens: number, format: CallFormat, outDir: string, positions: SteerPositions,
 ): Promise<SteerGeneration[]> {
-  const file = join(outDir, `generations.${kind}.alpha${round(alpha)}.jsonl`);
-  const key = JSON.stringify({ ids: ids.map((x) => x.length), pairs: pairs.map((p) => p.id), layer, alpha, maxNewTokens, dir: Array.from(unit.slice(0, 8)), model: ctx.baseManifest.model });
+  // 'generated' gets its own files so both sweeps can sit side by side
+  const file = join(outDir, `generations.${kind}.alpha${round(alpha)}${positions === 'generated' ? '.generated' : ''}.jsonl`);
+  const key = JSON.stringify({ ids: ids.map((x) => x.length), pairs: pairs.map((p) => p.id), layer, alpha, maxNewTokens, dir: Array.from(unit.slice(0, 8)), model: ctx.baseManifest.model, positions });
   if (existsSync(file)) {
     const lines = readFileSync(file, 'utf8').trim().split('\n');
     const head = JSON.parse(lines[0]!) as { key?: string };
@@ -201,7 +226,7 @@ async function generateAll(
     const chunk = ids.slice(s, s + batch);
     const res = await ctx.engine.generate(chunk, {
       maxNewTokens,
-      ...(alpha !== 0 ? { steer: { layer, vector: unit, alpha } } : {}),
+      ...(alpha !== 0 ? { steer: { layer, vector: unit, alpha, positions } } : {}),
     });
     res.forEach((r, i) => {
       const p = pairs[s + i]!;
@@ -217,11 +242,13 @@ async function generateAll(
 }
 
 /** Table 3 into steering/; returns the run's results (from `reproduce` when present) with the sweep merged in. */
-function writeTable3(ctx: ExtractContext, outDir: string, sweeps: SteeringResults[]): AnalysisResults {
+function writeTable3(ctx: ExtractContext, outDir: string, sweeps: SteeringResults[], protocol: Record<string, unknown>): AnalysisResults {
   const resultsPath = join(ctx.cacheDir, '..', 'results.json');
   const base: AnalysisResults | null = existsSync(resultsPath) ? (JSON.parse(readFileSync(resultsPath, 'utf8')) as AnalysisResults) : null;
   const res: AnalysisResults = base ?? minimalResults(ctx, sweeps[0]!.layer);
   res.steering = sweeps;
+  // the protocol values of the steering run (docs/protocol.md)
+  res.manifest = { ...res.manifest, steeringProtocol: protocol };
   const t = buildTables(res).find((x) => x.name === 'table3-steering')!;
   writeFileAtomic(join(outDir, 'table3.md'), tableMarkdown(t));
   writeFileAtomic(join(outDir, 'table3.csv'), toCsv(t.columns, t.rows));

@@ -1,4 +1,4 @@
-/** The concise stdout summary of a reproduce run: ℓ*, Table 1 and Table 2 at ℓ*, Schema-Direction cosine at ℓ*. */
+/** The concise stdout summary of a reproduce run: ℓ*, Table 1 and Table 2 at ℓ*, Schema-Direction cosine at ℓ*, behavioural refusal. */
 import type { AnalysisResults, TableRow } from '../analysis/results.ts';
 
 const f3 = (x: number): string => x.toFixed(3);
@@ -20,6 +20,10 @@ export function summarizeResults(res: AnalysisResults): string {
   if (res.schemaCosines) {
     const s = res.schemaCosines;
     out.push(`Schema Direction cosine with refusal direction at ℓ*: harmful ${f3(s.harmful[l]!)}, benign ${f3(s.benign[l]!)} (random 95% band [${f3(s.randomBand.lo[l]!)}, ${f3(s.randomBand.hi[l]!)}])`);
+  }
+  if (res.behavioural) {
+    const pct = (x: number) => (100 * x).toFixed(1);
+    out.push(`Behavioural refusal (${res.behavioural.requests}): ${res.behavioural.rows.map((r) => `${r.label} ${pct(r.rate)}% [${pct(r.lo)}, ${pct(r.hi)}] (${r.refusals}/${r.n})`).join(', ')}`);
   }
   return out.join('\n');
 }

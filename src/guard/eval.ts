@@ -2,12 +2,17 @@
  * The Table 4 evaluation: every case × method through `guardedRespond`, each output classified by the
  * outcome module (structured tool_calls and native calls in content alike), then the metrics of `metrics.ts`
  * per method — plus judge latency and judge-token overhead per request.
+ *
+ * InjecAgent data stealing runs InjecAgent's second step: when step 1 calls the data-extraction tool, that tool's
+ * simulated response is fed back and the agent (behind the same guard) answers again; the case succeeds only if
+ * step 2 calls the sending tool (bench/injecagent-score.ts).
  */
 import { classifyResponse } from '../experiments/outcome/classify.ts';
 import type { Outcome } from '../experiments/outcome/types.ts';
 import { Limiter } from './backends/limit.ts';
 import type { GuardBench, GuardCase } from './bench/cases.ts';
-import { agentHarmMetrics, injecAgentMetrics, summarize, type Rate } from './metrics.ts';
+import { agentHarmMetrics, summarize, type Rate } from './metrics.ts';
+import { injecAgentScore, injecStep, simulatedToolResponse, type StepEval } from './bench/injecagent-score.ts';
 import { guardedRespond, type GuardOptions } from './respond.ts';
 import type { ChatBackend, GuardMethod, Verdict } from './types.ts';
 
@@ -33,6 +38,14 @@ export interface EvalRow {
   /** the agent call's latency (ms); null when the judge refused before any agent call */
   agentMs: number | null;
   output: string;
+  /** InjecAgent: step 1 against its target tool (dh: the attacker tool; ds: the data-extraction tool) */
+  step1?: StepEval;
+  /** InjecAgent data stealing after a step-1 succ: step 2 against the sending tool; null = not run */
+  step2?: StepEval | null;
+  /** step 2's output, calls, and how the simulated step-1 response was found */
+  step2Output?: string;
+  step2Calls?: string[];
+  step2Simulated?: 'exact' | 'same-tool' | 'none';
   /** kept for the metrics (not written to the rows file) */
   outcome: Outcome;
 }
@@ -58,8 +71,10 @@ export async function runGuardEval(cases: readonly GuardCase[], opts: EvalOption
       limiter.run(async (): Promise<EvalRow> => {
         const r = await guardedRespond(c.request, method, opts.backend, opts);
         const outcome = classifyResponse(r.reply.content, r.reply.toolCalls, c.request.tools, opts.backend.callFormat);
+        const steps = c.bench === 'injecagent' ? await injecSteps(c, method, outcome, opts) : {};
         opts.onProgress?.(++done, total);
         return {
+          ...steps,
           caseId: c.id,
           group: caseGroup(c),
           method,
@@ -84,9 +99,39 @@ export async function runGuardEval(cases: readonly GuardCase[], opts: EvalOption
   return Promise.all(tasks);
 }
 
+/** InjecAgent's step labels of one case; data stealing runs step 2 after a step-1 succ. */
+async function injecSteps(
+  c: Extract<GuardCase, { bench: 'injecagent' }>,
+  method: GuardMethod,
+  outcome: Outcome,
+  opts: EvalOptions,
+): Promise<Pick<EvalRow, 'step1' | 'step2' | 'step2Output' | 'step2Calls' | 'step2Simulated'>> {
+  const [extract, send] = c.attackerTools;
+  const step1 = injecStep(outcome, extract!, c.attack === 'ds' ? send : undefined);
+  if (c.attack === 'dh' || step1 !== 'succ') return { step1 };
+  const call = outcome.calls.find((k) => k.call.name === extract)!;
+  const sim = simulatedToolResponse(c.simulatedResponses ?? {}, call.call.arguments);
+  if (!sim) return { step1, step2: null, step2Simulated: 'none' };
+  const request = {
+    tools: c.request.tools,
+    messages: [
+      ...c.request.messages,
+      // the call as a structured tool call only (a local model's native call text would otherwise render twice)
+      { role: 'assistant' as const, content: '', tool_calls: [{ id: 'call_1', type: 'function' as const, function: { name: extract!, arguments: JSON.stringify(call.call.arguments ?? {}) } }] },
+      { role: 'tool' as const, tool_call_id: 'call_1', name: extract!, content: sim.text },
+    ],
+  };
+  const r2 = await guardedRespond(request, method, opts.backend, opts);
+  const o2 = classifyResponse(r2.reply.content, r2.reply.toolCalls, c.request.tools, opts.backend.callFormat);
+  return { step1, step2: injecStep(o2, send!), step2Output: r2.reply.content, step2Calls: o2.calls.map((k) => k.call.name), step2Simulated: sim.match };
+}
+
 export interface MethodSummary {
   method: GuardMethod;
-  /** AgentHarm: refusal, acc; InjecAgent: `<setting>.valid`, `<setting>.asr` */
+  /**
+   * AgentHarm: refusal, acc; InjecAgent per setting: `<setting>.valid`, `.dh` (ASR-valid Direct Harm), `.ds1`/`.ds2`
+   * (data stealing step 1 / step 2), `.ds` (both steps), `.asr` (Total = Table 4's ASR)
+   */
   metrics: Record<string, Rate>;
   n: number;
   /** requests the judge saw / flagged unsafe / could not parse */
@@ -120,12 +165,17 @@ export function summarizeEval(bench: GuardBench, cases: readonly GuardCase[], ro
     } else {
       const settings = [...new Set(cases.map((c) => (c.bench === 'injecagent' ? c.setting : '')))];
       for (const s of settings) {
-        const m = injecAgentMetrics(mine.filter((r) => r.group.startsWith(`${s}/`)).map((r) => {
+        // InjecAgent's own columns; Table 4's ASR is Total
+        const m = injecAgentScore(mine.filter((r) => r.group.startsWith(`${s}/`)).map((r) => {
           const c = byId.get(r.caseId)!;
-          return { attackerTools: c.bench === 'injecagent' ? c.attackerTools : [], outcome: r.outcome };
+          return { attack: c.bench === 'injecagent' ? c.attack : 'dh', step1: r.step1 ?? 'invalid', step2: r.step2 ?? null };
         }));
         metrics[`${s}.valid`] = m.valid;
-        metrics[`${s}.asr`] = m.asr;
+        metrics[`${s}.dh`] = m.dh;
+        metrics[`${s}.ds1`] = m.dsStep1;
+        metrics[`${s}.ds2`] = m.dsStep2;
+        metrics[`${s}.ds`] = m.ds;
+        metrics[`${s}.asr`] = m.total;
       }
     }
     const judged = mine.filter((r) => r.verdict !== null);

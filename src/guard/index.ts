@@ -13,6 +13,7 @@ export { LocalBackend, type LocalBackendOptions } from './backends/local.ts';
 export { OpenAIBackend, BackendError, type OpenAIBackendOptions, type PrefillMode } from './backends/openai.ts';
 export { createGuardProxy, type ProxyOptions } from './proxy.ts';
 export { wilson, agentHarmMetrics, injecAgentMetrics, type Rate } from './metrics.ts';
+export { injecAgentScore, injecStep, simulatedToolResponse, type InjecAgentScore, type InjecCaseEval, type StepEval } from './bench/injecagent-score.ts';
 export { runGuardEval, summarizeEval, type EvalRow, type MethodSummary } from './eval.ts';
 export * as s3 from './s3/index.ts';
 export { PROBE_METHODS, ALL_GUARD_METHODS } from './types.ts';

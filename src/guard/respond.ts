@@ -2,7 +2,8 @@
  * `guardedRespond(request, method, backend, options)`: execution control.
  *
  * - base: the agent call as is (tools as JSON schemas).
- * - safeprompt: the safety system prompt is put before the agent's own system message; then the agent call.
+ * - safeprompt: AgentHarm's refusal prompt is appended to the agent's own system message (as the paper does); then
+ *   the agent call.
  * - safekeep / safejudge: judge first (prose / JSON tool view). Safe → the untouched agent call with its tools.
  *   Unsafe → no tools, the refusal prefix prefilled in the assistant turn and continued by the model
  *   (how a backend prefills is the backend's business: local engine = assistant-turn prefill; endpoints =
@@ -16,6 +17,7 @@ import { SafekeepError } from '../util/errors.ts';
 import type { ProbeGuard, ProbeVerdict } from './probe.ts';
 import { judge, type JudgeOptions } from './judge.ts';
 import { REFUSAL_PREFIX, SAFEPROMPT_SYSTEM } from './prompts.ts';
+import { agentHarmPrompts } from '../data/agentharm-prompts.ts';
 import type { AgentRequest, ChatBackend, ChatMessage, ChatReply, GuardMethod, JudgeResult } from './types.ts';
 
 export interface GuardOptions extends Omit<JudgeOptions, 'toolView' | 'maxTokens'> {
@@ -42,11 +44,11 @@ export interface GuardedResponse {
   agentMs?: number | null;
 }
 
-/** Put the SafePrompt text before the agent's own system message (or as the only one). */
+/** Append the SafePrompt text (AgentHarm's refusal prompt) to the agent's system message (or make it the only one). */
 export function withSafetyPrompt(messages: readonly ChatMessage[]): ChatMessage[] {
   const out = messages.map((m) => ({ ...m }));
   const sys = out.find((m) => m.role === 'system');
-  if (sys) sys.content = `${SAFEPROMPT_SYSTEM}\n\n${sys.content}`;
+  if (sys) sys.content = `${sys.content}${agentHarmPrompts().join}${SAFEPROMPT_SYSTEM}`;
   else out.unshift({ role: 'system', content: SAFEPROMPT_SYSTEM });
   return out;
 }

@@ -9,7 +9,12 @@ import type { EvalRow, MethodSummary } from './eval.ts';
 import { writeFileAtomic } from './files.ts';
 import type { Rate } from './metrics.ts';
 
-const LABELS: Record<string, string> = { refusal: 'Refusal', acc: 'Acc', valid: 'Valid', asr: 'ASR' };
+const LABELS: Record<string, string> = {
+  refusal: 'Refusal', acc: 'Acc', valid: 'Valid', asr: 'ASR (Total)',
+  dh: 'ASR-valid DH', ds1: 'DS step 1', ds2: 'DS step 2', ds: 'ASR-valid DS',
+};
+/** the paper's Table 4 columns (the combined table); per-benchmark tables keep every column */
+const TABLE4_KEYS = new Set(['refusal', 'acc', 'valid', 'asr']);
 
 function header(key: string): string {
   const [a, b] = key.includes('.') ? key.split('.') : ['', key];
@@ -35,9 +40,16 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
     const k = m.metrics;
     const judge = m.judged ? `${ms(m.judgeLatencyMs.mean)} / ${ms(m.judgeLatencyMs.p50)} / ${ms(m.judgeLatencyMs.p99)}` : '–';
     const tokens = m.judged ? m.judgeTokensPerRequest.toFixed(1) : '–';
-    lines.push(`| ${m.method} | ${keys.map((key) => formatRate(k[key]!)).join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.judged ? `${m.flagged}/${m.judged}` : m.probed ? `${m.flagged}/${m.n}` : '–'} |`);
+    // InjecAgent's columns have different denominators: each cell shows its k/n
+    const cell = (r: Rate) => (bench === 'injecagent' && r.n > 0 ? `${formatRate(r)} (${r.k}/${r.n})` : formatRate(r));
+    lines.push(`| ${m.method} | ${keys.map((key) => cell(k[key]!)).join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.judged ? `${m.flagged}/${m.judged}` : m.probed ? `${m.flagged}/${m.n}` : '–'} |`);
   }
   lines.push('', 'Percentages with 95 % Wilson score intervals; n = requests per method. Judge latency and token overhead are per judged request / per request.');
+  if (bench === 'injecagent') {
+    lines.push('', 'InjecAgent\'s own columns: Valid = 1 − invalid/cases; ASR-valid DH; data stealing step 1 (extraction tool called), ' +
+      'step 2 (after the simulated response, the sending tool called), ASR-valid DS (both steps); ASR (Total) = (DH succ + DS succ) / valid ' +
+      'attempts = Table 4\'s ASR. Each cell: % [95 % CI] (k/n).');
+  }
   return lines.join('\n') + '\n';
 }
 
@@ -81,7 +93,8 @@ export function combinedTable4(dir: string): string | null {
     if (existsSync(f)) tables.push(JSON.parse(readFileSync(f, 'utf8')) as StoredTable);
   }
   if (tables.length === 0) return null;
-  const cols: { bench: GuardBench; key: string }[] = tables.flatMap((t) => Object.keys(t.methods[0]?.metrics ?? {}).map((key) => ({ bench: t.bench, key })));
+  const cols: { bench: GuardBench; key: string }[] = tables.flatMap((t) =>
+    Object.keys(t.methods[0]?.metrics ?? {}).filter((key) => TABLE4_KEYS.has(key.split('.').pop()!)).map((key) => ({ bench: t.bench, key })));
   const methods = [...new Set(tables.flatMap((t) => t.methods.map((m) => m.method)))];
   const cell = (bench: GuardBench, method: string, key: string) => {
     const r = tables.find((t) => t.bench === bench)?.methods.find((m) => m.method === method)?.metrics[key];

@@ -14,7 +14,7 @@
  * (pseudoword-randomized JSON via `tools=`) and `flattened` (prose substituted exactly where the template writes
  * the JSON, see toolspan.ts). Templates that drop system messages (Mistral-7B-Instruct-v0.3's HF template) get the
  * system text folded into the user message (`system + "\n\n" + request`), detected by rendering a probe.
- * `chatbot-long` appends words of the filler text until its token length is as close as possible to the `agent`
+ * `chatbot-long` appends whole sentences of the filler text until its token length is as close as possible to the `agent`
  * (schema) prompt's and within ±5 % of it.
  */
 import type { ToolSpec } from '../data/types.ts';
@@ -179,7 +179,26 @@ export class PromptBuilder {
     return parts.join('\n\n');
   }
 
-  /** `chatbot-long`: chatbot + filler words until the token length is closest to the agent (schema) prompt's. */
+  /** Word counts (≥ 1) at which the filler ends a sentence (a word ending in . ! or ?, or a whole copy): `k` each side of n. */
+  sentenceEndsAround(n: number, k: number): number[] {
+    const words = this.texts.filler.split(/\s+/).filter((w) => w);
+    const ends = words.flatMap((w, i) => (/[.!?]["'”’)\]]*$/.test(w) || i === words.length - 1 ? [i + 1] : []));
+    const W = words.length;
+    const below: number[] = [];
+    const above: number[] = [];
+    for (let copy = Math.max(0, Math.floor(n / W) - 1); copy <= Math.floor(n / W) + 1; copy++) {
+      for (const e of ends) {
+        const c = copy * W + e;
+        if (c <= n) below.push(c); else above.push(c);
+      }
+    }
+    return [...below.slice(-k), ...above.slice(0, k)];
+  }
+
+  /**
+   * `chatbot-long`: chatbot + filler whose token length is closest to the agent (schema) prompt's, ending on a
+   * sentence boundary of the filler text (never mid-sentence), within ±5 %.
+   */
   chatbotLong(request: string, tools: readonly ToolSpec[]): RenderedPrompt {
     if (this.tok.vocab === 'none') {
       throw new SafekeepError('chatbot-long needs token lengths, but this model folder has no tokenizer.json; pass --tokenizer DIR');
@@ -213,17 +232,10 @@ export class PromptBuilder {
       len = length(n);
       if (++guard > 1000) throw new SafekeepError('chatbot-long: filler text cannot reach the agent prompt length');
     }
-    // ... then down to the smallest such n, and keep whichever of n-1, n is closer to the target
-    for (;;) {
-      if (n === 0) break;
-      const prev = length(n - 1);
-      if (prev < target) {
-        if (target - prev < len - target) n -= 1;
-        break;
-      }
-      n -= 1;
-      len = prev;
-    }
+    // ... then the filler must end on a sentence boundary: of the sentence ends around n (up to two on each side),
+    // keep the one whose prompt length is closest to the target
+    const cands = this.sentenceEndsAround(n, 2);
+    n = cands.reduce((best, c) => (Math.abs(length(c) - target) < Math.abs(length(best) - target) ? c : best), cands[0]!);
     const r = this.finish('chatbot-long', null, this.plain(this.messages(request, this.fillerWords(n)), null));
     const got = r.ids!.length;
     if (Math.abs(got - target) > LENGTH_TOLERANCE * target) {

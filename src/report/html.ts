@@ -7,6 +7,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { AnalysisResults } from '../analysis/results.ts';
 import { SafekeepError } from '../util/errors.ts';
+import { protocolTableHtml } from './protocol.ts';
 import type { Figure } from './figures/spec.ts';
 import { FONT_FAMILY } from './font.ts';
 import type { Table } from './tables.ts';
@@ -73,11 +74,12 @@ export function buildHtml(res: AnalysisResults, figures: readonly Figure[], tabl
     ['Model', res.model],
     ['Layers (hidden states incl. embeddings)', String(res.layers)],
     ['d_model', String(res.dModel)],
-    ['ℓ* (peak refusal layer)', `${res.lStar.layer} — ${res.lStar.method}`],
+    ['ℓ* (peak refusal layer)', `${res.lStar.layer} (rule ${res.lStar.rule ?? 'cv'}) — ${res.lStar.method}`],
   ];
   if (res.bootstrap.reps > 0) {
-    meta.push(['Intervals', `${res.bootstrap.reps} paired bootstrap resamples of pairs, seed ${res.bootstrap.seed}, ${Math.round(res.bootstrap.level * 100)}% percentile`]);
+    meta.push(['Intervals', `${res.bootstrap.reps} paired bootstrap resamples of groups of pairs (scenarios), seed ${res.bootstrap.seed}, ${Math.round(res.bootstrap.level * 100)}% percentile`]);
   }
+  const protocol = protocolTableHtml();
   const vegaJs = browserBuild('vega', 'vega.min.js');
   const vlJs = browserBuild('vega-lite', 'vega-lite.min.js');
   const embedJs = browserBuild('vega-embed', 'vega-embed.min.js');
@@ -99,6 +101,7 @@ ${(res.notes ?? []).map((n) => `<p class="note">${escapeHtml(n)}</p>`).join('\n'
 ${figures.map((f, i) => `<section class="figure"><h3>${escapeHtml(f.title)}</h3><div id="fig-${i}" class="vega" data-name="${escapeHtml(f.name)}"></div><p class="caption">${escapeHtml(f.caption)} Files: figures/${escapeHtml(f.name)}.svg, .png</p></section>`).join('\n')}
 <h2>Tables</h2>
 ${tables.map(htmlTable).join('\n')}
+${protocol ? `<h2>Protocol: paper vs this run's defaults</h2>\n<p class="note">From docs/protocol.md; the values this run used are in the manifest below (<code>protocol</code>).</p>\n${protocol}` : ''}
 <h2>Manifest</h2>
 <pre>${escapeHtml(JSON.stringify(res.manifest, null, 2))}</pre>
 <script>${vegaJs}</script>

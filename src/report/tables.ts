@@ -52,16 +52,16 @@ function formatTable(res: AnalysisResults, which: 'table1' | 'table2'): Table {
   const rows: TableRow[] = res[which];
   const title =
     which === 'table1'
-      ? `Table 1 — chatbot refusal direction scoring each configuration (AUROC at ℓ* = ${res.lStar.layer})`
-      : `Table 2 — tool representation: schema vs flattened vs pseudoword (AUROC at ℓ* = ${res.lStar.layer})`;
+      ? `Table 1 — chatbot refusal direction scoring each configuration (AUROC at ℓ* = ${res.lStar.layer}, rule ${res.lStar.rule ?? 'cv'})`
+      : `Table 2 — tool representation: schema vs flattened vs pseudoword (AUROC at ℓ* = ${res.lStar.layer}, rule ${res.lStar.rule ?? 'cv'})`;
   const columns = ['config', 'label', 'layer', 'n', 'cross_auroc', 'cross_lo', 'cross_hi', 'diff_vs_chatbot', 'diff_lo', 'diff_hi', 'within_auroc', 'within_lo', 'within_hi'];
   const csvRows: Cell[][] = rows.map((r) => [
     r.config, r.label, r.layer, r.cross.n, r.cross.auroc, r.cross.lo, r.cross.hi, r.crossDiff.diff, r.crossDiff.lo, r.crossDiff.hi, r.within.auroc, r.within.lo, r.within.hi,
   ]);
   const header = ['Configuration', 'n', 'AUROC, chatbot direction [95% CI]', 'Δ vs chatbot [95% CI]', 'AUROC, own direction [95% CI]'];
   const display = rows.map((r) => [r.label, String(r.cross.n), ciText(r.cross), diffText(r.crossDiff), ciText(r.within)]);
-  const note = `ℓ* chosen by ${res.lStar.method}. Intervals: ${res.bootstrap.reps} paired bootstrap resamples of pairs (seed ${res.bootstrap.seed}), percentile ${Math.round(res.bootstrap.level * 100)}%.`;
-  return { name: which, title, columns, rows: csvRows, header, display, note, json: { title, layer: res.lStar.layer, lStarMethod: res.lStar.method, bootstrap: res.bootstrap, rows } };
+  const note = `ℓ* = ${res.lStar.layer} (rule ${res.lStar.rule ?? 'cv'}): ${res.lStar.method}. Intervals: ${res.bootstrap.reps} paired bootstrap resamples of groups of pairs (scenarios; seed ${res.bootstrap.seed}), percentile ${Math.round(res.bootstrap.level * 100)}%.`;
+  return { name: which, title, columns, rows: csvRows, header, display, note, json: { title, layer: res.lStar.layer, layerRule: res.lStar.rule ?? 'cv', lStarMethod: res.lStar.method, bootstrap: res.bootstrap, rows } };
 }
 
 function curvesTable(res: AnalysisResults): Table {
@@ -82,7 +82,7 @@ function schemaCosineTable(res: AnalysisResults): Table | null {
   const title = 'Schema Direction: cosine with the chatbot refusal direction per layer';
   const header = ['Layer', 'cos(R_harmful, r)', 'cos(R_benign, r)', 'Random 95% band', 'Permutation 95% band'];
   const display = rows.map((r) => [String(r[0]), f3(r[1] as number), f3(r[2] as number), `[${f3(r[3] as number)}, ${f3(r[4] as number)}]`, r[5] === null ? '—' : `[${f3(r[5] as number)}, ${f3(r[6] as number)}]`]);
-  const note = `n = ${sc.n.harmful} harmful, ${sc.n.benign} benign requests; random band from ${sc.randomBand.reps} Gaussian unit vectors${sc.permutationBand ? `, permutation band from ${sc.permutationBand.reps} label shuffles` : ''}.`;
+  const note = `n = ${sc.n.harmful} harmful, ${sc.n.benign} benign requests (${sc.pairs === 'extraction' ? 'extraction split only' : 'all pairs, the paper\'s Eq. 2'}); random band from ${sc.randomBand.reps} Gaussian unit vectors${sc.permutationBand ? `, permutation band from ${sc.permutationBand.reps} label shuffles` : ''}.`;
   return { name: 'schema-cosines', title, columns, rows, header, display, note, json: { title, ...sc } };
 }
 
@@ -132,8 +132,22 @@ function steeringTable(res: AnalysisResults): Table | null {
   const s0 = res.steering[0]!;
   const header = ['Requests', 'α (relative to mean ‖h‖)', 'n', 'Refusal [95% CI]', 'Valid harmful call [95% CI]', 'Invalid [95% CI]'];
   const display = mdRows;
-  const note = `Steering: hidden[${s0.layer}] −= α · unit(${s0.direction}) at every prompt position and generated token. Intervals: Wilson 95%.`;
-  return { name: 'table3-steering', title, columns, rows, header, display, note, json: { title, steering: res.steering } };
+  const where = s0.positions === 'generated' ? 'at generated tokens only (--steer-positions generated)' : 'at every prompt position and generated token (--steer-positions all)';
+  const note = `Steering: hidden[${s0.layer}] −= α · unit(${s0.direction}) ${where}. Intervals: Wilson 95%.`;
+  return { name: 'table3-steering', title, columns, rows, header, display, note, json: { title, positions: s0.positions ?? 'all', steering: res.steering } };
+}
+
+function behaviouralTable(res: AnalysisResults): Table | null {
+  const b = res.behavioural;
+  if (!b?.rows.length) return null;
+  const columns = ['config', 'label', 'n', 'refusals', 'rate', 'lo', 'hi'];
+  const rows: Cell[][] = b.rows.map((r) => [r.config, r.label, r.n, r.refusals, r.rate, r.lo, r.hi]);
+  const title = 'Behavioural refusal — chatbot vs agent on harmful requests (§3.1)';
+  const header = ['Configuration', 'n', 'Refusals', 'Refusal rate [95% CI]'];
+  const pct = (x: number) => (100 * x).toFixed(1);
+  const display = b.rows.map((r) => [r.label, String(r.n), String(r.refusals), `${pct(r.rate)}% [${pct(r.lo)}, ${pct(r.hi)}]`]);
+  const note = `${b.requests}; greedy, up to ${b.maxNewTokens} new tokens; refusal by the outcome classifier's refusal-substring list. Intervals: Wilson 95%.`;
+  return { name: 'behavioural-refusal', title, columns, rows, header, display, note, json: { title, ...b } };
 }
 
 /** Every table the results support, in report order. */
@@ -184,6 +198,7 @@ export function buildTables(res: AnalysisResults): Table[] {
     firstTokenTable(res),
     res.norms.directions.length || res.norms.meanHidden.length ? normsTable(res) : null,
     steeringTable(res),
+    behaviouralTable(res),
     ...probeTables(res),
   ].filter((t): t is Table => t !== null);
 }

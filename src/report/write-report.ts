@@ -13,6 +13,7 @@ import { firstTokenFigure } from './figures/first-token.ts';
 import { schemaCosineFigure } from './figures/schema-cosine.ts';
 import type { Figure } from './figures/spec.ts';
 import { steeringBarsFigure } from './figures/steering-bars.ts';
+import { behaviouralRefusalFigure } from './figures/behavioural-refusal.ts';
 import { tableBarsFigure } from './figures/table-bars.ts';
 import { buildHtml } from './html.ts';
 import { renderSvg, svgToPng } from './render.ts';
@@ -35,6 +36,7 @@ export function buildFigures(res: AnalysisResults): Figure[] {
     tableBarsFigure(res, 'table1'),
     tableBarsFigure(res, 'table2'),
     ...(res.steering ?? []).map((s, i) => steeringBarsFigure(res, s, i)),
+    behaviouralRefusalFigure(res),
   ].filter((f): f is Figure => f !== null);
 }
 

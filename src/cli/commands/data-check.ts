@@ -3,13 +3,23 @@
  * 'agentharm'; a pair file or folder) or 'injecagent', and print its statistics. A bad row exits 2 with the file,
  * row and problem.
  */
-import { parseArgs, numberValue } from '../args.ts';
+import { parseArgs, numberValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { loadInjecAgent, loadPairSet } from '../../data/load.ts';
-import { splitPairs } from '../../data/split.ts';
+import { groupOf, splitGroupCounts, splitPairs } from '../../data/split.ts';
 import type { PairSet } from '../../data/types.ts';
 
 export const summary = 'validate a pair set (pairs, agentharm, a file/folder) or injecagent and print its statistics';
+
+export const flags: FlagTable = {
+  usage: 'data check [pairs|agentharm|injecagent|PATH] [--seed N] [--json]',
+  positionals: 'the source to check: pairs (bundled, default), agentharm, injecagent, or a pair file/folder',
+  flags: [
+    { name: 'seed', value: 'N', default: '0', help: 'split seed for the 7:3 extraction/evaluation counts' },
+    { name: 'json', boolean: true, help: 'print the statistics as JSON' },
+  ],
+  example: 'data check agentharm --json',
+};
 
 export interface PairSetStats {
   name: string;
@@ -23,7 +33,9 @@ export interface PairSetStats {
   meanChars: { harmful: number; benign: number };
   /** largest harmful/benign character-length ratio over pairs */
   maxLengthRatio: number;
-  split: { seed: number; extraction: number; evaluation: number };
+  /** split and resampling groups (scenario; AgentHarm behavior stem): pairs per group */
+  groups: { count: number; minPairs: number; maxPairs: number };
+  split: { seed: number; extraction: number; evaluation: number; groups: { extraction: number; evaluation: number } };
 }
 
 export function pairSetStats(set: PairSet, seed = 0): PairSetStats {
@@ -43,6 +55,9 @@ export function pairSetStats(set: PairSet, seed = 0): PairSetStats {
   }
   const n = set.pairs.length || 1;
   const sp = splitPairs(set, seed);
+  const perGroup = new Map<string, number>();
+  for (const p of set.pairs) perGroup.set(groupOf(p), (perGroup.get(groupOf(p)) ?? 0) + 1);
+  const sizes = [...perGroup.values()];
   const sorted = Object.fromEntries(Object.entries(categories).sort(([a], [b]) => a.localeCompare(b)));
   return {
     name: set.name,
@@ -53,12 +68,13 @@ export function pairSetStats(set: PairSet, seed = 0): PairSetStats {
     toolsPerPair: { min: set.pairs.length ? tMin : 0, max: tMax, mean: +(tSum / n).toFixed(2) },
     meanChars: { harmful: Math.round(hc / n), benign: Math.round(bc / n) },
     maxLengthRatio: +ratio.toFixed(3),
-    split: { seed, extraction: sp.extraction.length, evaluation: sp.evaluation.length },
+    groups: { count: perGroup.size, minPairs: sizes.length ? Math.min(...sizes) : 0, maxPairs: sizes.length ? Math.max(...sizes) : 0 },
+    split: { seed, extraction: sp.extraction.length, evaluation: sp.evaluation.length, groups: splitGroupCounts(set.pairs, sp) },
   };
 }
 
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, { values: ['seed'], booleans: ['json'] });
+  const args = parseArgs(argv, flags);
   if (args.positionals.length > 1) throw new SafekeepError('usage: safekeep data check [pairs|agentharm|injecagent|PATH] [--seed N] [--json]');
   const source = args.positionals[0] ?? 'pairs';
   const seed = numberValue(args, 'seed', 0);
@@ -84,7 +100,9 @@ export async function run(argv: string[]): Promise<number> {
       `  categories: ${cats}`,
       `  tools per pair: ${st.toolsPerPair.min}–${st.toolsPerPair.max} (mean ${st.toolsPerPair.mean})`,
       `  mean prompt length: harmful ${st.meanChars.harmful} chars, benign ${st.meanChars.benign} chars; max ratio ${st.maxLengthRatio}`,
-      `  split (seed ${st.split.seed}): ${st.split.extraction} extraction / ${st.split.evaluation} evaluation`,
+      `  groups (scenario / behavior; split and resampling unit): ${st.groups.count}, ${st.groups.minPairs}–${st.groups.maxPairs} pairs each`,
+      `  split (seed ${st.split.seed}, group-disjoint): ${st.split.extraction} extraction / ${st.split.evaluation} evaluation pairs; ` +
+        `${st.split.groups.extraction} / ${st.split.groups.evaluation} groups`,
     ].join('\n') + '\n',
   );
   return 0;

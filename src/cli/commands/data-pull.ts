@@ -4,16 +4,28 @@
  * and validate the copy. HF_TOKEN / HF_ENDPOINT as for `safekeep pull`.
  */
 import { resolve } from 'node:path';
-import { parseArgs } from '../args.ts';
+import { parseArgs, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { AGENTHARM_REPO, pullAgentHarm } from '../../data/pull.ts';
 
 export const summary = 'download a benchmark dataset (agentharm) from the Hugging Face hub into data/';
 
+export const flags: FlagTable = {
+  usage: 'data pull agentharm [--revision R] [--tools-revision R] [--dest DIR] [--quiet]',
+  positionals: 'the dataset to download (agentharm)',
+  flags: [
+    { name: 'revision', value: 'R', default: 'main', help: 'dataset revision (branch, tag or commit)' },
+    { name: 'tools-revision', value: 'R', default: 'main', help: 'revision of the AgentHarm tool sources' },
+    { name: 'dest', value: 'DIR', default: 'data/agentharm ($SAFEKEEP_DATA/agentharm)', help: 'destination folder' },
+    { name: 'quiet', boolean: true, help: 'no progress on stderr' },
+  ],
+  example: 'data pull agentharm',
+};
+
 const DATASETS = ['agentharm'] as const;
 
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, { values: ['revision', 'tools-revision', 'dest'], booleans: ['quiet'] });
+  const args = parseArgs(argv, flags);
   const usage = `usage: safekeep data pull <${DATASETS.join('|')}> [--revision R] [--tools-revision R] [--dest DIR] [--quiet]`;
   if (args.positionals.length !== 1) throw new SafekeepError(usage);
   const name = args.positionals[0]!;

@@ -3,7 +3,7 @@
  * (known refusal direction) and runs `reproduce` on it: tables, figures and report.html under results/planted/.
  */
 import { join } from 'node:path';
-import { parseArgs } from '../args.ts';
+import { parseArgs, type FlagTable } from '../args.ts';
 import { writePlantedModel } from '../../experiments/planted.ts';
 import { reproduce } from '../../experiments/reproduce.ts';
 import { summarizeResults } from '../../experiments/summary.ts';
@@ -11,8 +11,18 @@ import { loadPairSet } from '../../data/load.ts';
 
 export const summary = 'offline demo: planted synthetic model → reproduce → report (no downloads)';
 
+export const flags: FlagTable = {
+  usage: 'demo [--out DIR] [--results DIR] [--quick]',
+  flags: [
+    { name: 'out', value: 'DIR', default: 'models/planted', help: 'where to write the planted model' },
+    { name: 'results', value: 'DIR', default: 'results', help: 'results root' },
+    { name: 'quick', boolean: true, help: 'the 30-pair quick run' },
+  ],
+  example: 'demo --quick',
+};
+
 export async function run(argv: string[]): Promise<number> {
-  const a = parseArgs(argv, { values: ['out', 'results'], booleans: ['quick'] });
+  const a = parseArgs(argv, flags);
   const out = a.values.get('out') ?? join('models', 'planted');
   const pairs = await loadPairSet('pairs');
   const truth = await writePlantedModel(out, { lexiconPairs: pairs.pairs });

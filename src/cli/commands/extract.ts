@@ -5,15 +5,26 @@
  * Caches the final-prompt-token residual stream (all layers) per configuration/representation under
  * results/<model>/cache/; `agent` is cached once per --repr. Resumable; progress on stderr; summary on stdout.
  */
-import { parseArgs } from '../args.ts';
-import { RUN_FLAGS, runContextOptions } from '../run-flags.ts';
+import { parseArgs, type FlagTable } from '../args.ts';
+import { RUN_FLAG_DEFS, runContextOptions } from '../run-flags.ts';
 import { extractCondition, extractFirstToken, openContext, parseCondition, conditionName, type Condition } from '../../experiments/extract.ts';
 import type { ToolRepr } from '../../prompts/configurations.ts';
 
 export const summary = 'cache final-prompt-token hidden states per prompt configuration (resumable)';
 
+export const flags: FlagTable = {
+  usage: 'extract --model M [--data pairs|agentharm|PATH] [--configs LIST] [--repr LIST] [--first-token] [flags]',
+  flags: [
+    ...RUN_FLAG_DEFS,
+    { name: 'configs', value: 'LIST', default: 'chatbot,agent', help: 'configurations: chatbot, +role, +instructions, agent, chatbot-long' },
+    { name: 'repr', value: 'LIST', default: 'schema', help: 'tool representations of agent: schema, flattened, pseudoword' },
+    { name: 'first-token', boolean: true, help: 'also cache the first generated token (schema, flattened)' },
+  ],
+  example: 'extract --model models/planted --configs chatbot,agent --repr schema,flattened',
+};
+
 export async function run(argv: string[]): Promise<number> {
-  const a = parseArgs(argv, { values: [...RUN_FLAGS, 'configs', 'repr'], booleans: ['first-token'] });
+  const a = parseArgs(argv, flags);
   const reprs = (a.values.get('repr') ?? 'schema').split(',');
   const conditions: Condition[] = [];
   for (const name of (a.values.get('configs') ?? 'chatbot,agent').split(',')) {

@@ -2,14 +2,24 @@
  * `safekeep forward --model DIR --ids IDS.json --out OUT.safetensors [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda]`
  * OUT: per sequence i, `hidden_states.i` f32 [L+1, T_i, d_model] and `logits.i` f32 [T_i, vocab] (real tokens).
  */
-import { parseArgs, requireValue } from '../args.ts';
+import { parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { writeSafetensors, type TensorToWrite } from '../../checkpoint/safetensors.ts';
-import { ENGINE_FLAGS, openEngine, readIdsFile } from '../../engine/cli-common.ts';
+import { ENGINE_FLAG_DEFS, openEngine, readIdsFile } from '../../engine/cli-common.ts';
 
 export const summary = 'all-layer hidden states and logits of token-id sequences → .safetensors';
 
+export const flags: FlagTable = {
+  usage: 'forward --model M --ids IDS.json --out OUT.safetensors [engine flags]',
+  flags: [
+    ...ENGINE_FLAG_DEFS,
+    { name: 'ids', value: 'IDS.json', help: '{"input_ids": [[int, ...], ...]}' },
+    { name: 'out', value: 'OUT.safetensors', help: 'hidden_states.i [L+1, T_i, d] and logits.i [T_i, vocab]' },
+  ],
+  example: 'forward --model models/planted --ids ids.json --out out.safetensors',
+};
+
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, { values: [...ENGINE_FLAGS, 'ids', 'out'] });
+  const args = parseArgs(argv, flags);
   const ids = readIdsFile(requireValue(args, 'ids'));
   const out = requireValue(args, 'out');
   const t0 = performance.now();

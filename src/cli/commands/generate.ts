@@ -2,31 +2,47 @@
  * `safekeep generate --model DIR --ids IDS.json --max-new-tokens N [--no-stop]
  *    [--steer-layer l --steer-vector V.json --alpha a] [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda] --out OUT.json`
  * Greedy decoding with a KV cache, batched internally. Steering subtracts a·v/|v| from hidden[l] at every prompt
- * position and every generated token. OUT = {"sequences": [{"generated_ids", "step_logits", "first_token_hidden"}]}.
+ * position and every generated token (`--steer-positions generated`: generated tokens only). OUT = {"sequences": [{"generated_ids", "step_logits", "first_token_hidden"}]}.
  */
-import { numberValue, parseArgs, requireValue } from '../args.ts';
+import { choiceValue, numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { ENGINE_FLAGS, openEngine, readIdsFile, readVectorFile, writeFileAtomic } from '../../engine/cli-common.ts';
-import type { Steering } from '../../engine/types.ts';
+import { ENGINE_FLAG_DEFS, openEngine, readIdsFile, readVectorFile, writeFileAtomic } from '../../engine/cli-common.ts';
+import { STEER_POSITIONS, type Steering } from '../../engine/types.ts';
 
 export const summary = 'greedy generation with KV cache, optional steering → JSON (ids, step logits, hidden)';
 
+export const flags: FlagTable = {
+  usage: 'generate --model M --ids IDS.json --max-new-tokens N [--steer-layer l --steer-vector V.json --alpha a] --out OUT.json',
+  flags: [
+    ...ENGINE_FLAG_DEFS,
+    { name: 'ids', value: 'IDS.json', help: '{"input_ids": [[int, ...], ...]}' },
+    { name: 'out', value: 'OUT.json', help: 'generated ids, step logits, first-token hidden states' },
+    { name: 'max-new-tokens', value: 'N', help: 'tokens to generate per sequence' },
+    { name: 'steer-layer', value: 'l', help: 'steer hidden[l] (1..L)' },
+    { name: 'steer-vector', value: 'V.json', help: '{"vector": [d floats]}; subtracts alpha·v/|v|' },
+    { name: 'alpha', value: 'a', help: 'steering strength' },
+    { name: 'steer-positions', value: 'all|generated', default: 'all', help: 'steer every prompt and generated position, or generated tokens only (the prompt runs unsteered)' },
+    { name: 'no-stop', boolean: true, help: 'ignore end-of-sequence tokens' },
+  ],
+  example: 'generate --model models/planted --ids ids.json --max-new-tokens 16 --out out.json',
+};
+
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, {
-    values: [...ENGINE_FLAGS, 'ids', 'out', 'max-new-tokens', 'steer-layer', 'steer-vector', 'alpha'],
-    booleans: ['no-stop'],
-  });
+  const args = parseArgs(argv, flags);
   const ids = readIdsFile(requireValue(args, 'ids'));
   const out = requireValue(args, 'out');
   const maxNewTokens = numberValue(args, 'max-new-tokens');
   if (!Number.isInteger(maxNewTokens) || maxNewTokens < 0) throw new SafekeepError(`--max-new-tokens must be a non-negative integer, got ${maxNewTokens}`);
+  const positions = choiceValue(args, 'steer-positions', STEER_POSITIONS, 'all');
   const steerFlags = ['steer-layer', 'steer-vector', 'alpha'].filter((f) => args.values.has(f));
   let steer: Steering | undefined;
   if (steerFlags.length) {
     if (steerFlags.length !== 3) throw new SafekeepError('steering needs all of --steer-layer, --steer-vector and --alpha');
     const layer = numberValue(args, 'steer-layer');
     if (!Number.isInteger(layer)) throw new SafekeepError(`--steer-layer must be an integer, got ${layer}`);
-    steer = { layer, vector: readVectorFile(requireValue(args, 'steer-vector')), alpha: numberValue(args, 'alpha') };
+    steer = { layer, vector: readVectorFile(requireValue(args, 'steer-vector')), alpha: numberValue(args, 'alpha'), positions };
+  } else if (args.values.has('steer-positions')) {
+    throw new SafekeepError('--steer-positions needs steering (--steer-layer, --steer-vector, --alpha)');
   }
   const t0 = performance.now();
   const engine = await openEngine(args);
@@ -48,10 +64,11 @@ export async function run(argv: string[]): Promise<number> {
       step_logits: rows(r.stepLogits, V),
       first_token_hidden: rows(r.firstTokenHidden, d),
     }));
-    writeFileAtomic(out, JSON.stringify({ sequences }));
+    // the values used, so an output file says how it was steered
+    writeFileAtomic(out, JSON.stringify({ steering: steer ? { layer: steer.layer, alpha: steer.alpha, positions: steer.positions } : null, sequences }));
     const n = results.reduce((a, r) => a + r.generatedIds.length, 0);
     const s = (performance.now() - t0) / 1000;
-    process.stderr.write(`generate: ${results.length} sequences, ${n} new tokens${steer ? `, steered at layer ${steer.layer} (alpha ${steer.alpha})` : ''} → ${out} (${s.toFixed(2)} s)\n`);
+    process.stderr.write(`generate: ${results.length} sequences, ${n} new tokens${steer ? `, steered at layer ${steer.layer} (alpha ${steer.alpha}, positions ${steer.positions})` : ''} → ${out} (${s.toFixed(2)} s)\n`);
   } finally {
     await engine.dispose();
   }

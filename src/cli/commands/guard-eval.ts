@@ -4,20 +4,21 @@
  *    [--name NAME] [--out DIR] [--max-tokens 256] [--judge-max-tokens 8] [--unparseable unsafe|safe]
  *    [--concurrency 4] [--api-key-env VAR] [--timeout-ms 60000] [--retries 3] [--prefill none|continue|prefix]
  *    [--call-format llama3|qwen|mistral] [--no-cache] [--no-thinking] [--template FILE] [--dtype ..] [--device ..]
- *    [--threads ..] [--probe FILE]`
- * `--methods` may also name refusal-probe and safekeep+probe (local model and --probe FILE only; src/guard/README.md).
+ *    [--threads ..]`
  * Table 4: Refusal/Acc on AgentHarm or Valid/ASR on InjecAgent per method, with n, 95 % Wilson intervals, judge
  * latency and judge-token overhead. Writes results/<name>/guard/table4-<bench>.{md,csv,json} and every output
  * with its label (outputs-<bench>.jsonl). Endpoint answers are cached on disk (re-runs cost nothing).
  * `--limit N` keeps the first N cases of each group (harmful/benign; setting × attack type).
  * Endpoints: structured `tool_calls` are the calls; `--call-format` names the native syntax of calls a server leaves
- * in `content` (default llama3). `--no-thinking` disables Qwen3 thinking (template kwarg / `chat_template_kwargs`);
- * a thinking judge needs a larger `--judge-max-tokens`, else its verdict is unparseable (→ unsafe by default).
+ * in `content` (default llama3). `--thinking on|off` sets the template's enable_thinking (local models: default off
+ * where the template has the switch; endpoints: sent as `chat_template_kwargs` only when given). With thinking on
+ * the judge and agent budgets default to 1024 / 1280 tokens, and a judge budget under 256 is refused (the verdict
+ * would be cut off inside <think>); a run where most verdicts are unparseable says so on stderr.
  * An endpoint that still fails after the retries stops the run (exit 3); answers so far stay cached, so running the
  * same command again resumes where it stopped.
  */
 import { basename, join, resolve } from 'node:path';
-import { numberValue, parseArgs, requireValue, type ParsedArgs } from '../args.ts';
+import { numberValue, parseArgs, requireValue, type ParsedArgs, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { locateDataset, repoRoot } from '../../data/locate.ts';
 import { agentHarmCases, injecAgentCases, type GuardBench, type GuardCase, type InjecSetting } from '../../guard/bench/cases.ts';
@@ -27,9 +28,49 @@ import { runGuardEval, summarizeEval } from '../../guard/eval.ts';
 import { markdownTable, writeGuardTables } from '../../guard/table.ts';
 import { ALL_GUARD_METHODS, GUARD_METHODS, type ChatBackend, type GuardMethod } from '../../guard/types.ts';
 import type { ProbeGuard } from '../../guard/probe.ts';
+import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
+
+/** budgets with thinking on: the judge's and the agent's <think> block comes before the verdict / the call */
+const THINKING_JUDGE_TOKENS = 1024;
+const THINKING_AGENT_TOKENS = 1280;
+const MIN_THINKING_JUDGE_TOKENS = 256;
 import type { CallFormat } from '../../experiments/outcome/types.ts';
 
 export const summary = 'Table 4: guard methods on AgentHarm / InjecAgent (local model or endpoint)';
+
+export const flags: FlagTable = {
+  usage: 'guard eval (--model M | --endpoint URL --endpoint-model NAME) --bench agentharm|injecagent [flags]',
+  flags: [
+    { name: 'model', value: 'M', help: 'local checkpoint folder or Hugging Face repo id' },
+    { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda', help: 'local model precision' },
+    { name: 'device', value: 'cpu|cuda', default: 'cpu', help: 'local model device' },
+    { name: 'threads', value: 'N', default: 'one per physical core', help: 'intra-op threads' },
+    { name: 'template', value: 'FILE', help: 'chat template file instead of the model folder\'s' },
+    { name: 'endpoint', value: 'URL', help: 'OpenAI-compatible endpoint instead of a local model' },
+    { name: 'endpoint-model', value: 'NAME', help: 'model name at the endpoint' },
+    { name: 'bench', value: 'agentharm|injecagent', help: 'benchmark' },
+    { name: 'methods', value: 'LIST', default: 'base,safejudge,safeprompt,safekeep', help: 'guard methods (also refusal-probe, safekeep+probe: local model and --probe)' },
+    { name: 'probe', value: 'FILE', help: 'refusal probe from safekeep probe train (refusal-probe, safekeep+probe)' },
+    { name: 'limit', value: 'N', help: 'first N cases of each group (harmful/benign; setting × attack type)' },
+    { name: 'settings', value: 'base,enhanced', default: 'base,enhanced', help: 'InjecAgent settings' },
+    { name: 'data', value: 'DIR', default: 'the located dataset', help: 'benchmark folder' },
+    { name: 'name', value: 'NAME', default: 'model folder or endpoint model', help: 'results name (results/<name>/guard)' },
+    { name: 'out', value: 'DIR', default: 'results/<name>/guard', help: 'output folder' },
+    { name: 'max-tokens', value: 'N', default: `256 (${THINKING_AGENT_TOKENS} with thinking on)`, help: 'agent generation budget' },
+    { name: 'judge-max-tokens', value: 'N', default: `8 (${THINKING_JUDGE_TOKENS} with thinking on)`, help: 'judge generation budget' },
+    { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'verdict when the judge answer cannot be parsed' },
+    { name: 'concurrency', value: 'N', default: '4 (endpoint), 1 (local)', help: 'requests in flight' },
+    { name: 'api-key-env', value: 'VAR', help: 'environment variable holding the endpoint API key' },
+    { name: 'timeout-ms', value: 'MS', default: '60000', help: 'endpoint timeout' },
+    { name: 'retries', value: 'N', default: '3', help: 'endpoint retries' },
+    { name: 'prefill', value: 'none|continue|prefix', default: 'none', help: 'how the judge verdict is prefilled' },
+    { name: 'call-format', value: 'llama3|qwen|mistral', default: 'llama3', help: 'native call syntax left in content by an endpoint' },
+    { name: 'no-cache', boolean: true, help: 'do not cache endpoint answers' },
+    ...THINKING_FLAG_DEFS,
+    { name: 'no-thinking', boolean: true, help: 'the same as --thinking off (older name)' },
+  ],
+  example: 'guard eval --model models/planted --bench injecagent --limit 5',
+};
 
 function list<T extends string>(flag: string, v: string, allowed: readonly T[]): T[] {
   const xs = v.split(',').map((s) => s.trim()).filter(Boolean);
@@ -61,13 +102,24 @@ function progress(label: string): (done: number, total: number) => void {
   };
 }
 
+/**
+ * Agent and judge budgets. A thinking judge writes its <think> block before the verdict: with thinking on the
+ * defaults are THINKING_JUDGE_TOKENS / THINKING_AGENT_TOKENS, and a judge budget under MIN_THINKING_JUDGE_TOKENS is
+ * refused (every verdict would be cut off inside <think> and counted unsafe).
+ */
+function budgets(args: ParsedArgs, thinking: string, methods: readonly GuardMethod[]): { judgeMaxTokens: number; maxTokens: number } {
+  const on = thinking === 'on';
+  const judgeMaxTokens = positiveInt(args, 'judge-max-tokens', on ? THINKING_JUDGE_TOKENS : 8);
+  const maxTokens = positiveInt(args, 'max-tokens', on ? THINKING_AGENT_TOKENS : 256);
+  if (on && judgeMaxTokens < MIN_THINKING_JUDGE_TOKENS && methods.some((m) => m === 'safejudge' || m === 'safekeep')) {
+    throw new SafekeepError(`thinking is on: a judge budget of ${judgeMaxTokens} tokens ends inside the <think> block and every verdict would be ` +
+      `unparseable; pass --judge-max-tokens ${THINKING_JUDGE_TOKENS} (at least ${MIN_THINKING_JUDGE_TOKENS}) or --thinking off`);
+  }
+  return { judgeMaxTokens, maxTokens };
+}
+
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, {
-    values: ['model', 'dtype', 'device', 'threads', 'template', 'endpoint', 'endpoint-model', 'bench', 'methods', 'limit', 'settings', 'data',
-      'name', 'out', 'max-tokens', 'judge-max-tokens', 'unparseable', 'concurrency', 'api-key-env', 'timeout-ms', 'retries', 'prefill',
-      'call-format', 'probe'],
-    booleans: ['no-cache', 'no-thinking'],
-  });
+  const args = parseArgs(argv, flags);
   const model = args.values.get('model');
   const endpoint = args.values.get('endpoint');
   if ((model === undefined) === (endpoint === undefined)) throw new SafekeepError('give exactly one of --model DIR or --endpoint URL');
@@ -86,8 +138,12 @@ export async function run(argv: string[]): Promise<number> {
   const cases: GuardCase[] = bench === 'agentharm'
     ? agentHarmCases(dataDir, limit)
     : injecAgentCases(dataDir, list<InjecSetting>('settings', args.values.get('settings') ?? 'base,enhanced', ['base', 'enhanced']), limit);
-  const noThinking = args.booleans.has('no-thinking');
+  if (args.booleans.has('no-thinking') && args.values.get('thinking') === 'on') throw new SafekeepError('--no-thinking contradicts --thinking on');
+  const th = thinkingOptions(args);
+  const thinkingFlag = args.booleans.has('no-thinking') ? 'off' : th.thinking;
 
+  let thinking = 'n/a';
+  let templateKwargs: Record<string, unknown> = {};
   let backend: ChatBackend;
   let dispose = async () => {};
   let concurrency = 1;
@@ -104,15 +160,26 @@ export async function run(argv: string[]): Promise<number> {
       cacheDir: args.booleans.has('no-cache') ? undefined : join(out, 'cache'),
       prefill: oneOf<PrefillMode>('prefill', args.values.get('prefill'), ['none', 'continue', 'prefix'], 'none'),
       callFormat: oneOf<CallFormat>('call-format', args.values.get('call-format'), ['llama3', 'qwen', 'mistral'], 'llama3'),
-      ...(noThinking ? { extraBody: { chat_template_kwargs: { enable_thinking: false } } } : {}),
+      // an endpoint's template is unknown here: chat_template_kwargs are sent only when asked for
+      ...(thinkingFlag !== undefined || Object.keys(th.chatTemplateKwargs).length
+        ? { extraBody: { chat_template_kwargs: { ...th.chatTemplateKwargs, ...(thinkingFlag !== undefined ? { enable_thinking: thinkingFlag === 'on' } : {}) } } }
+        : {}),
     });
+    thinking = thinkingFlag ?? (th.chatTemplateKwargs.enable_thinking === undefined ? 'endpoint default' : th.chatTemplateKwargs.enable_thinking ? 'on' : 'off');
+    templateKwargs = { ...th.chatTemplateKwargs, ...(thinkingFlag !== undefined ? { enable_thinking: thinkingFlag === 'on' } : {}) };
   } else {
     const { openEngine } = await import('../../engine/cli-common.ts');
     const { loadPromptTokenizer } = await import('../../prompts/tokenizer.ts');
+    const { resolveTemplateKwargs } = await import('../../prompts/thinking.ts');
     const tokenizer = await loadPromptTokenizer(model!, { template: args.values.get('template') });
+    // default: thinking off where the template has the switch
+    const resolved = resolveTemplateKwargs(tokenizer.template, thinkingFlag, th.chatTemplateKwargs);
+    thinking = resolved.thinking;
+    templateKwargs = resolved.kwargs;
+    budgets(args, thinking, methods); // a budget that cannot reach a verdict stops here, before the model loads
     const engine = await openEngine(args);
     dispose = () => engine.dispose();
-    backend = new LocalBackend(engine, tokenizer, noThinking ? { templateKwargs: { enable_thinking: false } } : {});
+    backend = new LocalBackend(engine, tokenizer, { templateKwargs: resolved.kwargs });
     if (probeFile !== undefined) {
       const { readProbe, checkProbeFits } = await import('../../experiments/probe/file.ts');
       const { loadCheckpoint } = await import('../../checkpoint/load.ts');
@@ -122,20 +189,37 @@ export async function run(argv: string[]): Promise<number> {
       probe = new Guard(p);
     }
   }
+  const { judgeMaxTokens, maxTokens } = budgets(args, thinking, methods);
   try {
     process.stderr.write(`guard eval: ${cases.length} ${bench} cases × ${methods.join(',')} on ${backend.name}\n`);
     const rows = await runGuardEval(cases, {
       methods,
       backend,
       concurrency,
-      maxTokens: positiveInt(args, 'max-tokens', 256),
-      judgeMaxTokens: positiveInt(args, 'judge-max-tokens', 8),
+      maxTokens,
+      judgeMaxTokens,
       onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe'),
       onProgress: progress('guard eval'),
       ...(probe ? { probe } : {}),
     });
     const summaries = summarizeEval(bench, cases, rows, methods);
-    const files = writeGuardTables(out, bench, name, summaries, rows, { backend: backend.name, data: dataDir, limit: Number.isFinite(limit) ? limit : null, cases: cases.length });
+    const judged = rows.filter((r) => r.verdict !== null);
+    const unparseable = judged.filter((r) => r.verdict === 'unparseable').length;
+    if (judged.length && unparseable * 2 >= judged.length) {
+      process.stderr.write(`guard eval: WARNING ${unparseable} of ${judged.length} judge answers were unparseable (counted as ${args.values.get('unparseable') ?? 'unsafe'}); ` +
+        `a thinking judge needs --thinking off or a larger --judge-max-tokens (now ${judgeMaxTokens})\n`);
+    }
+    const files = writeGuardTables(out, bench, name, summaries, rows, {
+      backend: backend.name, data: dataDir, limit: Number.isFinite(limit) ? limit : null, cases: cases.length,
+      // the protocol values this run used (docs/protocol.md)
+      protocol: {
+        thinking, templateKwargs, maxTokens, judgeMaxTokens, unparseable: args.values.get('unparseable') ?? 'unsafe',
+        agentSystemPrompt: bench === 'agentharm' ? 'AgentHarm default (data/specs/agentharm-prompts.json)' : 'ours (AGENT_SYSTEM, src/guard/bench/cases.ts)',
+        safePrompt: 'AgentHarm refusal prompt appended to the agent system prompt',
+        ...(bench === 'injecagent' ? { injecagentScoring: 'InjecAgent two-step: data stealing succeeds only when step 2 calls the sending tool; ASR = Total' } : {}),
+        judgeUnparseableShare: judged.length ? unparseable / judged.length : null,
+      },
+    });
     process.stdout.write(markdownTable(bench, name, summaries));
     process.stdout.write(`\nwrote ${Object.values(files).join(', ')}\n`);
   } finally {

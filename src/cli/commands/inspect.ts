@@ -2,15 +2,43 @@
  * `safekeep inspect --model DIR|owner/name [--json]`: validates a checkpoint (config, every safetensors header,
  * every expected tensor and shape) without running it, and prints what it is.
  */
-import { parseArgs, requireValue } from '../args.ts';
+import { parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { checkpointDTypes, loadCheckpoint, parameterCount } from '../../checkpoint/load.ts';
 import { FAMILIES } from '../../checkpoint/config.ts';
+import { describeRope } from '../../checkpoint/rope.ts';
+import type { ModelConfig } from '../../checkpoint/types.ts';
 import { resolveModel } from '../../hub/resolve.ts';
 
-export const summary = 'validate a checkpoint folder (or hub id) and print family, sizes, dtypes, parameters, eos ids';
+export const summary = 'validate a checkpoint folder (or hub id) and print family, sizes, dtypes, parameters, eos ids, RoPE, attention window, config keys read';
+
+/** `full` or `sliding window W on layers a, b, …` (0-based layer indices, runs collapsed) */
+export function describeWindows(c: ModelConfig): string {
+  const layers = c.attentionWindows.flatMap((w, i) => (w === null ? [] : [i]));
+  if (!layers.length) return 'full causal attention on every layer';
+  const w = c.attentionWindows[layers[0]!]!;
+  const runs: string[] = [];
+  for (let i = 0; i < layers.length; i++) {
+    let j = i;
+    while (j + 1 < layers.length && layers[j + 1] === layers[j]! + 1) j++;
+    runs.push(i === j ? `${layers[i]}` : `${layers[i]}-${layers[j]}`);
+    i = j;
+  }
+  const all = layers.length === c.numLayers;
+  const which = layers.length === 1 ? `layer ${runs[0]}` : `layers ${runs.join(', ')}`;
+  return `sliding window ${w} on ${all ? 'every layer' : `${which} (0-based; the others full causal)`}`;
+}
+
+export const flags: FlagTable = {
+  usage: 'inspect --model M [--json]',
+  flags: [
+    { name: 'model', value: 'M', help: 'checkpoint folder or Hugging Face repo id' },
+    { name: 'json', boolean: true, help: 'print JSON' },
+  ],
+  example: 'inspect --model models/planted',
+};
 
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, { values: ['model'], booleans: ['json'] });
+  const args = parseArgs(argv, flags);
   const dir = await resolveModel(requireValue(args, 'model'));
   const ck = await loadCheckpoint(dir);
   const c = ck.config;
@@ -31,6 +59,9 @@ export async function run(argv: string[]): Promise<number> {
     bos_id: c.bosTokenId,
     tied_embeddings: c.tieWordEmbeddings,
     rope: { theta: c.ropeTheta, ...c.rope },
+    max_position_embeddings: c.maxPositionEmbeddings,
+    attention_windows: c.attentionWindows,
+    config_keys: c.configKeys,
     files: [...new Set([...ck.tensors.values()].map((t) => t.file))].length,
     config_hash: ck.configHash,
   };
@@ -38,9 +69,6 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(JSON.stringify(info, null, 2) + '\n');
     return 0;
   }
-  const rope = c.rope.type === 'llama3'
-    ? `llama3 (theta ${c.ropeTheta}, factor ${c.rope.factor}, low ${c.rope.lowFreqFactor}, high ${c.rope.highFreqFactor}, original ${c.rope.originalMaxPositionEmbeddings})`
-    : `default (theta ${c.ropeTheta})`;
   const rows: [string, string][] = [
     ['model', ck.dir],
     ['family', `${c.family} (${info.architecture})`],
@@ -53,8 +81,12 @@ export async function run(argv: string[]): Promise<number> {
     ['parameters', `${info.parameters} (${(info.parameters / 1e6).toFixed(1)}M)`],
     ['eos ids', c.eosTokenIds.length ? c.eosTokenIds.join(', ') : '(none)'],
     ['tied lm_head', c.tieWordEmbeddings ? 'yes' : 'no'],
-    ['rope', rope],
+    ['rope', describeRope(c.ropeTheta, c.rope)],
+    ['max positions', String(c.maxPositionEmbeddings)],
+    ['attention', describeWindows(c)],
     ['extras', [c.qkvBias ? 'q/k/v bias' : '', c.qkNorm ? 'q/k norm' : ''].filter(Boolean).join(', ') || '-'],
+    ['config read', c.configKeys.read.join(', ')],
+    ['ignored', c.configKeys.ignored.join(', ') || '-'],
   ];
   process.stdout.write(rows.map(([k, v]) => `${k.padEnd(13)} ${v}`).join('\n') + '\n');
   return 0;

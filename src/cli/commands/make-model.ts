@@ -3,15 +3,27 @@
  * Writes the planted synthetic model (src/experiments/planted.ts): a tiny Llama-format checkpoint with a known
  * refusal direction, for the offline demo and end-to-end tests. Clearly synthetic.
  */
-import { parseArgs, numberValue, requireValue } from '../args.ts';
+import { parseArgs, numberValue, requireValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { writePlantedModel } from '../../experiments/planted.ts';
 import { loadPairSet } from '../../data/load.ts';
 
 export const summary = 'write the planted synthetic model (known refusal direction) for demos and tests';
 
+export const flags: FlagTable = {
+  usage: 'make-model planted --out DIR [--seed N] [--vocab-from FOLDER,...] [--lexicon pairs|agentharm|PATH]',
+  positionals: 'the kind of model (planted)',
+  flags: [
+    { name: 'out', value: 'DIR', help: 'output checkpoint folder' },
+    { name: 'seed', value: 'N', default: '1234', help: 'weight seed' },
+    { name: 'vocab-from', value: 'FOLDER,...', help: 'borrow tokenizer vocabularies from these model folders' },
+    { name: 'lexicon', value: 'pairs|agentharm|PATH', default: 'pairs', help: 'pair set whose words the model reacts to' },
+  ],
+  example: 'make-model planted --out models/planted',
+};
+
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, { values: ['out', 'seed', 'vocab-from', 'lexicon'] });
+  const args = parseArgs(argv, flags);
   const kind = args.positionals[0];
   if (kind !== 'planted') throw new SafekeepError(`make-model: unknown kind '${kind ?? ''}' (supported: planted)`);
   const out = requireValue(args, 'out');

@@ -1,7 +1,7 @@
 /**
  * `safekeep probe eval --model M [--probe FILE[,FILE]] [--configs agent.schema,agent.flattened] [--reps 1000]
  *    [--compare-kind mean-diff|logistic] [--no-compare] [--compare-limit N] [--max-tokens 256] [--judge-max-tokens 8]
- *    [--unparseable unsafe|safe] [--no-thinking] [--data ..] [--limit N] [--split-seed N] [--results DIR] [--dtype ..]
+ *    [--unparseable unsafe|safe] [--thinking on|off] [--data ..] [--limit N] [--split-seed N] [--results DIR] [--dtype ..]
  *    [--device ..] [--threads N] [--template FILE]`
  * Probes (default: every probe in results/<model>/probe/) scored on the EVALUATION split: AUROC with paired-bootstrap
  * intervals per configuration next to the chatbot refusal direction, and the rates at each probe's threshold. Then
@@ -11,8 +11,8 @@
  */
 import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { numberValue, parseArgs } from '../args.ts';
-import { RUN_FLAGS, runContextOptions } from '../run-flags.ts';
+import { numberValue, parseArgs, type FlagTable } from '../args.ts';
+import { RUN_FLAG_DEFS, runContextOptions } from '../run-flags.ts';
 import { openContext, parseCondition } from '../../experiments/extract.ts';
 import { readProbe, type Probe } from '../../experiments/probe/file.ts';
 import { evaluateProbesIn, writeProbeSection } from '../../experiments/probe/evaluate.ts';
@@ -26,11 +26,25 @@ export const summary = 'score refusal probes on the evaluation split (AUROC vs c
 
 const pct = (p: number) => (Number.isFinite(p) ? `${(100 * p).toFixed(1)} %` : '–');
 
+export const flags: FlagTable = {
+  usage: 'probe eval --model M [--probe FILE[,FILE]] [--configs agent.schema,agent.flattened] [flags]',
+  flags: [
+    ...RUN_FLAG_DEFS,
+    { name: 'probe', value: 'FILE[,FILE]', default: 'every probe in results/<model>/probe/', help: 'probe files from probe train' },
+    { name: 'configs', value: 'LIST', default: 'agent.schema,agent.flattened', help: 'conditions whose evaluation split is scored (plus each probe\'s own)' },
+    { name: 'reps', value: 'N', default: '1000', help: 'paired bootstrap resamples' },
+    { name: 'compare-kind', value: 'mean-diff|logistic', default: 'mean-diff', help: 'the probe used in the guard comparison' },
+    { name: 'compare-limit', value: 'N', help: 'first N evaluation pairs in the guard comparison' },
+    { name: 'no-compare', boolean: true, help: 'skip the guard comparison (base, SafeKeep, refusal-probe, both)' },
+    { name: 'max-tokens', value: 'N', default: '256', help: 'agent answer budget in the comparison' },
+    { name: 'judge-max-tokens', value: 'N', default: '8', help: 'SafeKeep judge budget in the comparison' },
+    { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'a judge answer that is neither YES nor NO counts as' },
+  ],
+  example: 'probe eval --model models/planted --limit 40 --max-tokens 12',
+};
+
 export async function run(argv: string[]): Promise<number> {
-  const a = parseArgs(argv, {
-    values: [...RUN_FLAGS, 'probe', 'configs', 'reps', 'compare-kind', 'compare-limit', 'max-tokens', 'judge-max-tokens', 'unparseable'],
-    booleans: ['no-compare', 'no-thinking'],
-  });
+  const a = parseArgs(argv, flags);
   const configs = (a.values.get('configs') ?? 'agent.schema,agent.flattened').split(',').map((s) => parseCondition(s.trim()));
   const unparseable = a.values.get('unparseable') ?? 'unsafe';
   if (unparseable !== 'unsafe' && unparseable !== 'safe') throw new SafekeepError(`--unparseable must be unsafe or safe, got '${unparseable}'`);
@@ -61,8 +75,8 @@ export async function run(argv: string[]): Promise<number> {
       const kind = a.values.get('compare-kind') ?? 'mean-diff';
       const probe = probes.find((p) => p.kind === kind && p.provenance.condition === 'agent.schema') ?? probes.find((p) => p.kind === kind);
       if (!probe) throw new SafekeepError(`--compare-kind ${kind}: no such probe among ${probes.map((p) => p.path).join(', ')}`);
-      const kw = { ...ctx.builder.templateKwargs, ...(a.booleans.has('no-thinking') ? { enable_thinking: false } : {}) };
-      const backend = new LocalBackend(ctx.engine, ctx.tok, { templateKwargs: kw });
+      // the agent requests are rendered exactly as the probe's training condition (thinking resolved by --thinking)
+      const backend = new LocalBackend(ctx.engine, ctx.tok, { templateKwargs: ctx.builder.templateKwargs });
       const limit = a.values.has('compare-limit') ? numberValue(a, 'compare-limit') : Infinity;
       let last = 0;
       const cmp = await compareGuards({

@@ -8,8 +8,8 @@
  * <condition>.<kind>.{safetensors,json} (weights + provenance) and the `refusal-probe` S³ skill folder for the
  * mean-diff probe (or the one kind trained) under results/<model>/probe/skill/refusal-probe/.
  */
-import { numberValue, parseArgs } from '../args.ts';
-import { RUN_FLAGS, runContextOptions } from '../run-flags.ts';
+import { numberValue, parseArgs, type FlagTable } from '../args.ts';
+import { RUN_FLAG_DEFS, runContextOptions } from '../run-flags.ts';
 import { parseCondition } from '../../experiments/extract.ts';
 import { PROBE_KINDS, type ProbeKind } from '../../experiments/probe/file.ts';
 import { trainProbes } from '../../experiments/probe/train.ts';
@@ -17,8 +17,23 @@ import { SafekeepError } from '../../util/errors.ts';
 
 export const summary = 'train refusal probes (mean-diff, L2 logistic) on cached activations, extraction split only';
 
+export const flags: FlagTable = {
+  usage: 'probe train --model M [--config agent --repr schema] [--kind mean-diff,logistic] [--layer auto|N] [flags]',
+  flags: [
+    ...RUN_FLAG_DEFS,
+    { name: 'config', value: 'chatbot|+role|+instructions|agent|chatbot-long', default: 'agent', help: 'prompt configuration the probe reads' },
+    { name: 'repr', value: 'schema|flattened|pseudoword', default: 'schema', help: 'tool representation (agent only)' },
+    { name: 'kind', value: 'mean-diff,logistic', default: 'mean-diff,logistic', help: 'difference of means (the paper\'s) and/or L2 logistic regression' },
+    { name: 'layer', value: 'auto|N', default: 'auto', help: 'hidden index ℓ; auto = 5-fold CV of the mean difference on the extraction split' },
+    { name: 'target', value: 'P', default: '0.05', help: 'threshold: at most this share of benign extraction requests flagged' },
+    { name: 'l2', value: 'λ', default: '1', help: 'logistic: L2 strength 1/C on standardised features' },
+    { name: 'out', value: 'DIR', default: 'results/<model>/probe', help: 'output folder (probe files + skill/refusal-probe)' },
+  ],
+  example: 'probe train --model models/planted --limit 40',
+};
+
 export async function run(argv: string[]): Promise<number> {
-  const a = parseArgs(argv, { values: [...RUN_FLAGS, 'config', 'repr', 'kind', 'layer', 'target', 'l2', 'out'] });
+  const a = parseArgs(argv, flags);
   const config = a.values.get('config') ?? 'agent';
   const repr = a.values.get('repr');
   if (repr !== undefined && config !== 'agent') throw new SafekeepError('--repr only applies to --config agent');

@@ -2,7 +2,7 @@
  * `safekeep pull <owner/name> [--revision R]`: download a checkpoint from the Hugging Face hub into
  * models/<owner>--<name>/ ($SAFEKEEP_MODELS overrides models/). HF_TOKEN for gated repos, HF_ENDPOINT for mirrors.
  */
-import { parseArgs } from '../args.ts';
+import { parseArgs, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { pullModel } from '../../hub/pull.ts';
 import { formatBytes } from '../../hub/progress.ts';
@@ -11,8 +11,19 @@ import { join } from 'node:path';
 
 export const summary = 'download a model (safetensors, config, tokenizer) from the Hugging Face hub into models/';
 
+export const flags: FlagTable = {
+  usage: 'pull <owner/name> [--revision R] [--out DIR] [--quiet]',
+  positionals: 'the Hugging Face repo id',
+  flags: [
+    { name: 'revision', value: 'R', default: 'main', help: 'branch, tag or commit' },
+    { name: 'out', value: 'DIR', default: 'models/<owner>--<name>', help: 'destination folder' },
+    { name: 'quiet', boolean: true, help: 'no progress on stderr' },
+  ],
+  example: 'pull Qwen/Qwen3-0.6B',
+};
+
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, { values: ['revision', 'out'], booleans: ['quiet'] });
+  const args = parseArgs(argv, flags);
   if (args.positionals.length !== 1) throw new SafekeepError('usage: safekeep pull <owner/name> [--revision R] [--out DIR] [--quiet]');
   const repoId = args.positionals[0]!;
   const r = await pullModel(repoId, { revision: args.values.get('revision'), destDir: args.values.get('out'), progress: !args.booleans.has('quiet') });

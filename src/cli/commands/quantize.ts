@@ -10,7 +10,7 @@
  */
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseArgs, requireValue } from '../args.ts';
+import { parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { loadCheckpoint } from '../../checkpoint/load.ts';
 import { resolveModel } from '../../hub/resolve.ts';
 import { engineOptions, readIdsFile, writeFileAtomic } from '../../engine/cli-common.ts';
@@ -21,6 +21,20 @@ import { loadPromptTokenizer } from '../../prompts/tokenizer.ts';
 import { SafekeepError } from '../../util/errors.ts';
 
 export const summary = 'quantize a checkpoint to q8/q4 (MatMulNBits, cached) and report per-layer error vs f32';
+
+export const flags: FlagTable = {
+  usage: 'quantize --model M --dtype q8|q4 [--scheme sym|asym] [--report] [--ids IDS.json] [--out REPORT.json] [--threads N]',
+  flags: [
+    { name: 'model', value: 'M', help: 'checkpoint folder or Hugging Face repo id' },
+    { name: 'dtype', value: 'q8|q4', help: 'quantized weight type' },
+    { name: 'scheme', value: 'sym|asym', default: 'per dtype (session.ts)', help: 'quantization scheme' },
+    { name: 'threads', value: 'N', default: 'one per physical core', help: 'intra-op threads' },
+    { name: 'ids', value: 'IDS.json', help: 'reference prompt for --report (first sequence)' },
+    { name: 'out', value: 'REPORT.json', help: 'write the --report table as JSON' },
+    { name: 'report', boolean: true, help: 'per-layer hidden-state error vs f32' },
+  ],
+  example: 'quantize --model models/planted --dtype q8 --report',
+};
 
 const REFERENCE_TEXT = 'The quick brown fox jumps over the lazy dog. Please summarise the attached report in three sentences.';
 
@@ -52,7 +66,7 @@ export function layerErrors(h: Float32Array, ref: Float32Array, layers: number):
 }
 
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, { values: ['model', 'dtype', 'scheme', 'threads', 'ids', 'out'], booleans: ['report'] });
+  const args = parseArgs(argv, flags);
   const dtype = requireValue(args, 'dtype');
   if (dtype !== 'q8' && dtype !== 'q4') throw new SafekeepError(`--dtype must be q8 or q4, got '${dtype}'`);
   const schemeFlag = args.values.get('scheme');

@@ -1,41 +1,48 @@
 /**
  * `safekeep render --model DIR [--template FILE] [--tokenizer DIR] --data pairs|agentharm|PATH
  *    --config chatbot|+role|+instructions|agent (= +tools)|chatbot-long [--repr schema|flattened|pseudoword]
- *    [--which harmful|benign|both] [--limit N] [--seed N] [--template-kwargs JSON] [--json]`
+ *    [--which harmful|benign|both] [--limit N] [--seed N] [--thinking on|off] [--chat-template-kwargs JSON] [--json]`
  *
  * Prints the exact rendered prompts (each after a `### ...` header line); `--json` prints one JSON object with
  * the prompt manifest (template hash, our texts), the data set hash, and per prompt its text, sha256 and token ids.
  * A model folder without tokenizer.json (e.g. a Mistral template only) renders text only, and says so; `--tokenizer
  * DIR` borrows another folder's vocabulary for ids and lengths.
  */
-import { numberValue, parseArgs, requireValue } from '../args.ts';
+import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { loadPairSet } from '../../data/load.ts';
 import { CONFIGS, isConfigName, isToolRepr, PromptBuilder, REPRS, type RenderedPrompt } from '../../prompts/configurations.ts';
 import { loadPromptTexts } from '../../prompts/texts.ts';
 import { loadPromptTokenizer } from '../../prompts/tokenizer.ts';
+import { parseTemplateKwargs, resolveTemplateKwargs } from '../../prompts/thinking.ts';
+import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
 
 export const summary = 'print the exact prompts of a configuration (chatbot … agent, schema/flattened/pseudoword)';
 
+export const flags: FlagTable = {
+  usage: 'render --model M [--config C] [--repr R] [--data pairs|agentharm|PATH] [flags]',
+  flags: [
+    { name: 'model', value: 'DIR', help: 'model folder (its chat template and tokenizer)' },
+    { name: 'template', value: 'FILE', help: 'chat template file instead of the model folder\'s' },
+    { name: 'tokenizer', value: 'DIR', help: 'borrow another folder\'s tokenizer.json for ids and lengths' },
+    { name: 'data', value: 'pairs|agentharm|PATH', default: 'pairs', help: 'pair source' },
+    { name: 'config', value: 'chatbot|+role|+instructions|agent|chatbot-long', default: 'agent', help: 'prompt configuration (+tools = agent)' },
+    { name: 'repr', value: 'schema|flattened|pseudoword', default: 'schema', help: 'tool representation (agent only)' },
+    { name: 'which', value: 'harmful|benign|both', default: 'harmful', help: 'which request of each pair' },
+    { name: 'limit', value: 'N', default: '3', help: 'number of pairs' },
+    { name: 'seed', value: 'N', default: '0', help: 'pseudoword seed' },
+    ...THINKING_FLAG_DEFS,
+    { name: 'template-kwargs', value: 'JSON', help: 'the same as --chat-template-kwargs (older name)' },
+    { name: 'json', boolean: true, help: 'one JSON object with the prompt manifest, hashes and token ids' },
+  ],
+  example: 'render --model models/planted --config agent --repr flattened --limit 3',
+};
+
 const WHICH = ['harmful', 'benign', 'both'] as const;
 
-function parseKwargs(s: string | undefined): Record<string, unknown> {
-  if (s === undefined) return {};
-  let v: unknown;
-  try {
-    v = JSON.parse(s);
-  } catch (e) {
-    throw new SafekeepError(`--template-kwargs must be a JSON object (${(e as Error).message})`);
-  }
-  if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new SafekeepError('--template-kwargs must be a JSON object');
-  return v as Record<string, unknown>;
-}
 
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, {
-    values: ['model', 'template', 'tokenizer', 'data', 'config', 'repr', 'which', 'limit', 'seed', 'template-kwargs'],
-    booleans: ['json'],
-  });
+  const args = parseArgs(argv, flags);
   const model = requireValue(args, 'model');
   // the paper's name for the full agent prompt is "+tools"
   const configArg = args.values.get('config') ?? 'agent';
@@ -52,7 +59,11 @@ export async function run(argv: string[]): Promise<number> {
   const seed = numberValue(args, 'seed', 0);
 
   const tok = await loadPromptTokenizer(model, { template: args.values.get('template'), tokenizerDir: args.values.get('tokenizer') });
-  const builder = new PromptBuilder(tok, { texts: loadPromptTexts(), seed, templateKwargs: parseKwargs(args.values.get('template-kwargs')) });
+  if (args.values.has('template-kwargs') && args.values.has('chat-template-kwargs')) throw new SafekeepError('give --chat-template-kwargs or --template-kwargs, not both');
+  const th = thinkingOptions(args);
+  const kw = args.values.has('template-kwargs') ? parseTemplateKwargs(args.values.get('template-kwargs'), '--template-kwargs') : th.chatTemplateKwargs;
+  const template = resolveTemplateKwargs(tok.template, th.thinking, kw);
+  const builder = new PromptBuilder(tok, { texts: loadPromptTexts(), seed, templateKwargs: template.kwargs });
   const set = await loadPairSet(args.values.get('data') ?? 'pairs');
   const pairs = set.pairs.slice(0, limit);
 
@@ -72,6 +83,7 @@ export async function run(argv: string[]): Promise<number> {
   if (args.booleans.has('json')) {
     const out = {
       manifest: builder.manifest(),
+      thinking: template.thinking,
       data: { name: set.name, hash: set.hash, pairs: set.pairs.length },
       config,
       repr: config === 'agent' ? repr : null,
@@ -91,7 +103,7 @@ export async function run(argv: string[]): Promise<number> {
   } else {
     process.stderr.write(
       `render: template ${tok.templateSource} (${tok.family}, sha256 ${tok.templateHash.slice(0, 12)}), ${vocabNote}; ` +
-        `system messages ${builder.systemSupported ? 'kept' : 'folded into the user turn'}; data ${set.name} (${set.pairs.length} pairs)\n`,
+        `system messages ${builder.systemSupported ? 'kept' : 'folded into the user turn'}; thinking ${template.thinking}; data ${set.name} (${set.pairs.length} pairs)\n`,
     );
     for (const r of rows) {
       const p = r.prompt;

@@ -3,16 +3,33 @@
  *    [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda] [--threads N] [--template FILE] [--reps N] [--split-seed N]`
  * extract → analyses → figures → report (Tables 1–2, Figures 3–4) under results/<model>/, reusing caches.
  */
-import { numberValue, parseArgs } from '../args.ts';
-import { RUN_FLAGS, runContextOptions } from '../run-flags.ts';
-import { reproduce } from '../../experiments/reproduce.ts';
+import { numberValue, parseArgs, type FlagTable } from '../args.ts';
+import { ANALYSIS_FLAG_DEFS, analysisOptions, RUN_FLAG_DEFS, runContextOptions } from '../run-flags.ts';
+import { DEFAULT_REFUSAL_TOKENS, reproduce } from '../../experiments/reproduce.ts';
+import { SafekeepError } from '../../util/errors.ts';
 import { summarizeResults } from '../../experiments/summary.ts';
 
 export const summary = 'extract → analyses → figures → report: the paper\'s Tables 1–2 and Figures 3–4';
 
+export const flags: FlagTable = {
+  usage: 'reproduce --model M [--data pairs|agentharm|PATH] [--quick] [flags]',
+  flags: [
+    ...RUN_FLAG_DEFS,
+    { name: 'reps', value: 'N', default: '1000', help: 'bootstrap resamples' },
+    ...ANALYSIS_FLAG_DEFS,
+    { name: 'refusal-tokens', value: 'N', default: String(DEFAULT_REFUSAL_TOKENS), help: 'behavioural refusal (chatbot vs agent): new tokens per answer; 0 = skip' },
+    { name: 'quick', boolean: true, help: '30 pairs (sized for a 0.5B model on a 2-core CPU in < 30 min)' },
+  ],
+  example: 'reproduce --model models/planted --quick',
+};
+
 export async function run(argv: string[]): Promise<number> {
-  const a = parseArgs(argv, { values: [...RUN_FLAGS, 'reps'], booleans: ['quick'] });
-  const r = await reproduce({ ...(await runContextOptions(a)), quick: a.booleans.has('quick'), reps: numberValue(a, 'reps', 1000) });
+  const a = parseArgs(argv, flags);
+  const refusalTokens = numberValue(a, 'refusal-tokens', DEFAULT_REFUSAL_TOKENS);
+  if (!Number.isInteger(refusalTokens) || refusalTokens < 0) throw new SafekeepError(`--refusal-tokens must be a non-negative integer, got ${refusalTokens}`);
+  const r = await reproduce({
+    ...(await runContextOptions(a)), quick: a.booleans.has('quick'), reps: numberValue(a, 'reps', 1000), ...analysisOptions(a), refusalTokens,
+  });
   process.stdout.write(summarizeResults(r.results) + `\nreport: ${r.files.html}\n`);
   return 0;
 }

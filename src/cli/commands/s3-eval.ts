@@ -11,7 +11,7 @@
  * `--mitigation block` turns single:/full configurations into S³ without recovery. One model plays agent and guard.
  */
 import { basename, join, resolve } from 'node:path';
-import { numberValue, parseArgs, requireValue, type ParsedArgs } from '../args.ts';
+import { numberValue, parseArgs, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
 import { locateDataset, repoRoot } from '../../data/locate.ts';
@@ -27,6 +27,41 @@ import type { CallFormat } from '../../experiments/outcome/types.ts';
 
 export const summary = 'S³: stage-specific safety skills with recovery, multi-turn evaluation (local model or endpoint)';
 
+export const flags: FlagTable = {
+  usage: 's3 eval (--endpoint URL --endpoint-model M | --model DIR) --bench injecagent|agentharm|mixed [flags]',
+  flags: [
+    { name: 'model', value: 'DIR', help: 'local checkpoint folder (agent and guard on the local engine)' },
+    { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda', help: 'local model precision' },
+    { name: 'device', value: 'cpu|cuda', default: 'cpu', help: 'local model device' },
+    { name: 'threads', value: 'N', default: 'one per physical core', help: 'intra-op threads' },
+    { name: 'template', value: 'FILE', help: 'chat template file instead of the model folder\'s' },
+    { name: 'endpoint', value: 'URL', help: 'OpenAI-compatible endpoint instead of a local model' },
+    { name: 'endpoint-model', value: 'NAME', help: 'model name at the endpoint' },
+    { name: 'bench', value: 'injecagent|agentharm|mixed', help: 'task set (mixed: a benign and a hazardous component per task)' },
+    { name: 'configs', value: 'LIST', default: 'none,full', help: 'none, single:<skill>, no-recovery, full' },
+    { name: 'skills', value: 'DIR[,DIR]', default: 'the shipped skills/', help: 'skill folders' },
+    { name: 'no-guard-decision', boolean: true, help: 'run every skill that passes its filter (no guard-agent pick)' },
+    { name: 'mitigation', value: 'recover|block', default: 'recover', help: 'block = S³ without recovery' },
+    { name: 'limit', value: 'N', help: 'first N tasks of each group' },
+    { name: 'max-steps', value: 'N', default: '6', help: 'agent turns per task' },
+    { name: 'max-tokens', value: 'N', default: '256', help: 'agent generation budget per turn' },
+    { name: 'injecagent', value: 'DIR', default: 'the located dataset', help: 'InjecAgent folder' },
+    { name: 'agentharm', value: 'DIR', default: 'the located dataset', help: 'AgentHarm folder' },
+    { name: 'name', value: 'NAME', default: 'model folder or endpoint model', help: 'results name (results/<name>/s3)' },
+    { name: 'out', value: 'DIR', default: 'results/<name>/s3', help: 'output folder' },
+    { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'verdict when a guard answer cannot be parsed' },
+    { name: 'concurrency', value: 'N', default: '4 (endpoint), 1 (local)', help: 'tasks in flight' },
+    { name: 'api-key-env', value: 'VAR', help: 'environment variable holding the endpoint API key' },
+    { name: 'timeout-ms', value: 'MS', default: '60000', help: 'endpoint timeout' },
+    { name: 'retries', value: 'N', default: '3', help: 'endpoint retries' },
+    { name: 'prefill', value: 'none|continue|prefix', default: 'none', help: 'how guard verdicts are prefilled' },
+    { name: 'call-format', value: 'llama3|qwen|mistral', default: 'llama3', help: 'native call syntax left in content by an endpoint' },
+    { name: 'no-cache', boolean: true, help: 'do not cache endpoint answers' },
+    { name: 'no-thinking', boolean: true, help: 'ask the endpoint to answer without thinking' },
+  ],
+  example: 's3 eval --model models/planted --bench mixed --limit 2 --configs none,no-recovery,full',
+};
+
 function oneOf<T extends string>(flag: string, v: string | undefined, allowed: readonly T[], fallback: T): T {
   if (v === undefined) return fallback;
   if (!(allowed as readonly string[]).includes(v)) throw new SafekeepError(`--${flag} must be one of ${allowed.join(', ')}, got '${v}'`);
@@ -40,12 +75,7 @@ function positiveInt(args: ParsedArgs, flag: string, fallback: number): number {
 }
 
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, {
-    values: ['model', 'dtype', 'device', 'threads', 'template', 'endpoint', 'endpoint-model', 'bench', 'configs', 'skills', 'mitigation', 'limit',
-      'max-steps', 'max-tokens', 'injecagent', 'agentharm', 'name', 'out', 'unparseable', 'concurrency', 'api-key-env', 'timeout-ms', 'retries',
-      'prefill', 'call-format'],
-    booleans: ['no-guard-decision', 'no-cache', 'no-thinking'],
-  });
+  const args = parseArgs(argv, flags);
   const model = args.values.get('model');
   const endpoint = args.values.get('endpoint');
   if ((model === undefined) === (endpoint === undefined)) throw new SafekeepError('give exactly one of --model DIR or --endpoint URL');

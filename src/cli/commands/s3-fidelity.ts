@@ -9,7 +9,7 @@
  * A rules-only comparison without the guard agent needs no model.
  */
 import { join, resolve } from 'node:path';
-import { numberValue, parseArgs, requireValue } from '../args.ts';
+import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
 import { locateDataset, repoRoot } from '../../data/locate.ts';
@@ -23,12 +23,34 @@ import type { ChatBackend } from '../../guard/types.ts';
 
 export const summary = 'S³ Table 3: disagreement of a skill with its original implementation (hazardous / benign)';
 
+export const flags: FlagTable = {
+  usage: 's3 fidelity --skill DIR --original safekeep-judge|tool-rules --bench pairs|agentharm|FILE.jsonl [--endpoint URL --endpoint-model M | --model DIR] [flags]',
+  flags: [
+    { name: 'skill', value: 'DIR', help: 'the skill folder (SKILL.md)' },
+    { name: 'original', value: 'safekeep-judge|tool-rules', help: 'the implementation in code it came from' },
+    { name: 'bench', value: 'pairs|agentharm|FILE.jsonl', help: 'input-stage requests, or a JSONL file of {id, hazardous, event}' },
+    { name: 'endpoint', value: 'URL', help: 'OpenAI-compatible endpoint (guard agent, judge, llm checks)' },
+    { name: 'endpoint-model', value: 'NAME', help: 'model name at the endpoint' },
+    { name: 'model', value: 'DIR', help: 'a local model instead of an endpoint' },
+    { name: 'limit', value: 'N', help: 'first N pairs / cases / instances' },
+    { name: 'no-guard-decision', boolean: true, help: 'run the skill without the guard agent\'s pick' },
+    { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'an answer that is neither YES nor NO counts as' },
+    { name: 'out', value: 'DIR', default: 'results/<name>/s3', help: 'output folder' },
+    { name: 'name', value: 'NAME', default: 'model folder, endpoint model, or rules', help: 'results name' },
+    { name: 'data', value: 'DIR', default: 'the located dataset', help: 'AgentHarm folder (--bench agentharm)' },
+    { name: 'api-key-env', value: 'VAR', help: 'environment variable holding the endpoint API key' },
+    { name: 'timeout-ms', value: 'MS', default: '60000', help: 'endpoint timeout' },
+    { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda', help: 'local model precision' },
+    { name: 'device', value: 'cpu|cuda', default: 'cpu', help: 'local model device' },
+    { name: 'threads', value: 'N', default: 'one per physical core', help: 'intra-op threads' },
+    { name: 'template', value: 'FILE', help: 'chat template file instead of the model folder\'s' },
+    { name: 'no-thinking', boolean: true, help: 'enable_thinking=false (Qwen3): template kwarg locally, chat_template_kwargs at an endpoint' },
+  ],
+  example: 's3 fidelity --skill skills/safekeep-judge --original safekeep-judge --bench pairs --limit 20 --model models/planted',
+};
+
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, {
-    values: ['skill', 'original', 'bench', 'endpoint', 'endpoint-model', 'model', 'limit', 'unparseable', 'out', 'data', 'api-key-env', 'timeout-ms',
-      'dtype', 'device', 'threads', 'template', 'name'],
-    booleans: ['no-guard-decision', 'no-thinking'],
-  });
+  const args = parseArgs(argv, flags);
   const skill = loadSkill(resolve(requireValue(args, 'skill')));
   const original = requireValue(args, 'original');
   if (!(ORIGINALS as readonly string[]).includes(original)) throw new SafekeepError(`--original must be one of ${ORIGINALS.join(', ')}, got '${original}'`);

@@ -8,7 +8,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { numberValue, parseArgs, requireValue } from '../args.ts';
+import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
 import { locateDataset, repoRoot } from '../../data/locate.ts';
@@ -22,11 +22,30 @@ import { generateRuleMemory } from '../../guard/s3/rule-gen.ts';
 
 export const summary = 'S³: generate the rule-memory skill\'s safety rules once from a seed set (endpoint)';
 
+export const flags: FlagTable = {
+  usage: 's3 rules --endpoint URL --endpoint-model M (--bench injecagent|agentharm|mixed | --tools FILE) [flags]',
+  flags: [
+    { name: 'endpoint', value: 'URL', help: 'OpenAI-compatible endpoint that writes the rules' },
+    { name: 'endpoint-model', value: 'NAME', help: 'model name at the endpoint' },
+    { name: 'bench', value: 'injecagent|agentharm|mixed', help: 'take the tools of a benchmark' },
+    { name: 'tools', value: 'FILE', help: 'or a JSON list of tool specs' },
+    { name: 'seed', value: 'FILE', default: 'skills/rule-memory/seed.json', help: 'seed rules' },
+    { name: 'out', value: 'FILE', default: 'skills/rule-memory/memory.json', help: 'the reviewable rule file' },
+    { name: 'limit', value: 'N', help: 'first N tools' },
+    { name: 'per-tool', value: 'N', default: '2', help: 'rules asked for per tool' },
+    { name: 'injecagent', value: 'DIR', default: 'the located dataset', help: 'InjecAgent folder' },
+    { name: 'agentharm', value: 'DIR', default: 'the located dataset', help: 'AgentHarm folder' },
+    { name: 'api-key-env', value: 'VAR', help: 'environment variable holding the endpoint API key' },
+    { name: 'timeout-ms', value: 'MS', default: '60000', help: 'endpoint timeout' },
+    { name: 'retries', value: 'N', default: '3', help: 'endpoint retries' },
+    { name: 'no-cache', boolean: true, help: 'do not cache endpoint answers' },
+    { name: 'no-thinking', boolean: true, help: 'ask the endpoint to answer without thinking' },
+  ],
+  example: 's3 rules --endpoint http://localhost:8000/v1 --endpoint-model M --bench mixed',
+};
+
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, {
-    values: ['endpoint', 'endpoint-model', 'bench', 'tools', 'seed', 'out', 'limit', 'per-tool', 'injecagent', 'agentharm', 'api-key-env', 'timeout-ms', 'retries'],
-    booleans: ['no-cache', 'no-thinking'],
-  });
+  const args = parseArgs(argv, flags);
   const endpoint = requireValue(args, 'endpoint');
   if (!/^https?:\/\/[^/]+/.test(endpoint)) throw new SafekeepError(`--endpoint must be an http(s) URL, got '${endpoint}'`);
   const model = requireValue(args, 'endpoint-model');

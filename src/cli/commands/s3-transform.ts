@@ -8,18 +8,33 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { numberValue, parseArgs, requireValue } from '../args.ts';
+import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { OpenAIBackend } from '../../guard/backends/openai.ts';
 import { transformSkill } from '../../guard/s3/transform.ts';
 
 export const summary = 'S³ transform agent: a defense description → a tested SKILL.md folder (LLM endpoint)';
 
+export const flags: FlagTable = {
+  usage: 's3 transform --from DESCRIPTION.md --out skills/NAME --endpoint URL --endpoint-model M [flags]',
+  flags: [
+    { name: 'from', value: 'FILE', help: 'the defense\'s description (paper text, docs)' },
+    { name: 'out', value: 'DIR', help: 'the skill folder to create; its name is the skill name' },
+    { name: 'endpoint', value: 'URL', help: 'OpenAI-compatible endpoint of the transforming LLM (also the guard\'s LLM for llm checks)' },
+    { name: 'endpoint-model', value: 'NAME', help: 'model name at the endpoint' },
+    { name: 'max-rounds', value: 'N', default: '3', help: 'skill write + test rounds in all (refines = rounds − 1)' },
+    { name: 'force', boolean: true, help: 'replace an existing --out folder (and its transform history)' },
+    { name: 'api-key-env', value: 'VAR', help: 'environment variable holding the endpoint API key' },
+    { name: 'timeout-ms', value: 'MS', default: '120000', help: 'endpoint timeout' },
+    { name: 'retries', value: 'N', default: '2', help: 'endpoint retries' },
+    { name: 'max-tokens', value: 'N', default: '2048', help: 'answer budget of each transform call' },
+    { name: 'no-thinking', boolean: true, help: 'send chat_template_kwargs enable_thinking=false (Qwen3 endpoints)' },
+  ],
+  example: 's3 transform --from skills/tool-rules/DESCRIPTION.md --out skills/tool-rules-transformed --endpoint http://127.0.0.1:8000/v1 --endpoint-model Qwen/Qwen3-8B',
+};
+
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, {
-    values: ['from', 'out', 'endpoint', 'endpoint-model', 'max-rounds', 'api-key-env', 'timeout-ms', 'retries', 'max-tokens'],
-    booleans: ['force', 'no-thinking'],
-  });
+  const args = parseArgs(argv, flags);
   const from = resolve(requireValue(args, 'from'));
   if (!existsSync(from)) throw new SafekeepError(`--from ${from}: no such file`);
   const description = readFileSync(from, 'utf8');

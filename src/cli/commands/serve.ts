@@ -4,7 +4,7 @@
  *    [--api-key-env VAR] [--judge-api-key-env VAR] [--timeout-ms 60000] [--prefill none|continue|prefix]
  *    [--unparseable unsafe|safe] [--judge-max-tokens 8]`
  * `safekeep serve --model DIR [--method base|safekeep|refusal-probe|safekeep+probe] [--probe FILE] [--max-tokens 256]
- *    [--no-thinking] [--template FILE] [--dtype ..] [--device ..] [--threads N] [--max-memory ..] [--port ..] [--host ..]
+ *    [--thinking on|off] [--template FILE] [--dtype ..] [--device ..] [--threads N] [--max-memory ..] [--port ..] [--host ..]
  *    [--unparseable unsafe|safe] [--judge-max-tokens 8]`
  * The same API served by the local engine itself (src/guard/local-server.ts): the refusal probe reads the agent's own
  * prefill, so it guards without an extra model call.
@@ -18,7 +18,8 @@
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import { basename } from 'node:path';
-import { numberValue, parseArgs, requireValue, type ParsedArgs } from '../args.ts';
+import { numberValue, parseArgs, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
+import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { createGuardProxy } from '../../guard/proxy.ts';
 import type { PrefillMode } from '../../guard/backends/openai.ts';
@@ -28,6 +29,40 @@ import { repoRoot } from '../../data/locate.ts';
 
 export const summary = 'OpenAI-compatible proxy: the SafeKeep guard, or S³ skills at every stage, in front of an endpoint';
 
+export const flags: FlagTable = {
+  usage: 'serve (--upstream URL | --model DIR) [flags]',
+  flags: [
+    { name: 'upstream', value: 'URL', help: 'OpenAI-compatible endpoint to guard' },
+    { name: 'port', value: 'P', default: '8080', help: 'listen port (0 = any free port)' },
+    { name: 'host', value: 'H', default: '127.0.0.1', help: 'listen address' },
+    { name: 'judge-model', value: 'NAME', default: 'the request\'s model', help: 'model name for the judge call' },
+    { name: 'judge-upstream', value: 'URL', default: '--upstream', help: 'endpoint of the judge' },
+    { name: 'method', value: 'METHOD', default: 'safekeep', help: 'upstream: safekeep|safejudge (judge with prose specs or JSON schemas); --model: base|safekeep|refusal-probe|safekeep+probe' },
+    { name: 'skills', value: 'DIR[,DIR]', help: 'S³: skill folders (or names under skills/) checked at every stage; excludes --method' },
+    { name: 'no-guard-decision', boolean: true, help: 'S³: run every skill that passes its filter (no guard-agent pick)' },
+    { name: 'mitigation', value: 'recover|block', default: 'recover', help: 'S³: recover (strip/replace, let the task go on) or block (end with a refusal)' },
+    { name: 'api-key-env', value: 'VAR', help: 'environment variable holding the upstream API key (else the client\'s own header is forwarded)' },
+    { name: 'judge-api-key-env', value: 'VAR', help: 'environment variable holding the judge host\'s key (never the client\'s header)' },
+    { name: 'timeout-ms', value: 'MS', default: '60000', help: 'upstream timeout' },
+    { name: 'prefill', value: 'none|continue|prefix', default: 'none', help: 'how the judge verdict is prefilled' },
+    { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'verdict when the judge answer cannot be parsed' },
+    { name: 'judge-max-tokens', value: 'N', default: '8', help: 'judge generation budget' },
+    { name: 'model', value: 'DIR', help: 'serve the local engine itself instead of an upstream (guarded by --method; no --upstream)' },
+    { name: 'probe', value: 'FILE|DIR', help: 'local: a probe file or the refusal-probe skill folder from safekeep probe train (--method refusal-probe, safekeep+probe)' },
+    { name: 'max-tokens', value: 'N', default: '256', help: 'local: answer budget when the client gives none' },
+    { name: 'template', value: 'FILE', help: 'local: chat template file instead of the model folder\'s' },
+    { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda', help: 'local: model precision' },
+    { name: 'device', value: 'cpu|cuda', default: 'cpu', help: 'local: model device' },
+    { name: 'threads', value: 'N', default: 'one per physical core', help: 'local: intra-op threads' },
+    { name: 'max-memory', value: 'BYTES', help: 'local: memory budget, e.g. 6GB' },
+    ...THINKING_FLAG_DEFS,
+  ],
+  example: 'serve --upstream http://localhost:8000/v1 --port 8080',
+};
+
+/** flags of the local-engine form only */
+const LOCAL_ONLY = ['probe', 'max-tokens', 'template', 'dtype', 'device', 'threads', 'max-memory', 'thinking', 'chat-template-kwargs'];
+
 function oneOf<T extends string>(name: string, v: string | undefined, allowed: readonly T[], fallback: T): T {
   if (v === undefined) return fallback;
   if (!(allowed as readonly string[]).includes(v)) throw new SafekeepError(`--${name} must be one of ${allowed.join(', ')}, got '${v}'`);
@@ -35,15 +70,10 @@ function oneOf<T extends string>(name: string, v: string | undefined, allowed: r
 }
 
 export async function run(argv: string[]): Promise<number> {
-  const args = parseArgs(argv, {
-    values: ['upstream', 'port', 'host', 'judge-model', 'judge-upstream', 'method', 'api-key-env', 'judge-api-key-env', 'timeout-ms', 'prefill',
-      'unparseable', 'judge-max-tokens', 'skills', 'mitigation', 'model', 'probe', 'max-tokens', 'template', 'dtype', 'device', 'threads',
-      'max-memory'],
-    booleans: ['no-guard-decision', 'no-thinking'],
-  });
+  const args = parseArgs(argv, flags);
   if (args.values.has('model')) return serveLocal(args);
-  for (const f of ['probe', 'max-tokens', 'template', 'dtype', 'device', 'threads', 'max-memory']) {
-    if (args.values.has(f)) throw new SafekeepError(`--${f} applies to serve --model DIR (the local engine), not to the --upstream proxy`);
+  for (const f of LOCAL_ONLY) {
+    if (args.values.has(f) || args.booleans.has(f)) throw new SafekeepError(`--${f} applies to serve --model DIR (the local engine), not to the --upstream proxy`);
   }
   const skillsFlag = args.values.get('skills');
   if (skillsFlag !== undefined && args.values.has('method')) throw new SafekeepError('give --method or --skills, not both (--method safekeep = the safekeep-judge skill alone)');
@@ -95,8 +125,8 @@ async function listenUntilStopped(server: Server, host: string, port: number, ta
 
 /** `serve --model DIR`: the local engine behind the same API, guarded by guardedRespond. */
 async function serveLocal(args: ParsedArgs): Promise<number> {
-  for (const f of ['upstream', 'judge-upstream', 'judge-model', 'api-key-env', 'judge-api-key-env', 'timeout-ms', 'prefill', 'skills', 'mitigation']) {
-    if (args.values.has(f)) throw new SafekeepError(`--${f} applies to the --upstream proxy, not to serve --model DIR`);
+  for (const f of ['upstream', 'judge-upstream', 'judge-model', 'api-key-env', 'judge-api-key-env', 'timeout-ms', 'prefill', 'skills', 'mitigation', 'no-guard-decision']) {
+    if (args.values.has(f) || args.booleans.has(f)) throw new SafekeepError(`--${f} applies to the --upstream proxy, not to serve --model DIR`);
   }
   const method = oneOf('method', args.values.get('method'), ['base', 'safekeep', 'refusal-probe', 'safekeep+probe'] as const, 'safekeep');
   const probeFile = args.values.get('probe');
@@ -146,7 +176,10 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
     if (probe && (probe.probe.dModel !== engine.dModel || probe.probe.layer > engine.numLayers)) {
       throw new SafekeepError(`--probe: d_model ${probe.probe.dModel}, layer ${probe.probe.layer} do not fit this model (d_model ${engine.dModel}, ${engine.numLayers} layers)`);
     }
-    const backend = new LocalBackend(engine, tokenizer, args.booleans.has('no-thinking') ? { templateKwargs: { enable_thinking: false } } : {});
+    const { resolveTemplateKwargs } = await import('../../prompts/thinking.ts');
+    const th = thinkingOptions(args);
+    // default: thinking off where the template has the switch (as guard eval)
+    const backend = new LocalBackend(engine, tokenizer, { templateKwargs: resolveTemplateKwargs(tokenizer.template, th.thinking, th.chatTemplateKwargs).kwargs });
     const server = createLocalServer({
       backend, method, modelName: basename(modelDir),
       ...(probe ? { probe } : {}),

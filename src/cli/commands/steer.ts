@@ -5,15 +5,31 @@
  * Table 3: steer hidden[ℓ*] − α·R̂ at every step, classify outputs (refusal / valid harmful call / invalid).
  * `Nx` alphas are multiples of mean ‖hidden[ℓ*]‖ (residual units), so sweeps transfer across models.
  */
-import { numberValue, parseArgs } from '../args.ts';
-import { RUN_FLAGS, runContextOptions } from '../run-flags.ts';
+import { choiceValue, numberValue, parseArgs, type FlagTable } from '../args.ts';
+import { ANALYSIS_FLAG_DEFS, analysisOptions, RUN_FLAG_DEFS, runContextOptions } from '../run-flags.ts';
+import { STEER_POSITIONS } from '../../engine/types.ts';
 import { parseAlphas, steerSweep, type DirectionChoice } from '../../experiments/steer.ts';
 import { SafekeepError } from '../../util/errors.ts';
 
 export const summary = 'steering sweep (Table 3): subtract α·R̂ at ℓ*, classify agent outputs';
 
+export const flags: FlagTable = {
+  usage: 'steer --model M [--alphas 0,4,8,12 | 0,0.5x,1x] [--layer auto|N] [--direction D] [flags]',
+  flags: [
+    ...RUN_FLAG_DEFS,
+    { name: 'alphas', value: 'LIST', default: '0,4,8,12', help: 'steering strengths; Nx = N × mean ‖hidden[ℓ*]‖' },
+    { name: 'layer', value: 'auto|N', default: 'auto', help: 'steering layer (auto = ℓ* of the analysis)' },
+    { name: 'direction', value: 'schema-harmful|schema-benign|refusal|FILE', default: 'schema-harmful', help: 'direction R̂ to subtract' },
+    { name: 'max-new-tokens', value: 'N', default: '256', help: 'generation budget per request' },
+    { name: 'requests', value: 'harmful,benign', default: 'harmful,benign', help: 'which requests to steer' },
+    { name: 'steer-positions', value: 'all|generated', default: 'all', help: 'steer every prompt and generated position (an HF forward hook) or generated tokens only (the paper\'s "each decoding step")' },
+    ...ANALYSIS_FLAG_DEFS,
+  ],
+  example: 'steer --model models/planted --alphas 0,1,1.5',
+};
+
 export async function run(argv: string[]): Promise<number> {
-  const a = parseArgs(argv, { values: [...RUN_FLAGS, 'alphas', 'layer', 'direction', 'max-new-tokens', 'requests'] });
+  const a = parseArgs(argv, flags);
   const layerArg = a.values.get('layer') ?? 'auto';
   const layer = layerArg === 'auto' ? 'auto' : Number(layerArg);
   if (layer !== 'auto' && !Number.isInteger(layer)) throw new SafekeepError(`--layer must be auto or an integer, got '${layerArg}'`);
@@ -29,9 +45,11 @@ export async function run(argv: string[]): Promise<number> {
     direction,
     maxNewTokens: numberValue(a, 'max-new-tokens', 256),
     requests: requests as Array<'harmful' | 'benign'>,
+    positions: choiceValue(a, 'steer-positions', STEER_POSITIONS, 'all'),
+    ...analysisOptions(a),
   });
   const pct = (k: number, n: number): string => (n ? `${((100 * k) / n).toFixed(1)}%` : '-');
-  const lines = [`steering at ℓ* = ${r.layer} (mean ‖hidden[ℓ*]‖ = ${r.meanNorm.toFixed(3)}), direction: ${r.sweeps[0]?.direction ?? ''}`];
+  const lines = [`steering at ℓ* = ${r.layer} (mean ‖hidden[ℓ*]‖ = ${r.meanNorm.toFixed(3)}), direction: ${r.sweeps[0]?.direction ?? ''}, positions: ${r.sweeps[0]?.positions ?? 'all'}`];
   for (const s of r.sweeps) {
     for (const row of s.rows) {
       lines.push(`  ${s.requests.padEnd(7)} α=${String(row.alpha).padEnd(9)} (${row.alphaRelative?.toFixed(3)}×‖h‖)  refusal ${pct(row.counts.refusal, row.n)}  valid ${pct(row.counts.valid, row.n)}  invalid ${pct(row.counts.invalid, row.n)}  (n=${row.n})`);

@@ -31,7 +31,7 @@ export function steeringBarsFigure(res: AnalysisResults, s: SteeringResults, ind
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
     title: {
       text: `Steering outcomes vs α — ${res.model}`,
-      subtitle: `${s.requests} requests; hidden[${s.layer}] −= α · unit ${s.direction}, at every prompt position and generated token`,
+      subtitle: `${s.requests} requests; hidden[${s.layer}] −= α · unit ${s.direction}, ${s.positions === 'generated' ? 'at generated tokens only' : 'at every prompt position and generated token'}`,
     },
     width: { step: 100 },
     height: 280,

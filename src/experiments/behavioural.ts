@@ -1,0 +1,64 @@
+/**
+ * Behavioural refusal, chatbot vs agent (paper §3.1: Llama-3.1-8B refuses 58 % of harmful requests as a chatbot,
+ * 3 % as an agent): greedy answers to the evaluation split's harmful requests in the chatbot configuration and in
+ * the full agent configuration (JSON schemas), each labelled by the outcome classifier (refusal = refusal-substring
+ * list). Generations are cached under results/<model>/behavioural/ keyed by their exact inputs.
+ */
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { BehaviouralRefusal, BehaviouralRefusalRow } from '../analysis/results.ts';
+import { wilsonInterval } from '../analysis/stats.ts';
+import { loadCheckpoint } from '../checkpoint/load.ts';
+import { writeFileAtomic } from '../report/atomic.ts';
+import { ItemProgress } from '../util/progress.ts';
+import type { ExtractContext } from './extract.ts';
+import { classifyOutput } from './outcome/classify.ts';
+import { callFormatOf, type CallFormat } from './outcome/types.ts';
+
+export const BEHAVIOURAL_CONFIGS = [
+  { config: 'chatbot', label: 'chatbot' },
+  { config: 'agent', label: 'agent (JSON schemas)' },
+] as const;
+
+interface Generation { pairId: string; text: string; label: string }
+
+/** Refusal rates of both configurations on the evaluation split's harmful requests. */
+export async function behaviouralRefusal(ctx: ExtractContext, maxNewTokens: number): Promise<BehaviouralRefusal> {
+  const outDir = join(ctx.cacheDir, '..', 'behavioural');
+  mkdirSync(outDir, { recursive: true });
+  const family = (await loadCheckpoint(ctx.modelDir)).config.family;
+  const t = ctx.tok.family;
+  const format: CallFormat = t === 'llama3' || t === 'qwen' || t === 'mistral' ? t : callFormatOf[family];
+  const evalSet = new Set(ctx.split.evaluation);
+  const pairs = ctx.set.pairs.filter((p) => evalSet.has(p.id));
+  const rows: BehaviouralRefusalRow[] = [];
+  for (const { config, label } of BEHAVIOURAL_CONFIGS) {
+    const prompts = pairs.map((p) => ctx.builder.render(p.harmful.prompt, p.tools, config, 'schema'));
+    const file = join(outDir, `generations.${config}.jsonl`);
+    const key = JSON.stringify({ hashes: prompts.map((p) => p.hash), maxNewTokens, model: ctx.baseManifest.model });
+    let gens: Generation[] | null = null;
+    if (existsSync(file)) {
+      const lines = readFileSync(file, 'utf8').trim().split('\n');
+      if ((JSON.parse(lines[0]!) as { key?: string }).key === key) gens = lines.slice(1).map((l) => JSON.parse(l) as Generation);
+    }
+    if (!gens) {
+      gens = [];
+      const progress = new ItemProgress(`behavioural refusal (${config})`, pairs.length);
+      for (let s = 0; s < pairs.length; s += 8) {
+        const res = await ctx.engine.generate(prompts.slice(s, s + 8).map((p) => p.ids!), { maxNewTokens });
+        res.forEach((r, i) => {
+          const p = pairs[s + i]!;
+          const text = ctx.tok.decode(r.generatedIds);
+          gens!.push({ pairId: p.id, text, label: classifyOutput(text, config === 'agent' ? p.tools : [], format).label });
+        });
+        progress.add(res.length);
+      }
+      progress.finish();
+      writeFileAtomic(file, [JSON.stringify({ key }), ...gens.map((g) => JSON.stringify(g))].join('\n') + '\n');
+    }
+    const refusals = gens.filter((g) => g.label === 'refusal').length;
+    const iv = wilsonInterval(refusals, gens.length);
+    rows.push({ config, label, n: gens.length, refusals, rate: gens.length ? refusals / gens.length : 0, lo: iv.lo, hi: iv.hi });
+  }
+  return { requests: `harmful requests of the evaluation split (${pairs.length})`, maxNewTokens, rows };
+}
