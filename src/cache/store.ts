@@ -110,20 +110,80 @@ export async function buildActivationCache(o: StoreOptions): Promise<StoreResult
   return r!;
 }
 
+/** Where a pass's parts live: `<dir>/<name1>+<name2>.parts`. */
+export const partsDirName = (names: readonly string[]): string => `${names.join('+')}.parts`;
+export const partFileName = (b: number): string => `part-${String(b).padStart(6, '0')}.safetensors`;
+
+/** The deterministic batch plan of a pass and each batch's padded tokens (rows × longest: its compute cost). */
+export function planPass(o: CommonOptions): { batches: Array<[number, number]>; tokens: number[] } {
+  const lengths = o.rows.map((r) => r.ids.length);
+  const batches = planBatches(lengths, o.batchTokens ?? 4096, o.maxBatch ?? 16);
+  return { batches, tokens: batches.map(([a, e]) => (e - a) * Math.max(...lengths.slice(a, e))) };
+}
+
+/**
+ * Everything needed to assemble a pass's caches from its parts without the model: written by each shard as
+ * `pass.json` next to its parts, so `safekeep merge` writes exactly the files a single process would.
+ */
+export interface PassRecord {
+  rowsHash: string;
+  names: string[];
+  kinds: string[] | null;
+  layers: number;
+  d: number;
+  batchTokens: number;
+  batches: Array<[number, number]>;
+  rows: Array<{ key: string; promptHash: string; tokens: number }>;
+  manifest: Record<string, unknown>;
+}
+
+export function passRecord(o: MultiStoreOptions): PassRecord {
+  return {
+    rowsHash: rowsHash(o.rows),
+    names: o.names,
+    kinds: o.kinds ?? null,
+    layers: o.layers,
+    d: o.d,
+    batchTokens: o.batchTokens ?? 4096,
+    batches: planPass(o).batches,
+    rows: o.rows.map((r) => ({ key: r.key, promptHash: r.promptHash, tokens: r.ids.length })),
+    manifest: o.manifest,
+  };
+}
+
+/** Are the final caches of this pass already in `dir` for exactly its rows? */
+export function passIsComplete(dir: string, p: Pick<PassRecord, 'names' | 'rowsHash'>): boolean {
+  return p.names.every((n) => {
+    const path = join(dir, `${n}.safetensors`);
+    if (!existsSync(path) || !existsSync(join(dir, `${n}.json`))) return false;
+    try { return readSafetensorsHeader(path).metadata.rows_hash === p.rowsHash; } catch { return false; }
+  });
+}
+
+/** A shard's share of a pass: only these batches, into `partsRoot/<names>.parts/`, never assembled here. */
+export interface ShardFill {
+  partsRoot: string;
+  /** batch indices of the pass's plan this shard computes */
+  batches: readonly number[];
+  /** after each finished batch: rows and padded tokens just written */
+  onBatch?: (rows: number, tokens: number) => void;
+}
+
 /**
  * Fills several caches over the same rows in one pass (e.g. the prompt's last token and the first generated token
- * from one prefill). Parts hold one tensor per cache; each final file is written atomically.
+ * from one prefill). Parts hold one tensor per cache; each final file is written atomically. With `shard`, only the
+ * shard's batches are computed into its own parts folder (plus `pass.json`); `safekeep merge` assembles them.
  */
-export async function buildActivationCaches(o: MultiStoreOptions): Promise<StoreResult[]> {
-  mkdirSync(o.dir, { recursive: true });
+export async function buildActivationCaches(o: MultiStoreOptions, shard?: ShardFill): Promise<StoreResult[]> {
+  if (!shard) mkdirSync(o.dir, { recursive: true }); // a shard writes only inside its own folder
   const hash = rowsHash(o.rows);
   const paths = o.names.map((n) => ({ path: join(o.dir, `${n}.safetensors`), manifestPath: join(o.dir, `${n}.json`) }));
   if (o.names.every((n) => cacheIsComplete(o.dir, n, o.rows))) {
     return paths.map((p) => ({ ...p, reused: true, resumedBatches: 0, computedRows: 0 }));
   }
 
-  const partsDir = join(o.dir, `${o.names.join('+')}.parts`);
-  const plan = planBatches(o.rows.map((r) => r.ids.length), o.batchTokens ?? 4096, o.maxBatch ?? 16);
+  const partsDir = join(shard?.partsRoot ?? o.dir, partsDirName(o.names));
+  const { batches: plan, tokens } = planPass(o);
   const planPath = join(partsDir, 'plan.json');
   const planValue = { rowsHash: hash, names: o.names, layers: o.layers, d: o.d, batches: plan };
   if (existsSync(planPath)) {
@@ -133,16 +193,18 @@ export async function buildActivationCaches(o: MultiStoreOptions): Promise<Store
   }
   mkdirSync(partsDir, { recursive: true });
   if (!existsSync(planPath)) writeJsonAtomic(planPath, planValue);
+  if (shard) writeJsonAtomic(join(partsDir, 'pass.json'), passRecord(o));
 
-  const partPath = (b: number): string => join(partsDir, `part-${String(b).padStart(6, '0')}.safetensors`);
+  const partPath = (b: number): string => join(partsDir, partFileName(b));
   const rowBytes = o.layers * o.d;
-  const done = plan.map((_, b) => existsSync(partPath(b)));
-  const resumedBatches = done.filter(Boolean).length;
-  const resumedRows = plan.reduce((s, [a, e], b) => s + (done[b] ? e - a : 0), 0);
-  const progress = new ItemProgress(o.label ?? o.names.join('+'), o.rows.length, resumedRows, 'prompts');
+  const mine = shard ? shard.batches : plan.map((_, b) => b);
+  const done = new Set(mine.filter((b) => existsSync(partPath(b))));
+  const resumedBatches = done.size;
+  const resumedRows = mine.reduce((s, b) => s + (done.has(b) ? plan[b]![1] - plan[b]![0] : 0), 0);
+  const progress = new ItemProgress(o.label ?? o.names.join('+'), mine.reduce((s, b) => s + plan[b]![1] - plan[b]![0], 0), resumedRows, 'prompts');
   let computedRows = 0;
-  for (let b = 0; b < plan.length; b++) {
-    if (done[b]) continue;
+  for (const b of mine) {
+    if (done.has(b)) continue;
     const [start, end] = plan[b]!;
     const batch = o.rows.slice(start, end);
     const outs = await o.compute(batch);
@@ -160,34 +222,46 @@ export async function buildActivationCaches(o: MultiStoreOptions): Promise<Store
     writeSafetensors(partPath(b), tensors);
     computedRows += batch.length;
     progress.add(batch.length);
+    shard?.onBatch?.(batch.length, tokens[b]!);
   }
   progress.finish();
+  if (shard) return paths.map((p) => ({ ...p, reused: false, resumedBatches, computedRows }));
 
-  // assemble: every part is complete (renamed into place), so this reads only whole files
-  const all = o.names.map(() => new Float32Array(o.rows.length * rowBytes));
-  for (let b = 0; b < plan.length; b++) {
-    const [start, end] = plan[b]!;
+  assembleCaches(o.dir, passRecord(o), partPath);
+  rmSync(partsDir, { recursive: true, force: true });
+  return paths.map((p) => ({ ...p, reused: false, resumedBatches, computedRows }));
+}
+
+/**
+ * Writes a pass's final caches into `dir` from its complete parts (`partPath(b)` for every batch b): the same
+ * bytes whether the parts came from one process or from many shards.
+ */
+export function assembleCaches(dir: string, p: PassRecord, partPath: (b: number) => string): void {
+  const rowBytes = p.layers * p.d;
+  const n = p.rows.length;
+  const all = p.names.map(() => new Float32Array(n * rowBytes));
+  for (let b = 0; b < p.batches.length; b++) {
+    const [start, end] = p.batches[b]!;
     const header = readSafetensorsHeader(partPath(b));
     const buf = readFileSync(partPath(b));
-    o.names.forEach((_, k) => {
+    p.names.forEach((_, k) => {
       const entry = header.entries.find((x) => x.name === `hidden.${k}`);
       if (!entry || entry.dtype !== 'F32' || entry.shape[0] !== end - start) {
-        throw new SafekeepError(`${partPath(b)}: unexpected contents; delete ${partsDir} and rerun`);
+        throw new SafekeepError(`${partPath(b)}: unexpected contents; delete its parts folder and rerun`);
       }
       all[k]!.set(new Float32Array(buf.buffer.slice(buf.byteOffset + entry.offset, buf.byteOffset + entry.offset + entry.byteLength)), start * rowBytes);
     });
   }
-  o.names.forEach((name, k) => {
-    writeSafetensors(paths[k]!.path, { hidden: { dtype: 'F32', shape: [o.rows.length, o.layers, o.d], data: all[k]! } }, { rows_hash: hash, format: 'safekeep-activations' });
-    writeJsonAtomic(paths[k]!.manifestPath, {
-      ...o.manifest,
-      ...(o.kinds?.[k] ? { kind: o.kinds[k] } : {}),
-      cache: { name, shape: [o.rows.length, o.layers, o.d], rowsHash: hash, batches: plan.length, batchTokens: o.batchTokens ?? 4096, filledWith: o.names },
-      rows: o.rows.map((r) => ({ key: r.key, promptHash: r.promptHash, tokens: r.ids.length })),
+  mkdirSync(dir, { recursive: true });
+  p.names.forEach((name, k) => {
+    writeSafetensors(join(dir, `${name}.safetensors`), { hidden: { dtype: 'F32', shape: [n, p.layers, p.d], data: all[k]! } }, { rows_hash: p.rowsHash, format: 'safekeep-activations' });
+    writeJsonAtomic(join(dir, `${name}.json`), {
+      ...p.manifest,
+      ...(p.kinds?.[k] ? { kind: p.kinds[k] } : {}),
+      cache: { name, shape: [n, p.layers, p.d], rowsHash: p.rowsHash, batches: p.batches.length, batchTokens: p.batchTokens, filledWith: p.names },
+      rows: p.rows,
     });
   });
-  rmSync(partsDir, { recursive: true, force: true });
-  return paths.map((p) => ({ ...p, reused: false, resumedBatches, computedRows }));
 }
 
 /** Reads a finished cache: `hidden` [n, L+1, d] and its manifest. */

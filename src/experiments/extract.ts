@@ -22,7 +22,10 @@ import { loadPromptTexts } from '../prompts/texts.ts';
 import { loadPromptTokenizer, type PromptTokenizer } from '../prompts/tokenizer.ts';
 import { resolveTemplateKwargs, type ThinkingFlag } from '../prompts/thinking.ts';
 import { SafekeepError } from '../util/errors.ts';
-import { buildActivationCache, buildActivationCaches, cacheIsComplete, type BatchCompute, type CacheRow, type StoreResult } from '../cache/store.ts';
+import { buildActivationCaches, cacheIsComplete, passIsComplete, planPass, rowsHash, type CacheRow, type MultiBatchCompute, type MultiStoreOptions, type StoreResult } from '../cache/store.ts';
+import { partitionByCost, type Shard } from '../util/shard.ts';
+import { sha256Hex } from '../prompts/hash.ts';
+import { ShardRun } from '../util/shard-run.ts';
 
 export const ENGINE_VERSION = `safekeep-engine graph v${GRAPH_VERSION}`;
 
@@ -147,42 +150,57 @@ export function renderRows(ctx: ExtractContext, c: Condition): CacheRow[] {
   return rows;
 }
 
-/** Runs `compute` over the rows of condition `c` into the cache `name` (resumable, see cache/store.ts). */
-function cacheCondition(ctx: ExtractContext, c: Condition, name: string, kind: string, compute: BatchCompute,
-  rows: CacheRow[] = renderRows(ctx, c), extra: Record<string, unknown> = {}): Promise<StoreResult> {
-  return buildActivationCache({
+/**
+ * A cache pass built but not run: the rows of one condition and how to compute them (cache/store.ts). `release`
+ * drops what the pass holds between batches (its prefix cache), so a list of built passes costs memory only while
+ * each one runs.
+ */
+export type ExtractPass = MultiStoreOptions & { release?: () => void };
+
+function pass(ctx: ExtractContext, c: Condition, names: string[], kinds: string[], rows: CacheRow[], extra: Record<string, unknown>,
+  compute: MultiBatchCompute, release?: () => void): ExtractPass {
+  return {
+    ...(release ? { release } : {}),
     dir: ctx.cacheDir,
-    name,
+    names,
     rows,
     layers: ctx.engine.numLayers + 1,
     d: ctx.engine.dModel,
     batchTokens: ctx.batchTokens,
-    label: `${kind} ${conditionName(c)}`,
-    manifest: { ...ctx.baseManifest, kind, condition: conditionName(c), ...extra },
+    label: names.length === 1 ? `${kinds[0]} ${conditionName(c)}` : `prompt + first token ${conditionName(c)}`,
+    // one cache: its kind in the manifest body (as buildActivationCache always wrote it); several: per cache
+    ...(names.length === 1
+      ? { manifest: { ...ctx.baseManifest, kind: kinds[0], condition: conditionName(c), ...extra } }
+      : { kinds, manifest: { ...ctx.baseManifest, condition: conditionName(c), ...extra } }),
     compute,
-  });
+  };
 }
 
 /**
- * Caches the final-prompt-token residual stream of every row in condition `c`. [n, L+1, d]
+ * The pass caching the final-prompt-token residual stream of every row in condition `c`. [n, L+1, d]
  * With an engine that has `forwardShared`, shared token prefixes (split points planned over all rows of the
  * condition, so every batch computes the same bytes whatever the prefix cache holds) are computed once; the
  * manifest's `reuse` gives the planned prompt/computed token counts.
  */
-export function extractCondition(ctx: ExtractContext, c: Condition): Promise<StoreResult> {
+export function conditionPass(ctx: ExtractContext, c: Condition): ExtractPass {
   const rows = renderRows(ctx, c);
   const shared = ctx.engine.forwardShared?.bind(ctx.engine);
   if (!shared) {
-    return cacheCondition(ctx, c, promptCacheName(c), 'final-prompt-token', async (batch) => {
+    return pass(ctx, c, [promptCacheName(c)], ['final-prompt-token'], rows, {}, async (batch) => {
       const res = await ctx.engine.forward(batch.map((r) => r.ids), { hiddenAt: 'last', logitsAt: 'none' });
-      return res.map((r) => r.hidden);
-    }, rows);
+      return [res.map((r) => r.hidden)];
+    });
   }
-  const { cache, boundariesOf, reuse } = prefixReuse(ctx, rows);
-  return cacheCondition(ctx, c, promptCacheName(c), 'final-prompt-token', async (batch) => {
-    const { results } = await shared(batch.map((r) => r.ids), { hiddenAt: 'last', logitsAt: 'none', cache, boundaries: boundariesOf(batch) });
-    return results.map((r) => r.hidden);
-  }, rows, { reuse });
+  const { cache, release, boundariesOf, reuse } = prefixReuse(ctx, rows);
+  return pass(ctx, c, [promptCacheName(c)], ['final-prompt-token'], rows, { reuse }, async (batch) => {
+    const { results } = await shared(batch.map((r) => r.ids), { hiddenAt: 'last', logitsAt: 'none', cache: cache(), boundaries: boundariesOf(batch) });
+    return [results.map((r) => r.hidden)];
+  }, release);
+}
+
+/** Caches the final-prompt-token residual stream of every row in condition `c` (see `conditionPass`). [n, L+1, d] */
+export async function extractCondition(ctx: ExtractContext, c: Condition): Promise<StoreResult> {
+  return (await runPasses(ctx, [conditionPass(ctx, c)]))[0]![0]!;
 }
 
 /**
@@ -194,55 +212,145 @@ function prefixReuse(ctx: ExtractContext, rows: readonly CacheRow[]) {
   const plan = prefixPlan(ids);
   const boundaries = new Map(rows.map((r, i) => [r, plan[i]!])); // by row identity (the store passes slices of `rows`)
   const planned = plannedReuse(ids, plan);
+  let held: PrefixCache | null = null;
   return {
-    // sized by the --max-memory plan when there is one (else PrefixCache's default)
-    cache: new PrefixCache(ctx.memoryPlan?.prefixCacheBytes),
+    // made on the first batch, sized by the --max-memory plan when there is one (else PrefixCache's default)
+    cache: (): PrefixCache => (held ??= new PrefixCache(ctx.memoryPlan?.prefixCacheBytes)),
+    release: (): void => { held = null; },
     boundariesOf: (batch: readonly CacheRow[]) => batch.map((r) => boundaries.get(r) ?? prefixPlan([r.ids])[0]!),
     reuse: { kind: 'shared-prefix KV', promptTokens: planned.promptTokens, computedTokens: planned.computedTokens, ratio: Number(planned.ratio.toFixed(4)) },
   };
 }
 
 /**
- * Caches the residual stream of the first generated token (greedy) for the agent prompt in `repr`: the state
- * computed when that token is fed back in (DEVELOPERS.md convention). [n, L+1, d]
+ * The pass caching the residual stream of the first generated token (greedy) for the agent prompt in `repr`: the
+ * state computed when that token is fed back in (DEVELOPERS.md convention). [n, L+1, d]
  */
-export function extractFirstToken(ctx: ExtractContext, repr: ToolRepr): Promise<StoreResult> {
-  return cacheCondition(ctx, { config: 'agent', repr }, firstTokenCacheName(repr), 'first-generated-token', async (batch) => {
+export function firstTokenPass(ctx: ExtractContext, repr: ToolRepr): ExtractPass {
+  const c: Condition = { config: 'agent', repr };
+  return pass(ctx, c, [firstTokenCacheName(repr)], ['first-generated-token'], renderRows(ctx, c), {}, async (batch) => {
     const res = await ctx.engine.generate(batch.map((r) => r.ids), { maxNewTokens: 1, stopIds: [], returnFirstTokenHidden: true });
-    return res.map((r) => r.firstTokenHidden!);
+    return [res.map((r) => r.firstTokenHidden!)];
   });
+}
+
+export async function extractFirstToken(ctx: ExtractContext, repr: ToolRepr): Promise<StoreResult> {
+  return (await runPasses(ctx, [firstTokenPass(ctx, repr)]))[0]![0]!;
 }
 
 /**
  * The agent prompt in `repr` cached twice from ONE prefill: its last prompt token (`prompt.agent.<repr>`) and the
  * first generated token (`first.<repr>`). When the prompt cache already exists only the first-token pass runs.
  */
-export async function extractWithFirstToken(ctx: ExtractContext, repr: ToolRepr): Promise<StoreResult[]> {
+export function promptAndFirstTokenPass(ctx: ExtractContext, repr: ToolRepr): ExtractPass {
   const c: Condition = { config: 'agent', repr };
   const rows = renderRows(ctx, c);
-  if (cacheIsComplete(ctx.cacheDir, promptCacheName(c), rows)) return [await extractFirstToken(ctx, repr)];
+  if (cacheIsComplete(ctx.cacheDir, promptCacheName(c), rows)) return firstTokenPass(ctx, repr);
   const shared = ctx.engine.firstTokenShared?.bind(ctx.engine);
-  const { cache, boundariesOf, reuse } = prefixReuse(ctx, rows);
-  return buildActivationCaches({
-    dir: ctx.cacheDir,
-    names: [promptCacheName(c), firstTokenCacheName(repr)],
-    kinds: ['final-prompt-token', 'first-generated-token'],
-    rows,
-    layers: ctx.engine.numLayers + 1,
-    d: ctx.engine.dModel,
-    batchTokens: ctx.batchTokens,
-    label: `prompt + first token ${conditionName(c)}`,
-    manifest: { ...ctx.baseManifest, condition: conditionName(c), ...(shared ? { reuse } : {}) },
-    compute: async (batch) => {
+  const { cache, release, boundariesOf, reuse } = prefixReuse(ctx, rows);
+  return pass(ctx, c, [promptCacheName(c), firstTokenCacheName(repr)], ['final-prompt-token', 'first-generated-token'], rows,
+    shared ? { reuse } : {}, async (batch) => {
       if (shared) {
         // the same as the generate() below, with the prefill's shared prefixes computed once
-        const { results } = await shared(batch.map((r) => r.ids), { stopIds: [], cache, boundaries: boundariesOf(batch) });
+        const { results } = await shared(batch.map((r) => r.ids), { stopIds: [], cache: cache(), boundaries: boundariesOf(batch) });
         return [results.map((r) => r.promptLastHidden!), results.map((r) => r.firstTokenHidden!)];
       }
       const res = await ctx.engine.generate(batch.map((r) => r.ids), {
         maxNewTokens: 1, stopIds: [], returnPromptLastHidden: true, returnFirstTokenHidden: true,
       });
       return [res.map((r) => r.promptLastHidden!), res.map((r) => r.firstTokenHidden!)];
-    },
+    }, release);
+}
+
+export function extractWithFirstToken(ctx: ExtractContext, repr: ToolRepr): Promise<StoreResult[]> {
+  return runPasses(ctx, [promptAndFirstTokenPass(ctx, repr)]).then((r) => r[0]!);
+}
+
+/** Where a sharded extraction writes: its command's shard folder and its progress record. */
+export interface ShardTarget {
+  shard: Shard;
+  /** the shard's own folder (parts go to `<dir>/cache/`) */
+  dir: string;
+  /** progress of the shard's items (batches) and tokens */
+  onBatch?: (items: number, tokens: number) => void;
+}
+
+/**
+ * The shard's batches of every pass: the batch plans of all passes in order are one work list, split by
+ * `partitionByCost` on padded tokens. [pass] → batch indices. Passes already complete in the cache get none.
+ */
+export function shardBatches(ctx: ExtractContext, passes: readonly ExtractPass[], shard: Shard): { batches: number[][]; items: number; tokens: number } {
+  const items: Array<{ p: number; b: number; tokens: number }> = [];
+  passes.forEach((ps, p) => {
+    if (passIsComplete(ctx.cacheDir, { names: ps.names, rowsHash: rowsHash(ps.rows) })) return;
+    planPass(ps).tokens.forEach((tokens, b) => items.push({ p, b, tokens }));
   });
+  const owner = partitionByCost(items.map((x) => x.tokens), shard.count);
+  const batches = passes.map((): number[] => []);
+  let tokens = 0;
+  let count = 0;
+  items.forEach((x, k) => {
+    if (owner[k] !== shard.index) return;
+    batches[x.p]!.push(x.b);
+    tokens += x.tokens;
+    count++;
+  });
+  return { batches, items: count, tokens };
+}
+
+/** Runs passes in order: all of each (then assembled), or with `target` only the shard's batches into its folder. */
+export async function runPasses(ctx: ExtractContext, passes: readonly ExtractPass[], target?: ShardTarget): Promise<StoreResult[][]> {
+  const out: StoreResult[][] = [];
+  if (!target) {
+    for (const p of passes) {
+      out.push(await buildActivationCaches(p));
+      p.release?.();
+    }
+    return out;
+  }
+  const { batches } = shardBatches(ctx, passes, target.shard);
+  for (let k = 0; k < passes.length; k++) {
+    out.push(await buildActivationCaches(passes[k]!, { partsRoot: join(target.dir, 'cache'), batches: batches[k]!, ...(target.onBatch ? { onBatch: (_rows: number, tokens: number) => target.onBatch!(1, tokens) } : {}) }));
+    passes[k]!.release?.();
+  }
+  return out;
+}
+
+/**
+ * What must agree across the shards of one run for their parts to join: model (config hash, dtype), template and
+ * prompt texts, data (hash, limit, split), engine graph version and batching. Short hashes, so refusals can name them.
+ */
+export function shardIdentity(ctx: ExtractContext): Record<string, string> {
+  const m = ctx.baseManifest as { model: { dir: string; configHash: string; dtype: string }; prompts: unknown; dataset: { name: string; hash: string; limit: number | null; split: unknown } };
+  const short = (x: unknown): string => sha256Hex(typeof x === 'string' ? x : JSON.stringify(x)).slice(0, 12);
+  return {
+    model: `${ctx.modelName} config ${String(m.model.configHash).slice(0, 12)} ${m.model.dtype}`,
+    template: `${(m.prompts as { templateHash?: string }).templateHash?.slice(0, 12) ?? '?'} prompts ${short(m.prompts)}`,
+    data: `${m.dataset.name} ${String(m.dataset.hash).slice(0, 12)} limit ${m.dataset.limit ?? 'all'} split ${short(m.dataset.split)}`,
+    engine: `${ENGINE_VERSION} batch-tokens ${ctx.batchTokens}`,
+  };
+}
+
+export interface ShardSummary {
+  /** the shard's folder */
+  dir: string;
+  /** batches and their padded tokens assigned to this shard */
+  items: number;
+  tokens: number;
+  computedRows: number;
+  seconds: number;
+}
+
+/**
+ * One shard of a command's extraction passes: its token-balanced batches into
+ * results/<model>/shards/<command>/shard-<i>-of-<n>/, with progress and identity in shard.json.
+ * `mergeOptions` is what `safekeep merge` needs to finish the command.
+ */
+export async function runShard(ctx: ExtractContext, command: string, passes: readonly ExtractPass[], shard: Shard,
+  mergeOptions: Record<string, unknown>): Promise<ShardSummary> {
+  const mine = shardBatches(ctx, passes, shard);
+  const run = new ShardRun(join(ctx.cacheDir, '..'), command, shard, shardIdentity(ctx), mergeOptions, mine);
+  const res = await runPasses(ctx, passes, { shard, dir: run.dir, onBatch: (items, tokens) => run.add(items, tokens) });
+  const rec = run.finish();
+  return { dir: run.dir, items: mine.items, tokens: mine.tokens, computedRows: res.reduce((s, r) => s + (r[0]?.computedRows ?? 0), 0), seconds: rec.seconds ?? 0 };
 }

@@ -17,9 +17,10 @@ import { behaviouralRefusal } from './behavioural.ts';
 import { readActivationCache } from '../cache/store.ts';
 import { groupMap } from '../data/split.ts';
 import { writeReport, type ReportFiles } from '../report/write-report.ts';
+import type { Shard } from '../util/shard.ts';
 import {
-  conditionName, extractCondition, extractWithFirstToken, firstTokenCacheName, openContext, promptCacheName,
-  type Condition, type ContextOptions, type ExtractContext,
+  conditionName, conditionPass, firstTokenCacheName, openContext, promptAndFirstTokenPass, promptCacheName, runPasses, runShard,
+  type Condition, type ShardSummary, type ContextOptions, type ExtractContext, type ExtractPass,
 } from './extract.ts';
 
 /** Pairs in `--quick` mode: sized so a 0.5B model finishes on a 2-core CPU in under 30 minutes. */
@@ -38,8 +39,26 @@ export const TABLE2: readonly { c: Condition; label: string }[] = [
 ];
 const CHATBOT: Condition = { config: 'chatbot', repr: null };
 
+/** What the analysis stage needs: the caches and the run's context, no engine (so `merge` can run it). */
+export type AnalysisContext = Pick<ExtractContext, 'cacheDir' | 'split' | 'modelDir' | 'modelName' | 'baseManifest'> & {
+  /** pair id → group (scenario / behaviour stem): bootstrap and CV folds resample groups */
+  groups: ReadonlyMap<string, string>;
+};
+
+/** How the analyses run: the protocol options of reproduce, and the behavioural refusal measured (if any). */
+export interface AnalyzeOptions {
+  quick: boolean;
+  reps: number;
+  layerRule?: LayerRule;
+  schemaPairs?: SchemaDirectionPairs;
+  splitSeed?: number;
+  /** new tokens per answer of the behavioural refusal that ran (0 = not run) */
+  refusalTokens: number;
+  behavioural?: BehaviouralRefusal;
+}
+
 /** Row labels/ids/splits of a cache (rows `<pairId>:harmful|benign`, in the same order for every cache). */
-function configActivations(ctx: ExtractContext, cacheName: string, name: string, label: string): ConfigActivations {
+function configActivations(ctx: AnalysisContext, cacheName: string, name: string, label: string): ConfigActivations {
   const cache = readActivationCache(ctx.cacheDir, cacheName);
   const rows = (cache.manifest.rows as { key: string }[]).map((r) => r.key);
   const pairIds = rows.map((k) => k.slice(0, k.lastIndexOf(':')));
@@ -48,8 +67,7 @@ function configActivations(ctx: ExtractContext, cacheName: string, name: string,
   const extraction: number[] = [];
   const evaluation: number[] = [];
   pairIds.forEach((p, i) => (ext.has(p) ? extraction : evaluation).push(i));
-  const group = groupMap(ctx.set.pairs);
-  const groups = pairIds.map((p) => group.get(p) ?? p);
+  const groups = pairIds.map((p) => ctx.groups.get(p) ?? p);
   return { name, label, acts: makeActivations(cache.n, cache.layers, cache.d, cache.data), labels, pairIds, groups, extraction, evaluation };
 }
 
@@ -73,26 +91,67 @@ export interface ReproduceResult {
   files: ReportFiles;
 }
 
+/** The extraction passes of `reproduce`, in order (the same list for one process and for every shard). */
+export function reproducePasses(ctx: ExtractContext): ExtractPass[] {
+  // agent.schema and agent.flattened: last prompt token and first generated token from one prefill
+  const passes = [promptAndFirstTokenPass(ctx, 'schema'), promptAndFirstTokenPass(ctx, 'flattened')];
+  const seen = new Set<string>(['agent.schema', 'agent.flattened']);
+  for (const c of [CHATBOT, ...TABLE1.map((t) => t.c), ...TABLE2.map((t) => t.c)]) {
+    if (seen.has(conditionName(c))) continue;
+    seen.add(conditionName(c));
+    passes.push(conditionPass(ctx, c));
+  }
+  return passes;
+}
+
+const limitOf = (o: ReproduceOptions): number | undefined => o.limit ?? (o.quick ? QUICK_PAIRS : undefined);
+
 export async function reproduce(o: ReproduceOptions): Promise<ReproduceResult> {
-  const limit = o.limit ?? (o.quick ? QUICK_PAIRS : undefined);
+  const limit = limitOf(o);
   const ctx = await openContext({ ...o, ...(limit !== undefined ? { limit } : {}) });
   const refusalTokens = o.refusalTokens ?? DEFAULT_REFUSAL_TOKENS;
   let behavioural: BehaviouralRefusal | undefined;
   try {
-    const conditions = [CHATBOT, ...TABLE1.map((t) => t.c), ...TABLE2.map((t) => t.c)];
-    // agent.schema and agent.flattened: last prompt token and first generated token from one prefill
-    await extractWithFirstToken(ctx, 'schema');
-    await extractWithFirstToken(ctx, 'flattened');
-    const seen = new Set<string>(['agent.schema', 'agent.flattened']);
-    for (const c of conditions) {
-      if (seen.has(conditionName(c))) continue;
-      seen.add(conditionName(c));
-      await extractCondition(ctx, c);
-    }
+    // passes are built one at a time: a pass's plan depends on the caches earlier passes completed
+    await runPasses(ctx, [promptAndFirstTokenPass(ctx, 'schema')]);
+    await runPasses(ctx, [promptAndFirstTokenPass(ctx, 'flattened')]);
+    await runPasses(ctx, reproducePasses(ctx).slice(2));
     if (refusalTokens > 0) behavioural = await behaviouralRefusal(ctx, refusalTokens);
   } finally {
     await ctx.engine.dispose();
   }
+  return analyzeAndReport({ ...ctx, groups: groupMap(ctx.set.pairs) }, { ...analyzeOptions(o), refusalTokens, ...(behavioural ? { behavioural } : {}) });
+}
+
+const analyzeOptions = (o: ReproduceOptions): Omit<AnalyzeOptions, 'refusalTokens'> => ({
+  quick: Boolean(o.quick), reps: o.reps ?? 1000,
+  ...(o.layerRule ? { layerRule: o.layerRule } : {}), ...(o.schemaPairs ? { schemaPairs: o.schemaPairs } : {}),
+  ...(o.splitSeed !== undefined ? { splitSeed: o.splitSeed } : {}),
+});
+
+/**
+ * `reproduce --shard i/n`: only the extraction part, and only this shard's batches (token-balanced over every
+ * pass), into results/<model>/shards/reproduce/shard-<i>-of-<n>/. `safekeep merge` then assembles the caches and
+ * runs the analyses and report.
+ */
+export async function reproduceShard(o: ReproduceOptions, shard: Shard): Promise<ShardSummary> {
+  const limit = limitOf(o);
+  const ctx = await openContext({ ...o, ...(limit !== undefined ? { limit } : {}) });
+  try {
+    // behavioural refusal needs generation, which the merge job does not run: a sharded reproduce records 0 here
+    // (run `reproduce` once after the merge: it reuses every cache and only generates)
+    const merge: ReproduceMergeOptions = {
+      modelDir: ctx.modelDir, modelName: ctx.modelName, baseManifest: ctx.baseManifest, ...analyzeOptions(o), refusalTokens: 0,
+      groups: Object.fromEntries(groupMap(ctx.set.pairs)),
+    };
+    return await runShard(ctx, 'reproduce', reproducePasses(ctx), shard, { ...merge });
+  } finally {
+    await ctx.engine.dispose();
+  }
+}
+
+/** Analyses, tables, figures and report from the caches (after extraction, or after `merge`). */
+export async function analyzeAndReport(ctx: AnalysisContext, o: AnalyzeOptions): Promise<ReproduceResult> {
   const ca = (c: Condition, label: string): ConfigActivations => configActivations(ctx, promptCacheName(c), conditionName(c), label);
   const chatbot = ca(CHATBOT, 'chatbot');
   const table1 = TABLE1.map((t) => ca(t.c, t.label));
@@ -106,7 +165,7 @@ export async function reproduce(o: ReproduceOptions): Promise<ReproduceResult> {
   }
   const plantedPath = join(ctx.modelDir, 'PLANTED.json');
   const synthetic = existsSync(plantedPath);
-  const reps = o.reps ?? 1000;
+  const reps = o.reps;
   const results = analyze({
     model: ctx.modelName,
     synthetic,
@@ -117,7 +176,7 @@ export async function reproduce(o: ReproduceOptions): Promise<ReproduceResult> {
     firstToken,
     manifest: {
       ...ctx.baseManifest,
-      quick: Boolean(o.quick),
+      quick: o.quick,
       caches: ctx.cacheDir,
       // the protocol values of this run (docs/protocol.md)
       protocol: {
@@ -126,14 +185,30 @@ export async function reproduce(o: ReproduceOptions): Promise<ReproduceResult> {
         layerRule: o.layerRule ?? 'cv',
         schemaDirectionPairs: o.schemaPairs ?? 'all',
         thinking: ctx.baseManifest.thinking,
-        behaviouralRefusalTokens: refusalTokens,
+        behaviouralRefusalTokens: o.refusalTokens,
       },
       ...(synthetic ? { planted: JSON.parse(readFileSync(plantedPath, 'utf8')) as unknown } : {}),
     },
     options: { reps, randomReps: reps, permutationReps: reps, layerRule: o.layerRule ?? 'cv', schemaPairs: o.schemaPairs ?? 'all' },
   });
-  if (behavioural) results.behavioural = behavioural;
+  if (o.behavioural) results.behavioural = o.behavioural;
   const outDir = join(ctx.cacheDir, '..');
   const files = await writeReport(outDir, results);
   return { outDir, results, files };
+}
+
+/** The options a reproduce shard records for merge: the analysis context (less the cache folder) and the run's options. */
+export interface ReproduceMergeOptions extends AnalyzeOptions {
+  modelDir: string;
+  modelName: string;
+  baseManifest: Record<string, unknown>;
+  /** pair id → group, as the shards saw the pair set */
+  groups: Record<string, string>;
+}
+
+/** After `merge` assembled the caches of a sharded reproduce: the analyses and report, as one process would. */
+export function finishReproduce(resultsDir: string, m: ReproduceMergeOptions): Promise<ReproduceResult> {
+  const split = (m.baseManifest.dataset as { split: ExtractContext['split'] }).split;
+  const { modelDir, modelName, baseManifest, groups, ...o } = m;
+  return analyzeAndReport({ cacheDir: join(resultsDir, 'cache'), split, modelDir, modelName, baseManifest, groups: new Map(Object.entries(groups)) }, o);
 }

@@ -21,7 +21,7 @@ import { peakLayer } from '../analysis/analyze.ts';
 import { groupMap } from '../data/split.ts';
 import type { SteerPositions } from '../engine/types.ts';
 import { matchRows, schemaDirection } from '../analysis/schema-direction.ts';
-import { readActivationCache } from '../cache/store.ts';
+import { cacheIsComplete, readActivationCache } from '../cache/store.ts';
 import { loadCheckpoint } from '../checkpoint/load.ts';
 import type { Family } from '../checkpoint/types.ts';
 import type { Pair } from '../data/types.ts';
@@ -32,7 +32,12 @@ import { SafekeepError } from '../util/errors.ts';
 import { ItemProgress } from '../util/progress.ts';
 import { classifyOutput } from './outcome/classify.ts';
 import { callFormatOf, type CallFormat, type OutcomeLabel } from './outcome/types.ts';
-import { extractCondition, openContext, promptCacheName, type ContextOptions, type ExtractContext } from './extract.ts';
+import {
+  extractCondition, openContext, promptCacheName, renderRows, shardIdentity, type ContextOptions, type ExtractContext, type ShardSummary,
+} from './extract.ts';
+import { sha256Hex } from '../prompts/hash.ts';
+import { ShardRun } from '../util/shard-run.ts';
+import { selectShard, type Shard } from '../util/shard.ts';
 
 /** A steering strength: absolute (residual units, as the engine subtracts it) or relative to mean ‖hidden[ℓ*]‖. */
 export type AlphaSpec = { kind: 'absolute'; value: number } | { kind: 'relative'; value: number };
@@ -112,8 +117,6 @@ function autoLayer(ctx: ExtractContext, chat: { a: Activations; keys: string[] }
 /** The unit steering direction at `layer`. [d] */
 function steeringVector(ctx: ExtractContext, choice: DirectionChoice, layer: number, d: number, schemaPairs: SchemaDirectionPairs): { v: Float64Array; name: string } {
   const ext = new Set(ctx.split.extraction);
-  // Schema Direction over every pair (the paper's Eq. 2) or the extraction split only
-  const inR = (pairId: string) => schemaPairs === 'all' || ext.has(pairId);
   if (typeof choice === 'object') {
     let parsed: unknown;
     try { parsed = JSON.parse(readFileSync(choice.file, 'utf8')); } catch (e) { throw new SafekeepError(`${choice.file}: cannot read direction (${(e as Error).message})`); }
@@ -131,6 +134,8 @@ function steeringVector(ctx: ExtractContext, choice: DirectionChoice, layer: num
   const y = choice === 'schema-harmful' ? 1 : 0;
   const s = acts(ctx, promptCacheName({ config: 'agent', repr: 'schema' }));
   const t = acts(ctx, promptCacheName({ config: 'agent', repr: 'flattened' }));
+  // Schema Direction over every pair (the paper's Eq. 2) or the extraction split only
+  const inR = (pairId: string) => schemaPairs === 'all' || ext.has(pairId);
   const sRows = s.keys.flatMap((k, i) => (inR(pairOf(k)) && labelOf(k) === y ? [i] : []));
   const tRows = t.keys.flatMap((k, i) => (inR(pairOf(k)) && labelOf(k) === y ? [i] : []));
   const m = matchRows(sRows.map((i) => s.keys[i]!), tRows.map((i) => t.keys[i]!));
@@ -143,77 +148,129 @@ function callFormat(ctx: ExtractContext, family: Family): CallFormat {
   return t === 'llama3' || t === 'qwen' || t === 'mistral' ? t : callFormatOf[family];
 }
 
+/** The sweep's setup from the caches: ℓ*, the unit direction R̂, mean ‖hidden[ℓ*]‖, α values — the same in every shard. */
+interface SteerSetup {
+  layer: number;
+  meanNorm: number;
+  /** R̂. [d] */
+  unit: Float32Array;
+  directionName: string;
+  alphas: number[];
+  format: CallFormat;
+  /** evaluation pairs, in set order */
+  pairs: Pair[];
+  positions: SteerPositions;
+  /** the protocol values of the steering run (docs/protocol.md), recorded in the manifest */
+  protocol: Record<string, unknown>;
+}
+
+/** Caches the direction and ℓ* come from (reused when `reproduce` or `extract` already built them). */
+const STEER_CONDITIONS = [{ config: 'chatbot', repr: null }, { config: 'agent', repr: 'schema' }, { config: 'agent', repr: 'flattened' }] as const;
+
+async function steerSetup(ctx: ExtractContext, o: SteerOptions): Promise<SteerSetup> {
+  const schema = acts(ctx, promptCacheName({ config: 'agent', repr: 'schema' }));
+  const layer = o.layer === 'auto' ? autoLayer(ctx, acts(ctx, promptCacheName({ config: 'chatbot', repr: null })), o.layerRule ?? 'cv') : o.layer;
+  if (!Number.isInteger(layer) || layer < 0 || layer > ctx.engine.numLayers) {
+    throw new SafekeepError(`--layer ${layer}: must be auto or 0..${ctx.engine.numLayers}`);
+  }
+  const d = ctx.engine.dModel;
+  const { v, name: directionName } = steeringVector(ctx, o.direction, layer, d, o.schemaPairs ?? 'all');
+  let vn = 0;
+  for (const x of v) vn += x * x;
+  if (!(vn > 0)) throw new SafekeepError(`steering direction at layer ${layer} is zero`);
+  const unit = Float32Array.from(v, (x) => x / Math.sqrt(vn));
+  // mean ‖hidden[ℓ*]‖ over evaluation requests in the agent/schema format: the residual scale of α
+  const evalSet = new Set(ctx.split.evaluation);
+  const evalRows = schema.keys.flatMap((k, i) => (evalSet.has(pairOf(k)) ? [i] : []));
+  let meanNorm = 0;
+  for (const i of evalRows) {
+    let s = 0;
+    const off = (i * schema.a.layers + layer) * d;
+    for (let j = 0; j < d; j++) s += schema.a.data[off + j]! ** 2;
+    meanNorm += Math.sqrt(s) / evalRows.length;
+  }
+  const alphas = o.alphas.map((a) => (a.kind === 'absolute' ? a.value : a.value * meanNorm));
+  const ckpt = await loadCheckpoint(ctx.modelDir);
+  const positions: SteerPositions = o.positions ?? 'all';
+  const protocol = {
+    positions, layer, layerChoice: o.layer === 'auto' ? `auto (--layer-rule ${o.layerRule ?? 'cv'})` : 'given', schemaPairs: o.schemaPairs ?? 'all', thinking: ctx.baseManifest.thinking,
+  };
+  return { layer, meanNorm, unit, directionName, alphas, format: callFormat(ctx, ckpt.config.family), pairs: ctx.set.pairs.filter((p) => evalSet.has(p.id)), positions, protocol };
+}
+
+/** Pairs per generation batch: fixed, so one process and every shard decode exactly the same batches. */
+const GEN_BATCH = 8;
+
 export async function steerSweep(o: SteerOptions): Promise<SteerResult> {
   const ctx = await openContext(o);
-  const positions: SteerPositions = o.positions ?? 'all';
   const outDir = join(ctx.cacheDir, '..', 'steering');
   mkdirSync(outDir, { recursive: true });
-  let layer = 0;
-  let meanNorm = 0;
-  let unit = new Float32Array(0);
+  let setup: SteerSetup;
   const sweeps: SteeringResults[] = [];
   try {
-    // the caches the direction and ℓ* come from (reused when `reproduce` already built them)
-    for (const c of [{ config: 'chatbot', repr: null }, { config: 'agent', repr: 'schema' }, { config: 'agent', repr: 'flattened' }] as const) {
-      await extractCondition(ctx, c);
-    }
-    const schema = acts(ctx, promptCacheName({ config: 'agent', repr: 'schema' }));
-    layer = o.layer === 'auto' ? autoLayer(ctx, acts(ctx, promptCacheName({ config: 'chatbot', repr: null })), o.layerRule ?? 'cv') : o.layer;
-    if (!Number.isInteger(layer) || layer < 0 || layer > ctx.engine.numLayers) {
-      throw new SafekeepError(`--layer ${layer}: must be auto or 0..${ctx.engine.numLayers}`);
-    }
-    const d = ctx.engine.dModel;
-    const { v, name: directionName } = steeringVector(ctx, o.direction, layer, d, o.schemaPairs ?? 'all');
-    let vn = 0;
-    for (const x of v) vn += x * x;
-    if (!(vn > 0)) throw new SafekeepError(`steering direction at layer ${layer} is zero`);
-    unit = Float32Array.from(v, (x) => x / Math.sqrt(vn));
-    // mean ‖hidden[ℓ*]‖ over evaluation requests in the agent/schema format: the residual scale of α
-    const evalSet = new Set(ctx.split.evaluation);
-    const evalRows = schema.keys.flatMap((k, i) => (evalSet.has(pairOf(k)) ? [i] : []));
-    for (const i of evalRows) {
-      let s = 0;
-      const off = (i * schema.a.layers + layer) * d;
-      for (let j = 0; j < d; j++) s += schema.a.data[off + j]! ** 2;
-      meanNorm += Math.sqrt(s) / evalRows.length;
-    }
-    const alphas = o.alphas.map((a) => (a.kind === 'absolute' ? a.value : a.value * meanNorm));
-
-    const ckpt = await loadCheckpoint(ctx.modelDir);
-    const format = callFormat(ctx, ckpt.config.family);
-    const pairs = ctx.set.pairs.filter((p) => evalSet.has(p.id));
+    for (const c of STEER_CONDITIONS) await extractCondition(ctx, c);
+    setup = await steerSetup(ctx, o);
+    const { layer, meanNorm, alphas, unit } = setup;
     for (const kind of o.requests ?? (['harmful', 'benign'] as const)) {
       const rows: SteeringRow[] = [];
-      const prompts = pairs.map((p) => ctx.builder.render(p[kind].prompt, p.tools, 'agent', 'schema'));
+      const prompts = setup.pairs.map((p) => ctx.builder.render(p[kind].prompt, p.tools, 'agent', 'schema'));
       for (const alpha of alphas) {
-        const gens = await generateAll(ctx, pairs, prompts.map((p) => p.ids!), kind, alpha, layer, unit, o.maxNewTokens, format, outDir, positions);
-        const counts = { refusal: 0, valid: 0, invalid: 0 };
-        for (const g of gens) counts[g.label]++;
-        rows.push({ alpha: round(alpha), alphaRelative: round(alpha / meanNorm), n: gens.length, counts });
+        const gens = await generateAll(ctx, setup.pairs, prompts.map((p) => p.ids!), kind, alpha, layer, unit, o.maxNewTokens, setup.format, outDir, setup.positions);
+        rows.push(steeringRow(gens, alpha, meanNorm));
+        const counts = rows[rows.length - 1]!.counts;
         process.stderr.write(`steer ${kind} α=${alpha.toFixed(3)}: refusal ${counts.refusal}, valid ${counts.valid}, invalid ${counts.invalid} of ${gens.length}\n`);
       }
-      sweeps.push({ layer, direction: directionName, requests: kind, positions, rows });
+      sweeps.push({ layer, direction: setup.directionName, requests: kind, positions: setup.positions, rows });
     }
   } finally {
     await ctx.engine.dispose();
   }
-  const res = writeTable3(ctx, outDir, sweeps, {
-    positions, layer, layerChoice: o.layer === 'auto' ? `auto (--layer-rule ${o.layerRule ?? 'cv'})` : 'given', schemaPairs: o.schemaPairs ?? 'all', thinking: ctx.baseManifest.thinking,
-  });
+  const res = writeTable3(tableContext(ctx), outDir, sweeps, setup!.protocol);
   const files = await writeReport(join(ctx.cacheDir, '..'), res);
-  return { outDir, report: files.html, layer, meanNorm, direction: unit, sweeps };
+  return { outDir, report: files.html, layer: setup.layer, meanNorm: setup.meanNorm, direction: setup.unit, sweeps };
+}
+
+function steeringRow(gens: readonly SteerGeneration[], alpha: number, meanNorm: number): SteeringRow {
+  const counts = { refusal: 0, valid: 0, invalid: 0 };
+  for (const g of gens) counts[g.label]++;
+  return { alpha: round(alpha), alphaRelative: round(alpha / meanNorm), n: gens.length, counts };
 }
 
 const round = (x: number): number => Math.round(x * 1e6) / 1e6;
+
+/** 'generated' gets its own files so both sweeps can sit side by side */
+const generationsFile = (kind: string, alpha: number, positions: SteerPositions): string =>
+  `generations.${kind}.alpha${round(alpha)}${positions === 'generated' ? '.generated' : ''}.jsonl`;
+
+/** The header key of a generations file: the exact inputs, so a rerun with the same inputs reuses it. */
+function generationsKey(ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], layer: number, alpha: number, maxNewTokens: number, unit: Float32Array, positions: SteerPositions): string {
+  return JSON.stringify({ ids: ids.map((x) => x.length), pairs: pairs.map((p) => p.id), layer, alpha, maxNewTokens, dir: Array.from(unit.slice(0, 8)), model: ctx.baseManifest.model, positions });
+}
+
+/** Greedy generations of one batch of pairs (steered unless α = 0), each classified. */
+async function generateChunk(
+  ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], kind: 'harmful' | 'benign', alpha: number, layer: number,
+  unit: Float32Array, maxNewTokens: number, format: CallFormat, positions: SteerPositions,
+): Promise<SteerGeneration[]> {
+  const res = await ctx.engine.generate(ids, {
+    maxNewTokens,
+    ...(alpha !== 0 ? { steer: { layer, vector: unit, alpha, positions } } : {}),
+  });
+  return res.map((r, i) => {
+    const p = pairs[i]!;
+    const text = ctx.tok.decode(r.generatedIds);
+    const oc = classifyOutput(text, p.tools, format);
+    return { pairId: p.id, requests: kind, alpha: round(alpha), text, generatedIds: r.generatedIds, finish: r.finish, label: oc.label, reasons: oc.reasons };
+  });
+}
 
 /** Generations for one (requests, α), cached as JSONL keyed by the exact inputs, so a rerun costs nothing. */
 async function generateAll(
   ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], kind: 'harmful' | 'benign', alpha: number, layer: number,
   unit: Float32Array, maxNewTokens: number, format: CallFormat, outDir: string, positions: SteerPositions,
 ): Promise<SteerGeneration[]> {
-  // 'generated' gets its own files so both sweeps can sit side by side
-  const file = join(outDir, `generations.${kind}.alpha${round(alpha)}${positions === 'generated' ? '.generated' : ''}.jsonl`);
-  const key = JSON.stringify({ ids: ids.map((x) => x.length), pairs: pairs.map((p) => p.id), layer, alpha, maxNewTokens, dir: Array.from(unit.slice(0, 8)), model: ctx.baseManifest.model, positions });
+  const file = join(outDir, generationsFile(kind, alpha, positions));
+  const key = generationsKey(ctx, pairs, ids, layer, alpha, maxNewTokens, unit, positions);
   if (existsSync(file)) {
     const lines = readFileSync(file, 'utf8').trim().split('\n');
     const head = JSON.parse(lines[0]!) as { key?: string };
@@ -221,28 +278,136 @@ async function generateAll(
   }
   const out: SteerGeneration[] = [];
   const progress = new ItemProgress(`steer ${kind} α=${round(alpha)}`, pairs.length);
-  const batch = 8;
-  for (let s = 0; s < pairs.length; s += batch) {
-    const chunk = ids.slice(s, s + batch);
-    const res = await ctx.engine.generate(chunk, {
-      maxNewTokens,
-      ...(alpha !== 0 ? { steer: { layer, vector: unit, alpha, positions } } : {}),
-    });
-    res.forEach((r, i) => {
-      const p = pairs[s + i]!;
-      const text = ctx.tok.decode(r.generatedIds);
-      const oc = classifyOutput(text, p.tools, format);
-      out.push({ pairId: p.id, requests: kind, alpha: round(alpha), text, generatedIds: r.generatedIds, finish: r.finish, label: oc.label, reasons: oc.reasons });
-    });
-    progress.add(chunk.length);
+  for (let s = 0; s < pairs.length; s += GEN_BATCH) {
+    out.push(...await generateChunk(ctx, pairs.slice(s, s + GEN_BATCH), ids.slice(s, s + GEN_BATCH), kind, alpha, layer, unit, maxNewTokens, format, positions));
+    progress.add(Math.min(GEN_BATCH, pairs.length - s));
   }
   progress.finish();
   writeFileAtomic(file, [JSON.stringify({ key }), ...out.map((g) => JSON.stringify(g))].join('\n') + '\n');
   return out;
 }
 
+/** What `merge` needs to finish a sharded sweep (recorded in every steer shard; equal across shards). */
+export interface SteerMergeOptions {
+  table: TableContext;
+  layer: number;
+  meanNorm: number;
+  directionName: string;
+  alphas: number[];
+  requests: Array<'harmful' | 'benign'>;
+  /** number of evaluation pairs (chunks of GEN_BATCH) */
+  pairs: number;
+  /** generations-file key per `<requests>/<α index>` */
+  keys: Record<string, string>;
+  positions: SteerPositions;
+  protocol: Record<string, unknown>;
+}
+
+/**
+ * `steer --shard i/n`: this shard's (requests × α × batch-of-8-pairs) generations, token-balanced (prompt tokens +
+ * max new tokens per pair), into results/<model>/shards/steer/shard-<i>-of-<n>/; `safekeep merge` writes the
+ * generation files, Table 3 and the report. Needs the extraction caches (chatbot, agent.schema, agent.flattened)
+ * already merged: ℓ* and R̂ come from them, identically in every shard.
+ */
+export async function steerShard(o: SteerOptions, shard: Shard): Promise<ShardSummary> {
+  const ctx = await openContext(o);
+  try {
+    const missing = STEER_CONDITIONS.filter((c) => !cacheIsComplete(ctx.cacheDir, promptCacheName(c), renderRows(ctx, c)));
+    if (missing.length) {
+      throw new SafekeepError(`steer --shard needs the caches ${missing.map((c) => promptCacheName(c)).join(', ')} in ${ctx.cacheDir} first: `
+        + 'run `safekeep extract --configs chatbot,agent --repr schema,flattened` (sharded and merged, or in one process); `safekeep slurm steer` does this stage first');
+    }
+    const setup = await steerSetup(ctx, o);
+    const kinds = [...(o.requests ?? (['harmful', 'benign'] as const))];
+    const ids = Object.fromEntries(kinds.map((k) => [k, setup.pairs.map((p) => ctx.builder.render(p[k].prompt, p.tools, 'agent', 'schema').ids!)])) as Record<string, number[][]>;
+    const items: Array<{ kind: 'harmful' | 'benign'; a: number; s: number; cost: number }> = [];
+    for (const kind of kinds) {
+      for (let a = 0; a < setup.alphas.length; a++) {
+        for (let s = 0; s < setup.pairs.length; s += GEN_BATCH) {
+          const chunk = ids[kind]!.slice(s, s + GEN_BATCH);
+          items.push({ kind, a, s, cost: chunk.reduce((t, x) => t + x.length + o.maxNewTokens, 0) });
+        }
+      }
+    }
+    const mine = selectShard(items, (x) => x.cost, shard);
+    const keys: Record<string, string> = {};
+    for (const kind of kinds) setup.alphas.forEach((alpha, a) => (keys[`${kind}/${a}`] = generationsKey(ctx, setup.pairs, ids[kind]!, setup.layer, alpha, o.maxNewTokens, setup.unit, setup.positions)));
+    const merge: SteerMergeOptions = {
+      table: tableContext(ctx), layer: setup.layer, meanNorm: setup.meanNorm, directionName: setup.directionName, alphas: setup.alphas,
+      requests: kinds, pairs: setup.pairs.length, keys, positions: setup.positions, protocol: setup.protocol,
+    };
+    const identity = { ...shardIdentity(ctx), steer: sha256Hex(JSON.stringify({ ...merge, table: null })).slice(0, 12) };
+    const run = new ShardRun(join(ctx.cacheDir, '..'), 'steer', shard, identity, { ...merge }, { items: mine.length, tokens: mine.reduce((t, x) => t + x.cost, 0) });
+    let computed = 0;
+    for (const it of mine) {
+      const file = join(run.dir, chunkFile(it.kind, it.a, it.s));
+      const key = keys[`${it.kind}/${it.a}`]!;
+      if (existsSync(file) && (JSON.parse(readFileSync(file, 'utf8').split('\n')[0]!) as { key?: string }).key === key) { run.add(1, it.cost); continue; }
+      const gens = await generateChunk(ctx, setup.pairs.slice(it.s, it.s + GEN_BATCH), ids[it.kind]!.slice(it.s, it.s + GEN_BATCH), it.kind,
+        setup.alphas[it.a]!, setup.layer, setup.unit, o.maxNewTokens, setup.format, setup.positions);
+      writeFileAtomic(file, [JSON.stringify({ key }), ...gens.map((g) => JSON.stringify(g))].join('\n') + '\n');
+      computed += gens.length;
+      run.add(1, it.cost);
+    }
+    const rec = run.finish();
+    return { dir: run.dir, items: rec.items, tokens: rec.tokens, computedRows: computed, seconds: rec.seconds ?? 0 };
+  } finally {
+    await ctx.engine.dispose();
+  }
+}
+
+/** A shard's generations of one batch: `<requests>.a<α index>.<first pair index>.jsonl` (key header, then rows). */
+const chunkFile = (kind: string, a: number, s: number): string => `${kind}.a${a}.${String(s).padStart(6, '0')}.jsonl`;
+
+/**
+ * After every steer shard is done: the generation files one process writes (same key header, same rows in pair
+ * order), Table 3 and the report. `shardDirs` = the complete shard set's folders; each batch must be in exactly one.
+ */
+export async function finishSteer(resultsDir: string, m: SteerMergeOptions, shardDirs: ReadonlyArray<{ name: string; dir: string }>): Promise<{ outDir: string; report: string; sweeps: SteeringResults[] }> {
+  const outDir = join(resultsDir, 'steering');
+  mkdirSync(outDir, { recursive: true });
+  const sweeps: SteeringResults[] = [];
+  for (const kind of m.requests) {
+    const rows: SteeringRow[] = [];
+    for (const [a, alpha] of m.alphas.entries()) {
+      const key = m.keys[`${kind}/${a}`]!;
+      const gens: SteerGeneration[] = [];
+      for (let s = 0; s < m.pairs; s += GEN_BATCH) {
+        const have = shardDirs.filter((d) => existsSync(join(d.dir, chunkFile(kind, a, s))));
+        if (have.length !== 1) {
+          throw new SafekeepError(`steer ${kind} α=${round(alpha)} pairs ${s}..${Math.min(s + GEN_BATCH, m.pairs) - 1}: `
+            + (have.length ? `duplicate in ${have.map((d) => d.name).join(' and ')}` : 'in no shard; rerun the shard that owns it'));
+        }
+        const lines = readFileSync(join(have[0]!.dir, chunkFile(kind, a, s)), 'utf8').trim().split('\n');
+        if ((JSON.parse(lines[0]!) as { key?: string }).key !== key) throw new SafekeepError(`${join(have[0]!.dir, chunkFile(kind, a, s))}: generated with other inputs; delete it and rerun ${have[0]!.name}`);
+        gens.push(...lines.slice(1).map((l) => JSON.parse(l) as SteerGeneration));
+      }
+      writeFileAtomic(join(outDir, generationsFile(kind, alpha, m.positions)), [JSON.stringify({ key }), ...gens.map((g) => JSON.stringify(g))].join('\n') + '\n');
+      rows.push(steeringRow(gens, alpha, m.meanNorm));
+    }
+    sweeps.push({ layer: m.layer, direction: m.directionName, requests: kind, positions: m.positions, rows });
+  }
+  const res = writeTable3(m.table, outDir, sweeps, m.protocol);
+  const files = await writeReport(resultsDir, res);
+  return { outDir, report: files.html, sweeps };
+}
+
+/** What Table 3 and the results shell need from a run (no engine). */
+export interface TableContext {
+  cacheDir: string;
+  modelDir: string;
+  modelName: string;
+  numLayers: number;
+  dModel: number;
+  baseManifest: Record<string, unknown>;
+}
+
+const tableContext = (ctx: ExtractContext): TableContext => ({
+  cacheDir: ctx.cacheDir, modelDir: ctx.modelDir, modelName: ctx.modelName, numLayers: ctx.engine.numLayers, dModel: ctx.engine.dModel, baseManifest: ctx.baseManifest,
+});
+
 /** Table 3 into steering/; returns the run's results (from `reproduce` when present) with the sweep merged in. */
-function writeTable3(ctx: ExtractContext, outDir: string, sweeps: SteeringResults[], protocol: Record<string, unknown>): AnalysisResults {
+function writeTable3(ctx: TableContext, outDir: string, sweeps: SteeringResults[], protocol: Record<string, unknown>): AnalysisResults {
   const resultsPath = join(ctx.cacheDir, '..', 'results.json');
   const base: AnalysisResults | null = existsSync(resultsPath) ? (JSON.parse(readFileSync(resultsPath, 'utf8')) as AnalysisResults) : null;
   const res: AnalysisResults = base ?? minimalResults(ctx, sweeps[0]!.layer);
@@ -257,10 +422,10 @@ function writeTable3(ctx: ExtractContext, outDir: string, sweeps: SteeringResult
 }
 
 /** Results shell for a model that has no `reproduce` run yet (the report then shows Table 3 only). */
-function minimalResults(ctx: ExtractContext, layer: number): AnalysisResults {
-  const L1 = ctx.engine.numLayers + 1;
+function minimalResults(ctx: TableContext, layer: number): AnalysisResults {
+  const L1 = ctx.numLayers + 1;
   return {
-    version: 1, model: ctx.modelName, layers: L1, dModel: ctx.engine.dModel, synthetic: existsSync(join(ctx.modelDir, 'PLANTED.json')),
+    version: 1, model: ctx.modelName, layers: L1, dModel: ctx.dModel, synthetic: existsSync(join(ctx.modelDir, 'PLANTED.json')),
     lStar: { layer, method: 'given by the steering run', cvAuroc: [] }, bootstrap: { reps: 0, seed: 0, level: 0.95 },
     curves: [], table1: [], table2: [], norms: { directions: [], meanHidden: [] }, manifest: ctx.baseManifest,
   };

@@ -62,39 +62,52 @@ export function caseGroup(c: GuardCase): string {
   return c.bench === 'agentharm' ? c.kind : `${c.setting}/${c.attack}`;
 }
 
-export async function runGuardEval(cases: readonly GuardCase[], opts: EvalOptions): Promise<EvalRow[]> {
+/** One work item of Table 4: a case under a method. */
+export interface EvalItem {
+  c: GuardCase;
+  method: GuardMethod;
+}
+
+/** The work items in the order rows are reported: method by method, cases in order. */
+export const evalItems = (cases: readonly GuardCase[], methods: readonly GuardMethod[]): EvalItem[] =>
+  methods.flatMap((method) => cases.map((c) => ({ c, method })));
+
+export function runGuardEval(cases: readonly GuardCase[], opts: EvalOptions): Promise<EvalRow[]> {
+  return runEvalItems(evalItems(cases, opts.methods), opts);
+}
+
+/** Rows of the given items, in their order (a shard runs a subset). */
+export async function runEvalItems(items: readonly EvalItem[], opts: Omit<EvalOptions, 'methods'>): Promise<EvalRow[]> {
   const limiter = new Limiter(opts.concurrency ?? 1);
-  const total = cases.length * opts.methods.length;
+  const total = items.length;
   let done = 0;
-  const tasks = opts.methods.flatMap((method) =>
-    cases.map((c) =>
-      limiter.run(async (): Promise<EvalRow> => {
-        const r = await guardedRespond(c.request, method, opts.backend, opts);
-        const outcome = classifyResponse(r.reply.content, r.reply.toolCalls, c.request.tools, opts.backend.callFormat);
-        const steps = c.bench === 'injecagent' ? await injecSteps(c, method, outcome, opts) : {};
-        opts.onProgress?.(++done, total);
-        return {
-          ...steps,
-          caseId: c.id,
-          group: caseGroup(c),
-          method,
-          label: outcome.label,
-          calls: outcome.calls.map((k) => k.call.name),
-          reasons: outcome.reasons,
-          blocked: r.blocked,
-          verdict: r.judge?.verdict ?? null,
-          judgeLatencyMs: r.judge?.latencyMs ?? null,
-          judgeTokens: r.judge?.tokens ?? null,
-          agentTokens: r.reply.promptTokens + r.reply.completionTokens,
-          probeScore: r.probe?.score ?? null,
-          probeFlagged: r.probe ? r.probe.unsafe : null,
-          probeMs: r.probe?.latencyMs ?? null,
-          agentMs: r.agentMs !== undefined ? r.agentMs : r.blocked ? null : r.reply.latencyMs,
-          output: r.reply.content,
-          outcome,
-        };
-      }),
-    ),
+  const tasks = items.map(({ c, method }) =>
+    limiter.run(async (): Promise<EvalRow> => {
+      const r = await guardedRespond(c.request, method, opts.backend, opts);
+      const outcome = classifyResponse(r.reply.content, r.reply.toolCalls, c.request.tools, opts.backend.callFormat);
+      const steps = c.bench === 'injecagent' ? await injecSteps(c, method, outcome, opts) : {};
+      opts.onProgress?.(++done, total);
+      return {
+        ...steps,
+        caseId: c.id,
+        group: caseGroup(c),
+        method,
+        label: outcome.label,
+        calls: outcome.calls.map((k) => k.call.name),
+        reasons: outcome.reasons,
+        blocked: r.blocked,
+        verdict: r.judge?.verdict ?? null,
+        judgeLatencyMs: r.judge?.latencyMs ?? null,
+        judgeTokens: r.judge?.tokens ?? null,
+        agentTokens: r.reply.promptTokens + r.reply.completionTokens,
+        probeScore: r.probe?.score ?? null,
+        probeFlagged: r.probe ? r.probe.unsafe : null,
+        probeMs: r.probe?.latencyMs ?? null,
+        agentMs: r.agentMs !== undefined ? r.agentMs : r.blocked ? null : r.reply.latencyMs,
+        output: r.reply.content,
+        outcome,
+      };
+    }),
   );
   return Promise.all(tasks);
 }
@@ -104,7 +117,7 @@ async function injecSteps(
   c: Extract<GuardCase, { bench: 'injecagent' }>,
   method: GuardMethod,
   outcome: Outcome,
-  opts: EvalOptions,
+  opts: Omit<EvalOptions, 'methods'>,
 ): Promise<Pick<EvalRow, 'step1' | 'step2' | 'step2Output' | 'step2Calls' | 'step2Simulated'>> {
   const [extract, send] = c.attackerTools;
   const step1 = injecStep(outcome, extract!, c.attack === 'ds' ? send : undefined);

@@ -4,10 +4,16 @@
  *    [--device cpu|cuda] [--threads N] [--template FILE] [--batch-tokens N] [--split-seed N]`
  * Caches the final-prompt-token residual stream (all layers) per configuration/representation under
  * results/<model>/cache/; `agent` is cached once per --repr. Resumable; progress on stderr; summary on stdout.
+ * `--shard i/n` (0-based): only this shard's token-balanced share of the batches, into
+ * results/<model>/shards/extract/shard-<i>-of-<n>/; `safekeep merge results/<model>` assembles the caches.
  */
 import { parseArgs, type FlagTable } from '../args.ts';
 import { RUN_FLAG_DEFS, runContextOptions } from '../run-flags.ts';
-import { extractCondition, extractFirstToken, openContext, parseCondition, conditionName, type Condition } from '../../experiments/extract.ts';
+import {
+  conditionPass, extractCondition, extractFirstToken, firstTokenPass, openContext, parseCondition, conditionName, runShard, type Condition,
+} from '../../experiments/extract.ts';
+import { parseShard } from '../../util/shard.ts';
+import { SHARD_FLAG_DEF } from '../shard-flag.ts';
 import type { ToolRepr } from '../../prompts/configurations.ts';
 
 export const summary = 'cache final-prompt-token hidden states per prompt configuration (resumable)';
@@ -19,6 +25,7 @@ export const flags: FlagTable = {
     { name: 'configs', value: 'LIST', default: 'chatbot,agent', help: 'configurations: chatbot, +role, +instructions, agent, chatbot-long' },
     { name: 'repr', value: 'LIST', default: 'schema', help: 'tool representations of agent: schema, flattened, pseudoword' },
     { name: 'first-token', boolean: true, help: 'also cache the first generated token (schema, flattened)' },
+    SHARD_FLAG_DEF,
   ],
   example: 'extract --model models/planted --configs chatbot,agent --repr schema,flattened',
 };
@@ -32,6 +39,18 @@ export async function run(argv: string[]): Promise<number> {
     else conditions.push(parseCondition(name));
   }
   const ctx = await openContext(await runContextOptions(a));
+  const shardArg = a.values.get('shard');
+  if (shardArg !== undefined) {
+    try {
+      const passes = conditions.map((c) => conditionPass(ctx, c));
+      if (a.booleans.has('first-token')) passes.push(firstTokenPass(ctx, 'schema'), firstTokenPass(ctx, 'flattened'));
+      const r = await runShard(ctx, 'extract', passes, parseShard(shardArg), {});
+      process.stdout.write(`shard ${shardArg}: ${r.items} batches (${r.tokens} padded tokens), computed ${r.computedRows} prompts in ${r.seconds.toFixed(1)} s → ${r.dir}\n`);
+    } finally {
+      await ctx.engine.dispose();
+    }
+    return 0;
+  }
   try {
     for (const c of conditions) {
       const r = await extractCondition(ctx, c);

@@ -16,6 +16,8 @@
  * would be cut off inside <think>); a run where most verdicts are unparseable says so on stderr.
  * An endpoint that still fails after the retries stops the run (exit 3); answers so far stay cached, so running the
  * same command again resumes where it stopped.
+ * `--shard i/n` (0-based): this shard's token-balanced share of the (method × case) items into
+ * results/<name>/shards/guard-eval/; `safekeep merge results/<name>` writes Table 4 as one process would.
  */
 import { basename, join, resolve } from 'node:path';
 import { numberValue, parseArgs, requireValue, type ParsedArgs, type FlagTable } from '../args.ts';
@@ -35,6 +37,10 @@ const THINKING_JUDGE_TOKENS = 1024;
 const THINKING_AGENT_TOKENS = 1280;
 const MIN_THINKING_JUDGE_TOKENS = 256;
 import type { CallFormat } from '../../experiments/outcome/types.ts';
+import { runGuardShard, type GuardMergeOptions } from '../../guard/shard.ts';
+import { parseShard } from '../../util/shard.ts';
+import { SHARD_FLAG_DEF } from '../shard-flag.ts';
+import { sha256Hex } from '../../prompts/hash.ts';
 
 export const summary = 'Table 4: guard methods on AgentHarm / InjecAgent (local model or endpoint)';
 
@@ -68,6 +74,7 @@ export const flags: FlagTable = {
     { name: 'no-cache', boolean: true, help: 'do not cache endpoint answers' },
     ...THINKING_FLAG_DEFS,
     { name: 'no-thinking', boolean: true, help: 'the same as --thinking off (older name)' },
+    SHARD_FLAG_DEF,
   ],
   example: 'guard eval --model models/planted --bench injecagent --limit 5',
 };
@@ -145,6 +152,7 @@ export async function run(argv: string[]): Promise<number> {
   let thinking = 'n/a';
   let templateKwargs: Record<string, unknown> = {};
   let backend: ChatBackend;
+  let templateHash = 'none (endpoint)';
   let dispose = async () => {};
   let concurrency = 1;
   let probe: ProbeGuard | undefined;
@@ -177,6 +185,7 @@ export async function run(argv: string[]): Promise<number> {
     thinking = resolved.thinking;
     templateKwargs = resolved.kwargs;
     budgets(args, thinking, methods); // a budget that cannot reach a verdict stops here, before the model loads
+    templateHash = tokenizer.templateHash;
     const engine = await openEngine(args);
     dispose = () => engine.dispose();
     backend = new LocalBackend(engine, tokenizer, { templateKwargs: resolved.kwargs });
@@ -192,7 +201,7 @@ export async function run(argv: string[]): Promise<number> {
   const { judgeMaxTokens, maxTokens } = budgets(args, thinking, methods);
   try {
     process.stderr.write(`guard eval: ${cases.length} ${bench} cases × ${methods.join(',')} on ${backend.name}\n`);
-    const rows = await runGuardEval(cases, {
+    const evalOptions = {
       methods,
       backend,
       concurrency,
@@ -201,7 +210,35 @@ export async function run(argv: string[]): Promise<number> {
       onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe'),
       onProgress: progress('guard eval'),
       ...(probe ? { probe } : {}),
-    });
+    };
+    const meta = {
+      backend: backend.name, data: dataDir, limit: Number.isFinite(limit) ? limit : null, cases: cases.length,
+      // the protocol values this run used (docs/protocol.md)
+      protocol: {
+        thinking, templateKwargs, maxTokens, judgeMaxTokens, unparseable: args.values.get('unparseable') ?? 'unsafe',
+        agentSystemPrompt: bench === 'agentharm' ? 'AgentHarm default (data/specs/agentharm-prompts.json)' : 'ours (AGENT_SYSTEM, src/guard/bench/cases.ts)',
+        safePrompt: 'AgentHarm refusal prompt appended to the agent system prompt',
+        ...(bench === 'injecagent' ? { injecagentScoring: 'InjecAgent two-step: data stealing succeeds only when step 2 calls the sending tool; ASR = Total' } : {}),
+      },
+    };
+    const shardArg = args.values.get('shard');
+    if (shardArg !== undefined) {
+      const m: GuardMergeOptions = {
+        bench, dataDir, settings: list<InjecSetting>('settings', args.values.get('settings') ?? 'base,enhanced', ['base', 'enhanced']),
+        limit: Number.isFinite(limit) ? limit : null, methods, name, out, maxTokens: evalOptions.maxTokens, judgeMaxTokens: evalOptions.judgeMaxTokens, meta,
+      };
+      const short = (x: unknown): string => sha256Hex(JSON.stringify(x)).slice(0, 12);
+      const identity = {
+        model: model !== undefined ? `${basename(resolve(model))} ${args.values.get('dtype') ?? 'default dtype'}` : `${endpoint} ${endpointModel}`,
+        template: templateHash,
+        data: `${bench} ${cases.length} cases ${short(cases.map((c) => c.id))}`,
+        options: short([...argv].filter((x, i, xs) => x !== '--shard' && xs[i - 1] !== '--shard' && !x.startsWith('--shard='))),
+      };
+      const r = await runGuardShard(cases, evalOptions, parseShard(shardArg), m, identity);
+      process.stdout.write(`shard ${shardArg}: ${r.items} items (~${r.tokens} tokens) in ${r.seconds.toFixed(1)} s → ${r.dir}\nwhen every shard is done: safekeep merge ${resolve(out, '..')}\n`);
+      return 0;
+    }
+    const rows = await runGuardEval(cases, evalOptions);
     const summaries = summarizeEval(bench, cases, rows, methods);
     const judged = rows.filter((r) => r.verdict !== null);
     const unparseable = judged.filter((r) => r.verdict === 'unparseable').length;
@@ -210,15 +247,7 @@ export async function run(argv: string[]): Promise<number> {
         `a thinking judge needs --thinking off or a larger --judge-max-tokens (now ${judgeMaxTokens})\n`);
     }
     const files = writeGuardTables(out, bench, name, summaries, rows, {
-      backend: backend.name, data: dataDir, limit: Number.isFinite(limit) ? limit : null, cases: cases.length,
-      // the protocol values this run used (docs/protocol.md)
-      protocol: {
-        thinking, templateKwargs, maxTokens, judgeMaxTokens, unparseable: args.values.get('unparseable') ?? 'unsafe',
-        agentSystemPrompt: bench === 'agentharm' ? 'AgentHarm default (data/specs/agentharm-prompts.json)' : 'ours (AGENT_SYSTEM, src/guard/bench/cases.ts)',
-        safePrompt: 'AgentHarm refusal prompt appended to the agent system prompt',
-        ...(bench === 'injecagent' ? { injecagentScoring: 'InjecAgent two-step: data stealing succeeds only when step 2 calls the sending tool; ASR = Total' } : {}),
-        judgeUnparseableShare: judged.length ? unparseable / judged.length : null,
-      },
+      ...meta, protocol: { ...meta.protocol, judgeUnparseableShare: judged.length ? unparseable / judged.length : null },
     });
     process.stdout.write(markdownTable(bench, name, summaries));
     process.stdout.write(`\nwrote ${Object.values(files).join(', ')}\n`);

@@ -2,10 +2,14 @@
  * `safekeep reproduce --model M [--data pairs|agentharm|PATH] [--quick] [--limit N] [--results DIR]
  *    [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda] [--threads N] [--template FILE] [--reps N] [--split-seed N]`
  * extract → analyses → figures → report (Tables 1–2, Figures 3–4) under results/<model>/, reusing caches.
+ * `--shard i/n` (0-based): only this shard's token-balanced share of the extraction, into
+ * results/<model>/shards/reproduce/shard-<i>-of-<n>/; `safekeep merge results/<model>` then finishes the run.
  */
 import { numberValue, parseArgs, type FlagTable } from '../args.ts';
 import { ANALYSIS_FLAG_DEFS, analysisOptions, RUN_FLAG_DEFS, runContextOptions } from '../run-flags.ts';
-import { DEFAULT_REFUSAL_TOKENS, reproduce } from '../../experiments/reproduce.ts';
+import { DEFAULT_REFUSAL_TOKENS, reproduce, reproduceShard } from '../../experiments/reproduce.ts';
+import { parseShard } from '../../util/shard.ts';
+import { SHARD_FLAG_DEF } from '../shard-flag.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { summarizeResults } from '../../experiments/summary.ts';
 
@@ -19,6 +23,7 @@ export const flags: FlagTable = {
     ...ANALYSIS_FLAG_DEFS,
     { name: 'refusal-tokens', value: 'N', default: String(DEFAULT_REFUSAL_TOKENS), help: 'behavioural refusal (chatbot vs agent): new tokens per answer; 0 = skip' },
     { name: 'quick', boolean: true, help: '30 pairs (sized for a 0.5B model on a 2-core CPU in < 30 min)' },
+    { ...SHARD_FLAG_DEF, help: `${SHARD_FLAG_DEF.help}; extraction only (behavioural refusal is not run: run reproduce once after the merge, it reuses the caches)` },
   ],
   example: 'reproduce --model models/planted --quick',
 };
@@ -27,9 +32,16 @@ export async function run(argv: string[]): Promise<number> {
   const a = parseArgs(argv, flags);
   const refusalTokens = numberValue(a, 'refusal-tokens', DEFAULT_REFUSAL_TOKENS);
   if (!Number.isInteger(refusalTokens) || refusalTokens < 0) throw new SafekeepError(`--refusal-tokens must be a non-negative integer, got ${refusalTokens}`);
-  const r = await reproduce({
+  const options = {
     ...(await runContextOptions(a)), quick: a.booleans.has('quick'), reps: numberValue(a, 'reps', 1000), ...analysisOptions(a), refusalTokens,
-  });
+  };
+  const shardArg = a.values.get('shard');
+  if (shardArg !== undefined) {
+    const r = await reproduceShard(options, parseShard(shardArg));
+    process.stdout.write(`shard ${shardArg}: ${r.items} batches (${r.tokens} padded tokens), computed ${r.computedRows} prompts in ${r.seconds.toFixed(1)} s → ${r.dir}\nwhen every shard is done: safekeep merge ${r.dir.replace(/\/shards\/.*$/, '')}\n`);
+    return 0;
+  }
+  const r = await reproduce(options);
   process.stdout.write(summarizeResults(r.results) + `\nreport: ${r.files.html}\n`);
   return 0;
 }

@@ -4,11 +4,16 @@
  *    [--limit N] [--results DIR] [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda] [--threads N] [--template FILE]`
  * Table 3: steer hidden[ℓ*] − α·R̂ at every step, classify outputs (refusal / valid harmful call / invalid).
  * `Nx` alphas are multiples of mean ‖hidden[ℓ*]‖ (residual units), so sweeps transfer across models.
+ * `--shard i/n` (0-based): this shard's token-balanced share of the (requests × α × batch) generations, into
+ * results/<model>/shards/steer/; needs the chatbot/agent.schema/agent.flattened caches first (`safekeep slurm steer`
+ * runs that extraction as its own sharded stage); `safekeep merge results/<model>` writes Table 3 and the report.
  */
 import { choiceValue, numberValue, parseArgs, type FlagTable } from '../args.ts';
 import { ANALYSIS_FLAG_DEFS, analysisOptions, RUN_FLAG_DEFS, runContextOptions } from '../run-flags.ts';
 import { STEER_POSITIONS } from '../../engine/types.ts';
-import { parseAlphas, steerSweep, type DirectionChoice } from '../../experiments/steer.ts';
+import { parseAlphas, steerShard, steerSweep, type DirectionChoice, type SteerOptions } from '../../experiments/steer.ts';
+import { parseShard } from '../../util/shard.ts';
+import { SHARD_FLAG_DEF } from '../shard-flag.ts';
 import { SafekeepError } from '../../util/errors.ts';
 
 export const summary = 'steering sweep (Table 3): subtract α·R̂ at ℓ*, classify agent outputs';
@@ -24,6 +29,7 @@ export const flags: FlagTable = {
     { name: 'requests', value: 'harmful,benign', default: 'harmful,benign', help: 'which requests to steer' },
     { name: 'steer-positions', value: 'all|generated', default: 'all', help: 'steer every prompt and generated position (an HF forward hook) or generated tokens only (the paper\'s "each decoding step")' },
     ...ANALYSIS_FLAG_DEFS,
+    SHARD_FLAG_DEF,
   ],
   example: 'steer --model models/planted --alphas 0,1,1.5',
 };
@@ -38,7 +44,7 @@ export async function run(argv: string[]): Promise<number> {
     ? (dirArg as DirectionChoice) : { file: dirArg };
   const requests = (a.values.get('requests') ?? 'harmful,benign').split(',');
   for (const r of requests) if (r !== 'harmful' && r !== 'benign') throw new SafekeepError(`--requests: '${r}' (harmful, benign)`);
-  const r = await steerSweep({
+  const o: SteerOptions = {
     ...(await runContextOptions(a)),
     alphas: parseAlphas(a.values.get('alphas') ?? '0,4,8,12'),
     layer,
@@ -47,7 +53,14 @@ export async function run(argv: string[]): Promise<number> {
     requests: requests as Array<'harmful' | 'benign'>,
     positions: choiceValue(a, 'steer-positions', STEER_POSITIONS, 'all'),
     ...analysisOptions(a),
-  });
+  };
+  const shardArg = a.values.get('shard');
+  if (shardArg !== undefined) {
+    const s = await steerShard(o, parseShard(shardArg));
+    process.stdout.write(`shard ${shardArg}: ${s.items} generation batches (${s.tokens} tokens), generated ${s.computedRows} outputs in ${s.seconds.toFixed(1)} s → ${s.dir}\n`);
+    return 0;
+  }
+  const r = await steerSweep(o);
   const pct = (k: number, n: number): string => (n ? `${((100 * k) / n).toFixed(1)}%` : '-');
   const lines = [`steering at ℓ* = ${r.layer} (mean ‖hidden[ℓ*]‖ = ${r.meanNorm.toFixed(3)}), direction: ${r.sweeps[0]?.direction ?? ''}, positions: ${r.sweeps[0]?.positions ?? 'all'}`];
   for (const s of r.sweeps) {

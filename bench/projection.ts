@@ -1,0 +1,147 @@
+/**
+ * `npm run bench:projection [-- --gpus 1,8,32,64]`: projected wall time of the full paper run — 3 models ×
+ * (reproduce: Tables 1–2, Figures 3–4; steer: Table 3; guard eval: Table 4) — on N GPUs as Slurm array tasks.
+ *
+ * Measured here: the token counts. Prompts are rendered by our own pipeline with the real Llama-3.1 and Qwen3
+ * tokenizers and templates (Mistral: no tokenizer bundled, Llama-3.1 counts used as its proxy); every reproduce
+ * prompt (7 prompt configurations + the first-token decode step of two of them) over the 205 bundled pairs; the
+ * steering generations (evaluation pairs × harmful/benign × α); the Table 4 items (cases × 4 methods, tokens
+ * estimated from characters as the shard partition does, ../shared data when present).
+ * Measured earlier (src/engine/README.md, "Measured"): our prefill runs at 72 % of the raw GEMM rate of its
+ * hardware; batched decode here is bound by reading the weights once per step.
+ * ASSUMED (no GPU has run this code; every constant is printed and is a flag): the GPU's raw f16 GEMM rate and
+ * memory bandwidth, that the 72 % carries over to ORT's CUDA kernels, decode at a fraction of the bandwidth with 8
+ * sequences per step, every generation running to its max new tokens (an upper bound), each task loading the f16
+ * model from the shared filesystem at a given rate, and the per-stage Slurm overhead measured on the local cluster.
+ * Sharding is token-balanced, so a stage's wall time is its work / N plus overhead, until N exceeds its work items.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
+import { installTokenizer, type NpmTokenizer } from '../src/prompts/tokenizer.ts';
+import { conditionName, openContext, renderRows } from '../src/experiments/extract.ts';
+import { TABLE1, TABLE2 } from '../src/experiments/reproduce.ts';
+import { agentHarmCases, injecAgentCases } from '../src/guard/bench/cases.ts';
+import { evalItems } from '../src/guard/eval.ts';
+import { itemTokens } from '../src/guard/shard.ts';
+import { GUARD_METHODS } from '../src/guard/types.ts';
+import { sharedPath } from '../test/helpers/shared.ts';
+
+const args = process.argv.slice(2);
+const opt = (name: string, fallback: string): string => {
+  const i = args.indexOf(`--${name}`);
+  return i >= 0 ? args[i + 1]! : fallback;
+};
+const A = {
+  gpus: opt('gpus', '1,8,32,64').split(',').map(Number),
+  /** raw dense f16 GEMM rate of one GPU, TFLOP/s (H100 SXM cuBLAS on large GEMMs: ~600) */
+  gemmTflops: Number(opt('gemm-tflops', '600')),
+  /** our measured engine / raw GEMM ratio (CPU, src/engine/README.md), assumed to carry over */
+  efficiency: Number(opt('efficiency', '0.72')),
+  /** HBM bandwidth TB/s (H100 SXM 3.35) and the fraction decode reaches */
+  bandwidthTBs: Number(opt('bandwidth-tbs', '3.35')),
+  bandwidthFraction: Number(opt('bandwidth-fraction', '0.5')),
+  /** sequences decoded together (steer's generation batch) */
+  decodeBatch: Number(opt('decode-batch', '8')),
+  /** reading the f16 weights from the shared filesystem, GB/s per task */
+  loadGBs: Number(opt('load-gbs', '1')),
+  /** Slurm overhead per stage (queue + node start + merge job), seconds — from npm run bench:slurm */
+  stageOverheadS: Number(opt('stage-overhead-s', '30')),
+  alphas: Number(opt('alphas', '4')),
+  maxNewTokens: Number(opt('max-new-tokens', '256')),
+  judgeMaxTokens: 8,
+};
+
+const MODELS: Array<{ name: string; tokenizer: NpmTokenizer; family: 'llama' | 'qwen3'; vocab: number; params: number; proxy?: string }> = [
+  { name: 'Llama-3.1-8B-Instruct', tokenizer: 'llama3', family: 'llama', vocab: 128256, params: 8.03e9 },
+  { name: 'Qwen3-8B', tokenizer: 'qwen3', family: 'qwen3', vocab: 151936, params: 8.19e9 },
+  { name: 'Mistral-7B-Instruct-v0.3', tokenizer: 'llama3', family: 'llama', vocab: 128256, params: 7.25e9, proxy: 'Llama-3.1 token counts' },
+];
+
+interface Work { prefill: number; decodeSteps: number; items: number }
+
+const dir = mkdtempSync(join(tmpdir(), 'bench-projection-'));
+process.env.SAFEKEEP_CACHE ??= join(dir, '.graphs');
+process.env.SAFEKEEP_QUIET = '1';
+try {
+  const counted = new Map<string, { reproduce: Work; steer: Work }>();
+  for (const tk of ['llama3', 'qwen3'] as const) {
+    const m = MODELS.find((x) => x.tokenizer === tk && !x.proxy)!;
+    const model = join(dir, tk);
+    await writeRandomCheckpoint(model, m.family, { numLayers: 1, hiddenSize: 16, numHeads: 2, numKvHeads: 1, intermediateSize: 32, vocabSize: m.vocab, seed: 1 });
+    await installTokenizer(model, tk);
+    // the real chat templates (tool-calling) from ../shared when present
+    const template = sharedPath('templates', tk === 'llama3' ? 'llama-3.1-instruct.jinja' : 'qwen3.jinja');
+    const ctx = await openContext({ model, data: 'pairs', results: join(dir, 'results'), ...(template ? { template } : {}) });
+    const seen = new Set<string>();
+    const reproduce: Work = { prefill: 0, decodeSteps: 0, items: 0 };
+    let steerPrompt = { harmful: 0, benign: 0 };
+    for (const c of [{ config: 'chatbot', repr: null } as const, ...TABLE1.map((x) => x.c), ...TABLE2.map((x) => x.c)]) {
+      if (seen.has(conditionName(c))) continue;
+      seen.add(conditionName(c));
+      const rows = renderRows(ctx, c);
+      reproduce.prefill += rows.reduce((s, r) => s + r.ids.length, 0);
+      reproduce.items += rows.length;
+      // agent.schema / agent.flattened also decode the first generated token (one step per batch of rows)
+      if (c.config === 'agent' && c.repr !== 'pseudoword') reproduce.decodeSteps += Math.ceil(rows.length / A.decodeBatch);
+      if (c.config === 'agent' && c.repr === 'schema') {
+        const ev = new Set(ctx.split.evaluation);
+        for (const r of rows) if (ev.has(r.key.slice(0, r.key.lastIndexOf(':')))) steerPrompt[r.key.endsWith(':harmful') ? 'harmful' : 'benign'] += r.ids.length;
+      }
+    }
+    const evalPairs = ctx.split.evaluation.length;
+    await ctx.engine.dispose();
+    const steer: Work = {
+      prefill: A.alphas * (steerPrompt.harmful + steerPrompt.benign),
+      decodeSteps: A.alphas * 2 * Math.ceil(evalPairs / A.decodeBatch) * A.maxNewTokens,
+      items: A.alphas * 2 * Math.ceil(evalPairs / A.decodeBatch),
+    };
+    counted.set(tk, { reproduce, steer });
+    console.log(`${tk}: reproduce ${reproduce.items} prompts, ${reproduce.prefill} prompt tokens; steer ${evalPairs} eval pairs × 2 × ${A.alphas} α: ${steer.prefill} prompt tokens + ≤ ${A.maxNewTokens} new tokens each`);
+  }
+  // Table 4: AgentHarm + InjecAgent cases × 4 methods (character-estimated tokens, like the shard partition)
+  const ah = sharedPath('data', 'agentharm');
+  const ia = sharedPath('data', 'injecagent');
+  const cases = [...(ah ? agentHarmCases(ah) : []), ...(ia ? injecAgentCases(ia) : [])];
+  const items = evalItems(cases, GUARD_METHODS);
+  const guardPrompt = items.reduce((s, it) => s + itemTokens(it, 0, 0), 0);
+  const judged = items.filter((it) => it.method === 'safejudge' || it.method === 'safekeep').length;
+  const guard: Work = {
+    prefill: guardPrompt,
+    // agent outputs (≤ max tokens) for every item, judge verdicts (≤ 8 tokens) for judged ones, in batches of 8
+    decodeSteps: Math.ceil(items.length / A.decodeBatch) * A.maxNewTokens + Math.ceil(judged / A.decodeBatch) * A.judgeMaxTokens,
+    items: items.length,
+  };
+  console.log(`Table 4: ${cases.length} cases${ah && ia ? '' : ' (../shared data missing: partial)'} × ${GUARD_METHODS.length} methods = ${items.length} items, ~${guardPrompt} prompt tokens (char estimate)`);
+
+  console.log('\nassumptions (flags):', JSON.stringify(A));
+  const rows: string[] = [];
+  let total1 = 0;
+  const perStage: Array<{ work: number; items: number; load: number }> = [];
+  for (const m of MODELS) {
+    const c = counted.get(m.tokenizer)!;
+    const prefillS = (tokens: number): number => (tokens * 2 * m.params) / (A.efficiency * A.gemmTflops * 1e12);
+    const stepS = (2 * m.params) / (A.bandwidthFraction * A.bandwidthTBs * 1e12);
+    const load = (2 * m.params) / 1e9 / A.loadGBs;
+    for (const [stage, w] of [['reproduce', c.reproduce], ['steer', c.steer], ['guard eval', guard]] as const) {
+      const s = prefillS(w.prefill) + w.decodeSteps * stepS;
+      total1 += s;
+      perStage.push({ work: s, items: w.items, load });
+      rows.push(`| ${m.name}${m.proxy ? ` (${m.proxy})` : ''} | ${stage} | ${(w.prefill / 1e6).toFixed(2)} M | ${w.decodeSteps} | ${(s / 60).toFixed(1)} min |`);
+    }
+  }
+  console.log('\n| model | stage | prompt tokens | decode steps (batch 8) | 1-GPU compute |\n| --- | --- | --- | --- | --- |');
+  console.log(rows.join('\n'));
+  console.log(`\n1 GPU, compute only: ${(total1 / 3600).toFixed(2)} h`);
+  console.log('\n| GPUs (array tasks per stage) | projected wall time, 9 stages one after another | if the 3 models run side by side (N/3 GPUs each) |\n| --- | --- | --- |');
+  for (const n of A.gpus) {
+    // stages run one after another on all N GPUs: each = max(work/N, one item) + model load + overhead
+    const seq = perStage.reduce((s, st) => s + st.work / Math.min(n, st.items) + st.load + A.stageOverheadS, 0);
+    const per = Math.max(1, Math.floor(n / 3));
+    const side = Math.max(...[0, 1, 2].map((k) => perStage.slice(3 * k, 3 * k + 3).reduce((s, st) => s + st.work / Math.min(per, st.items) + st.load + A.stageOverheadS, 0)));
+    console.log(`| ${n} | ${(seq / 60).toFixed(1)} min | ${n >= 3 ? `${(side / 60).toFixed(1)} min` : '–'} |`);
+  }
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}

@@ -1,0 +1,68 @@
+/**
+ * sbatch scripts and `safekeep slurm ... --dry-run` (no Slurm needed): array range and --only, the task's
+ * `--shard "${SLURM_ARRAY_TASK_ID}/n"`, resources, quoting, the merge job per stage, and user errors (exit 2).
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { arrayRange, arrayScript, mergeScript, parseJobId, shq } from '../src/cluster/sbatch.ts';
+import { repoRoot } from './helpers/shared.ts';
+
+test('sbatch pieces: ranges, quoting, job ids', () => {
+  assert.equal(arrayRange(4), '0-3');
+  assert.equal(arrayRange(1), '0');
+  assert.equal(arrayRange(8, [7, 3, 3]), '3,7');
+  assert.equal(shq('/a/b-c.d'), '/a/b-c.d');
+  assert.equal(shq("it's here"), `'it'\\''s here'`);
+  assert.equal(parseJobId('1234\n'), '1234');
+  assert.equal(parseJobId('1234;cluster\n'), '1234');
+  assert.throws(() => parseJobId('sbatch: error'), /no job id/);
+});
+
+test('array and merge scripts', () => {
+  const a = arrayScript({
+    name: 'safekeep-x', node: '/usr/bin/node', bin: '/r/bin/safekeep.mjs', argv: ['reproduce', '--model', '/m/My Model'], shards: 4, only: [3],
+    logDir: '/res/slurm/logs', workdir: '/r', resources: { partition: 'gpu', gpusPerTask: 1, time: '02:00:00', extra: ['--account=lab'] },
+  });
+  for (const line of ['#SBATCH --array=3', '#SBATCH --gpus-per-task=1', '#SBATCH --partition=gpu', '#SBATCH --time=02:00:00', '#SBATCH --account=lab',
+    '#SBATCH --output=/res/slurm/logs/%x-%A_%a.out', `exec /usr/bin/node /r/bin/safekeep.mjs reproduce --model '/m/My Model' --shard "\${SLURM_ARRAY_TASK_ID}/4"`]) {
+    assert.ok(a.split('\n').includes(line), `missing: ${line}\n${a}`);
+  }
+  const m = mergeScript({ name: 'm', command: 'reproduce', node: '/usr/bin/node', bin: '/r/bin/safekeep.mjs', resultsDir: '/res', logDir: '/res/slurm/logs', workdir: '/r', resources: { gpusPerTask: 1, partition: 'cpu' } });
+  assert.ok(m.includes('exec /usr/bin/node /r/bin/safekeep.mjs merge /res --command reproduce'));
+  assert.ok(!m.includes('gpus'), 'the merge asks for no GPU');
+  assert.ok(m.includes('#SBATCH --partition=cpu'));
+});
+
+test('safekeep slurm --dry-run: steer = extract array, merge, steer array, merge; user errors exit 2', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'slurm-dry-'));
+  try {
+    const run = (...args: string[]) => spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 'slurm', ...args], { encoding: 'utf8', cwd: dir });
+    const r = run('steer', '--model', repoRoot, '--shards', '3', '--results', join(dir, 'res'), '--dry-run', '--', '--limit', '24', '--alphas', '0,1x', '--dtype', 'f32');
+    assert.equal(r.status, 0, r.stderr);
+    const scripts = r.stdout.split(/^# (?=\/)/m).filter(Boolean);
+    assert.deepEqual(scripts.map((s) => s.split('\n')[0]!.split('/').pop()!.split(' ')[0]), ['01-extract.sbatch', '02-merge-extract.sbatch', '03-steer.sbatch', '04-merge.sbatch']);
+    assert.match(scripts[0]!, /extract --model \S+ --results \S+ --configs chatbot,agent --repr schema,flattened --limit 24 --dtype f32 --shard/);
+    assert.doesNotMatch(scripts[0]!, /--alphas/);
+    assert.match(scripts[1]!, /merge \S+ --command extract/);
+    assert.match(scripts[2]!, /steer --model \S+ --results \S+ --limit 24 --alphas 0,1x --dtype f32 --shard "\$\{SLURM_ARRAY_TASK_ID\}\/3"/);
+    assert.match(scripts[3]!, /merge \S+ --command steer/);
+    const bad = [
+      run('reproduce', '--model', repoRoot, '--shards', '2', '--dry-run', '--', '--shard', '1/2'),
+      run('reproduce', '--model', repoRoot, '--shards', '2', '--only', '2', '--dry-run'),
+      run('reproduce', '--model', repoRoot, '--dry-run'),
+      run('launch', '--model', repoRoot),
+    ];
+    for (const b of bad) {
+      assert.equal(b.status, 2, b.stderr);
+      assert.equal(b.stderr.trim().split('\n').length, 1, b.stderr);
+    }
+    assert.match(bad[0]!.stderr, /--shard after --: set by safekeep slurm itself/);
+    assert.match(bad[1]!.stderr, /--only: task ids 0\.\.1/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
