@@ -18,7 +18,7 @@
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import { basename } from 'node:path';
-import { numberValue, parseArgs, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
+import { choiceValue, numberValue, parseArgs, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
 import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { createGuardProxy } from '../../guard/proxy.ts';
@@ -63,11 +63,6 @@ export const flags: FlagTable = {
 /** flags of the local-engine form only */
 const LOCAL_ONLY = ['probe', 'max-tokens', 'template', 'dtype', 'device', 'threads', 'max-memory', 'thinking', 'chat-template-kwargs'];
 
-function oneOf<T extends string>(name: string, v: string | undefined, allowed: readonly T[], fallback: T): T {
-  if (v === undefined) return fallback;
-  if (!(allowed as readonly string[]).includes(v)) throw new SafekeepError(`--${name} must be one of ${allowed.join(', ')}, got '${v}'`);
-  return v as T;
-}
 
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
@@ -94,15 +89,15 @@ export async function run(argv: string[]): Promise<number> {
     upstream,
     judgeUpstream: args.values.get('judge-upstream'),
     judgeModel: args.values.get('judge-model'),
-    method: oneOf('method', args.values.get('method'), ['safekeep', 'safejudge'] as const, 'safekeep'),
+    method: choiceValue(args, 'method', ['safekeep', 'safejudge'] as const, 'safekeep'),
     apiKeyEnv: args.values.get('api-key-env'),
     judgeApiKeyEnv: args.values.get('judge-api-key-env'),
     skills,
     guardDecision: !args.booleans.has('no-guard-decision'),
-    mitigation: oneOf('mitigation', args.values.get('mitigation'), ['recover', 'block'] as const, 'recover') === 'block' ? 'block' : 'skill',
+    mitigation: choiceValue(args, 'mitigation', ['recover', 'block'] as const, 'recover') === 'block' ? 'block' : 'skill',
     timeoutMs: numberValue(args, 'timeout-ms', 60_000),
-    prefill: oneOf<PrefillMode>('prefill', args.values.get('prefill'), ['none', 'continue', 'prefix'], 'none'),
-    onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe'),
+    prefill: choiceValue<PrefillMode>(args, 'prefill', ['none', 'continue', 'prefix'], 'none'),
+    onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'),
     judgeMaxTokens: numberValue(args, 'judge-max-tokens', 8),
   });
   await listenUntilStopped(server, host, port, `${upstream}${skills ? ` (S³ skills: ${skills.map((s) => `${s.name}@${s.stage}`).join(', ')})` : ''}`);
@@ -128,7 +123,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
   for (const f of ['upstream', 'judge-upstream', 'judge-model', 'api-key-env', 'judge-api-key-env', 'timeout-ms', 'prefill', 'skills', 'mitigation', 'no-guard-decision']) {
     if (args.values.has(f) || args.booleans.has(f)) throw new SafekeepError(`--${f} applies to the --upstream proxy, not to serve --model DIR`);
   }
-  const method = oneOf('method', args.values.get('method'), ['base', 'safekeep', 'refusal-probe', 'safekeep+probe'] as const, 'safekeep');
+  const method = choiceValue(args, 'method', ['base', 'safekeep', 'refusal-probe', 'safekeep+probe'] as const, 'safekeep');
   const probeFile = args.values.get('probe');
   if ((method === 'refusal-probe' || method === 'safekeep+probe') && probeFile === undefined) {
     throw new SafekeepError(`--method ${method} needs --probe FILE (safekeep probe train writes results/<model>/probe/agent.schema.<kind>.json)`);
@@ -185,7 +180,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
       ...(probe ? { probe } : {}),
       defaultMaxTokens: numberValue(args, 'max-tokens', 256),
       judgeMaxTokens: numberValue(args, 'judge-max-tokens', 8),
-      onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe'),
+      onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'),
     });
     await listenUntilStopped(server, host, port, `${modelDir} (local engine, guard ${method}${probe ? `, ${probeLabel}` : ''})`);
   } finally {
