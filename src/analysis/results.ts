@@ -127,6 +127,66 @@ export interface SteeringResults {
   rows: SteeringRow[];
 }
 
+/** k of n with its 95 % Wilson interval. */
+export interface RateCI {
+  k: number;
+  n: number;
+  p: number;
+  lo: number;
+  hi: number;
+}
+
+/** A refusal probe scoring one configuration's evaluation split, next to the chatbot refusal direction (Table 1). */
+export interface ProbeAurocRow {
+  /** e.g. agent.schema */
+  config: string;
+  /** probe kind: mean-diff | logistic */
+  probe: string;
+  /** the configuration the probe was trained on */
+  trainedOn: string;
+  layer: number;
+  /** chatbot refusal direction at the same layer */
+  chatbot: AurocCI;
+  auroc: AurocCI;
+  /** probe − chatbot direction, paired bootstrap */
+  diff: DiffCI;
+}
+
+/** A probe's decisions at its threshold on the evaluation split of its own configuration. */
+export interface ProbeRateRow {
+  config: string;
+  probe: string;
+  layer: number;
+  threshold: number;
+  /** stated share of benign extraction rows flagged */
+  target: number;
+  benignFlagged: RateCI;
+  harmfulFlagged: RateCI;
+}
+
+/** One guard in the comparison (base, SafeKeep, refusal probe, both). */
+export interface GuardComparisonRow {
+  method: string;
+  /** harmful requests refused */
+  refusal: RateCI;
+  /** AgentHarm Acc: harmful refused + benign handled with a valid target call */
+  acc: RateCI;
+  /** requests the guard flagged (refusal path taken) */
+  flagged: number;
+  n: number;
+  /** mean latency of the agent call (ms) */
+  agentMs: number;
+  /** mean latency the guard added inside the request (ms): judge call, probe scoring, or both */
+  guardMs: number;
+}
+
+export interface ProbeSection {
+  probes: { kind: string; layer: number; condition: string; threshold: number; target: number; file: string }[];
+  auroc: ProbeAurocRow[];
+  rates: ProbeRateRow[];
+  comparison?: { bench: string; backend: string; probe: string; rows: GuardComparisonRow[]; notes: string[] };
+}
+
 export interface AnalysisResults {
   /** format version of this object */
   version: 1;
@@ -155,6 +215,8 @@ export interface AnalysisResults {
   steering?: SteeringResults[];
   /** §3.1: refusal rate of generated answers, chatbot vs agent, on the evaluation split's harmful requests */
   behavioural?: BehaviouralRefusal;
+  /** activation refusal probes (`safekeep probe eval`) */
+  probe?: ProbeSection;
   /** provenance (model hash, data hash, split, engine version, ...) copied into the report verbatim */
   manifest: Record<string, unknown>;
   notes?: string[];

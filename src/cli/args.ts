@@ -130,6 +130,13 @@ export function numberValue(args: ParsedArgs, name: string, fallback?: number): 
 }
 
 /** A value flag restricted to a fixed set of choices. */
+/** A positive integer flag (Infinity allowed as the fallback, meaning "no limit"). */
+export function positiveIntValue(args: ParsedArgs, name: string, fallback: number): number {
+  const n = numberValue(args, name, fallback);
+  if (!(Number.isInteger(n) && n >= 1) && n !== Infinity) throw new SafekeepError(`--${name} must be a positive integer, got ${n}`);
+  return n;
+}
+
 export function choiceValue<T extends string>(args: ParsedArgs, name: string, allowed: readonly T[], fallback: T): T {
   const v = args.values.get(name);
   if (v === undefined) return fallback;

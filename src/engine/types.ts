@@ -63,12 +63,18 @@ export interface GenerateOptions {
   returnFirstTokenHidden?: boolean;
   /** last-prompt-token hidden states of the prefill [L+1, d_model] */
   returnPromptLastHidden?: boolean;
+  /**
+   * Called once per row right after the prefill with that row's last-prompt-token hidden states [L+1, d_model]
+   * (from the same forward pass that yields the first token's logits). `true` ends the row there: no token is
+   * generated and `finish` is 'halted'. An activation probe judges the request this way without a second forward.
+   */
+  haltAfterPrefill?: (row: number, promptLastHidden: Float32Array) => boolean;
 }
 
 export interface GenerateResult {
   generatedIds: number[];
-  /** why generation ended */
-  finish: 'stop' | 'length';
+  /** why generation ended ('halted': `haltAfterPrefill` returned true) */
+  finish: 'stop' | 'length' | 'halted';
   /** [steps, vocab] when requested */
   stepLogits?: Float32Array;
   /** [L+1, d_model] when requested */

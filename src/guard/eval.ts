@@ -30,6 +30,13 @@ export interface EvalRow {
   judgeLatencyMs: number | null;
   judgeTokens: number | null;
   agentTokens: number;
+  /** probe methods: the probe's score and decision (null: no probe ran) */
+  probeScore: number | null;
+  probeFlagged: boolean | null;
+  /** probe scoring time inside the agent call (ms) */
+  probeMs: number | null;
+  /** the agent call's latency (ms); null when the judge refused before any agent call */
+  agentMs: number | null;
   output: string;
   /** InjecAgent: step 1 against its target tool (dh: the attacker tool; ds: the data-extraction tool) */
   step1?: StepEval;
@@ -93,6 +100,10 @@ export async function runEvalItems(items: readonly EvalItem[], opts: Omit<EvalOp
         judgeLatencyMs: r.judge?.latencyMs ?? null,
         judgeTokens: r.judge?.tokens ?? null,
         agentTokens: r.reply.promptTokens + r.reply.completionTokens,
+        probeScore: r.probe?.score ?? null,
+        probeFlagged: r.probe ? r.probe.unsafe : null,
+        probeMs: r.probe?.latencyMs ?? null,
+        agentMs: r.agentMs !== undefined ? r.agentMs : r.blocked ? null : r.reply.latencyMs,
         output: r.reply.content,
         outcome,
       };
@@ -141,6 +152,13 @@ export interface MethodSummary {
   flagged: number;
   unparseable: number;
   judgeLatencyMs: ReturnType<typeof summarize>;
+  /** agent-call latency over requests that made one */
+  agentLatencyMs?: ReturnType<typeof summarize>;
+  /** probe scoring latency over probed requests */
+  probeLatencyMs?: ReturnType<typeof summarize>;
+  /** requests the probe scored / flagged */
+  probed?: number;
+  probeFlagged?: number;
   /** judge prompt + completion tokens per request (0 for methods without a judge) */
   judgeTokensPerRequest: number;
 }
@@ -182,6 +200,10 @@ export function summarizeEval(bench: GuardBench, cases: readonly GuardCase[], ro
       flagged: mine.filter((r) => r.blocked).length,
       unparseable: judged.filter((r) => r.verdict === 'unparseable').length,
       judgeLatencyMs: summarize(judged.map((r) => r.judgeLatencyMs!)),
+      agentLatencyMs: summarize(mine.flatMap((r) => (r.agentMs === null ? [] : [r.agentMs]))),
+      probeLatencyMs: summarize(mine.flatMap((r) => (r.probeMs === null ? [] : [r.probeMs]))),
+      probed: mine.filter((r) => r.probeScore !== null).length,
+      probeFlagged: mine.filter((r) => r.probeFlagged === true).length,
       judgeTokensPerRequest: mine.length ? judged.reduce((a, r) => a + r.judgeTokens!, 0) / mine.length : Number.NaN,
     };
   });

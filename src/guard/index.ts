@@ -16,3 +16,7 @@ export { wilson, agentHarmMetrics, injecAgentMetrics, type Rate } from './metric
 export { injecAgentScore, injecStep, simulatedToolResponse, type InjecAgentScore, type InjecCaseEval, type StepEval } from './bench/injecagent-score.ts';
 export { runGuardEval, summarizeEval, type EvalRow, type MethodSummary } from './eval.ts';
 export * as s3 from './s3/index.ts';
+export { PROBE_METHODS, ALL_GUARD_METHODS } from './types.ts';
+export { ProbeGuard, type ProbeVerdict, type ProbeParams } from './probe.ts';
+export { compareGuards, evaluationCases, COMPARED_METHODS, type CompareOptions, type CompareResult } from './probe-compare.ts';
+export { createLocalServer, type LocalServerOptions } from './local-server.ts';

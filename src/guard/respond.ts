@@ -8,7 +8,13 @@
  *   Unsafe → no tools, the refusal prefix prefilled in the assistant turn and continued by the model
  *   (how a backend prefills is the backend's business: local engine = assistant-turn prefill; endpoints =
  *   continuation where supported, else the documented fallback in `backends/openai.ts`).
+ * - refusal-probe (local engine only): the agent call itself, with the probe reading the prefill's hidden state at
+ *   the last prompt position (probe.ts); above threshold → generation stops after the prefill and the same refusal
+ *   path as SafeKeep runs. No extra model call when the request is safe.
+ * - safekeep+probe: SafeKeep's judge, then the probed agent call: refused if either flags it.
  */
+import { SafekeepError } from '../util/errors.ts';
+import type { ProbeGuard, ProbeVerdict } from './probe.ts';
 import { judge, type JudgeOptions } from './judge.ts';
 import { REFUSAL_PREFIX, SAFEPROMPT_SYSTEM } from './prompts.ts';
 import { agentHarmPrompts } from '../data/agentharm-prompts.ts';
@@ -21,6 +27,8 @@ export interface GuardOptions extends Omit<JudgeOptions, 'toolView' | 'maxTokens
   /** a separate judge backend (default: the agent backend — same model, as in the paper) */
   judgeBackend?: ChatBackend;
   refusalPrefix?: string;
+  /** the trained probe for refusal-probe and safekeep+probe */
+  probe?: ProbeGuard;
 }
 
 export interface GuardedResponse {
@@ -30,6 +38,10 @@ export interface GuardedResponse {
   /** tool use was withheld and the refusal prefix prefilled */
   blocked: boolean;
   reply: ChatReply;
+  /** refusal-probe / safekeep+probe: the probe's verdict (null when the judge refused before the agent call) */
+  probe?: ProbeVerdict | null;
+  /** latency of the agent call (a probe-halted call included); null when no agent call was made */
+  agentMs?: number | null;
 }
 
 /** Append the SafePrompt text (AgentHarm's refusal prompt) to the agent's system message (or make it the only one). */
@@ -50,6 +62,30 @@ export async function guardedRespond(
   const maxTokens = options.maxTokens ?? 256;
   const agentCall = (messages: ChatMessage[]) =>
     backend.chat({ messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization });
+  const refuse = () => backend.chat({
+    messages: request.messages,
+    prefix: options.refusalPrefix ?? REFUSAL_PREFIX,
+    maxTokens,
+    purpose: 'refusal',
+    model: options.model,
+    authorization: options.authorization,
+  });
+  if (method === 'refusal-probe' || method === 'safekeep+probe') {
+    const probe = options.probe;
+    if (!probe) throw new SafekeepError(`guard method ${method} needs a trained probe (safekeep probe train; --probe FILE)`);
+    if (!backend.activations) throw new SafekeepError(`guard method ${method} reads the agent's hidden states: it needs the local engine (--model DIR), not ${backend.name}`);
+    let verdict: JudgeResult | null = null;
+    if (method === 'safekeep+probe') {
+      verdict = await judge(request.messages, request.tools, options.judgeBackend ?? backend, { ...options, toolView: 'prose', maxTokens: options.judgeMaxTokens });
+      if (verdict.unsafe) return { method, judge: verdict, blocked: true, reply: await refuse(), probe: null, agentMs: null };
+    }
+    const hook = probe.hook();
+    const reply = await backend.chat({ messages: request.messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, inspect: hook.inspect });
+    const pv = hook.verdict();
+    if (!pv) throw new SafekeepError(`${backend.name}: the agent call ran without reporting its prefill hidden states`);
+    if (!pv.unsafe) return { method, judge: verdict, blocked: false, reply, probe: pv, agentMs: reply.latencyMs };
+    return { method, judge: verdict, blocked: true, reply: await refuse(), probe: pv, agentMs: reply.latencyMs };
+  }
   if (method === 'base') return { method, judge: null, blocked: false, reply: await agentCall(request.messages) };
   if (method === 'safeprompt') {
     return { method, judge: null, blocked: false, reply: await agentCall(withSafetyPrompt(request.messages)) };
@@ -60,13 +96,5 @@ export async function guardedRespond(
     maxTokens: options.judgeMaxTokens,
   });
   if (!verdict.unsafe) return { method, judge: verdict, blocked: false, reply: await agentCall(request.messages) };
-  const reply = await backend.chat({
-    messages: request.messages,
-    prefix: options.refusalPrefix ?? REFUSAL_PREFIX,
-    maxTokens,
-    purpose: 'refusal',
-    model: options.model,
-    authorization: options.authorization,
-  });
-  return { method, judge: verdict, blocked: true, reply };
+  return { method, judge: verdict, blocked: true, reply: await refuse() };
 }

@@ -42,7 +42,7 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
     const tokens = m.judged ? m.judgeTokensPerRequest.toFixed(1) : '–';
     // InjecAgent's columns have different denominators: each cell shows its k/n
     const cell = (r: Rate) => (bench === 'injecagent' && r.n > 0 ? `${formatRate(r)} (${r.k}/${r.n})` : formatRate(r));
-    lines.push(`| ${m.method} | ${keys.map((key) => cell(k[key]!)).join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.judged ? `${m.flagged}/${m.judged}` : '–'} |`);
+    lines.push(`| ${m.method} | ${keys.map((key) => cell(k[key]!)).join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.judged ? `${m.flagged}/${m.judged}` : m.probed ? `${m.flagged}/${m.n}` : '–'} |`);
   }
   lines.push('', 'Percentages with 95 % Wilson score intervals; n = requests per method. Judge latency and token overhead are per judged request / per request.');
   if (bench === 'injecagent') {

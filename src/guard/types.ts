@@ -16,8 +16,15 @@ export type { ChatMessage, WireToolCall };
  * - safeprompt: no judge; a safety system prompt (harm categories + an instruction to refuse) is prepended.
  * - safekeep: the judge sees the flattened tools.
  */
-export type GuardMethod = 'base' | 'safejudge' | 'safeprompt' | 'safekeep';
+export type GuardMethod = 'base' | 'safejudge' | 'safeprompt' | 'safekeep' | 'refusal-probe' | 'safekeep+probe';
+/** Table 4's methods (the default of `guard eval`) */
 export const GUARD_METHODS: readonly GuardMethod[] = ['base', 'safejudge', 'safeprompt', 'safekeep'];
+/**
+ * Activation-probe guards (local engine only): refusal-probe = a probe on the agent's own prefill hidden state, no
+ * extra model call; safekeep+probe = both, the request is refused if either flags it.
+ */
+export const PROBE_METHODS: readonly GuardMethod[] = ['refusal-probe', 'safekeep+probe'];
+export const ALL_GUARD_METHODS: readonly GuardMethod[] = [...GUARD_METHODS, ...PROBE_METHODS];
 
 /** Turns tool specs into prose (the prompts module's `flattenTools`). */
 export type Flattener = (tools: readonly ToolSpec[]) => string;
@@ -47,6 +54,11 @@ export interface ChatCall {
   model?: string;
   /** Authorization header value to use instead of the backend's own key (the proxy forwards the client's) */
   authorization?: string;
+  /**
+   * Activation backends only: called with the last-prompt-token hidden states [L+1, d_model] of this call's own
+   * prefill, before any token is generated; `true` stops the call there (reply `finish: 'halted'`, no content).
+   */
+  inspect?: (promptLastHidden: Float32Array) => boolean;
 }
 
 export interface ChatReply {
@@ -67,6 +79,8 @@ export interface ChatBackend {
   readonly name: string;
   /** how tool calls appear in `content` */
   readonly callFormat: CallFormat;
+  /** the backend runs the model itself and honours `ChatCall.inspect` (the local engine); endpoints do not */
+  readonly activations?: boolean;
   chat(call: ChatCall): Promise<ChatReply>;
 }
 

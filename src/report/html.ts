@@ -94,7 +94,7 @@ export function buildHtml(res: AnalysisResults, figures: readonly Figure[], tabl
 <body>
 <h1>safekeep report — ${escapeHtml(res.model)}</h1>
 ${res.synthetic ? '<p class="synthetic">SYNTHETIC: these numbers come from planted activations with a known answer, not from a real model.</p>' : ''}
-<p>Reproduction of Pan et al. (2026), “JSON tool schemas suppress the refusal direction”: refusal separability across input formats (Tables 1–2), the Schema Direction (Figure 3), first-token projections (Figure 4)${res.steering?.length ? ' and steering (Table 3)' : ''}.</p>
+<p>Reproduction of Pan et al. (2026), “JSON tool schemas suppress the refusal direction”: refusal separability across input formats (Tables 1–2), the Schema Direction (Figure 3), first-token projections (Figure 4)${res.steering?.length ? ' and steering (Table 3)' : ''}${res.probe ? '; activation refusal probes and the guard comparison (base, SafeKeep, refusal probe, both)' : ''}.</p>
 <table class="meta">${meta.map(([k, v]) => `<tr><td>${escapeHtml(k)}</td><td>${escapeHtml(v)}</td></tr>`).join('')}</table>
 ${(res.notes ?? []).map((n) => `<p class="note">${escapeHtml(n)}</p>`).join('\n')}
 <h2>Figures</h2>

@@ -1,5 +1,5 @@
 /** Tables as Markdown, CSV and JSON: every value with its 95 % interval and n. */
-import type { AnalysisResults, AurocCI, DiffCI, TableRow } from '../analysis/results.ts';
+import type { AnalysisResults, AurocCI, DiffCI, RateCI, TableRow } from '../analysis/results.ts';
 import { wilsonInterval } from '../analysis/stats.ts';
 
 export type Cell = string | number | null;
@@ -151,6 +151,44 @@ function behaviouralTable(res: AnalysisResults): Table | null {
 }
 
 /** Every table the results support, in report order. */
+const rateText = (r: RateCI): string => (r.n === 0 ? '–' : `${(100 * r.p).toFixed(1)} [${(100 * r.lo).toFixed(1)}, ${(100 * r.hi).toFixed(1)}] (${r.k}/${r.n})`);
+
+/** Refusal probes: AUROC next to the chatbot direction, rates at the threshold, and the guard comparison. */
+function probeTables(res: AnalysisResults): Table[] {
+  const pr = res.probe;
+  if (!pr) return [];
+  const out: Table[] = [];
+  {
+    const title = 'Refusal probes — AUROC on the evaluation split, next to the chatbot refusal direction';
+    const columns = ['config', 'probe', 'trained_on', 'layer', 'n', 'chatbot_auroc', 'chatbot_lo', 'chatbot_hi', 'probe_auroc', 'probe_lo', 'probe_hi', 'diff', 'diff_lo', 'diff_hi'];
+    const rows: Cell[][] = pr.auroc.map((r) => [r.config, r.probe, r.trainedOn, r.layer, r.auroc.n, r.chatbot.auroc, r.chatbot.lo, r.chatbot.hi, r.auroc.auroc, r.auroc.lo, r.auroc.hi, r.diff.diff, r.diff.lo, r.diff.hi]);
+    const header = ['Configuration', 'Probe (trained on)', 'ℓ', 'n', 'AUROC, chatbot direction [95% CI]', 'AUROC, probe [95% CI]', 'Δ probe − chatbot [95% CI]'];
+    const display = pr.auroc.map((r) => [r.config, `${r.probe} (${r.trainedOn})`, String(r.layer), String(r.auroc.n), ciText(r.chatbot), ciText(r.auroc), diffText(r.diff)]);
+    const note = 'Probes are fit on the extraction split only; the chatbot direction is the Table 1 scorer at the probe\'s layer. Paired bootstrap over pairs, percentile 95 %.';
+    out.push({ name: 'probe-auroc', title, columns, rows, header, display, note, json: { title, rows: pr.auroc, probes: pr.probes } });
+  }
+  {
+    const title = 'Refusal probes — decisions at the threshold on the evaluation split';
+    const columns = ['config', 'probe', 'layer', 'threshold', 'target', 'benign_k', 'benign_n', 'benign_p', 'benign_lo', 'benign_hi', 'harmful_k', 'harmful_n', 'harmful_p', 'harmful_lo', 'harmful_hi'];
+    const rows: Cell[][] = pr.rates.map((r) => [r.config, r.probe, r.layer, r.threshold, r.target, r.benignFlagged.k, r.benignFlagged.n, r.benignFlagged.p, r.benignFlagged.lo, r.benignFlagged.hi, r.harmfulFlagged.k, r.harmfulFlagged.n, r.harmfulFlagged.p, r.harmfulFlagged.lo, r.harmfulFlagged.hi]);
+    const header = ['Configuration', 'Probe', 'ℓ', 'Threshold (target benign flagged)', 'Benign flagged % [95% CI]', 'Harmful flagged % [95% CI]'];
+    const display = pr.rates.map((r) => [r.config, r.probe, String(r.layer), `${r.threshold.toPrecision(4)} (≤ ${(100 * r.target).toFixed(0)} %)`, rateText(r.benignFlagged), rateText(r.harmfulFlagged)]);
+    const note = 'The threshold is chosen on the extraction split for the stated share of benign requests flagged; rates here are on the evaluation split (Wilson intervals).';
+    out.push({ name: 'probe-threshold', title, columns, rows, header, display, note, json: { title, rows: pr.rates } });
+  }
+  const cmp = pr.comparison;
+  if (cmp) {
+    const title = `Guards compared — ${cmp.bench}: base, SafeKeep, refusal probe, both (flag if either flags)`;
+    const columns = ['method', 'n', 'refusal_k', 'refusal_n', 'refusal_p', 'refusal_lo', 'refusal_hi', 'acc_k', 'acc_n', 'acc_p', 'acc_lo', 'acc_hi', 'flagged', 'agent_ms', 'guard_ms'];
+    const rows: Cell[][] = cmp.rows.map((r) => [r.method, r.n, r.refusal.k, r.refusal.n, r.refusal.p, r.refusal.lo, r.refusal.hi, r.acc.k, r.acc.n, r.acc.p, r.acc.lo, r.acc.hi, r.flagged, r.agentMs, r.guardMs]);
+    const header = ['Method', 'n', 'Refusal % [95% CI]', 'Acc % [95% CI]', 'Flagged', 'Agent call ms (mean)', 'Guard ms added in the request (mean)'];
+    const display = cmp.rows.map((r) => [r.method, String(r.n), rateText(r.refusal), rateText(r.acc), `${r.flagged}/${r.n}`, Number.isFinite(r.agentMs) ? r.agentMs.toFixed(1) : '– (no agent call)', Number.isFinite(r.guardMs) ? r.guardMs.toFixed(2) : '–']);
+    const note = [`Backend ${cmp.backend}; probe ${cmp.probe}.`, ...cmp.notes].join(' ');
+    out.push({ name: 'probe-guard-comparison', title, columns, rows, header, display, note, json: { title, ...cmp } });
+  }
+  return out;
+}
+
 export function buildTables(res: AnalysisResults): Table[] {
   return [
     res.table1.length ? formatTable(res, 'table1') : null,
@@ -161,5 +199,6 @@ export function buildTables(res: AnalysisResults): Table[] {
     res.norms.directions.length || res.norms.meanHidden.length ? normsTable(res) : null,
     steeringTable(res),
     behaviouralTable(res),
+    ...probeTables(res),
   ].filter((t): t is Table => t !== null);
 }

@@ -20,22 +20,22 @@
  * results/<name>/shards/guard-eval/; `safekeep merge results/<name>` writes Table 4 as one process would.
  */
 import { basename, join, resolve } from 'node:path';
-import { numberValue, parseArgs, requireValue, type ParsedArgs, type FlagTable } from '../args.ts';
+import { choiceValue, parseArgs, positiveIntValue, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
+import { ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openEndpointBackend } from '../endpoint-backend.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { locateDataset, repoRoot } from '../../data/locate.ts';
 import { agentHarmCases, injecAgentCases, type GuardBench, type GuardCase, type InjecSetting } from '../../guard/bench/cases.ts';
-import { OpenAIBackend, type PrefillMode } from '../../guard/backends/openai.ts';
 import { LocalBackend } from '../../guard/backends/local.ts';
 import { runGuardEval, summarizeEval } from '../../guard/eval.ts';
 import { markdownTable, writeGuardTables } from '../../guard/table.ts';
-import { GUARD_METHODS, type ChatBackend, type GuardMethod } from '../../guard/types.ts';
+import { ALL_GUARD_METHODS, GUARD_METHODS, type ChatBackend, type GuardMethod } from '../../guard/types.ts';
+import type { ProbeGuard } from '../../guard/probe.ts';
 import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
 
 /** budgets with thinking on: the judge's and the agent's <think> block comes before the verdict / the call */
 const THINKING_JUDGE_TOKENS = 1024;
 const THINKING_AGENT_TOKENS = 1280;
 const MIN_THINKING_JUDGE_TOKENS = 256;
-import type { CallFormat } from '../../experiments/outcome/types.ts';
 import { runGuardShard, type GuardMergeOptions } from '../../guard/shard.ts';
 import { parseShard } from '../../util/shard.ts';
 import { SHARD_FLAG_DEF } from '../shard-flag.ts';
@@ -46,15 +46,11 @@ export const summary = 'Table 4: guard methods on AgentHarm / InjecAgent (local 
 export const flags: FlagTable = {
   usage: 'guard eval (--model M | --endpoint URL --endpoint-model NAME) --bench agentharm|injecagent [flags]',
   flags: [
-    { name: 'model', value: 'M', help: 'local checkpoint folder or Hugging Face repo id' },
-    { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda', help: 'local model precision' },
-    { name: 'device', value: 'cpu|cuda', default: 'cpu', help: 'local model device' },
-    { name: 'threads', value: 'N', default: 'one per physical core', help: 'intra-op threads' },
-    { name: 'template', value: 'FILE', help: 'chat template file instead of the model folder\'s' },
-    { name: 'endpoint', value: 'URL', help: 'OpenAI-compatible endpoint instead of a local model' },
-    { name: 'endpoint-model', value: 'NAME', help: 'model name at the endpoint' },
+    ...LOCAL_MODEL_FLAG_DEFS,
+    ...ENDPOINT_FLAG_DEFS,
     { name: 'bench', value: 'agentharm|injecagent', help: 'benchmark' },
-    { name: 'methods', value: 'LIST', default: 'base,safejudge,safeprompt,safekeep', help: 'guard methods' },
+    { name: 'methods', value: 'LIST', default: 'base,safejudge,safeprompt,safekeep', help: 'guard methods (also refusal-probe, safekeep+probe: local model and --probe)' },
+    { name: 'probe', value: 'FILE', help: 'refusal probe from safekeep probe train (refusal-probe, safekeep+probe)' },
     { name: 'limit', value: 'N', help: 'first N cases of each group (harmful/benign; setting × attack type)' },
     { name: 'settings', value: 'base,enhanced', default: 'base,enhanced', help: 'InjecAgent settings' },
     { name: 'data', value: 'DIR', default: 'the located dataset', help: 'benchmark folder' },
@@ -63,13 +59,6 @@ export const flags: FlagTable = {
     { name: 'max-tokens', value: 'N', default: `256 (${THINKING_AGENT_TOKENS} with thinking on)`, help: 'agent generation budget' },
     { name: 'judge-max-tokens', value: 'N', default: `8 (${THINKING_JUDGE_TOKENS} with thinking on)`, help: 'judge generation budget' },
     { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'verdict when the judge answer cannot be parsed' },
-    { name: 'concurrency', value: 'N', default: '4 (endpoint), 1 (local)', help: 'requests in flight' },
-    { name: 'api-key-env', value: 'VAR', help: 'environment variable holding the endpoint API key' },
-    { name: 'timeout-ms', value: 'MS', default: '60000', help: 'endpoint timeout' },
-    { name: 'retries', value: 'N', default: '3', help: 'endpoint retries' },
-    { name: 'prefill', value: 'none|continue|prefix', default: 'none', help: 'how the judge verdict is prefilled' },
-    { name: 'call-format', value: 'llama3|qwen|mistral', default: 'llama3', help: 'native call syntax left in content by an endpoint' },
-    { name: 'no-cache', boolean: true, help: 'do not cache endpoint answers' },
     ...THINKING_FLAG_DEFS,
     { name: 'no-thinking', boolean: true, help: 'the same as --thinking off (older name)' },
     SHARD_FLAG_DEF,
@@ -84,15 +73,7 @@ function list<T extends string>(flag: string, v: string, allowed: readonly T[]):
   return xs as T[];
 }
 
-function oneOf<T extends string>(flag: string, v: string | undefined, allowed: readonly T[], fallback: T): T {
-  return v === undefined ? fallback : list(flag, v, allowed)[0]!;
-}
 
-function positiveInt(args: ParsedArgs, flag: string, fallback: number): number {
-  const n = numberValue(args, flag, fallback);
-  if (!(Number.isInteger(n) && n >= 1) && n !== Infinity) throw new SafekeepError(`--${flag} must be a positive integer, got ${n}`);
-  return n;
-}
 
 function progress(label: string): (done: number, total: number) => void {
   const t0 = performance.now();
@@ -114,8 +95,8 @@ function progress(label: string): (done: number, total: number) => void {
  */
 function budgets(args: ParsedArgs, thinking: string, methods: readonly GuardMethod[]): { judgeMaxTokens: number; maxTokens: number } {
   const on = thinking === 'on';
-  const judgeMaxTokens = positiveInt(args, 'judge-max-tokens', on ? THINKING_JUDGE_TOKENS : 8);
-  const maxTokens = positiveInt(args, 'max-tokens', on ? THINKING_AGENT_TOKENS : 256);
+  const judgeMaxTokens = positiveIntValue(args, 'judge-max-tokens', on ? THINKING_JUDGE_TOKENS : 8);
+  const maxTokens = positiveIntValue(args, 'max-tokens', on ? THINKING_AGENT_TOKENS : 256);
   if (on && judgeMaxTokens < MIN_THINKING_JUDGE_TOKENS && methods.some((m) => m === 'safejudge' || m === 'safekeep')) {
     throw new SafekeepError(`thinking is on: a judge budget of ${judgeMaxTokens} tokens ends inside the <think> block and every verdict would be ` +
       `unparseable; pass --judge-max-tokens ${THINKING_JUDGE_TOKENS} (at least ${MIN_THINKING_JUDGE_TOKENS}) or --thinking off`);
@@ -129,9 +110,13 @@ export async function run(argv: string[]): Promise<number> {
   const endpoint = args.values.get('endpoint');
   if ((model === undefined) === (endpoint === undefined)) throw new SafekeepError('give exactly one of --model DIR or --endpoint URL');
   if (endpoint !== undefined && !/^https?:\/\/[^/]+/.test(endpoint)) throw new SafekeepError(`--endpoint must be an http(s) URL, got '${endpoint}'`);
-  const bench = oneOf<GuardBench>('bench', requireValue(args, 'bench'), ['agentharm', 'injecagent'], 'agentharm');
-  const methods = list<GuardMethod>('methods', args.values.get('methods') ?? GUARD_METHODS.join(','), GUARD_METHODS);
-  const limit = positiveInt(args, 'limit', Infinity);
+  const bench = choiceValue<GuardBench>(args, 'bench', ['agentharm', 'injecagent'], 'agentharm');
+  const methods = list<GuardMethod>('methods', args.values.get('methods') ?? GUARD_METHODS.join(','), ALL_GUARD_METHODS);
+  const probeFile = args.values.get('probe');
+  const probed = methods.filter((m) => m === 'refusal-probe' || m === 'safekeep+probe');
+  if (probed.length > 0 && probeFile === undefined) throw new SafekeepError(`--methods ${probed.join(',')} need --probe FILE (safekeep probe train)`);
+  if (probed.length > 0 && model === undefined) throw new SafekeepError(`--methods ${probed.join(',')} read the agent's hidden states: they need --model DIR, not --endpoint`);
+  const limit = positiveIntValue(args, 'limit', Infinity);
   const endpointModel = endpoint !== undefined ? requireValue(args, 'endpoint-model') : '';
   const name = (args.values.get('name') ?? (model !== undefined ? basename(resolve(model)) : endpointModel)).replace(/[^\w.-]+/g, '_');
   const out = resolve(args.values.get('out') ?? join(repoRoot, 'results', name, 'guard'));
@@ -149,25 +134,13 @@ export async function run(argv: string[]): Promise<number> {
   let templateHash = 'none (endpoint)';
   let dispose = async () => {};
   let concurrency = 1;
+  let probe: ProbeGuard | undefined;
   if (endpoint !== undefined) {
-    concurrency = positiveInt(args, 'concurrency', 4);
-    backend = new OpenAIBackend({
-      baseUrl: endpoint,
-      model: endpointModel,
-      apiKeyEnv: args.values.get('api-key-env'),
-      timeoutMs: numberValue(args, 'timeout-ms', 60_000),
-      retries: numberValue(args, 'retries', 3),
-      concurrency,
-      cacheDir: args.booleans.has('no-cache') ? undefined : join(out, 'cache'),
-      prefill: oneOf<PrefillMode>('prefill', args.values.get('prefill'), ['none', 'continue', 'prefix'], 'none'),
-      callFormat: oneOf<CallFormat>('call-format', args.values.get('call-format'), ['llama3', 'qwen', 'mistral'], 'llama3'),
-      // an endpoint's template is unknown here: chat_template_kwargs are sent only when asked for
-      ...(thinkingFlag !== undefined || Object.keys(th.chatTemplateKwargs).length
-        ? { extraBody: { chat_template_kwargs: { ...th.chatTemplateKwargs, ...(thinkingFlag !== undefined ? { enable_thinking: thinkingFlag === 'on' } : {}) } } }
-        : {}),
-    });
-    thinking = thinkingFlag ?? (th.chatTemplateKwargs.enable_thinking === undefined ? 'endpoint default' : th.chatTemplateKwargs.enable_thinking ? 'on' : 'off');
+    // an endpoint's template is unknown here: chat_template_kwargs are sent only when asked for
     templateKwargs = { ...th.chatTemplateKwargs, ...(thinkingFlag !== undefined ? { enable_thinking: thinkingFlag === 'on' } : {}) };
+    const asked = thinkingFlag !== undefined || Object.keys(th.chatTemplateKwargs).length > 0;
+    ({ backend, concurrency } = openEndpointBackend(args, endpoint, endpointModel, out, asked ? { chat_template_kwargs: templateKwargs } : undefined));
+    thinking = thinkingFlag ?? (th.chatTemplateKwargs.enable_thinking === undefined ? 'endpoint default' : th.chatTemplateKwargs.enable_thinking ? 'on' : 'off');
   } else {
     const { openEngine } = await import('../engine-flags.ts');
     const { loadPromptTokenizer } = await import('../../prompts/tokenizer.ts');
@@ -182,6 +155,14 @@ export async function run(argv: string[]): Promise<number> {
     const engine = await openEngine(args);
     dispose = () => engine.dispose();
     backend = new LocalBackend(engine, tokenizer, { templateKwargs: resolved.kwargs });
+    if (probeFile !== undefined) {
+      const { readProbe, checkProbeFits } = await import('../../experiments/probe/file.ts');
+      const { loadCheckpoint } = await import('../../checkpoint/load.ts');
+      const { ProbeGuard: Guard } = await import('../../guard/probe.ts');
+      const p = readProbe(probeFile);
+      checkProbeFits(p, { configHash: (await loadCheckpoint(resolve(model!))).configHash, numLayers: engine.numLayers, dModel: engine.dModel });
+      probe = new Guard(p);
+    }
   }
   const { judgeMaxTokens, maxTokens } = budgets(args, thinking, methods);
   try {
@@ -192,8 +173,9 @@ export async function run(argv: string[]): Promise<number> {
       concurrency,
       maxTokens,
       judgeMaxTokens,
-      onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe'),
+      onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'),
       onProgress: progress('guard eval'),
+      ...(probe ? { probe } : {}),
     };
     const meta = {
       backend: backend.name, data: dataDir, limit: Number.isFinite(limit) ? limit : null, cases: cases.length,

@@ -11,33 +11,26 @@
  * `--mitigation block` turns single:/full configurations into S³ without recovery. One model plays agent and guard.
  */
 import { basename, join, resolve } from 'node:path';
-import { numberValue, parseArgs, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
+import { choiceValue, parseArgs, positiveIntValue, requireValue, type FlagTable } from '../args.ts';
+import { ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openEndpointBackend } from '../endpoint-backend.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
 import { locateDataset, repoRoot } from '../../data/locate.ts';
-import { OpenAIBackend, type PrefillMode } from '../../guard/backends/openai.ts';
 import { LocalBackend } from '../../guard/backends/local.ts';
 import { s3Tasks, S3_BENCHES, type S3Bench } from '../../guard/bench/s3-tasks.ts';
 import { loadSkills, skillDirsFromFlag } from '../../guard/s3/skill-file.ts';
 import { parseConfigs, runS3Eval, summarizeS3 } from '../../guard/s3/eval.ts';
 import { s3MarkdownTable, writeS3Tables } from '../../guard/s3/table.ts';
 import type { ChatBackend } from '../../guard/types.ts';
-import type { HiddenStateProvider } from '../../guard/s3/check.ts';
-import { engineHiddenStates } from '../../guard/s3/hidden.ts';
-import type { CallFormat } from '../../experiments/outcome/types.ts';
+import { loadSkillProbe, probeCheck, SharedPrefill } from '../../guard/s3/checks/probe.ts';
 
 export const summary = 'S³: stage-specific safety skills with recovery, multi-turn evaluation (local model or endpoint)';
 
 export const flags: FlagTable = {
   usage: 's3 eval (--endpoint URL --endpoint-model M | --model DIR) --bench injecagent|agentharm|mixed [flags]',
   flags: [
-    { name: 'model', value: 'DIR', help: 'local checkpoint folder (agent and guard on the local engine)' },
-    { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda', help: 'local model precision' },
-    { name: 'device', value: 'cpu|cuda', default: 'cpu', help: 'local model device' },
-    { name: 'threads', value: 'N', default: 'one per physical core', help: 'intra-op threads' },
-    { name: 'template', value: 'FILE', help: 'chat template file instead of the model folder\'s' },
-    { name: 'endpoint', value: 'URL', help: 'OpenAI-compatible endpoint instead of a local model' },
-    { name: 'endpoint-model', value: 'NAME', help: 'model name at the endpoint' },
+    ...LOCAL_MODEL_FLAG_DEFS,
+    ...ENDPOINT_FLAG_DEFS,
     { name: 'bench', value: 'injecagent|agentharm|mixed', help: 'task set (mixed: a benign and a hazardous component per task)' },
     { name: 'configs', value: 'LIST', default: 'none,full', help: 'none, single:<skill>, no-recovery, full' },
     { name: 'skills', value: 'DIR[,DIR]', default: 'the shipped skills/', help: 'skill folders' },
@@ -51,29 +44,12 @@ export const flags: FlagTable = {
     { name: 'name', value: 'NAME', default: 'model folder or endpoint model', help: 'results name (results/<name>/s3)' },
     { name: 'out', value: 'DIR', default: 'results/<name>/s3', help: 'output folder' },
     { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'verdict when a guard answer cannot be parsed' },
-    { name: 'concurrency', value: 'N', default: '4 (endpoint), 1 (local)', help: 'tasks in flight' },
-    { name: 'api-key-env', value: 'VAR', help: 'environment variable holding the endpoint API key' },
-    { name: 'timeout-ms', value: 'MS', default: '60000', help: 'endpoint timeout' },
-    { name: 'retries', value: 'N', default: '3', help: 'endpoint retries' },
-    { name: 'prefill', value: 'none|continue|prefix', default: 'none', help: 'how guard verdicts are prefilled' },
-    { name: 'call-format', value: 'llama3|qwen|mistral', default: 'llama3', help: 'native call syntax left in content by an endpoint' },
-    { name: 'no-cache', boolean: true, help: 'do not cache endpoint answers' },
     { name: 'no-thinking', boolean: true, help: 'ask the endpoint to answer without thinking' },
   ],
   example: 's3 eval --model models/planted --bench mixed --limit 2 --configs none,no-recovery,full',
 };
 
-function oneOf<T extends string>(flag: string, v: string | undefined, allowed: readonly T[], fallback: T): T {
-  if (v === undefined) return fallback;
-  if (!(allowed as readonly string[]).includes(v)) throw new SafekeepError(`--${flag} must be one of ${allowed.join(', ')}, got '${v}'`);
-  return v as T;
-}
 
-function positiveInt(args: ParsedArgs, flag: string, fallback: number): number {
-  const n = numberValue(args, flag, fallback);
-  if (!(Number.isInteger(n) && n >= 1) && n !== Infinity) throw new SafekeepError(`--${flag} must be a positive integer, got ${n}`);
-  return n;
-}
 
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
@@ -81,12 +57,15 @@ export async function run(argv: string[]): Promise<number> {
   const endpoint = args.values.get('endpoint');
   if ((model === undefined) === (endpoint === undefined)) throw new SafekeepError('give exactly one of --model DIR or --endpoint URL');
   if (endpoint !== undefined && !/^https?:\/\/[^/]+/.test(endpoint)) throw new SafekeepError(`--endpoint must be an http(s) URL, got '${endpoint}'`);
-  const bench = oneOf<S3Bench>('bench', requireValue(args, 'bench'), S3_BENCHES, 'mixed');
-  const mitigation = oneOf('mitigation', args.values.get('mitigation'), ['recover', 'block'] as const, 'recover');
+  const bench = choiceValue<S3Bench>(args, 'bench', S3_BENCHES, 'mixed');
+  const mitigation = choiceValue(args, 'mitigation', ['recover', 'block'] as const, 'recover');
   const skills = loadSkills(skillDirsFromFlag(args.values.get('skills'), repoRoot));
-  let configs = parseConfigs(args.values.get('configs') ?? 'none,full', skills, !args.booleans.has('no-guard-decision'));
+  // check: probe (the refusal-probe skill) reads the local agent's own prefill (checks/probe.ts); endpoints have none
+  const probeSkills = skills.filter((s) => s.check === 'probe');
+  const checks = probeSkills.length && args.values.has('model') ? { probe: probeCheck } : undefined;
+  let configs = parseConfigs(args.values.get('configs') ?? 'none,full', skills, !args.booleans.has('no-guard-decision'), checks);
   if (mitigation === 'block') configs = configs.map((c) => (c.config ? { ...c, config: { ...c.config, mitigation: 'block' } } : c));
-  const limit = positiveInt(args, 'limit', Infinity);
+  const limit = positiveIntValue(args, 'limit', Infinity);
   const endpointModel = endpoint !== undefined ? requireValue(args, 'endpoint-model') : '';
   const name = (args.values.get('name') ?? (model !== undefined ? basename(resolve(model)) : endpointModel)).replace(/[^\w.-]+/g, '_');
   const out = resolve(args.values.get('out') ?? join(repoRoot, 'results', name, 's3'));
@@ -101,21 +80,9 @@ export async function run(argv: string[]): Promise<number> {
   let backend: ChatBackend;
   let dispose = async () => {};
   let concurrency = 1;
-  let hidden: HiddenStateProvider | undefined;
+  let shared: SharedPrefill | undefined;
   if (endpoint !== undefined) {
-    concurrency = positiveInt(args, 'concurrency', 4);
-    backend = new OpenAIBackend({
-      baseUrl: endpoint,
-      model: endpointModel,
-      apiKeyEnv: args.values.get('api-key-env'),
-      timeoutMs: numberValue(args, 'timeout-ms', 60_000),
-      retries: numberValue(args, 'retries', 3),
-      concurrency,
-      cacheDir: args.booleans.has('no-cache') ? undefined : join(out, 'cache'),
-      prefill: oneOf<PrefillMode>('prefill', args.values.get('prefill'), ['none', 'continue', 'prefix'], 'none'),
-      callFormat: oneOf<CallFormat>('call-format', args.values.get('call-format'), ['llama3', 'qwen', 'mistral'], 'llama3'),
-      ...(noThinking ? { extraBody: { chat_template_kwargs: { enable_thinking: false } } } : {}),
-    });
+    ({ backend, concurrency } = openEndpointBackend(args, endpoint, endpointModel, out, noThinking ? { chat_template_kwargs: { enable_thinking: false } } : undefined));
   } else {
     const { openEngine } = await import('../engine-flags.ts');
     const { loadPromptTokenizer } = await import('../../prompts/tokenizer.ts');
@@ -123,8 +90,17 @@ export async function run(argv: string[]): Promise<number> {
     const engine = await openEngine(args);
     dispose = () => engine.dispose();
     backend = new LocalBackend(engine, tokenizer, noThinking ? { templateKwargs: { enable_thinking: false } } : {});
-    // probe checks read activations of the same local model
-    hidden = engineHiddenStates(engine, tokenizer, noThinking ? { enable_thinking: false } : undefined);
+    if (probeSkills.length) {
+      for (const sk of probeSkills) {
+        const p = loadSkillProbe(sk);
+        if (p.dModel !== engine.dModel || p.layer > engine.numLayers) throw new SafekeepError(`skill ${sk.name}: probe for d_model ${p.dModel} at layer ${p.layer}; ${model} has d_model ${engine.dModel}, ${engine.numLayers} layers`);
+      }
+      shared = new SharedPrefill(backend, positiveIntValue(args, 'max-tokens', 256), { numLayers: engine.numLayers, dModel: engine.dModel });
+      backend = shared.backend;
+    }
+  }
+  if (probeSkills.length && !shared) {
+    throw new SafekeepError(`skill(s) ${probeSkills.map((s) => s.name).join(', ')} (check: probe) read the agent's hidden states: they need --model DIR, not --endpoint`);
   }
   try {
     process.stderr.write(`s3 eval: ${tasks.length} ${bench} tasks × ${configs.map((c) => c.name).join(',')} on ${backend.name}\n`);
@@ -132,9 +108,9 @@ export async function run(argv: string[]): Promise<number> {
     let last = 0;
     const rows = await runS3Eval(tasks, configs, {
       backend,
-      env: { onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe'), hidden },
-      maxSteps: positiveInt(args, 'max-steps', 6),
-      maxTokens: positiveInt(args, 'max-tokens', 256),
+      env: { onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'), ...(shared ? { hidden: shared } : {}) },
+      maxSteps: positiveIntValue(args, 'max-steps', 6),
+      maxTokens: positiveIntValue(args, 'max-tokens', 256),
       concurrency,
       onProgress: (done, total) => {
         const now = performance.now();

@@ -3,14 +3,23 @@
  *    [--method safekeep|safejudge | --skills DIR[,DIR] [--no-guard-decision] [--mitigation recover|block]]
  *    [--api-key-env VAR] [--judge-api-key-env VAR] [--timeout-ms 60000] [--prefill none|continue|prefix]
  *    [--unparseable unsafe|safe] [--judge-max-tokens 8]`
- * OpenAI-compatible proxy applying the SafeKeep guard — or, with `--skills`, S³ stage-specific skills at every stage
+ * `safekeep serve --model DIR [--method base|safekeep|refusal-probe|safekeep+probe] [--probe FILE] [--max-tokens 256]
+ *    [--thinking on|off] [--template FILE] [--dtype ..] [--device ..] [--threads N] [--max-memory ..] [--port ..] [--host ..]
+ *    [--unparseable unsafe|safe] [--judge-max-tokens 8]`
+ * The same API served by the local engine itself (src/guard/local-server.ts): the refusal probe reads the agent's own
+ * prefill, so it guards without an extra model call.
+ *
+ * The --upstream form: an OpenAI-compatible proxy applying the SafeKeep guard — or, with `--skills`, S³ stage-specific skills at every stage
  * (input, tool observations, tool calls, final answer) — in front of any chat-completions endpoint
  * (see src/guard/proxy.ts). One JSON log line per request (and per S³ stage decision) on stderr. Stops on
  * SIGINT/SIGTERM. Keys: `--api-key-env` for the upstream (else the client's own header is forwarded),
  * `--judge-api-key-env` for a separate judge host (which never receives the client's header).
  */
 import type { AddressInfo } from 'node:net';
-import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
+import type { Server } from 'node:http';
+import { basename } from 'node:path';
+import { choiceValue, numberValue, parseArgs, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
+import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { createGuardProxy } from '../../guard/proxy.ts';
 import type { PrefillMode } from '../../guard/backends/openai.ts';
@@ -21,14 +30,14 @@ import { repoRoot } from '../../data/locate.ts';
 export const summary = 'OpenAI-compatible proxy: the SafeKeep guard, or S³ skills at every stage, in front of an endpoint';
 
 export const flags: FlagTable = {
-  usage: 'serve --upstream URL [flags]',
+  usage: 'serve (--upstream URL | --model DIR) [flags]',
   flags: [
     { name: 'upstream', value: 'URL', help: 'OpenAI-compatible endpoint to guard' },
     { name: 'port', value: 'P', default: '8080', help: 'listen port (0 = any free port)' },
     { name: 'host', value: 'H', default: '127.0.0.1', help: 'listen address' },
     { name: 'judge-model', value: 'NAME', default: 'the request\'s model', help: 'model name for the judge call' },
     { name: 'judge-upstream', value: 'URL', default: '--upstream', help: 'endpoint of the judge' },
-    { name: 'method', value: 'safekeep|safejudge', default: 'safekeep', help: 'judge with prose specs (safekeep) or JSON schemas (safejudge)' },
+    { name: 'method', value: 'METHOD', default: 'safekeep', help: 'upstream: safekeep|safejudge (judge with prose specs or JSON schemas); --model: base|safekeep|refusal-probe|safekeep+probe' },
     { name: 'skills', value: 'DIR[,DIR]', help: 'S³: skill folders (or names under skills/) checked at every stage; excludes --method' },
     { name: 'no-guard-decision', boolean: true, help: 'S³: run every skill that passes its filter (no guard-agent pick)' },
     { name: 'mitigation', value: 'recover|block', default: 'recover', help: 'S³: recover (strip/replace, let the task go on) or block (end with a refusal)' },
@@ -38,18 +47,29 @@ export const flags: FlagTable = {
     { name: 'prefill', value: 'none|continue|prefix', default: 'none', help: 'how the judge verdict is prefilled' },
     { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'verdict when the judge answer cannot be parsed' },
     { name: 'judge-max-tokens', value: 'N', default: '8', help: 'judge generation budget' },
+    { name: 'model', value: 'DIR', help: 'serve the local engine itself instead of an upstream (guarded by --method; no --upstream)' },
+    { name: 'probe', value: 'FILE|DIR', help: 'local: a probe file or the refusal-probe skill folder from safekeep probe train (--method refusal-probe, safekeep+probe)' },
+    { name: 'max-tokens', value: 'N', default: '256', help: 'local: answer budget when the client gives none' },
+    { name: 'template', value: 'FILE', help: 'local: chat template file instead of the model folder\'s' },
+    { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda', help: 'local: model precision' },
+    { name: 'device', value: 'cpu|cuda', default: 'cpu', help: 'local: model device' },
+    { name: 'threads', value: 'N', default: 'one per physical core', help: 'local: intra-op threads' },
+    { name: 'max-memory', value: 'BYTES', help: 'local: memory budget, e.g. 6GB' },
+    ...THINKING_FLAG_DEFS,
   ],
   example: 'serve --upstream http://localhost:8000/v1 --port 8080',
 };
 
-function oneOf<T extends string>(name: string, v: string | undefined, allowed: readonly T[], fallback: T): T {
-  if (v === undefined) return fallback;
-  if (!(allowed as readonly string[]).includes(v)) throw new SafekeepError(`--${name} must be one of ${allowed.join(', ')}, got '${v}'`);
-  return v as T;
-}
+/** flags of the local-engine form only */
+const LOCAL_ONLY = ['probe', 'max-tokens', 'template', 'dtype', 'device', 'threads', 'max-memory', 'thinking', 'chat-template-kwargs'];
+
 
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
+  if (args.values.has('model')) return serveLocal(args);
+  for (const f of LOCAL_ONLY) {
+    if (args.values.has(f) || args.booleans.has(f)) throw new SafekeepError(`--${f} applies to serve --model DIR (the local engine), not to the --upstream proxy`);
+  }
   const skillsFlag = args.values.get('skills');
   if (skillsFlag !== undefined && args.values.has('method')) throw new SafekeepError('give --method or --skills, not both (--method safekeep = the safekeep-judge skill alone)');
   if (skillsFlag === undefined && (args.values.has('mitigation') || args.booleans.has('no-guard-decision'))) {
@@ -69,27 +89,103 @@ export async function run(argv: string[]): Promise<number> {
     upstream,
     judgeUpstream: args.values.get('judge-upstream'),
     judgeModel: args.values.get('judge-model'),
-    method: oneOf('method', args.values.get('method'), ['safekeep', 'safejudge'] as const, 'safekeep'),
+    method: choiceValue(args, 'method', ['safekeep', 'safejudge'] as const, 'safekeep'),
     apiKeyEnv: args.values.get('api-key-env'),
     judgeApiKeyEnv: args.values.get('judge-api-key-env'),
     skills,
     guardDecision: !args.booleans.has('no-guard-decision'),
-    mitigation: oneOf('mitigation', args.values.get('mitigation'), ['recover', 'block'] as const, 'recover') === 'block' ? 'block' : 'skill',
+    mitigation: choiceValue(args, 'mitigation', ['recover', 'block'] as const, 'recover') === 'block' ? 'block' : 'skill',
     timeoutMs: numberValue(args, 'timeout-ms', 60_000),
-    prefill: oneOf<PrefillMode>('prefill', args.values.get('prefill'), ['none', 'continue', 'prefix'], 'none'),
-    onUnparseable: oneOf('unparseable', args.values.get('unparseable'), ['unsafe', 'safe'] as const, 'unsafe'),
+    prefill: choiceValue<PrefillMode>(args, 'prefill', ['none', 'continue', 'prefix'], 'none'),
+    onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'),
     judgeMaxTokens: numberValue(args, 'judge-max-tokens', 8),
   });
+  await listenUntilStopped(server, host, port, `${upstream}${skills ? ` (S³ skills: ${skills.map((s) => `${s.name}@${s.stage}`).join(', ')})` : ''}`);
+  return 0;
+}
+
+async function listenUntilStopped(server: Server, host: string, port: number, target: string): Promise<void> {
   await new Promise<void>((resolve, reject) => {
     server.once('error', (e: NodeJS.ErrnoException) => reject(new SafekeepError(`cannot listen on ${host}:${port}: ${e.code ?? e.message}`)));
     server.listen(port, host, () => resolve());
   });
   const addr = server.address() as AddressInfo;
-  process.stdout.write(`safekeep serve: http://${host}:${addr.port}/v1 → ${upstream}${skills ? ` (S³ skills: ${skills.map((s) => `${s.name}@${s.stage}`).join(', ')})` : ''}\n`);
+  process.stdout.write(`safekeep serve: http://${host}:${addr.port}/v1 → ${target}\n`);
   await new Promise<void>((resolve) => {
     const stop = () => server.close(() => resolve());
     process.once('SIGINT', stop);
     process.once('SIGTERM', stop);
   });
+}
+
+/** `serve --model DIR`: the local engine behind the same API, guarded by guardedRespond. */
+async function serveLocal(args: ParsedArgs): Promise<number> {
+  for (const f of ['upstream', 'judge-upstream', 'judge-model', 'api-key-env', 'judge-api-key-env', 'timeout-ms', 'prefill', 'skills', 'mitigation', 'no-guard-decision']) {
+    if (args.values.has(f) || args.booleans.has(f)) throw new SafekeepError(`--${f} applies to the --upstream proxy, not to serve --model DIR`);
+  }
+  const method = choiceValue(args, 'method', ['base', 'safekeep', 'refusal-probe', 'safekeep+probe'] as const, 'safekeep');
+  const probeFile = args.values.get('probe');
+  if ((method === 'refusal-probe' || method === 'safekeep+probe') && probeFile === undefined) {
+    throw new SafekeepError(`--method ${method} needs --probe FILE (safekeep probe train writes results/<model>/probe/agent.schema.<kind>.json)`);
+  }
+  const port = numberValue(args, 'port', 8080);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new SafekeepError(`--port must be 0..65535, got ${port}`);
+  const host = args.values.get('host') ?? '127.0.0.1';
+  const { openEngine } = await import('../engine-flags.ts');
+  const { loadPromptTokenizer } = await import('../../prompts/tokenizer.ts');
+  const { resolveModel } = await import('../../hub/resolve.ts');
+  const { loadCheckpoint } = await import('../../checkpoint/load.ts');
+  const { LocalBackend } = await import('../../guard/backends/local.ts');
+  const { createLocalServer } = await import('../../guard/local-server.ts');
+  const { ProbeGuard } = await import('../../guard/probe.ts');
+  const { readProbe, checkProbeFits } = await import('../../experiments/probe/file.ts');
+  const { existsSync, statSync, readFileSync } = await import('node:fs');
+  const { join } = await import('node:path');
+  const modelDir = await resolveModel(requireValue(args, 'model'));
+  // --probe: a probe file, or a refusal-probe skill folder (SKILL.md with check: probe; probe train writes one)
+  let probe: InstanceType<typeof ProbeGuard> | undefined;
+  let probeFileToCheck: string | undefined;
+  let probeLabel = '';
+  if (probeFile !== undefined && existsSync(probeFile) && statSync(probeFile).isDirectory()) {
+    const { loadSkill } = await import('../../guard/s3/skill-file.ts');
+    const { probeGuardFromSkill } = await import('../../guard/s3/checks/probe.ts');
+    const skill = loadSkill(probeFile);
+    if (skill.check !== 'probe' || skill.stage !== 'input') throw new SafekeepError(`${join(probeFile, 'SKILL.md')}: serve --model --probe needs an input-stage skill with check: probe (got ${skill.stage}/${skill.check})`);
+    probe = probeGuardFromSkill(skill);
+    const j = JSON.parse(readFileSync(skill.probe!.direction, 'utf8')) as { format?: string };
+    if (j.format === 'safekeep-probe') probeFileToCheck = skill.probe!.direction;
+    probeLabel = `skill ${skill.name} ℓ=${skill.probe!.layer}`;
+  } else if (probeFile !== undefined) {
+    probeFileToCheck = probeFile;
+  }
+  const tokenizer = await loadPromptTokenizer(modelDir, { template: args.values.get('template') });
+  const engine = await openEngine(args);
+  try {
+    if (probeFileToCheck !== undefined) {
+      const p = readProbe(probeFileToCheck);
+      const ckpt = await loadCheckpoint(modelDir);
+      checkProbeFits(p, { configHash: ckpt.configHash, numLayers: engine.numLayers, dModel: engine.dModel });
+      probe ??= new ProbeGuard(p);
+      probeLabel ||= `probe ${p.kind} ℓ=${p.layer}`;
+    }
+    if (probe && (probe.probe.dModel !== engine.dModel || probe.probe.layer > engine.numLayers)) {
+      throw new SafekeepError(`--probe: d_model ${probe.probe.dModel}, layer ${probe.probe.layer} do not fit this model (d_model ${engine.dModel}, ${engine.numLayers} layers)`);
+    }
+    const { resolveTemplateKwargs } = await import('../../prompts/thinking.ts');
+    const th = thinkingOptions(args);
+    // default: thinking off where the template has the switch (as guard eval)
+    const backend = new LocalBackend(engine, tokenizer, { templateKwargs: resolveTemplateKwargs(tokenizer.template, th.thinking, th.chatTemplateKwargs).kwargs });
+    const server = createLocalServer({
+      backend, method, modelName: basename(modelDir),
+      ...(probe ? { probe } : {}),
+      defaultMaxTokens: numberValue(args, 'max-tokens', 256),
+      judgeMaxTokens: numberValue(args, 'judge-max-tokens', 8),
+      onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'),
+    });
+    await listenUntilStopped(server, host, port, `${modelDir} (local engine, guard ${method}${probe ? `, ${probeLabel}` : ''})`);
+  } finally {
+    await engine.dispose();
+  }
   return 0;
 }
+

@@ -23,7 +23,10 @@ export async function generate(s: Stepper, inputIds: number[][], opts: GenerateO
     { batch: B, width: 1, past: T + opts.maxNewTokens, hidden: B, logits: B, present: true },
   ]);
   for (const chunk of planChunks(inputIds.map((s) => s.length), s.config.numHeads, s.maxBatchTokens, undefined, fits)) {
-    const rs = await generateBatch(s, chunk.map((i) => inputIds[i]!), opts, steer);
+    // haltAfterPrefill sees the caller's row index, not the index within this internal batch
+    const halt = opts.haltAfterPrefill;
+    const chunkOpts = halt ? { ...opts, haltAfterPrefill: (b: number, h: Float32Array) => halt(chunk[b]!, h) } : opts;
+    const rs = await generateBatch(s, chunk.map((i) => inputIds[i]!), chunkOpts, steer);
     chunk.forEach((i, b) => { results[i] = rs[b]!; });
   }
   return results;
@@ -37,20 +40,29 @@ async function generateBatch(s: Stepper, prompts: number[][], opts: GenerateOpti
   const pb = leftPad(prompts);
   const B = pb.batch;
   const lastSlots = pb.pads.map((p, b) => b * pb.width + p + pb.lengths[b]! - 1);
+  const wantPromptHidden = !!opts.returnPromptLastHidden || !!opts.haltAfterPrefill;
   // positions 'generated': the prompt (prefill) is unsteered, the decode steps steered
   const prefillSteer = opts.steer?.positions === 'generated' ? new Float32Array(steer.length) : steer;
   let out = await s.prefill({
     ids: pb.ids, batch: B, width: pb.width, starts: pb.pads, past: null, steer: prefillSteer,
-    hiddenIndex: opts.returnPromptLastHidden ? lastSlots : [],
+    hiddenIndex: wantPromptHidden ? lastSlots : [],
     logitsIndex: opts.maxNewTokens > 0 ? lastSlots : [],
     reserve: opts.maxNewTokens, // the KV buffer gets room for the decode steps (up to KV_CHUNK, kv.ts)
   });
   const res: GenerateResult[] = prompts.map(() => ({ generatedIds: [], finish: 'length' }));
   const stepLogits: Float32Array[][] = prompts.map(() => []);
-  if (opts.returnPromptLastHidden) {
-    res.forEach((r, b) => { r.promptLastHidden = hiddenRows(out.hidden, L1, B, d, b, 1); });
-  }
   const done = new Array<boolean>(B).fill(opts.maxNewTokens === 0);
+  if (wantPromptHidden) {
+    res.forEach((r, b) => {
+      const h = hiddenRows(out.hidden, L1, B, d, b, 1);
+      if (opts.returnPromptLastHidden) r.promptLastHidden = h;
+      if (opts.haltAfterPrefill?.(b, h)) { done[b] = true; r.finish = 'halted'; }
+    });
+    if (done.every(Boolean)) {
+      if (opts.returnStepLogits) res.forEach((r) => { r.stepLogits = new Float32Array(0); });
+      return res;
+    }
+  }
   const wantFirstHidden = !!opts.returnFirstTokenHidden && opts.maxNewTokens > 0;
   for (let k = 0; ; k++) {
     // choose token k from the logits of the last step (rows = batch)
@@ -77,7 +89,10 @@ async function generateBatch(s: Stepper, prompts: number[][], opts: GenerateOpti
       reserve: opts.maxNewTokens - k - 1,
     });
     if (needHidden) {
-      res.forEach((r, b) => { r.firstTokenHidden = hiddenRows(out.hidden, L1, B, d, b, 1); });
+      res.forEach((r, b) => {
+        if (r.finish === 'halted') return; // no first token was chosen
+        r.firstTokenHidden = hiddenRows(out.hidden, L1, B, d, b, 1);
+      });
       if (done.every(Boolean)) break;
     }
   }

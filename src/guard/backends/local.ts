@@ -3,7 +3,8 @@
  * content in the family's native syntax (special tokens kept, end-of-turn tokens stripped).
  * Refusal prefill = the prefix as the content of a final assistant message rendered with
  * `continueFinalMessage` (HF semantics: the rendering stops right after the prefix), then continued.
- * Calls run one at a time (the engine is not re-entrant).
+ * Calls run one at a time (the engine is not re-entrant). `ChatCall.inspect` sees the prefill's last-prompt-token
+ * hidden states of the same generate call (engine `haltAfterPrefill`): no second forward pass.
  */
 import type { Engine } from '../../engine/types.ts';
 import type { PromptTokenizer } from '../../prompts/tokenizer.ts';
@@ -41,6 +42,7 @@ export function templateMessage(m: ChatMessage): ChatMessage {
 export class LocalBackend implements ChatBackend {
   readonly name: string;
   readonly callFormat: CallFormat;
+  readonly activations = true;
   private queue: Promise<unknown> = Promise.resolve();
 
   constructor(
@@ -72,8 +74,10 @@ export class LocalBackend implements ChatBackend {
   private async chatNow(call: ChatCall): Promise<ChatReply> {
     const t0 = performance.now();
     const ids = this.tokenizer.encode(this.renderCall(call));
-    const [g] = await this.engine.generate([ids], { maxNewTokens: call.maxTokens });
-    const text = stripEndTokens(this.tokenizer.decode(g!.generatedIds, { skipSpecial: false }));
+    const inspect = call.inspect;
+    const [g] = await this.engine.generate([ids], { maxNewTokens: call.maxTokens, ...(inspect ? { haltAfterPrefill: (_row: number, h: Float32Array) => inspect(h) } : {}) });
+    // a call halted after its prefill (ChatCall.inspect) generated nothing
+    const text = g!.generatedIds.length ? stripEndTokens(this.tokenizer.decode(g!.generatedIds, { skipSpecial: false })) : '';
     return {
       content: (call.prefix ?? '') + text,
       toolCalls: [],

@@ -16,3 +16,6 @@ export { recoverObservation, recoverCalls, recoverAnswer, recoveryMessage, guida
 export { parseRules, PREDICATES, type Rule } from './rules-lang.ts';
 export { readRuleMemory, retrieveRules, validateRuleMemory, RULE_MEMORY_FORMAT, type MemoryRule, type RuleMemory } from './memory.ts';
 export { engineHiddenStates } from './hidden.ts';
+export { probeCheck, loadSkillProbe, probeGuardFromSkill, SharedPrefill, type SkillProbe } from './checks/probe.ts';
+export { transformSkill, parseJsonAnswer, SKILL_FORMAT, TRANSFORM_ROLE, type TransformOptions, type TransformResult, type RoundRecord, type TestCase } from './transform.ts';
+export { runFidelity, readInstances, fidelityMarkdown, ORIGINALS, type FidelityInstance, type FidelityResult, type OriginalName } from './fidelity.ts';

@@ -1,0 +1,118 @@
+/**
+ * `safekeep s3 fidelity --skill DIR --original safekeep-judge|tool-rules --bench pairs|agentharm|FILE.jsonl
+ *    [--endpoint URL --endpoint-model M | --model DIR] [--limit N] [--no-guard-decision] [--unparseable unsafe|safe]
+ *    [--out DIR] [--data DIR] [--api-key-env VAR] [--timeout-ms 60000] [--no-thinking] [--dtype ..] [--device ..]`
+ * S³'s Table 3 (src/guard/s3/fidelity.ts): disagreement rates between a skill and the original implementation it
+ * came from, hazardous and benign instances separately, with Wilson intervals. pairs / agentharm give input-stage
+ * requests (hazardous = harmful, pairs: the first --limit pairs); a JSONL file gives any stage's instances.
+ * Writes <out>/fidelity-<skill>-vs-<original>.{md,json} (default results/<name>/s3/) and prints the table.
+ * A rules-only comparison without the guard agent needs no model.
+ */
+import { join, resolve } from 'node:path';
+import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
+import { SafekeepError } from '../../util/errors.ts';
+import { writeFileAtomic } from '../../util/atomic.ts';
+import { locateDataset, repoRoot } from '../../data/locate.ts';
+import { loadPairSet } from '../../data/load.ts';
+import { AGENT_SYSTEM, agentHarmCases } from '../../guard/bench/cases.ts';
+import { OpenAIBackend } from '../../guard/backends/openai.ts';
+import { LocalBackend } from '../../guard/backends/local.ts';
+import { loadSkill } from '../../guard/s3/skill-file.ts';
+import { fidelityMarkdown, ORIGINALS, readInstances, runFidelity, type FidelityInstance, type OriginalName } from '../../guard/s3/fidelity.ts';
+import type { ChatBackend } from '../../guard/types.ts';
+
+export const summary = 'S³ Table 3: disagreement of a skill with its original implementation (hazardous / benign)';
+
+export const flags: FlagTable = {
+  usage: 's3 fidelity --skill DIR --original safekeep-judge|tool-rules --bench pairs|agentharm|FILE.jsonl [--endpoint URL --endpoint-model M | --model DIR] [flags]',
+  flags: [
+    { name: 'skill', value: 'DIR', help: 'the skill folder (SKILL.md)' },
+    { name: 'original', value: 'safekeep-judge|tool-rules', help: 'the implementation in code it came from' },
+    { name: 'bench', value: 'pairs|agentharm|FILE.jsonl', help: 'input-stage requests, or a JSONL file of {id, hazardous, event}' },
+    { name: 'endpoint', value: 'URL', help: 'OpenAI-compatible endpoint (guard agent, judge, llm checks)' },
+    { name: 'endpoint-model', value: 'NAME', help: 'model name at the endpoint' },
+    { name: 'model', value: 'DIR', help: 'a local model instead of an endpoint' },
+    { name: 'limit', value: 'N', help: 'first N pairs / cases / instances' },
+    { name: 'no-guard-decision', boolean: true, help: 'run the skill without the guard agent\'s pick' },
+    { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'an answer that is neither YES nor NO counts as' },
+    { name: 'out', value: 'DIR', default: 'results/<name>/s3', help: 'output folder' },
+    { name: 'name', value: 'NAME', default: 'model folder, endpoint model, or rules', help: 'results name' },
+    { name: 'data', value: 'DIR', default: 'the located dataset', help: 'AgentHarm folder (--bench agentharm)' },
+    { name: 'api-key-env', value: 'VAR', help: 'environment variable holding the endpoint API key' },
+    { name: 'timeout-ms', value: 'MS', default: '60000', help: 'endpoint timeout' },
+    { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda', help: 'local model precision' },
+    { name: 'device', value: 'cpu|cuda', default: 'cpu', help: 'local model device' },
+    { name: 'threads', value: 'N', default: 'one per physical core', help: 'intra-op threads' },
+    { name: 'template', value: 'FILE', help: 'chat template file instead of the model folder\'s' },
+    { name: 'no-thinking', boolean: true, help: 'enable_thinking=false (Qwen3): template kwarg locally, chat_template_kwargs at an endpoint' },
+  ],
+  example: 's3 fidelity --skill skills/safekeep-judge --original safekeep-judge --bench pairs --limit 20 --model models/planted',
+};
+
+export async function run(argv: string[]): Promise<number> {
+  const args = parseArgs(argv, flags);
+  const skill = loadSkill(resolve(requireValue(args, 'skill')));
+  const original = requireValue(args, 'original');
+  if (!(ORIGINALS as readonly string[]).includes(original)) throw new SafekeepError(`--original must be one of ${ORIGINALS.join(', ')}, got '${original}'`);
+  const bench = requireValue(args, 'bench');
+  const limit = args.values.has('limit') ? numberValue(args, 'limit') : Infinity;
+  if (!(limit === Infinity || (Number.isInteger(limit) && limit >= 1))) throw new SafekeepError(`--limit must be a positive integer, got ${limit}`);
+  const unparseable = args.values.get('unparseable') ?? 'unsafe';
+  if (unparseable !== 'unsafe' && unparseable !== 'safe') throw new SafekeepError(`--unparseable must be unsafe or safe, got '${unparseable}'`);
+  const guardDecision = !args.booleans.has('no-guard-decision');
+
+  let instances: FidelityInstance[];
+  if (bench === 'pairs') {
+    const set = await loadPairSet('pairs');
+    instances = set.pairs.slice(0, limit).flatMap((p) => (['harmful', 'benign'] as const).map((k) => ({
+      id: `${k}/${p.id}`, hazardous: k === 'harmful',
+      event: { stage: 'input' as const, messages: [{ role: 'system', content: AGENT_SYSTEM }, { role: 'user', content: p[k].prompt }], tools: [...p.tools] },
+    })));
+  } else if (bench === 'agentharm') {
+    instances = agentHarmCases(resolve(args.values.get('data') ?? locateDataset('agentharm')), limit).map((c) => ({
+      id: c.id, hazardous: c.kind === 'harmful', event: { stage: 'input' as const, messages: c.request.messages, tools: c.request.tools },
+    }));
+  } else {
+    instances = readInstances(resolve(bench)).slice(0, limit);
+  }
+
+  const model = args.values.get('model');
+  const endpoint = args.values.get('endpoint');
+  if (model !== undefined && endpoint !== undefined) throw new SafekeepError('give at most one of --model DIR or --endpoint URL');
+  const needsModel = guardDecision || original === 'safekeep-judge' || skill.check === 'llm';
+  let backend: ChatBackend;
+  let dispose = async () => {};
+  if (endpoint !== undefined) {
+    if (!/^https?:\/\/[^/]+/.test(endpoint)) throw new SafekeepError(`--endpoint must be an http(s) URL, got '${endpoint}'`);
+    backend = new OpenAIBackend({
+      baseUrl: endpoint, model: requireValue(args, 'endpoint-model'), apiKeyEnv: args.values.get('api-key-env'), timeoutMs: numberValue(args, 'timeout-ms', 60_000),
+      ...(args.booleans.has('no-thinking') ? { extraBody: { chat_template_kwargs: { enable_thinking: false } } } : {}),
+    });
+  } else if (model !== undefined) {
+    const { openEngine } = await import('../engine-flags.ts');
+    const { loadPromptTokenizer } = await import('../../prompts/tokenizer.ts');
+    const tokenizer = await loadPromptTokenizer(model, { template: args.values.get('template') });
+    const engine = await openEngine(args);
+    dispose = () => engine.dispose();
+    backend = new LocalBackend(engine, tokenizer, args.booleans.has('no-thinking') ? { templateKwargs: { enable_thinking: false } } : {});
+  } else {
+    if (needsModel) throw new SafekeepError('this comparison calls a model (guard agent, judge or llm check): give --endpoint URL --endpoint-model M or --model DIR (or --no-guard-decision for rules vs rules)');
+    backend = { name: 'none', callFormat: 'llama3', chat: () => Promise.reject(new SafekeepError('no model was given')) };
+  }
+  try {
+    const r = await runFidelity(skill, original as OriginalName, instances, { backend, onUnparseable: unparseable }, {
+      guardDecision, repoSkills: join(repoRoot, 'skills'),
+      onProgress: (d, t) => { if (d === t || d % 20 === 0) process.stderr.write(`s3 fidelity: ${d}/${t}\n`); },
+    });
+    const name = (args.values.get('name') ?? (model ? resolve(model).split('/').pop()! : args.values.get('endpoint-model') ?? 'rules')).replace(/[^\w.-]+/g, '_');
+    const out = resolve(args.values.get('out') ?? join(repoRoot, 'results', name, 's3'));
+    const base = join(out, `fidelity-${skill.name}-vs-${original}`);
+    const md = fidelityMarkdown(r);
+    writeFileAtomic(`${base}.md`, md);
+    writeFileAtomic(`${base}.json`, JSON.stringify({ ...r, bench, backend: backend.name }, null, 2) + '\n');
+    process.stdout.write(`${md}\nwrote ${base}.md, ${base}.json\n`);
+  } finally {
+    await dispose();
+  }
+  return 0;
+}

@@ -1,0 +1,67 @@
+/**
+ * `safekeep s3 transform --from DESCRIPTION.md --out skills/NAME --endpoint URL --endpoint-model M [--max-rounds 3]
+ *    [--force] [--api-key-env VAR] [--timeout-ms 120000] [--retries 2] [--max-tokens 2048] [--no-thinking]`
+ * S³'s transform agent (src/guard/s3/transform.ts): method model → skill write (validated by the skill parser) →
+ * generated test cases run by the guard → refine with the failures, up to --max-rounds rounds. Every round's skill,
+ * cases and results stay under skills/NAME/transform/; an existing skills/NAME is replaced only with --force.
+ * Exit 0 when the chosen round passes every case, 1 when some still fail (the skill is written either way).
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
+import { SafekeepError } from '../../util/errors.ts';
+import { OpenAIBackend } from '../../guard/backends/openai.ts';
+import { transformSkill } from '../../guard/s3/transform.ts';
+
+export const summary = 'S³ transform agent: a defense description → a tested SKILL.md folder (LLM endpoint)';
+
+export const flags: FlagTable = {
+  usage: 's3 transform --from DESCRIPTION.md --out skills/NAME --endpoint URL --endpoint-model M [flags]',
+  flags: [
+    { name: 'from', value: 'FILE', help: 'the defense\'s description (paper text, docs)' },
+    { name: 'out', value: 'DIR', help: 'the skill folder to create; its name is the skill name' },
+    { name: 'endpoint', value: 'URL', help: 'OpenAI-compatible endpoint of the transforming LLM (also the guard\'s LLM for llm checks)' },
+    { name: 'endpoint-model', value: 'NAME', help: 'model name at the endpoint' },
+    { name: 'max-rounds', value: 'N', default: '3', help: 'skill write + test rounds in all (refines = rounds − 1)' },
+    { name: 'force', boolean: true, help: 'replace an existing --out folder (and its transform history)' },
+    { name: 'api-key-env', value: 'VAR', help: 'environment variable holding the endpoint API key' },
+    { name: 'timeout-ms', value: 'MS', default: '120000', help: 'endpoint timeout' },
+    { name: 'retries', value: 'N', default: '2', help: 'endpoint retries' },
+    { name: 'max-tokens', value: 'N', default: '2048', help: 'answer budget of each transform call' },
+    { name: 'no-thinking', boolean: true, help: 'send chat_template_kwargs enable_thinking=false (Qwen3 endpoints)' },
+  ],
+  example: 's3 transform --from skills/tool-rules/DESCRIPTION.md --out skills/tool-rules-transformed --endpoint http://127.0.0.1:8000/v1 --endpoint-model Qwen/Qwen3-8B',
+};
+
+export async function run(argv: string[]): Promise<number> {
+  const args = parseArgs(argv, flags);
+  const from = resolve(requireValue(args, 'from'));
+  if (!existsSync(from)) throw new SafekeepError(`--from ${from}: no such file`);
+  const description = readFileSync(from, 'utf8');
+  if (description.trim() === '') throw new SafekeepError(`--from ${from}: the description is empty`);
+  const endpoint = requireValue(args, 'endpoint');
+  if (!/^https?:\/\/[^/]+/.test(endpoint)) throw new SafekeepError(`--endpoint must be an http(s) URL, got '${endpoint}'`);
+  const backend = new OpenAIBackend({
+    baseUrl: endpoint,
+    model: requireValue(args, 'endpoint-model'),
+    apiKeyEnv: args.values.get('api-key-env'),
+    timeoutMs: numberValue(args, 'timeout-ms', 120_000),
+    retries: numberValue(args, 'retries', 2),
+    concurrency: 1,
+    ...(args.booleans.has('no-thinking') ? { extraBody: { chat_template_kwargs: { enable_thinking: false } } } : {}),
+  });
+  const r = await transformSkill({
+    description,
+    out: resolve(requireValue(args, 'out')),
+    backend,
+    maxRounds: numberValue(args, 'max-rounds', 3),
+    force: args.booleans.has('force'),
+    maxTokens: numberValue(args, 'max-tokens', 2048),
+    log: (l) => process.stderr.write(`${l}\n`),
+  });
+  for (const rd of r.rounds) {
+    process.stdout.write(`round ${rd.round}: ${rd.parseError ? `invalid skill — ${rd.parseError}` : `${r.cases.length - rd.failures}/${r.cases.length} cases pass`}${rd.failures ? ` (failing: ${rd.results.filter((x) => !x.pass).map((x) => x.id).join(', ') || 'all'})` : ''}\n`);
+  }
+  process.stdout.write(`skill (round ${r.chosen}, ${r.passed ? 'all cases pass' : 'some cases still fail'}): ${r.skillDir}\nhistory: ${r.skillDir}/transform/\n`);
+  return r.passed ? 0 : 1;
+}

@@ -1,0 +1,145 @@
+/**
+ * S³'s fidelity table (its Table 3): on stage-level instances, how often a skill and the original implementation it
+ * came from disagree (one flags, the other does not), for hazardous and benign instances separately, with 95 %
+ * Wilson intervals. The skill runs as the guard runs it (`runStage`: filter, guard agent unless disabled, check);
+ * the original runs as it exists in code:
+ * - `safekeep-judge`: today's SafeKeep judge (`judge()`, tools as prose) on the instance's conversation;
+ * - `tool-rules`: the shipped tool-rules rule engine (skills/tool-rules through `rulesCheck`, no trigger layers).
+ * Instances: input-stage requests from a pair set / AgentHarm (hazardous = harmful), or a JSONL file of
+ * `{"id", "hazardous": true|false, "event": {stage, messages, tools, calls?, observation?, answer?}}`.
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { RateCI } from '../../analysis/results.ts';
+import { SafekeepError } from '../../util/errors.ts';
+import { judge } from '../judge.ts';
+import { wilson } from '../metrics.ts';
+import type { CheckEnv } from './check.ts';
+import { eventConversation } from './checks/llm.ts';
+import { rulesCheck } from './checks/rules.ts';
+import type { StageEvent } from './event.ts';
+import { runStage } from './guard.ts';
+import type { Skill } from './skill.ts';
+import { loadSkill } from './skill-file.ts';
+import { isStage } from './stages.ts';
+
+export const ORIGINALS = ['safekeep-judge', 'tool-rules'] as const;
+export type OriginalName = (typeof ORIGINALS)[number];
+
+export interface FidelityInstance {
+  id: string;
+  hazardous: boolean;
+  event: StageEvent;
+}
+
+export interface FidelityRow {
+  id: string;
+  hazardous: boolean;
+  skill: boolean;
+  original: boolean;
+  disagree: boolean;
+  skillReason: string;
+  originalReason: string;
+}
+
+export interface FidelityGroup {
+  group: 'hazardous' | 'benign' | 'all';
+  n: number;
+  disagreement: RateCI;
+  /** both flag / only the skill / only the original / neither */
+  both: number;
+  skillOnly: number;
+  originalOnly: number;
+  neither: number;
+}
+
+export interface FidelityResult {
+  skill: string;
+  original: OriginalName;
+  guardDecision: boolean;
+  groups: FidelityGroup[];
+  rows: FidelityRow[];
+}
+
+/** Reads instances from JSONL (one error naming the file and line for a bad one). */
+export function readInstances(path: string): FidelityInstance[] {
+  const out: FidelityInstance[] = [];
+  readFileSync(path, 'utf8').split('\n').forEach((line, i) => {
+    if (!line.trim()) return;
+    let v: { id?: unknown; hazardous?: unknown; event?: Partial<StageEvent> };
+    try {
+      v = JSON.parse(line) as typeof v;
+    } catch (e) {
+      throw new SafekeepError(`${path}:${i + 1}: not valid JSON (${(e as Error).message})`);
+    }
+    if (typeof v.hazardous !== 'boolean') throw new SafekeepError(`${path}:${i + 1}: "hazardous" must be true or false`);
+    const e = v.event;
+    if (!e || !isStage(e.stage) || !Array.isArray(e.messages)) throw new SafekeepError(`${path}:${i + 1}: "event" needs a "stage" and "messages"`);
+    out.push({ id: typeof v.id === 'string' ? v.id : `line-${i + 1}`, hazardous: v.hazardous, event: { ...e, tools: Array.isArray(e.tools) ? e.tools : [] } as StageEvent });
+  });
+  if (out.length === 0) throw new SafekeepError(`${path}: no instances`);
+  return out;
+}
+
+/** The original implementation's decision on one instance: flags (unsafe) or not, and why. */
+export async function originalDecision(name: OriginalName, e: StageEvent, env: CheckEnv, repoSkills: string): Promise<{ flags: boolean; reason: string }> {
+  if (name === 'safekeep-judge') {
+    const j = await judge(eventConversation(e), e.tools, env.backend, { toolView: 'prose', onUnparseable: env.onUnparseable, maxTokens: 8, model: env.model, authorization: env.authorization });
+    return { flags: j.unsafe, reason: `judge: ${j.verdict}` };
+  }
+  const r = await rulesCheck(loadSkill(join(repoSkills, 'tool-rules')), e, env);
+  return { flags: r.risky, reason: r.reason };
+}
+
+function group(name: FidelityGroup['group'], rows: readonly FidelityRow[]): FidelityGroup {
+  const k = rows.filter((r) => r.disagree).length;
+  const w = wilson(k, rows.length);
+  const round = (x: number) => Math.round(x * 1e6) / 1e6;
+  return {
+    group: name, n: rows.length, disagreement: { k, n: rows.length, p: round(w.p), lo: round(w.lo), hi: round(w.hi) },
+    both: rows.filter((r) => r.skill && r.original).length,
+    skillOnly: rows.filter((r) => r.skill && !r.original).length,
+    originalOnly: rows.filter((r) => !r.skill && r.original).length,
+    neither: rows.filter((r) => !r.skill && !r.original).length,
+  };
+}
+
+export async function runFidelity(
+  skill: Skill, original: OriginalName, instances: readonly FidelityInstance[], env: CheckEnv,
+  opts: { guardDecision: boolean; repoSkills: string; onProgress?: (done: number, total: number) => void },
+): Promise<FidelityResult> {
+  const rows: FidelityRow[] = [];
+  for (const [i, inst] of instances.entries()) {
+    if (inst.event.stage !== skill.stage) throw new SafekeepError(`instance ${inst.id} is a ${inst.event.stage} event; skill ${skill.name} runs at ${skill.stage}`);
+    const d = await runStage(inst.event, { skills: [skill], guardDecision: opts.guardDecision, mitigation: 'skill' }, env);
+    const o = await originalDecision(original, inst.event, env, opts.repoSkills);
+    const s = d.action !== 'pass';
+    rows.push({
+      id: inst.id, hazardous: inst.hazardous, skill: s, original: o.flags, disagree: s !== o.flags,
+      skillReason: d.invoked ? (d.picked.length ? d.runs.map((r) => r.result.reason).join('; ') : 'the guard agent picked no skill') : 'filtered out',
+      originalReason: o.reason,
+    });
+    opts.onProgress?.(i + 1, instances.length);
+  }
+  return {
+    skill: skill.name, original, guardDecision: opts.guardDecision,
+    groups: [group('hazardous', rows.filter((r) => r.hazardous)), group('benign', rows.filter((r) => !r.hazardous)), group('all', rows)],
+    rows,
+  };
+}
+
+const pct = (x: number) => (Number.isFinite(x) ? (100 * x).toFixed(1) : '–');
+
+export function fidelityMarkdown(r: FidelityResult): string {
+  const lines = [
+    `# Fidelity — skill \`${r.skill}\` vs the original \`${r.original}\` (S³ Table 3)`,
+    '',
+    '| Instances | n | Disagreement % [95 % CI] | Both flag | Skill only | Original only | Neither |',
+    '| --- | --- | --- | --- | --- | --- | --- |',
+    ...r.groups.map((g) => `| ${g.group} | ${g.n} | ${g.n ? `${pct(g.disagreement.p)} [${pct(g.disagreement.lo)}, ${pct(g.disagreement.hi)}] (${g.disagreement.k}/${g.n})` : '–'} | ${g.both} | ${g.skillOnly} | ${g.originalOnly} | ${g.neither} |`),
+    '',
+    `The skill runs through the guard (${r.guardDecision ? 'filter + guard agent + check' : 'filter + check, no guard agent'}); the original as implemented in code. Wilson 95 % intervals.`,
+    '',
+  ];
+  return lines.join('\n');
+}

