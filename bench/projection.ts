@@ -20,6 +20,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { installTokenizer, type NpmTokenizer } from '../src/prompts/tokenizer.ts';
+import { engineEnv } from '../src/cli/env.ts';
 import { conditionName, openContext, renderRows } from '../src/experiments/extract.ts';
 import { TABLE1, TABLE2 } from '../src/experiments/reproduce.ts';
 import { agentHarmCases, injecAgentCases } from '../src/guard/bench/cases.ts';
@@ -62,8 +63,7 @@ const MODELS: Array<{ name: string; tokenizer: NpmTokenizer; family: 'llama' | '
 interface Work { prefill: number; decodeSteps: number; items: number }
 
 const dir = mkdtempSync(join(tmpdir(), 'bench-projection-'));
-process.env.SAFEKEEP_CACHE ??= join(dir, '.graphs');
-process.env.SAFEKEEP_QUIET = '1';
+const engine = { ...engineEnv(), cacheDir: process.env.SAFEKEEP_CACHE ?? join(dir, '.graphs'), quiet: true };
 try {
   const counted = new Map<string, { reproduce: Work; steer: Work }>();
   for (const tk of ['llama3', 'qwen3'] as const) {
@@ -73,7 +73,7 @@ try {
     await installTokenizer(model, tk);
     // the real chat templates (tool-calling) from ../shared when present
     const template = sharedPath('templates', tk === 'llama3' ? 'llama-3.1-instruct.jinja' : 'qwen3.jinja');
-    const ctx = await openContext({ model, data: 'pairs', results: join(dir, 'results'), ...(template ? { template } : {}) });
+    const ctx = await openContext({ model, data: 'pairs', results: join(dir, 'results'), engine, ...(template ? { template } : {}) });
     const seen = new Set<string>();
     const reproduce: Work = { prefill: 0, decodeSteps: 0, items: 0 };
     let steerPrompt = { harmful: 0, benign: 0 };

@@ -11,11 +11,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { installTokenizer } from '../src/prompts/tokenizer.ts';
+import { engineEnv } from '../src/cli/env.ts';
 import { openContext, renderRows, conditionName, type Condition } from '../src/experiments/extract.ts';
 import { QUICK_PAIRS, TABLE1, TABLE2, reproduce } from '../src/experiments/reproduce.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'bench-quick-'));
-process.env.SAFEKEEP_CACHE ??= join(dir, '.graphs');
+const engine = { ...engineEnv(), cacheDir: process.env.SAFEKEEP_CACHE ?? join(dir, '.graphs') };
 try {
   const model = join(dir, 'qwen3-0.6b-shape');
   let t = performance.now();
@@ -27,11 +28,11 @@ try {
   console.log(`wrote Qwen3-0.6B-shaped checkpoint in ${((performance.now() - t) / 1000).toFixed(0)} s`);
   if (process.argv.includes('--measure-all')) {
     t = performance.now();
-    await reproduce({ model, data: 'pairs', results: join(dir, 'results'), quick: true });
+    await reproduce({ model, data: 'pairs', results: join(dir, 'results'), quick: true, engine });
     console.log(`reproduce --quick: ${((performance.now() - t) / 60000).toFixed(1)} min`);
   } else {
     t = performance.now();
-    const ctx = await openContext({ model, data: 'pairs', results: join(dir, 'results'), limit: QUICK_PAIRS });
+    const ctx = await openContext({ model, data: 'pairs', results: join(dir, 'results'), limit: QUICK_PAIRS, engine });
     console.log(`engine start: ${((performance.now() - t) / 1000).toFixed(1)} s`);
     const conditions: Condition[] = [{ config: 'chatbot', repr: null }, ...TABLE1.map((x) => x.c), ...TABLE2.map((x) => x.c)];
     const seen = new Set<string>();

@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
+import { engineEnv } from '../src/cli/env.ts';
 import { createEngine } from '../src/engine/engine.ts';
 import { SMOLLM2_SHAPE } from './common.ts';
 
@@ -18,10 +19,10 @@ const flag = (name: string, def: number): number => {
 const reps = flag('reps', 3);
 const newTokens = flag('new', 32);
 const dir = mkdtempSync(join(tmpdir(), 'bench-steer-'));
-process.env.SAFEKEEP_CACHE ??= join(dir, '.graphs');
+const cacheDir = process.env.SAFEKEEP_CACHE ?? join(dir, '.graphs');
 try {
   await writeRandomCheckpoint(join(dir, 'm'), 'llama', { ...SMOLLM2_SHAPE, seed: 3 });
-  const eng = await createEngine(join(dir, 'm'));
+  const eng = await createEngine(join(dir, 'm'), { ...engineEnv(), cacheDir });
   const prompt = Array.from({ length: 128 }, (_, i) => 3 + ((i * 7919) % 49000));
   const vector = Float32Array.from({ length: SMOLLM2_SHAPE.hiddenSize }, (_, i) => Math.sin(i));
   const steer = { layer: 15, vector, alpha: 4 };

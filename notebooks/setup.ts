@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { writePlantedModel } from '../src/experiments/planted.ts';
 import { loadPairSet } from '../src/data/load.ts';
 import { resolveModel } from '../src/hub/resolve.ts';
+import { engineEnv } from '../src/cli/env.ts';
 import { openContext, type ExtractContext } from '../src/experiments/extract.ts';
 
 function flag(name: string): string | undefined {
@@ -40,6 +41,7 @@ export async function setup(): Promise<NotebookSetup> {
   const limitArg = Number(flag('limit') ?? (plantedR ? 40 : 0));
   const ctx = await openContext({
     model,
+    engine: engineEnv(), // SAFEKEEP_CACHE etc., as the CLI reads them
     data: flag('data') ?? 'pairs',
     results: flag('results') ?? join(tmp, 'results'),
     ...(limitArg > 0 ? { limit: limitArg } : {}),

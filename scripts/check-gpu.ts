@@ -23,7 +23,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngine, type OnnxEngine } from '../src/engine/engine.ts';
-import { COMPUTE_DTYPES, type ComputeDType } from '../src/engine/precision.ts';
+import { COMPUTE_DTYPES, type ComputeDType } from '../src/engine/graph/precision.ts';
 import { SafekeepError } from '../src/util/errors.ts';
 
 function flag(name: string): string | undefined {
@@ -82,6 +82,8 @@ const DUT: 'cuda' | 'cpu' = flag('as') === 'cpu' ? 'cpu' : 'cuda';
 
 const BOUND: Partial<Record<ComputeDType, number>> = { f32: 1e-3, bf16: 1e-3, f16: 1e-2, bf16w: 5e-2 };
 let failed = false;
+/** the graph cache of this run (a temp folder) */
+let cacheDir = '';
 function line(status: 'ok' | 'FAIL' | 'info', text: string): void {
   if (status === 'FAIL') failed = true;
   process.stdout.write(`[${status.padEnd(4)}] ${text}\n`);
@@ -90,7 +92,7 @@ function line(status: 'ok' | 'FAIL' | 'info', text: string): void {
 async function parity(dir: string, dtype: ComputeDType, cpu32: OnnxEngine, cpuSame: OnnxEngine | null): Promise<void> {
   let gpu: OnnxEngine;
   try {
-    gpu = await createEngine(dir, { device: DUT, dtype });
+    gpu = await createEngine(dir, { cacheDir, device: DUT, dtype });
   } catch (e) {
     line('FAIL', `${DUT} ${dtype}: the session does not start — ${(e as Error).message.split('\n')[0]}`);
     return;
@@ -153,7 +155,7 @@ async function speed(dir: string, dtype: ComputeDType): Promise<number | null> {
   const before = gpuMemoryMiB();
   let gpu: OnnxEngine;
   try {
-    gpu = await createEngine(dir, { device: DUT, dtype });
+    gpu = await createEngine(dir, { cacheDir, device: DUT, dtype });
   } catch (e) {
     line('FAIL', `${DUT} ${dtype} (135M shape): the session does not start — ${(e as Error).message.split('\n')[0]}`);
     return null;
@@ -187,13 +189,13 @@ async function main(): Promise<number> {
     if (!COMPUTE_DTYPES.includes(d) || d === 'q8' || d === 'q4') throw new SafekeepError(`--dtypes: ${d} is not one of f32, bf16, f16, bf16w`);
   }
   const tmp = mkdtempSync(join(tmpdir(), 'safekeep-gpu-'));
-  process.env.SAFEKEEP_CACHE = join(tmp, 'cache');
+  cacheDir = join(tmp, 'cache');
   const cpu: OnnxEngine[] = [];
   try {
     const tiny = join(tmp, 'tiny');
     await writeRandomCheckpoint(tiny, 'llama', { seed: 4, numLayers: 4, hiddenSize: 256, numHeads: 8, numKvHeads: 2, intermediateSize: 512, vocabSize: 1000, std: 0.05, dtype: 'BF16' });
     try {
-      const probe = await createEngine(tiny, { device: DUT, dtype: 'f32' });
+      const probe = await createEngine(tiny, { cacheDir, device: DUT, dtype: 'f32' });
       await probe.dispose();
     } catch (e) {
       if (e instanceof SafekeepError) {
@@ -203,10 +205,10 @@ async function main(): Promise<number> {
       throw e;
     }
     line('ok', DUT === 'cuda' ? 'onnxruntime CUDA execution provider starts' : 'device under test: cpu (--as cpu: checks this script, not a GPU)');
-    const cpu32 = await createEngine(tiny, { device: 'cpu', dtype: 'f32' });
+    const cpu32 = await createEngine(tiny, { cacheDir, device: 'cpu', dtype: 'f32' });
     cpu.push(cpu32);
     for (const d of dtypes) {
-      const same = d === 'f16' ? await createEngine(tiny, { device: 'cpu', dtype: 'f16sim' }) : null;
+      const same = d === 'f16' ? await createEngine(tiny, { cacheDir, device: 'cpu', dtype: 'f16sim' }) : null;
       if (same) cpu.push(same);
       await parity(tiny, d, cpu32, same);
     }
