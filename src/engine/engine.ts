@@ -16,7 +16,7 @@ import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { resolveEngineConfig, type AttentionImpl, type EngineOptions } from './engine-config.ts';
 import { IO } from './graph/io.ts';
-import { positionIds, steeringMatrix } from './run/batch.ts';
+import { callInterventions, interventionInputs, positionIds } from './run/batch.ts';
 import { memoryFits, prefill } from './run/chunked.ts';
 import { checkIds, forward } from './run/forward.ts';
 import { generate } from './run/generate.ts';
@@ -48,6 +48,8 @@ export class OnnxEngine implements Engine, Stepper {
 
   /** the sliding window of the windowed layers (one size per config), null when every layer attends fully */
   readonly window: number | null;
+  /** the projection inputs of a step without ablate/clamp (zero directions: the graph leaves hidden states as they are) */
+  private readonly noProjection: { dir: Float32Array; value: Float32Array };
   /** RoPE inv_freq as f32 when it does not depend on the length (every type but dynamic) */
   private readonly fixedInvFreq: Float32Array | null;
 
@@ -65,6 +67,7 @@ export class OnnxEngine implements Engine, Stepper {
     this.vocabSize = this.config.vocabSize;
     this.eosIds = [...this.config.eosTokenIds];
     this.graphCached = graphCached;
+    this.noProjection = { dir: new Float32Array((this.numLayers + 1) * this.dModel), value: new Float32Array(this.numLayers + 1) };
   }
 
   /** [B, hd/2] inverse frequencies, row b for a sequence of lengths[b] tokens (only dynamic NTK looks at it) */
@@ -95,6 +98,8 @@ export class OnnxEngine implements Engine, Stepper {
       [IO.attnBias]: new ort.Tensor('float32', capacityBias(B, T, P, C, inp.starts), [B, T, C + T]),
       [IO.ropeInvFreq]: new ort.Tensor('float32', this.invFreqRows(B, inp.ropeLength ?? inp.starts.map((s) => P + T - s)), [B, this.config.headDim / 2]),
       [IO.steer]: new ort.Tensor('float32', inp.steer, [this.numLayers + 1, this.dModel]),
+      [IO.interveneDir]: new ort.Tensor('float32', inp.project?.dir ?? this.noProjection.dir, [this.numLayers + 1, this.dModel]),
+      [IO.interveneValue]: new ort.Tensor('float32', inp.project?.value ?? this.noProjection.value, [this.numLayers + 1]),
       [IO.hiddenIndex]: new ort.Tensor('int64', i64(inp.hiddenIndex), [inp.hiddenIndex.length]),
       [IO.logitsIndex]: new ort.Tensor('int64', i64(inp.logitsIndex), [inp.logitsIndex.length]),
     };
@@ -145,7 +150,7 @@ export class OnnxEngine implements Engine, Stepper {
    */
   async forwardShared(inputIds: number[][], opts: SharedForwardOptions = {}): Promise<SharedForwardResult> {
     checkIds(inputIds, this.vocabSize);
-    return forwardShared(this, inputIds, steeringMatrix(this.numLayers, this.dModel, opts.steer), opts);
+    return forwardShared(this, inputIds, interventionInputs(this.numLayers, this.dModel, callInterventions(opts)), opts);
   }
 
   /**
@@ -154,7 +159,7 @@ export class OnnxEngine implements Engine, Stepper {
    */
   async firstTokenShared(inputIds: number[][], opts: FirstTokenSharedOptions = {}): Promise<FirstTokenSharedResult> {
     checkIds(inputIds, this.vocabSize);
-    return firstTokenShared(this, inputIds, steeringMatrix(this.numLayers, this.dModel, opts.steer), opts);
+    return firstTokenShared(this, inputIds, interventionInputs(this.numLayers, this.dModel, callInterventions(opts)), opts);
   }
 
   async generate(inputIds: number[][], opts: GenerateOptions): Promise<GenerateResult[]> {

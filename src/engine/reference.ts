@@ -27,7 +27,7 @@ import { layerWeights, tensorName } from '../checkpoint/tensors.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { argmax } from './run/argmax.ts';
-import type { Steering } from './types.ts';
+import type { Intervention, Steering } from './types.ts';
 
 /** Weights upcast to f64, by HF name. Cached per checkpoint object and weight precision. */
 type Weights = Map<string, Float64Array>;
@@ -73,6 +73,8 @@ export interface ReferenceForwardOptions {
   steer?: Steering;
   /** row l is added to hidden[l]. [L+1, d_model] */
   steerMatrix?: Float32Array | Float64Array;
+  /** add / ablate / clamp (types.ts), every position of this call */
+  interventions?: Intervention[];
   /** cache from a previous call: `ids` continue that sequence */
   past?: ReferenceKV;
   /** default 'stored' */
@@ -200,6 +202,29 @@ function steeringRows(c: ModelConfig, opts: ReferenceForwardOptions): (Float64Ar
   return rows;
 }
 
+/** r / |r| in Float64 */
+function unit(r: ArrayLike<number>): Float64Array {
+  let n = 0;
+  for (let i = 0; i < r.length; i++) n += Number(r[i]) ** 2;
+  n = Math.sqrt(n);
+  if (n === 0) throw new SafekeepError('intervention vector is zero');
+  return Float64Array.from({ length: r.length }, (_, i) => Number(r[i]) / n);
+}
+
+/** x ← x + alpha·r̂ */
+function addAlong(x: Float64Array, r: ArrayLike<number>, alpha: number): void {
+  const u = unit(r);
+  for (let i = 0; i < x.length; i++) x[i] = x[i]! + alpha * u[i]!;
+}
+
+/** x ← x − (x·r̂)r̂ + value·r̂: the projection on r̂ set to value (0 = directional ablation) */
+function setProjection(x: Float64Array, r: ArrayLike<number>, value: number): void {
+  const u = unit(r);
+  let along = 0;
+  for (let i = 0; i < x.length; i++) along += x[i]! * u[i]!;
+  for (let i = 0; i < x.length; i++) x[i] = x[i]! + (value - along) * u[i]!;
+}
+
 // ---- the forward pass -------------------------------------------------------------------------------------------
 
 export function referenceForward(ckpt: Checkpoint, ids: number[], opts: ReferenceForwardOptions = {}): ReferenceForwardResult {
@@ -224,10 +249,13 @@ export function referenceForward(ckpt: Checkpoint, ids: number[], opts: Referenc
     if (!Number.isInteger(id) || id < 0 || id >= c.vocabSize) throw new SafekeepError(`token id ${id} out of range 0..${c.vocabSize - 1}`);
     return emb.slice(id * d, (id + 1) * d);
   });
+  const ivs = opts.interventions ?? [];
   const record = (l: number): void => {
     xs.forEach((x, t) => {
       const s = steer[l];
       if (s) for (let i = 0; i < d; i++) x[i] = x[i]! + s[i]!;
+      for (const iv of ivs) if (iv.layer === l && iv.kind === 'add') addAlong(x, iv.vector, iv.alpha!);
+      for (const iv of ivs) if (iv.layer === l && iv.kind !== 'add') setProjection(x, iv.vector, iv.kind === 'clamp' ? iv.alpha! : 0);
       hidden.set(x, (l * T + t) * d);
     });
   };
@@ -311,6 +339,8 @@ export interface ReferenceGenerateOptions {
   stopIds?: number[];
   steer?: Steering;
   steerMatrix?: Float32Array | Float64Array;
+  /** positions 'generated': only the fed-back tokens */
+  interventions?: Intervention[];
   weights?: WeightPrecision;
 }
 
@@ -339,8 +369,12 @@ export function referenceGenerate(ckpt: Checkpoint, prompt: number[], opts: Refe
   const L = c.numLayers;
   const d = c.hiddenSize;
   const stop = new Set(opts.stopIds ?? c.eosTokenIds);
-  const fwd = { steer: opts.steer, steerMatrix: opts.steerMatrix, weights: opts.weights };
-  let r = referenceForward(ckpt, prompt, opts.steer?.positions === 'generated' ? { weights: opts.weights } : fwd);
+  const fwd = { steer: opts.steer, steerMatrix: opts.steerMatrix, weights: opts.weights, interventions: opts.interventions };
+  const prefill = {
+    ...(opts.steer?.positions === 'generated' ? { weights: opts.weights } : fwd),
+    interventions: (opts.interventions ?? []).filter((iv) => (iv.positions ?? 'all') === 'all'),
+  };
+  let r = referenceForward(ckpt, prompt, prefill);
   const promptLastHidden = hiddenAt(r.hidden, L, prompt.length, d, prompt.length - 1);
   let last = r.logits.subarray((prompt.length - 1) * V);
   const generatedIds: number[] = [];

@@ -9,10 +9,7 @@
  */
 import type { PrefixCache } from './run/prefix-cache.ts';
 
-/** Steering as a full matrix: row l is ADDED to hidden[l]; zeros = no steering. [L+1, d_model] */
-export type SteeringMatrix = Float32Array;
-
-/** Convenience form used by the CLI: hidden[layer] -= alpha * vector/|vector|. */
+/** Shorthand of one 'add' intervention: hidden[layer] -= alpha * vector/|vector|. */
 export interface Steering {
   layer: number;
   /** [d_model] (normalised by the engine) */
@@ -27,6 +24,28 @@ export interface Steering {
 }
 
 export type SteerPositions = 'all' | 'generated';
+
+/**
+ * An intervention on the residual stream hidden[layer] (r̂ = vector/|vector|):
+ * - 'add':    h + alpha·r̂
+ * - 'ablate': h − (h·r̂)r̂            (directional ablation: the component along r̂ removed)
+ * - 'clamp':  h − (h·r̂)r̂ + alpha·r̂  (the projection on r̂ set to alpha)
+ * At one layer every add is applied first, then at most one ablate or clamp. `positions` as for `Steering`
+ * (generation only; forward() applies every intervention at every position).
+ */
+export interface Intervention {
+  /** 0..L: hidden[0] = embeddings, hidden[l] = output of decoder block l-1 */
+  layer: number;
+  kind: InterventionKind;
+  /** [d_model] (normalised by the engine) */
+  vector: Float32Array | number[];
+  /** required for 'add' and 'clamp' */
+  alpha?: number;
+  positions?: SteerPositions;
+}
+
+export type InterventionKind = 'add' | 'ablate' | 'clamp';
+export const INTERVENTION_KINDS: readonly InterventionKind[] = ['add', 'ablate', 'clamp'];
 export const STEER_POSITIONS: readonly SteerPositions[] = ['all', 'generated'];
 
 /** Which positions of each (unpadded) sequence to return. */
@@ -34,6 +53,8 @@ export type PositionSelector = 'all' | 'last' | 'none' | number[];
 
 export interface ForwardOptions {
   steer?: Steering;
+  /** applied together with `steer` (its shorthand: { kind: 'add', alpha: −alpha }) */
+  interventions?: Intervention[];
   /** positions whose hidden states are returned (default 'all') */
   hiddenAt?: PositionSelector;
   /** positions whose logits are returned (default 'all') */
@@ -57,6 +78,8 @@ export interface GenerateOptions {
   /** defaults to the checkpoint's generation_config eos ids; [] = never stop */
   stopIds?: number[];
   steer?: Steering;
+  /** applied together with `steer` */
+  interventions?: Intervention[];
   /** keep the logits that chose every generated token (row 0 = last prompt position) */
   returnStepLogits?: boolean;
   /** all-layer hidden state of the first generated token (computed when it is fed back) */
@@ -103,6 +126,7 @@ export interface Engine extends EngineInfo {
 
 export interface SharedForwardOptions {
   steer?: Steering;
+  interventions?: Intervention[];
   hiddenAt?: PositionSelector;
   logitsAt?: PositionSelector;
   /** boundaries per prompt from `prefixPlan` over the whole workload (default: planned over this call's prompts) */

@@ -30,7 +30,7 @@ import type { EngineConfig } from '../engine-config.ts';
 import type { QuantStore } from './quant-index.ts';
 import { attention, type Attend } from './attention.ts';
 import { hiddenCapture } from './capture.ts';
-import { addSteer, steerRow } from './intervene.ts';
+import { addSteer, projectTo, steerRow } from './intervene.ts';
 import { declareInputs, outputKv, outputResults, type GraphInputs } from './io.ts';
 import { swigluMlp } from './mlp.ts';
 import { rmsnorm } from './norm.ts';
@@ -61,10 +61,11 @@ export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype
   };
   const hidden = hiddenCapture(g, io.hiddenIndex);
 
-  let x = g.scope('embed', () => addSteer(g, g.op('Reshape', [w.embedRows(io.ids), g.i64([-1, c.hiddenSize])]), io.steer, 0)); // [BT, d]
+  const intervene = (v: string, l: number) => projectTo(g, v, io.interveneDir, io.interveneValue, l);
+  let x = g.scope('embed', () => intervene(addSteer(g, g.op('Reshape', [w.embedRows(io.ids), g.i64([-1, c.hiddenSize])]), io.steer, 0), 0)); // [BT, d]
   hidden.add(x);
   for (let l = 0; l < c.numLayers; l++) {
-    x = g.scope(`layers.${l}`, () => decoderLayer(ctx, l, x));
+    x = g.scope(`layers.${l}`, () => intervene(decoderLayer(ctx, l, x), l + 1));
     hidden.add(x);
   }
   const logits = g.scope('head', () => w.lmHead(rmsnorm(g, g.op('Gather', [x, io.logitsIndex], { axis: 0 }), w.f32(tensorName('finalNorm')), c.rmsNormEps)));

@@ -14,6 +14,8 @@ export const IO = {
   attnBiasWindow: 'attn_bias_window', // f32 [B, T, C + T]: attn_bias with the sliding window too; only when a layer has one
   ropeInvFreq: 'rope_inv_freq', // f32 [B, hd/2]: RoPE inverse frequencies per row (rope.ts ropeInvFreq)
   steer: 'steer', // f32 [L+1, d]; row l is added to hidden[l]
+  interveneDir: 'intervene_dir', // f32 [L+1, d]: unit direction r̂ per layer (zeros = none)
+  interveneValue: 'intervene_value', // f32 [L+1]: hidden[l]·r̂ is set to value[l] after the steer row is added
   hiddenIndex: 'hidden_index', // int64 [N], flat indices into B*T
   logitsIndex: 'logits_index', // int64 [M]
   pastKey: (l: number) => `past_key.${l}`, // f32 [B, kvH, C, hd]: the KV buffer (slots beyond the filled ones masked)
@@ -36,6 +38,8 @@ export interface GraphInputs {
   attnBiasWindow: string | null;
   invFreq: string;
   steer: string;
+  interveneDir: string;
+  interveneValue: string;
   hiddenIndex: string;
   logitsIndex: string;
   /** per layer: the KV buffer */
@@ -56,6 +60,8 @@ export function declareInputs(g: GraphBuilder, c: ModelConfig): GraphInputs {
     attnBiasWindow: windows.length ? g.input(IO.attnBiasWindow, F, [...bt, 'total']) : null,
     invFreq: g.input(IO.ropeInvFreq, F, ['batch', hd / 2]),
     steer: g.input(IO.steer, F, [L + 1, d]),
+    interveneDir: g.input(IO.interveneDir, F, [L + 1, d]),
+    interveneValue: g.input(IO.interveneValue, F, [L + 1]),
     hiddenIndex: g.input(IO.hiddenIndex, DataType.INT64, ['n_hidden']),
     logitsIndex: g.input(IO.logitsIndex, DataType.INT64, ['n_logits']),
     past: Array.from({ length: L }, (_, l) => ({

@@ -5,7 +5,7 @@
  */
 import { SafekeepError } from '../../util/errors.ts';
 import { MASKED } from '../graph/io.ts';
-import type { PositionSelector, Steering } from '../types.ts';
+import { INTERVENTION_KINDS, STEER_POSITIONS, type Intervention, type PositionSelector, type Steering } from '../types.ts';
 
 export interface PaddedBatch {
   batch: number;
@@ -69,26 +69,63 @@ export function selectPositions(sel: PositionSelector | undefined, length: numbe
   return s.map((p) => (p < 0 ? length + p : p));
 }
 
+/** The `Steering` shorthand as the intervention it stands for: add −alpha·v̂ at its layer. */
+export function steeringIntervention(steer: Steering): Intervention {
+  return { layer: steer.layer, kind: 'add', vector: steer.vector, alpha: -steer.alpha, ...(steer.positions ? { positions: steer.positions } : {}) };
+}
+
+/** The graph's intervention inputs: `steer` [L+1, d] (row l added to hidden[l]); `dir` [L+1, d] unit r̂ per layer
+ * (zeros = none) and `value` [L+1]: the projection of hidden[l] on r̂ is set to value[l] after the adds. */
+export interface InterventionInputs {
+  steer: Float32Array;
+  dir: Float32Array;
+  value: Float32Array;
+}
+
+/** The inputs for a list of interventions (validated: one SafekeepError naming the first bad one). */
+export function interventionInputs(numLayers: number, dModel: number, list: readonly Intervention[]): InterventionInputs {
+  const out = { steer: new Float32Array((numLayers + 1) * dModel), dir: new Float32Array((numLayers + 1) * dModel), value: new Float32Array(numLayers + 1) };
+  const projected = new Set<number>();
+  for (const iv of list) {
+    const { layer, kind, vector, alpha } = iv;
+    const what = list.length > 1 ? `intervention ${list.indexOf(iv)} (${kind} at layer ${layer})` : 'steering';
+    if (!INTERVENTION_KINDS.includes(kind)) throw new SafekeepError(`${what}: kind must be one of ${INTERVENTION_KINDS.join(', ')}, got ${JSON.stringify(kind)}`);
+    if (!Number.isInteger(layer) || layer < 0 || layer > numLayers) {
+      throw new SafekeepError(`${what}: layer ${layer} is out of range 0..${numLayers} (hidden[0] = embeddings, hidden[${numLayers}] = last block)`);
+    }
+    if (iv.positions !== undefined && !STEER_POSITIONS.includes(iv.positions)) throw new SafekeepError(`${what}: positions must be one of ${STEER_POSITIONS.join(', ')}`);
+    if (vector.length !== dModel) throw new SafekeepError(`${what}: vector has ${vector.length} values, the model's d_model is ${dModel}`);
+    if (kind !== 'ablate' && (alpha === undefined || !Number.isFinite(alpha))) throw new SafekeepError(`${what}: alpha must be a finite number, got ${alpha}`);
+    let norm = 0;
+    for (let i = 0; i < dModel; i++) {
+      const v = Number(vector[i]);
+      if (!Number.isFinite(v)) throw new SafekeepError(`${what}: vector value ${i} is not a finite number`);
+      norm += v * v;
+    }
+    norm = Math.sqrt(norm);
+    if (norm === 0) throw new SafekeepError(`${what}: vector is all zeros`);
+    const row = layer * dModel;
+    if (kind === 'add') {
+      for (let i = 0; i < dModel; i++) out.steer[row + i] = out.steer[row + i]! + (alpha! * Number(vector[i])) / norm;
+      continue;
+    }
+    // two projections at one layer would depend on their order (and on how their directions overlap)
+    if (projected.has(layer)) throw new SafekeepError(`${what}: a second ablate/clamp at layer ${layer}; one per layer (combine the directions first)`);
+    projected.add(layer);
+    for (let i = 0; i < dModel; i++) out.dir[row + i] = Number(vector[i]) / norm;
+    out.value[layer] = kind === 'clamp' ? alpha! : 0;
+  }
+  return out;
+}
+
+/** The interventions of a call: the steering shorthand (when given) and the list. */
+export function callInterventions(opts: { steer?: Steering; interventions?: readonly Intervention[] }): Intervention[] {
+  return [...(opts.steer ? [steeringIntervention(opts.steer)] : []), ...(opts.interventions ?? [])];
+}
+
 /** Steering matrix [L+1, d]: row `layer` = -alpha · v/|v| (zeros when no steering). */
 export function steeringMatrix(numLayers: number, dModel: number, steer?: Steering): Float32Array {
-  const m = new Float32Array((numLayers + 1) * dModel);
-  if (!steer) return m;
-  const { layer, vector, alpha } = steer;
-  if (!Number.isInteger(layer) || layer < 0 || layer > numLayers) {
-    throw new SafekeepError(`steering layer ${layer} is out of range 0..${numLayers} (hidden[0] = embeddings, hidden[${numLayers}] = last block)`);
-  }
-  if (vector.length !== dModel) throw new SafekeepError(`steering vector has ${vector.length} values, the model's d_model is ${dModel}`);
-  if (!Number.isFinite(alpha)) throw new SafekeepError(`steering alpha must be a finite number, got ${alpha}`);
-  let norm = 0;
-  for (let i = 0; i < dModel; i++) {
-    const v = Number(vector[i]);
-    if (!Number.isFinite(v)) throw new SafekeepError(`steering vector value ${i} is not a finite number`);
-    norm += v * v;
-  }
-  norm = Math.sqrt(norm);
-  if (norm === 0) throw new SafekeepError('steering vector is all zeros');
-  for (let i = 0; i < dModel; i++) m[layer * dModel + i] = (-alpha * Number(vector[i])) / norm;
-  return m;
+  return interventionInputs(numLayers, dModel, steer ? [steeringIntervention(steer)] : []).steer;
 }
 
 /**

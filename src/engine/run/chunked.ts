@@ -84,7 +84,7 @@ export async function chunkedStep(runner: StepRunner, inp: StepInput, chunk: num
     const lSel = lRoute.map((r, i) => ({ ...r, i })).filter((r) => r.chunk === k);
     const isLast = k === chunks - 1;
     const out = await runner.step({
-      ids, batch: B, width: w, starts: inp.starts, past, steer: inp.steer, ropeLength,
+      ids, batch: B, width: w, starts: inp.starts, past, steer: inp.steer, ...(inp.project ? { project: inp.project } : {}), ropeLength,
       hiddenIndex: hSel.map((r) => r.local), logitsIndex: lSel.map((r) => r.local),
       wantPresent: isLast ? (inp.wantPresent ?? true) : true,
       // room in the KV buffer for the chunks still to come (and what the caller reserves after the step; kv.ts caps it)

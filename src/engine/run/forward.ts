@@ -4,12 +4,12 @@
  */
 import { SafekeepError } from '../../util/errors.ts';
 import type { ForwardOptions, ForwardResult } from '../types.ts';
-import { leftPad, planChunks, selectPositions, steeringMatrix } from './batch.ts';
+import { callInterventions, interventionInputs, leftPad, planChunks, selectPositions } from './batch.ts';
 import { hiddenRows, type Stepper } from './step.ts';
 
 export async function forward(s: Stepper, inputIds: number[][], opts: ForwardOptions = {}): Promise<ForwardResult[]> {
   checkIds(inputIds, s.vocabSize);
-  const steer = steeringMatrix(s.numLayers, s.dModel, opts.steer);
+  const iv = interventionInputs(s.numLayers, s.dModel, callInterventions(opts));
   const results: ForwardResult[] = new Array(inputIds.length);
   const L1 = s.numLayers + 1;
   const d = s.dModel;
@@ -23,7 +23,7 @@ export async function forward(s: Stepper, inputIds: number[][], opts: ForwardOpt
     const logitPos = chunk.map((i, b) => selectPositions(opts.logitsAt, pb.lengths[b]!, `sequence ${i} logitsAt`));
     const flat = (pos: number[][]) => pos.flatMap((ps, b) => ps.map((p) => b * pb.width + pb.pads[b]! + p));
     const out = await s.prefill({
-      ids: pb.ids, batch: pb.batch, width: pb.width, starts: pb.pads, past: null, steer,
+      ids: pb.ids, batch: pb.batch, width: pb.width, starts: pb.pads, past: null, steer: iv.steer, project: iv,
       hiddenIndex: flat(hiddenPos), logitsIndex: flat(logitPos), wantPresent: false,
     });
     const N = hiddenPos.reduce((a, p) => a + p.length, 0);

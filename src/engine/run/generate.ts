@@ -1,12 +1,12 @@
 /**
  * Greedy `generate`: a prefill step (the prompt, left-padded), then one step per new token on the growing KV
- * buffer; stops per row at a stop id or maxNewTokens. Steering with positions 'generated' leaves the prefill
- * unsteered. Optional: the logits of every choice, the prompt's last and the first generated token's hidden states.
+ * buffer; stops per row at a stop id or maxNewTokens. Interventions with positions 'generated' leave the prefill
+ * alone. Optional: the logits of every choice, the prompt's last and the first generated token's hidden states.
  */
 import { SafekeepError } from '../../util/errors.ts';
 import type { GenerateOptions, GenerateResult } from '../types.ts';
 import { argmax } from './argmax.ts';
-import { leftPad, planChunks, steeringMatrix } from './batch.ts';
+import { callInterventions, interventionInputs, leftPad, planChunks, type InterventionInputs } from './batch.ts';
 import { checkIds } from './forward.ts';
 import { hiddenRows, type Stepper } from './step.ts';
 
@@ -15,7 +15,12 @@ export async function generate(s: Stepper, inputIds: number[][], opts: GenerateO
   if (!Number.isInteger(opts.maxNewTokens) || opts.maxNewTokens < 0) {
     throw new SafekeepError(`maxNewTokens must be a non-negative integer, got ${opts.maxNewTokens}`);
   }
-  const steer = steeringMatrix(s.numLayers, s.dModel, opts.steer);
+  // positions 'generated': the prompt (prefill) runs without those interventions, the decode steps with all
+  const all = callInterventions(opts);
+  const iv = {
+    prefill: interventionInputs(s.numLayers, s.dModel, all.filter((x) => (x.positions ?? 'all') === 'all')),
+    decode: interventionInputs(s.numLayers, s.dModel, all),
+  };
   const results: GenerateResult[] = new Array(inputIds.length);
   // prefill, then decode steps on up to T + maxNewTokens cached slots (past fed + present copied out)
   const fits = s.memoryFits((B, T) => [
@@ -26,13 +31,13 @@ export async function generate(s: Stepper, inputIds: number[][], opts: GenerateO
     // haltAfterPrefill sees the caller's row index, not the index within this internal batch
     const halt = opts.haltAfterPrefill;
     const chunkOpts = halt ? { ...opts, haltAfterPrefill: (b: number, h: Float32Array) => halt(chunk[b]!, h) } : opts;
-    const rs = await generateBatch(s, chunk.map((i) => inputIds[i]!), chunkOpts, steer);
+    const rs = await generateBatch(s, chunk.map((i) => inputIds[i]!), chunkOpts, iv);
     chunk.forEach((i, b) => { results[i] = rs[b]!; });
   }
   return results;
 }
 
-async function generateBatch(s: Stepper, prompts: number[][], opts: GenerateOptions, steer: Float32Array): Promise<GenerateResult[]> {
+async function generateBatch(s: Stepper, prompts: number[][], opts: GenerateOptions, iv: { prefill: InterventionInputs; decode: InterventionInputs }): Promise<GenerateResult[]> {
   const stop = new Set(opts.stopIds ?? s.eosIds);
   const V = s.vocabSize;
   const d = s.dModel;
@@ -41,10 +46,8 @@ async function generateBatch(s: Stepper, prompts: number[][], opts: GenerateOpti
   const B = pb.batch;
   const lastSlots = pb.pads.map((p, b) => b * pb.width + p + pb.lengths[b]! - 1);
   const wantPromptHidden = !!opts.returnPromptLastHidden || !!opts.haltAfterPrefill;
-  // positions 'generated': the prompt (prefill) is unsteered, the decode steps steered
-  const prefillSteer = opts.steer?.positions === 'generated' ? new Float32Array(steer.length) : steer;
   let out = await s.prefill({
-    ids: pb.ids, batch: B, width: pb.width, starts: pb.pads, past: null, steer: prefillSteer,
+    ids: pb.ids, batch: B, width: pb.width, starts: pb.pads, past: null, steer: iv.prefill.steer, project: iv.prefill,
     hiddenIndex: wantPromptHidden ? lastSlots : [],
     logitsIndex: opts.maxNewTokens > 0 ? lastSlots : [],
     reserve: opts.maxNewTokens, // the KV buffer gets room for the decode steps (up to KV_CHUNK, kv.ts)
@@ -83,7 +86,7 @@ async function generateBatch(s: Stepper, prompts: number[][], opts: GenerateOpti
     if (done.every(Boolean) && !needHidden) break;
     const all = Array.from({ length: B }, (_, b) => b);
     out = await s.step({
-      ids: fed, batch: B, width: 1, starts: pb.pads, past: out.present!, steer,
+      ids: fed, batch: B, width: 1, starts: pb.pads, past: out.present!, steer: iv.decode.steer, project: iv.decode,
       hiddenIndex: needHidden ? all : [],
       logitsIndex: done.every(Boolean) ? [] : all,
       reserve: opts.maxNewTokens - k - 1,

@@ -6,7 +6,7 @@
  * Split points come from the trie of ALL prompts of a workload (`prefixPlan`): a prompt's boundaries are the depths
  * where its path branches (every lcp with another prompt). A prefix's KV is always built along the same chain of
  * boundaries (each step = the tokens between two boundaries, batch 1), and the cache key includes that chain and the
- * steering matrix, so a cache hit returns exactly the bytes a miss would compute: results never depend on what the
+ * interventions, so a cache hit returns exactly the bytes a miss would compute: results never depend on what the
  * LRU held (deterministic kill-and-resume).
  *
  * Suffix batches: rows with different prefix lengths share one step by LEFT-padding the past KV (row b's prefix in
@@ -16,7 +16,7 @@
 import * as ort from 'onnxruntime-node';
 import { sha256Hex } from '../../util/hash.ts';
 import { argmax } from './argmax.ts';
-import { selectPositions } from './batch.ts';
+import { selectPositions, type InterventionInputs } from './batch.ts';
 import { compactKv, kvCapacity, type KvCache } from '../runtime/kv.ts';
 import { PrefixCache, type PrefixKv } from './prefix-cache.ts';
 import { hiddenRows, type Stepper } from './step.ts';
@@ -74,9 +74,12 @@ export function choosePrefix(boundaries: readonly number[], length: number, firs
   return { prefix: usable.at(-1) ?? 0, chain: usable.slice(0, -1) };
 }
 
-const steerKey = (steer: Float32Array): string => {
-  for (let i = 0; i < steer.length; i++) if (steer[i] !== 0) return sha256Hex(new Uint8Array(steer.buffer, steer.byteOffset, steer.byteLength)).slice(0, 16);
-  return 'none';
+/** what the interventions do to a prefix's KV, as a key part ('none' when they do nothing) */
+const steerKey = (iv: InterventionInputs): string => {
+  const any = (a: Float32Array) => a.some((v) => v !== 0);
+  if (!any(iv.steer) && !any(iv.dir)) return 'none';
+  const all = new Float32Array([...iv.steer, ...iv.dir, ...iv.value]);
+  return sha256Hex(new Uint8Array(all.buffer)).slice(0, 16);
 };
 const prefixKey = (ids: readonly number[], prefix: number, chain: readonly number[], steer: string): string =>
   sha256Hex(`${steer}|${chain.join(',')}|${ids.slice(0, prefix).join(',')}`);
@@ -85,8 +88,8 @@ const prefixKey = (ids: readonly number[], prefix: number, chain: readonly numbe
  * Forward with shared-prefix reuse: the same `ForwardResult[]` as `engine.forward(prompts, opts)` (hidden states and
  * logits within float rounding, ≤ 1e-5 in the tests) plus what was computed.
  */
-export async function forwardShared(engine: Stepper, prompts: number[][], steerMatrix: Float32Array, opts: SharedForwardOptions = {}): Promise<SharedForwardResult> {
-  return sharedCore(engine, prompts, steerMatrix, opts, null);
+export async function forwardShared(engine: Stepper, prompts: number[][], iv: InterventionInputs, opts: SharedForwardOptions = {}): Promise<SharedForwardResult> {
+  return sharedCore(engine, prompts, iv, opts, null);
 }
 
 /**
@@ -94,14 +97,14 @@ export async function forwardShared(engine: Stepper, prompts: number[][], steerM
  * shared-prefix reuse for the prefill: the prompt's last-token hidden state, its greedy token, and the all-layer
  * hidden state computed when that token is fed back (one batch-1 step per prompt on its own KV).
  */
-export async function firstTokenShared(engine: Stepper, prompts: number[][], steerMatrix: Float32Array,
+export async function firstTokenShared(engine: Stepper, prompts: number[][], iv: InterventionInputs,
   opts: Omit<FirstTokenSharedOptions, 'steer'> = {}): Promise<FirstTokenSharedResult> {
   const out: GenerateResult[] = new Array(prompts.length);
-  const { stats } = await sharedCore(engine, prompts, steerMatrix, { ...opts, hiddenAt: 'last', logitsAt: 'last' }, { stop: new Set(opts.stopIds ?? engine.eosIds), out });
+  const { stats } = await sharedCore(engine, prompts, iv, { ...opts, hiddenAt: 'last', logitsAt: 'last' }, { stop: new Set(opts.stopIds ?? engine.eosIds), out });
   return { results: out, stats };
 }
 
-async function sharedCore(engine: Stepper, prompts: number[][], steerMatrix: Float32Array, opts: SharedForwardOptions,
+async function sharedCore(engine: Stepper, prompts: number[][], iv: InterventionInputs, opts: SharedForwardOptions,
   first: { stop: Set<number>; out: GenerateResult[] } | null): Promise<SharedForwardResult> {
   const n = prompts.length;
   const boundaries = opts.boundaries ?? prefixPlan(prompts);
@@ -112,7 +115,7 @@ async function sharedCore(engine: Stepper, prompts: number[][], steerMatrix: Flo
   const L1 = L + 1;
   const d = engine.dModel;
   const V = engine.vocabSize;
-  const sKey = steerKey(steerMatrix);
+  const sKey = steerKey(iv);
   const stats: ReuseStats = { promptTokens: 0, computedTokens: 0 };
 
   /** KV of ids[0..prefix) built along `chain` (each piece one batch-1 step), from the cache when there */
@@ -126,7 +129,7 @@ async function sharedCore(engine: Stepper, prompts: number[][], steerMatrix: Flo
     const piece = ids.slice(below, prefix);
     const out = await engine.prefill({
       ids: BigInt64Array.from(piece, BigInt), batch: 1, width: piece.length, starts: [0],
-      past: past ? toCache([past], below) : null, steer: steerMatrix, hiddenIndex: [], logitsIndex: [],
+      past: past ? toCache([past], below) : null, steer: iv.steer, project: iv, hiddenIndex: [], logitsIndex: [],
     });
     stats.computedTokens += piece.length;
     const kv: PrefixKv = {
@@ -216,7 +219,7 @@ async function sharedCore(engine: Stepper, prompts: number[][], steerMatrix: Flo
     const starts = batch.map((r) => P - r.prefix);
     const flat = (pick: (r: (typeof rows)[number]) => number[]) => batch.flatMap((r, b) => pick(r).map((p) => b * T + p - r.prefix));
     const out = await engine.prefill({
-      ids, batch: B, width: T, starts, past: P > 0 ? toCache(kvs, P) : null, steer: steerMatrix,
+      ids, batch: B, width: T, starts, past: P > 0 ? toCache(kvs, P) : null, steer: iv.steer, project: iv,
       hiddenIndex: flat((r) => r.hiddenPos), logitsIndex: flat((r) => r.logitPos), wantPresent: first !== null,
       ropeLength: batch.map((r) => r.ids.length), // real lengths: the right pads are not part of a row's sequence
     });
@@ -249,7 +252,7 @@ async function sharedCore(engine: Stepper, prompts: number[][], steerMatrix: Flo
           return new ort.Tensor('float32', dst, [1, kvH, len, hd]);
         };
         const past: KvCache = { keys: out.present!.keys.map(slice), values: out.present!.values.map(slice), batch: 1, length: len, starts: [0] };
-        const next = await engine.step({ ids: BigInt64Array.from([BigInt(tok)]), batch: 1, width: 1, starts: [0], past, steer: steerMatrix, hiddenIndex: [0], logitsIndex: [], wantPresent: false });
+        const next = await engine.step({ ids: BigInt64Array.from([BigInt(tok)]), batch: 1, width: 1, starts: [0], past, steer: iv.steer, project: iv, hiddenIndex: [0], logitsIndex: [], wantPresent: false });
         stats.computedTokens += 1;
         first.out[r.i] = { generatedIds: [tok], finish: first.stop.has(tok) ? 'stop' : 'length', promptLastHidden: res.hidden, firstTokenHidden: next.hidden };
       }

@@ -15,8 +15,10 @@ export interface StepInput {
   /** where each row's real slots start (absolute, counting cached slots) */
   starts: number[];
   past: KvCache | null;
-  /** [L+1, d] */
+  /** [L+1, d]: row l added to hidden[l] */
   steer: Float32Array;
+  /** projections set after the adds (ablate/clamp, run/batch.ts `interventionInputs`); absent = none */
+  project?: { dir: Float32Array; value: Float32Array };
   /** flat indices b·T + t of the new slots whose hidden states / logits are wanted */
   hiddenIndex: number[];
   logitsIndex: number[];
