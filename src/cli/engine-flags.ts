@@ -1,12 +1,13 @@
 /**
  * What the model commands share: engine flags (--model, --dtype, --device, --threads, --max-memory) turned into
- * engine options, and reading IDS.json / V.json.
+ * engine options, and reading IDS.json / V.json / interventions.
  */
 import { readJsonFile } from '../data/jsonfile.ts';
 import type { EngineOptions } from '../engine/engine-config.ts';
 import { createEngine, type OnnxEngine } from '../engine/engine.ts';
 import { parseBytes } from '../engine/runtime/memory.ts';
 import { COMPUTE_DTYPES, defaultDType, type ComputeDType } from '../engine/graph/precision.ts';
+import { INTERVENTION_KINDS, STEER_POSITIONS, type Intervention, type InterventionKind, type SteerPositions } from '../engine/types.ts';
 import { resolveModel } from '../hub/resolve.ts';
 import { SafekeepError } from '../util/errors.ts';
 import type { FlagDef, ParsedArgs } from './args.ts';
@@ -75,3 +76,36 @@ export function readVectorFile(path: string): number[] {
   }
   return v as number[];
 }
+
+/** `--intervene FILE.json` (forward, generate) */
+export const INTERVENE_FLAG_DEF: FlagDef = {
+  name: 'intervene', value: 'FILE.json',
+  help: '{"interventions": [{"layer": l, "kind": "add"|"ablate"|"clamp", "vector": [d floats], "alpha": a, "positions": "all"|"generated"}]}: '
+    + 'add h+a·r̂, ablate h−(h·r̂)r̂, clamp the projection on r̂ to a; several at once',
+};
+
+/** FILE.json = {"interventions": [...]} (or the bare list); the engine checks layers, sizes and alphas */
+export function readInterventionsFile(path: string): Intervention[] {
+  const j = readJsonFile(path);
+  const list = Array.isArray(j) ? j : (j as { interventions?: unknown } | null)?.interventions;
+  if (!Array.isArray(list) || list.length === 0) throw new SafekeepError(`${path}: needs "interventions": a non-empty list`);
+  return list.map((x, i) => {
+    const o = x as Record<string, unknown> | null;
+    const where = `${path}: interventions[${i}]`;
+    if (o === null || typeof o !== 'object') throw new SafekeepError(`${where} must be an object`);
+    if (!Number.isInteger(o.layer)) throw new SafekeepError(`${where}.layer must be an integer`);
+    if (!INTERVENTION_KINDS.includes(o.kind as InterventionKind)) throw new SafekeepError(`${where}.kind must be one of ${INTERVENTION_KINDS.join(', ')}`);
+    if (!Array.isArray(o.vector) || !o.vector.every((v) => typeof v === 'number' && Number.isFinite(v))) throw new SafekeepError(`${where}.vector must be a list of finite numbers`);
+    if (o.alpha !== undefined && typeof o.alpha !== 'number') throw new SafekeepError(`${where}.alpha must be a number`);
+    if (o.positions !== undefined && !STEER_POSITIONS.includes(o.positions as SteerPositions)) throw new SafekeepError(`${where}.positions must be one of ${STEER_POSITIONS.join(', ')}`);
+    return {
+      layer: o.layer as number, kind: o.kind as InterventionKind, vector: o.vector as number[],
+      ...(o.alpha !== undefined ? { alpha: o.alpha as number } : {}),
+      ...(o.positions !== undefined ? { positions: o.positions as SteerPositions } : {}),
+    };
+  });
+}
+
+/** what an output file records of the interventions (no vectors) */
+export const interventionSummary = (list: readonly Intervention[]) =>
+  list.map((iv) => ({ layer: iv.layer, kind: iv.kind, ...(iv.alpha !== undefined ? { alpha: iv.alpha } : {}), positions: iv.positions ?? 'all' }));

@@ -1,10 +1,10 @@
 /**
- * `safekeep forward --model DIR --ids IDS.json --out OUT.safetensors [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda]`
+ * `safekeep forward --model DIR --ids IDS.json --out OUT.safetensors [--intervene FILE.json] [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda]`
  * OUT: per sequence i, `hidden_states.i` f32 [L+1, T_i, d_model] and `logits.i` f32 [T_i, vocab] (real tokens).
  */
 import { parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { writeSafetensors, type TensorToWrite } from '../../checkpoint/safetensors.ts';
-import { ENGINE_FLAG_DEFS, openEngine, readIdsFile } from '../engine-flags.ts';
+import { ENGINE_FLAG_DEFS, INTERVENE_FLAG_DEF, openEngine, readIdsFile, readInterventionsFile } from '../engine-flags.ts';
 
 export const summary = 'all-layer hidden states and logits of token-id sequences → .safetensors';
 
@@ -14,6 +14,7 @@ export const flags: FlagTable = {
     ...ENGINE_FLAG_DEFS,
     { name: 'ids', value: 'IDS.json', help: '{"input_ids": [[int, ...], ...]}' },
     { name: 'out', value: 'OUT.safetensors', help: 'hidden_states.i [L+1, T_i, d] and logits.i [T_i, vocab]' },
+    INTERVENE_FLAG_DEF,
   ],
   example: 'forward --model models/planted --ids ids.json --out out.safetensors',
 };
@@ -22,10 +23,12 @@ export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
   const ids = readIdsFile(requireValue(args, 'ids'));
   const out = requireValue(args, 'out');
+  const intervene = args.values.get('intervene');
+  const interventions = intervene === undefined ? undefined : readInterventionsFile(intervene);
   const t0 = performance.now();
   const engine = await openEngine(args);
   try {
-    const results = await engine.forward(ids);
+    const results = await engine.forward(ids, interventions ? { interventions } : {});
     const tensors: Record<string, TensorToWrite> = {};
     results.forEach((r, i) => {
       tensors[`hidden_states.${i}`] = { dtype: 'F32', shape: [engine.numLayers + 1, r.length, engine.dModel], data: r.hidden };

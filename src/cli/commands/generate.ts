@@ -1,12 +1,13 @@
 /**
  * `safekeep generate --model DIR --ids IDS.json --max-new-tokens N [--no-stop]
- *    [--steer-layer l --steer-vector V.json --alpha a] [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda] --out OUT.json`
+ *    [--steer-layer l --steer-vector V.json --alpha a] [--intervene FILE.json] [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda] --out OUT.json`
  * Greedy decoding with a KV cache, batched internally. Steering subtracts a·v/|v| from hidden[l] at every prompt
- * position and every generated token (`--steer-positions generated`: generated tokens only). OUT = {"sequences": [{"generated_ids", "step_logits", "first_token_hidden"}]}.
+ * position and every generated token (`--steer-positions generated`: generated tokens only); `--intervene` adds
+ * interventions (add / ablate / clamp, several at once) from a file, with the steering flags as a shorthand for one add. OUT = {"sequences": [{"generated_ids", "step_logits", "first_token_hidden"}]}.
  */
 import { choiceValue, numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { ENGINE_FLAG_DEFS, openEngine, readIdsFile, readVectorFile } from '../engine-flags.ts';
+import { ENGINE_FLAG_DEFS, INTERVENE_FLAG_DEF, interventionSummary, openEngine, readIdsFile, readInterventionsFile, readVectorFile } from '../engine-flags.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
 import { STEER_POSITIONS, type Steering } from '../../engine/types.ts';
 
@@ -23,6 +24,7 @@ export const flags: FlagTable = {
     { name: 'steer-vector', value: 'V.json', help: '{"vector": [d floats]}; subtracts alpha·v/|v|' },
     { name: 'alpha', value: 'a', help: 'steering strength' },
     { name: 'steer-positions', value: 'all|generated', default: 'all', help: 'steer every prompt and generated position, or generated tokens only (the prompt runs unsteered)' },
+    INTERVENE_FLAG_DEF,
     { name: 'no-stop', boolean: true, help: 'ignore end-of-sequence tokens' },
   ],
   example: 'generate --model models/planted --ids ids.json --max-new-tokens 16 --out out.json',
@@ -45,6 +47,8 @@ export async function run(argv: string[]): Promise<number> {
   } else if (args.values.has('steer-positions')) {
     throw new SafekeepError('--steer-positions needs steering (--steer-layer, --steer-vector, --alpha)');
   }
+  const intervene = args.values.get('intervene');
+  const interventions = intervene === undefined ? undefined : readInterventionsFile(intervene);
   const t0 = performance.now();
   const engine = await openEngine(args);
   try {
@@ -52,6 +56,7 @@ export async function run(argv: string[]): Promise<number> {
       maxNewTokens,
       ...(args.booleans.has('no-stop') ? { stopIds: [] } : {}),
       ...(steer ? { steer } : {}),
+      ...(interventions ? { interventions } : {}),
       returnStepLogits: true,
       returnFirstTokenHidden: true,
     });
@@ -66,10 +71,14 @@ export async function run(argv: string[]): Promise<number> {
       first_token_hidden: rows(r.firstTokenHidden, d),
     }));
     // the values used, so an output file says how it was steered
-    writeFileAtomic(out, JSON.stringify({ steering: steer ? { layer: steer.layer, alpha: steer.alpha, positions: steer.positions } : null, sequences }));
+    writeFileAtomic(out, JSON.stringify({
+      steering: steer ? { layer: steer.layer, alpha: steer.alpha, positions: steer.positions } : null,
+      ...(interventions ? { interventions: interventionSummary(interventions) } : {}),
+      sequences,
+    }));
     const n = results.reduce((a, r) => a + r.generatedIds.length, 0);
     const s = (performance.now() - t0) / 1000;
-    process.stderr.write(`generate: ${results.length} sequences, ${n} new tokens${steer ? `, steered at layer ${steer.layer} (alpha ${steer.alpha}, positions ${steer.positions})` : ''} → ${out} (${s.toFixed(2)} s)\n`);
+    process.stderr.write(`generate: ${results.length} sequences, ${n} new tokens${steer ? `, steered at layer ${steer.layer} (alpha ${steer.alpha}, positions ${steer.positions})` : ''}${interventions ? `, ${interventions.length} interventions` : ''} → ${out} (${s.toFixed(2)} s)\n`);
   } finally {
     await engine.dispose();
   }
