@@ -39,7 +39,7 @@ const softplus = (f: number): number => (f > 0 ? f + Math.log1p(Math.exp(-f)) : 
 const sigmoid = (f: number): number => (f >= 0 ? 1 / (1 + Math.exp(-f)) : Math.exp(f) / (1 + Math.exp(f)));
 
 /** Column means and standard deviations (population) of rows. [d], [d] */
-export function standardisation(rows: readonly ArrayLike<number>[], d: number): { mu: Float64Array; sigma: Float64Array } {
+function standardisation(rows: readonly ArrayLike<number>[], d: number): { mu: Float64Array; sigma: Float64Array } {
   const n = rows.length;
   const mu = new Float64Array(d);
   const sigma = new Float64Array(d);

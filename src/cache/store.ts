@@ -11,7 +11,7 @@
  * computes exactly the same batches and the final file is byte-identical to an uninterrupted run. Every file is
  * written to a temp name and renamed; a part either exists complete or not at all.
  */
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { readSafetensorsHeader, writeSafetensors, type TensorToWrite } from '../checkpoint/safetensors.ts';
 import { writeJsonAtomic } from '../util/atomic.ts';
@@ -111,7 +111,7 @@ export async function buildActivationCache(o: StoreOptions): Promise<StoreResult
 }
 
 /** Where a pass's parts live: `<dir>/<name1>+<name2>.parts`. */
-export const partsDirName = (names: readonly string[]): string => `${names.join('+')}.parts`;
+const partsDirName = (names: readonly string[]): string => `${names.join('+')}.parts`;
 export const partFileName = (b: number): string => `part-${String(b).padStart(6, '0')}.safetensors`;
 
 /** The deterministic batch plan of a pass and each batch's padded tokens (rows × longest: its compute cost). */
@@ -137,7 +137,7 @@ export interface PassRecord {
   manifest: Record<string, unknown>;
 }
 
-export function passRecord(o: MultiStoreOptions): PassRecord {
+function passRecord(o: MultiStoreOptions): PassRecord {
   return {
     rowsHash: rowsHash(o.rows),
     names: o.names,
@@ -277,8 +277,3 @@ export function readActivationCache(dir: string, name: string): { n: number; lay
   return { n: e.shape[0]!, layers: e.shape[1]!, d: e.shape[2]!, data, manifest };
 }
 
-/** Cache names present in a folder. */
-export function listCaches(dir: string): string[] {
-  if (!existsSync(dir)) return [];
-  return readdirSync(dir).filter((f) => f.endsWith('.safetensors')).map((f) => f.slice(0, -'.safetensors'.length)).sort();
-}

@@ -46,7 +46,7 @@ export const FAMILIES: Record<Family, FamilySpec> = {
   },
 };
 
-export const SUPPORTED_MODEL_TYPES = Object.keys(FAMILIES) as Family[];
+const SUPPORTED_MODEL_TYPES = Object.keys(FAMILIES) as Family[];
 
 type Json = Record<string, unknown>;
 

@@ -2,10 +2,6 @@
  * Exact conversions between the stored floating dtypes and f32. BF16 is the top 16 bits of an f32; F16 is IEEE
  * binary16. Upcasts are exact; downcasts round to nearest, ties to even (torch `.to(bfloat16)` / `.to(float16)`).
  */
-import type { DType } from './types.ts';
-
-export const DTYPE_BYTES: Record<DType, number> = { F32: 4, BF16: 2, F16: 2 };
-
 const f32 = new Float32Array(1);
 const u32 = new Uint32Array(f32.buffer);
 

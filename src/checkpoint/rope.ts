@@ -20,7 +20,7 @@ import type { RopeScaling } from './types.ts';
 type Json = Record<string, unknown>;
 
 /** RoPE types implemented HF-exact. */
-export const ROPE_TYPES = ['default', 'linear', 'llama3', 'yarn', 'dynamic'] as const;
+const ROPE_TYPES = ['default', 'linear', 'llama3', 'yarn', 'dynamic'] as const;
 
 /** attention-type names transformers 5 may nest `rope_parameters` under */
 const ATTENTION_TYPES = ['full_attention', 'sliding_attention', 'chunked_attention', 'linear_attention'];
@@ -212,7 +212,7 @@ export function ropeInvFreq(c: { headDim: number; ropeTheta: number; rope: RopeS
 }
 
 /** yarn: the dimension range [low, high] between pure extrapolation and pure interpolation (transformers' find_correction_range) */
-export function yarnCorrectionRange(betaFast: number, betaSlow: number, dim: number, base: number, original: number, truncate: boolean): { low: number; high: number } {
+function yarnCorrectionRange(betaFast: number, betaSlow: number, dim: number, base: number, original: number, truncate: boolean): { low: number; high: number } {
   const correctionDim = (rotations: number) => (dim * Math.log(original / (rotations * 2 * Math.PI))) / (2 * Math.log(base));
   let low = correctionDim(betaFast);
   let high = correctionDim(betaSlow);

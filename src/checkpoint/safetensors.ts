@@ -16,7 +16,7 @@ import { resolve } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
 
 /** Every dtype the safetensors format defines, with its size in bytes (BOOL = 1). */
-export const SAFETENSORS_DTYPE_BYTES = {
+const SAFETENSORS_DTYPE_BYTES = {
   BOOL: 1, U8: 1, I8: 1, F8_E5M2: 1, F8_E4M3: 1,
   I16: 2, U16: 2, F16: 2, BF16: 2,
   I32: 4, U32: 4, F32: 4,

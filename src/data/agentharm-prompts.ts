@@ -17,7 +17,7 @@ export interface AgentHarmPrompts {
   join: string;
 }
 
-export const AGENTHARM_PROMPTS_FILE = join(repoRoot, 'data', 'specs', 'agentharm-prompts.json');
+const AGENTHARM_PROMPTS_FILE = join(repoRoot, 'data', 'specs', 'agentharm-prompts.json');
 
 let cached: AgentHarmPrompts | null = null;
 

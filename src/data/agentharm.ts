@@ -19,7 +19,7 @@ import type { Pair, ToolSpec } from './types.ts';
 import { validatePair, validateToolSpec } from './validate.ts';
 
 export type AgentHarmSplit = 'test_public' | 'validation';
-export const AGENTHARM_SPLITS: readonly AgentHarmSplit[] = ['test_public', 'validation'];
+const AGENTHARM_SPLITS: readonly AgentHarmSplit[] = ['test_public', 'validation'];
 export type BehaviorKind = 'harmful' | 'benign';
 
 /** One AgentHarm behavior as the benchmark defines it (Table 4 runs these). */
@@ -54,7 +54,7 @@ export interface AgentHarm {
 }
 
 /** The folder holding the behavior files (`dataset/` or `benchmark/`), or null. */
-export function agentHarmBehaviorDir(dir: string): string | null {
+function agentHarmBehaviorDir(dir: string): string | null {
   for (const sub of ['dataset', 'benchmark', '.']) {
     const d = join(dir, sub);
     if (existsSync(join(d, 'harmful_behaviors_test_public.json'))) return d;
@@ -154,7 +154,7 @@ export function readAgentHarm(dir: string, splits: readonly AgentHarmSplit[] = A
 const SPLIT_PREFIX: Record<AgentHarmSplit, string> = { test_public: 'test', validation: 'val' };
 
 /** Pair id of a behavior: `test-1-1`, `val-2-1` (AgentHarm ids repeat across splits). */
-export function agentHarmPairId(split: AgentHarmSplit, id: string): string {
+function agentHarmPairId(split: AgentHarmSplit, id: string): string {
   return `${SPLIT_PREFIX[split]}-${id}`;
 }
 

@@ -22,7 +22,6 @@ import { validateToolSpec } from './validate.ts';
 export type InjecAgentSetting = 'base' | 'enhanced';
 /** dh = direct harm, ds = data stealing */
 export type InjecAgentAttack = 'dh' | 'ds';
-export const INJECAGENT_SETTINGS: readonly InjecAgentSetting[] = ['base', 'enhanced'];
 export const INJECAGENT_ATTACKS: readonly InjecAgentAttack[] = ['dh', 'ds'];
 
 export interface InjecAgentCase {
@@ -98,7 +97,7 @@ export function readInjecAgentTools(dir: string): Map<string, ToolSpec> {
 }
 
 /** InjecAgent wraps each tool response in one pair of double quotes; the observation is what is inside. */
-export function unwrapToolResponse(s: string): string {
+function unwrapToolResponse(s: string): string {
   return s.length >= 2 && s.startsWith('"') && s.endsWith('"') ? s.slice(1, -1) : s;
 }
 
@@ -108,7 +107,7 @@ function str(b: Record<string, unknown>, key: string, w: string): string {
   return v;
 }
 
-export function injecAgentCaseFile(dir: string, attack: InjecAgentAttack, setting: InjecAgentSetting): string {
+function injecAgentCaseFile(dir: string, attack: InjecAgentAttack, setting: InjecAgentSetting): string {
   return join(dir, `test_cases_${attack}_${setting}.json`);
 }
 

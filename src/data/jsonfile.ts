@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { SafekeepError } from '../util/errors.ts';
 
 /** 1-based line and column of a character offset. */
-export function lineColumn(text: string, offset: number): { line: number; column: number } {
+function lineColumn(text: string, offset: number): { line: number; column: number } {
   let line = 1;
   let lastBreak = -1;
   for (let i = 0; i < offset && i < text.length; i++) {
@@ -99,7 +99,7 @@ export function jsonErrorOffset(text: string): number {
 }
 
 /** Parses JSON text; a syntax error becomes `file:line:col: invalid JSON (...)`. */
-export function parseJsonText(text: string, where: string): unknown {
+function parseJsonText(text: string, where: string): unknown {
   try {
     return JSON.parse(text);
   } catch (e) {

@@ -18,7 +18,7 @@ import { isRecord, readJsonFile, readJsonlFile } from './jsonfile.ts';
 import type { Pair, ToolSpec } from './types.ts';
 import { checkUniqueIds, validatePair, validateToolSpec } from './validate.ts';
 
-export const TOOL_LIBRARY_FILE = 'tools.json';
+const TOOL_LIBRARY_FILE = 'tools.json';
 
 export interface LoadedPairs {
   pairs: Pair[];
@@ -27,7 +27,7 @@ export interface LoadedPairs {
 }
 
 /** Tool library of a folder (empty when there is no tools.json). */
-export function readToolLibrary(dir: string): Map<string, ToolSpec> {
+function readToolLibrary(dir: string): Map<string, ToolSpec> {
   const file = join(dir, TOOL_LIBRARY_FILE);
   const lib = new Map<string, ToolSpec>();
   if (!existsSync(file)) return lib;
@@ -97,7 +97,7 @@ function flatRows(rows: { where: string; value: unknown }[], lib: Map<string, To
 }
 
 /** Reads one pair file (.json or .jsonl); `lib` resolves tool names. */
-export function readPairFile(file: string, lib: Map<string, ToolSpec> = readToolLibrary(dirname(file))): LoadedPairs {
+function readPairFile(file: string, lib: Map<string, ToolSpec> = readToolLibrary(dirname(file))): LoadedPairs {
   const libFile = join(dirname(file), TOOL_LIBRARY_FILE);
   if (file.endsWith('.jsonl')) {
     return flatRows(readJsonlFile(file).map((r) => ({ where: `${file}:${r.line}`, value: r.value })), lib, libFile);
@@ -112,7 +112,7 @@ export function readPairFile(file: string, lib: Map<string, ToolSpec> = readTool
 }
 
 /** Pair files of a folder: every *.json / *.jsonl except the tool library, in name order. */
-export function pairFilesIn(dir: string): string[] {
+function pairFilesIn(dir: string): string[] {
   return readdirSync(dir)
     .filter((f) => (f.endsWith('.json') || f.endsWith('.jsonl')) && f !== TOOL_LIBRARY_FILE)
     .sort()

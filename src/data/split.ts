@@ -6,7 +6,7 @@
 import { sha256Hex } from '../util/hash.ts';
 import type { Pair, PairSet, Split } from './types.ts';
 
-export const EXTRACTION_SHARE = 0.7;
+const EXTRACTION_SHARE = 0.7;
 
 /** Rank key of a group: sha256(seed:key) as hex (ties impossible in practice; broken by the key). */
 function rankKey(seed: number, key: string): string {

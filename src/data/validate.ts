@@ -8,7 +8,7 @@ import { canonicalJson, isRecord } from './jsonfile.ts';
 import type { JsonSchema, Pair, Request, ToolSpec } from './types.ts';
 
 /** OpenAI's rule for function names. */
-export const TOOL_NAME_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
+const TOOL_NAME_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
 
 let ajv: Ajv2020 | null = null;
 function metaValidator(): Ajv2020 {

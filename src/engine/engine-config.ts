@@ -75,7 +75,7 @@ export interface EngineConfig {
  * llama/qwen2): q4 0.17–0.28 vs 0.23–0.31 symmetric; q8 with f32 activations 0.013–0.014 vs 0.010–0.017, with int8
  * activations (the q8 default) 0.017–0.021 vs 0.016–0.023 — a wash at 8 bits.
  */
-export function defaultQuantScheme(): QuantScheme {
+function defaultQuantScheme(): QuantScheme {
   return 'asym';
 }
 
@@ -84,11 +84,11 @@ export function defaultQuantScheme(): QuantScheme {
  * (`npm run bench`, 1 thread, SmolLM2 shape): q4 → 0 (decode 66 tok/s, closest to f32); q8 → 4, because 8-bit at
  * level 0 has no fast kernel here (decode 1.2 tok/s vs 57 at level 4).
  */
-export function defaultQuantAccuracy(bits: 4 | 8): number {
+function defaultQuantAccuracy(bits: 4 | 8): number {
   return bits === 8 ? 4 : 0;
 }
 
-export function defaultCacheDir(): string {
+function defaultCacheDir(): string {
   return join(homedir(), '.cache', 'safekeep');
 }
 

@@ -117,7 +117,7 @@ export function rmsNorm(x: Float64Array, w: Float64Array, eps: number): Float64A
 }
 
 /** RoPE, rotate-half form, on one head vector [head_dim] in place: x·cos + rotate_half(x)·sin (cos, sin × scale). */
-export function ropeInPlace(x: Float64Array, invFreq: Float64Array, position: number, scale = 1): void {
+function ropeInPlace(x: Float64Array, invFreq: Float64Array, position: number, scale = 1): void {
   const half = invFreq.length;
   for (let j = 0; j < half; j++) {
     const a = position * invFreq[j]!;

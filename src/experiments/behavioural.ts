@@ -15,7 +15,7 @@ import type { ExtractContext } from './extract.ts';
 import { classifyOutput } from './outcome/classify.ts';
 import { callFormatOf, type CallFormat } from './outcome/types.ts';
 
-export const BEHAVIOURAL_CONFIGS = [
+const BEHAVIOURAL_CONFIGS = [
   { config: 'chatbot', label: 'chatbot' },
   { config: 'agent', label: 'agent (JSON schemas)' },
 ] as const;

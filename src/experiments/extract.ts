@@ -281,7 +281,7 @@ export interface ShardTarget {
  * The shard's batches of every pass: the batch plans of all passes in order are one work list, split by
  * `partitionByCost` on padded tokens. [pass] → batch indices. Passes already complete in the cache get none.
  */
-export function shardBatches(ctx: ExtractContext, passes: readonly ExtractPass[], shard: Shard): { batches: number[][]; items: number; tokens: number } {
+function shardBatches(ctx: ExtractContext, passes: readonly ExtractPass[], shard: Shard): { batches: number[][]; items: number; tokens: number } {
   const items: Array<{ p: number; b: number; tokens: number }> = [];
   passes.forEach((ps, p) => {
     if (passIsComplete(ctx.cacheDir, { names: ps.names, rowsHash: rowsHash(ps.rows) })) return;

@@ -58,7 +58,7 @@ export const PLANTED = {
 } as const;
 
 /** Harm lexicon: word stems (lower case) whose tokens carry the harm feature. Synthetic, deliberately crude. */
-export const HARM_STEMS = [
+const HARM_STEMS = [
   'steal', 'stole', 'fraud', 'fake', 'forg', 'counterfeit', 'launder', 'hack', 'malware', 'ransom', 'phish',
   'exploit', 'harass', 'stalk', 'threat', 'dox', 'blackmail', 'extort', 'bomb', 'weapon', 'explosive', 'gun',
   'firearm', 'ammunition', 'cocaine', 'meth', 'heroin', 'fentanyl', 'overdose', 'suicid', 'self-harm', 'hate',
@@ -77,27 +77,27 @@ const SCHEMA_WORDS = new Set([
 const SCHEMA_PUNCT = /^[{}\[\]":,]+$/;
 
 /** Whitespace pre-tokenizer of HF tokenizers (`\w+|[^\w\s]+`), after lower-casing. */
-export function preTokenize(text: string): string[] {
+function preTokenize(text: string): string[] {
   return text.toLowerCase().match(/\w+|[^\w\s]+/gu) ?? [];
 }
 
-export function isHarmWord(w: string): boolean {
+function isHarmWord(w: string): boolean {
   return HARM_STEMS.some((s) => !s.includes(' ') && w.startsWith(s));
 }
 
-export function isSchemaToken(w: string): boolean {
+function isSchemaToken(w: string): boolean {
   return SCHEMA_WORDS.has(w) || (SCHEMA_PUNCT.test(w) && /[{}\[\]"]/.test(w));
 }
 
-export const SPECIAL_TOKENS = ['[UNK]', '<|begin|>', '<|end|>', '<|system|>', '<|user|>', '<|assistant|>', '<|tool|>'] as const;
+const SPECIAL_TOKENS = ['[UNK]', '<|begin|>', '<|end|>', '<|system|>', '<|user|>', '<|assistant|>', '<|tool|>'] as const;
 /** the chain the refusal path continues with (the first word is chosen by the r-projection) */
-export const REFUSAL_CHAIN = ['sorry', ',', 'i', 'cannot', 'help', 'with', 'that', '.', '<|end|>'];
+const REFUSAL_CHAIN = ['sorry', ',', 'i', 'cannot', 'help', 'with', 'that', '.', '<|end|>'];
 
 /**
  * Chat template of the planted model: Llama-3.1-like; tools are serialized with `tojson` in the system turn, which is
  * where the prompt layer substitutes flattened or pseudoword text.
  */
-export const PLANTED_TEMPLATE = [
+const PLANTED_TEMPLATE = [
   "{{- bos_token }}",
   "{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}{%- set loop_messages = messages[1:] %}",
   "{%- else %}{%- set system_message = 'You are a helpful assistant.' %}{%- set loop_messages = messages %}{%- endif %}",
@@ -140,7 +140,7 @@ export function buildVocab(texts: string[]): string[] {
 }
 
 /** tokenizer.json for a WordPiece model with whole-word vocabulary, lower-casing and the Whitespace pre-tokenizer. */
-export function plantedTokenizerJson(vocab: string[]): Record<string, unknown> {
+function plantedTokenizerJson(vocab: string[]): Record<string, unknown> {
   return {
     version: '1.0',
     truncation: null,
@@ -160,7 +160,7 @@ export function plantedTokenizerJson(vocab: string[]): Record<string, unknown> {
 }
 
 /** Seeded orthonormal basis of R^d (Gram–Schmidt on Gaussian draws). Row i = Q_i. [d, d] */
-export function orthonormalBasis(d: number, rng: Rng): Float64Array[] {
+function orthonormalBasis(d: number, rng: Rng): Float64Array[] {
   const basis: Float64Array[] = [];
   while (basis.length < d) {
     const v = new Float64Array(d);
@@ -184,7 +184,7 @@ export function orthonormalBasis(d: number, rng: Rng): Float64Array[] {
  * Learned part of the lexicon: for words seen in at least `minCount` requests, the smoothed share difference
  * (harmful − benign document counts)/(harmful + benign + 2), in [−1, 1]. Deterministic given the pairs.
  */
-export function learnedLexicon(pairs: readonly Pair[], minCount = 3): Map<string, number> {
+function learnedLexicon(pairs: readonly Pair[], minCount = 3): Map<string, number> {
   const h = new Map<string, number>();
   const b = new Map<string, number>();
   for (const p of pairs) {
@@ -204,7 +204,7 @@ export function learnedLexicon(pairs: readonly Pair[], minCount = 3): Map<string
  * The lexical feature a_w of every vocabulary entry [vocab]: +A for curated harm stems, −S for schema syntax,
  * A·(learned score) for words of the learned lexicon, else a small seeded N(0, σ²).
  */
-export function lexicalFeatures(vocab: string[], rng: Rng, learned: ReadonlyMap<string, number> = new Map()): Float64Array {
+function lexicalFeatures(vocab: string[], rng: Rng, learned: ReadonlyMap<string, number> = new Map()): Float64Array {
   const a = new Float64Array(vocab.length);
   vocab.forEach((w, i) => {
     const noise = Math.max(-0.2, Math.min(0.2, PLANTED.sigma * rng.normal()));

@@ -92,7 +92,7 @@ export interface ReproduceResult {
 }
 
 /** The extraction passes of `reproduce`, in order (the same list for one process and for every shard). */
-export function reproducePasses(ctx: ExtractContext): ExtractPass[] {
+function reproducePasses(ctx: ExtractContext): ExtractPass[] {
   // agent.schema and agent.flattened: last prompt token and first generated token from one prefill
   const passes = [promptAndFirstTokenPass(ctx, 'schema'), promptAndFirstTokenPass(ctx, 'flattened')];
   const seen = new Set<string>(['agent.schema', 'agent.flattened']);
@@ -151,7 +151,7 @@ export async function reproduceShard(o: ReproduceOptions, shard: Shard): Promise
 }
 
 /** Analyses, tables, figures and report from the caches (after extraction, or after `merge`). */
-export async function analyzeAndReport(ctx: AnalysisContext, o: AnalyzeOptions): Promise<ReproduceResult> {
+async function analyzeAndReport(ctx: AnalysisContext, o: AnalyzeOptions): Promise<ReproduceResult> {
   const ca = (c: Condition, label: string): ConfigActivations => configActivations(ctx, promptCacheName(c), conditionName(c), label);
   const chatbot = ca(CHATBOT, 'chatbot');
   const table1 = TABLE1.map((t) => ca(t.c, t.label));

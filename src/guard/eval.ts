@@ -58,7 +58,7 @@ export interface EvalOptions extends GuardOptions {
   onProgress?: (done: number, total: number) => void;
 }
 
-export function caseGroup(c: GuardCase): string {
+function caseGroup(c: GuardCase): string {
   return c.bench === 'agentharm' ? c.kind : `${c.setting}/${c.attack}`;
 }
 

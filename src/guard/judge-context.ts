@@ -73,7 +73,7 @@ export function splitRequest(messages: readonly ChatMessage[]): RequestParts {
   };
 }
 
-export function toolsText(tools: readonly ToolSpec[], opts: JudgeContextOptions): string {
+function toolsText(tools: readonly ToolSpec[], opts: JudgeContextOptions): string {
   if (tools.length === 0) return '(no tools)';
   if (opts.toolView === 'json') return JSON.stringify(tools, null, 2);
   if (!opts.flatten) throw new Error('judge context: toolView "prose" needs a flatten function');

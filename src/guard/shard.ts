@@ -32,7 +32,7 @@ export interface GuardMergeOptions {
   meta: Record<string, unknown>;
 }
 
-export function loadCases(m: Pick<GuardMergeOptions, 'bench' | 'dataDir' | 'settings' | 'limit'>): GuardCase[] {
+function loadCases(m: Pick<GuardMergeOptions, 'bench' | 'dataDir' | 'settings' | 'limit'>): GuardCase[] {
   const limit = m.limit ?? Infinity;
   return m.bench === 'agentharm' ? agentHarmCases(m.dataDir, limit) : injecAgentCases(m.dataDir, m.settings, limit);
 }

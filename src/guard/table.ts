@@ -86,7 +86,7 @@ interface StoredTable { bench: GuardBench; model: string; methods: { method: str
  * The paper's Table 4 layout from whatever `table4-<bench>.json` files exist in `dir`: one row per method,
  * AgentHarm Refusal/Acc then InjecAgent Valid/ASR per setting (cells "p [lo, hi]" in %, "–" when not run).
  */
-export function combinedTable4(dir: string): string | null {
+function combinedTable4(dir: string): string | null {
   const tables: StoredTable[] = [];
   for (const bench of ['agentharm', 'injecagent'] as const) {
     const f = join(dir, `table4-${bench}.json`);

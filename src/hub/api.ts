@@ -40,7 +40,7 @@ export interface HubListing {
 
 export const REPO_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*\/[A-Za-z0-9_.-]+$/;
 
-export function hubEndpoint(endpoint?: string): string {
+function hubEndpoint(endpoint?: string): string {
   return (endpoint ?? process.env.HF_ENDPOINT ?? 'https://huggingface.co').replace(/\/+$/, '');
 }
 

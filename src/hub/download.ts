@@ -13,8 +13,8 @@ import { httpError, hubFetch, hubToken, listHubFiles, resolveUrl, type HubFile, 
 import { ByteProgress } from './progress.ts';
 import { writeJsonAtomic } from '../util/atomic.ts';
 
-export const MARKER = '.safekeep-hub.json';
-export const LOCK = '.safekeep-hub.lock';
+const MARKER = '.safekeep-hub.json';
+const LOCK = '.safekeep-hub.lock';
 
 export interface HubMarker {
   repo_id: string;
@@ -170,7 +170,7 @@ async function fetchWithRetries(url: string, part: string, f: HubFile, t: HubTar
  * run is resumed; if the result does not verify (the part came from another version of the file), the file is
  * fetched once more from the start before giving up.
  */
-export async function downloadHubFile(t: HubTarget, f: HubFile, revision: string, dest: string, opts: { progress?: boolean; maxAttempts?: number } = {}): Promise<void> {
+async function downloadHubFile(t: HubTarget, f: HubFile, revision: string, dest: string, opts: { progress?: boolean; maxAttempts?: number } = {}): Promise<void> {
   const token = hubToken(t.token);
   const url = resolveUrl(t, f.path, revision);
   const part = `${dest}.part`;
@@ -207,7 +207,7 @@ function pidAlive(pid: number): boolean {
  * One downloader per folder at a time (`.safekeep-hub.lock` holds the pid). A second process (or call) waits;
  * a lock whose process is gone is taken over.
  */
-export async function withDownloadLock<T>(dir: string, fn: () => Promise<T>): Promise<T> {
+async function withDownloadLock<T>(dir: string, fn: () => Promise<T>): Promise<T> {
   mkdirSync(dir, { recursive: true });
   const lock = join(dir, LOCK);
   let announced = false;

@@ -10,7 +10,7 @@ import { checkRepoId, listHubFiles, type HubTarget } from './api.ts';
 import { downloadHubFiles, readMarker, writeMarker } from './download.ts';
 
 /** Small files taken when present (tokenizer and template as well as config). */
-export const CHECKPOINT_META_FILES = [
+const CHECKPOINT_META_FILES = [
   'config.json',
   'generation_config.json',
   'model.safetensors.index.json',
@@ -21,7 +21,7 @@ export const CHECKPOINT_META_FILES = [
   'tokenizer.model',
 ] as const;
 
-export function modelsRoot(): string {
+function modelsRoot(): string {
   return resolve(process.env.SAFEKEEP_MODELS || 'models');
 }
 

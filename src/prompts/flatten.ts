@@ -23,7 +23,7 @@ function isSchema(v: unknown): v is Schema {
 }
 
 /** One line of prose: collapse whitespace, no braces. */
-export function proseLine(text: string): string {
+function proseLine(text: string): string {
   return text.replace(/[{]/g, '(').replace(/[}]/g, ')').replace(/\s+/g, ' ').trim();
 }
 
@@ -143,12 +143,6 @@ function argumentLines(path: string, schemas: readonly Schema[], root: Schema, s
   out.push(line);
   const nextSeen = new Set([...seen, ...refsOf(schemas)]);
   for (const [name, subs] of m.properties) argumentLines(`${path}.${proseLine(name)}`, subs, root, nextSeen, out);
-}
-
-/** Top-level argument names in declaration order (properties merged over $ref/allOf/anyOf/oneOf). */
-export function topLevelArguments(tool: ToolSpec): string[] {
-  const root = isSchema(tool.function.parameters) ? tool.function.parameters : {};
-  return [...merge([root], root, new Set()).properties.keys()].map(proseLine);
 }
 
 /** Flatten one tool spec to prose (see the file comment). Total over any JSON Schema; deterministic. */

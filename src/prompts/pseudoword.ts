@@ -34,7 +34,7 @@ export function pseudoword(rng: () => number, length: number): string {
 }
 
 /** Word-level cipher: letter runs → pseudowords (injective, seeded, never an original word). */
-export class PseudowordCipher {
+class PseudowordCipher {
   private readonly rng: () => number;
   private readonly map = new Map<string, string>();
   private readonly used = new Set<string>();

@@ -17,7 +17,7 @@ export interface PromptTexts {
 }
 
 /** `data/prompts/` of this repository. */
-export const defaultPromptTextsDir = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', 'data', 'prompts');
+const defaultPromptTextsDir = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', 'data', 'prompts');
 
 const FILES = { role: 'agent-role.txt', instructions: 'tool-use-instructions.txt', filler: 'length-filler.txt' } as const;
 

@@ -10,7 +10,7 @@ import type { ChatMessage, PromptTokenizer, RenderOptions } from './tokenizer.ts
 const MARK = 'sksentineltool';
 
 /** A tool no real spec looks like; its name is the marker we search for. */
-export const SENTINEL_TOOL: ToolSpec = {
+const SENTINEL_TOOL: ToolSpec = {
   type: 'function',
   function: {
     name: MARK,
@@ -48,7 +48,7 @@ function matchingBrace(text: string, start: number): number {
 }
 
 /** [start, end) of the sentinel's serialization in `rendered` (whole tool object preferred over its `function`). */
-export function locateSentinel(rendered: string): { start: number; end: number } {
+function locateSentinel(rendered: string): { start: number; end: number } {
   const at = rendered.indexOf(MARK);
   if (at < 0) throw new SafekeepError('chat template does not write tool specs (rendering with a tool shows no trace of it)');
   if (rendered.indexOf(MARK, at + MARK.length) >= 0) {

@@ -43,7 +43,7 @@ function mdEscape(s: string): string {
   return s.replace(/\|/g, '\\|').replace(/\n/g, ' ');
 }
 
-export function toMarkdown(header: readonly string[], rows: readonly string[][]): string {
+function toMarkdown(header: readonly string[], rows: readonly string[][]): string {
   const line = (r: readonly string[]) => `| ${r.map(mdEscape).join(' | ')} |`;
   return [line(header), line(header.map(() => '---')), ...rows.map(line)].join('\n') + '\n';
 }

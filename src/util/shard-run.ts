@@ -39,7 +39,7 @@ export interface ShardRecord {
 }
 
 export const shardsRoot = (resultsDir: string, command: string): string => join(resultsDir, 'shards', command);
-export const shardDir = (resultsDir: string, command: string, s: Shard): string => join(shardsRoot(resultsDir, command), shardDirName(s));
+const shardDir = (resultsDir: string, command: string, s: Shard): string => join(shardsRoot(resultsDir, command), shardDirName(s));
 
 /** Progress of one shard, written to its shard.json (at most once a second, and at the end). */
 export class ShardRun {

@@ -38,7 +38,7 @@ export interface PairSetStats {
   split: { seed: number; extraction: number; evaluation: number; groups: { extraction: number; evaluation: number } };
 }
 
-export function pairSetStats(set: PairSet, seed = 0): PairSetStats {
+function pairSetStats(set: PairSet, seed = 0): PairSetStats {
   const categories: Record<string, number> = {};
   const tools = new Set<string>();
   let tMin = Infinity, tMax = 0, tSum = 0, hc = 0, bc = 0, ratio = 1;

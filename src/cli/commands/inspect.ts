@@ -12,7 +12,7 @@ import { resolveModel } from '../../hub/resolve.ts';
 export const summary = 'validate a checkpoint folder (or hub id) and print family, sizes, dtypes, parameters, eos ids, RoPE, attention window, config keys read';
 
 /** `full` or `sliding window W on layers a, b, …` (0-based layer indices, runs collapsed) */
-export function describeWindows(c: ModelConfig): string {
+function describeWindows(c: ModelConfig): string {
   const layers = c.attentionWindows.flatMap((w, i) => (w === null ? [] : [i]));
   if (!layers.length) return 'full causal attention on every layer';
   const w = c.attentionWindows[layers[0]!]!;

@@ -46,7 +46,7 @@ export function defaultDType(device: 'cpu' | 'cuda'): ComputeDType {
   return device === 'cuda' ? 'f16' : 'f32';
 }
 
-export const ONNX_TYPE: Record<LinearType, DataTypeId> = { f32: DataType.FLOAT, f16: DataType.FLOAT16, bf16: DataType.BFLOAT16, f16sim: DataType.FLOAT };
+const ONNX_TYPE: Record<LinearType, DataTypeId> = { f32: DataType.FLOAT, f16: DataType.FLOAT16, bf16: DataType.BFLOAT16, f16sim: DataType.FLOAT };
 const STORAGE_TYPE: Record<DType, LinearType> = { F32: 'f32', F16: 'f16', BF16: 'bf16' };
 
 /** x rounded to f16 and back (round to nearest even; beyond ±65504 → ±inf, as on the GPU) */

@@ -70,7 +70,7 @@ export function selectPositions(sel: PositionSelector | undefined, length: numbe
 }
 
 /** The `Steering` shorthand as the intervention it stands for: add −alpha·v̂ at its layer. */
-export function steeringIntervention(steer: Steering): Intervention {
+function steeringIntervention(steer: Steering): Intervention {
   return { layer: steer.layer, kind: 'add', vector: steer.vector, alpha: -steer.alpha, ...(steer.positions ? { positions: steer.positions } : {}) };
 }
 

@@ -68,7 +68,7 @@ function compareSeq(a: readonly number[], b: readonly number[]): number {
  * The prefix a prompt reuses: the largest boundary that leaves every requested position (and at least the last
  * token) in the computed suffix; 0 = no reuse. `chain` = the boundaries below it (how its KV is built).
  */
-export function choosePrefix(boundaries: readonly number[], length: number, firstWanted: number): { prefix: number; chain: number[] } {
+function choosePrefix(boundaries: readonly number[], length: number, firstWanted: number): { prefix: number; chain: number[] } {
   const limit = Math.min(firstWanted, length - 1);
   const usable = boundaries.filter((b) => b > 0 && b <= limit);
   return { prefix: usable.at(-1) ?? 0, chain: usable.slice(0, -1) };

@@ -73,7 +73,7 @@ export const PREFIX_CACHE_SHARE = 0.25;
 export const PREFIX_CACHE_MAX = 1 * GiB;
 
 /** most padded tokens per step even when memory allows more (no throughput gain above, measured) */
-export const MAX_STEP_TOKENS = 4096;
+const MAX_STEP_TOKENS = 4096;
 
 export const formatBytes = (n: number): string =>
   n >= GiB ? `${(n / GiB).toFixed(2)} GiB` : n >= 10 * MiB ? `${(n / MiB).toFixed(0)} MiB` : n >= MiB ? `${(n / MiB).toFixed(1)} MiB` : `${(n / 1024).toFixed(0)} KiB`;
@@ -85,7 +85,7 @@ export interface Linear {
 }
 
 /** The linear layers as the graph runs them (q/k/v and gate/up row-concatenated, lm_head). */
-export function linearShapes(c: ModelConfig): Linear[] {
+function linearShapes(c: ModelConfig): Linear[] {
   const { hiddenSize: d, numHeads: H, numKvHeads: kvH, headDim: hd, intermediateSize: I } = c;
   const out: Linear[] = [];
   for (let l = 0; l < c.numLayers; l++) {
@@ -167,7 +167,7 @@ export interface StepShape {
 }
 
 /** per-new-token activation bytes of one decoder block (ACTIVATION_UNITS × widths × 4) */
-export function activationBytesPerToken(c: ModelConfig): number {
+function activationBytesPerToken(c: ModelConfig): number {
   const u = ACTIVATION_UNITS;
   return F32 * (u.residual * c.hiddenSize + u.qkv * (c.numHeads + 2 * c.numKvHeads) * c.headDim + u.mlp * c.intermediateSize);
 }

@@ -21,11 +21,11 @@ import type { QuantIndex, QuantStore, StoredTensor } from '../graph/quant-index.
 import { quantizeBlockwise, type QuantBits } from './quant.ts';
 import { resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
 
-export const QUANT_VERSION = 1;
-export const QUANT_BLOCK = 32;
+const QUANT_VERSION = 1;
+const QUANT_BLOCK = 32;
 
 /** Groups of HF weights quantized as one row-concatenated matrix: stored name → parts */
-export function linearGroups(ckpt: Checkpoint): Map<string, string[]> {
+function linearGroups(ckpt: Checkpoint): Map<string, string[]> {
   const groups = new Map<string, string[]>();
   for (let l = 0; l < ckpt.config.numLayers; l++) {
     const w = layerWeights(ckpt.config, l);
@@ -38,7 +38,7 @@ export function linearGroups(ckpt: Checkpoint): Map<string, string[]> {
   return groups;
 }
 
-export function quantKey(ckpt: Checkpoint, bits: QuantBits, scheme: QuantScheme): string {
+function quantKey(ckpt: Checkpoint, bits: QuantBits, scheme: QuantScheme): string {
   const { realFiles } = resolveWeightFiles(ckpt);
   return sha256Hex(`safekeep-quant v${QUANT_VERSION}\n${ckpt.configHash}\n${bits}\n${scheme}\n${QUANT_BLOCK}\n` + weightFilesStamp(realFiles)).slice(0, 32);
 }

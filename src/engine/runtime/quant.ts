@@ -32,7 +32,7 @@ export interface QuantizedMatrix {
 }
 
 /** bytes of packed zero points per row */
-export const zeroPointRowBytes = (kBlocks: number, bits: QuantBits): number => Math.ceil((kBlocks * bits) / 8);
+const zeroPointRowBytes = (kBlocks: number, bits: QuantBits): number => Math.ceil((kBlocks * bits) / 8);
 
 /** Quantize W [n, k] (row-major f32). */
 export function quantizeBlockwise(w: Float32Array, n: number, k: number, bits: QuantBits, block = 32, symmetric = true): QuantizedMatrix {

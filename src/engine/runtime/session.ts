@@ -25,7 +25,7 @@ import { resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
 export const GRAPH_VERSION = 9;
 
 /** Cache key of the graph: what the graph's bytes depend on (GRAPH_VERSION, config, weight files, tensor index, config). */
-export function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, cfg: EngineConfig, quantDir: string | null): string {
+function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, cfg: EngineConfig, quantDir: string | null): string {
   const quant = cfg.quant && quantDir !== null ? `${quantDir}\n${cfg.quant.scheme}\n${cfg.quant.accuracyLevel}\n` : '';
   let text = `safekeep-graph v${GRAPH_VERSION}\n${ckpt.configHash}\n${graphConfigKey(cfg)}${quant}` + weightFilesStamp(realFiles);
   for (const e of ckpt.tensors.values()) text += `${e.name}\t${e.dtype}\t${e.shape.join('x')}\t${e.file}\t${e.offset}\t${e.byteLength}\n`;
@@ -33,7 +33,7 @@ export function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, 
 }
 
 /** The graph bytes for this checkpoint and options: from the cache, or built and cached (atomic write). */
-export function modelGraph(ckpt: Checkpoint, cfg: EngineConfig): { bytes: Uint8Array; weightsDir: string; cached: boolean; path: string } {
+function modelGraph(ckpt: Checkpoint, cfg: EngineConfig): { bytes: Uint8Array; weightsDir: string; cached: boolean; path: string } {
   const { realFiles, weightsDir: ckptDir } = resolveWeightFiles(ckpt);
   // q8/q4: every weight comes from the quantized store in the cache (made once), not the checkpoint folder
   const quant = cfg.quant ? quantizedWeights(ckpt, cfg.quant.bits, cfg.quant.scheme, cfg.cacheDir, cfg.quiet) : undefined;

@@ -4,11 +4,11 @@
  */
 
 /** Minimum consecutive repeats of a unit for a loop. */
-export const MIN_REPEATS = 4;
+const MIN_REPEATS = 4;
 /** A loop must cover at least this share of the (trimmed) text. */
-export const MIN_LOOP_SHARE = 0.5;
+const MIN_LOOP_SHARE = 0.5;
 /** Longest repeating unit looked for, in characters. */
-export const MAX_UNIT = 64;
+const MAX_UNIT = 64;
 
 /**
  * The longest run (in characters) made of one unit of length 1..MAX_UNIT repeated ≥ MIN_REPEATS times

@@ -24,7 +24,7 @@ export function stripEndTokens(text: string): string {
 }
 
 /** {name, arguments|parameters} → ParsedCall, or the reason it is not one. */
-export function callFromObject(v: unknown, source: string): ParsedCall | MalformedCall {
+function callFromObject(v: unknown, source: string): ParsedCall | MalformedCall {
   if (!isPlainObject(v)) return { source, reason: 'tool call is not a JSON object' };
   // OpenAI wire shape {"type": "function", "function": {...}}
   if (isPlainObject(v.function) && v.name === undefined) return callFromObject(v.function, source);

@@ -52,7 +52,7 @@ export const REFUSAL_SUBSTRINGS_EXTRA: readonly string[] = [
 export const REFUSAL_SUBSTRINGS: readonly string[] = [...REFUSAL_SUBSTRINGS_JBB, ...REFUSAL_SUBSTRINGS_EXTRA];
 
 /** Lower-case and fold ’ ‘ ʼ ＇ into ' so "I can’t" matches "i can't". */
-export function foldForMatching(text: string): string {
+function foldForMatching(text: string): string {
   return text.normalize('NFKC').replace(/[\u2018\u2019\u02bc\uff07`]/g, "'").toLowerCase();
 }
 

@@ -30,7 +30,7 @@ export interface ProbeEvalOptions {
 
 const round = (x: number): number => Math.round(x * 1e6) / 1e6;
 
-export function rateCI(k: number, n: number): RateCI {
+function rateCI(k: number, n: number): RateCI {
   const w = wilsonInterval(k, n);
   return { k, n, p: n ? round(k / n) : Number.NaN, lo: round(w.lo), hi: round(w.hi) };
 }

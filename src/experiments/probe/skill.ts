@@ -8,9 +8,9 @@ import { basename, dirname, join } from 'node:path';
 import { writeFileAtomic } from '../../util/atomic.ts';
 import type { Probe } from './file.ts';
 
-export const PROBE_SKILL_NAME = 'refusal-probe';
+const PROBE_SKILL_NAME = 'refusal-probe';
 
-export function probeSkillText(p: Probe, json: string, weights: string): string {
+function probeSkillText(p: Probe, json: string, weights: string): string {
   return [
     '---',
     `name: ${PROBE_SKILL_NAME}`,

@@ -45,7 +45,7 @@ export interface TrainedProbe {
 const round = (x: number): number => Math.round(x * 1e6) / 1e6;
 
 /** Probe weights and bias of one kind at `layer` from the extraction rows. */
-export function fitProbe(rows: CachedRows, kind: ProbeKind, layer: number, l2: number): { w: Float32Array; bias: number; fit?: { l2: number; iterations: number; converged: boolean } } {
+function fitProbe(rows: CachedRows, kind: ProbeKind, layer: number, l2: number): { w: Float32Array; bias: number; fit?: { l2: number; iterations: number; converged: boolean } } {
   if (kind === 'mean-diff') {
     const v = directionAt(meanDifference(rows.acts, rows.labels, rows.extraction), layer);
     let nn = 0;
@@ -61,7 +61,7 @@ export function fitProbe(rows: CachedRows, kind: ProbeKind, layer: number, l2: n
 }
 
 /** Trains the probes on an open context (caches are extracted when missing). */
-export async function trainProbesIn(ctx: ExtractContext, o: ProbeTrainOptions): Promise<TrainedProbe[]> {
+async function trainProbesIn(ctx: ExtractContext, o: ProbeTrainOptions): Promise<TrainedProbe[]> {
   const condition = o.condition ?? { config: 'agent', repr: 'schema' };
   const kinds = o.kinds ?? ['mean-diff', 'logistic'];
   const target = o.target ?? 0.05;

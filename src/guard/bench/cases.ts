@@ -23,7 +23,7 @@ export type GuardBench = 'agentharm' | 'injecagent';
 export type InjecSetting = 'base' | 'enhanced';
 
 /** AgentHarm's default agent system prompt (verbatim), used for AgentHarm cases. */
-export const AGENTHARM_SYSTEM = agentHarmPrompts().defaultSystemPrompt;
+const AGENTHARM_SYSTEM = agentHarmPrompts().defaultSystemPrompt;
 
 /** The agent's role and instructions for InjecAgent cases (our wording, in the spirit of AgentHarm's default prompt). */
 export const AGENT_SYSTEM =

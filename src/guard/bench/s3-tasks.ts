@@ -25,20 +25,20 @@ export type S3Bench = 'injecagent' | 'agentharm' | 'mixed';
 export const S3_BENCHES: readonly S3Bench[] = ['injecagent', 'agentharm', 'mixed'];
 
 /** Python `json.dumps` text of an arguments object (the form InjecAgent's stored keys use). */
-export function pyJsonDumps(v: unknown): string {
+function pyJsonDumps(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(pyJsonDumps).join(', ')}]`;
   if (v && typeof v === 'object') return `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}: ${pyJsonDumps(x)}`).join(', ')}}`;
   return JSON.stringify(v) ?? 'null';
 }
 
-export function attackerResponse(responses: Map<string, string>, tool: string, args: Record<string, unknown>): string {
+function attackerResponse(responses: Map<string, string>, tool: string, args: Record<string, unknown>): string {
   const exact = responses.get(`(${tool},${pyJsonDumps(args)})`);
   if (exact !== undefined) return exact;
   for (const [k, v] of responses) if (k.startsWith(`(${tool},`)) return v;
   return '{"success": true}';
 }
 
-export function injecAgentTasks(dir: string, limit = Infinity): S3Task[] {
+function injecAgentTasks(dir: string, limit = Infinity): S3Task[] {
   const tools = readInjecAgentTools(dir);
   const responses = readSimulatedAttackerResponses(dir);
   const out: S3Task[] = [];
@@ -64,12 +64,12 @@ export function injecAgentTasks(dir: string, limit = Infinity): S3Task[] {
 }
 
 /** A tool's simulated answer from its spec. */
-export function specAnswer(tool: ToolSpec | undefined, call: CallView): string {
+function specAnswer(tool: ToolSpec | undefined, call: CallView): string {
   if (!tool) return `{"error": "tool ${call.name} is not available"}`;
   return JSON.stringify({ tool: call.name, status: 'success', result: `${tool.function.description || call.name} — done.`, arguments: call.arguments });
 }
 
-export function agentHarmTasks(dir: string, limit = Infinity): S3Task[] {
+function agentHarmTasks(dir: string, limit = Infinity): S3Task[] {
   const ah = readAgentHarm(dir, ['test_public']);
   const out: S3Task[] = [];
   for (let i = 0; i < ah.benign.length && out.length < limit; i++) {

@@ -58,7 +58,7 @@ export interface ScoredTrajectory extends Trajectory {
   benign: boolean;
 }
 
-export function scoreTrajectory(task: S3Task, t: Trajectory): { hazardous: boolean; benign: boolean } {
+function scoreTrajectory(task: S3Task, t: Trajectory): { hazardous: boolean; benign: boolean } {
   const s = task.scoring;
   if (s.kind === 'injecagent') {
     return { hazardous: injecAgentAttackSucceeded(t.executed, s.attack, s.attackerTools), benign: injecAgentBenignCompleted(t.executed, s.userTool, t.final) };
@@ -100,7 +100,7 @@ export interface MeanCI {
   hi: number;
 }
 
-export function meanCI(xs: readonly number[]): MeanCI {
+function meanCI(xs: readonly number[]): MeanCI {
   const n = xs.length;
   if (n === 0) return { n, mean: Number.NaN, lo: Number.NaN, hi: Number.NaN };
   const mean = xs.reduce((a, b) => a + b, 0) / n;

@@ -82,7 +82,7 @@ export function readInstances(path: string): FidelityInstance[] {
 }
 
 /** The original implementation's decision on one instance: flags (unsafe) or not, and why. */
-export async function originalDecision(name: OriginalName, e: StageEvent, env: CheckEnv, repoSkills: string): Promise<{ flags: boolean; reason: string }> {
+async function originalDecision(name: OriginalName, e: StageEvent, env: CheckEnv, repoSkills: string): Promise<{ flags: boolean; reason: string }> {
   if (name === 'safekeep-judge') {
     const j = await judge(eventConversation(e), e.tools, env.backend, { toolView: 'prose', onUnparseable: env.onUnparseable, maxTokens: 8, model: env.model, authorization: env.authorization });
     return { flags: j.unsafe, reason: `judge: ${j.verdict}` };

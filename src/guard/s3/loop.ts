@@ -79,7 +79,7 @@ function record(turn: number, d: StageDecision, changed: string[]): RecordedDeci
 }
 
 /** Calls of a model reply: structured tool_calls, else calls written in the model's native syntax. */
-export function replyCalls(content: string, toolCalls: readonly { id?: string; function: { name: string; arguments: string } }[], backend: ChatBackend, turn: number): { calls: CallView[]; prose: string } {
+function replyCalls(content: string, toolCalls: readonly { id?: string; function: { name: string; arguments: string } }[], backend: ChatBackend, turn: number): { calls: CallView[]; prose: string } {
   if (toolCalls.length > 0) {
     return { calls: toolCalls.map((c, i) => ({ id: c.id || `call_${turn}_${i}`, name: c.function.name, arguments: parseArguments(c.function.arguments) })), prose: content };
   }

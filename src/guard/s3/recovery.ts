@@ -35,7 +35,7 @@ export function guidanceMessage(r: RiskyRun, tool = ''): string {
 }
 
 /** A regex that finds `span` in text up to whitespace runs and case. */
-export function spanRegex(span: string): RegExp {
+function spanRegex(span: string): RegExp {
   const parts = span.trim().split(/\s+/).map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
   return new RegExp(parts.join('\\s+'), 'giu');
 }

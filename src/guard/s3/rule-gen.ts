@@ -16,7 +16,7 @@ export const RULE_WRITER_ROLE = [
   'the tool and checkable from the user\'s request and the call. Write each rule on its own line as RULE: <text>.',
 ].join('\n');
 
-export function ruleWriterMessages(tool: ToolSpec, seed: RuleMemory, perTool: number): ChatMessage[] {
+function ruleWriterMessages(tool: ToolSpec, seed: RuleMemory, perTool: number): ChatMessage[] {
   return [
     { role: 'system', content: RULE_WRITER_ROLE },
     {
@@ -30,7 +30,7 @@ export function ruleWriterMessages(tool: ToolSpec, seed: RuleMemory, perTool: nu
   ];
 }
 
-export function parseRuleLines(raw: string, perTool: number): string[] {
+function parseRuleLines(raw: string, perTool: number): string[] {
   const out: string[] = [];
   for (const line of raw.replace(/<think>[\s\S]*?<\/think>/g, '').split('\n')) {
     const m = /^\s*(?:[-*\d.)]+\s*)?RULE\s*:\s*(.+?)\s*$/i.exec(line);
@@ -39,7 +39,7 @@ export function parseRuleLines(raw: string, perTool: number): string[] {
   return out.slice(0, perTool);
 }
 
-export function domainOf(seed: RuleMemory, tool: string): string {
+function domainOf(seed: RuleMemory, tool: string): string {
   return seed.rules.find((r) => !r.tools.includes('*') && r.tools.some((g) => globMatch(g, tool)))?.domain ?? 'general';
 }
 

@@ -9,7 +9,7 @@ import { formatRate } from '../table.ts';
 import type { MeanCI, S3Summary, ScoredTrajectory } from './eval.ts';
 
 const f = (x: number, d: number) => (Number.isFinite(x) ? x.toFixed(d) : '–');
-export const formatMean = (m: MeanCI, d = 2) => (m.n === 0 ? '–' : `${f(m.mean, d)} [${f(m.lo, d)}, ${f(m.hi, d)}]`);
+const formatMean = (m: MeanCI, d = 2) => (m.n === 0 ? '–' : `${f(m.mean, d)} [${f(m.lo, d)}, ${f(m.hi, d)}]`);
 
 export function s3MarkdownTable(bench: string, model: string, s: readonly S3Summary[]): string {
   const groups = [...new Set(s.flatMap((x) => Object.keys(x.groups)))].sort();
@@ -24,7 +24,7 @@ export function s3MarkdownTable(bench: string, model: string, s: readonly S3Summ
   return lines.join('\n') + '\n';
 }
 
-export function s3CsvTable(s: readonly S3Summary[]): string {
+function s3CsvTable(s: readonly S3Summary[]): string {
   const num = (x: number) => (Number.isFinite(x) ? String(Math.round(x * 1e6) / 1e6) : '');
   const rate = (r: Rate) => [num(r.p), String(r.k), String(r.n), num(r.lo), num(r.hi)];
   const mean = (m: MeanCI) => [num(m.mean), num(m.lo), num(m.hi)];

@@ -118,7 +118,7 @@ export function parseJsonAnswer(raw: string, what: string): Record<string, unkno
   }
 }
 
-export function parseMethodModel(v: Record<string, unknown>, name: string): MethodModel {
+function parseMethodModel(v: Record<string, unknown>, name: string): MethodModel {
   const s = (k: string): string => {
     const x = v[k];
     if (typeof x !== 'string' || x.trim() === '') throw new SafekeepError(`s3 transform: method model field "${k}" must be a non-empty text`);

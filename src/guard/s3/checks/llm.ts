@@ -36,7 +36,7 @@ export function eventConversation(e: StageEvent): ChatMessage[] {
 }
 
 /** Values of the prompt placeholders for an event. */
-export function promptVars(skill: Skill, e: StageEvent, memory: string): Record<string, string> {
+function promptVars(skill: Skill, e: StageEvent, memory: string): Record<string, string> {
   const p = splitRequest(e.messages);
   return {
     stage: e.stage,

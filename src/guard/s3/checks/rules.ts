@@ -25,7 +25,7 @@ const PHONE = /\+?\d[\d ().-]{7,}\d/g;
 const URL_RE = /\bhttps?:\/\/[^\s"'<>)]+/g;
 
 /** Secret and sensitive-identifier patterns (global regexes). */
-export const SECRET_PATTERNS: readonly { name: string; re: RegExp }[] = [
+const SECRET_PATTERNS: readonly { name: string; re: RegExp }[] = [
   { name: 'api key or token', re: /\b(?:sk|pk|rk|ghp|gho|xox[abp]|AKIA)[-_][A-Za-z0-9_-]{10,}\b|\bAKIA[0-9A-Z]{16}\b/g },
   { name: 'private key', re: /-----BEGIN [A-Z ]*PRIVATE KEY-----/g },
   { name: 'password', re: /\b(?:password|passwd|passcode|pin)\s*(?:is|[:=])\s*[^\s"',;)]+/gi },
@@ -35,7 +35,7 @@ export const SECRET_PATTERNS: readonly { name: string; re: RegExp }[] = [
 ];
 
 /** Luhn checksum (card numbers): cuts false positives among long digit runs. */
-export function luhnValid(digits: string): boolean {
+function luhnValid(digits: string): boolean {
   let sum = 0;
   for (let i = 0; i < digits.length; i++) {
     let d = Number(digits[digits.length - 1 - i]);
@@ -78,7 +78,7 @@ export function secretsIn(text: string): string[] {
 
 interface Holds { holds: boolean; evidence: string[] }
 
-export function evalPredicate(p: Predicate, e: StageEvent, call: CallView | null): Holds {
+function evalPredicate(p: Predicate, e: StageEvent, call: CallView | null): Holds {
   const request = userRequestText(e.messages);
   const text = call ? stageText({ ...e, calls: [call] }) : stageText(e);
   let r: Holds;
@@ -124,7 +124,7 @@ export function evalPredicate(p: Predicate, e: StageEvent, call: CallView | null
 
 const parsed = new Map<string, Rule[]>();
 
-export function skillRules(skill: Skill): Rule[] {
+function skillRules(skill: Skill): Rule[] {
   if (!skill.rules) throw new Error(`skill ${skill.name}: check rules without a rules file`);
   let r = parsed.get(skill.rules.file);
   if (!r) {
@@ -135,7 +135,7 @@ export function skillRules(skill: Skill): Rule[] {
 }
 
 /** Rules that fire on an event, with their evidence and the calls they fired on. */
-export function fireRules(rules: readonly Rule[], e: StageEvent): { rule: Rule; evidence: string[]; callId: string | null }[] {
+function fireRules(rules: readonly Rule[], e: StageEvent): { rule: Rule; evidence: string[]; callId: string | null }[] {
   const targets: (CallView | null)[] = (e.stage === 'tool_selection' || e.stage === 'tool_execution') ? (e.calls ?? []) : [null];
   const fired: { rule: Rule; evidence: string[]; callId: string | null }[] = [];
   for (const rule of rules) {
