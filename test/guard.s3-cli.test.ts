@@ -141,6 +141,8 @@ test('safekeep s3 eval / s3 rules: user errors exit 2 with one line', async () =
     [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed', ...data, '--configs', 'none,single:nope'], /no skill named 'nope'/],
     [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed', ...data, '--configs', 'half'], /unknown configuration 'half'/],
     [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'all'], /--bench must be one of injecagent, agentharm, mixed/],
+    [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed', ...data, '--settings', 'base,strong'], /--settings: unknown 'strong' \(known: base, enhanced\)/],
+    [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed', ...data, '--shard', '3/3'], /--shard 3\/3: need 0 ≤ i < n/],
     [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed', '--skills', join(root, 'none')], /skills folder .* does not exist/],
     [['s3', 'rules', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm'], /exactly one of --bench/],
   ];

@@ -62,8 +62,6 @@ export const flags: FlagTable = {
   example: 's3 eval --model models/planted --bench mixed --limit 2 --configs none,no-recovery,full',
 };
 
-
-
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
   const model = args.values.get('model');
@@ -90,6 +88,8 @@ export async function run(argv: string[]): Promise<number> {
   const settings = settingsFlag.split(',').map((x) => x.trim()).filter(Boolean) as InjecAgentSetting[];
   for (const x of settings) if (!(INJECAGENT_SETTINGS as readonly string[]).includes(x)) throw new SafekeepError(`--settings: unknown '${x}' (known: ${INJECAGENT_SETTINGS.join(', ')})`);
   if (settings.length === 0) throw new SafekeepError('--settings is empty');
+  const shardArg = args.values.get('shard');
+  const shard = shardArg !== undefined ? parseShard(shardArg) : null;
   const tasks = s3Tasks(bench, dirs, limit, settings);
   if (tasks.length === 0) throw new SafekeepError(`--bench ${bench}: no tasks`);
   const noThinking = args.booleans.has('no-thinking');
@@ -157,8 +157,7 @@ export async function run(argv: string[]): Promise<number> {
       shell,
     };
     const items = s3Items(tasks, configs);
-    const shardArg = args.values.get('shard');
-    if (shardArg !== undefined) {
+    if (shard) {
       const short = (x: unknown): string => sha256Hex(JSON.stringify(x)).slice(0, 12);
       const identity = {
         model: model !== undefined ? `${basename(resolve(model))} ${args.values.get('dtype') ?? 'default dtype'}` : `${endpoint} ${endpointModel}`,
@@ -167,7 +166,7 @@ export async function run(argv: string[]): Promise<number> {
         skills: short(skills),
         options: short([...argv].filter((x, i, xs) => x !== '--shard' && xs[i - 1] !== '--shard' && !x.startsWith('--shard='))),
       };
-      const r = await runS3Shard(items, evalOptions, parseShard(shardArg), m, identity);
+      const r = await runS3Shard(items, evalOptions, shard, m, identity);
       process.stdout.write(`shard ${shardArg}: ${r.items} items (~${r.tokens} tokens) in ${r.seconds.toFixed(1)} s → ${r.dir}\nwhen every shard is done: safekeep merge ${dirname(out)}\n`);
       return 0;
     }
