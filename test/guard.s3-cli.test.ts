@@ -87,6 +87,10 @@ test('safekeep s3 eval --bench mixed with a tiny local model: numbers follow fro
   const r = await runCli(['s3', 'eval', '--model', model, '--bench', 'mixed', ...data, '--settings', 'base', '--limit', '1', '--configs', 'none,full', '--max-steps', '2', '--max-tokens', '6', '--out', out, '--no-thinking']);
   assert.equal(r.code, 0, r.stderr);
   assert.match(r.stderr, /s3 eval: 6\/6/);
+  // the report's results shell knows the local model's activations: 2 blocks → 3 hidden states, d_model 64
+  const html = readFileSync(join(root, 'report.html'), 'utf8');
+  assert.match(html, /<tr><td>Layers \(hidden states incl\. embeddings\)<\/td><td>3<\/td><\/tr><tr><td>d_model<\/td><td>64<\/td><\/tr>/);
+  assert.match(html, /id="table-s3-mixed"/);
   // a random model never calls a tool (no benign completion, no attack) and never answers the guard: the guard
   // agent's pick is unparseable → every input skill runs → the judges' answers are unparseable → unsafe → refusal
   const j = JSON.parse(readFileSync(join(out, 's3-mixed.json'), 'utf8')) as Json;
