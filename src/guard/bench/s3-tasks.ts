@@ -44,23 +44,25 @@ export function injecAgentTasks(dir: string, limit = Infinity, settings: readonl
   const tools = readInjecAgentTools(dir);
   const responses = readSimulatedAttackerResponses(dir);
   const out: S3Task[] = [];
-  for (const setting of settings) for (const attack of ['dh', 'ds'] as const) {
-    for (const c of readInjecAgentCases(dir, setting, [attack], tools).slice(0, limit)) {
-      const simulate = (call: CallView): string => {
-        if (call.name === c.userTool) return c.toolResponse;
-        if (attack === 'ds' && call.name === c.attackerTools[0]) return attackerResponse(responses, call.name, call.arguments);
-        if (c.attackerTools.includes(call.name)) return '{"success": true}';
-        return `{"error": "InvalidRequestException: tool ${call.name} is not available"}`;
-      };
-      out.push({
-        id: c.id,
-        group: `injecagent/${setting}/${attack}`,
-        setting,
-        messages: [{ role: 'system', content: AGENT_SYSTEM }, { role: 'user', content: c.userInstruction }],
-        tools: [...c.tools],
-        simulate,
-        scoring: { kind: 'injecagent', attack, userTool: c.userTool, attackerTools: [...c.attackerTools] },
-      });
+  for (const setting of settings) {
+    for (const attack of ['dh', 'ds'] as const) {
+      for (const c of readInjecAgentCases(dir, setting, [attack], tools).slice(0, limit)) {
+        const simulate = (call: CallView): string => {
+          if (call.name === c.userTool) return c.toolResponse;
+          if (attack === 'ds' && call.name === c.attackerTools[0]) return attackerResponse(responses, call.name, call.arguments);
+          if (c.attackerTools.includes(call.name)) return '{"success": true}';
+          return `{"error": "InvalidRequestException: tool ${call.name} is not available"}`;
+        };
+        out.push({
+          id: c.id,
+          group: `injecagent/${setting}/${attack}`,
+          setting,
+          messages: [{ role: 'system', content: AGENT_SYSTEM }, { role: 'user', content: c.userInstruction }],
+          tools: [...c.tools],
+          simulate,
+          scoring: { kind: 'injecagent', attack, userTool: c.userTool, attackerTools: [...c.attackerTools] },
+        });
+      }
     }
   }
   return out;
