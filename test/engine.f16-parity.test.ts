@@ -282,7 +282,7 @@ describe('the 16-bit linear graph', () => {
           throw new Error(`unexpected ${p.opType} on the weight side of a linear`);
         };
         // the intervention's projection h·r̂ (graph/intervene.ts, one per hidden[l]) is a MatMul on an input, not a linear layer
-        const projections = g.node.filter((n) => n.opType === 'MatMul' && /along/.test(n.name));
+        const projections = g.node.filter((n) => n.opType === 'MatMul' && /along/.test(n.output[0]!));
         assert.equal(projections.length, ckpt.config.numLayers + 1, 'one projection per hidden state');
         const linears = g.node.filter((n) => (n.opType === 'Gemm' || n.opType === 'MatMul') && !projections.includes(n));
         const L = ckpt.config.numLayers;

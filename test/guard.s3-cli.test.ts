@@ -31,11 +31,12 @@ function runCli(args: string[]): Promise<{ code: number | null; stdout: string; 
 type Json = { configs: { config: string; n: number; asr: { k: number; n: number }; benign: { k: number; n: number }; gic: { mean: number }; rsc: { mean: number } }[] };
 const kn = (j: Json) => Object.fromEntries(j.configs.map((c) => [c.config, [`${c.asr.k}/${c.asr.n}`, `${c.benign.k}/${c.benign.n}`, Math.round(c.gic.mean * c.n), Math.round(c.rsc.mean * c.n)]]));
 
-test('safekeep s3 eval --bench mixed (CLI) against the scripted endpoint: tables, trajectories, figure', async () => {
+test('safekeep s3 eval --bench mixed (CLI) against the scripted endpoint: tables, trajectories, figure, report.html', async () => {
   const up = await startMockUpstream(s3Script);
-  const out = join(root, 'mock');
+  const res = join(root, 'mock');
+  const out = join(res, 's3');
   try {
-    const r = await runCli(['s3', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'mixed', ...data, '--configs', 'none,single:parse-data,no-recovery,full', '--out', out]);
+    const r = await runCli(['s3', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'mixed', ...data, '--settings', 'base', '--configs', 'none,single:parse-data,no-recovery,full', '--out', out]);
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /\| full \| 6 \| 0\.0 \[0\.0, 39\.0\] \| 66\.7 \[30\.0, 90\.3\] \| 3\.00 \[/);
     const j = JSON.parse(readFileSync(join(out, 's3-mixed.json'), 'utf8')) as Json;
@@ -46,10 +47,34 @@ test('safekeep s3 eval --bench mixed (CLI) against the scripted endpoint: tables
     assert.equal(readFileSync(join(out, 's3-mixed.csv'), 'utf8').trim().split('\n').length, 5);
     assert.match(readFileSync(join(out, 's3-mixed.svg'), 'utf8'), /^<svg/);
     assert.ok(readFileSync(join(out, 's3-mixed.png')).subarray(1, 4).toString() === 'PNG');
-    // --mitigation block turns full into S³ without recovery
-    const b = await runCli(['s3', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'mixed', ...data, '--configs', 'full', '--mitigation', 'block', '--out', join(root, 'block'), '--no-cache']);
+    // the report: results/<name>/report.html from a results shell (an endpoint knows no activations) with the S³
+    // table (Wilson intervals of the same k/n) and figure
+    const html = readFileSync(join(res, 'report.html'), 'utf8');
+    const table = /<section class="table" id="table-s3-mixed">[\s\S]*?<\/section>/.exec(html)?.[0] ?? '';
+    assert.match(table, /<h3>S³ multi-stage defense — mixed<\/h3>/);
+    assert.match(table, /<tr><td>full<\/td><td>6<\/td><td>0\.0 \[0\.0, 39\.0\] \(0\/6\)<\/td><td>66\.7 \[30\.0, 90\.3\] \(4\/6\)<\/td><td>3\.00 \[/);
+    assert.match(table, /<tr><td>single:parse-data<\/td><td>6<\/td><td>33\.3 \[9\.7, 70\.0\] \(2\/6\)<\/td><td>100\.0 \[61\.0, 100\.0\] \(6\/6\)<\/td><td>1\.33 \[/);
+    assert.match(table, /<th>injecagent\/base\/ds ASR %<\/th><th>injecagent\/base\/ds benign %<\/th>/);
+    assert.match(html, /<div id="fig-0" class="vega" data-name="s3-mixed"><\/div>/);
+    assert.match(html, /"text":"S³ multi-stage defense — mixed — mock"/);
+    assert.match(html, /<tr><td>Activations<\/td><td>none: an endpoint \(http:\/\/127\.0\.0\.1:\d+\/v1\) exposes no hidden states<\/td><\/tr>/);
+    assert.match(readFileSync(join(res, 'figures', 's3-mixed.svg'), 'utf8'), /^<svg/);
+    assert.equal(readFileSync(join(res, 'tables', 's3-mixed.csv'), 'utf8').trim().split('\n').length, 5);
+    const results = JSON.parse(readFileSync(join(res, 'results.json'), 'utf8')) as { dModel: number; s3: { runs: { bench: string; settings: string[]; configs: { config: string; benign: { k: number } }[] }[] } };
+    assert.deepEqual([results.dModel, results.s3.runs.map((x) => [x.bench, x.settings, x.configs.map((c) => [c.config, c.benign.k])])],
+      [0, [['mixed', ['base'], [['none', 6], ['single:parse-data', 6], ['no-recovery', 0], ['full', 4]]]]]);
+    // --mitigation block turns full into S³ without recovery; the same bench's section is replaced, another bench's kept
+    const b = await runCli(['s3', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'mixed', ...data, '--settings', 'base', '--configs', 'full', '--mitigation', 'block', '--out', join(res, 's3-block'), '--no-cache']);
     assert.equal(b.code, 0, b.stderr);
-    assert.deepEqual(kn(JSON.parse(readFileSync(join(root, 'block', 's3-mixed.json'), 'utf8')) as Json), { full: ['0/6', '0/6', 14, 6] });
+    assert.deepEqual(kn(JSON.parse(readFileSync(join(res, 's3-block', 's3-mixed.json'), 'utf8')) as Json), { full: ['0/6', '0/6', 14, 6] });
+    const i = await runCli(['s3', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'injecagent', ...data, '--limit', '1', '--configs', 'none', '--out', join(res, 's3-inj'), '--no-cache']);
+    assert.equal(i.code, 0, i.stderr);
+    const html2 = readFileSync(join(res, 'report.html'), 'utf8');
+    assert.deepEqual([...html2.matchAll(/id="table-(s3-[a-z]+)"/g)].map((x) => x[1]), ['s3-injecagent', 's3-mixed']);
+    assert.match(html2, /<tr><td>full<\/td><td>6<\/td><td>0\.0 \[0\.0, 39\.0\] \(0\/6\)<\/td><td>0\.0 \[0\.0, 39\.0\] \(0\/6\)<\/td>/);
+    // both InjecAgent settings by default: one task per setting × attack, grouped per setting
+    assert.match(html2, /<tr><td>none<\/td><td>4<\/td><td>100\.0 \[51\.0, 100\.0\] \(4\/4\)<\/td>/);
+    assert.match(html2, /<th>injecagent\/enhanced\/dh ASR %<\/th>/);
   } finally {
     await up.close();
   }
@@ -59,9 +84,13 @@ test('safekeep s3 eval --bench mixed with a tiny local model: numbers follow fro
   const model = await writeRandomCheckpoint(join(root, 'tiny-qwen3'), 'qwen3', { seed: 5, numLayers: 2, vocabSize: 151936, eosTokenId: 151645 });
   await installTokenizer(model, 'qwen3');
   const out = join(root, 'local');
-  const r = await runCli(['s3', 'eval', '--model', model, '--bench', 'mixed', ...data, '--limit', '1', '--configs', 'none,full', '--max-steps', '2', '--max-tokens', '6', '--out', out, '--no-thinking']);
+  const r = await runCli(['s3', 'eval', '--model', model, '--bench', 'mixed', ...data, '--settings', 'base', '--limit', '1', '--configs', 'none,full', '--max-steps', '2', '--max-tokens', '6', '--out', out, '--no-thinking']);
   assert.equal(r.code, 0, r.stderr);
   assert.match(r.stderr, /s3 eval: 6\/6/);
+  // the report's results shell knows the local model's activations: 2 blocks → 3 hidden states, d_model 64
+  const html = readFileSync(join(root, 'report.html'), 'utf8');
+  assert.match(html, /<tr><td>Layers \(hidden states incl\. embeddings\)<\/td><td>3<\/td><\/tr><tr><td>d_model<\/td><td>64<\/td><\/tr>/);
+  assert.match(html, /id="table-s3-mixed"/);
   // a random model never calls a tool (no benign completion, no attack) and never answers the guard: the guard
   // agent's pick is unparseable → every input skill runs → the judges' answers are unparseable → unsafe → refusal
   const j = JSON.parse(readFileSync(join(out, 's3-mixed.json'), 'utf8')) as Json;
@@ -116,6 +145,8 @@ test('safekeep s3 eval / s3 rules: user errors exit 2 with one line', async () =
     [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed', ...data, '--configs', 'none,single:nope'], /no skill named 'nope'/],
     [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed', ...data, '--configs', 'half'], /unknown configuration 'half'/],
     [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'all'], /--bench must be one of injecagent, agentharm, mixed/],
+    [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed', ...data, '--settings', 'base,strong'], /--settings: unknown 'strong' \(known: base, enhanced\)/],
+    [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed', ...data, '--shard', '3/3'], /--shard 3\/3: need 0 ≤ i < n/],
     [['s3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed', '--skills', join(root, 'none')], /skills folder .* does not exist/],
     [['s3', 'rules', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm'], /exactly one of --bench/],
   ];

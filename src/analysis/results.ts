@@ -187,12 +187,56 @@ export interface ProbeSection {
   comparison?: { bench: string; backend: string; probe: string; rows: GuardComparisonRow[]; notes: string[] };
 }
 
+/** A per-task mean with its 95 % normal-approximation interval (mean ± 1.96·sd/√n). */
+export interface MeanCI {
+  n: number;
+  mean: number;
+  lo: number;
+  hi: number;
+}
+
+/** One S³ guard configuration (none, single:<skill>, no-recovery, full) on one task set. */
+export interface S3ConfigRow {
+  config: string;
+  /** tasks */
+  n: number;
+  /** hazardous component carried out */
+  asr: RateCI;
+  /** benign component completed */
+  benign: RateCI;
+  /** guard invocations, recovery signals, extra tokens (guard LLM + refusal prefill), latency (ms): per task */
+  gic: MeanCI;
+  rsc: MeanCI;
+  extraTokens: MeanCI;
+  latencyMs: MeanCI;
+  /** per task group (injecagent/<setting>/<attack>, agentharm/pair) */
+  groups: Record<string, { asr: RateCI; benign: RateCI }>;
+}
+
+/** One `safekeep s3 eval` run (the latest per bench). */
+export interface S3Run {
+  /** injecagent | agentharm | mixed */
+  bench: string;
+  backend: string;
+  tasks: number;
+  /** InjecAgent settings (empty for agentharm) */
+  settings: string[];
+  guardDecision: boolean;
+  mitigation: string;
+  configs: S3ConfigRow[];
+}
+
+export interface S3Section {
+  runs: S3Run[];
+}
+
 export interface AnalysisResults {
   /** format version of this object */
   version: 1;
   model: string;
-  /** L+1 */
+  /** L+1 (1 in a results shell of an endpoint-only run, which knows no activations) */
   layers: number;
+  /** 0 = unknown: a results shell of an endpoint-only run (e.g. `s3 eval --endpoint`) */
   dModel: number;
   /** true for planted/synthetic inputs: the report says so prominently */
   synthetic?: boolean;
@@ -217,6 +261,8 @@ export interface AnalysisResults {
   behavioural?: BehaviouralRefusal;
   /** activation refusal probes (`safekeep probe eval`) */
   probe?: ProbeSection;
+  /** S³ multi-stage defense evaluations (`safekeep s3 eval`), one run per bench */
+  s3?: S3Section;
   /** provenance (model hash, data hash, split, engine version, ...) copied into the report verbatim */
   manifest: Record<string, unknown>;
   notes?: string[];

@@ -18,7 +18,7 @@ export type Stage =
   | { kind: 'merge'; label: string; command: string };
 
 export interface Submission {
-  /** the command the user asked for (reproduce, steer, guard-eval) */
+  /** the command the user asked for (reproduce, steer, guard-eval, s3-eval) */
   command: string;
   /** results/<model> (absolute): shards, merge, scripts and logs go here */
   resultsDir: string;

@@ -1,8 +1,8 @@
 /**
  * `guard eval --shard i/n`: this shard's share of the (method × case) work items, token-balanced, run as usual
  * and written to results/<name>/shards/guard-eval/shard-<i>-of-<n>/rows-<bench>.jsonl; `safekeep merge` joins
- * the rows in the single-process order and writes Table 4 exactly as one process does (util/shard-rows.ts; an
- * `s3 eval` shards the same way: its items, a cost, and the two calls).
+ * the rows in the single-process order and writes Table 4 exactly as one process does (util/shard-rows.ts; `s3 eval`
+ * shards the same way: s3/shard.ts).
  * Token cost of an item is ESTIMATED from characters (≈ 4 per token: endpoints give us no tokenizer) — the request
  * the agent sees, plus the judge's copy of it for judging methods, plus each one's output budget.
  */

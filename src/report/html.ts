@@ -70,12 +70,15 @@ export function buildHtml(res: AnalysisResults, figures: readonly Figure[], tabl
     const { $schema: _drop, ...spec } = f.spec as unknown as { $schema?: string } & Record<string, unknown>;
     return { id: `fig-${i}`, name: f.name, spec };
   });
-  const meta: [string, string][] = [
-    ['Model', res.model],
-    ['Layers (hidden states incl. embeddings)', String(res.layers)],
-    ['d_model', String(res.dModel)],
-    ['ℓ* (peak refusal layer)', `${res.lStar.layer} (rule ${res.lStar.rule ?? 'cv'}) — ${res.lStar.method}`],
-  ];
+  // dModel 0: a results shell of an endpoint-only run, which knows no activations
+  const meta: [string, string][] = res.dModel > 0
+    ? [
+      ['Model', res.model],
+      ['Layers (hidden states incl. embeddings)', String(res.layers)],
+      ['d_model', String(res.dModel)],
+      ['ℓ* (peak refusal layer)', `${res.lStar.layer} (rule ${res.lStar.rule ?? 'cv'}) — ${res.lStar.method}`],
+    ]
+    : [['Model', res.model], ['Activations', res.lStar.method]];
   if (res.bootstrap.reps > 0) {
     meta.push(['Intervals', `${res.bootstrap.reps} paired bootstrap resamples of groups of pairs (scenarios), seed ${res.bootstrap.seed}, ${Math.round(res.bootstrap.level * 100)}% percentile`]);
   }
@@ -94,7 +97,7 @@ export function buildHtml(res: AnalysisResults, figures: readonly Figure[], tabl
 <body>
 <h1>safekeep report — ${escapeHtml(res.model)}</h1>
 ${res.synthetic ? '<p class="synthetic">SYNTHETIC: these numbers come from planted activations with a known answer, not from a real model.</p>' : ''}
-<p>Reproduction of Pan et al. (2026), “JSON tool schemas suppress the refusal direction”: refusal separability across input formats (Tables 1–2), the Schema Direction (Figure 3), first-token projections (Figure 4)${res.steering?.length ? ' and steering (Table 3)' : ''}${res.probe ? '; activation refusal probes and the guard comparison (base, SafeKeep, refusal probe, both)' : ''}.</p>
+<p>Reproduction of Pan et al. (2026), “JSON tool schemas suppress the refusal direction”: refusal separability across input formats (Tables 1–2), the Schema Direction (Figure 3), first-token projections (Figure 4)${res.steering?.length ? ' and steering (Table 3)' : ''}${res.probe ? '; activation refusal probes and the guard comparison (base, SafeKeep, refusal probe, both)' : ''}${res.s3 ? '; the S³ multi-stage defense evaluation (stage-specific safety skills, a guard agent, recovery)' : ''}.</p>
 <table class="meta">${meta.map(([k, v]) => `<tr><td>${escapeHtml(k)}</td><td>${escapeHtml(v)}</td></tr>`).join('')}</table>
 ${(res.notes ?? []).map((n) => `<p class="note">${escapeHtml(n)}</p>`).join('\n')}
 <h2>Figures</h2>

@@ -82,6 +82,18 @@ export function validateResults(x: unknown, file = 'results'): AnalysisResults {
       });
     });
   }
+  if (x.s3 !== undefined) {
+    if (!isObj(x.s3) || !Array.isArray(x.s3.runs)) throw new SafekeepError(`${file}: 's3' must be {runs: [...]}`);
+    x.s3.runs.forEach((r: unknown, i: number) => {
+      if (!isObj(r) || typeof r.bench !== 'string' || !Array.isArray(r.configs)) throw new SafekeepError(`${file}: s3.runs[${i}] needs bench and configs`);
+      r.configs.forEach((c: unknown, j: number) => {
+        const rate = (v: unknown) => isObj(v) && typeof v.k === 'number' && typeof v.n === 'number';
+        if (!isObj(c) || typeof c.config !== 'string' || !rate(c.asr) || !rate(c.benign) || !isObj(c.groups)) {
+          throw new SafekeepError(`${file}: s3.runs[${i}].configs[${j}] must be {config, n, asr: {k, n, …}, benign: {k, n, …}, gic, rsc, extraTokens, latencyMs, groups}`);
+        }
+      });
+    });
+  }
   if (!isObj(x.manifest)) throw new SafekeepError(`${file}: 'manifest' must be an object`);
   return x as unknown as AnalysisResults;
 }

@@ -7,7 +7,8 @@ const ci = (e: AurocCI): string => `${e.auroc.toFixed(3)} [${e.lo.toFixed(3)}, $
 
 export function summaryLines(res: AnalysisResults): string[] {
   const l = res.lStar.layer;
-  const lines = [`${res.model}${res.synthetic ? ' (SYNTHETIC)' : ''}: ℓ* = ${l} of ${res.layers - 1} (${res.lStar.method})`];
+  // dModel 0: an endpoint-only results shell (no activations, no ℓ*)
+  const lines = [res.dModel > 0 ? `${res.model}${res.synthetic ? ' (SYNTHETIC)' : ''}: ℓ* = ${l} of ${res.layers - 1} (${res.lStar.method})` : `${res.model}: ${res.lStar.method}`];
   if (res.table1.length) lines.push(`Table 1, chatbot direction at ℓ*: ${res.table1.map((r) => `${r.label} ${ci(r.cross)}`).join('; ')}`);
   if (res.table2.length) lines.push(`Table 2, chatbot direction at ℓ*: ${res.table2.map((r) => `${r.label} ${ci(r.cross)}`).join('; ')}`);
   const sc = res.schemaCosines;
@@ -23,6 +24,10 @@ export function summaryLines(res: AnalysisResults): string[] {
     lines.push(
       `Steering (${s.requests}, layer ${s.layer}): ${s.rows.map((r) => `α=${r.alpha}: refusal ${((100 * r.counts.refusal) / r.n).toFixed(1)}%, valid ${((100 * r.counts.valid) / r.n).toFixed(1)}%, invalid ${((100 * r.counts.invalid) / r.n).toFixed(1)}%`).join('; ')}`,
     );
+  }
+  for (const r of res.s3?.runs ?? []) {
+    const pct = (k: number, n: number) => (n ? ((100 * k) / n).toFixed(1) : '–');
+    lines.push(`S³ (${r.bench}, ${r.tasks} tasks): ${r.configs.map((c) => `${c.config}: ASR ${pct(c.asr.k, c.asr.n)}%, benign ${pct(c.benign.k, c.benign.n)}%`).join('; ')}`);
   }
   return lines;
 }

@@ -1,5 +1,5 @@
 /** Tables as Markdown, CSV and JSON: every value with its 95 % interval and n. */
-import type { AnalysisResults, AurocCI, DiffCI, RateCI, TableRow } from '../analysis/results.ts';
+import type { AnalysisResults, AurocCI, DiffCI, MeanCI, RateCI, S3Run, TableRow } from '../analysis/results.ts';
 import { wilsonInterval } from '../analysis/stats.ts';
 
 export type Cell = string | number | null;
@@ -189,6 +189,28 @@ function probeTables(res: AnalysisResults): Table[] {
   return out;
 }
 
+const meanText = (m: MeanCI, d: number): string => (m.n === 0 || !Number.isFinite(m.mean) ? '–' : `${m.mean.toFixed(d)} [${m.lo.toFixed(d)}, ${m.hi.toFixed(d)}]`);
+
+/** S³ (`s3 eval`): per configuration ASR, benign completion, GIC, RSC, extra tokens, latency, and per task group. */
+export function s3Table(model: string, run: S3Run): Table {
+  const groups = [...new Set(run.configs.flatMap((c) => Object.keys(c.groups)))].sort();
+  const rate = (r: RateCI | undefined): Cell[] => (r ? [r.k, r.n, r.p, r.lo, r.hi] : [null, null, null, null, null]);
+  const mean = (m: MeanCI): Cell[] => [m.mean, m.lo, m.hi];
+  const columns = ['config', 'n', 'asr_k', 'asr_n', 'asr', 'asr_lo', 'asr_hi', 'benign_k', 'benign_n', 'benign', 'benign_lo', 'benign_hi',
+    'gic', 'gic_lo', 'gic_hi', 'rsc', 'rsc_lo', 'rsc_hi', 'extra_tokens', 'extra_tokens_lo', 'extra_tokens_hi', 'latency_ms', 'latency_ms_lo', 'latency_ms_hi',
+    ...groups.flatMap((g) => ['asr', 'benign'].flatMap((m) => ['k', 'n', 'p', 'lo', 'hi'].map((x) => `${g}:${m}_${x}`)))];
+  const rows: Cell[][] = run.configs.map((c) => [c.config, c.n, ...rate(c.asr), ...rate(c.benign), ...mean(c.gic), ...mean(c.rsc), ...mean(c.extraTokens), ...mean(c.latencyMs),
+    ...groups.flatMap((g) => [...rate(c.groups[g]?.asr), ...rate(c.groups[g]?.benign)])]);
+  const title = `S³ multi-stage defense — ${run.bench}`;
+  const header = ['Configuration', 'n', 'ASR % [95% CI]', 'Benign completion % [95% CI]', 'GIC / task', 'RSC / task', 'Extra tokens / task', 'Latency ms / task',
+    ...groups.flatMap((g) => [`${g} ASR %`, `${g} benign %`])];
+  const display = run.configs.map((c) => [c.config, String(c.n), rateText(c.asr), rateText(c.benign), meanText(c.gic, 2), meanText(c.rsc, 2), meanText(c.extraTokens, 1), meanText(c.latencyMs, 0),
+    ...groups.flatMap((g) => { const r = c.groups[g]; return r ? [rateText(r.asr), rateText(r.benign)] : ['–', '–']; })]);
+  const note = `${run.tasks} tasks per configuration on ${run.backend}${run.settings.length ? `; InjecAgent settings ${run.settings.join(', ')}` : ''}; guard agent ${run.guardDecision ? 'on' : 'off (every skill that passes its filter runs)'}; mitigation ${run.mitigation}. ` +
+    'ASR = hazardous component carried out, benign = benign component completed (Wilson 95 %); per-task means with 95 % normal-approximation intervals. GIC = guard invocations, RSC = recovery signals, extra tokens = guard LLM + refusal-prefill tokens.';
+  return { name: `s3-${run.bench}`, title, columns, rows, header, display, note, json: { title, model, ...run } };
+}
+
 export function buildTables(res: AnalysisResults): Table[] {
   return [
     res.table1.length ? formatTable(res, 'table1') : null,
@@ -200,5 +222,6 @@ export function buildTables(res: AnalysisResults): Table[] {
     steeringTable(res),
     behaviouralTable(res),
     ...probeTables(res),
+    ...(res.s3?.runs ?? []).map((r) => s3Table(res.model, r)),
   ].filter((t): t is Table => t !== null);
 }

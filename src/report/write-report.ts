@@ -14,6 +14,7 @@ import { schemaCosineFigure } from './figures/schema-cosine.ts';
 import type { Figure } from './figures/spec.ts';
 import { steeringBarsFigure } from './figures/steering-bars.ts';
 import { behaviouralRefusalFigure } from './figures/behavioural-refusal.ts';
+import { s3BarsFigure } from './figures/s3-bars.ts';
 import { tableBarsFigure } from './figures/table-bars.ts';
 import { buildHtml } from './html.ts';
 import { renderSvg, svgToPng } from './render.ts';
@@ -37,6 +38,7 @@ export function buildFigures(res: AnalysisResults): Figure[] {
     tableBarsFigure(res, 'table2'),
     ...(res.steering ?? []).map((s, i) => steeringBarsFigure(res, s, i)),
     behaviouralRefusalFigure(res),
+    ...(res.s3?.runs ?? []).map((r) => s3BarsFigure(r.bench, res.model, r.configs)),
   ].filter((f): f is Figure => f !== null);
 }
 

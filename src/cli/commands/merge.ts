@@ -1,8 +1,8 @@
 /**
  * `safekeep merge RESULTS_DIR [--command C]` (results/<model>): joins the part files of every sharded command found
- * under RESULTS_DIR/shards/ (extract, reproduce, steer, guard-eval; in that order; or only C) into the files one process writes —
+ * under RESULTS_DIR/shards/ (extract, reproduce, steer, guard-eval, s3-eval; in that order; or only C) into the files one process writes —
  * caches byte-identical — then runs what the command runs after its work items (reproduce: analyses, tables,
- * figures, report). Refuses, naming them, missing/unfinished or duplicate shards and shards from a different
+ * figures, report; s3-eval: tables, trajectories, figure, the report's S³ section). Refuses, naming them, missing/unfinished or duplicate shards and shards from a different
  * model/template/data/options. Idempotent: merging again reuses the assembled caches.
  */
 import { existsSync } from 'node:fs';
@@ -12,6 +12,8 @@ import { SafekeepError } from '../../util/errors.ts';
 import { completeShardSet, shardCommands } from '../../util/shard-run.ts';
 import { finishSteer, type SteerMergeOptions } from '../../experiments/steer.ts';
 import { finishGuardEval, type GuardMergeOptions } from '../../guard/shard.ts';
+import { finishS3Eval, type S3MergeOptions } from '../../guard/s3/shard.ts';
+import { writeS3ReportOf } from '../../report/s3-section.ts';
 import { writeJsonAtomic } from '../../util/atomic.ts';
 import { mergedFile } from '../../cluster/status.ts';
 import { mergeReproduce, mergeShardCaches, type CacheMerge } from '../../experiments/merge.ts';
@@ -20,7 +22,7 @@ import { summarizeResults } from '../../experiments/summary.ts';
 export const summary = 'join the part files of sharded runs (--shard i/n) into one result, then analyses and report';
 
 /** Merge order: a later stage may read what an earlier one assembled. */
-const MERGE_ORDER = ['extract', 'reproduce', 'steer', 'guard-eval'] as const;
+export const MERGE_ORDER = ['extract', 'reproduce', 'steer', 'guard-eval', 's3-eval'] as const;
 
 function describe(command: string, m: CacheMerge, seconds: number): string {
   const built = m.passes.filter((p) => !p.cached).map((p) => p.names.join('+'));
@@ -29,14 +31,14 @@ function describe(command: string, m: CacheMerge, seconds: number): string {
 }
 
 export const flags: FlagTable = {
-  usage: 'merge RESULTS_DIR [--command extract|reproduce|steer|guard-eval]',
+  usage: `merge RESULTS_DIR [--command ${MERGE_ORDER.join('|')}]`,
   flags: [{ name: 'command', value: 'C', default: 'every sharded command found, in pipeline order', help: 'merge only this command\'s shards' }],
   example: 'merge results/planted',
 };
 
 export async function run(argv: string[]): Promise<number> {
   const a = parseArgs(argv, flags);
-  if (a.positionals.length !== 1) throw new SafekeepError('usage: safekeep merge RESULTS_DIR [--command extract|reproduce|steer|guard-eval] (RESULTS_DIR: the results/<model> folder the shards wrote into)');
+  if (a.positionals.length !== 1) throw new SafekeepError(`usage: safekeep merge RESULTS_DIR [--command ${MERGE_ORDER.join('|')}] (RESULTS_DIR: the results/<model> folder the shards wrote into)`);
   const only = a.values.get('command');
   if (only !== undefined && !(MERGE_ORDER as readonly string[]).includes(only)) throw new SafekeepError(`--command: one of ${MERGE_ORDER.join(', ')}, got '${only}'`);
   const dir = resolve(a.positionals[0]!);
@@ -62,6 +64,13 @@ export async function run(argv: string[]): Promise<number> {
       const r = await finishSteer(dir, shards[0]!.record!.options as unknown as SteerMergeOptions, shards);
       done();
       process.stdout.write(`steer: ${shards.length} shards → ${r.sweeps.reduce((n, s) => n + s.rows.length, 0)} (requests, α) generation files in ${((performance.now() - t0) / 1000).toFixed(2)} s\nTable 3: ${r.outDir}/table3.md\nreport: ${r.report}\n`);
+    } else if (command === 's3-eval') {
+      const shards = completeShardSet(dir, command);
+      const m = shards[0]!.record!.options as unknown as S3MergeOptions;
+      const r = finishS3Eval(m, shards);
+      const rep = await writeS3ReportOf(m, r.summaries);
+      done();
+      process.stdout.write(`s3-eval: ${shards.length} shards → ${r.files.markdown}, ${r.files.trajectories} in ${((performance.now() - t0) / 1000).toFixed(2)} s\nreport: ${rep.html}\n`);
     } else {
       const shards = completeShardSet(dir, command);
       const r = finishGuardEval(shards[0]!.record!.options as unknown as GuardMergeOptions, shards);

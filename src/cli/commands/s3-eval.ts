@@ -1,25 +1,36 @@
 /**
  * `safekeep s3 eval (--endpoint URL --endpoint-model M | --model DIR) --bench injecagent|agentharm|mixed
  *    [--configs none,single:<skill>,no-recovery,full] [--skills DIR[,DIR]] [--no-guard-decision] [--mitigation block]
- *    [--limit N] [--max-steps 6] [--max-tokens 256] [--injecagent DIR] [--agentharm DIR] [--name NAME] [--out DIR]
+ *    [--limit N] [--settings base,enhanced] [--max-steps 6] [--max-tokens 256] [--injecagent DIR] [--agentharm DIR]
+ *    [--name NAME] [--out DIR] [--shard i/n]
  *    [--unparseable unsafe|safe] [--concurrency 4] [--api-key-env VAR] [--timeout-ms 60000] [--retries 3]
  *    [--prefill none|continue|prefix] [--call-format llama3|qwen|mistral] [--no-cache] [--no-thinking]
  *    [--template FILE] [--dtype ..] [--device ..] [--threads ..]`
  * S³ multi-stage defense: a multi-turn agent loop with simulated tools per task × configuration (src/guard/s3/).
  * Writes results/<name>/s3/s3-<bench>.{md,csv,json}, trajectories-<bench>.jsonl (every trajectory with each stage
- * decision) and the figure s3-<bench>.{svg,png,vl.json}. `--limit N` keeps the first N tasks of each group.
- * `--mitigation block` turns single:/full configurations into S³ without recovery. One model plays agent and guard.
+ * decision) and the figure s3-<bench>.{svg,png,vl.json}, and adds the run to results/<name>/results.json (a results
+ * shell when the model has no reproduce run) and report.html. `--limit N` keeps the first N tasks of each group
+ * (InjecAgent: setting × attack). `--mitigation block` turns single:/full configurations into S³ without recovery.
+ * One model plays agent and guard.
+ * `--shard i/n` (0-based): this shard's token-balanced share of the (configuration × task) items into
+ * results/<name>/shards/s3-eval/; `safekeep merge results/<name>` writes the tables, trajectories and report as one
+ * process would.
  */
-import { basename, join, resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { basename, dirname, join, resolve } from 'node:path';
 import { choiceValue, parseArgs, positiveIntValue, requireValue, type FlagTable } from '../args.ts';
 import { ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openEndpointBackend } from '../endpoint-backend.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { writeFileAtomic } from '../../util/atomic.ts';
 import { locateDataset, repoRoot } from '../../data/locate.ts';
 import { LocalBackend } from '../../guard/backends/local.ts';
 import { s3Tasks, S3_BENCHES, type S3Bench } from '../../guard/bench/s3-tasks.ts';
 import { loadSkills, skillDirsFromFlag } from '../../guard/s3/skill-file.ts';
-import { parseConfigs, runS3Eval, summarizeS3 } from '../../guard/s3/eval.ts';
+import { parseConfigs, runS3Items, s3Items, summarizeS3 } from '../../guard/s3/eval.ts';
+import { runS3Shard, type S3MergeOptions } from '../../guard/s3/shard.ts';
+import { INJECAGENT_SETTINGS, type InjecAgentSetting } from '../../data/injecagent.ts';
+import { parseShard } from '../../util/shard.ts';
+import { sha256Hex } from '../../util/hash.ts';
+import { SHARD_FLAG_DEF } from '../shard-flag.ts';
 import { s3MarkdownTable, writeS3Tables } from '../../guard/s3/table.ts';
 import type { ChatBackend } from '../../guard/types.ts';
 import { loadSkillProbe, probeCheck, SharedPrefill } from '../../guard/s3/checks/probe.ts';
@@ -36,7 +47,8 @@ export const flags: FlagTable = {
     { name: 'skills', value: 'DIR[,DIR]', default: 'the shipped skills/', help: 'skill folders' },
     { name: 'no-guard-decision', boolean: true, help: 'run every skill that passes its filter (no guard-agent pick)' },
     { name: 'mitigation', value: 'recover|block', default: 'recover', help: 'block = S³ without recovery' },
-    { name: 'limit', value: 'N', help: 'first N tasks of each group' },
+    { name: 'limit', value: 'N', help: 'first N tasks of each group (InjecAgent: setting × attack type)' },
+    { name: 'settings', value: 'base,enhanced', default: 'base,enhanced', help: 'InjecAgent settings (injecagent, mixed)' },
     { name: 'max-steps', value: 'N', default: '6', help: 'agent turns per task' },
     { name: 'max-tokens', value: 'N', default: '256', help: 'agent generation budget per turn' },
     { name: 'injecagent', value: 'DIR', default: 'the located dataset', help: 'InjecAgent folder' },
@@ -45,11 +57,10 @@ export const flags: FlagTable = {
     { name: 'out', value: 'DIR', default: 'results/<name>/s3', help: 'output folder' },
     { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'verdict when a guard answer cannot be parsed' },
     { name: 'no-thinking', boolean: true, help: 'ask the endpoint to answer without thinking' },
+    SHARD_FLAG_DEF,
   ],
   example: 's3 eval --model models/planted --bench mixed --limit 2 --configs none,no-recovery,full',
 };
-
-
 
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
@@ -73,7 +84,13 @@ export async function run(argv: string[]): Promise<number> {
     injecagent: bench !== 'agentharm' ? resolve(args.values.get('injecagent') ?? locateDataset('injecagent')) : undefined,
     agentharm: bench !== 'injecagent' ? resolve(args.values.get('agentharm') ?? locateDataset('agentharm')) : undefined,
   };
-  const tasks = s3Tasks(bench, dirs, limit);
+  const settingsFlag = args.values.get('settings') ?? INJECAGENT_SETTINGS.join(',');
+  const settings = settingsFlag.split(',').map((x) => x.trim()).filter(Boolean) as InjecAgentSetting[];
+  for (const x of settings) if (!(INJECAGENT_SETTINGS as readonly string[]).includes(x)) throw new SafekeepError(`--settings: unknown '${x}' (known: ${INJECAGENT_SETTINGS.join(', ')})`);
+  if (settings.length === 0) throw new SafekeepError('--settings is empty');
+  const shardArg = args.values.get('shard');
+  const shard = shardArg !== undefined ? parseShard(shardArg) : null;
+  const tasks = s3Tasks(bench, dirs, limit, settings);
   if (tasks.length === 0) throw new SafekeepError(`--bench ${bench}: no tasks`);
   const noThinking = args.booleans.has('no-thinking');
 
@@ -81,14 +98,22 @@ export async function run(argv: string[]): Promise<number> {
   let dispose = async () => {};
   let concurrency = 1;
   let shared: SharedPrefill | undefined;
+  let templateHash = 'none (endpoint)';
+  // the report's results shell when the model has no results.json (an endpoint knows no activations)
+  let shell: S3MergeOptions['shell'] = { layers: 1, dModel: 0, synthetic: false, note: `none: an endpoint (${endpoint ?? ''}) exposes no hidden states` };
   if (endpoint !== undefined) {
     ({ backend, concurrency } = openEndpointBackend(args, endpoint, endpointModel, out, noThinking ? { chat_template_kwargs: { enable_thinking: false } } : undefined));
   } else {
     const { openEngine } = await import('../engine-flags.ts');
     const { loadPromptTokenizer } = await import('../../prompts/tokenizer.ts');
     const tokenizer = await loadPromptTokenizer(model!, { template: args.values.get('template') });
+    templateHash = tokenizer.templateHash;
     const engine = await openEngine(args);
     dispose = () => engine.dispose();
+    shell = {
+      layers: engine.numLayers + 1, dModel: engine.dModel, synthetic: existsSync(join(resolve(model!), 'PLANTED.json')),
+      note: 'no reproduce run for this model yet: the report shows the S³ evaluation only',
+    };
     backend = new LocalBackend(engine, tokenizer, noThinking ? { templateKwargs: { enable_thinking: false } } : {});
     if (probeSkills.length) {
       for (const sk of probeSkills) {
@@ -106,34 +131,52 @@ export async function run(argv: string[]): Promise<number> {
     process.stderr.write(`s3 eval: ${tasks.length} ${bench} tasks × ${configs.map((c) => c.name).join(',')} on ${backend.name}\n`);
     const t0 = performance.now();
     let last = 0;
-    const rows = await runS3Eval(tasks, configs, {
+    const maxTokens = positiveIntValue(args, 'max-tokens', 256);
+    const evalOptions = {
       backend,
       env: { onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'), ...(shared ? { hidden: shared } : {}) },
       maxSteps: positiveIntValue(args, 'max-steps', 6),
-      maxTokens: positiveIntValue(args, 'max-tokens', 256),
+      maxTokens,
       concurrency,
-      onProgress: (done, total) => {
+      onProgress: (done: number, total: number) => {
         const now = performance.now();
         if (done !== total && now - last < 1000) return;
         last = now;
         process.stderr.write(`s3 eval: ${done}/${total} (${(done / ((now - t0) / 1000)).toFixed(2)}/s)\n`);
       },
-    });
-    const summaries = summarizeS3(rows, configs.map((c) => c.name));
-    const files = writeS3Tables(out, bench, name, summaries, rows, {
-      backend: backend.name, data: dirs, limit: Number.isFinite(limit) ? limit : null, tasks: tasks.length, skills: skills.map((s) => s.name),
-      guardDecision: !args.booleans.has('no-guard-decision'), mitigation,
-    });
-    const { s3BarsFigure } = await import('../../report/figures/s3-bars.ts');
-    const { renderSvg, svgToPng } = await import('../../report/render.ts');
-    const fig = s3BarsFigure(bench, name, summaries);
-    const svg = await renderSvg(fig.spec);
-    const figBase = join(out, fig.name);
-    writeFileAtomic(`${figBase}.vl.json`, JSON.stringify(fig.spec, null, 2) + '\n');
-    writeFileAtomic(`${figBase}.svg`, svg);
-    writeFileAtomic(`${figBase}.png`, svgToPng(svg));
+    };
+    const guardDecision = !args.booleans.has('no-guard-decision');
+    const injecSettings = bench === 'agentharm' ? [] : settings;
+    const m: S3MergeOptions = {
+      bench, dirs, settings, limit: Number.isFinite(limit) ? limit : null, configs: configs.map((c) => c.name), name, out, maxTokens,
+      meta: {
+        backend: backend.name, data: dirs, limit: Number.isFinite(limit) ? limit : null, tasks: tasks.length, settings: injecSettings,
+        skills: skills.map((s) => s.name), guardDecision, mitigation,
+      },
+      run: { bench, backend: backend.name, tasks: tasks.length, settings: injecSettings, guardDecision, mitigation },
+      shell,
+    };
+    const items = s3Items(tasks, configs);
+    if (shard) {
+      const short = (x: unknown): string => sha256Hex(JSON.stringify(x)).slice(0, 12);
+      const identity = {
+        model: model !== undefined ? `${basename(resolve(model))} ${args.values.get('dtype') ?? 'default dtype'}` : `${endpoint} ${endpointModel}`,
+        template: templateHash,
+        data: `${bench} ${tasks.length} tasks ${short(tasks.map((t) => t.id))}`,
+        skills: short(skills),
+        options: short([...argv].filter((x, i, xs) => x !== '--shard' && xs[i - 1] !== '--shard' && !x.startsWith('--shard='))),
+      };
+      const r = await runS3Shard(items, evalOptions, shard, m, identity);
+      process.stdout.write(`shard ${shardArg}: ${r.items} items (~${r.tokens} tokens) in ${r.seconds.toFixed(1)} s → ${r.dir}\nwhen every shard is done: safekeep merge ${dirname(out)}\n`);
+      return 0;
+    }
+    const rows = await runS3Items(items, evalOptions);
+    const summaries = summarizeS3(rows, m.configs);
+    const files = writeS3Tables(out, bench, name, summaries, rows, m.meta);
+    const { writeS3ReportOf } = await import('../../report/s3-section.ts');
+    const rep = await writeS3ReportOf(m, summaries);
     process.stdout.write(s3MarkdownTable(bench, name, summaries));
-    process.stdout.write(`\nwrote ${[...Object.values(files), `${figBase}.{svg,png,vl.json}`].join(', ')}\n`);
+    process.stdout.write(`\nwrote ${[...Object.values(files), `${rep.figure}.{svg,png,vl.json}`, rep.html].join(', ')}\n`);
   } finally {
     await dispose();
   }

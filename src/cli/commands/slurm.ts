@@ -1,5 +1,5 @@
 /**
- * `safekeep slurm reproduce|steer|guard-eval --model M --shards N [--results DIR] [--partition P] [--gpus-per-task 1]
+ * `safekeep slurm reproduce|steer|guard-eval|s3-eval --model M --shards N [--results DIR] [--partition P] [--gpus-per-task 1]
  *    [--cpus-per-task C] [--time 02:00:00] [--sbatch-arg "--account=lab --qos=high"] [--only 3,7] [--dry-run]
  *    [-- FLAGS FOR reproduce]`
  * writes an sbatch job array (task i runs `reproduce --shard i/N`) and a merge job that depends on it
@@ -8,7 +8,8 @@
  * alone (plus a new merge). `--dry-run` prints the scripts and submits nothing. Flags after `--` go to every task.
  * steer: the three caches ℓ* and R̂ come from are extracted first as their own array + merge (skipped when they
  * are already in RESULTS_DIR/cache), then the steer array + merge; `--only` applies to the first array submitted.
- * guard-eval: `guard eval --model M --out RESULTS/<name>/guard` per task (flags such as --bench after `--`).
+ * guard-eval: `guard eval --model M --out RESULTS/<name>/guard` per task (flags such as --bench after `--`);
+ * s3-eval: `s3 eval --model M --out RESULTS/<name>/s3` per task, the same way.
  * `safekeep slurm status RESULTS_DIR`: shard progress from the results folder (no accounting database).
  * Assumes a shared filesystem: this repository, node, the model and the results folder at the same paths on
  * every node (the model is read in place by every task, never copied).
@@ -25,9 +26,9 @@ import type { SlurmResources } from '../../cluster/sbatch.ts';
 import { statusLines } from '../../cluster/status.ts';
 import { RUN_FLAGS } from '../run-flags.ts';
 
-export const summary = 'reproduce/steer/guard-eval as Slurm job arrays + dependent merge/report jobs; `slurm status RESULTS_DIR`';
+export const summary = 'reproduce/steer/guard-eval/s3-eval as Slurm job arrays + dependent merge/report jobs; `slurm status RESULTS_DIR`';
 
-const SUBMITTABLE = ['reproduce', 'steer', 'guard-eval'] as const;
+const SUBMITTABLE = ['reproduce', 'steer', 'guard-eval', 's3-eval'] as const;
 const STEER_CACHES = ['prompt.chatbot', 'prompt.agent.schema', 'prompt.agent.flattened'];
 
 /** `--name v` or `--name=v` in a flag list */
@@ -53,7 +54,7 @@ function runFlagsOf(argv: readonly string[]): string[] {
 }
 
 export const flags: FlagTable = {
-  usage: 'slurm reproduce|steer|guard-eval --model M --shards N [flags] [-- FLAGS FOR THE COMMAND]  |  slurm status RESULTS_DIR',
+  usage: 'slurm reproduce|steer|guard-eval|s3-eval --model M --shards N [flags] [-- FLAGS FOR THE COMMAND]  |  slurm status RESULTS_DIR',
   flags: [
     { name: 'model', value: 'M', help: 'checkpoint folder or repo id (pulled once on the submitting node; tasks read it in place)' },
     { name: 'shards', value: 'N', help: 'array tasks (one --shard i/N each)' },
@@ -115,7 +116,9 @@ export async function run(argv: string[]): Promise<number> {
   if (!(SUBMITTABLE as readonly string[]).includes(sub ?? '')) throw new SafekeepError(`usage: safekeep slurm ${SUBMITTABLE.join('|')}|status ... (got '${sub ?? ''}')`);
   const a = parseArgs(rest, flags);
   if (a.positionals.length) throw new SafekeepError(`unexpected '${a.positionals[0]}' (flags for ${sub} go after --)`);
-  const owned = sub === 'guard-eval' ? [...OWNED, '--out'] : OWNED;
+  // the evaluations write into RESULTS/<name>/<folder>, which the merge job reads
+  const evalFolder = sub === 'guard-eval' ? 'guard' : sub === 's3-eval' ? 's3' : undefined;
+  const owned = evalFolder ? [...OWNED, '--out'] : OWNED;
   for (const f of passthrough) if (owned.some((o) => f === o || f.startsWith(`${o}=`))) throw new SafekeepError(`${f} after --: set by safekeep slurm itself`);
   const shards = positiveInt(a, 'shards');
   if (!shards) throw new SafekeepError('missing required --shards N');
@@ -125,7 +128,7 @@ export async function run(argv: string[]): Promise<number> {
   const model = requireValue(a, 'model');
   const modelDir = dryRun && !existsSync(model) && looksLikeRepoId(model) ? modelDirFor(model) : await resolveModel(model);
   const resultsRoot = resolve(a.values.get('results') ?? 'results');
-  const name = sub === 'guard-eval' ? (flagValue(passthrough, '--name') ?? basename(modelDir)).replace(/[^\w.-]+/g, '_') : basename(modelDir);
+  const name = evalFolder ? (flagValue(passthrough, '--name') ?? basename(modelDir)).replace(/[^\w.-]+/g, '_') : basename(modelDir);
   const resultsDir = join(resultsRoot, name);
   const array = (label: string, argv: string[], o?: number[]): Stage => ({ kind: 'array', label, argv, shards, ...(o ? { only: o } : {}) });
   const merge = (command: string, label = 'merge'): Stage => ({ kind: 'merge', label, command });
@@ -141,7 +144,7 @@ export async function run(argv: string[]): Promise<number> {
       : [array('extract', ['extract', '--model', modelDir, '--results', resultsRoot, '--configs', 'chatbot,agent', '--repr', 'schema,flattened', ...runFlagsOf(passthrough)], only),
         merge('extract', 'merge-extract'), array('steer', steerArgv), merge('steer')];
   } else {
-    stages = [array('shards', ['guard', 'eval', '--model', modelDir, '--out', join(resultsDir, 'guard'), ...passthrough], only), merge('guard-eval')];
+    stages = [array('shards', [...sub!.split('-'), '--model', modelDir, '--out', join(resultsDir, evalFolder!), ...passthrough], only), merge(sub!)];
   }
   const s: Submission = {
     command: sub!, resultsDir, modelName: name, stages, node: process.execPath, bin: join(repoRoot, 'bin', 'safekeep.mjs'),

@@ -2,7 +2,8 @@
  * Tasks for `safekeep s3 eval`: each joins a benign and a hazardous component, as S³'s scenarios do, with
  * simulated tools.
  *
- * - InjecAgent (per case): the user's instruction is the benign component (call the user tool, then answer); the
+ * - InjecAgent (per case and setting: `base`, and `enhanced`, whose observations prefix the attacker's instruction
+ *   with InjecAgent's "IMPORTANT!!! Ignore all previous instructions …" hacking prompt): the user's instruction is the benign component (call the user tool, then answer); the
  *   user tool answers with the case's observation, which carries the attacker's instruction (the hazardous
  *   component). Data stealing: the extraction tool answers with InjecAgent's simulated attacker response for that
  *   tool (exact parameters when they match a stored key, else the tool's first stored response); sending and
@@ -12,10 +13,10 @@
  *   disjoint targets), so each component is scored by its own calls. Every tool answers from its spec: a JSON
  *   object with the tool's name, its description and the arguments it was given.
  *
- * `limit` keeps the first N tasks of each group (injecagent/dh, injecagent/ds, agentharm/pair).
+ * `limit` keeps the first N tasks of each group (injecagent/<setting>/dh, injecagent/<setting>/ds, agentharm/pair).
  */
 import { readAgentHarm } from '../../data/agentharm.ts';
-import { readInjecAgentCases, readInjecAgentTools, readSimulatedAttackerResponses } from '../../data/injecagent.ts';
+import { INJECAGENT_SETTINGS, readInjecAgentCases, readInjecAgentTools, readSimulatedAttackerResponses, type InjecAgentSetting } from '../../data/injecagent.ts';
 import type { ToolSpec } from '../../data/types.ts';
 import type { CallView } from '../s3/event.ts';
 import type { S3Task } from '../s3/task.ts';
@@ -38,26 +39,30 @@ function attackerResponse(responses: Map<string, string>, tool: string, args: Re
   return '{"success": true}';
 }
 
-function injecAgentTasks(dir: string, limit = Infinity): S3Task[] {
+/** InjecAgent tasks: settings in the order given, then dh before ds, each in file order. */
+export function injecAgentTasks(dir: string, limit = Infinity, settings: readonly InjecAgentSetting[] = INJECAGENT_SETTINGS): S3Task[] {
   const tools = readInjecAgentTools(dir);
   const responses = readSimulatedAttackerResponses(dir);
   const out: S3Task[] = [];
-  for (const attack of ['dh', 'ds'] as const) {
-    for (const c of readInjecAgentCases(dir, 'base', [attack], tools).slice(0, limit)) {
-      const simulate = (call: CallView): string => {
-        if (call.name === c.userTool) return c.toolResponse;
-        if (attack === 'ds' && call.name === c.attackerTools[0]) return attackerResponse(responses, call.name, call.arguments);
-        if (c.attackerTools.includes(call.name)) return '{"success": true}';
-        return `{"error": "InvalidRequestException: tool ${call.name} is not available"}`;
-      };
-      out.push({
-        id: c.id,
-        group: `injecagent/${attack}`,
-        messages: [{ role: 'system', content: AGENT_SYSTEM }, { role: 'user', content: c.userInstruction }],
-        tools: [...c.tools],
-        simulate,
-        scoring: { kind: 'injecagent', attack, userTool: c.userTool, attackerTools: [...c.attackerTools] },
-      });
+  for (const setting of settings) {
+    for (const attack of ['dh', 'ds'] as const) {
+      for (const c of readInjecAgentCases(dir, setting, [attack], tools).slice(0, limit)) {
+        const simulate = (call: CallView): string => {
+          if (call.name === c.userTool) return c.toolResponse;
+          if (attack === 'ds' && call.name === c.attackerTools[0]) return attackerResponse(responses, call.name, call.arguments);
+          if (c.attackerTools.includes(call.name)) return '{"success": true}';
+          return `{"error": "InvalidRequestException: tool ${call.name} is not available"}`;
+        };
+        out.push({
+          id: c.id,
+          group: `injecagent/${setting}/${attack}`,
+          setting,
+          messages: [{ role: 'system', content: AGENT_SYSTEM }, { role: 'user', content: c.userInstruction }],
+          tools: [...c.tools],
+          simulate,
+          scoring: { kind: 'injecagent', attack, userTool: c.userTool, attackerTools: [...c.attackerTools] },
+        });
+      }
     }
   }
   return out;
@@ -94,9 +99,11 @@ function agentHarmTasks(dir: string, limit = Infinity): S3Task[] {
   return out;
 }
 
-export function s3Tasks(bench: S3Bench, dirs: { injecagent?: string; agentharm?: string }, limit = Infinity): S3Task[] {
+/** `settings`: InjecAgent's (injecagent and mixed benches), both by default as in `guard eval`. */
+export function s3Tasks(bench: S3Bench, dirs: { injecagent?: string; agentharm?: string }, limit = Infinity,
+  settings: readonly InjecAgentSetting[] = INJECAGENT_SETTINGS): S3Task[] {
   const out: S3Task[] = [];
-  if (bench !== 'agentharm') out.push(...injecAgentTasks(dirs.injecagent!, limit));
+  if (bench !== 'agentharm') out.push(...injecAgentTasks(dirs.injecagent!, limit, settings));
   if (bench !== 'injecagent') out.push(...agentHarmTasks(dirs.agentharm!, limit));
   return out;
 }

@@ -13,6 +13,7 @@
  * (guard invocations), RSC (recovery signals), extra tokens (guard LLM tokens + refusal-prefill tokens) and
  * latency (wall time of the task), each with a normal-approximation interval mean ± 1.96·sd/√n.
  */
+import type { MeanCI } from '../../analysis/results.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { Limiter } from '../backends/limit.ts';
 import { wilson, type Rate } from '../metrics.ts';
@@ -54,6 +55,8 @@ export function parseConfigs(spec: string, skills: readonly Skill[], guardDecisi
 
 export interface ScoredTrajectory extends Trajectory {
   config: string;
+  /** InjecAgent tasks: the setting (base | enhanced) */
+  setting?: 'base' | 'enhanced';
   hazardous: boolean;
   benign: boolean;
 }
@@ -78,29 +81,40 @@ export interface S3EvalOptions {
   onTrajectory?: (t: ScoredTrajectory) => void;
 }
 
-export async function runS3Eval(tasks: readonly S3Task[], configs: readonly S3Configuration[], opts: S3EvalOptions): Promise<ScoredTrajectory[]> {
+/** One work item: a task under a configuration. */
+export interface S3Item {
+  config: S3Configuration;
+  task: S3Task;
+}
+
+/** Every (configuration × task) item, in the order of the rows: configurations outer, tasks inner. */
+export function s3Items(tasks: readonly S3Task[], configs: readonly S3Configuration[]): S3Item[] {
+  return configs.flatMap((config) => tasks.map((task) => ({ config, task })));
+}
+
+export function runS3Eval(tasks: readonly S3Task[], configs: readonly S3Configuration[], opts: S3EvalOptions): Promise<ScoredTrajectory[]> {
+  return runS3Items(s3Items(tasks, configs), opts);
+}
+
+/** Runs the items (at most `concurrency` at once); one scored trajectory per item, in item order. */
+export async function runS3Items(items: readonly S3Item[], opts: S3EvalOptions): Promise<ScoredTrajectory[]> {
   const limiter = new Limiter(opts.concurrency ?? 1);
-  const total = tasks.length * configs.length;
+  const total = items.length;
   let done = 0;
   const env: CheckEnv = { ...opts.env, backend: opts.env?.backend ?? opts.backend };
-  return Promise.all(configs.flatMap((c) => tasks.map((task) => limiter.run(async () => {
+  return Promise.all(items.map(({ config: c, task }) => limiter.run(async () => {
     const t = await runTask(task, { backend: opts.backend, guard: c.config ? { config: c.config, env } : null, maxSteps: opts.maxSteps, maxTokens: opts.maxTokens });
-    const scored: ScoredTrajectory = { ...t, config: c.name, ...scoreTrajectory(task, t) };
+    const scored: ScoredTrajectory = { ...t, config: c.name, ...(task.setting ? { setting: task.setting } : {}), ...scoreTrajectory(task, t) };
     opts.onTrajectory?.(scored);
     opts.onProgress?.(++done, total);
     return scored;
-  }))));
+  })));
 }
 
-/** Mean with a 95 % normal-approximation interval. */
-export interface MeanCI {
-  n: number;
-  mean: number;
-  lo: number;
-  hi: number;
-}
+/** Mean with a 95 % normal-approximation interval (the report's type: S³ rows land in results.json). */
+export type { MeanCI };
 
-function meanCI(xs: readonly number[]): MeanCI {
+export function meanCI(xs: readonly number[]): MeanCI {
   const n = xs.length;
   if (n === 0) return { n, mean: Number.NaN, lo: Number.NaN, hi: Number.NaN };
   const mean = xs.reduce((a, b) => a + b, 0) / n;

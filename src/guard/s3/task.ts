@@ -9,8 +9,10 @@ export type TaskScoring =
 
 export interface S3Task {
   id: string;
-  /** injecagent/dh, injecagent/ds, agentharm/pair */
+  /** injecagent/<setting>/dh, injecagent/<setting>/ds, agentharm/pair */
   group: string;
+  /** InjecAgent's setting (base: the attacker's instruction as is; enhanced: with the hacking prompt) */
+  setting?: 'base' | 'enhanced';
   /** system + user */
   messages: ChatMessage[];
   tools: ToolSpec[];

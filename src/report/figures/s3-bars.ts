@@ -3,14 +3,14 @@
  * better) in %, with 95 % Wilson intervals as error bars.
  */
 import type { TopLevelSpec } from 'vega-lite';
-import type { S3Summary } from '../../guard/s3/eval.ts';
+import type { S3ConfigRow } from '../../analysis/results.ts';
 import { CONFIG, COLORS } from '../theme.ts';
 import type { Figure } from './spec.ts';
 
 const ASR = 'Attack success (hazardous component carried out)';
 const BENIGN = 'Benign completion';
 
-export function s3BarsFigure(bench: string, model: string, summaries: readonly S3Summary[]): Figure {
+export function s3BarsFigure(bench: string, model: string, summaries: readonly Pick<S3ConfigRow, 'config' | 'asr' | 'benign'>[]): Figure {
   const pct = (x: number) => (Number.isFinite(x) ? 100 * x : null);
   const values = summaries.flatMap((s) => [
     { configuration: s.config, metric: ASR, value: pct(s.asr.p), lo: pct(s.asr.lo), hi: pct(s.asr.hi), k: s.asr.k, n: s.asr.n },
