@@ -17,7 +17,7 @@ export async function forward(s: Stepper, inputIds: number[][], opts: ForwardOpt
   const rows = (sel: ForwardOptions['hiddenAt'], B: number, T: number) =>
     B * (sel === undefined || sel === 'all' ? T : sel === 'last' ? 1 : sel === 'none' ? 0 : Math.min(T, sel.length));
   const fits = s.memoryFits((B, T) => [{ batch: B, width: T, past: 0, hidden: rows(opts.hiddenAt, B, T), logits: rows(opts.logitsAt, B, T) }]);
-  for (const chunk of planChunks(inputIds.map((s) => s.length), s.config.numHeads, s.maxBatchTokens, undefined, fits)) {
+  for (const chunk of planChunks(inputIds.map((ids) => ids.length), s.config.numHeads, s.maxBatchTokens, undefined, fits)) {
     const pb = leftPad(chunk.map((i) => inputIds[i]!));
     const hiddenPos = chunk.map((i, b) => selectPositions(opts.hiddenAt, pb.lengths[b]!, `sequence ${i} hiddenAt`));
     const logitPos = chunk.map((i, b) => selectPositions(opts.logitsAt, pb.lengths[b]!, `sequence ${i} logitsAt`));

@@ -27,7 +27,7 @@ export async function generate(s: Stepper, inputIds: number[][], opts: GenerateO
     { batch: B, width: T, past: 0, hidden: B, logits: B, present: true },
     { batch: B, width: 1, past: T + opts.maxNewTokens, hidden: B, logits: B, present: true },
   ]);
-  for (const chunk of planChunks(inputIds.map((s) => s.length), s.config.numHeads, s.maxBatchTokens, undefined, fits)) {
+  for (const chunk of planChunks(inputIds.map((ids) => ids.length), s.config.numHeads, s.maxBatchTokens, undefined, fits)) {
     // haltAfterPrefill sees the caller's row index, not the index within this internal batch
     const halt = opts.haltAfterPrefill;
     const chunkOpts = halt ? { ...opts, haltAfterPrefill: (b: number, h: Float32Array) => halt(chunk[b]!, h) } : opts;
