@@ -48,7 +48,7 @@ for (const c of CASES) {
       const model = join(dir, `tiny-${c.family}`);
       await writeRandomCheckpoint(model, c.family, { vocabSize: vocabSize(c.tokenizer), numLayers: 3, seed: 7 });
       await installTokenizer(model, c.tokenizer, template !== undefined ? { template } : {});
-      const { results: res, files } = await reproduce({ model, data: 'pairs', results: join(dir, 'results'), limit: 12, reps: 50 });
+      const { results: res, files } = await reproduce({ model, data: 'pairs', results: join(dir, 'results'), limit: 12, reps: 50, engine: { cacheDir: join(dir, '.graphs'), quiet: true } });
       assert.equal(res.layers, 4);
       assert.ok(res.lStar.layer >= 1 && res.lStar.layer <= 3);
       for (const row of [...res.table1, ...res.table2]) {
@@ -61,7 +61,7 @@ for (const c of CASES) {
       assert.match(manifest.prompts.templateHash, /^[0-9a-f]{64}$/);
       const s = await steerSweep({
         model, data: 'pairs', results: join(dir, 'results'), limit: 12, alphas: [{ kind: 'absolute', value: 0 }, { kind: 'relative', value: 0.5 }],
-        layer: 'auto', direction: 'schema-harmful', maxNewTokens: 6, requests: ['harmful'],
+        layer: 'auto', direction: 'schema-harmful', maxNewTokens: 6, requests: ['harmful'], engine: { cacheDir: join(dir, '.graphs'), quiet: true },
       });
       const rows = s.sweeps[0]!.rows;
       assert.equal(rows.length, 2);

@@ -24,7 +24,7 @@ test('reproduce on the planted model recovers r, the AUROC ordering and the Sche
   try {
     const pairs = await loadPairSet('pairs');
     const truth = await writePlantedModel(join(dir, 'planted'), { lexiconPairs: pairs.pairs });
-    const { results: res, files } = await reproduce({ model: join(dir, 'planted'), data: 'pairs', results: join(dir, 'results'), limit: 80, reps: 200 });
+    const { results: res, files } = await reproduce({ model: join(dir, 'planted'), data: 'pairs', results: join(dir, 'results'), limit: 80, reps: 200, engine: { cacheDir: join(dir, '.graphs'), quiet: true } });
     assert.equal(res.synthetic, true);
     assert.ok(truth.plantedLayers.includes(res.lStar.layer), `ℓ* = ${res.lStar.layer}`);
 

@@ -93,7 +93,7 @@ test('planted reproduce: 4 shards + merge = one process (byte-identical caches, 
   try {
     const model = join(dir, 'planted');
     await writePlantedModel(model);
-    const opts = { model, data: 'pairs', limit: 24, reps: 50, batchTokens: 1500 };
+    const opts = { model, data: 'pairs', limit: 24, reps: 50, batchTokens: 1500, engine: { cacheDir: join(dir, '.graphs'), quiet: true } };
     // behavioural refusal generates, which a sharded reproduce leaves to a later one-process `reproduce` (it reuses
     // the merged caches): the one-process run here skips it too, so both measure the same thing
     const one = await reproduce({ ...opts, refusalTokens: 0, results: join(dir, 'one') });

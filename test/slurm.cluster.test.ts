@@ -42,7 +42,7 @@ test('slurm reproduce --shards 4 on a real single-node Slurm = one process', asy
   process.env.SAFEKEEP_QUIET = '1';
   const model = join(dir, 'planted');
   await writePlantedModel(model);
-  const one = await reproduce({ model, data: 'pairs', limit: 24, reps: 50, refusalTokens: 0, results: join(dir, 'one') });
+  const one = await reproduce({ model, data: 'pairs', limit: 24, reps: 50, refusalTokens: 0, results: join(dir, 'one'), engine: { cacheDir: env.SAFEKEEP_CACHE, quiet: true } });
 
   const cli = (...argv: string[]) => spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), ...argv], { env, encoding: 'utf8', cwd: dir });
   const dry = cli('slurm', 'reproduce', '--model', model, '--shards', '4', '--results', join(dir, 'four'), '--dry-run', '--', '--limit', '24', '--reps', '50');

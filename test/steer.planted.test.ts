@@ -30,7 +30,7 @@ test('steer on the planted model: refusal counts per α match the construction; 
     const r = await steerSweep({
       model: join(dir, 'planted'), data: 'pairs', results: join(dir, 'results'), limit: 40,
       alphas: alphas.map((value) => ({ kind: 'absolute' as const, value })), layer: 'auto', direction: 'schema-harmful',
-      maxNewTokens: 10, requests: ['harmful'],
+      maxNewTokens: 10, requests: ['harmful'], engine: { cacheDir: join(dir, '.graphs'), quiet: true },
     });
     assert.ok(truth.plantedLayers.includes(r.layer));
     let shift = 0; // R̂·r: the Schema Direction points against r
@@ -76,7 +76,7 @@ test('steer --steer-positions generated on the planted model: the first token is
     const opts = {
       model: join(dir, 'planted'), data: 'pairs', results: join(dir, 'results'), limit: 40,
       alphas: [0, 1.5].map((value) => ({ kind: 'absolute' as const, value })), layer: 'auto' as const, direction: 'schema-harmful' as const,
-      maxNewTokens: 4, requests: ['harmful' as const],
+      maxNewTokens: 4, requests: ['harmful' as const], engine: { cacheDir: join(dir, '.graphs'), quiet: true },
     };
     const all = await steerSweep({ ...opts, positions: 'all' });
     const gen = await steerSweep({ ...opts, positions: 'generated' });
