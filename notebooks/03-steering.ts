@@ -10,6 +10,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writePlantedModel, PLANTED } from '../src/experiments/planted.ts';
+import { engineEnv } from '../src/cli/env.ts';
 import { steerSweep, parseAlphas } from '../src/experiments/steer.ts';
 import { loadPairSet } from '../src/data/load.ts';
 import { resolveModel } from '../src/hub/resolve.ts';
@@ -35,6 +36,7 @@ const result = await steerSweep({
   limit: Number(flag('limit') ?? (synthetic ? 30 : 0)) || undefined,
   alphas: parseAlphas(flag('alphas') ?? (synthetic ? '0,0.5,1,1.5' : '0,4,8,12')),
   layer: 'auto', direction: 'schema-harmful', maxNewTokens: Number(flag('max-new-tokens') ?? (synthetic ? 12 : 256)),
+  engine: engineEnv(), // SAFEKEEP_CACHE etc., as the CLI reads them
 });
 console.log(`ℓ* = ${result.layer}; mean ‖hidden[ℓ*]‖ = ${result.meanNorm.toFixed(3)}`);
 for (const s of result.sweeps) {
