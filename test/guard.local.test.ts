@@ -51,7 +51,8 @@ test('guard eval with a tiny local model on an AgentHarm slice: numbers follow f
   const out = join(root, 'out');
   const r = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
     const child = spawn(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 'guard', 'eval', '--model', model, '--bench', 'agentharm', '--limit', '1',
-      '--max-tokens', '6', '--judge-max-tokens', '4', '--data', data, '--out', out, '--no-thinking'], { stdio: ['ignore', 'ignore', 'pipe'] });
+      '--max-tokens', '6', '--judge-max-tokens', '4', '--data', data, '--out', out, '--no-thinking'],
+      { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, SAFEKEEP_CACHE: join(root, 'cache') } });
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
     child.on('exit', (code) => resolve({ code, stderr }));
