@@ -224,50 +224,56 @@ async function main(): Promise<void> {
       writeFileSync(idsPath, JSON.stringify({ conditions }));
       const nPrompts = Object.values(conditions).reduce((s, c) => s + c.length, 0);
       const nTokens = Object.values(conditions).reduce((s, c) => s + c.reduce((a, x) => a + x.length, 0), 0);
-      const t = Math.max(...threadsList);
-      let hfBest: { wallS: number; forwardS: number; load: number } | null = null;
-      let skBest: { wallS: number; load: number } | null = null;
       const hfOut = join(work, 'hf-hidden');
       const skResults = join(work, 'results');
-      for (let r = 0; r < rounds; r++) {
-        for (const side of r % 2 === 0 ? ['hf', 'sk'] : ['sk', 'hf']) {
-          process.stderr.write(`round ${r + 1}/${rounds}, extraction (${nPrompts} prompts, ${nTokens} tokens, ${t} threads): ${side === 'hf' ? 'HF' : 'safekeep extract'} (load ${loadavg()}) ...\n`);
-          if (side === 'hf') {
-            const { json, wallS } = run(python, [pyScript, 'extract', '--model', extractDir, '--threads', String(t), '--ids', idsPath, '--out', hfOut], 'HF extract', env);
-            const cur = { wallS, forwardS: json.forwardS as number, load: json.load as number };
-            loads.push(cur.load);
-            if (!hfBest || cur.wallS < hfBest.wallS) hfBest = cur;
-          } else {
-            rmSync(skResults, { recursive: true, force: true }); // a fresh extraction each round (the cache would resume)
-            const args = [join(root, 'bin', 'safekeep.mjs'), 'extract', '--model', extractDir, '--configs', 'chatbot,+role,+instructions,agent,chatbot-long',
-              '--repr', 'schema,flattened,pseudoword', '--results', skResults, '--threads', String(t), ...(limit !== undefined ? ['--limit', String(limit)] : [])];
-            const tt = performance.now();
-            const r2 = spawnSync(process.execPath, args, { encoding: 'utf8', env, maxBuffer: 64 << 20 });
-            const wallS = (performance.now() - tt) / 1000;
-            if (r2.status !== 0) throw new Error(`safekeep extract failed (exit ${r2.status}): ${r2.stderr.trim().split('\n').slice(-5).join('\n')}`);
-            const cur = { wallS, load: loadavg() };
-            loads.push(cur.load);
-            if (!skBest || cur.wallS < skBest.wallS) skBest = cur;
+      const model = extractDir.split('/').at(-1)!;
+      const table: string[] = [];
+      const perThreads: Record<number, unknown> = {};
+      let worst = 0;
+      let worstAbs = 0;
+      const diffs: Record<string, { relL2: number; maxAbs: number }> = {};
+      for (const t of threadsList) {
+        let hfBest: { wallS: number; forwardS: number; load: number } | null = null;
+        let skBest: { wallS: number; load: number } | null = null;
+        for (let r = 0; r < rounds; r++) {
+          for (const side of r % 2 === 0 ? ['hf', 'sk'] : ['sk', 'hf']) {
+            process.stderr.write(`round ${r + 1}/${rounds}, extraction (${nPrompts} prompts, ${nTokens} tokens, ${t} thread(s)): ${side === 'hf' ? 'HF' : 'safekeep extract'} (load ${loadavg()}) ...\n`);
+            if (side === 'hf') {
+              const { json, wallS } = run(python, [pyScript, 'extract', '--model', extractDir, '--threads', String(t), '--ids', idsPath, '--out', hfOut], 'HF extract', env);
+              const cur = { wallS, forwardS: json.forwardS as number, load: json.load as number };
+              loads.push(cur.load);
+              if (!hfBest || cur.wallS < hfBest.wallS) hfBest = cur;
+            } else {
+              rmSync(skResults, { recursive: true, force: true }); // a fresh extraction each round (the cache would resume)
+              const args = [join(root, 'bin', 'safekeep.mjs'), 'extract', '--model', extractDir, '--configs', 'chatbot,+role,+instructions,agent,chatbot-long',
+                '--repr', 'schema,flattened,pseudoword', '--results', skResults, '--threads', String(t), ...(limit !== undefined ? ['--limit', String(limit)] : [])];
+              const tt = performance.now();
+              const r2 = spawnSync(process.execPath, args, { encoding: 'utf8', env, maxBuffer: 64 << 20 });
+              const wallS = (performance.now() - tt) / 1000;
+              if (r2.status !== 0) throw new Error(`safekeep extract failed (exit ${r2.status}): ${r2.stderr.trim().split('\n').slice(-5).join('\n')}`);
+              const cur = { wallS, load: loadavg() };
+              loads.push(cur.load);
+              if (!skBest || cur.wallS < skBest.wallS) skBest = cur;
+            }
           }
         }
+        // every hidden state of both (the last run of each at this thread count), per condition
+        for (const name of Object.keys(conditions)) {
+          const sk = readActivationCache(join(skResults, model, 'cache'), promptCacheName(parseCondition(name)));
+          const buf = readFileSync(join(hfOut, `${name}.f32`));
+          const dd = hiddenDiff(sk.data, new Float32Array(buf.buffer, buf.byteOffset, buf.byteLength / 4), sk.d);
+          diffs[name] = { relL2: Math.max(diffs[name]?.relL2 ?? 0, dd.relL2), maxAbs: Math.max(diffs[name]?.maxAbs ?? 0, dd.maxAbs) };
+          worst = Math.max(worst, dd.relL2);
+          worstAbs = Math.max(worstAbs, dd.maxAbs);
+        }
+        table.push(`| whole process, s (prompts/s) | ${t} | ${fmt(hfBest!.wallS)} (${fmt(nPrompts / hfBest!.wallS, 2)}) | ${fmt(skBest!.wallS)} (${fmt(nPrompts / skBest!.wallS, 2)}) | ${(hfBest!.wallS / skBest!.wallS).toFixed(2)}× | ${hfBest!.load} / ${skBest!.load} |`);
+        table.push(`| HF forward loop alone vs whole safekeep process, s | ${t} | ${fmt(hfBest!.forwardS)} | ${fmt(skBest!.wallS)} | ${(hfBest!.forwardS / skBest!.wallS).toFixed(2)}× | |`);
+        perThreads[t] = { hf: hfBest, safekeep: skBest };
       }
-      // every hidden state of both, per condition
-      const model = extractDir.split('/').at(-1)!;
-      const diffs: Record<string, { relL2: number; maxAbs: number }> = {};
-      for (const name of Object.keys(conditions)) {
-        const sk = readActivationCache(join(skResults, model, 'cache'), promptCacheName(parseCondition(name)));
-        const buf = readFileSync(join(hfOut, `${name}.f32`));
-        const hf = new Float32Array(buf.buffer, buf.byteOffset, buf.byteLength / 4);
-        diffs[name] = hiddenDiff(sk.data, hf, sk.d);
-      }
-      const worst = Math.max(...Object.values(diffs).map((x) => x.relL2));
-      const worstAbs = Math.max(...Object.values(diffs).map((x) => x.maxAbs));
-      out.push('', `extraction row: Table 1–2 workload, ${TABLE_CONDITIONS.length} conditions × ${2 * nPairs} prompts (${nPairs} pairs${limit !== undefined ? ` of the bundled set; --pairs all for all` : ', the whole bundled set'}) = ${nPrompts} prompts, ${nTokens} tokens, ${t} threads; ${flag('model') ? extractDir : 'SmolLM2-135M body with the Llama-3.1 tokenizer/vocabulary (128,256), random f32 (std 0.02)'}`);
-      out.push('| | HF (length-sorted batches, output_hidden_states) | safekeep extract | safekeep / HF | load (HF / safekeep) |', '| --- | --- | --- | --- | --- |');
-      out.push(`| whole process, s (prompts/s) | ${fmt(hfBest!.wallS)} (${fmt(nPrompts / hfBest!.wallS, 2)}) | ${fmt(skBest!.wallS)} (${fmt(nPrompts / skBest!.wallS, 2)}) | ${(hfBest!.wallS / skBest!.wallS).toFixed(2)}× | ${hfBest!.load} / ${skBest!.load} |`);
-      out.push(`| HF forward loop alone vs whole safekeep process, s | ${fmt(hfBest!.forwardS)} | ${fmt(skBest!.wallS)} | ${(hfBest!.forwardS / skBest!.wallS).toFixed(2)}× | |`);
+      out.push('', `extraction row: Table 1–2 workload, ${TABLE_CONDITIONS.length} conditions × ${2 * nPairs} prompts (${nPairs} pairs${limit !== undefined ? ` of the bundled set; --pairs all for all` : ', the whole bundled set'}) = ${nPrompts} prompts, ${nTokens} tokens; ${flag('model') ? extractDir : 'SmolLM2-135M body with the Llama-3.1 tokenizer/vocabulary (128,256), random f32 (std 0.02)'}`);
+      out.push('| | threads | HF (length-sorted batches, output_hidden_states) | safekeep extract | safekeep / HF | load (HF / safekeep) |', '| --- | --- | --- | --- | --- | --- |', ...table);
       out.push(`hidden states, all ${nPrompts} prompts × every layer: worst ‖Δ‖/‖h‖ per vector ${worst.toExponential(1)} (${worst <= 1e-4 ? 'equal within 1e-4' : 'NOT EQUAL: > 1e-4'}), max|Δ|/max|h| ${worstAbs.toExponential(1)}; per condition ${Object.entries(diffs).map(([k, v]) => `${k} ${v.relL2.toExponential(1)}`).join(', ')}`);
-      results.extract = { nPairs, nPrompts, nTokens, threads: t, hf: hfBest, safekeep: skBest, diffs };
+      results.extract = { nPairs, nPrompts, nTokens, perThreads, diffs };
       if (worst > 1e-4) process.exitCode = 1;
     }
     const lo = Math.min(...loads.filter(Number.isFinite));
