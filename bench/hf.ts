@@ -1,6 +1,6 @@
 /**
  * `npm run bench:hf [-- --model DIR --threads 1,2 --rounds R --reps R --pairs P|all --rows micro,extract
- *    --llama-bench PATH --gguf FILE --keep DIR]`: Hugging Face transformers + PyTorch and safekeep side by side on
+ *    --python PATH --llama-bench PATH --gguf FILE --keep DIR]`: Hugging Face transformers + PyTorch and safekeep side by side on
  * the same checkpoint folder, the same work and the same threads; one fresh process per measurement, HF and safekeep
  * interleaved (order alternating per round), best of --rounds kept, ratios printed with the machine load
  * (/proc/loadavg, 1 min) seen by each process. Needs `python3` with torch and transformers (developer tool; the
@@ -45,7 +45,8 @@ import { installTokenizer, loadPromptTokenizer } from '../src/prompts/tokenizer.
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, '..');
 const me = fileURLToPath(import.meta.url);
-const python = 'python3';
+/** the Python with torch + transformers (`--python PATH`, default python3 on PATH) */
+const python = flag('python') ?? 'python3';
 const pyScript = join(here, 'hf_bench.py');
 
 /** Table 1–2 conditions: the chatbot baseline, Table 1's configurations, Table 2's representations */
