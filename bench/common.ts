@@ -31,7 +31,7 @@ export async function rawMatmulSession(threads: number, M: number, K: number, N:
   g.output('y', x, DataType.FLOAT, [M, depth % 2 === 0 ? K : N]);
   const s = await ort.InferenceSession.create(g.encode('gemm', { '': 17 }), {
     intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all',
-    extra: { session: { intra_op: { allow_spinning: '1' }, force_spinning_stop: '1' } }, // as the engine's sessions (session.ts)
+    extra: { session: { intra_op: { allow_spinning: '0' } } }, // as the engine's sessions (session.ts)
   });
   const feed = { x: new ort.Tensor('float32', new Float32Array(M * K).map((_, i) => Math.cos(i)), [M, K]) };
   await s.run(feed);
@@ -87,7 +87,7 @@ export async function readBandwidthSession(threads: number, bytes = 256 * 2 ** 2
   g.output('y', g.op('ReduceMax', [x], { keepdims: 0 }), DataType.FLOAT, []);
   const s = await ort.InferenceSession.create(g.encode('bandwidth', { '': 17 }), {
     intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all',
-    extra: { session: { intra_op: { allow_spinning: '1' }, force_spinning_stop: '1' } },
+    extra: { session: { intra_op: { allow_spinning: '0' } } }, // as the engine's sessions (session.ts)
   });
   const feed = { x: new ort.Tensor('float32', new Float32Array(n).map((_, i) => i % 7), [n / 1024, 1024]) };
   await s.run(feed);
