@@ -31,7 +31,7 @@ export async function rawMatmulSession(threads: number, M: number, K: number, N:
   g.output('y', x, DataType.FLOAT, [M, depth % 2 === 0 ? K : N]);
   const s = await ort.InferenceSession.create(g.encode('gemm', { '': 17 }), {
     intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all',
-    extra: { session: { intra_op: { allow_spinning: '0' } } },
+    extra: { session: { intra_op: { allow_spinning: '0' } } }, // as the engine's sessions (session.ts)
   });
   const feed = { x: new ort.Tensor('float32', new Float32Array(M * K).map((_, i) => Math.cos(i)), [M, K]) };
   await s.run(feed);
@@ -75,3 +75,46 @@ export function peakRss(): number {
   return process.resourceUsage().maxRSS * 1024;
 }
 
+
+/**
+ * The read-bandwidth yardstick: a session reducing a 256 MiB f32 tensor (ReduceMax over every value: one compare per
+ * value, so memory-bound) with the engine's thread options; bytes read per run. Fed from JS once, read in place.
+ */
+export async function readBandwidthSession(threads: number, bytes = 256 * 2 ** 20) {
+  const n = bytes / 4;
+  const g = new GraphBuilder();
+  const x = g.input('x', DataType.FLOAT, [n / 1024, 1024]);
+  g.output('y', g.op('ReduceMax', [x], { keepdims: 0 }), DataType.FLOAT, []);
+  const s = await ort.InferenceSession.create(g.encode('bandwidth', { '': 17 }), {
+    intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all',
+    extra: { session: { intra_op: { allow_spinning: '0' } } }, // as the engine's sessions (session.ts)
+  });
+  const feed = { x: new ort.Tensor('float32', new Float32Array(n).map((_, i) => i % 7), [n / 1024, 1024]) };
+  await s.run(feed);
+  return { bytes, run: () => s.run(feed), release: () => s.release() };
+}
+
+/**
+ * Bytes one decode step must read (the decode roofline's numerator): every linear weight as stored for the dtype
+ * (f32: 4 B/param; q8/q4: codes + f32 block scales + packed zero points, block 32), lm_head included (the tied
+ * embedding read whole), plus the KV cache at `kvSlots` filled slots (f32 K and V). Embedding rows, norms and
+ * activations are negligible.
+ */
+export function decodeStepBytes(c: { numLayers: number; hiddenSize: number; numHeads: number; numKvHeads: number; headDim: number; intermediateSize: number; vocabSize: number },
+  dtype: string, kvSlots: number, asymmetric = true): number {
+  const d = c.hiddenSize;
+  const perLayer = d * (c.numHeads + 2 * c.numKvHeads) * c.headDim + c.numHeads * c.headDim * d + 3 * d * c.intermediateSize;
+  const params = c.numLayers * perLayer + c.vocabSize * d;
+  const bits = dtype === 'q8' ? 8 : dtype === 'q4' ? 4 : 32;
+  const perParam = bits === 32 ? 4 : bits / 8 + 4 / 32 + (asymmetric ? bits / 8 / 32 : 0);
+  return params * perParam + c.numLayers * 2 * c.numKvHeads * kvSlots * c.headDim * 4;
+}
+
+/** the 1-minute load average (NaN off Linux): printed with every figure, since the machine may be shared */
+export function loadavg(): number {
+  try {
+    return Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
+  } catch {
+    return NaN;
+  }
+}

@@ -14,6 +14,7 @@
  * Threads: default = the engine's own choice (src/engine/runtime/threads.ts, printed); `--threads 1,2,4 [--rounds R]` measures
  * each count in a fresh child per round (order alternating, best kept) and prints a table marking the default.
  */
+import { engineEnv } from '../src/cli/env.ts';
 import { spawnSync } from 'node:child_process';
 import { SMOLLM2_SHAPE, best, flag, interleavedBest, peakRss, rawMatmulSession } from './common.ts';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -36,7 +37,7 @@ async function measure(dir: string, threads: number): Promise<void> {
   const rssBefore = process.memoryUsage().rss;
   const t0 = performance.now();
   const lowMemory = process.argv.includes('--low-memory');
-  const engine = await createEngineFromCheckpoint(ck, { threads, cacheDir: join(dir, 'cache'), lowMemory });
+  const engine = await createEngineFromCheckpoint(ck, { ...engineEnv(), threads, cacheDir: join(dir, 'cache'), lowMemory });
   const startS = (performance.now() - t0) / 1000;
   const rssSession = process.memoryUsage().rss;
 

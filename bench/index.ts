@@ -9,14 +9,17 @@
  *   Llama-3.1 tokenizer and template (../shared/templates, else the npm tokenizer's own template) and run with
  *   shared-prefix KV reuse as `safekeep extract` does (last-token hidden states, batches of 16, one prefix cache):
  *   prompts/s (and the same prompts through plain `forward`, no reuse), and computed/prompt tokens;
- * - peak RSS of the measuring child (VmHWM).
+ * - peak RSS of the measuring child (VmHWM);
+ * - next to each figure its fraction of the machine's limit measured in the same child: prefill and extraction
+ *   GFLOP/s over the raw GEMM yardstick, decode's bytes per step (weights as stored + KV) × tok/s over a 256 MiB
+ *   read-bandwidth probe (bench/common.ts) run interleaved with the decode reps; and the load average at each.
  * Model: SmolLM2-135M shape (30 layers, d 576, 9/3 heads, intermediate 1536, vocab 49152, tied), random weights.
  * Token ids of the workload are taken modulo the model's vocabulary (prefix structure unchanged). --pairs (default
  * 16, round-robin over categories) bounds the run time; the full-set ratio is printed from the plan as well.
  * Writes bench/results.json (git-ignored).
  */
 import { spawnSync } from 'node:child_process';
-import { SMOLLM2_SHAPE, best, flag, interleavedBest, peakRss, rawMatmulSession } from './common.ts';
+import { SMOLLM2_SHAPE, best, decodeStepBytes, flag, interleavedBest, loadavg, peakRss, rawMatmulSession, readBandwidthSession } from './common.ts';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -43,6 +46,14 @@ export interface BenchRow {
   engineGflops: number;
   gemmGflops: number;
   decodeSteerTps: number;
+  /** bytes a decode step reads (weights as stored + KV at the mean context, decodeStepBytes) */
+  decodeStepBytes: number;
+  /** the read-bandwidth probe in the same process, interleaved with the decode runs (bytes/s) */
+  readBandwidth: number;
+  /** extraction's linear-layer GFLOP/s over the computed tokens */
+  extractGflops: number;
+  /** 1-min load average at the prefill / decode / extraction measurements */
+  loads: number[];
   extractPromptsPerS: number;
   /** the same workload through plain `forward` (no reuse) */
   extractNoReusePromptsPerS: number;
@@ -57,7 +68,7 @@ async function measure(dir: string, dtype: ComputeDType, threads: number, reps: 
   const ck = await loadCheckpoint(dir);
   const c = ck.config;
   const t0 = performance.now();
-  const engine = await createEngineFromCheckpoint(ck, { dtype, threads, cacheDir: join(dir, '..', 'cache') });
+  const engine = await createEngineFromCheckpoint(ck, { ...engineEnv(), dtype, threads, cacheDir: join(dir, '..', 'cache') });
   const sessionStartS = (performance.now() - t0) / 1000;
   const d = c.hiddenSize;
   const T = 512;
@@ -69,9 +80,19 @@ async function measure(dir: string, dtype: ComputeDType, threads: number, reps: 
   const steer = { layer: 15, vector: Float32Array.from({ length: d }, (_, i) => Math.sin(i)), alpha: 4 };
   const p128 = prompt.slice(0, 128);
   await engine.generate([p128], { maxNewTokens: 4, stopIds: [], steer });
-  const t1 = await best(reps, () => engine.generate([p128], { maxNewTokens: 2, stopIds: [], steer }));
-  const tN = await best(reps, () => engine.generate([p128], { maxNewTokens: 48, stopIds: [], steer }));
+  // interleaved with the read-bandwidth probe, so both see the same machine load
+  const bw = await readBandwidthSession(threads);
+  let t1 = Infinity;
+  let tN = Infinity;
+  let bwS = Infinity;
+  for (let r = 0; r < reps; r++) {
+    t1 = Math.min(t1, await best(1, () => engine.generate([p128], { maxNewTokens: 2, stopIds: [], steer })));
+    tN = Math.min(tN, await best(1, () => engine.generate([p128], { maxNewTokens: 48, stopIds: [], steer })));
+    bwS = Math.min(bwS, await best(3, () => bw.run()));
+  }
+  await bw.release();
   const decodeSteerTps = 46 / (tN - t1);
+  const decodeLoad = loadavg();
   // extraction workload with shared-prefix reuse, as src/experiments/extract.ts runs it
   const ids = (JSON.parse(readFileSync(workloadPath, 'utf8')) as { ids: number[][] }).ids;
   const plan = prefixPlan(ids);
@@ -85,6 +106,7 @@ async function measure(dir: string, dtype: ComputeDType, threads: number, reps: 
     promptTokens += stats.promptTokens;
   }
   const extractS = (performance.now() - tx) / 1000;
+  const extractLoad = loadavg();
   const ty = performance.now();
   for (let s = 0; s < ids.length; s += 16) await engine.forward(ids.slice(s, s + 16), { hiddenAt: 'last', logitsAt: 'none' });
   const plainS = (performance.now() - ty) / 1000;
@@ -96,6 +118,8 @@ async function measure(dir: string, dtype: ComputeDType, threads: number, reps: 
   await engine.dispose();
   return {
     dtype, prefillTps: T / prefillS, engineGflops: flops / prefillS / 1e9, gemmGflops: gemm.flops / gemmS / 1e9, decodeSteerTps,
+    decodeStepBytes: decodeStepBytes(c, dtype, 128 + 24, resolveEngineConfig({ ...engineEnv(), dtype: dtype === 'q4' ? 'q4' : 'q8' }).quant!.scheme === 'asym'), readBandwidth: bw.bytes / bwS,
+    extractGflops: linearPerToken * computedTokens / extractS / 1e9, loads: [loadavg(), decodeLoad, extractLoad],
     extractPromptsPerS: ids.length / extractS, extractNoReusePromptsPerS: ids.length / plainS, extractTokensPerS: promptTokens / extractS, promptTokens, computedTokens,
     peakRssBytes: peakRss(), sessionStartS,
   };
@@ -159,14 +183,18 @@ async function main(): Promise<void> {
       if (m.status !== 0) throw new Error(`measure ${dtype} failed`);
       rows.push(JSON.parse(m.stdout.trim().split('\n').at(-1)!) as BenchRow);
     }
-    const head = ['dtype', 'prefill tok/s', 'GFLOP/s', 'vs GEMM', 'decode+steer tok/s', 'extract prompts/s', 'no reuse', 'extract tok/s', 'computed/prompt', 'peak RSS MiB'];
+    const pct = (x: number) => `${(100 * x).toFixed(0)} %`;
+    const head = ['dtype', 'prefill tok/s', 'GFLOP/s', 'of GEMM', 'decode+steer tok/s', 'MB/step', 'of read BW', 'extract prompts/s', 'of GEMM', 'no reuse', 'extract tok/s', 'computed/prompt', 'peak RSS MiB', 'GEMM GFLOP/s', 'BW GB/s', 'load'];
     const table = [head, ...rows.map((r) => [
-      r.dtype, r.prefillTps.toFixed(0), r.engineGflops.toFixed(1), `${(100 * r.engineGflops / r.gemmGflops).toFixed(0)} %`, r.decodeSteerTps.toFixed(1),
-      r.extractPromptsPerS.toFixed(2), r.extractNoReusePromptsPerS.toFixed(2), r.extractTokensPerS.toFixed(0), (r.computedTokens / r.promptTokens).toFixed(3), (r.peakRssBytes / 2 ** 20).toFixed(0),
+      r.dtype, r.prefillTps.toFixed(0), r.engineGflops.toFixed(1), pct(r.engineGflops / r.gemmGflops), r.decodeSteerTps.toFixed(1),
+      (r.decodeStepBytes / 1e6).toFixed(0), pct(r.decodeSteerTps * r.decodeStepBytes / r.readBandwidth),
+      r.extractPromptsPerS.toFixed(2), pct(r.extractGflops / r.gemmGflops), r.extractNoReusePromptsPerS.toFixed(2), r.extractTokensPerS.toFixed(0), (r.computedTokens / r.promptTokens).toFixed(3), (r.peakRssBytes / 2 ** 20).toFixed(0),
+      r.gemmGflops.toFixed(1), (r.readBandwidth / 1e9).toFixed(1), r.loads.map((x) => x.toFixed(1)).join('/'),
     ])];
     const widths = head.map((_, i) => Math.max(...table.map((row) => row[i]!.length)));
     process.stdout.write(`SmolLM2-135M shape, random weights, ${threads} thread(s), best of ${reps}; extraction: ${rows[0]?.promptTokens ?? 0} prompt tokens of agent.schema prompts (${Number(flag('pairs') ?? 16)} of ${n} pairs)\n`);
     for (const row of table) process.stdout.write(row.map((c, i) => c.padStart(widths[i]!)).join('  ') + '\n');
+    process.stdout.write('of GEMM: GFLOP/s over the raw onnxruntime f32 MatMul chain measured in the same process (prefill: linear + attention FLOPs; extraction: linear FLOPs of the computed tokens); of read BW: bytes a decode step reads (weights as stored + KV) × tok/s over the 256 MiB read probe run interleaved with decode; load: 1-min load average at prefill/decode/extraction\n');
     process.stdout.write(`full bundled set (${n} pairs, agent.schema): planned computed/prompt tokens ${fullRatio.toFixed(3)} (target ≤ 0.6)\n`);
     const out = join(here, 'results.json');
     writeFileSync(`${out}.tmp`, JSON.stringify({ date: new Date().toISOString(), threads, reps, pairs: Number(flag('pairs') ?? 16), fullSetRatio: fullRatio, rows }, null, 1) + '\n');

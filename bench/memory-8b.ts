@@ -46,7 +46,7 @@ async function child(mode: string, dir: string, dtype: ComputeDType): Promise<vo
   const store = cfg.quant ? quantizedWeights(ck, cfg.quant.bits, cfg.quant.scheme, cacheDir, cfg.quiet) : null;
   const stages: Stage[] = [];
   const t0 = performance.now();
-  const engine = await createEngineFromCheckpoint(ck, { dtype, cacheDir, threads: Number(flag('threads') ?? 0) || undefined });
+  const engine = await createEngineFromCheckpoint(ck, { ...engineEnv(), dtype, cacheDir, threads: Number(flag('threads') ?? 0) || undefined });
   const startS = (performance.now() - t0) / 1000;
   stages.push(stage('session', store));
   const prompt = Array.from({ length: 256 }, (_, i) => 1 + ((i * 7919) % 128000));

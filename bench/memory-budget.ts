@@ -12,6 +12,7 @@
  * session, and at the end, and the steps it ran. The table puts the peak next to the budget, so a user sees whether
  * the budget held; the same numbers calibrate memory.ts's constants (src/engine/README.md, "Memory budget").
  */
+import { engineEnv } from '../src/cli/env.ts';
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -51,7 +52,7 @@ async function child(dir: string, budgetArg: string, threads: number, long: numb
   const rssImports = peakRss();
   const budget = budgetArg === 'none' ? null : parseBytes(budgetArg);
   const t0 = performance.now();
-  const engine = await createEngineFromCheckpoint(ck, { threads, cacheDir: join(dir, 'cache'), ...(budget ? { maxMemory: budget } : {}) });
+  const engine = await createEngineFromCheckpoint(ck, { ...engineEnv(), threads, cacheDir: join(dir, 'cache'), ...(budget ? { maxMemory: budget } : {}) });
   const rssSession = peakRss();
   let steps = 0;
   let maxStepTokens = 0;
@@ -89,7 +90,7 @@ async function calibrateChild(dir: string, threads: number, shape: string): Prom
   const { stepBytes, weightBytes } = await import('../src/engine/runtime/memory.ts');
   const ck = await loadCheckpoint(dir);
   const rssImports = peakRss();
-  const engine = await createEngineFromCheckpoint(ck, { threads, cacheDir: join(dir, 'cache') });
+  const engine = await createEngineFromCheckpoint(ck, { ...engineEnv(), threads, cacheDir: join(dir, 'cache') });
   const rssSession = peakRss();
   const [B, T] = shape.split('x').map(Number) as [number, number];
   const ids = Array.from({ length: B }, (_, b) => Array.from({ length: T }, (_, i) => 3 + ((i * 7919 + b * 104729) % (SHAPE.vocabSize - 3))));

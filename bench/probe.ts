@@ -11,6 +11,7 @@
  * Calls are interleaved (rotating order) so machine load hits all three alike; medians are reported. Prints figures;
  * asserts nothing.
  */
+import { engineEnv } from '../src/cli/env.ts';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -30,7 +31,7 @@ const dir = mkdtempSync(join(tmpdir(), 'safekeep-bench-probe-'));
 process.env.SAFEKEEP_CACHE ??= join(dir, '.cache');
 try {
   await writeRandomCheckpoint(join(dir, 'm'), 'llama', { ...SMOLLM2_SHAPE, std: 0.02 });
-  const engine = await createEngine(join(dir, 'm'), { threads });
+  const engine = await createEngine(join(dir, 'm'), { ...engineEnv(), threads });
   const V = engine.vocabSize;
   const ids = (n: number, seed: number) => Array.from({ length: n }, (_, i) => (i * 7919 + seed * 104729) % (V - 1) + 1);
   const agentIds = ids(promptTokens, 1);

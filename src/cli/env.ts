@@ -16,7 +16,8 @@ export const ENV_VARS: readonly EnvVarDef[] = [
   { name: 'SAFEKEEP_ATTENTION', value: 'mha|matmul', help: 'prefill attention kernel: fused MultiHeadAttention (default) or standard ops' },
   { name: 'SAFEKEEP_FUSE', value: '0', help: '0: q/k/v and gate/up as separate Gemms instead of one concatenated Gemm each' },
   { name: 'SAFEKEEP_QUANT_SCHEME', value: 'sym|asym', help: 'q8/q4 block quantization (default asym)' },
-  { name: 'SAFEKEEP_QUANT_ACCURACY', value: '0..4', help: 'q8/q4 MatMulNBits accuracy level (default: 4 for q8, 0 for q4)' },
+  { name: 'SAFEKEEP_QUANT_ACCURACY', value: '0..4', help: 'q8/q4 MatMulNBits accuracy level (default 4: int8 activations)' },
+  { name: 'SAFEKEEP_SPIN', value: '1', help: 'session workers spin within a run (faster on a machine of your own, slower on a shared one)' },
   { name: 'SAFEKEEP_QUIET', value: '1', help: 'no progress lines on stderr' },
   { name: 'SAFEKEEP_MODELS', value: 'DIR', help: 'where `safekeep pull` and hub ids put checkpoints (default models/)' },
   { name: 'SAFEKEEP_DATA', value: 'DIR', help: 'looked in first for data sets, and where `safekeep data pull` writes (default data/)' },
@@ -37,6 +38,7 @@ export function engineEnv(env: NodeJS.ProcessEnv = process.env): EngineOptions {
   if (scheme === 'sym' || scheme === 'asym') o.quantScheme = scheme;
   const acc = env.SAFEKEEP_QUANT_ACCURACY;
   if (acc !== undefined && ['0', '1', '2', '3', '4'].includes(acc)) o.quantAccuracy = Number(acc);
+  if (env.SAFEKEEP_SPIN === '1') o.spin = true;
   if (env.SAFEKEEP_QUIET) o.quiet = true;
   return o;
 }
