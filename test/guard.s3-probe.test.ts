@@ -12,8 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writePlantedModel, type PlantedTruth } from '../src/experiments/planted.ts';
 import { loadPairSet } from '../src/data/load.ts';
-import { loadCheckpoint } from '../src/checkpoint/load.ts';
-import { readProbe, writeProbe } from '../src/experiments/probe/file.ts';
+import { readProbe } from '../src/experiments/probe/file.ts';
 import { writeProbeSkill } from '../src/experiments/probe/skill.ts';
 import { createEngine, type OnnxEngine } from '../src/engine/engine.ts';
 import { loadPromptTokenizer, type PromptTokenizer } from '../src/prompts/tokenizer.ts';
@@ -29,6 +28,7 @@ import type { ToolSpec } from '../src/data/types.ts';
 import type { GenerateOptions } from '../src/engine/types.ts';
 import { spawnSync } from 'node:child_process';
 import { repoRoot } from './helpers/shared.ts';
+import { writePlantedProbe } from './helpers/planted-probe.ts';
 
 let dir = '';
 let model = '';
@@ -54,19 +54,7 @@ before(async () => {
     const [f] = await engine.forward([tok.encode(tok.render(m, { tools, addGenerationPrompt: true }))], { hiddenAt: 'last', logitsAt: 'none' });
     scores[k] = truth.r.reduce((s, x, j) => s + x * f!.hidden[2 * engine.dModel + j]!, 0);
   }
-  const ckpt = await loadCheckpoint(model);
-  probeJson = writeProbe(join(dir, 'probe', 'agent.schema.mean-diff'), {
-    kind: 'mean-diff', layer: 2, dModel: 64, bias: 0,
-    threshold: { value: (scores.harmful + scores.benign) / 2, target: 0.05, benignFlagged: 0, harmfulFlagged: 1, nBenign: 1, nHarmful: 1 },
-    layerChoice: { method: 'given (--layer)' },
-    provenance: {
-      model: { dir: model, family: 'llama', configHash: ckpt.configHash, weightsFingerprint: '', numLayers: 4, dModel: 64 },
-      templateHash: '', condition: 'agent.schema', dataset: { name: 'hand', hash: '' },
-      split: { seed: 0, used: 'extraction', extractionPairs: 1, evaluationPairs: 0, extractionIdsHash: '' },
-      engine: '', cache: '', created: '',
-    },
-  }, Float32Array.from(truth.r));
-  skillDir = writeProbeSkill(join(dir, 'skill'), readProbe(probeJson));
+  ({ probeJson, skillDir } = await writePlantedProbe(dir, model, truth.r, scores));
   // count the engine's generate calls (each is one prefill)
   const gen = engine.generate.bind(engine);
   engine.generate = (ids: number[][], o: GenerateOptions) => { generateCalls++; return gen(ids, o); };

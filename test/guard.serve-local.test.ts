@@ -12,9 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writePlantedModel, type PlantedTruth } from '../src/experiments/planted.ts';
 import { loadPairSet } from '../src/data/load.ts';
-import { loadCheckpoint } from '../src/checkpoint/load.ts';
-import { readProbe, writeProbe } from '../src/experiments/probe/file.ts';
-import { writeProbeSkill } from '../src/experiments/probe/skill.ts';
+import { writePlantedProbe } from './helpers/planted-probe.ts';
 import { createEngine } from '../src/engine/engine.ts';
 import { loadPromptTokenizer } from '../src/prompts/tokenizer.ts';
 import { LocalBackend } from '../src/guard/backends/local.ts';
@@ -60,20 +58,7 @@ before(async () => {
   truth = await writePlantedModel(model, { lexiconPairs: (await loadPairSet('pairs')).pairs });
   known = await rScores();
   assert.ok(known.harmful > known.benign + 0.1, `planted scores: harmful ${known.harmful}, benign ${known.benign}`);
-  const ckpt = await loadCheckpoint(model);
-  probePath = writeProbe(join(dir, 'probe', 'agent.schema.mean-diff'), {
-    kind: 'mean-diff', layer: 2, dModel: 64, bias: 0,
-    threshold: { value: (known.harmful + known.benign) / 2, target: 0.05, benignFlagged: 0, harmfulFlagged: 1, nBenign: 1, nHarmful: 1 },
-    layerChoice: { method: 'given (--layer)' },
-    provenance: {
-      model: { dir: model, family: 'llama', configHash: ckpt.configHash, weightsFingerprint: '', numLayers: 4, dModel: 64 },
-      templateHash: '', condition: 'agent.schema', dataset: { name: 'hand', hash: '' },
-      split: { seed: 0, used: 'extraction', extractionPairs: 1, evaluationPairs: 0, extractionIdsHash: '' },
-      engine: '', cache: '', created: '',
-    },
-  }, Float32Array.from(truth.r));
-  // the server reads the refusal-probe skill folder (probe train writes one per model)
-  skillDir = writeProbeSkill(join(dir, 'skill'), readProbe(probePath));
+  ({ probeJson: probePath, skillDir } = await writePlantedProbe(dir, model, truth.r, known));
   child = spawn(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 'serve', '--model', model, '--method', 'refusal-probe', '--probe', skillDir, '--port', '0', '--max-tokens', '8'], { env: env(), stdio: ['ignore', 'pipe', 'pipe'] });
   url = await new Promise<string>((resolve, reject) => {
     let out = '';
