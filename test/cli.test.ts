@@ -23,17 +23,14 @@ import { helpText, flagSpec, type FlagTable } from '../src/cli/args.ts';
 import { main } from '../src/cli/main.ts';
 import { repoRoot } from '../src/data/locate.ts';
 
-/** run main() in-process with stdout captured */
+/**
+ * run main() in-process with what it prints collected. Not by patching process.stdout: the test runner reports
+ * through it, and a report written during the patch was swallowed (tests vanished from the run without failing).
+ */
 async function capture(argv: string[]): Promise<{ code: number; out: string }> {
-  const orig = process.stdout.write.bind(process.stdout);
   let out = '';
-  (process.stdout as { write: unknown }).write = (s: string | Uint8Array) => { out += String(s); return true; };
-  try {
-    const code = await main(argv);
-    return { code, out };
-  } finally {
-    (process.stdout as { write: unknown }).write = orig;
-  }
+  const code = await main(argv, (s) => { out += s; });
+  return { code, out };
 }
 
 test('flag table: one source for parsing and help (value/boolean kinds, defaults, example)', () => {

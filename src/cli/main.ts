@@ -42,11 +42,12 @@ async function help(): Promise<string> {
   return lines.join('\n');
 }
 
-export async function main(argv: string[]): Promise<number> {
+/** `out` receives what main itself prints (help texts); tests pass their own instead of patching process.stdout. */
+export async function main(argv: string[], out: (text: string) => void = (t) => { process.stdout.write(t); }): Promise<number> {
   try {
     const [first, second, ...rest] = argv;
     if (!first || first === '--help' || first === '-h' || first === 'help') {
-      process.stdout.write((await help()) + '\n');
+      out((await help()) + '\n');
       return first ? 0 : 2;
     }
     // two-word commands first (`data pull`, `guard eval`), then one-word
@@ -63,7 +64,7 @@ export async function main(argv: string[]): Promise<number> {
       // `safekeep data --help`: the group's subcommands
       const lines = [`usage: safekeep ${first} <${group.map((c) => c.slice(first.length + 1)).join('|')}> [flags]`, ''];
       for (const c of group) lines.push(`  ${c.replace(/-/g, ' ').padEnd(16)} ${(await loadCommand(c))?.summary ?? ''}`);
-      process.stdout.write(lines.join('\n') + '\n');
+      out(lines.join('\n') + '\n');
       return second === undefined ? 2 : 0;
     }
     if (!cmd) {
@@ -72,10 +73,10 @@ export async function main(argv: string[]): Promise<number> {
     }
     if (wantsHelp(args)) {
       if (!cmd.flags) {
-        process.stdout.write(`safekeep ${name}: ${cmd.summary}\n(this command has no flag table)\n`);
+        out(`safekeep ${name}: ${cmd.summary}\n(this command has no flag table)\n`);
         return 0;
       }
-      process.stdout.write(helpText(name, cmd.summary, cmd.flags));
+      out(helpText(name, cmd.summary, cmd.flags));
       return 0;
     }
     return await cmd.run(args);
