@@ -52,6 +52,11 @@ export interface EngineOptions {
   /** no progress lines on stderr (quantizing weights) */
   quiet?: boolean;
   /**
+   * onnxruntime's per-node profiler: the path prefix of its trace (Chrome trace JSON, written when the engine is
+   * disposed; `npm run bench:profile` sums it per op). Slows every node a little; for finding where time goes.
+   */
+  profile?: string;
+  /**
    * memory budget in bytes (memory.ts `planMemory`): sets maxBatchTokens, groups batches so every step fits, prefills
    * prompts too long for one step in chunks, and sizes the prefix cache (`memoryPlan.prefixCacheBytes`). A budget
    * the weights alone exceed is a SafekeepError before the session opens.
@@ -74,6 +79,8 @@ export interface EngineConfig {
   quant: { bits: 4 | 8; scheme: QuantScheme; accuracyLevel: number } | null;
   spin: boolean;
   quiet: boolean;
+  /** trace path prefix, or null: no profiling */
+  profile: string | null;
 }
 
 /**
@@ -117,6 +124,7 @@ export function resolveEngineConfig(o: EngineOptions): EngineConfig {
     quant: bits === null ? null : { bits, scheme: o.quantScheme ?? defaultQuantScheme(), accuracyLevel: o.quantAccuracy ?? defaultQuantAccuracy(bits) },
     spin: o.spin ?? false,
     quiet: o.quiet ?? false,
+    profile: o.profile ?? null,
   };
 }
 

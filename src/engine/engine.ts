@@ -54,8 +54,9 @@ export class OnnxEngine implements Engine, Stepper {
   private readonly fixedInvFreq: Float32Array | null;
 
   constructor(readonly checkpoint: Checkpoint, private readonly session: ort.InferenceSession, graphCached: boolean,
-    run: { attention: AttentionImpl; memoryPlan?: MemoryPlan | null; maxBatchTokens?: number }) {
+    run: { attention: AttentionImpl; memoryPlan?: MemoryPlan | null; maxBatchTokens?: number; profiling?: boolean }) {
     this.attention = run.attention;
+    this.profiling = run.profiling ?? false;
     this.memoryPlan = run.memoryPlan ?? null;
     this.maxBatchTokens = run.maxBatchTokens ?? 4096;
     this.config = checkpoint.config;
@@ -166,7 +167,11 @@ export class OnnxEngine implements Engine, Stepper {
     return generate(this, inputIds, opts);
   }
 
+  /** whether the session profiles (EngineOptions.profile): its trace is written by dispose() */
+  private readonly profiling: boolean;
+
   async dispose(): Promise<void> {
+    if (this.profiling) this.session.endProfiling();
     await this.session.release();
   }
 }
@@ -184,7 +189,7 @@ export async function createEngineFromCheckpoint(ckpt: Checkpoint, opts: EngineO
   }
   const { session, cached } = await openSession(ckpt, cfg);
   const maxBatchTokens = Math.min(plan?.maxBatchTokens ?? Infinity, opts.maxBatchTokens ?? (plan ? Infinity : 4096));
-  return new OnnxEngine(ckpt, session, cached, { attention: cfg.attention, memoryPlan: plan, maxBatchTokens });
+  return new OnnxEngine(ckpt, session, cached, { attention: cfg.attention, memoryPlan: plan, maxBatchTokens, profiling: cfg.profile !== null });
 }
 
 export async function createEngine(modelDir: string, opts: EngineOptions = {}): Promise<OnnxEngine> {

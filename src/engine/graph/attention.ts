@@ -9,7 +9,7 @@ import type { AttentionImpl } from '../engine-config.ts';
 import type { GraphBuilder } from './onnx/builder.ts';
 import { DataType } from './onnx/proto.ts';
 
-/** q [B, T, H, hd]; kNew/vNew [B, kvH, T, hd]; kBuf/vBuf [B, kvH, C, hd]; bias [B, T, C + T] → [BT, H·hd] */
+/** q [B, H, T, hd]; kNew/vNew [B, kvH, T, hd]; kBuf/vBuf [B, kvH, C, hd]; bias [B, T, C + T] → [BT, H·hd] */
 export type Attend = (q: string, kNew: string, vNew: string, kBuf: string, vBuf: string, bias: string) => string;
 
 /** The attention of every layer (bias helpers shared across layers). `firstPastKey`: layer 0's buffer, for C = 0. */
@@ -26,13 +26,20 @@ export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, 
     const tiled = g.op('Unsqueeze', [g.op('Tile', [bias, g.i64([1, rep, 1])]), g.i64([1])]); // [B, 1, rep·T, S]
     return g.op('Expand', [tiled, g.i64([1, kvH, 1, 1])], {}, { name: 'attn_bias_rep' });
   });
+  /** [C, T]: the score columns on the buffer and on the new slots (one for all layers: their buffers have one capacity) */
+  let splitCT: string | null = null;
+  const bufferAndNew = (bias: string) => (splitCT ??= g.op('Concat', [
+    g.op('Slice', [g.op('Shape', [firstPastKey]), g.i64([2]), g.i64([3])]), // C
+    g.op('Slice', [g.op('Shape', [bias]), g.i64([1]), g.i64([2])]), // T
+  ], { axis: 0 }, { name: 'split_buffer_new' }));
   const bias4 = once((bias) => g.op('Unsqueeze', [bias, g.i64([1])], {}, { name: 'attn_bias4' })); // [B, 1, T, S]
 
   /** fused MultiHeadAttention: K/V repeated per query head, the bias added inside */
   const fused = (q: string, K: string, V: string, bias: string): string => {
     const perHead = (t: string) => (rep === 1 ? t : g.op('Reshape', [
       g.op('Expand', [g.op('Unsqueeze', [t, g.i64([2])]), g.i64([1, 1, rep, 1, 1])]), g.i64([0, H, -1, hd])]));
-    const attn = g.op('MultiHeadAttention', [g.op('Reshape', [q, g.i64([0, 0, H * hd])]), perHead(K), perHead(V), '', '', bias4(bias)],
+    const qBsh = g.op('Reshape', [g.op('Transpose', [q], { perm: [0, 2, 1, 3] }), g.i64([0, 0, H * hd])]); // [B, T, H·hd]
+    const attn = g.op('MultiHeadAttention', [qBsh, perHead(K), perHead(V), '', '', bias4(bias)],
       { num_heads: H, scale: { float: 1 / Math.sqrt(hd) } }, { domain: 'com.microsoft', name: 'mha' }); // [B, T, H·hd]
     return g.op('Reshape', [attn, g.i64([-1, H * hd])]);
   };
@@ -42,17 +49,16 @@ export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, 
    * probabilities split back at C for the two value products.
    */
   const buffered: Attend = (q, kNew, vNew, kBuf, vBuf, bias) => {
-    const scaled = g.op('Mul', [q, g.f32([1 / Math.sqrt(hd)], [])], {}, { name: 'q_scaled' });
-    const q4 = g.op('Reshape', [g.op('Transpose', [scaled], { perm: [0, 2, 1, 3] }), g.i64([0, kvH, -1, hd])]);
-    const keysT = (k: string) => g.op('Transpose', [k], { perm: [0, 1, 3, 2] });
-    const sBuf = g.op('MatMul', [q4, keysT(kBuf)], {}, { name: 'scores_buffer' }); // [B, kvH, rep·T, C]
-    const sNew = g.op('MatMul', [q4, keysT(kNew)], {}, { name: 'scores_new' }); // [B, kvH, rep·T, T]
+    const q4 = g.op('Reshape', [q, g.i64([0, kvH, -1, hd])]); // [B, kvH, rep·T, hd]: the rep query heads of a KV head
+    // Transpose and the scale on the product are folded by onnxruntime into one FusedMatMul (transB, alpha)
+    const scale = g.f32([1 / Math.sqrt(hd)], []);
+    const scored = (k: string, name: string) => g.op('Mul', [g.op('MatMul', [q4, g.op('Transpose', [k], { perm: [0, 1, 3, 2] })]), scale], {}, { name });
+    const sBuf = scored(kBuf, 'scores_buffer'); // [B, kvH, rep·T, C]
+    const sNew = scored(kNew, 'scores_new'); // [B, kvH, rep·T, T]
     const scores = g.op('Add', [g.op('Concat', [sBuf, sNew], { axis: -1 }), biasRep(bias)], {}, { name: 'scores' });
     const probs = g.op('Softmax', [scores], { axis: -1 }, { name: 'probs' }); // [B, kvH, rep·T, C + T]
-    const C = g.op('Slice', [g.op('Shape', [kBuf]), g.i64([2]), g.i64([3])], {}, { name: 'capacity' }); // [1]
-    const pBuf = g.op('Slice', [probs, g.i64([0]), C, g.i64([3])], {}, { name: 'probs_buffer' });
-    const pNew = g.op('Slice', [probs, C, g.i64([Number.MAX_SAFE_INTEGER]), g.i64([3])], {}, { name: 'probs_new' });
-    const o = g.op('Add', [g.op('MatMul', [pBuf, vBuf]), g.op('MatMul', [pNew, vNew])], {}, { name: 'attn' }); // [B, kvH, rep·T, hd]
+    const [pBuf, pNew] = g.opN('Split', [probs, bufferAndNew(bias)], { axis: 3 }, { outputs: 2, name: 'probs_split' });
+    const o = g.op('Add', [g.op('MatMul', [pBuf!, vBuf]), g.op('MatMul', [pNew!, vNew])], {}, { name: 'attn' }); // [B, kvH, rep·T, hd]
     return g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [o, g.i64([0, H, -1, hd])])], { perm: [0, 2, 1, 3] }), g.i64([-1, H * hd])]);
   };
   if (impl === 'matmul') return buffered;
@@ -62,6 +68,7 @@ export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, 
     // the bias helpers are made in the main graph first (both branches and every layer read them)
     biasRep(bias);
     bias4(bias);
+    bufferAndNew(bias);
     noPast ??= g.op('Equal', [g.op('Slice', [g.op('Shape', [firstPastKey]), g.i64([2]), g.i64([3])]), g.i64([0])], {}, { name: 'no_past' }); // [1] bool
     const out = (v: string) => [{ name: v, elemType: DataType.FLOAT, dims: ['bt', H * hd] }];
     const prefill = g.subgraph('prefill_attention', () => out(fused(q, kNew, vNew, bias)));

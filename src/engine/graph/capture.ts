@@ -10,8 +10,10 @@ export interface Capture {
 
 export function hiddenCapture(g: GraphBuilder, hiddenIndex: string): Capture {
   const rows: string[] = [];
+  // the index as [1, N]: Gather then yields [1, N, d] directly, one node per layer instead of Gather + Unsqueeze
+  const index = g.op('Unsqueeze', [hiddenIndex, g.i64([0])], {}, { name: 'hidden_index_row' });
   return {
-    add: (x) => { rows.push(g.op('Unsqueeze', [g.op('Gather', [x, hiddenIndex], { axis: 0 }), g.i64([0])], {}, { name: 'capture' })); },
+    add: (x) => { rows.push(g.op('Gather', [x, index], { axis: 0 }, { name: 'capture' })); },
     stacked: () => g.op('Concat', rows, { axis: 0 }, { name: 'hidden_all' }),
   };
 }

@@ -30,7 +30,7 @@ import type { EngineConfig } from '../engine-config.ts';
 import type { QuantStore } from './quant-index.ts';
 import { attention, type Attend } from './attention.ts';
 import { hiddenCapture } from './capture.ts';
-import { addSteer, projectTo, steerRow } from './intervene.ts';
+import { addSteer, interventionRows, projectTo, type InterventionRows } from './intervene.ts';
 import { declareInputs, outputKv, outputResults, type GraphInputs } from './io.ts';
 import { swigluMlp } from './mlp.ts';
 import { rmsnorm } from './norm.ts';
@@ -56,16 +56,17 @@ export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype
   const heads = (n: number) => g.op('Concat', [shapeBT, g.i64([n, c.headDim])], { axis: 0 }, { name: `shape_bt_${n}_hd` });
   const ctx: Layers = {
     g, c, w, io, headsQ: heads(c.numHeads), headsKV: heads(c.numKvHeads),
-    tables: ropeTables(g, io.positions, io.invFreq, ropeAttentionScaling(c.rope)),
+    tables: ropeTables(g, io.positions, io.invFreq, ropeAttentionScaling(c.rope), shapeBT, c.headDim),
     attend: attention(g, c, cfg.attention, io.past[0]!.k),
   };
   const hidden = hiddenCapture(g, io.hiddenIndex);
 
-  const intervene = (v: string, l: number) => projectTo(g, v, io.interveneDir, io.interveneValue, l);
-  let x = g.scope('embed', () => intervene(addSteer(g, g.op('Reshape', [w.embedRows(io.ids), g.i64([-1, c.hiddenSize])]), io.steer, 0), 0)); // [BT, d]
+  const rows = interventionRows(g, io, c.numLayers);
+  const intervene = (v: string, l: number) => projectTo(g, v, rows, l);
+  let x = g.scope('embed', () => intervene(addSteer(g, g.op('Reshape', [w.embedRows(io.ids), g.i64([-1, c.hiddenSize])]), rows, 0), 0)); // [BT, d]
   hidden.add(x);
   for (let l = 0; l < c.numLayers; l++) {
-    x = g.scope(`layers.${l}`, () => intervene(decoderLayer(ctx, l, x), l + 1));
+    x = g.scope(`layers.${l}`, () => intervene(decoderLayer(ctx, rows, l, x), l + 1));
     hidden.add(x);
   }
   const logits = g.scope('head', () => w.lmHead(rmsnorm(g, g.op('Gather', [x, io.logitsIndex], { axis: 0 }), w.f32(tensorName('finalNorm')), c.rmsNormEps)));
@@ -86,23 +87,25 @@ interface Layers {
 }
 
 /** Decoder block l: x [BT, d] → hidden[l+1] = x + attn(norm(x)) + mlp(norm(·)) + steer[l+1] */
-function decoderLayer({ g, c, w, io, tables, attend, headsQ, headsKV }: Layers, l: number, x: string): string {
+function decoderLayer({ g, c, w, io, tables, attend, headsQ, headsKV }: Layers, rows: InterventionRows, l: number, x: string): string {
   const { numHeads: H, numKvHeads: kvH, headDim: hd } = c;
   const lw = layerWeights(c, l);
   const norm = (v: string, name: string) => rmsnorm(g, v, w.f32(name), c.rmsNormEps);
   const [qf, kf, vf] = w.linears(norm(x, lw.attnNorm), [lw.q, lw.k, lw.v], lw.bias ? [lw.bias.q, lw.bias.k, lw.bias.v].map(w.f32) : undefined,
     [H * hd, kvH * hd, kvH * hd], tensorName('qkv', l));
-  let q = g.op('Reshape', [qf!, headsQ]); // [B, T, H, hd]
-  let k = g.op('Reshape', [kf!, headsKV]);
-  if (lw.qkNorm) [q, k] = [norm(q, lw.qkNorm.q), norm(k, lw.qkNorm.k)];
-  const toHeads = (t: string) => g.op('Transpose', [t], { perm: [0, 2, 1, 3] }); // [B, heads, T, hd]
-  const kNew = toHeads(rope(g, k, tables));
-  const vNew = toHeads(g.op('Reshape', [vf!, headsKV]));
+  // [B, heads, T, hd]; (qwen3) q, k normed per head first; RoPE on q and the new keys
+  const toHeads = (t: string, shape: string, normName?: string) => {
+    const r = g.op('Reshape', [t, shape]); // [B, T, heads, hd]
+    return g.op('Transpose', [normName ? norm(r, normName) : r], { perm: [0, 2, 1, 3] });
+  };
+  const q = rope(g, toHeads(qf!, headsQ, lw.qkNorm?.q), tables);
+  const kNew = rope(g, toHeads(kf!, headsKV, lw.qkNorm?.k), tables);
+  const vNew = toHeads(vf!, headsKV);
   outputKv(g, c, l, kNew, vNew);
   const bias = c.attentionWindows[l] !== null ? io.attnBiasWindow! : io.attnBias;
-  const merged = attend(rope(g, q, tables), kNew, vNew, io.past[l]!.k, io.past[l]!.v, bias); // [BT, H·hd]
+  const merged = attend(q, kNew, vNew, io.past[l]!.k, io.past[l]!.v, bias); // [BT, H·hd]
   const r = g.op('Add', [x, w.linear(merged, lw.o)], {}, { name: 'resid_attn' });
   // steering row l+1 rides in the down projection's bias: hidden[l+1] = r + (down(act) + steer[l+1])
-  const mlp = swigluMlp(g, w, lw, norm(r, lw.mlpNorm), c.intermediateSize, tensorName('gateUp', l), steerRow(g, io.steer, l + 1));
+  const mlp = swigluMlp(g, w, lw, norm(r, lw.mlpNorm), c.intermediateSize, tensorName('gateUp', l), rows.steer[l + 1]!);
   return g.op('Add', [r, mlp], {}, { name: 'resid_mlp' });
 }

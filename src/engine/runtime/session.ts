@@ -22,7 +22,7 @@ import { quantizedWeights } from './quant-store.ts';
 import { resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
 
 /** bump when graph.ts changes what it emits */
-export const GRAPH_VERSION = 9;
+export const GRAPH_VERSION = 10;
 
 /** Cache key of the graph: what the graph's bytes depend on (GRAPH_VERSION, config, weight files, tensor index, config). */
 function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, cfg: EngineConfig, quantDir: string | null): string {
@@ -91,6 +91,7 @@ export async function openSession(ckpt: Checkpoint, opts: EngineConfig): Promise
     },
     // warnings (e.g. nodes placed on CPU under CUDA) are noise for users; errors surface as exceptions
     logSeverityLevel: opts.device === 'cuda' ? 4 : 3,
+    ...(opts.profile !== null ? { enableProfiling: true, profileFilePrefix: opts.profile } : {}),
   };
   let session: ort.InferenceSession;
   try {
