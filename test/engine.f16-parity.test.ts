@@ -281,9 +281,10 @@ describe('the 16-bit linear graph', () => {
           }
           throw new Error(`unexpected ${p.opType} on the weight side of a linear`);
         };
-        // the intervention's projection h·r̂ (graph/intervene.ts, one per hidden[l]) is a MatMul on an input, not a linear layer
-        const projections = g.node.filter((n) => n.opType === 'MatMul' && /along/.test(n.output[0]!));
-        assert.equal(projections.length, ckpt.config.numLayers + 1, 'one projection per hidden state');
+        // the intervention's projection (graph/intervene.ts: two Gemms per hidden[l], value − h·r̂ then + delta·r̂) works on
+        // the step's inputs, not a linear layer's weights
+        const projections = g.node.filter((n) => n.opType === 'Gemm' && /to_value|projected/.test(n.output[0]!));
+        assert.equal(projections.length, 2 * (ckpt.config.numLayers + 1), 'two projection Gemms per hidden state');
         const linears = g.node.filter((n) => (n.opType === 'Gemm' || n.opType === 'MatMul') && !projections.includes(n));
         const L = ckpt.config.numLayers;
         // per layer q,k,v (or qkv), o, gate,up (or gate_up), down; + lm_head
@@ -307,7 +308,8 @@ describe('the 16-bit linear graph', () => {
   test('f32: no 16-bit values in the graph besides the BF16 initializers, Gemm straight on f32 weights', () => {
     const g = graphOf('f32', true);
     assert.ok(!g.node.some((n) => n.opType === 'Cast' && (castTo(n) === DataType.FLOAT16 || castTo(n) === DataType.BFLOAT16)));
-    assert.equal(g.node.filter((n) => n.opType === 'Gemm').length, ckpt.config.numLayers * 4 + 1);
+    // 4 fused linears per layer + lm_head, and the two projection Gemms per hidden state (graph/intervene.ts)
+    assert.equal(g.node.filter((n) => n.opType === 'Gemm').length, ckpt.config.numLayers * 4 + 1 + 2 * (ckpt.config.numLayers + 1));
   });
 
   test('bf16w on the CPU: one clear error; --device cuda defaults to f16, cpu to f32', async () => {
