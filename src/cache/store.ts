@@ -46,6 +46,8 @@ interface CommonOptions {
   manifest: Record<string, unknown>;
   /** progress label on stderr */
   label?: string;
+  /** no progress lines */
+  quiet?: boolean;
 }
 
 export interface StoreOptions extends CommonOptions {
@@ -201,7 +203,7 @@ export async function buildActivationCaches(o: MultiStoreOptions, shard?: ShardF
   const done = new Set(mine.filter((b) => existsSync(partPath(b))));
   const resumedBatches = done.size;
   const resumedRows = mine.reduce((s, b) => s + (done.has(b) ? plan[b]![1] - plan[b]![0] : 0), 0);
-  const progress = new ItemProgress(o.label ?? o.names.join('+'), mine.reduce((s, b) => s + plan[b]![1] - plan[b]![0], 0), resumedRows, 'prompts');
+  const progress = new ItemProgress(o.label ?? o.names.join('+'), mine.reduce((s, b) => s + plan[b]![1] - plan[b]![0], 0), { resumed: resumedRows, unit: 'prompts', quiet: o.quiet });
   let computedRows = 0;
   for (const b of mine) {
     if (done.has(b)) continue;

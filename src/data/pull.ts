@@ -14,7 +14,7 @@ import { downloadHubFiles } from '../hub/download.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { readAgentHarm } from './agentharm.ts';
 import { buildAgentHarmTools } from './agentharm-tools.ts';
-import { pullDestination } from './locate.ts';
+import { pullDestination, type DataDirs } from './locate.ts';
 
 export const AGENTHARM_REPO = 'ai-safety-institute/AgentHarm';
 /** The last hub revision that still carries benchmark/{harmful,benign}_tools/*.py. */
@@ -27,6 +27,8 @@ export interface PullAgentHarmOptions {
   token?: string;
   endpoint?: string;
   progress?: boolean;
+  /** data folder overrides (the default destination is pullDestination('agentharm', dirs)) */
+  dirs?: DataDirs;
 }
 
 export interface PullAgentHarmResult {
@@ -42,7 +44,7 @@ export interface PullAgentHarmResult {
 
 
 export async function pullAgentHarm(o: PullAgentHarmOptions = {}): Promise<PullAgentHarmResult> {
-  const dir = o.destDir ?? pullDestination('agentharm');
+  const dir = o.destDir ?? pullDestination('agentharm', o.dirs);
   mkdirSync(dir, { recursive: true });
   const ignore = join(dir, '.gitignore');
   if (!existsSync(ignore)) writeFileAtomic(ignore, '# fetched by `safekeep data pull agentharm`; not ours to redistribute\n*\n');

@@ -277,7 +277,7 @@ async function generateAll(
     if (head.key === key) return lines.slice(1).map((l) => JSON.parse(l) as SteerGeneration);
   }
   const out: SteerGeneration[] = [];
-  const progress = new ItemProgress(`steer ${kind} α=${round(alpha)}`, pairs.length);
+  const progress = new ItemProgress(`steer ${kind} α=${round(alpha)}`, pairs.length, { quiet: ctx.quiet });
   for (let s = 0; s < pairs.length; s += GEN_BATCH) {
     out.push(...await generateChunk(ctx, pairs.slice(s, s + GEN_BATCH), ids.slice(s, s + GEN_BATCH), kind, alpha, layer, unit, maxNewTokens, format, positions));
     progress.add(Math.min(GEN_BATCH, pairs.length - s));
