@@ -29,7 +29,7 @@ export interface CacheRow {
 }
 
 /** Computes the activations of a batch of rows: one [L+1, d] Float32Array per row, in order. */
-export type BatchCompute = (rows: readonly CacheRow[]) => Promise<Float32Array[]>;
+type BatchCompute = (rows: readonly CacheRow[]) => Promise<Float32Array[]>;
 /** The same for several caches filled by one pass: [cache][row]. */
 export type MultiBatchCompute = (rows: readonly CacheRow[]) => Promise<Float32Array[][]>;
 
@@ -50,7 +50,7 @@ interface CommonOptions {
   quiet?: boolean;
 }
 
-export interface StoreOptions extends CommonOptions {
+interface StoreOptions extends CommonOptions {
   name: string;
   compute: BatchCompute;
 }
@@ -163,7 +163,7 @@ export function passIsComplete(dir: string, p: Pick<PassRecord, 'names' | 'rowsH
 }
 
 /** A shard's share of a pass: only these batches, into `partsRoot/<names>.parts/`, never assembled here. */
-export interface ShardFill {
+interface ShardFill {
   partsRoot: string;
   /** batch indices of the pass's plan this shard computes */
   batches: readonly number[];

@@ -16,7 +16,7 @@ import { writeJsonAtomic } from '../util/atomic.ts';
 import { makeRng } from '../util/rng.ts';
 import type { DType, Family } from './types.ts';
 
-export interface Llama3RopeScalingOptions {
+interface Llama3RopeScalingOptions {
   factor: number;
   lowFreqFactor: number;
   highFreqFactor: number;

@@ -8,7 +8,7 @@ import type { EngineOptions } from '../engine/engine-config.ts';
 import type { HubSettings } from '../hub/resolve.ts';
 import { SafekeepError } from '../util/errors.ts';
 
-export interface EnvVarDef {
+interface EnvVarDef {
   name: string;
   value: string;
   help: string;

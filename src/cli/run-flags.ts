@@ -10,7 +10,6 @@ import { choiceValue, numberValue, requireValue, type FlagDef, type ParsedArgs }
 import { THINKING_FLAG_DEFS, thinkingOptions } from './thinking-flags.ts';
 import { dataDirsEnv, hubEnv } from './env.ts';
 
-export { THINKING_FLAG_DEFS, thinkingOptions };
 
 /** flag-table rows of the pipeline commands (extract, reproduce, steer) */
 export const RUN_FLAG_DEFS: readonly FlagDef[] = [

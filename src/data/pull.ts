@@ -20,7 +20,7 @@ export const AGENTHARM_REPO = 'ai-safety-institute/AgentHarm';
 /** The last hub revision that still carries benchmark/{harmful,benign}_tools/*.py. */
 export const AGENTHARM_TOOLS_REVISION = '2184d2dc592faf2f64d0a892cce1380c26da5aca';
 
-export interface PullAgentHarmOptions {
+interface PullAgentHarmOptions {
   destDir?: string;
   revision?: string;
   toolsRevision?: string;
@@ -31,7 +31,7 @@ export interface PullAgentHarmOptions {
   dirs?: DataDirs;
 }
 
-export interface PullAgentHarmResult {
+interface PullAgentHarmResult {
   dir: string;
   commit: string;
   toolsCommit: string;

@@ -232,7 +232,7 @@ function prefixReuse(ctx: ExtractContext, rows: readonly CacheRow[]) {
 
 /**
  * The pass caching the residual stream of the first generated token (greedy) for the agent prompt in `repr`: the
- * state computed when that token is fed back in (DEVELOPERS.md convention). [n, L+1, d]
+ * state computed when that token is fed back in (the convention in engine/types.ts). [n, L+1, d]
  */
 export function firstTokenPass(ctx: ExtractContext, repr: ToolRepr): ExtractPass {
   const c: Condition = { config: 'agent', repr };
@@ -275,7 +275,7 @@ export function extractWithFirstToken(ctx: ExtractContext, repr: ToolRepr): Prom
 }
 
 /** Where a sharded extraction writes: its command's shard folder and its progress record. */
-export interface ShardTarget {
+interface ShardTarget {
   shard: Shard;
   /** the shard's own folder (parts go to `<dir>/cache/`) */
   dir: string;

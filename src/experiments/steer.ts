@@ -46,7 +46,7 @@ import { ShardRun } from '../util/shard-run.ts';
 import { selectShard, type Shard } from '../util/shard.ts';
 
 /** A steering strength: absolute (residual units, as the engine subtracts it) or relative to mean ‖hidden[ℓ*]‖. */
-export type AlphaSpec = { kind: 'absolute'; value: number } | { kind: 'relative'; value: number };
+type AlphaSpec = { kind: 'absolute'; value: number } | { kind: 'relative'; value: number };
 
 /** `0,4,8,12` (absolute) or `0,0.5x,1x` (× mean ‖hidden[ℓ*]‖); forms may be mixed. */
 export function parseAlphas(s: string): AlphaSpec[] {
@@ -103,7 +103,7 @@ export interface SteerOptions extends ContextOptions {
   interventionSets?: readonly InterventionSet[];
 }
 
-export interface SteerGeneration {
+interface SteerGeneration {
   pairId: string;
   requests: 'harmful' | 'benign';
   alpha: number;
@@ -116,7 +116,7 @@ export interface SteerGeneration {
   reasons: string[];
 }
 
-export interface SteerResult {
+interface SteerResult {
   outDir: string;
   /** results/<model>/report.html, re-rendered with Table 3 */
   report: string;
@@ -482,7 +482,7 @@ export async function finishSteer(resultsDir: string, m: SteerMergeOptions, shar
 }
 
 /** What Table 3 and the results shell need from a run (no engine). */
-export interface TableContext {
+interface TableContext {
   cacheDir: string;
   modelDir: string;
   modelName: string;

@@ -8,7 +8,7 @@
  */
 import { SafekeepError } from '../util/errors.ts';
 
-export type RepoType = 'model' | 'dataset';
+type RepoType = 'model' | 'dataset';
 
 export interface HubTarget {
   repoId: string;

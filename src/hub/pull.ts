@@ -32,7 +32,7 @@ export function modelDirFor(repoId: string, revision = 'main', modelsDir?: strin
   return join(resolve(modelsDir || 'models'), base + rev);
 }
 
-export interface PullOptions {
+interface PullOptions {
   revision?: string;
   token?: string;
   endpoint?: string;
@@ -43,7 +43,7 @@ export interface PullOptions {
   progress?: boolean;
 }
 
-export interface PullResult {
+interface PullResult {
   dir: string;
   commit: string;
   files: string[];

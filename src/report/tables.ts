@@ -3,7 +3,7 @@ import type { AnalysisResults, AurocCI, DiffCI, MeanCI, RateCI, S3Run, TableRow 
 import { wilsonInterval } from '../analysis/stats.ts';
 import { steeringConditionLabel } from './steering-label.ts';
 
-export type Cell = string | number | null;
+type Cell = string | number | null;
 
 export interface Table {
   /** file stem */
@@ -199,7 +199,7 @@ function probeTables(res: AnalysisResults): Table[] {
 const meanText = (m: MeanCI, d: number): string => (m.n === 0 || !Number.isFinite(m.mean) ? '–' : `${m.mean.toFixed(d)} [${m.lo.toFixed(d)}, ${m.hi.toFixed(d)}]`);
 
 /** S³ (`s3 eval`): per configuration ASR, benign completion, GIC, RSC, extra tokens, latency, and per task group. */
-export function s3Table(model: string, run: S3Run): Table {
+function s3Table(model: string, run: S3Run): Table {
   const groups = [...new Set(run.configs.flatMap((c) => Object.keys(c.groups)))].sort();
   const rate = (r: RateCI | undefined): Cell[] => (r ? [r.k, r.n, r.p, r.lo, r.hi] : [null, null, null, null, null]);
   const mean = (m: MeanCI): Cell[] => [m.mean, m.lo, m.hi];

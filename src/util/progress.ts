@@ -59,7 +59,7 @@ export abstract class Progress {
   }
 }
 
-export interface ItemProgressOptions {
+interface ItemProgressOptions {
   /** items already done before this run (resumed) */
   resumed?: number;
   /** what is counted (default 'items') */

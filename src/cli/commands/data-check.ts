@@ -22,7 +22,7 @@ export const flags: FlagTable = {
   example: 'data check agentharm --json',
 };
 
-export interface PairSetStats {
+interface PairSetStats {
   name: string;
   hash: string;
   pairs: number;

@@ -22,7 +22,7 @@ import { summarizeResults } from '../../experiments/summary.ts';
 export const summary = 'join the part files of sharded runs (--shard i/n) into one result, then analyses and report';
 
 /** Merge order: a later stage may read what an earlier one assembled. */
-export const MERGE_ORDER = ['extract', 'reproduce', 'steer', 'guard-eval', 's3-eval'] as const;
+const MERGE_ORDER = ['extract', 'reproduce', 'steer', 'guard-eval', 's3-eval'] as const;
 
 function describe(command: string, m: CacheMerge, seconds: number): string {
   const built = m.passes.filter((p) => !p.cached).map((p) => p.names.join('+'));

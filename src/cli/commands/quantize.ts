@@ -40,7 +40,7 @@ export const flags: FlagTable = {
 
 const REFERENCE_TEXT = 'The quick brown fox jumps over the lazy dog. Please summarise the attached report in three sentences.';
 
-export interface LayerError {
+interface LayerError {
   layer: number;
   /** ‖h_q − h‖ / ‖h‖ over all positions */
   relError: number;

@@ -72,7 +72,7 @@ export async function run(argv: string[]): Promise<number> {
   const bench = choiceValue<S3Bench>(args, 'bench', S3_BENCHES, 'mixed');
   const mitigation = choiceValue(args, 'mitigation', ['recover', 'block'] as const, 'recover');
   const skills = loadSkills(skillDirsFromFlag(args.values.get('skills'), repoRoot));
-  // check: probe (the refusal-probe skill) reads the local agent's own prefill (checks/probe.ts); endpoints have none
+  // check: probe (the refusal-probe skill) reads the local agent's own prefill (guard/s3/checks/probe.ts); endpoints have none
   const probeSkills = skills.filter((s) => s.check === 'probe');
   const checks = probeSkills.length && args.values.has('model') ? { probe: probeCheck } : undefined;
   let configs = parseConfigs(args.values.get('configs') ?? 'none,full', skills, !args.booleans.has('no-guard-decision'), checks);
