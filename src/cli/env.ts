@@ -61,13 +61,17 @@ export function dataDirsEnv(env: NodeJS.ProcessEnv = process.env): DataDirs {
   return { ...(env.SAFEKEEP_DATA ? { data: env.SAFEKEEP_DATA } : {}), ...(env.SAFEKEEP_SHARED ? { shared: env.SAFEKEEP_SHARED } : {}) };
 }
 
-/** SAFEKEEP_MODELS, HF_ENDPOINT and HF_TOKEN (or HUGGING_FACE_HUB_TOKEN) as hub settings; empty values set nothing */
+/**
+ * SAFEKEEP_MODELS, HF_ENDPOINT and HF_TOKEN (or HUGGING_FACE_HUB_TOKEN) as hub settings, SAFEKEEP_QUIET as no
+ * download progress; empty values set nothing
+ */
 export function hubEnv(env: NodeJS.ProcessEnv = process.env): HubSettings {
   const token = env.HF_TOKEN || env.HUGGING_FACE_HUB_TOKEN;
   return {
     ...(env.SAFEKEEP_MODELS ? { modelsDir: env.SAFEKEEP_MODELS } : {}),
     ...(env.HF_ENDPOINT ? { endpoint: env.HF_ENDPOINT } : {}),
     ...(token ? { token } : {}),
+    ...(quietEnv(env) ? { progress: false } : {}),
   };
 }
 

@@ -18,6 +18,8 @@ export interface HubSettings {
   modelsDir?: string;
   endpoint?: string;
   token?: string;
+  /** download progress bars on stderr (default true; SAFEKEEP_QUIET turns them off) */
+  progress?: boolean;
 }
 
 export async function resolveModel(idOrDir: string, hub: HubSettings = {}): Promise<string> {
