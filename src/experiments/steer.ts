@@ -64,7 +64,7 @@ export type DirectionChoice = 'schema-harmful' | 'schema-benign' | 'refusal' | {
 export interface InterventionSet {
   /** the row's label: the file's name without `.json` */
   label: string;
-  /** where it came from (recorded in the manifest) */
+  /** where it was read from (named in errors) */
   file: string;
   interventions: Intervention[];
 }
@@ -233,9 +233,10 @@ async function steerSetup(ctx: ExtractContext, o: SteerOptions, sets: ReadonlyAr
   const positions: SteerPositions = o.positions ?? 'all';
   const protocol = {
     positions, layer, layerChoice: o.layer === 'auto' ? `auto (--layer-rule ${o.layerRule ?? 'cv'})` : 'given', schemaPairs: o.schemaPairs ?? 'all', thinking: ctx.baseManifest.thinking,
+    // by name and content hash, not path: shards on other machines may read the same file from elsewhere
     ...(sets.length ? {
       interventions: sets.map((s) => ({
-        label: s.label, file: s.file, sha256: s.hash,
+        label: s.label, sha256: s.hash,
         list: s.interventions.map((iv) => ({ layer: iv.layer, kind: iv.kind, ...(iv.alpha !== undefined ? { alpha: iv.alpha } : {}), positions: iv.positions ?? 'all' })),
       })),
     } : {}),
