@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, roundToBf16 } from '../src/checkpoint/read.ts';
+import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, roundToBf16 } from '../src/checkpoint/dtype.ts';
 import { f16ToNumber } from '../src/checkpoint/dtype.ts';
 
 test('roundToBf16: round to nearest, ties to even (analytic cases)', () => {

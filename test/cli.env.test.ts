@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { engineEnv, ENV_VARS } from '../src/cli/env.ts';
+import { dataDirsEnv, engineEnv, ENV_VARS, hubEnv, quietEnv } from '../src/cli/env.ts';
 import { repoRoot } from '../src/data/locate.ts';
 
 const sources = (dir: string): string[] => readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
@@ -38,4 +38,15 @@ test('engineEnv: the engine variables as options; unset or invalid values set no
   assert.deepEqual(engineEnv({
     SAFEKEEP_THREADS: '0', SAFEKEEP_ATTENTION: 'mha', SAFEKEEP_FUSE: '1', SAFEKEEP_QUANT_SCHEME: 'x', SAFEKEEP_QUANT_ACCURACY: '7', SAFEKEEP_SPIN: '0', SAFEKEEP_QUIET: '',
   }), {});
+});
+
+test('hubEnv, dataDirsEnv, quietEnv: the hub, data-folder and progress variables as the options the library takes', () => {
+  assert.deepEqual(hubEnv({}), {});
+  assert.deepEqual(hubEnv({ SAFEKEEP_MODELS: '/m', HF_ENDPOINT: 'http://mirror', HF_TOKEN: 'hf_a', HUGGING_FACE_HUB_TOKEN: 'hf_b', SAFEKEEP_QUIET: '1' }),
+    { modelsDir: '/m', endpoint: 'http://mirror', token: 'hf_a', progress: false });
+  assert.deepEqual(hubEnv({ HF_TOKEN: '', HUGGING_FACE_HUB_TOKEN: 'hf_b' }), { token: 'hf_b' }, 'the older name when HF_TOKEN is unset or empty');
+  assert.deepEqual(dataDirsEnv({ SAFEKEEP_DATA: '/d', SAFEKEEP_SHARED: '/s' }), { data: '/d', shared: '/s' });
+  assert.deepEqual(dataDirsEnv({ SAFEKEEP_DATA: '' }), {});
+  assert.equal(quietEnv({ SAFEKEEP_QUIET: '1' }), true);
+  assert.equal(quietEnv({ SAFEKEEP_QUIET: '' }), false);
 });

@@ -33,7 +33,7 @@ test('inspect prints the resolved RoPE, the attention window and the config keys
     cli(['inspect', '--model', model('qwen3-yarn-window'), '--json']),
   ]);
   for (const r of [l3, l34x, yarnWin, mis, dyn, json]) assert.equal(r.code, 0, r.stderr);
-  // the issue's example: a transformers 5 Llama-3 config is llama3 with its θ, not "default (theta 10000)"
+  // a transformers 5 Llama-3 config is llama3 with its θ, not "default (theta 10000)"
   assert.equal(line(l3.stdout, 'rope'), 'rope          llama3 (theta 500000, factor 8, low 1, high 4, original 16)');
   assert.equal(line(l34x.stdout, 'rope'), line(l3.stdout, 'rope'));
   assert.match(line(l3.stdout, 'config read'), /rope_parameters, rope_parameters\.factor, .*rope_parameters\.rope_theta, rope_parameters\.rope_type/);

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadPairSet } from '../src/data/load.ts';
 import { datasetCandidates, locateDataset } from '../src/data/locate.ts';
+import { dataDirsEnv } from '../src/cli/env.ts';
 import { SafekeepError } from '../src/util/errors.ts';
 import type { Pair, ToolSpec } from '../src/data/types.ts';
 
@@ -174,7 +175,7 @@ test('bad scenario files: unknown library tool, missing pairs, JSON syntax error
 
 test('unknown source and missing datasets: one clear message', async () => {
   await rejects(loadPairSet('no/such/file.jsonl'), "data source 'no/such/file.jsonl' not found", "'pairs', 'agentharm'");
-  const env = { SAFEKEEP_DATA: '/nonexistent-a', SAFEKEEP_SHARED: '/nonexistent-b' };
+  const env = dataDirsEnv({ SAFEKEEP_DATA: '/nonexistent-a', SAFEKEEP_SHARED: '/nonexistent-b' });
   const c = datasetCandidates('agentharm', env);
   assert.equal(c[0], join('/nonexistent-a', 'agentharm'));
   assert.ok(c[1]!.endsWith(join('data', 'agentharm')));
@@ -187,7 +188,7 @@ test('SAFEKEEP_DATA takes precedence over data/ and ../shared', () => {
   const d = tmp();
   try {
     mkdirSync(join(d, 'agentharm'));
-    assert.equal(locateDataset('agentharm', { SAFEKEEP_DATA: d }), join(d, 'agentharm'));
+    assert.equal(locateDataset('agentharm', dataDirsEnv({ SAFEKEEP_DATA: d })), join(d, 'agentharm'));
   } finally { rmSync(d, { recursive: true, force: true }); }
 });
 

@@ -32,7 +32,7 @@ import * as ort from 'onnxruntime-node';
 import { GraphBuilder } from '../src/engine/graph/onnx/builder.ts';
 import { DataType } from '../src/engine/graph/onnx/proto.ts';
 import { castStored, linearAs } from '../src/engine/graph/precision.ts';
-import { f16BitsToF32, f32ToF16Bits } from '../src/checkpoint/read.ts';
+import { f16BitsToF32, f32ToF16Bits } from '../src/checkpoint/dtype.ts';
 import { linear, referenceForward, referenceGenerate, rmsNorm } from '../src/engine/reference.ts';
 import { resolveWeightFiles } from '../src/engine/runtime/weight-files.ts';
 import { SafekeepError } from '../src/util/errors.ts';

@@ -10,7 +10,7 @@ import * as ort from 'onnxruntime-node';
 import { GraphBuilder } from '../src/engine/graph/onnx/builder.ts';
 import { DataType } from '../src/engine/graph/onnx/proto.ts';
 import { dequantizeBlockwise, quantizeBlockwise, type QuantizedMatrix } from '../src/engine/runtime/quant.ts';
-import { Rng } from '../src/checkpoint/random.ts';
+import { makeRng } from '../src/util/rng.ts';
 import { layerErrors } from '../src/cli/commands/quantize.ts';
 
 const bytes = (a: ArrayBufferView) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
@@ -39,7 +39,7 @@ for (const bits of [4, 8] as const) {
   for (const symmetric of [true, false]) {
     for (const [n, k] of [[24, 64], [7, 80]] as const) {
       test(`q${bits} ${symmetric ? 'symmetric' : 'asymmetric'} [${n}, ${k}]: onnxruntime's weight = TypeScript dequantization`, async () => {
-        const rng = new Rng(bits * 100 + n + (symmetric ? 1 : 0));
+        const rng = makeRng(bits * 100 + n + (symmetric ? 1 : 0));
         const w = Float32Array.from({ length: n * k }, () => rng.normal() * 0.1 + (symmetric ? 0 : 0.03));
         const m = quantizeBlockwise(w, n, k, bits, 32, symmetric);
         const ours = dequantizeBlockwise(m);

@@ -9,6 +9,8 @@ import { requestHash } from '../src/guard/backends/cache.ts';
 import { Limiter, backoffMs } from '../src/guard/backends/limit.ts';
 import { REFUSAL_PREFIX } from '../src/guard/prompts.ts';
 import { completion, startMockUpstream } from './helpers/guard-mock.ts';
+import { apiKeyFromEnv } from '../src/cli/env.ts';
+import { SafekeepError } from '../src/util/errors.ts';
 
 const msgs = [{ role: 'system', content: 'Agent.' }, { role: 'user', content: 'Hi' }];
 const fast = { retries: 2, backoffBaseMs: 5, backoffCapMs: 20 };
@@ -40,11 +42,10 @@ test('limiter: never more than n tasks at once', async () => {
   assert.equal(peak, 2);
 });
 
-test('OpenAIBackend: body, usage, tool calls, key from env', async (t) => {
+test('OpenAIBackend: body, usage, tool calls, the key as a bearer token', async (t) => {
   const up = await startMockUpstream(() => ({ json: completion(null, { toolCalls: [{ id: '1', type: 'function', function: { name: 'f', arguments: '{}' } }], promptTokens: 42, completionTokens: 7 }) }));
   t.after(() => up.close());
-  process.env.SAFEKEEP_TEST_KEY = 'sk-test';
-  const b = new OpenAIBackend({ baseUrl: up.url, model: 'm1', apiKeyEnv: 'SAFEKEEP_TEST_KEY', ...fast });
+  const b = new OpenAIBackend({ baseUrl: up.url, model: 'm1', apiKey: 'sk-test', ...fast });
   const tools = [{ type: 'function' as const, function: { name: 'f', description: '', parameters: { type: 'object' } } }];
   const r = await b.chat({ messages: msgs, tools, maxTokens: 9, purpose: 'agent' });
   assert.deepEqual([r.promptTokens, r.completionTokens, r.toolCalls[0]!.function.name, r.content, r.cached], [42, 7, 'f', '', false]);
@@ -52,7 +53,18 @@ test('OpenAIBackend: body, usage, tool calls, key from env', async (t) => {
   assert.equal(rec.url, '/v1/chat/completions');
   assert.equal(rec.headers.authorization, 'Bearer sk-test');
   assert.deepEqual(rec.body, { model: 'm1', messages: msgs, max_tokens: 9, temperature: 0, tools });
-  delete process.env.SAFEKEEP_TEST_KEY;
+});
+
+test('apiKeyFromEnv: the variable --api-key-env names; unset → one clear error; no flag → the fallback or no key', () => {
+  const env = { SAFEKEEP_TEST_KEY: 'sk-test', OPENAI_API_KEY: 'sk-default', EMPTY: '' };
+  assert.equal(apiKeyFromEnv('api-key-env', 'SAFEKEEP_TEST_KEY', 'OPENAI_API_KEY', env), 'sk-test');
+  assert.equal(apiKeyFromEnv('api-key-env', undefined, 'OPENAI_API_KEY', env), 'sk-default');
+  assert.equal(apiKeyFromEnv('api-key-env', undefined, undefined, env), undefined);
+  assert.equal(apiKeyFromEnv('api-key-env', undefined, 'OPENAI_API_KEY', {}), undefined);
+  for (const name of ['NOPE', 'EMPTY']) {
+    assert.throws(() => apiKeyFromEnv('judge-api-key-env', name, 'OPENAI_API_KEY', env), (e: unknown) =>
+      e instanceof SafekeepError && e.message === `--judge-api-key-env ${name}: that environment variable is not set`);
+  }
 });
 
 test('OpenAIBackend: retries 5xx/429 with backoff, then succeeds; 4xx is not retried', async (t) => {

@@ -131,7 +131,7 @@ test('proxy credentials: a client\'s Authorization header only reaches its upstr
   assert.ok(up.requests.length > 0 && judge.requests.length > 0);
   assert.deepEqual([...new Set(up.requests.map(authOf))], ['Bearer client-key']);
   assert.deepEqual([...new Set(judge.requests.map(authOf))], [null], 'the judge host never sees the client key');
-  // no client key → none is invented (OPENAI_API_KEY is not read)
+  // no client key → none is invented (OPENAI_API_KEY in this process is not read)
   const n0 = up.requests.length;
   await (await post(url, { model: 'm', messages: turn2, tools }, null)).text();
   assert.deepEqual([...new Set(up.requests.slice(n0).map(authOf))], [null]);
@@ -142,11 +142,8 @@ test('proxy credentials: a client\'s Authorization header only reaches its upstr
   await (await post(url3, { model: 'm', messages: request, tools })).text();
   assert.deepEqual(up3.requests.map(authOf), [null, null, 'Bearer client-key', 'Bearer client-key']);
   // configured keys: each upstream its own
-  process.env.SK_UP_KEY = 'up-key';
-  process.env.SK_JUDGE_KEY = 'judge-key';
-  t.after(() => { delete process.env.SK_UP_KEY; delete process.env.SK_JUDGE_KEY; });
   const j0 = judge.requests.length;
-  const { up: up4, url: url4 } = await setup(t, { judgeUpstream: judge.url, apiKeyEnv: 'SK_UP_KEY', judgeApiKeyEnv: 'SK_JUDGE_KEY' });
+  const { up: up4, url: url4 } = await setup(t, { judgeUpstream: judge.url, apiKey: 'up-key', judgeApiKey: 'judge-key' });
   await (await post(url4, { model: 'm', messages: turn2, tools })).text();
   assert.deepEqual([...new Set(up4.requests.map(authOf))], ['Bearer up-key']);
   assert.deepEqual([...new Set(judge.requests.slice(j0).map(authOf))], ['Bearer judge-key']);

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, relative } from 'node:path';
+import { join, relative, resolve } from 'node:path';
 import { createServer } from 'node:http';
 import { createHash } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
@@ -17,6 +17,7 @@ import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { pullModel, modelDirFor } from '../src/hub/pull.ts';
 import { downloadHubFiles, readMarker } from '../src/hub/download.ts';
 import { resolveModel } from '../src/hub/resolve.ts';
+import { hubEnv } from '../src/cli/env.ts';
 import { SafekeepError } from '../src/util/errors.ts';
 import { startMockHub, type MockHub } from './helpers/mockHub.ts';
 import { repoRoot } from './helpers/shared.ts';
@@ -251,24 +252,19 @@ test('downloadHubFiles: datasets use the datasets API paths; include filters', a
 });
 
 test('resolveModel: folder → itself; owner/name → pulled into $SAFEKEEP_MODELS on first use, then reused offline', async () => {
-  const saved = { m: process.env.SAFEKEEP_MODELS, e: process.env.HF_ENDPOINT };
-  process.env.SAFEKEEP_MODELS = join(root, 'models');
-  process.env.HF_ENDPOINT = hub.endpoint;
-  try {
-    assert.equal(await resolveModel(single), single);
-    const d = await resolveModel('acme/tiny-qwen3');
-    assert.equal(d, join(root, 'models', 'acme--tiny-qwen3'));
-    assert.equal(modelDirFor('acme/tiny-qwen3'), d);
-    assert.equal(modelDirFor('acme/tiny-qwen3', 'v1'), join(root, 'models', 'acme--tiny-qwen3@v1'));
-    await loadCheckpoint(d);
-    process.env.HF_ENDPOINT = dead; // unreachable: the complete download must be reused
-    assert.equal(await resolveModel('acme/tiny-qwen3'), d);
-    await assert.rejects(resolveModel('./no/such/dir'), /no such folder, and not a Hugging Face repo id/);
-    await assert.rejects(resolveModel('acme/other'), /cannot reach/);
-  } finally {
-    if (saved.m === undefined) delete process.env.SAFEKEEP_MODELS; else process.env.SAFEKEEP_MODELS = saved.m;
-    if (saved.e === undefined) delete process.env.HF_ENDPOINT; else process.env.HF_ENDPOINT = saved.e;
-  }
+  // the settings the CLI reads from SAFEKEEP_MODELS and HF_ENDPOINT
+  const hubAt = (endpoint: string) => hubEnv({ SAFEKEEP_MODELS: join(root, 'models'), HF_ENDPOINT: endpoint });
+  assert.equal(await resolveModel(single, hubAt(hub.endpoint)), single);
+  const d = await resolveModel('acme/tiny-qwen3', hubAt(hub.endpoint));
+  assert.equal(d, join(root, 'models', 'acme--tiny-qwen3'));
+  assert.equal(modelDirFor('acme/tiny-qwen3', 'main', join(root, 'models')), d);
+  assert.equal(modelDirFor('acme/tiny-qwen3', 'v1', join(root, 'models')), join(root, 'models', 'acme--tiny-qwen3@v1'));
+  assert.equal(modelDirFor('acme/tiny-qwen3'), resolve('models', 'acme--tiny-qwen3'), 'default: models/');
+  await loadCheckpoint(d);
+  // unreachable: the complete download must be reused
+  assert.equal(await resolveModel('acme/tiny-qwen3', hubAt(dead)), d);
+  await assert.rejects(resolveModel('./no/such/dir', hubAt(dead)), /no such folder, and not a Hugging Face repo id/);
+  await assert.rejects(resolveModel('acme/other', hubAt(dead)), /cannot reach/);
 });
 
 function cli(args: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {

@@ -62,3 +62,11 @@ test('engine layers import only downwards, and never from the CLI', () => {
     }
   }
 });
+
+test('configuration is read at the CLI edge: no process.env under src/ outside src/cli/', () => {
+  const readers = files(src).map((f) => relative(src, f)).filter((f) => !f.startsWith('cli/')
+    && /process\.env\b/.test(readFileSync(join(src, f), 'utf8').replace(/\/\*[\s\S]*?\*\/|\/\/.*$/gm, '')));
+  assert.deepEqual(readers, [], `these read the environment themselves: ${readers.join(', ')}`);
+  // the scan sees a read where there is one
+  assert.ok(/process\.env\b/.test(readFileSync(join(src, 'cli', 'env.ts'), 'utf8')));
+});

@@ -16,7 +16,7 @@ const text = readFileSync(PROTOCOL_FILE, 'utf8');
 const block = /<!-- protocol-table:start -->\n([\s\S]*?)<!-- protocol-table:end -->/.exec(text)![1]!;
 const rows = block.trim().split('\n').slice(2).map(markdownCells);
 
-test('protocol table: four columns, the rows the issue lists, SafeHarbor marked not implemented', () => {
+test('protocol table: four columns, a row for each choice a run makes, SafeHarbor marked not implemented', () => {
   assert.ok(rows.length >= 15);
   for (const r of rows) assert.equal(r.length, 4, r.join(' | '));
   const choices = rows.map((r) => r[0]!);

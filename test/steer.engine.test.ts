@@ -1,5 +1,5 @@
 /**
- * Steering invariants the sweep relies on (issue 5): α = 0 reproduces the unsteered generation exactly, and
+ * Steering invariants the sweep relies on: α = 0 reproduces the unsteered generation exactly, and
  * steered decoding with the KV cache equals a steered full recompute of the generated sequence.
  */
 import { test, before, after } from 'node:test';

@@ -22,7 +22,7 @@ export interface Band {
   level: number;
 }
 
-export interface BandOptions {
+interface BandOptions {
   reps?: number;
   seed?: number;
   level?: number;

@@ -19,7 +19,7 @@ export interface ScoredSet {
   pairIds: ArrayLike<string>;
 }
 
-export interface BootstrapOptions {
+interface BootstrapOptions {
   /** resamples (default 1000) */
   reps?: number;
   /** RNG seed (default 0) */

@@ -11,7 +11,7 @@ import { refusalDirection } from './direction.ts';
 import { projections } from './projection.ts';
 import { makeRng, shuffleInPlace } from '../util/rng.ts';
 
-export interface LayerChoiceOptions {
+interface LayerChoiceOptions {
   /** folds (default 5) */
   k?: number;
   /** fold assignment seed (default 0) */

@@ -28,7 +28,7 @@ export interface LayerwiseAuroc {
   diffToReference: DifferenceEstimate[];
 }
 
-export interface TransferOptions {
+interface TransferOptions {
   reps?: number;
   seed?: number;
   level?: number;

@@ -13,7 +13,7 @@
 import { Matrix, solve } from 'ml-matrix';
 import { SafekeepError } from '../util/errors.ts';
 
-export interface LogisticOptions {
+interface LogisticOptions {
   /** λ = 1/C on the summed log-loss over standardised features (default 1, scikit-learn's C = 1) */
   l2?: number;
   /** Newton iterations (default 50) */
@@ -22,7 +22,7 @@ export interface LogisticOptions {
   tol?: number;
 }
 
-export interface LogisticFit {
+interface LogisticFit {
   /** raw-unit weights: logit = w·x + b. [d] */
   w: Float64Array;
   b: number;

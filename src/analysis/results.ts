@@ -109,10 +109,14 @@ export interface NormSeries {
 }
 
 export interface SteeringRow {
-  /** strength in residual units as passed to the engine */
+  /** strength in residual units as passed to the engine (0 on an intervention-set row: no shorthand on top) */
   alpha: number;
   /** α / mean ‖hidden[ℓ]‖ */
   alphaRelative?: number;
+  /** an intervention-set row (`steer --intervene FILE.json`): the file's name; absent on α rows */
+  condition?: string;
+  /** sha256 of the intervention set's content */
+  interventionsSha256?: string;
   n: number;
   counts: { refusal: number; valid: number; invalid: number };
 }

@@ -5,7 +5,7 @@
  */
 import { SafekeepError } from '../util/errors.ts';
 
-export interface ThresholdChoice {
+interface ThresholdChoice {
   threshold: number;
   /** the stated target (share of benign rows flagged) */
   target: number;

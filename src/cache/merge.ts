@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
 import { assembleCaches, partFileName, passIsComplete, type PassRecord } from './store.ts';
 
-export interface ShardParts {
+interface ShardParts {
   /** shard name for messages, e.g. shard-2-of-4 */
   name: string;
   /** the shard's parts root (holds `<names>.parts/`) */

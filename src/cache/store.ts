@@ -29,7 +29,7 @@ export interface CacheRow {
 }
 
 /** Computes the activations of a batch of rows: one [L+1, d] Float32Array per row, in order. */
-export type BatchCompute = (rows: readonly CacheRow[]) => Promise<Float32Array[]>;
+type BatchCompute = (rows: readonly CacheRow[]) => Promise<Float32Array[]>;
 /** The same for several caches filled by one pass: [cache][row]. */
 export type MultiBatchCompute = (rows: readonly CacheRow[]) => Promise<Float32Array[][]>;
 
@@ -46,9 +46,11 @@ interface CommonOptions {
   manifest: Record<string, unknown>;
   /** progress label on stderr */
   label?: string;
+  /** no progress lines */
+  quiet?: boolean;
 }
 
-export interface StoreOptions extends CommonOptions {
+interface StoreOptions extends CommonOptions {
   name: string;
   compute: BatchCompute;
 }
@@ -161,7 +163,7 @@ export function passIsComplete(dir: string, p: Pick<PassRecord, 'names' | 'rowsH
 }
 
 /** A shard's share of a pass: only these batches, into `partsRoot/<names>.parts/`, never assembled here. */
-export interface ShardFill {
+interface ShardFill {
   partsRoot: string;
   /** batch indices of the pass's plan this shard computes */
   batches: readonly number[];
@@ -201,7 +203,7 @@ export async function buildActivationCaches(o: MultiStoreOptions, shard?: ShardF
   const done = new Set(mine.filter((b) => existsSync(partPath(b))));
   const resumedBatches = done.size;
   const resumedRows = mine.reduce((s, b) => s + (done.has(b) ? plan[b]![1] - plan[b]![0] : 0), 0);
-  const progress = new ItemProgress(o.label ?? o.names.join('+'), mine.reduce((s, b) => s + plan[b]![1] - plan[b]![0], 0), resumedRows, 'prompts');
+  const progress = new ItemProgress(o.label ?? o.names.join('+'), mine.reduce((s, b) => s + plan[b]![1] - plan[b]![0], 0), { resumed: resumedRows, unit: 'prompts', quiet: o.quiet });
   let computedRows = 0;
   for (const b of mine) {
     if (done.has(b)) continue;

@@ -6,8 +6,6 @@ import { SafekeepError } from '../util/errors.ts';
 import { resolveRope } from './rope.ts';
 import type { Family, ModelConfig } from './types.ts';
 
-export { ropeInvFreq } from './rope.ts';
-
 interface FamilySpec {
   /** transformers class written in `architectures` */
   architecture: string;
@@ -189,7 +187,7 @@ function attentionWindows(cfg: Json, family: Family, L: number, file: string): (
 }
 
 /** config.json keys that decide the forward pass (or the stop ids) and are implemented HF-exact */
-export const READ_KEYS = new Set([
+const READ_KEYS = new Set([
   'model_type', 'hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads', 'num_key_value_heads',
   'head_dim', 'hidden_act', 'rms_norm_eps', 'vocab_size', 'tie_word_embeddings', 'max_position_embeddings',
   'rope_parameters', 'rope_theta', 'rope_scaling', 'partial_rotary_factor', 'original_max_position_embeddings',
@@ -198,7 +196,7 @@ export const READ_KEYS = new Set([
 ]);
 
 /** keys that do not change an inference forward pass (metadata, training-only, generic PretrainedConfig fields) */
-export const IGNORED_KEYS = new Set([
+const IGNORED_KEYS = new Set([
   'architectures', 'transformers_version', 'dtype', 'torch_dtype', '_name_or_path', '_attn_implementation_autoset',
   '_attn_implementation', 'attn_implementation', 'use_cache', 'initializer_range', 'attention_dropout', 'pretraining_tp',
   'output_attentions', 'output_hidden_states', 'return_dict', 'use_return_dict', 'torchscript', 'use_bfloat16',
@@ -225,7 +223,7 @@ export const IGNORED_KEYS = new Set([
  * Keys that change the forward pass in some transformers model and are not implemented here: refused by name when
  * set to anything but their no-op value (null / false / 0, or 1 for the multipliers), listed here for the message.
  */
-export const REFUSED_KEYS: Record<string, string> = {
+const REFUSED_KEYS: Record<string, string> = {
   attn_logit_softcapping: 'tanh soft-capping of attention scores',
   final_logit_softcapping: 'tanh soft-capping of the logits',
   use_qk_norm: 'RMSNorm on q and k',

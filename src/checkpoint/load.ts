@@ -4,7 +4,6 @@
  * family needs is present with the right shape and a supported dtype; extra tensors (e.g. rotary inv_freq, a stored
  * lm_head of a tied model) are ignored. No tensor data is read here.
  */
-import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
@@ -12,6 +11,7 @@ import { parseModelConfig } from './config.ts';
 import { expectedTensors } from './tensors.ts';
 import { readSafetensorsHeader, type SafetensorsEntry } from './safetensors.ts';
 import type { Checkpoint, DType, TensorEntry } from './types.ts';
+import { sha256Hex } from '../util/hash.ts';
 
 const LOADABLE: readonly string[] = ['F32', 'BF16', 'F16'];
 
@@ -62,8 +62,6 @@ export async function loadCheckpoint(dirIn: string): Promise<Checkpoint> {
   const configBytes = readFileSync(configFile);
   const genBytes = hasGen ? readFileSync(genFile) : null;
   const config = parseModelConfig(readJson(configFile), hasGen ? readJson(genFile) : null, configFile, genFile);
-  const hash = createHash('sha256').update(configBytes);
-  if (genBytes) hash.update(genBytes);
 
   const { files, weightMap } = weightFiles(dir);
   const found = new Map<string, SafetensorsEntry>();
@@ -92,7 +90,7 @@ export async function loadCheckpoint(dirIn: string): Promise<Checkpoint> {
     if (!LOADABLE.includes(e.dtype)) throw new SafekeepError(`${e.file}: tensor ${name} has dtype ${e.dtype} (supported: ${LOADABLE.join(', ')})`);
     tensors.set(name, { name, file: e.file, dtype: e.dtype as DType, shape: e.shape, offset: e.offset, byteLength: e.byteLength });
   }
-  return { dir, config, tensors, configHash: hash.digest('hex') };
+  return { dir, config, tensors, configHash: sha256Hex(genBytes ? [configBytes, genBytes] : [configBytes]) };
 }
 
 /** The distinct dtypes of the model's tensors, e.g. ['BF16'] or ['BF16', 'F32']. */

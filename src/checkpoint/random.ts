@@ -2,7 +2,8 @@
  * Small seeded random checkpoints in Hugging Face format, for tests and benchmarks (no weights can be downloaded).
  * Written like the fixtures in ../shared/fixtures/hf-reference: config.json as transformers (4.51) writes it for the
  * family, generation_config.json, model.safetensors (or shards + index). Weights: linear weights, biases and
- * embeddings N(0, std²) (std 0.1), every RMSNorm weight 1 + std·N(0, 1).
+ * embeddings N(0, std²) (std 0.1), every RMSNorm weight 1 + std·N(0, 1), drawn in sorted tensor-name order from
+ * the one seeded generator (util/rng.ts).
  */
 import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -12,9 +13,10 @@ import { expectedTensors, isNormTensor } from './tensors.ts';
 import { f32ToBf16Bits, f32ToF16Bits } from './dtype.ts';
 import { writeSafetensors, writeSafetensorsStreamed, type TensorToWrite } from './safetensors.ts';
 import { writeJsonAtomic } from '../util/atomic.ts';
+import { makeRng } from '../util/rng.ts';
 import type { DType, Family } from './types.ts';
 
-export interface Llama3RopeScalingOptions {
+interface Llama3RopeScalingOptions {
   factor: number;
   lowFreqFactor: number;
   highFreqFactor: number;
@@ -60,48 +62,6 @@ const FAMILY_DEFAULTS: Record<Family, { ropeTheta: number; rmsNormEps: number; t
   qwen2: { ropeTheta: 10000, rmsNormEps: 1e-6, tie: true },
   qwen3: { ropeTheta: 1000000, rmsNormEps: 1e-6, tie: true },
 };
-
-/** Seeded normal generator: xoshiro128** seeded by splitmix32, Box–Muller. */
-export class Rng {
-  private s = new Uint32Array(4);
-  private spare: number | null = null;
-  constructor(seed: number) {
-    let x = seed >>> 0;
-    for (let i = 0; i < 4; i++) {
-      x = (x + 0x9e3779b9) >>> 0;
-      let z = x;
-      z = Math.imul(z ^ (z >>> 16), 0x85ebca6b) >>> 0;
-      z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35) >>> 0;
-      this.s[i] = (z ^ (z >>> 16)) >>> 0;
-    }
-  }
-  /** uniform uint32 */
-  nextU32(): number {
-    const s = this.s;
-    const r = Math.imul(rotl(Math.imul(s[1]!, 5) >>> 0, 7), 9) >>> 0;
-    const t = (s[1]! << 9) >>> 0;
-    s[2]! ^= s[0]!; s[3]! ^= s[1]!; s[1]! ^= s[2]!; s[0]! ^= s[3]!;
-    s[2]! ^= t;
-    s[3] = rotl(s[3]!, 11);
-    return r;
-  }
-  /** uniform in (0, 1) */
-  uniform(): number {
-    return (this.nextU32() + 0.5) / 4294967296;
-  }
-  normal(): number {
-    if (this.spare !== null) { const v = this.spare; this.spare = null; return v; }
-    const r = Math.sqrt(-2 * Math.log(this.uniform()));
-    const th = 2 * Math.PI * this.uniform();
-    this.spare = r * Math.sin(th);
-    return r * Math.cos(th);
-  }
-}
-
-function rotl(x: number, k: number): number {
-  return ((x << k) | (x >>> (32 - k))) >>> 0;
-}
-
 
 /** config.json as transformers' `save_pretrained` writes it for the family (v4.51 key set). */
 function hfConfig(family: Family, o: Required<Omit<RandomCheckpointOptions, 'seed' | 'dtype' | 'shards' | 'std' | 'ropeScaling' | 'config'>> & { ropeScaling: Llama3RopeScalingOptions | null }, dtype: DType): Record<string, unknown> {
@@ -196,7 +156,7 @@ export async function writeRandomCheckpoint(dirIn: string, family: Family, opts:
   const gen = { _from_model_config: true, bos_token_id: o.bosTokenId, eos_token_id: o.eosTokenId, transformers_version: '4.51.0' };
   const parsed = parseModelConfig(config, gen);
 
-  const rng = new Rng(opts.seed ?? 0);
+  const rng = makeRng(opts.seed ?? 0);
   const std = opts.std ?? 0.1;
   const expected = expectedTensors(parsed);
   const names = [...expected.keys()].sort();

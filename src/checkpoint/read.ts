@@ -6,8 +6,6 @@ import { SafekeepError } from '../util/errors.ts';
 import { bf16BitsToF32, f16BitsToF32 } from './dtype.ts';
 import type { TensorEntry } from './types.ts';
 
-export { roundToBf16, f32ToBf16Bits, f32ToF16Bits, bf16BitsToF32, f16BitsToF32 } from './dtype.ts';
-
 /** Raw bytes of a tensor (little-endian, as stored). */
 export function readTensorBytes(entry: TensorEntry): Uint8Array {
   const buf = new Uint8Array(new ArrayBuffer(entry.byteLength));

@@ -25,7 +25,7 @@ const ROPE_TYPES = ['default', 'linear', 'llama3', 'yarn', 'dynamic'] as const;
 /** attention-type names transformers 5 may nest `rope_parameters` under */
 const ATTENTION_TYPES = ['full_attention', 'sliding_attention', 'chunked_attention', 'linear_attention'];
 
-export interface ResolvedRope {
+interface ResolvedRope {
   theta: number;
   rope: RopeScaling;
   /** config.json keys (dotted inside dicts) that were read */

@@ -10,8 +10,6 @@
  */
 import { closeSync, fstatSync, openSync, readSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { tempPathFor } from '../util/atomic.ts';
-
-export { tempPathFor };
 import { resolve } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
 
@@ -22,7 +20,7 @@ const SAFETENSORS_DTYPE_BYTES = {
   I32: 4, U32: 4, F32: 4,
   I64: 8, U64: 8, F64: 8,
 } as const;
-export type SafetensorsDType = keyof typeof SAFETENSORS_DTYPE_BYTES;
+type SafetensorsDType = keyof typeof SAFETENSORS_DTYPE_BYTES;
 
 /** One validated header entry. `offset` is absolute in the file. */
 export interface SafetensorsEntry {
@@ -34,7 +32,7 @@ export interface SafetensorsEntry {
   byteLength: number;
 }
 
-export interface SafetensorsHeader {
+interface SafetensorsHeader {
   file: string;
   /** 8 + header length: absolute offset of the data section */
   dataStart: number;
@@ -148,7 +146,7 @@ export interface TensorToWrite {
 
 
 /** A tensor's header entry for `writeSafetensorsStreamed`: its bytes come from `data()` when its turn comes. */
-export interface TensorSpec {
+interface TensorSpec {
   dtype: SafetensorsDType;
   shape: number[];
 }

@@ -9,9 +9,9 @@
 import type { ModelConfig } from './types.ts';
 
 /** Tensors outside the decoder layers. */
-export type ModelTensor = 'embed' | 'finalNorm' | 'lmHead';
+type ModelTensor = 'embed' | 'finalNorm' | 'lmHead';
 /** Tensors of one decoder layer, by role. */
-export type LayerTensor =
+type LayerTensor =
   | 'attnNorm' | 'q' | 'k' | 'v' | 'qBias' | 'kBias' | 'vBias' | 'qNorm' | 'kNorm' | 'o'
   | 'mlpNorm' | 'gate' | 'up' | 'down'
   | 'qkv' | 'gateUp';

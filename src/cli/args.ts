@@ -33,7 +33,7 @@ export interface FlagTable {
 }
 
 /** Legacy form: bare name lists (still accepted, e.g. by bench scripts). */
-export interface FlagSpec {
+interface FlagSpec {
   /** flags that take a value */
   values?: readonly string[];
   /** boolean flags */

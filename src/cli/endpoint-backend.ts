@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { choiceValue, numberValue, positiveIntValue, type FlagDef, type ParsedArgs } from './args.ts';
 import { OpenAIBackend, type PrefillMode } from '../guard/backends/openai.ts';
 import type { CallFormat } from '../experiments/outcome/types.ts';
+import { apiKeyFromEnv } from './env.ts';
 
 /** Local model flags (the engine's, without --max-memory) */
 export const LOCAL_MODEL_FLAG_DEFS: readonly FlagDef[] = [
@@ -38,7 +39,7 @@ export function openEndpointBackend(
   const backend = new OpenAIBackend({
     baseUrl: endpoint,
     model,
-    apiKeyEnv: args.values.get('api-key-env'),
+    apiKey: apiKeyFromEnv('api-key-env', args.values.get('api-key-env'), 'OPENAI_API_KEY'),
     timeoutMs: numberValue(args, 'timeout-ms', 60_000),
     retries: numberValue(args, 'retries', 3),
     concurrency,

@@ -12,7 +12,7 @@ import { resolveModel } from '../hub/resolve.ts';
 import { SafekeepError } from '../util/errors.ts';
 import type { FlagDef, ParsedArgs } from './args.ts';
 import { numberValue, requireValue } from './args.ts';
-import { engineEnv } from './env.ts';
+import { engineEnv, hubEnv } from './env.ts';
 
 /** flag-table rows every model command shares (--model, --dtype, --device, --threads, --max-memory) */
 export const ENGINE_FLAG_DEFS: readonly FlagDef[] = [
@@ -50,7 +50,7 @@ export function engineOptions(args: ParsedArgs): EngineOptions {
 /** `--model` is a checkpoint folder or a hub id (pulled into models/ on first use). */
 export async function openEngine(args: ParsedArgs): Promise<OnnxEngine> {
   const options = engineOptions(args);
-  return createEngine(await resolveModel(requireValue(args, 'model')), options);
+  return createEngine(await resolveModel(requireValue(args, 'model'), hubEnv()), options);
 }
 
 /** IDS.json = {"input_ids": [[int, ...], ...]} */

@@ -1,10 +1,14 @@
 /**
- * Every SAFEKEEP_* environment variable, declared once (name, values, meaning; the README lists them from here) and
- * read only at the CLI edge: `engineEnv` turns the engine's into `EngineOptions` defaults that flags override.
+ * Every environment variable safekeep reads, declared once (name, values, meaning; the README lists them from here)
+ * and read only at the CLI edge: `engineEnv` turns the engine's into `EngineOptions` defaults that flags override,
+ * the other readers here turn the rest into the options the library takes. Library code never reads the environment.
  */
+import type { DataDirs } from '../data/locate.ts';
 import type { EngineOptions } from '../engine/engine-config.ts';
+import type { HubSettings } from '../hub/resolve.ts';
+import { SafekeepError } from '../util/errors.ts';
 
-export interface EnvVarDef {
+interface EnvVarDef {
   name: string;
   value: string;
   help: string;
@@ -24,6 +28,10 @@ export const ENV_VARS: readonly EnvVarDef[] = [
   { name: 'SAFEKEEP_SHARED', value: 'DIR', help: 'the read-only shared folder (data sets, test fixtures; default ../shared)' },
   { name: 'SAFEKEEP_CHROMIUM', value: 'PATH', help: 'tests: the Chromium that renders the HTML report' },
   { name: 'SAFEKEEP_DEBUG', value: '1', help: 'print the stack of an internal error' },
+  { name: 'HF_ENDPOINT', value: 'URL', help: 'Hugging Face hub mirror for `pull`, `data pull` and hub ids (default https://huggingface.co)' },
+  { name: 'HF_TOKEN', value: 'TOKEN', help: 'hub token for gated or private repos (sent to the hub only, never to its file CDN)' },
+  { name: 'HUGGING_FACE_HUB_TOKEN', value: 'TOKEN', help: 'the older name of HF_TOKEN, used when HF_TOKEN is unset' },
+  { name: 'OPENAI_API_KEY', value: 'KEY', help: 'endpoint API key of `guard eval`, `s3 …` when --api-key-env is not given (not `serve`: it forwards the client\'s own key)' },
 ];
 
 /** The engine options the environment sets (flags override them); unset or invalid values set nothing. */
@@ -41,4 +49,42 @@ export function engineEnv(env: NodeJS.ProcessEnv = process.env): EngineOptions {
   if (env.SAFEKEEP_SPIN === '1') o.spin = true;
   if (env.SAFEKEEP_QUIET) o.quiet = true;
   return o;
+}
+
+/** no progress lines on stderr */
+export function quietEnv(env: NodeJS.ProcessEnv = process.env): boolean {
+  return Boolean(env.SAFEKEEP_QUIET);
+}
+
+/** SAFEKEEP_DATA and SAFEKEEP_SHARED as data-folder overrides */
+export function dataDirsEnv(env: NodeJS.ProcessEnv = process.env): DataDirs {
+  return { ...(env.SAFEKEEP_DATA ? { data: env.SAFEKEEP_DATA } : {}), ...(env.SAFEKEEP_SHARED ? { shared: env.SAFEKEEP_SHARED } : {}) };
+}
+
+/**
+ * SAFEKEEP_MODELS, HF_ENDPOINT and HF_TOKEN (or HUGGING_FACE_HUB_TOKEN) as hub settings, SAFEKEEP_QUIET as no
+ * download progress; empty values set nothing
+ */
+export function hubEnv(env: NodeJS.ProcessEnv = process.env): HubSettings {
+  const token = env.HF_TOKEN || env.HUGGING_FACE_HUB_TOKEN;
+  return {
+    ...(env.SAFEKEEP_MODELS ? { modelsDir: env.SAFEKEEP_MODELS } : {}),
+    ...(env.HF_ENDPOINT ? { endpoint: env.HF_ENDPOINT } : {}),
+    ...(token ? { token } : {}),
+    ...(quietEnv(env) ? { progress: false } : {}),
+  };
+}
+
+/**
+ * The API key in the environment variable a flag names (`--api-key-env VAR`): a named variable that is unset or
+ * empty is a mistake worth one clear error; without the flag, `fallback` (e.g. OPENAI_API_KEY) when set, else no key.
+ * Resolved here so the library gets the key itself and decides only where it may go (each upstream its own key).
+ */
+export function apiKeyFromEnv(flag: string, name: string | undefined, fallback?: string, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  if (name !== undefined) {
+    const v = env[name];
+    if (!v) throw new SafekeepError(`--${flag} ${name}: that environment variable is not set`);
+    return v;
+  }
+  return (fallback ? env[fallback] : undefined) || undefined;
 }

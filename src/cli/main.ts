@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { isSafekeepError } from '../util/errors.ts';
 import { helpText, wantsHelp, type FlagTable } from './args.ts';
 
-export interface Command {
+interface Command {
   summary: string;
   /** the command's flag table: source of its parsing and of `--help` (answered here, generically) */
   flags?: FlagTable;

@@ -8,8 +8,8 @@ import type { ContextOptions } from '../experiments/extract.ts';
 import { resolveModel } from '../hub/resolve.ts';
 import { choiceValue, numberValue, requireValue, type FlagDef, type ParsedArgs } from './args.ts';
 import { THINKING_FLAG_DEFS, thinkingOptions } from './thinking-flags.ts';
+import { dataDirsEnv, hubEnv } from './env.ts';
 
-export { THINKING_FLAG_DEFS, thinkingOptions };
 
 /** flag-table rows of the pipeline commands (extract, reproduce, steer) */
 export const RUN_FLAG_DEFS: readonly FlagDef[] = [
@@ -42,8 +42,9 @@ export async function runContextOptions(a: ParsedArgs): Promise<ContextOptions> 
   const template = a.values.get('template');
   return {
     ...thinkingOptions(a),
-    model: await resolveModel(requireValue(a, 'model')),
+    model: await resolveModel(requireValue(a, 'model'), hubEnv()),
     data: a.values.get('data') ?? 'pairs',
+    dataDirs: dataDirsEnv(),
     results: a.values.get('results') ?? 'results',
     engine: engineOptions(a),
     ...(template ? { template } : {}),

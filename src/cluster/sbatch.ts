@@ -19,7 +19,7 @@ export interface SlurmResources {
   extra?: readonly string[];
 }
 
-export interface ArraySpec {
+interface ArraySpec {
   /** job name, e.g. safekeep-reproduce-planted */
   name: string;
   /** node binary and safekeep entry point (absolute) */
@@ -76,7 +76,7 @@ export function arrayScript(s: ArraySpec): string {
   ].join('\n');
 }
 
-export interface MergeSpec {
+interface MergeSpec {
   name: string;
   /** the sharded command whose parts this job merges */
   command: string;

@@ -31,7 +31,7 @@ export interface Submission {
   resources: SlurmResources;
 }
 
-export interface StageScript {
+interface StageScript {
   stage: Stage;
   name: string;
   path: string;

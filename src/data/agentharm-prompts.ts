@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
 import { repoRoot } from './locate.ts';
 
-export interface AgentHarmPrompts {
+interface AgentHarmPrompts {
   source: string;
   license: string;
   defaultSystemPrompt: string;

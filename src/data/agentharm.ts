@@ -20,10 +20,10 @@ import { validatePair, validateToolSpec } from './validate.ts';
 
 export type AgentHarmSplit = 'test_public' | 'validation';
 const AGENTHARM_SPLITS: readonly AgentHarmSplit[] = ['test_public', 'validation'];
-export type BehaviorKind = 'harmful' | 'benign';
+type BehaviorKind = 'harmful' | 'benign';
 
 /** One AgentHarm behavior as the benchmark defines it (Table 4 runs these). */
-export interface AgentHarmBehavior {
+interface AgentHarmBehavior {
   /** AgentHarm's id, e.g. '1-1' (shared by the harmful and the benign behavior) */
   id: string;
   split: AgentHarmSplit;
@@ -42,7 +42,7 @@ export interface AgentHarmBehavior {
   tools: ToolSpec[];
 }
 
-export interface AgentHarmTools {
+interface AgentHarmTools {
   harmful: Map<string, ToolSpec>;
   benign: Map<string, ToolSpec>;
 }

@@ -21,7 +21,7 @@ import { validateToolSpec } from './validate.ts';
 
 export type InjecAgentSetting = 'base' | 'enhanced';
 /** dh = direct harm, ds = data stealing */
-export type InjecAgentAttack = 'dh' | 'ds';
+type InjecAgentAttack = 'dh' | 'ds';
 export const INJECAGENT_SETTINGS: readonly InjecAgentSetting[] = ['base', 'enhanced'];
 export const INJECAGENT_ATTACKS: readonly InjecAgentAttack[] = ['dh', 'ds'];
 

@@ -118,7 +118,7 @@ export function readJsonFile(file: string): unknown {
 }
 
 /** One parsed JSONL row with its 1-based line number (blank lines are skipped). */
-export interface JsonlRow {
+interface JsonlRow {
   line: number;
   value: unknown;
 }

@@ -11,7 +11,7 @@ import { agentHarmPairs, isAgentHarmDir, readAgentHarm, type AgentHarm, type Age
 import { readInjecAgentCases, type InjecAgentCase, type InjecAgentSetting } from './injecagent.ts';
 import { sha256Hex } from '../util/hash.ts';
 import { canonicalJson } from './jsonfile.ts';
-import { bundledPairsDir, locateDataset } from './locate.ts';
+import { bundledPairsDir, locateDataset, type DataDirs } from './locate.ts';
 import { readPairs } from './pairfile.ts';
 import type { Pair, PairSet } from './types.ts';
 
@@ -29,9 +29,9 @@ function loadPath(path: string, name: string): PairSet {
   return makeSet(name, readPairs(path).pairs);
 }
 
-export async function loadPairSet(source: string): Promise<PairSet> {
+export async function loadPairSet(source: string, dirs: DataDirs = {}): Promise<PairSet> {
   if (source === 'pairs') return loadPath(bundledPairsDir, 'pairs');
-  if (source === 'agentharm') return loadPath(locateDataset('agentharm'), 'agentharm');
+  if (source === 'agentharm') return loadPath(locateDataset('agentharm', dirs), 'agentharm');
   const path = resolve(source);
   if (!existsSync(path)) {
     throw new SafekeepError(`data source '${source}' not found: expected 'pairs', 'agentharm', or a path to a pair file or folder`);
@@ -40,11 +40,11 @@ export async function loadPairSet(source: string): Promise<PairSet> {
 }
 
 /** AgentHarm's raw behaviors (176 + 32 harmful, 176 + 32 benign) from the located copy (Table 4). */
-export function loadAgentHarm(splits?: readonly AgentHarmSplit[]): AgentHarm {
-  return readAgentHarm(locateDataset('agentharm'), splits);
+export function loadAgentHarm(splits?: readonly AgentHarmSplit[], dirs: DataDirs = {}): AgentHarm {
+  return readAgentHarm(locateDataset('agentharm', dirs), splits);
 }
 
 /** InjecAgent cases of one setting (1,054 each: 510 direct harm + 544 data stealing) from the located copy. */
-export function loadInjecAgent(setting: InjecAgentSetting): InjecAgentCase[] {
-  return readInjecAgentCases(locateDataset('injecagent'), setting);
+export function loadInjecAgent(setting: InjecAgentSetting, dirs: DataDirs = {}): InjecAgentCase[] {
+  return readInjecAgentCases(locateDataset('injecagent', dirs), setting);
 }

@@ -1,8 +1,8 @@
 /**
  * Where datasets live. The one place that knows the lookup order for a named dataset:
- *   1. $SAFEKEEP_DATA/<name>
- *   2. data/<name>            (what `safekeep data pull <name>` writes, git-ignored)
- *   3. ../shared/data/<name>  ($SAFEKEEP_SHARED/data/<name>; the read-only copy next to the repo, when present)
+ *   1. <dirs.data>/<name>            (the CLI passes $SAFEKEEP_DATA)
+ *   2. data/<name>                   (what `safekeep data pull <name>` writes, git-ignored)
+ *   3. <dirs.shared>/data/<name>     (default ../shared, the read-only copy next to the repo; the CLI passes $SAFEKEEP_SHARED)
  */
 import { existsSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
@@ -14,22 +14,30 @@ export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '
 /** The bundled pair set (written by the safekeep authors, committed). */
 export const bundledPairsDir = join(repoRoot, 'data', 'pairs');
 
-/** Where `safekeep data pull <name>` writes: $SAFEKEEP_DATA/<name> when set, else data/<name>. */
-export function pullDestination(name: string, env: NodeJS.ProcessEnv = process.env): string {
-  return env.SAFEKEEP_DATA ? resolve(env.SAFEKEEP_DATA, name) : join(repoRoot, 'data', name);
+/** Folders that override the default data locations (read from the environment by the CLI, cli/env.ts). */
+export interface DataDirs {
+  /** looked in first, and where `data pull` writes */
+  data?: string;
+  /** the read-only shared folder (default ../shared) */
+  shared?: string;
 }
 
-export function datasetCandidates(name: string, env: NodeJS.ProcessEnv = process.env): string[] {
+/** Where `safekeep data pull <name>` writes: <dirs.data>/<name> when given, else data/<name>. */
+export function pullDestination(name: string, dirs: DataDirs = {}): string {
+  return dirs.data ? resolve(dirs.data, name) : join(repoRoot, 'data', name);
+}
+
+export function datasetCandidates(name: string, dirs: DataDirs = {}): string[] {
   const out: string[] = [];
-  if (env.SAFEKEEP_DATA) out.push(resolve(env.SAFEKEEP_DATA, name));
+  if (dirs.data) out.push(resolve(dirs.data, name));
   out.push(join(repoRoot, 'data', name));
-  out.push(resolve(repoRoot, env.SAFEKEEP_SHARED ?? '../shared', 'data', name));
+  out.push(resolve(repoRoot, dirs.shared ?? '../shared', 'data', name));
   return out;
 }
 
 /** First existing candidate folder, or a SafekeepError listing where we looked. */
-export function locateDataset(name: string, env: NodeJS.ProcessEnv = process.env): string {
-  const candidates = datasetCandidates(name, env);
+export function locateDataset(name: string, dirs: DataDirs = {}): string {
+  const candidates = datasetCandidates(name, dirs);
   const found = candidates.find((c) => existsSync(c));
   if (found) return found;
   throw new SafekeepError(

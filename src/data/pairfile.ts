@@ -20,7 +20,7 @@ import { checkUniqueIds, validatePair, validateToolSpec } from './validate.ts';
 
 const TOOL_LIBRARY_FILE = 'tools.json';
 
-export interface LoadedPairs {
+interface LoadedPairs {
   pairs: Pair[];
   /** where each pair was defined (file + row), parallel to `pairs` */
   origins: string[];

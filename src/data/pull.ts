@@ -14,22 +14,24 @@ import { downloadHubFiles } from '../hub/download.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { readAgentHarm } from './agentharm.ts';
 import { buildAgentHarmTools } from './agentharm-tools.ts';
-import { pullDestination } from './locate.ts';
+import { pullDestination, type DataDirs } from './locate.ts';
 
 export const AGENTHARM_REPO = 'ai-safety-institute/AgentHarm';
 /** The last hub revision that still carries benchmark/{harmful,benign}_tools/*.py. */
 export const AGENTHARM_TOOLS_REVISION = '2184d2dc592faf2f64d0a892cce1380c26da5aca';
 
-export interface PullAgentHarmOptions {
+interface PullAgentHarmOptions {
   destDir?: string;
   revision?: string;
   toolsRevision?: string;
   token?: string;
   endpoint?: string;
   progress?: boolean;
+  /** data folder overrides (the default destination is pullDestination('agentharm', dirs)) */
+  dirs?: DataDirs;
 }
 
-export interface PullAgentHarmResult {
+interface PullAgentHarmResult {
   dir: string;
   commit: string;
   toolsCommit: string;
@@ -42,7 +44,7 @@ export interface PullAgentHarmResult {
 
 
 export async function pullAgentHarm(o: PullAgentHarmOptions = {}): Promise<PullAgentHarmResult> {
-  const dir = o.destDir ?? pullDestination('agentharm');
+  const dir = o.destDir ?? pullDestination('agentharm', o.dirs);
   mkdirSync(dir, { recursive: true });
   const ignore = join(dir, '.gitignore');
   if (!existsSync(ignore)) writeFileAtomic(ignore, '# fetched by `safekeep data pull agentharm`; not ours to redistribute\n*\n');

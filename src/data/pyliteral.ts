@@ -4,7 +4,7 @@
  * Anything else is an error naming the offset. The result is plain JSON data (tuples become arrays).
  */
 
-export type PyValue = null | boolean | number | string | PyValue[] | { [key: string]: PyValue };
+type PyValue = null | boolean | number | string | PyValue[] | { [key: string]: PyValue };
 
 export class PyLiteralError extends Error {
   constructor(message: string, readonly offset: number) {

@@ -54,7 +54,7 @@ export interface Split {
 }
 
 /** A tool call in an agent transcript (HF chat-template form: `arguments` is an object, not a JSON string). */
-export interface AgentToolCall {
+interface AgentToolCall {
   id: string;
   type: 'function';
   function: { name: string; arguments: { [key: string]: unknown } };

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { defaultDType, type ComputeDType } from './graph/precision.ts';
 import { machineThreads } from './runtime/threads.ts';
 
-export type Device = 'cpu' | 'cuda';
+type Device = 'cpu' | 'cuda';
 
 /**
  * Attention kernel. Steps on a past KV buffer (decode, prefix suffixes, chunked prefill) always run standard ops on

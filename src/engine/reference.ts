@@ -22,7 +22,8 @@
  *   hidden[l+1] = x (+ steering row l+1)                          the residual stream, before any final norm
  * logits = RMSNorm(hidden[L]; norm) · lm_headᵀ (tied: embed_tokens).
  */
-import { readTensorF32, roundToBf16 } from '../checkpoint/read.ts';
+import { readTensorF32 } from '../checkpoint/read.ts';
+import { roundToBf16 } from '../checkpoint/dtype.ts';
 import { layerWeights, tensorName } from '../checkpoint/tensors.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
@@ -37,7 +38,7 @@ const weightCache = new WeakMap<Checkpoint, Map<WeightPrecision, Weights>>();
  * 'stored': the checkpoint's values, exactly upcast. 'bf16': every weight rounded to BF16 (RNE) first, i.e. what
  * the engine's `--dtype bf16` computes with (a no-op for a BF16 checkpoint).
  */
-export type WeightPrecision = 'stored' | 'bf16';
+type WeightPrecision = 'stored' | 'bf16';
 
 function weights(ckpt: Checkpoint, precision: WeightPrecision = 'stored'): Weights {
   let byPrecision = weightCache.get(ckpt);
@@ -61,14 +62,14 @@ function W(w: Weights, name: string): Float64Array {
 }
 
 /** KV cache: per layer, per position, the roped keys / values of all KV heads. [L][T] of [kv_heads · head_dim] */
-export interface ReferenceKV {
+interface ReferenceKV {
   keys: Float64Array[][];
   values: Float64Array[][];
   /** number of cached positions */
   length: number;
 }
 
-export interface ReferenceForwardOptions {
+interface ReferenceForwardOptions {
   /** hidden[layer] -= alpha · v/|v| (engine convention) */
   steer?: Steering;
   /** row l is added to hidden[l]. [L+1, d_model] */
@@ -81,7 +82,7 @@ export interface ReferenceForwardOptions {
   weights?: WeightPrecision;
 }
 
-export interface ReferenceForwardResult {
+interface ReferenceForwardResult {
   /** [L+1, T, d_model], hidden[L] before the final norm */
   hidden: Float64Array;
   /** [T, vocab] */
@@ -333,7 +334,7 @@ export function referenceForward(ckpt: Checkpoint, ids: number[], opts: Referenc
 
 // ---- greedy generation ------------------------------------------------------------------------------------------
 
-export interface ReferenceGenerateOptions {
+interface ReferenceGenerateOptions {
   maxNewTokens: number;
   /** default: the checkpoint's eos ids; [] = never stop */
   stopIds?: number[];
@@ -344,7 +345,7 @@ export interface ReferenceGenerateOptions {
   weights?: WeightPrecision;
 }
 
-export interface ReferenceGenerateResult {
+interface ReferenceGenerateResult {
   generatedIds: number[];
   finish: 'stop' | 'length';
   /** row k = logits that chose generated token k (row 0 = last prompt position). [steps, vocab] */

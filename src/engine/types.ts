@@ -1,5 +1,5 @@
 /**
- * The engine's public contract. Conventions (DEVELOPERS.md):
+ * The engine's public contract. Conventions (fixed: every analysis, fixture and check relies on them):
  * - hidden[0] = embedding output; hidden[l], l = 1..L = residual stream after decoder block l-1, before the final
  *   norm (also for l = L).
  * - Steering at layer l: hidden[l] -= alpha * v/|v| at every prompt position and every generated token

@@ -43,7 +43,7 @@ export async function behaviouralRefusal(ctx: ExtractContext, maxNewTokens: numb
     }
     if (!gens) {
       gens = [];
-      const progress = new ItemProgress(`behavioural refusal (${config})`, pairs.length);
+      const progress = new ItemProgress(`behavioural refusal (${config})`, pairs.length, { quiet: ctx.quiet });
       for (let s = 0; s < pairs.length; s += 8) {
         const res = await ctx.engine.generate(prompts.slice(s, s + 8).map((p) => p.ids!), { maxNewTokens });
         res.forEach((r, i) => {

@@ -17,6 +17,7 @@ import { PrefixCache } from '../engine/run/prefix-cache.ts';
 import type { Engine } from '../engine/types.ts';
 import { loadCheckpoint } from '../checkpoint/load.ts';
 import { loadPairSet } from '../data/load.ts';
+import type { DataDirs } from '../data/locate.ts';
 import { splitPairs } from '../data/split.ts';
 import type { PairSet, Split } from '../data/types.ts';
 import { PromptBuilder, type ConfigName, type ToolRepr } from '../prompts/configurations.ts';
@@ -73,11 +74,15 @@ export interface ExtractContext {
   batchTokens: number;
   /** the engine's --max-memory plan (sizes the prefix cache); absent = no budget */
   memoryPlan?: MemoryPlan | null;
+  /** no progress lines (the engine option `quiet`, SAFEKEEP_QUIET at the CLI) */
+  quiet: boolean;
 }
 
 export interface ContextOptions {
   model: string;
   data: string;
+  /** where named data sets are looked up (data/locate.ts) */
+  dataDirs?: DataDirs;
   /** results root (default `results`) */
   results?: string;
   /** engine options (dtype, device, threads) */
@@ -119,7 +124,7 @@ export async function openContext(o: ContextOptions): Promise<ExtractContext> {
   const texts = loadPromptTexts();
   const template = resolveTemplateKwargs(tok.template, o.thinking, o.chatTemplateKwargs);
   const builder = new PromptBuilder(tok, { texts, templateKwargs: template.kwargs });
-  let set = await loadPairSet(o.data);
+  let set = await loadPairSet(o.data, o.dataDirs);
   if (o.limit !== undefined) set = { ...set, pairs: stratifiedSubset(set.pairs, o.limit) };
   const split = splitPairs(set, o.splitSeed ?? 0);
   const engineOptions: EngineOptions = { dtype: 'f32', device: 'cpu', ...o.engine };
@@ -137,7 +142,7 @@ export async function openContext(o: ContextOptions): Promise<ExtractContext> {
     reuse: 'none: every prompt is computed in full',
     memory: engine.memoryPlan ? planRecord(engine.memoryPlan) : 'no --max-memory budget',
   };
-  return { modelDir, modelName, engine, tok, builder, set, split, cacheDir, baseManifest, batchTokens: o.batchTokens ?? 4096, memoryPlan: engine.memoryPlan };
+  return { modelDir, modelName, engine, tok, builder, set, split, cacheDir, baseManifest, batchTokens: o.batchTokens ?? 4096, memoryPlan: engine.memoryPlan, quiet: o.engine?.quiet ?? false };
 }
 
 /** Rows (harmful, benign per pair) rendered in one condition. */
@@ -169,6 +174,7 @@ function pass(ctx: ExtractContext, c: Condition, names: string[], kinds: string[
     layers: ctx.engine.numLayers + 1,
     d: ctx.engine.dModel,
     batchTokens: ctx.batchTokens,
+    quiet: ctx.quiet,
     label: names.length === 1 ? `${kinds[0]} ${conditionName(c)}` : `prompt + first token ${conditionName(c)}`,
     // one cache: its kind in the manifest body (as buildActivationCache always wrote it); several: per cache
     ...(names.length === 1
@@ -226,7 +232,7 @@ function prefixReuse(ctx: ExtractContext, rows: readonly CacheRow[]) {
 
 /**
  * The pass caching the residual stream of the first generated token (greedy) for the agent prompt in `repr`: the
- * state computed when that token is fed back in (DEVELOPERS.md convention). [n, L+1, d]
+ * state computed when that token is fed back in (the convention in engine/types.ts). [n, L+1, d]
  */
 export function firstTokenPass(ctx: ExtractContext, repr: ToolRepr): ExtractPass {
   const c: Condition = { config: 'agent', repr };
@@ -269,7 +275,7 @@ export function extractWithFirstToken(ctx: ExtractContext, repr: ToolRepr): Prom
 }
 
 /** Where a sharded extraction writes: its command's shard folder and its progress record. */
-export interface ShardTarget {
+interface ShardTarget {
   shard: Shard;
   /** the shard's own folder (parts go to `<dir>/cache/`) */
   dir: string;

@@ -26,7 +26,8 @@ import { mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseModelConfig } from '../checkpoint/config.ts';
 import { expectedTensors, isNormTensor, tensorName } from '../checkpoint/tensors.ts';
-import { Rng, writeRandomCheckpoint } from '../checkpoint/random.ts';
+import { writeRandomCheckpoint } from '../checkpoint/random.ts';
+import { makeRng, type Rng } from '../util/rng.ts';
 import { writeSafetensors, type TensorToWrite } from '../checkpoint/safetensors.ts';
 import { writeFileAtomic, writeJsonAtomic } from '../util/atomic.ts';
 import type { Pair } from '../data/types.ts';
@@ -297,7 +298,7 @@ export async function writePlantedModel(outDir: string, opts: { seed?: number; v
   });
   const config = parseModelConfig(JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')), null);
 
-  const rng = new Rng(seed);
+  const rng = makeRng(seed);
   const Q = orthonormalBasis(d, rng);
   const [r, u, f] = [Q[0]!, Q[1]!, Q[2]!];
   const a = lexicalFeatures(vocab, rng, learnedLexicon(opts.lexiconPairs ?? []));

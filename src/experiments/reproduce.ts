@@ -40,13 +40,13 @@ export const TABLE2: readonly { c: Condition; label: string }[] = [
 const CHATBOT: Condition = { config: 'chatbot', repr: null };
 
 /** What the analysis stage needs: the caches and the run's context, no engine (so `merge` can run it). */
-export type AnalysisContext = Pick<ExtractContext, 'cacheDir' | 'split' | 'modelDir' | 'modelName' | 'baseManifest'> & {
+type AnalysisContext = Pick<ExtractContext, 'cacheDir' | 'split' | 'modelDir' | 'modelName' | 'baseManifest'> & {
   /** pair id → group (scenario / behaviour stem): bootstrap and CV folds resample groups */
   groups: ReadonlyMap<string, string>;
 };
 
 /** How the analyses run: the protocol options of reproduce, and the behavioural refusal measured (if any). */
-export interface AnalyzeOptions {
+interface AnalyzeOptions {
   quick: boolean;
   reps: number;
   layerRule?: LayerRule;
@@ -71,7 +71,7 @@ function configActivations(ctx: AnalysisContext, cacheName: string, name: string
   return { name, label, acts: makeActivations(cache.n, cache.layers, cache.d, cache.data), labels, pairIds, groups, extraction, evaluation };
 }
 
-export interface ReproduceOptions extends ContextOptions {
+interface ReproduceOptions extends ContextOptions {
   quick?: boolean;
   /** bootstrap / baseline repetitions (default 1000) */
   reps?: number;

@@ -5,9 +5,13 @@
  * (mean of h_schema − h_flattened over harmful extraction requests), which points against refusal, so subtracting it
  * pushes towards refusal. The same sweep runs on benign requests (how often steering breaks legitimate tool use).
  *
+ * Besides the α sweep (the shorthand: add −α·R̂ at ℓ*), each intervention set (`steer --intervene FILE.json`, the
+ * format `generate --intervene` reads) is one more condition on the same prompts with the same scoring, labelled by
+ * the file's name.
+ *
  * Writes results/<model>/steering/: generations.<requests>.alpha<α>.jsonl (every output with its label and reasons),
- * table3.md|csv|json, and merges the sweep into results/<model>/results.json so the report shows Table 3 and its
- * stacked-bar figure.
+ * generations.<requests>.intervene-<label>.jsonl per intervention set, table3.md|csv|json, and merges the sweep into
+ * results/<model>/results.json so the report shows Table 3 and its stacked-bar figure.
  */
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -19,7 +23,9 @@ import { auroc } from '../analysis/auroc.ts';
 import { projections } from '../analysis/projection.ts';
 import { peakLayer } from '../analysis/analyze.ts';
 import { groupMap } from '../data/split.ts';
-import type { SteerPositions } from '../engine/types.ts';
+import type { Intervention, SteerPositions } from '../engine/types.ts';
+import { interventionInputs } from '../engine/run/batch.ts';
+import { canonicalJson } from '../data/jsonfile.ts';
 import { matchRows, schemaDirection } from '../analysis/schema-direction.ts';
 import { cacheIsComplete, readActivationCache } from '../cache/store.ts';
 import { loadCheckpoint } from '../checkpoint/load.ts';
@@ -40,7 +46,7 @@ import { ShardRun } from '../util/shard-run.ts';
 import { selectShard, type Shard } from '../util/shard.ts';
 
 /** A steering strength: absolute (residual units, as the engine subtracts it) or relative to mean ‖hidden[ℓ*]‖. */
-export type AlphaSpec = { kind: 'absolute'; value: number } | { kind: 'relative'; value: number };
+type AlphaSpec = { kind: 'absolute'; value: number } | { kind: 'relative'; value: number };
 
 /** `0,4,8,12` (absolute) or `0,0.5x,1x` (× mean ‖hidden[ℓ*]‖); forms may be mixed. */
 export function parseAlphas(s: string): AlphaSpec[] {
@@ -53,6 +59,32 @@ export function parseAlphas(s: string): AlphaSpec[] {
 }
 
 export type DirectionChoice = 'schema-harmful' | 'schema-benign' | 'refusal' | { file: string };
+
+/** An intervention set run as one condition of the sweep (read from FILE.json by the CLI). */
+export interface InterventionSet {
+  /** the row's label: the file's name without `.json` */
+  label: string;
+  /** where it was read from (named in errors) */
+  file: string;
+  interventions: Intervention[];
+}
+
+/** One condition of the sweep: the shorthand at strength α, or an intervention set (α = 0: no shorthand on top). */
+interface SteerCondition {
+  alpha: number;
+  set?: { label: string; hash: string; interventions: Intervention[] };
+}
+
+/** sha256 of an intervention set's content (every vector value): a changed file is a different condition. */
+export function interventionSetHash(list: readonly Intervention[]): string {
+  return sha256Hex(canonicalJson(list.map((iv) => ({
+    layer: iv.layer, kind: iv.kind, vector: Array.from(iv.vector, Number), alpha: iv.alpha ?? null, positions: iv.positions ?? 'all',
+  }))));
+}
+
+/** `label=sha256[:12]` per set: how shard records name the sets (merge shows it when shards differ). */
+const setsIdentity = (sets: ReadonlyArray<{ label: string; hash: string }>): string =>
+  sets.length ? sets.map((s) => `${s.label}=${s.hash.slice(0, 12)}`).join(',') : 'none';
 
 export interface SteerOptions extends ContextOptions {
   alphas: AlphaSpec[];
@@ -67,12 +99,16 @@ export interface SteerOptions extends ContextOptions {
   layerRule?: LayerRule;
   /** Schema Direction pairs (default 'all') */
   schemaPairs?: SchemaDirectionPairs;
+  /** intervention sets, each one more condition after the α rows */
+  interventionSets?: readonly InterventionSet[];
 }
 
-export interface SteerGeneration {
+interface SteerGeneration {
   pairId: string;
   requests: 'harmful' | 'benign';
   alpha: number;
+  /** the intervention set's label (absent on α rows) */
+  condition?: string;
   text: string;
   generatedIds: number[];
   finish: string;
@@ -80,7 +116,7 @@ export interface SteerGeneration {
   reasons: string[];
 }
 
-export interface SteerResult {
+interface SteerResult {
   outDir: string;
   /** results/<model>/report.html, re-rendered with Table 3 */
   report: string;
@@ -156,6 +192,8 @@ interface SteerSetup {
   unit: Float32Array;
   directionName: string;
   alphas: number[];
+  /** the α rows, then one per intervention set */
+  conditions: SteerCondition[];
   format: CallFormat;
   /** evaluation pairs, in set order */
   pairs: Pair[];
@@ -167,7 +205,7 @@ interface SteerSetup {
 /** Caches the direction and ℓ* come from (reused when `reproduce` or `extract` already built them). */
 const STEER_CONDITIONS = [{ config: 'chatbot', repr: null }, { config: 'agent', repr: 'schema' }, { config: 'agent', repr: 'flattened' }] as const;
 
-async function steerSetup(ctx: ExtractContext, o: SteerOptions): Promise<SteerSetup> {
+async function steerSetup(ctx: ExtractContext, o: SteerOptions, sets: ReadonlyArray<InterventionSet & { hash: string }>): Promise<SteerSetup> {
   const schema = acts(ctx, promptCacheName({ config: 'agent', repr: 'schema' }));
   const layer = o.layer === 'auto' ? autoLayer(ctx, acts(ctx, promptCacheName({ config: 'chatbot', repr: null })), o.layerRule ?? 'cv') : o.layer;
   if (!Number.isInteger(layer) || layer < 0 || layer > ctx.engine.numLayers) {
@@ -190,12 +228,41 @@ async function steerSetup(ctx: ExtractContext, o: SteerOptions): Promise<SteerSe
     meanNorm += Math.sqrt(s) / evalRows.length;
   }
   const alphas = o.alphas.map((a) => (a.kind === 'absolute' ? a.value : a.value * meanNorm));
+  const conditions: SteerCondition[] = [...alphas.map((alpha) => ({ alpha })), ...sets.map((set) => ({ alpha: 0, set }))];
   const ckpt = await loadCheckpoint(ctx.modelDir);
   const positions: SteerPositions = o.positions ?? 'all';
   const protocol = {
     positions, layer, layerChoice: o.layer === 'auto' ? `auto (--layer-rule ${o.layerRule ?? 'cv'})` : 'given', schemaPairs: o.schemaPairs ?? 'all', thinking: ctx.baseManifest.thinking,
+    // by name and content hash, not path: shards on other machines may read the same file from elsewhere
+    ...(sets.length ? {
+      interventions: sets.map((s) => ({
+        label: s.label, sha256: s.hash,
+        list: s.interventions.map((iv) => ({ layer: iv.layer, kind: iv.kind, ...(iv.alpha !== undefined ? { alpha: iv.alpha } : {}), positions: iv.positions ?? 'all' })),
+      })),
+    } : {}),
   };
-  return { layer, meanNorm, unit, directionName, alphas, format: callFormat(ctx, ckpt.config.family), pairs: ctx.set.pairs.filter((p) => evalSet.has(p.id)), positions, protocol };
+  return { layer, meanNorm, unit, directionName, alphas, conditions, format: callFormat(ctx, ckpt.config.family), pairs: ctx.set.pairs.filter((p) => evalSet.has(p.id)), positions, protocol };
+}
+
+/**
+ * Intervention sets checked against the model before anything runs (the engine's own checks, with the file named)
+ * and given their content hash; labels must be unique, since they name the rows and the generation files.
+ */
+function checkInterventionSets(sets: readonly InterventionSet[], numLayers: number, d: number): Array<InterventionSet & { hash: string }> {
+  const seen = new Map<string, string>();
+  return sets.map((s) => {
+    if (!/^[A-Za-z0-9_.+-]+$/.test(s.label)) throw new SafekeepError(`${s.file}: the row label '${s.label}' (the file's name) may use only letters, digits and _ . + -`);
+    const other = seen.get(s.label);
+    if (other !== undefined) throw new SafekeepError(`--intervene: ${other} and ${s.file} have the same name '${s.label}'; rename one (the name labels the row)`);
+    seen.set(s.label, s.file);
+    try {
+      interventionInputs(numLayers, d, s.interventions);
+    } catch (e) {
+      if (e instanceof SafekeepError) throw new SafekeepError(`${s.file}: ${e.message}`);
+      throw e;
+    }
+    return { ...s, hash: interventionSetHash(s.interventions) };
+  });
 }
 
 /** Pairs per generation batch: fixed, so one process and every shard decode exactly the same batches. */
@@ -208,17 +275,19 @@ export async function steerSweep(o: SteerOptions): Promise<SteerResult> {
   let setup: SteerSetup;
   const sweeps: SteeringResults[] = [];
   try {
+    // a bad intervention file fails before any extraction or generation
+    const sets = checkInterventionSets(o.interventionSets ?? [], ctx.engine.numLayers, ctx.engine.dModel);
     for (const c of STEER_CONDITIONS) await extractCondition(ctx, c);
-    setup = await steerSetup(ctx, o);
-    const { layer, meanNorm, alphas, unit } = setup;
+    setup = await steerSetup(ctx, o, sets);
+    const { layer, meanNorm, unit } = setup;
     for (const kind of o.requests ?? (['harmful', 'benign'] as const)) {
       const rows: SteeringRow[] = [];
       const prompts = setup.pairs.map((p) => ctx.builder.render(p[kind].prompt, p.tools, 'agent', 'schema'));
-      for (const alpha of alphas) {
-        const gens = await generateAll(ctx, setup.pairs, prompts.map((p) => p.ids!), kind, alpha, layer, unit, o.maxNewTokens, setup.format, outDir, setup.positions);
-        rows.push(steeringRow(gens, alpha, meanNorm));
+      for (const cond of setup.conditions) {
+        const gens = await generateAll(ctx, setup.pairs, prompts.map((p) => p.ids!), kind, cond, layer, unit, o.maxNewTokens, setup.format, outDir, setup.positions);
+        rows.push(steeringRow(gens, cond, meanNorm));
         const counts = rows[rows.length - 1]!.counts;
-        process.stderr.write(`steer ${kind} α=${alpha.toFixed(3)}: refusal ${counts.refusal}, valid ${counts.valid}, invalid ${counts.invalid} of ${gens.length}\n`);
+        process.stderr.write(`steer ${kind} ${conditionName(cond)}: refusal ${counts.refusal}, valid ${counts.valid}, invalid ${counts.invalid} of ${gens.length}\n`);
       }
       sweeps.push({ layer, direction: setup.directionName, requests: kind, positions: setup.positions, rows });
     }
@@ -230,56 +299,71 @@ export async function steerSweep(o: SteerOptions): Promise<SteerResult> {
   return { outDir, report: files.html, layer: setup.layer, meanNorm: setup.meanNorm, direction: setup.unit, sweeps };
 }
 
-function steeringRow(gens: readonly SteerGeneration[], alpha: number, meanNorm: number): SteeringRow {
+function steeringRow(gens: readonly SteerGeneration[], cond: SteerCondition, meanNorm: number): SteeringRow {
   const counts = { refusal: 0, valid: 0, invalid: 0 };
   for (const g of gens) counts[g.label]++;
-  return { alpha: round(alpha), alphaRelative: round(alpha / meanNorm), n: gens.length, counts };
+  if (cond.set) return { alpha: 0, condition: cond.set.label, interventionsSha256: cond.set.hash, n: gens.length, counts };
+  return { alpha: round(cond.alpha), alphaRelative: round(cond.alpha / meanNorm), n: gens.length, counts };
 }
 
 const round = (x: number): number => Math.round(x * 1e6) / 1e6;
 
-/** 'generated' gets its own files so both sweeps can sit side by side */
-const generationsFile = (kind: string, alpha: number, positions: SteerPositions): string =>
-  `generations.${kind}.alpha${round(alpha)}${positions === 'generated' ? '.generated' : ''}.jsonl`;
+/** how progress lines and errors name a condition */
+const conditionName = (c: SteerCondition): string => (c.set ? `intervene ${c.set.label}` : `α=${round(c.alpha)}`);
 
-/** The header key of a generations file: the exact inputs, so a rerun with the same inputs reuses it. */
-function generationsKey(ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], layer: number, alpha: number, maxNewTokens: number, unit: Float32Array, positions: SteerPositions): string {
-  return JSON.stringify({ ids: ids.map((x) => x.length), pairs: pairs.map((p) => p.id), layer, alpha, maxNewTokens, dir: Array.from(unit.slice(0, 8)), model: ctx.baseManifest.model, positions });
+/** 'generated' gets its own files so both sweeps can sit side by side (intervention sets carry their own positions) */
+const generationsFile = (kind: string, cond: SteerCondition, positions: SteerPositions): string => cond.set
+  ? `generations.${kind}.intervene-${cond.set.label}.jsonl`
+  : `generations.${kind}.alpha${round(cond.alpha)}${positions === 'generated' ? '.generated' : ''}.jsonl`;
+
+/**
+ * The header key of a generations file: the exact inputs, so a rerun with the same inputs reuses it — for an
+ * intervention set its content hash, so an edited file is generated again.
+ */
+function generationsKey(ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], layer: number, cond: SteerCondition, maxNewTokens: number, unit: Float32Array, positions: SteerPositions): string {
+  return JSON.stringify({
+    ids: ids.map((x) => x.length), pairs: pairs.map((p) => p.id), layer, alpha: cond.alpha, maxNewTokens, dir: Array.from(unit.slice(0, 8)), model: ctx.baseManifest.model, positions,
+    ...(cond.set ? { interventions: cond.set.hash } : {}),
+  });
 }
 
-/** Greedy generations of one batch of pairs (steered unless α = 0), each classified. */
+/** Greedy generations of one batch of pairs (steered unless α = 0; an intervention set's interventions), each classified. */
 async function generateChunk(
-  ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], kind: 'harmful' | 'benign', alpha: number, layer: number,
+  ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], kind: 'harmful' | 'benign', cond: SteerCondition, layer: number,
   unit: Float32Array, maxNewTokens: number, format: CallFormat, positions: SteerPositions,
 ): Promise<SteerGeneration[]> {
   const res = await ctx.engine.generate(ids, {
     maxNewTokens,
-    ...(alpha !== 0 ? { steer: { layer, vector: unit, alpha, positions } } : {}),
+    ...(cond.alpha !== 0 ? { steer: { layer, vector: unit, alpha: cond.alpha, positions } } : {}),
+    ...(cond.set ? { interventions: cond.set.interventions } : {}),
   });
   return res.map((r, i) => {
     const p = pairs[i]!;
     const text = ctx.tok.decode(r.generatedIds);
     const oc = classifyOutput(text, p.tools, format);
-    return { pairId: p.id, requests: kind, alpha: round(alpha), text, generatedIds: r.generatedIds, finish: r.finish, label: oc.label, reasons: oc.reasons };
+    return {
+      pairId: p.id, requests: kind, alpha: round(cond.alpha), ...(cond.set ? { condition: cond.set.label } : {}),
+      text, generatedIds: r.generatedIds, finish: r.finish, label: oc.label, reasons: oc.reasons,
+    };
   });
 }
 
-/** Generations for one (requests, α), cached as JSONL keyed by the exact inputs, so a rerun costs nothing. */
+/** Generations for one (requests, condition), cached as JSONL keyed by the exact inputs, so a rerun costs nothing. */
 async function generateAll(
-  ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], kind: 'harmful' | 'benign', alpha: number, layer: number,
+  ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], kind: 'harmful' | 'benign', cond: SteerCondition, layer: number,
   unit: Float32Array, maxNewTokens: number, format: CallFormat, outDir: string, positions: SteerPositions,
 ): Promise<SteerGeneration[]> {
-  const file = join(outDir, generationsFile(kind, alpha, positions));
-  const key = generationsKey(ctx, pairs, ids, layer, alpha, maxNewTokens, unit, positions);
+  const file = join(outDir, generationsFile(kind, cond, positions));
+  const key = generationsKey(ctx, pairs, ids, layer, cond, maxNewTokens, unit, positions);
   if (existsSync(file)) {
     const lines = readFileSync(file, 'utf8').trim().split('\n');
     const head = JSON.parse(lines[0]!) as { key?: string };
     if (head.key === key) return lines.slice(1).map((l) => JSON.parse(l) as SteerGeneration);
   }
   const out: SteerGeneration[] = [];
-  const progress = new ItemProgress(`steer ${kind} α=${round(alpha)}`, pairs.length);
+  const progress = new ItemProgress(`steer ${kind} ${conditionName(cond)}`, pairs.length, { quiet: ctx.quiet });
   for (let s = 0; s < pairs.length; s += GEN_BATCH) {
-    out.push(...await generateChunk(ctx, pairs.slice(s, s + GEN_BATCH), ids.slice(s, s + GEN_BATCH), kind, alpha, layer, unit, maxNewTokens, format, positions));
+    out.push(...await generateChunk(ctx, pairs.slice(s, s + GEN_BATCH), ids.slice(s, s + GEN_BATCH), kind, cond, layer, unit, maxNewTokens, format, positions));
     progress.add(Math.min(GEN_BATCH, pairs.length - s));
   }
   progress.finish();
@@ -294,17 +378,19 @@ export interface SteerMergeOptions {
   meanNorm: number;
   directionName: string;
   alphas: number[];
+  /** intervention sets after the α rows: label and content hash */
+  interventionSets: Array<{ label: string; hash: string }>;
   requests: Array<'harmful' | 'benign'>;
   /** number of evaluation pairs (chunks of GEN_BATCH) */
   pairs: number;
-  /** generations-file key per `<requests>/<α index>` */
+  /** generations-file key per `<requests>/<condition index>` (α rows, then intervention sets) */
   keys: Record<string, string>;
   positions: SteerPositions;
   protocol: Record<string, unknown>;
 }
 
 /**
- * `steer --shard i/n`: this shard's (requests × α × batch-of-8-pairs) generations, token-balanced (prompt tokens +
+ * `steer --shard i/n`: this shard's (requests × condition × batch-of-8-pairs) generations, token-balanced (prompt tokens +
  * max new tokens per pair), into results/<model>/shards/steer/shard-<i>-of-<n>/; `safekeep merge` writes the
  * generation files, Table 3 and the report. Needs the extraction caches (chatbot, agent.schema, agent.flattened)
  * already merged: ℓ* and R̂ come from them, identically in every shard.
@@ -312,17 +398,18 @@ export interface SteerMergeOptions {
 export async function steerShard(o: SteerOptions, shard: Shard): Promise<ShardSummary> {
   const ctx = await openContext(o);
   try {
+    const sets = checkInterventionSets(o.interventionSets ?? [], ctx.engine.numLayers, ctx.engine.dModel);
     const missing = STEER_CONDITIONS.filter((c) => !cacheIsComplete(ctx.cacheDir, promptCacheName(c), renderRows(ctx, c)));
     if (missing.length) {
       throw new SafekeepError(`steer --shard needs the caches ${missing.map((c) => promptCacheName(c)).join(', ')} in ${ctx.cacheDir} first: `
         + 'run `safekeep extract --configs chatbot,agent --repr schema,flattened` (sharded and merged, or in one process); `safekeep slurm steer` does this stage first');
     }
-    const setup = await steerSetup(ctx, o);
+    const setup = await steerSetup(ctx, o, sets);
     const kinds = [...(o.requests ?? (['harmful', 'benign'] as const))];
     const ids = Object.fromEntries(kinds.map((k) => [k, setup.pairs.map((p) => ctx.builder.render(p[k].prompt, p.tools, 'agent', 'schema').ids!)])) as Record<string, number[][]>;
     const items: Array<{ kind: 'harmful' | 'benign'; a: number; s: number; cost: number }> = [];
     for (const kind of kinds) {
-      for (let a = 0; a < setup.alphas.length; a++) {
+      for (let a = 0; a < setup.conditions.length; a++) {
         for (let s = 0; s < setup.pairs.length; s += GEN_BATCH) {
           const chunk = ids[kind]!.slice(s, s + GEN_BATCH);
           items.push({ kind, a, s, cost: chunk.reduce((t, x) => t + x.length + o.maxNewTokens, 0) });
@@ -331,12 +418,14 @@ export async function steerShard(o: SteerOptions, shard: Shard): Promise<ShardSu
     }
     const mine = selectShard(items, (x) => x.cost, shard);
     const keys: Record<string, string> = {};
-    for (const kind of kinds) setup.alphas.forEach((alpha, a) => (keys[`${kind}/${a}`] = generationsKey(ctx, setup.pairs, ids[kind]!, setup.layer, alpha, o.maxNewTokens, setup.unit, setup.positions)));
+    for (const kind of kinds) setup.conditions.forEach((cond, a) => (keys[`${kind}/${a}`] = generationsKey(ctx, setup.pairs, ids[kind]!, setup.layer, cond, o.maxNewTokens, setup.unit, setup.positions)));
+    const interventionSets = setup.conditions.flatMap((c) => (c.set ? [{ label: c.set.label, hash: c.set.hash }] : []));
     const merge: SteerMergeOptions = {
-      table: tableContext(ctx), layer: setup.layer, meanNorm: setup.meanNorm, directionName: setup.directionName, alphas: setup.alphas,
+      table: tableContext(ctx), layer: setup.layer, meanNorm: setup.meanNorm, directionName: setup.directionName, alphas: setup.alphas, interventionSets,
       requests: kinds, pairs: setup.pairs.length, keys, positions: setup.positions, protocol: setup.protocol,
     };
-    const identity = { ...shardIdentity(ctx), steer: sha256Hex(JSON.stringify({ ...merge, table: null })).slice(0, 12) };
+    // the intervention sets by name and hash first, so merge names them when shards were run with different files
+    const identity = { ...shardIdentity(ctx), interventions: setsIdentity(interventionSets), steer: sha256Hex(JSON.stringify({ ...merge, table: null })).slice(0, 12) };
     const run = new ShardRun(join(ctx.cacheDir, '..'), 'steer', shard, identity, { ...merge }, { items: mine.length, tokens: mine.reduce((t, x) => t + x.cost, 0) });
     let computed = 0;
     for (const it of mine) {
@@ -344,7 +433,7 @@ export async function steerShard(o: SteerOptions, shard: Shard): Promise<ShardSu
       const key = keys[`${it.kind}/${it.a}`]!;
       if (existsSync(file) && (JSON.parse(readFileSync(file, 'utf8').split('\n')[0]!) as { key?: string }).key === key) { run.add(1, it.cost); continue; }
       const gens = await generateChunk(ctx, setup.pairs.slice(it.s, it.s + GEN_BATCH), ids[it.kind]!.slice(it.s, it.s + GEN_BATCH), it.kind,
-        setup.alphas[it.a]!, setup.layer, setup.unit, o.maxNewTokens, setup.format, setup.positions);
+        setup.conditions[it.a]!, setup.layer, setup.unit, o.maxNewTokens, setup.format, setup.positions);
       writeFileAtomic(file, [JSON.stringify({ key }), ...gens.map((g) => JSON.stringify(g))].join('\n') + '\n');
       computed += gens.length;
       run.add(1, it.cost);
@@ -356,7 +445,7 @@ export async function steerShard(o: SteerOptions, shard: Shard): Promise<ShardSu
   }
 }
 
-/** A shard's generations of one batch: `<requests>.a<α index>.<first pair index>.jsonl` (key header, then rows). */
+/** A shard's generations of one batch: `<requests>.a<condition index>.<first pair index>.jsonl` (key header, then rows). */
 const chunkFile = (kind: string, a: number, s: number): string => `${kind}.a${a}.${String(s).padStart(6, '0')}.jsonl`;
 
 /**
@@ -369,21 +458,22 @@ export async function finishSteer(resultsDir: string, m: SteerMergeOptions, shar
   const sweeps: SteeringResults[] = [];
   for (const kind of m.requests) {
     const rows: SteeringRow[] = [];
-    for (const [a, alpha] of m.alphas.entries()) {
+    const conditions: SteerCondition[] = [...m.alphas.map((alpha) => ({ alpha })), ...(m.interventionSets ?? []).map((s) => ({ alpha: 0, set: { ...s, interventions: [] } }))];
+    for (const [a, cond] of conditions.entries()) {
       const key = m.keys[`${kind}/${a}`]!;
       const gens: SteerGeneration[] = [];
       for (let s = 0; s < m.pairs; s += GEN_BATCH) {
         const have = shardDirs.filter((d) => existsSync(join(d.dir, chunkFile(kind, a, s))));
         if (have.length !== 1) {
-          throw new SafekeepError(`steer ${kind} α=${round(alpha)} pairs ${s}..${Math.min(s + GEN_BATCH, m.pairs) - 1}: `
+          throw new SafekeepError(`steer ${kind} ${conditionName(cond)} pairs ${s}..${Math.min(s + GEN_BATCH, m.pairs) - 1}: `
             + (have.length ? `duplicate in ${have.map((d) => d.name).join(' and ')}` : 'in no shard; rerun the shard that owns it'));
         }
         const lines = readFileSync(join(have[0]!.dir, chunkFile(kind, a, s)), 'utf8').trim().split('\n');
         if ((JSON.parse(lines[0]!) as { key?: string }).key !== key) throw new SafekeepError(`${join(have[0]!.dir, chunkFile(kind, a, s))}: generated with other inputs; delete it and rerun ${have[0]!.name}`);
         gens.push(...lines.slice(1).map((l) => JSON.parse(l) as SteerGeneration));
       }
-      writeFileAtomic(join(outDir, generationsFile(kind, alpha, m.positions)), [JSON.stringify({ key }), ...gens.map((g) => JSON.stringify(g))].join('\n') + '\n');
-      rows.push(steeringRow(gens, alpha, m.meanNorm));
+      writeFileAtomic(join(outDir, generationsFile(kind, cond, m.positions)), [JSON.stringify({ key }), ...gens.map((g) => JSON.stringify(g))].join('\n') + '\n');
+      rows.push(steeringRow(gens, cond, m.meanNorm));
     }
     sweeps.push({ layer: m.layer, direction: m.directionName, requests: kind, positions: m.positions, rows });
   }
@@ -393,7 +483,7 @@ export async function finishSteer(resultsDir: string, m: SteerMergeOptions, shar
 }
 
 /** What Table 3 and the results shell need from a run (no engine). */
-export interface TableContext {
+interface TableContext {
   cacheDir: string;
   modelDir: string;
   modelName: string;

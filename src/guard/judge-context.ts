@@ -9,14 +9,14 @@ import type { AgentRequest, ChatMessage, Flattener } from './types.ts';
 
 export type ToolView = 'prose' | 'json';
 
-export interface JudgeContextOptions {
+interface JudgeContextOptions {
   toolView: ToolView;
   /** required for toolView 'prose' */
   flatten?: Flattener;
 }
 
 /** Parts of an agent conversation the judge is shown. */
-export interface RequestParts {
+interface RequestParts {
   instructions: string;
   request: string;
   /** earlier agent actions, as prose (`name(key=value, ...)`) */

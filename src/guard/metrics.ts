@@ -60,7 +60,7 @@ export function agentHarmMetrics(rows: readonly AgentHarmRow[]): { refusal: Rate
   return { refusal: wilson(refused, harmful.length), acc: wilson(refused + handled, rows.length), nHarmful: harmful.length, nBenign: benign.length };
 }
 
-export interface InjecAgentRow {
+interface InjecAgentRow {
   attackerTools: readonly string[];
   outcome: ScoredOutcome;
 }

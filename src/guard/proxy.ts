@@ -22,10 +22,11 @@
  * (`stage=action` for each stage that has skills, in order), `x-safekeep-risky` (skills that found a risk). One JSON
  * log line per stage decision (`event: "stage"`), then the request line.
  *
- * Credentials: each upstream has its own client and key. The agent upstream gets the key from `apiKeyEnv` when
- * configured, else the client's own Authorization header, else none (never a server key the operator did not
- * configure). The judge/guard upstream gets `judgeApiKeyEnv` when configured; when it is the agent upstream itself
- * (same base URL) it is treated like it; a different judge host never receives the client's header.
+ * Credentials: each upstream has its own client and key. The agent upstream gets `apiKey` when configured, else the
+ * client's own Authorization header, else none (never a server key the operator did not configure). The
+ * judge/guard upstream gets `judgeApiKey` when configured; when it is the agent upstream itself (same base URL) it is
+ * treated like it; a different judge host never receives the client's header. The keys come resolved from the CLI
+ * (`--api-key-env VAR` names the variable), so this file never reads the environment.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { flattenTools } from '../prompts/flatten.ts';
@@ -47,10 +48,10 @@ export interface ProxyOptions {
   judgeModel?: string;
   method?: 'safekeep' | 'safejudge';
   flatten?: Flattener;
-  /** env var with the upstream key; when unset, the client's Authorization header is forwarded */
-  apiKeyEnv?: string;
-  /** env var with the judge/guard upstream's key (default: none for a separate judge host) */
-  judgeApiKeyEnv?: string;
+  /** the upstream's key; when unset, the client's Authorization header is forwarded */
+  apiKey?: string;
+  /** the judge/guard upstream's key (default: none for a separate judge host) */
+  judgeApiKey?: string;
   /** S³: skills of every stage (replaces `method`) */
   skills?: readonly Skill[];
   /** S³: the guard agent picks among filtered skills (default true) */
@@ -157,22 +158,21 @@ export function createGuardProxy(opts: ProxyOptions): Server {
   const judgeIsUpstream = opts.judgeUpstream === undefined || normBase(opts.judgeUpstream) === normBase(upstream);
   const judgeBackend = new OpenAIBackend({
     ...backendOpts, baseUrl: opts.judgeUpstream ?? upstream, model: opts.judgeModel ?? '',
-    apiKeyEnv: opts.judgeApiKeyEnv ?? (judgeIsUpstream ? opts.apiKeyEnv ?? null : null),
+    apiKey: opts.judgeApiKey ?? (judgeIsUpstream ? opts.apiKey : undefined),
   });
-  const agentBackend = new OpenAIBackend({ ...backendOpts, baseUrl: upstream, model: '', apiKeyEnv: opts.apiKeyEnv ?? null });
+  const agentBackend = new OpenAIBackend({ ...backendOpts, baseUrl: upstream, model: '', apiKey: opts.apiKey });
   let counter = 0;
 
   /** Authorization for the agent upstream: the configured key, else the client's own header. */
   function authFor(req: IncomingMessage): string | undefined {
-    const key = opts.apiKeyEnv ? process.env[opts.apiKeyEnv] : undefined;
-    if (key) return `Bearer ${key}`;
+    if (opts.apiKey) return `Bearer ${opts.apiKey}`;
     const h = req.headers.authorization;
     return typeof h === 'string' ? h : undefined;
   }
 
   /** Per-call Authorization override for the judge: the client's header only when the judge is its upstream. */
   function judgeAuthFor(req: IncomingMessage): string | undefined {
-    if (opts.judgeApiKeyEnv || opts.apiKeyEnv || !judgeIsUpstream) return undefined;
+    if (opts.judgeApiKey || opts.apiKey || !judgeIsUpstream) return undefined;
     const h = req.headers.authorization;
     return typeof h === 'string' ? h : undefined;
   }
@@ -295,7 +295,7 @@ export function createGuardProxy(opts: ProxyOptions): Server {
       let content = prefix;
       let usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
       try {
-        const r = await agentBackend.chat({ messages, prefix, maxTokens, purpose: 'refusal', model, authorization: opts.apiKeyEnv ? undefined : authFor(req) });
+        const r = await agentBackend.chat({ messages, prefix, maxTokens, purpose: 'refusal', model, authorization: opts.apiKey ? undefined : authFor(req) });
         content = r.content;
         usage = { prompt_tokens: r.promptTokens, completion_tokens: r.completionTokens, total_tokens: r.promptTokens + r.completionTokens };
       } catch (e) {
@@ -364,7 +364,7 @@ export function createGuardProxy(opts: ProxyOptions): Server {
         upstream: (m) => upstreamTurn(req, body, m),
         refuse: async (m) => {
           try {
-            const r = await agentBackend.chat({ messages: m, prefix, maxTokens, purpose: 'refusal', model, authorization: opts.apiKeyEnv ? undefined : authFor(req) });
+            const r = await agentBackend.chat({ messages: m, prefix, maxTokens, purpose: 'refusal', model, authorization: opts.apiKey ? undefined : authFor(req) });
             return { content: r.content, toolCalls: [], finish: 'stop', promptTokens: r.promptTokens, completionTokens: r.completionTokens };
           } catch (e) {
             entry.refusalError = (e as Error).message;

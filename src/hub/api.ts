@@ -3,20 +3,21 @@
  *   GET {endpoint}/api/{models|datasets}/{id}/revision/{rev}?blobs=true   → commit sha + files with size, git blob id
  *                                                                            and LFS sha256/size
  *   GET {endpoint}/[datasets/]{id}/resolve/{rev}/{path}                    → the file (redirects to a CDN for LFS)
- * `HF_ENDPOINT` overrides the endpoint (default https://huggingface.co); `HF_TOKEN` is sent as a bearer token.
+ * `endpoint` overrides https://huggingface.co and `token` is sent as a bearer token; the CLI fills both from HF_ENDPOINT
+ * and HF_TOKEN (cli/env.ts), so nothing here reads the environment.
  */
 import { SafekeepError } from '../util/errors.ts';
 
-export type RepoType = 'model' | 'dataset';
+type RepoType = 'model' | 'dataset';
 
 export interface HubTarget {
   repoId: string;
   repoType: RepoType;
   /** branch, tag or commit (default 'main') */
   revision?: string;
-  /** default: $HF_TOKEN */
+  /** bearer token (the CLI passes $HF_TOKEN); none = anonymous */
   token?: string;
-  /** default: $HF_ENDPOINT or https://huggingface.co */
+  /** default https://huggingface.co (the CLI passes $HF_ENDPOINT) */
   endpoint?: string;
 }
 
@@ -41,11 +42,12 @@ export interface HubListing {
 export const REPO_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*\/[A-Za-z0-9_.-]+$/;
 
 function hubEndpoint(endpoint?: string): string {
-  return (endpoint ?? process.env.HF_ENDPOINT ?? 'https://huggingface.co').replace(/\/+$/, '');
+  return (endpoint || 'https://huggingface.co').replace(/\/+$/, '');
 }
 
+/** an empty token is no token */
 export function hubToken(token?: string): string | undefined {
-  return token ?? (process.env.HF_TOKEN || process.env.HUGGING_FACE_HUB_TOKEN || undefined);
+  return token || undefined;
 }
 
 function repoLabel(t: HubTarget): string {

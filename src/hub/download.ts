@@ -16,7 +16,7 @@ import { writeJsonAtomic } from '../util/atomic.ts';
 const MARKER = '.safekeep-hub.json';
 const LOCK = '.safekeep-hub.lock';
 
-export interface HubMarker {
+interface HubMarker {
   repo_id: string;
   repo_type: string;
   revision: string;
@@ -26,7 +26,7 @@ export interface HubMarker {
   files: Record<string, { size: number; oid: string | null }>;
 }
 
-export interface DownloadHubFilesOptions extends HubTarget {
+interface DownloadHubFilesOptions extends HubTarget {
   destDir: string;
   /** which repo paths to fetch (default: all) */
   include?: (path: string) => boolean;
@@ -38,7 +38,7 @@ export interface DownloadHubFilesOptions extends HubTarget {
   maxAttempts?: number;
 }
 
-export interface DownloadHubFilesResult {
+interface DownloadHubFilesResult {
   destDir: string;
   commit: string;
   /** repo paths now present and verified */
@@ -62,7 +62,10 @@ export function writeMarker(dir: string, m: HubMarker): void {
   writeJsonAtomic(join(dir, MARKER), m);
 }
 
-/** sha256 (LFS) or git blob sha1 ("blob <size>\0" + bytes) of a file. */
+/**
+ * sha256 (LFS) or git blob sha1 ("blob <size>\0" + bytes) of a file, streamed: these verify downloads of many
+ * gigabytes against the hub's ids, so they do not go through util/hash.ts's in-memory sha256Hex.
+ */
 async function fileHash(path: string, kind: 'sha256' | 'gitsha1', size: number): Promise<string> {
   const h = createHash(kind === 'sha256' ? 'sha256' : 'sha1');
   if (kind === 'gitsha1') h.update(`blob ${size}\0`);

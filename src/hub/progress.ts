@@ -1,7 +1,5 @@
 import { formatDuration, Progress } from '../util/progress.ts';
 
-export { formatDuration };
-
 export function formatBytes(n: number): string {
   const u = ['B', 'kB', 'MB', 'GB', 'TB'];
   let i = 0;

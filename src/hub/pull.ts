@@ -1,5 +1,5 @@
 /**
- * `pull`: a model checkpoint from the hub into `models/<owner>--<name>/` (or $SAFEKEEP_MODELS), only the files a
+ * `pull`: a model checkpoint from the hub into `models/<owner>--<name>/` (or under `modelsDir`), only the files a
  * checkpoint needs: config, generation config, the safetensors weights (exactly the shards the index names),
  * tokenizer files and chat template. Non-default revisions go to `<owner>--<name>@<revision>/`.
  */
@@ -21,28 +21,29 @@ const CHECKPOINT_META_FILES = [
   'tokenizer.model',
 ] as const;
 
-function modelsRoot(): string {
-  return resolve(process.env.SAFEKEEP_MODELS || 'models');
-}
-
-/** Local folder of a hub model id: `models/owner--name` (`@rev` appended for revisions other than main). */
-export function modelDirFor(repoId: string, revision = 'main'): string {
+/**
+ * Local folder of a hub model id: `<modelsDir>/owner--name` (`@rev` appended for revisions other than main).
+ * `modelsDir` defaults to models/ (the CLI passes $SAFEKEEP_MODELS).
+ */
+export function modelDirFor(repoId: string, revision = 'main', modelsDir?: string): string {
   checkRepoId(repoId);
   const base = repoId.replace('/', '--');
   const rev = revision === 'main' ? '' : `@${revision.replace(/[^A-Za-z0-9_.-]/g, '_')}`;
-  return join(modelsRoot(), base + rev);
+  return join(resolve(modelsDir || 'models'), base + rev);
 }
 
-export interface PullOptions {
+interface PullOptions {
   revision?: string;
   token?: string;
   endpoint?: string;
-  /** default modelDirFor(repoId, revision) */
+  /** root of hub checkpoints (default models/) */
+  modelsDir?: string;
+  /** default modelDirFor(repoId, revision, modelsDir) */
   destDir?: string;
   progress?: boolean;
 }
 
-export interface PullResult {
+interface PullResult {
   dir: string;
   commit: string;
   files: string[];
@@ -51,7 +52,7 @@ export interface PullResult {
 
 export async function pullModel(repoId: string, o: PullOptions = {}): Promise<PullResult> {
   const target: HubTarget = { repoId, repoType: 'model', revision: o.revision ?? 'main', token: o.token, endpoint: o.endpoint };
-  const destDir = o.destDir ?? modelDirFor(repoId, target.revision);
+  const destDir = o.destDir ?? modelDirFor(repoId, target.revision, o.modelsDir);
   const listing = await listHubFiles(target);
   const names = new Set(listing.files.map((f) => f.path));
   if (!names.has('config.json')) throw new SafekeepError(`${repoId}: the repo has no config.json (not a transformers checkpoint)`);

@@ -54,7 +54,7 @@ export interface RenderedPrompt {
   lengthTarget?: { agentTokens: number; fillerWords: number };
 }
 
-export interface PromptBuilderOptions {
+interface PromptBuilderOptions {
   texts: PromptTexts;
   /** seed of the pseudoword randomization (default 0) */
   seed?: number;
@@ -295,7 +295,7 @@ export class PromptBuilder {
   }
 }
 
-export interface PromptManifest {
+interface PromptManifest {
   family: string;
   templateSource: string;
   templateHash: string;

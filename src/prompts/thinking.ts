@@ -15,7 +15,7 @@ export function templateHasThinking(template: string): boolean {
   return /\benable_thinking\b/.test(template);
 }
 
-export interface ResolvedTemplateKwargs {
+interface ResolvedTemplateKwargs {
   kwargs: Record<string, unknown>;
   /** what ran: 'on' / 'off' on a template with the switch, 'n/a' on one without */
   thinking: 'on' | 'off' | 'n/a';

@@ -23,7 +23,7 @@ import { SafekeepError } from '../util/errors.ts';
 import { sha256Hex } from '../util/hash.ts';
 
 /** Which chat-template dialect a template speaks (guessed from its control tokens). */
-export type TemplateFamily = 'llama3' | 'qwen' | 'mistral' | 'unknown';
+type TemplateFamily = 'llama3' | 'qwen' | 'mistral' | 'unknown';
 
 /** One chat message as chat templates see it. */
 export interface ChatMessage {
@@ -44,7 +44,7 @@ export interface RenderOptions {
 }
 
 /** Where the vocabulary used by `encode`/`decode` came from. */
-export type VocabSource = 'model' | 'other-folder' | 'none';
+type VocabSource = 'model' | 'other-folder' | 'none';
 
 export interface PromptTokenizer {
   readonly family: TemplateFamily;
@@ -68,7 +68,7 @@ export interface PromptTokenizer {
   tokenId(token: string): number | undefined;
 }
 
-export interface LoadTokenizerOptions {
+interface LoadTokenizerOptions {
   /** a .jinja file overriding the folder's template */
   template?: string;
   /** take tokenizer.json from this folder instead (e.g. a Mistral template folder without a vocabulary) */
@@ -336,7 +336,7 @@ const LLAMA31_TOKEN_NAMES: ReadonlyMap<number, string> = new Map([
 ]);
 
 
-export interface InstallTokenizerOptions {
+interface InstallTokenizerOptions {
   /** chat template text to write as chat_template.jinja (overrides the package's own template) */
   template?: string;
 }

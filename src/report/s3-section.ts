@@ -16,7 +16,7 @@ import { readResults } from './results-file.ts';
 import { writeReport } from './write-report.ts';
 
 /** What a results shell needs when the model has no results.json yet (no reproduce run). */
-export interface ResultsShell {
+interface ResultsShell {
   model: string;
   /** L+1 of a local model; an endpoint run passes 1 with dModel 0 (no activations known) */
   layers: number;
@@ -27,7 +27,7 @@ export interface ResultsShell {
   manifest: Record<string, unknown>;
 }
 
-export function resultsShell(s: ResultsShell): AnalysisResults {
+function resultsShell(s: ResultsShell): AnalysisResults {
   return {
     version: 1, model: s.model, layers: s.layers, dModel: s.dModel, synthetic: s.synthetic,
     lStar: { layer: 0, method: s.note, cvAuroc: [] }, bootstrap: { reps: 0, seed: 0, level: 0.95 },
@@ -36,13 +36,13 @@ export function resultsShell(s: ResultsShell): AnalysisResults {
 }
 
 /** The run's section merged into `results` (same bench replaced; benches in S3_BENCHES order). */
-export function withS3Run(res: AnalysisResults, run: S3Run, protocol: Record<string, unknown>): AnalysisResults {
+function withS3Run(res: AnalysisResults, run: S3Run, protocol: Record<string, unknown>): AnalysisResults {
   const order = (b: string) => (S3_BENCHES as readonly string[]).indexOf(b);
   const runs = [...(res.s3?.runs ?? []).filter((r) => r.bench !== run.bench), run].sort((a, b) => order(a.bench) - order(b.bench));
   return { ...res, s3: { runs }, manifest: { ...res.manifest, [`s3-${run.bench}`]: protocol } };
 }
 
-export interface S3ReportFiles {
+interface S3ReportFiles {
   /** the figure beside the tables, without extension (.svg, .png, .vl.json) */
   figure: string;
   html: string;

@@ -22,7 +22,7 @@ export function summaryLines(res: AnalysisResults): string[] {
   }
   for (const s of res.steering ?? []) {
     lines.push(
-      `Steering (${s.requests}, layer ${s.layer}): ${s.rows.map((r) => `α=${r.alpha}: refusal ${((100 * r.counts.refusal) / r.n).toFixed(1)}%, valid ${((100 * r.counts.valid) / r.n).toFixed(1)}%, invalid ${((100 * r.counts.invalid) / r.n).toFixed(1)}%`).join('; ')}`,
+      `Steering (${s.requests}, layer ${s.layer}): ${s.rows.map((r) => `${r.condition === undefined ? `α=${r.alpha}` : `intervene ${r.condition}`}: refusal ${((100 * r.counts.refusal) / r.n).toFixed(1)}%, valid ${((100 * r.counts.valid) / r.n).toFixed(1)}%, invalid ${((100 * r.counts.invalid) / r.n).toFixed(1)}%`).join('; ')}`,
     );
   }
   for (const r of res.s3?.runs ?? []) {

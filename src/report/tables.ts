@@ -1,8 +1,9 @@
 /** Tables as Markdown, CSV and JSON: every value with its 95 % interval and n. */
 import type { AnalysisResults, AurocCI, DiffCI, MeanCI, RateCI, S3Run, TableRow } from '../analysis/results.ts';
 import { wilsonInterval } from '../analysis/stats.ts';
+import { steeringConditionLabel } from './steering-label.ts';
 
-export type Cell = string | number | null;
+type Cell = string | number | null;
 
 export interface Table {
   /** file stem */
@@ -113,16 +114,19 @@ function normsTable(res: AnalysisResults): Table {
 
 function steeringTable(res: AnalysisResults): Table | null {
   if (!res.steering?.length) return null;
-  const columns = ['direction', 'requests', 'layer', 'alpha', 'alpha_relative', 'n', 'outcome', 'count', 'percent', 'lo_percent', 'hi_percent'];
+  // `condition` (last, so the earlier columns keep their places): 'alpha' on the shorthand rows, the intervention
+  // file's name on `--intervene` rows (their alpha empty)
+  const columns = ['direction', 'requests', 'layer', 'alpha', 'alpha_relative', 'n', 'outcome', 'count', 'percent', 'lo_percent', 'hi_percent', 'condition'];
   const rows: Cell[][] = [];
   const mdRows: string[][] = [];
   for (const s of res.steering) {
     for (const r of s.rows) {
-      const cells: string[] = [s.requests, `${r.alpha}${r.alphaRelative === undefined ? '' : ` (${r.alphaRelative.toFixed(3)})`}`, String(r.n)];
+      const cells: string[] = [s.requests, steeringConditionLabel(r), String(r.n)];
       for (const k of ['refusal', 'valid', 'invalid'] as const) {
         const iv = wilsonInterval(r.counts[k], r.n);
         const pct = r.n ? (100 * r.counts[k]) / r.n : 0;
-        rows.push([s.direction, s.requests, s.layer, r.alpha, r.alphaRelative ?? null, r.n, k, r.counts[k], +pct.toFixed(4), +(100 * iv.lo).toFixed(4), +(100 * iv.hi).toFixed(4)]);
+        rows.push([s.direction, s.requests, s.layer, r.condition === undefined ? r.alpha : null, r.condition === undefined ? r.alphaRelative ?? null : null,
+          r.n, k, r.counts[k], +pct.toFixed(4), +(100 * iv.lo).toFixed(4), +(100 * iv.hi).toFixed(4), r.condition ?? 'alpha']);
         cells.push(`${pct.toFixed(1)}% [${(100 * iv.lo).toFixed(1)}, ${(100 * iv.hi).toFixed(1)}]`);
       }
       mdRows.push(cells);
@@ -130,10 +134,13 @@ function steeringTable(res: AnalysisResults): Table | null {
   }
   const title = 'Table 3 — steering outcomes vs α';
   const s0 = res.steering[0]!;
-  const header = ['Requests', 'α (relative to mean ‖h‖)', 'n', 'Refusal [95% CI]', 'Valid harmful call [95% CI]', 'Invalid [95% CI]'];
+  const header = ['Requests', 'α (relative to mean ‖h‖) or intervention set', 'n', 'Refusal [95% CI]', 'Valid harmful call [95% CI]', 'Invalid [95% CI]'];
   const display = mdRows;
   const where = s0.positions === 'generated' ? 'at generated tokens only (--steer-positions generated)' : 'at every prompt position and generated token (--steer-positions all)';
-  const note = `Steering: hidden[${s0.layer}] −= α · unit(${s0.direction}) ${where}. Intervals: Wilson 95%.`;
+  const sets = s0.rows.some((r) => r.condition !== undefined)
+    ? ' Rows "intervene: NAME" run the interventions of NAME.json (--intervene; add / ablate / clamp, with their own layers and positions) instead, on the same prompts.'
+    : '';
+  const note = `Steering: hidden[${s0.layer}] −= α · unit(${s0.direction}) ${where}.${sets} Intervals: Wilson 95%.`;
   return { name: 'table3-steering', title, columns, rows, header, display, note, json: { title, positions: s0.positions ?? 'all', steering: res.steering } };
 }
 
@@ -192,7 +199,7 @@ function probeTables(res: AnalysisResults): Table[] {
 const meanText = (m: MeanCI, d: number): string => (m.n === 0 || !Number.isFinite(m.mean) ? '–' : `${m.mean.toFixed(d)} [${m.lo.toFixed(d)}, ${m.hi.toFixed(d)}]`);
 
 /** S³ (`s3 eval`): per configuration ASR, benign completion, GIC, RSC, extra tokens, latency, and per task group. */
-export function s3Table(model: string, run: S3Run): Table {
+function s3Table(model: string, run: S3Run): Table {
   const groups = [...new Set(run.configs.flatMap((c) => Object.keys(c.groups)))].sort();
   const rate = (r: RateCI | undefined): Cell[] => (r ? [r.k, r.n, r.p, r.lo, r.hi] : [null, null, null, null, null]);
   const mean = (m: MeanCI): Cell[] => [m.mean, m.lo, m.hi];

@@ -9,7 +9,7 @@ import { SafekeepError } from '../util/errors.ts';
 import { fontFiles } from './font.ts';
 
 /** Advance widths in em for the BMP code points a TrueType font maps (cmap format 4 + hmtx). */
-export interface FontMetrics {
+interface FontMetrics {
   /** advance width of code point c in em */
   advance(c: number): number;
 }

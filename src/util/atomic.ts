@@ -7,7 +7,10 @@ import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { SafekeepError } from './errors.ts';
 
-/** Temp path next to `path`: `.name.<pid>.<time><random>.tmp`. */
+/**
+ * Temp path next to `path`: `.name.<pid>.<time><random>.tmp`. Math.random, not the seeded generator: the name must
+ * differ between writers (two processes, or two writes in one millisecond), which a fixed seed would defeat.
+ */
 export function tempPathFor(path: string): string {
   return join(dirname(path), `.${basename(path)}.${process.pid}.${Date.now().toString(36)}${Math.random().toString(36).slice(2, 8)}.tmp`);
 }

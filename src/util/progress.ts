@@ -1,6 +1,7 @@
 /**
  * Progress on stderr: done/total, rate, ETA. One redrawn line on a terminal (≤ 5×/s); on logs and CI a line every
- * few seconds, so logs stay short. Results never go here: stdout stays for the summary. SAFEKEEP_QUIET silences it.
+ * few seconds, so logs stay short. Results never go here: stdout stays for the summary. `quiet` (the CLI sets it from
+ * SAFEKEEP_QUIET) silences it.
  * `ItemProgress` counts prompts/items; the hub's `ByteProgress` counts bytes with the same mechanics.
  */
 
@@ -21,6 +22,8 @@ export abstract class Progress {
     protected readonly total: number,
     /** units already done before this run (resumed): counted as done, not in the rate */
     protected readonly resumed = 0,
+    /** draw nothing (SAFEKEEP_QUIET, decided by the caller) */
+    private readonly quiet = false,
     private readonly out: NodeJS.WriteStream = process.stderr,
   ) {
     this.done = resumed;
@@ -50,15 +53,25 @@ export abstract class Progress {
   abstract line(): string;
 
   private draw(final: boolean): void {
-    if (process.env.SAFEKEEP_QUIET) return;
+    if (this.quiet) return;
     if (this.tty) this.out.write(`\r${this.line()}\x1b[K${final ? '\n' : ''}`);
     else this.out.write(`${this.line()}\n`);
   }
 }
 
+interface ItemProgressOptions {
+  /** items already done before this run (resumed) */
+  resumed?: number;
+  /** what is counted (default 'items') */
+  unit?: string;
+  quiet?: boolean;
+}
+
 export class ItemProgress extends Progress {
-  constructor(label: string, total: number, resumed = 0, private readonly unit = 'items') {
-    super(label, total, resumed);
+  private readonly unit: string;
+  constructor(label: string, total: number, o: ItemProgressOptions = {}) {
+    super(label, total, o.resumed ?? 0, o.quiet ?? false);
+    this.unit = o.unit ?? 'items';
   }
 
   line(): string {

@@ -11,7 +11,7 @@ import { SafekeepError } from './errors.ts';
 import { ShardRun, type ShardEntry } from './shard-run.ts';
 import { selectShard, type Shard } from './shard.ts';
 
-export interface ShardRowsOptions<I, R> {
+interface ShardRowsOptions<I, R> {
   /** results/<name>: the shard folder is results/<name>/shards/<command>/shard-<i>-of-<n>/ */
   resultsDir: string;
   command: string;

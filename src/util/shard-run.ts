@@ -16,7 +16,7 @@ import { writeJsonAtomic } from './atomic.ts';
 import { SafekeepError } from './errors.ts';
 import { shardDirName, shardLabel, type Shard } from './shard.ts';
 
-export interface ShardRecord {
+interface ShardRecord {
   format: 'safekeep-shard';
   command: string;
   shard: Shard;

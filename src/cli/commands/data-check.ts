@@ -8,6 +8,7 @@ import { SafekeepError } from '../../util/errors.ts';
 import { loadInjecAgent, loadPairSet } from '../../data/load.ts';
 import { groupOf, splitGroupCounts, splitPairs } from '../../data/split.ts';
 import type { PairSet } from '../../data/types.ts';
+import { dataDirsEnv } from '../env.ts';
 
 export const summary = 'validate a pair set (pairs, agentharm, a file/folder) or injecagent and print its statistics';
 
@@ -21,7 +22,7 @@ export const flags: FlagTable = {
   example: 'data check agentharm --json',
 };
 
-export interface PairSetStats {
+interface PairSetStats {
   name: string;
   hash: string;
   pairs: number;
@@ -81,14 +82,14 @@ export async function run(argv: string[]): Promise<number> {
   if (source === 'injecagent') {
     const out: Record<string, Record<string, number>> = {};
     for (const s of ['base', 'enhanced'] as const) {
-      const cases = loadInjecAgent(s);
+      const cases = loadInjecAgent(s, dataDirsEnv());
       out[s] = { cases: cases.length, direct_harm: cases.filter((c) => c.attack === 'dh').length, data_stealing: cases.filter((c) => c.attack === 'ds').length };
     }
     process.stdout.write(args.booleans.has('json') ? JSON.stringify(out, null, 2) + '\n'
       : Object.entries(out).map(([s, o]) => `injecagent ${s}: ${o.cases} cases (${o.direct_harm} direct harm, ${o.data_stealing} data stealing)`).join('\n') + '\n');
     return 0;
   }
-  const st = pairSetStats(await loadPairSet(source), seed);
+  const st = pairSetStats(await loadPairSet(source, dataDirsEnv()), seed);
   if (args.booleans.has('json')) {
     process.stdout.write(JSON.stringify(st, null, 2) + '\n');
     return 0;

@@ -7,6 +7,7 @@ import { resolve } from 'node:path';
 import { parseArgs, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { AGENTHARM_REPO, pullAgentHarm } from '../../data/pull.ts';
+import { dataDirsEnv, hubEnv, quietEnv } from '../env.ts';
 
 export const summary = 'download a benchmark dataset (agentharm) from the Hugging Face hub into data/';
 
@@ -31,11 +32,15 @@ export async function run(argv: string[]): Promise<number> {
   const name = args.positionals[0]!;
   if (name !== 'agentharm') throw new SafekeepError(`unknown dataset '${name}' (known: ${DATASETS.join(', ')}); ${usage}`);
   const dest = args.values.get('dest');
+  const { endpoint, token } = hubEnv();
   const r = await pullAgentHarm({
     destDir: dest === undefined ? undefined : resolve(dest),
     revision: args.values.get('revision'),
     toolsRevision: args.values.get('tools-revision'),
-    progress: !args.booleans.has('quiet'),
+    progress: !args.booleans.has('quiet') && !quietEnv(),
+    dirs: dataDirsEnv(),
+    endpoint,
+    token,
   });
   process.stdout.write(
     `${AGENTHARM_REPO}@${r.commit.slice(0, 12)} (tools @${r.toolsCommit.slice(0, 12)}) → ${r.dir}: ` +

@@ -8,6 +8,7 @@ import { writePlantedModel } from '../../experiments/planted.ts';
 import { reproduce } from '../../experiments/reproduce.ts';
 import { summarizeResults } from '../../experiments/summary.ts';
 import { loadPairSet } from '../../data/load.ts';
+import { dataDirsEnv } from '../env.ts';
 
 export const summary = 'offline demo: planted synthetic model → reproduce → report (no downloads)';
 
@@ -24,7 +25,7 @@ export const flags: FlagTable = {
 export async function run(argv: string[]): Promise<number> {
   const a = parseArgs(argv, flags);
   const out = a.values.get('out') ?? join('models', 'planted');
-  const pairs = await loadPairSet('pairs');
+  const pairs = await loadPairSet('pairs', dataDirsEnv());
   const truth = await writePlantedModel(out, { lexiconPairs: pairs.pairs });
   process.stderr.write(`demo: planted SYNTHETIC model in ${out} (r planted at layers ${truth.plantedLayers.join(', ')})\n`);
   const r = await reproduce({ model: out, data: 'pairs', results: a.values.get('results') ?? 'results', quick: a.booleans.has('quick') });

@@ -40,6 +40,7 @@ import { runGuardShard, type GuardMergeOptions } from '../../guard/shard.ts';
 import { parseShard } from '../../util/shard.ts';
 import { SHARD_FLAG_DEF } from '../shard-flag.ts';
 import { sha256Hex } from '../../util/hash.ts';
+import { dataDirsEnv } from '../env.ts';
 
 export const summary = 'Table 4: guard methods on AgentHarm / InjecAgent (local model or endpoint)';
 
@@ -120,7 +121,7 @@ export async function run(argv: string[]): Promise<number> {
   const endpointModel = endpoint !== undefined ? requireValue(args, 'endpoint-model') : '';
   const name = (args.values.get('name') ?? (model !== undefined ? basename(resolve(model)) : endpointModel)).replace(/[^\w.-]+/g, '_');
   const out = resolve(args.values.get('out') ?? join(repoRoot, 'results', name, 'guard'));
-  const dataDir = resolve(args.values.get('data') ?? locateDataset(bench));
+  const dataDir = resolve(args.values.get('data') ?? locateDataset(bench, dataDirsEnv()));
   const cases: GuardCase[] = bench === 'agentharm'
     ? agentHarmCases(dataDir, limit)
     : injecAgentCases(dataDir, list<InjecSetting>('settings', args.values.get('settings') ?? 'base,enhanced', ['base', 'enhanced']), limit);

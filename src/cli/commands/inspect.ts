@@ -8,6 +8,7 @@ import { FAMILIES } from '../../checkpoint/config.ts';
 import { describeRope } from '../../checkpoint/rope.ts';
 import type { ModelConfig } from '../../checkpoint/types.ts';
 import { resolveModel } from '../../hub/resolve.ts';
+import { hubEnv } from '../env.ts';
 
 export const summary = 'validate a checkpoint folder (or hub id) and print family, sizes, dtypes, parameters, eos ids, RoPE, attention window, config keys read';
 
@@ -39,7 +40,7 @@ export const flags: FlagTable = {
 
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
-  const dir = await resolveModel(requireValue(args, 'model'));
+  const dir = await resolveModel(requireValue(args, 'model'), hubEnv());
   const ck = await loadCheckpoint(dir);
   const c = ck.config;
   const info = {

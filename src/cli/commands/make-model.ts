@@ -7,6 +7,7 @@ import { parseArgs, numberValue, requireValue, type FlagTable } from '../args.ts
 import { SafekeepError } from '../../util/errors.ts';
 import { writePlantedModel } from '../../experiments/planted.ts';
 import { loadPairSet } from '../../data/load.ts';
+import { dataDirsEnv } from '../env.ts';
 
 export const summary = 'write the planted synthetic model (known refusal direction) for demos and tests';
 
@@ -28,7 +29,7 @@ export async function run(argv: string[]): Promise<number> {
   if (kind !== 'planted') throw new SafekeepError(`make-model: unknown kind '${kind ?? ''}' (supported: planted)`);
   const out = requireValue(args, 'out');
   const vocabFrom = args.values.get('vocab-from');
-  const lexicon = await loadPairSet(args.values.get('lexicon') ?? 'pairs');
+  const lexicon = await loadPairSet(args.values.get('lexicon') ?? 'pairs', dataDirsEnv());
   const truth = await writePlantedModel(out, {
     seed: numberValue(args, 'seed', 1234),
     lexiconPairs: lexicon.pairs,

@@ -22,7 +22,7 @@ import { summarizeResults } from '../../experiments/summary.ts';
 export const summary = 'join the part files of sharded runs (--shard i/n) into one result, then analyses and report';
 
 /** Merge order: a later stage may read what an earlier one assembled. */
-export const MERGE_ORDER = ['extract', 'reproduce', 'steer', 'guard-eval', 's3-eval'] as const;
+const MERGE_ORDER = ['extract', 'reproduce', 'steer', 'guard-eval', 's3-eval'] as const;
 
 function describe(command: string, m: CacheMerge, seconds: number): string {
   const built = m.passes.filter((p) => !p.cached).map((p) => p.names.join('+'));
@@ -63,7 +63,7 @@ export async function run(argv: string[]): Promise<number> {
       const shards = completeShardSet(dir, command);
       const r = await finishSteer(dir, shards[0]!.record!.options as unknown as SteerMergeOptions, shards);
       done();
-      process.stdout.write(`steer: ${shards.length} shards → ${r.sweeps.reduce((n, s) => n + s.rows.length, 0)} (requests, α) generation files in ${((performance.now() - t0) / 1000).toFixed(2)} s\nTable 3: ${r.outDir}/table3.md\nreport: ${r.report}\n`);
+      process.stdout.write(`steer: ${shards.length} shards → ${r.sweeps.reduce((n, s) => n + s.rows.length, 0)} (requests, condition) generation files in ${((performance.now() - t0) / 1000).toFixed(2)} s\nTable 3: ${r.outDir}/table3.md\nreport: ${r.report}\n`);
     } else if (command === 's3-eval') {
       const shards = completeShardSet(dir, command);
       const m = shards[0]!.record!.options as unknown as S3MergeOptions;

@@ -8,6 +8,7 @@ import { pullModel } from '../../hub/pull.ts';
 import { formatBytes } from '../../hub/progress.ts';
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
+import { hubEnv, quietEnv } from '../env.ts';
 
 export const summary = 'download a model (safetensors, config, tokenizer) from the Hugging Face hub into models/';
 
@@ -26,7 +27,7 @@ export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
   if (args.positionals.length !== 1) throw new SafekeepError('usage: safekeep pull <owner/name> [--revision R] [--out DIR] [--quiet]');
   const repoId = args.positionals[0]!;
-  const r = await pullModel(repoId, { revision: args.values.get('revision'), destDir: args.values.get('out'), progress: !args.booleans.has('quiet') });
+  const r = await pullModel(repoId, { ...hubEnv(), revision: args.values.get('revision'), destDir: args.values.get('out'), progress: !args.booleans.has('quiet') && !quietEnv() });
   const bytes = r.files.reduce((a, f) => a + statSync(join(r.dir, f)).size, 0);
   process.stdout.write(`${repoId}@${r.commit.slice(0, 12)} → ${r.dir} (${r.files.length} files, ${formatBytes(bytes)}; ${r.downloaded} downloaded, ${r.files.length - r.downloaded} already present)\n`);
   return 0;

@@ -18,7 +18,7 @@ import { writeFileAtomic } from '../../util/atomic.ts';
 import { createEngineFromCheckpoint } from '../../engine/engine.ts';
 import { resolveEngineConfig } from '../../engine/engine-config.ts';
 import { quantizedWeights } from '../../engine/runtime/quant-store.ts';
-import { engineEnv } from '../env.ts';
+import { engineEnv, hubEnv } from '../env.ts';
 import { loadPromptTokenizer } from '../../prompts/tokenizer.ts';
 import { SafekeepError } from '../../util/errors.ts';
 
@@ -40,7 +40,7 @@ export const flags: FlagTable = {
 
 const REFERENCE_TEXT = 'The quick brown fox jumps over the lazy dog. Please summarise the attached report in three sentences.';
 
-export interface LayerError {
+interface LayerError {
   layer: number;
   /** ‖h_q − h‖ / ‖h‖ over all positions */
   relError: number;
@@ -76,7 +76,7 @@ export async function run(argv: string[]): Promise<number> {
   // --scheme, else SAFEKEEP_QUANT_SCHEME, else the default; the cache root from SAFEKEEP_CACHE (cli/env.ts)
   const cfg = resolveEngineConfig({ ...engineEnv(), dtype, ...(schemeFlag ? { quantScheme: schemeFlag } : {}) });
   const scheme = cfg.quant!.scheme;
-  const modelDir = await resolveModel(requireValue(args, 'model'));
+  const modelDir = await resolveModel(requireValue(args, 'model'), hubEnv());
   const ckpt = await loadCheckpoint(modelDir);
   const t0 = performance.now();
   const store = quantizedWeights(ckpt, cfg.quant!.bits, scheme, cfg.cacheDir, cfg.quiet);

@@ -16,6 +16,7 @@ import { loadPromptTexts } from '../../prompts/texts.ts';
 import { loadPromptTokenizer } from '../../prompts/tokenizer.ts';
 import { parseTemplateKwargs, resolveTemplateKwargs } from '../../prompts/thinking.ts';
 import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
+import { dataDirsEnv } from '../env.ts';
 
 export const summary = 'print the exact prompts of a configuration (chatbot … agent, schema/flattened/pseudoword)';
 
@@ -64,7 +65,7 @@ export async function run(argv: string[]): Promise<number> {
   const kw = args.values.has('template-kwargs') ? parseTemplateKwargs(args.values.get('template-kwargs'), '--template-kwargs') : th.chatTemplateKwargs;
   const template = resolveTemplateKwargs(tok.template, th.thinking, kw);
   const builder = new PromptBuilder(tok, { texts: loadPromptTexts(), seed, templateKwargs: template.kwargs });
-  const set = await loadPairSet(args.values.get('data') ?? 'pairs');
+  const set = await loadPairSet(args.values.get('data') ?? 'pairs', dataDirsEnv());
   const pairs = set.pairs.slice(0, limit);
 
   const rows: Array<{ pairId: string; category: string; which: 'harmful' | 'benign'; prompt: RenderedPrompt }> = [];

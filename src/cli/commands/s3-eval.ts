@@ -34,6 +34,7 @@ import { SHARD_FLAG_DEF } from '../shard-flag.ts';
 import { s3MarkdownTable, writeS3Tables } from '../../guard/s3/table.ts';
 import type { ChatBackend } from '../../guard/types.ts';
 import { loadSkillProbe, probeCheck, SharedPrefill } from '../../guard/s3/checks/probe.ts';
+import { dataDirsEnv } from '../env.ts';
 
 export const summary = 'S³: stage-specific safety skills with recovery, multi-turn evaluation (local model or endpoint)';
 
@@ -71,7 +72,7 @@ export async function run(argv: string[]): Promise<number> {
   const bench = choiceValue<S3Bench>(args, 'bench', S3_BENCHES, 'mixed');
   const mitigation = choiceValue(args, 'mitigation', ['recover', 'block'] as const, 'recover');
   const skills = loadSkills(skillDirsFromFlag(args.values.get('skills'), repoRoot));
-  // check: probe (the refusal-probe skill) reads the local agent's own prefill (checks/probe.ts); endpoints have none
+  // check: probe (the refusal-probe skill) reads the local agent's own prefill (guard/s3/checks/probe.ts); endpoints have none
   const probeSkills = skills.filter((s) => s.check === 'probe');
   const checks = probeSkills.length && args.values.has('model') ? { probe: probeCheck } : undefined;
   let configs = parseConfigs(args.values.get('configs') ?? 'none,full', skills, !args.booleans.has('no-guard-decision'), checks);
@@ -81,8 +82,8 @@ export async function run(argv: string[]): Promise<number> {
   const name = (args.values.get('name') ?? (model !== undefined ? basename(resolve(model)) : endpointModel)).replace(/[^\w.-]+/g, '_');
   const out = resolve(args.values.get('out') ?? join(repoRoot, 'results', name, 's3'));
   const dirs = {
-    injecagent: bench !== 'agentharm' ? resolve(args.values.get('injecagent') ?? locateDataset('injecagent')) : undefined,
-    agentharm: bench !== 'injecagent' ? resolve(args.values.get('agentharm') ?? locateDataset('agentharm')) : undefined,
+    injecagent: bench !== 'agentharm' ? resolve(args.values.get('injecagent') ?? locateDataset('injecagent', dataDirsEnv())) : undefined,
+    agentharm: bench !== 'injecagent' ? resolve(args.values.get('agentharm') ?? locateDataset('agentharm', dataDirsEnv())) : undefined,
   };
   const settingsFlag = args.values.get('settings') ?? INJECAGENT_SETTINGS.join(',');
   const settings = settingsFlag.split(',').map((x) => x.trim()).filter(Boolean) as InjecAgentSetting[];

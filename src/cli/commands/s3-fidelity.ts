@@ -20,6 +20,7 @@ import { LocalBackend } from '../../guard/backends/local.ts';
 import { loadSkill } from '../../guard/s3/skill-file.ts';
 import { fidelityMarkdown, ORIGINALS, readInstances, runFidelity, type FidelityInstance, type OriginalName } from '../../guard/s3/fidelity.ts';
 import type { ChatBackend } from '../../guard/types.ts';
+import { apiKeyFromEnv, dataDirsEnv } from '../env.ts';
 
 export const summary = 'S³ Table 3: disagreement of a skill with its original implementation (hazardous / benign)';
 
@@ -63,13 +64,13 @@ export async function run(argv: string[]): Promise<number> {
 
   let instances: FidelityInstance[];
   if (bench === 'pairs') {
-    const set = await loadPairSet('pairs');
+    const set = await loadPairSet('pairs', dataDirsEnv());
     instances = set.pairs.slice(0, limit).flatMap((p) => (['harmful', 'benign'] as const).map((k) => ({
       id: `${k}/${p.id}`, hazardous: k === 'harmful',
       event: { stage: 'input' as const, messages: [{ role: 'system', content: AGENT_SYSTEM }, { role: 'user', content: p[k].prompt }], tools: [...p.tools] },
     })));
   } else if (bench === 'agentharm') {
-    instances = agentHarmCases(resolve(args.values.get('data') ?? locateDataset('agentharm')), limit).map((c) => ({
+    instances = agentHarmCases(resolve(args.values.get('data') ?? locateDataset('agentharm', dataDirsEnv())), limit).map((c) => ({
       id: c.id, hazardous: c.kind === 'harmful', event: { stage: 'input' as const, messages: c.request.messages, tools: c.request.tools },
     }));
   } else {
@@ -85,7 +86,7 @@ export async function run(argv: string[]): Promise<number> {
   if (endpoint !== undefined) {
     if (!/^https?:\/\/[^/]+/.test(endpoint)) throw new SafekeepError(`--endpoint must be an http(s) URL, got '${endpoint}'`);
     backend = new OpenAIBackend({
-      baseUrl: endpoint, model: requireValue(args, 'endpoint-model'), apiKeyEnv: args.values.get('api-key-env'), timeoutMs: numberValue(args, 'timeout-ms', 60_000),
+      baseUrl: endpoint, model: requireValue(args, 'endpoint-model'), apiKey: apiKeyFromEnv('api-key-env', args.values.get('api-key-env'), 'OPENAI_API_KEY'), timeoutMs: numberValue(args, 'timeout-ms', 60_000),
       ...(args.booleans.has('no-thinking') ? { extraBody: { chat_template_kwargs: { enable_thinking: false } } } : {}),
     });
   } else if (model !== undefined) {

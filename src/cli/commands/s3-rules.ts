@@ -19,6 +19,7 @@ import type { ToolSpec } from '../../data/types.ts';
 import { OpenAIBackend } from '../../guard/backends/openai.ts';
 import { readRuleMemory } from '../../guard/s3/memory.ts';
 import { generateRuleMemory } from '../../guard/s3/rule-gen.ts';
+import { apiKeyFromEnv, dataDirsEnv } from '../env.ts';
 
 export const summary = 'S³: generate the rule-memory skill\'s safety rules once from a seed set (endpoint)';
 
@@ -64,9 +65,9 @@ export async function run(argv: string[]): Promise<number> {
     tools = raw.map((t, i) => validateToolSpec(t, `${toolsFile}: [${i}]`));
   } else {
     if (!['injecagent', 'agentharm', 'mixed'].includes(bench!)) throw new SafekeepError(`--bench must be injecagent, agentharm or mixed, got '${bench}'`);
-    if (bench !== 'agentharm') tools.push(...readInjecAgentTools(resolve(args.values.get('injecagent') ?? locateDataset('injecagent'))).values());
+    if (bench !== 'agentharm') tools.push(...readInjecAgentTools(resolve(args.values.get('injecagent') ?? locateDataset('injecagent', dataDirsEnv()))).values());
     if (bench !== 'injecagent') {
-      const ah = readAgentHarmTools(resolve(args.values.get('agentharm') ?? locateDataset('agentharm')));
+      const ah = readAgentHarmTools(resolve(args.values.get('agentharm') ?? locateDataset('agentharm', dataDirsEnv())));
       for (const t of [...ah.harmful.values(), ...ah.benign.values()]) if (!tools.some((x) => x.function.name === t.function.name)) tools.push(t);
     }
   }
@@ -81,7 +82,7 @@ export async function run(argv: string[]): Promise<number> {
   const backend = new OpenAIBackend({
     baseUrl: endpoint,
     model,
-    apiKeyEnv: args.values.get('api-key-env'),
+    apiKey: apiKeyFromEnv('api-key-env', args.values.get('api-key-env'), 'OPENAI_API_KEY'),
     timeoutMs: numberValue(args, 'timeout-ms', 60_000),
     retries: numberValue(args, 'retries', 3),
     cacheDir: args.booleans.has('no-cache') ? undefined : join(repoRoot, 'results', model.replace(/[^\w.-]+/g, '_'), 's3', 'cache'),

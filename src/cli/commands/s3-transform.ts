@@ -12,6 +12,7 @@ import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts
 import { SafekeepError } from '../../util/errors.ts';
 import { OpenAIBackend } from '../../guard/backends/openai.ts';
 import { transformSkill } from '../../guard/s3/transform.ts';
+import { apiKeyFromEnv } from '../env.ts';
 
 export const summary = 'S³ transform agent: a defense description → a tested SKILL.md folder (LLM endpoint)';
 
@@ -44,7 +45,7 @@ export async function run(argv: string[]): Promise<number> {
   const backend = new OpenAIBackend({
     baseUrl: endpoint,
     model: requireValue(args, 'endpoint-model'),
-    apiKeyEnv: args.values.get('api-key-env'),
+    apiKey: apiKeyFromEnv('api-key-env', args.values.get('api-key-env'), 'OPENAI_API_KEY'),
     timeoutMs: numberValue(args, 'timeout-ms', 120_000),
     retries: numberValue(args, 'retries', 2),
     concurrency: 1,

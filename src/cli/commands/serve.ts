@@ -26,6 +26,7 @@ import type { PrefillMode } from '../../guard/backends/openai.ts';
 import { loadSkills, skillDirsFromFlag } from '../../guard/s3/skill-file.ts';
 import { requireChecks } from '../../guard/s3/guard.ts';
 import { repoRoot } from '../../data/locate.ts';
+import { apiKeyFromEnv, hubEnv } from '../env.ts';
 
 export const summary = 'OpenAI-compatible proxy: the SafeKeep guard, or S³ skills at every stage, in front of an endpoint';
 
@@ -90,8 +91,8 @@ export async function run(argv: string[]): Promise<number> {
     judgeUpstream: args.values.get('judge-upstream'),
     judgeModel: args.values.get('judge-model'),
     method: choiceValue(args, 'method', ['safekeep', 'safejudge'] as const, 'safekeep'),
-    apiKeyEnv: args.values.get('api-key-env'),
-    judgeApiKeyEnv: args.values.get('judge-api-key-env'),
+    apiKey: apiKeyFromEnv('api-key-env', args.values.get('api-key-env')),
+    judgeApiKey: apiKeyFromEnv('judge-api-key-env', args.values.get('judge-api-key-env')),
     skills,
     guardDecision: !args.booleans.has('no-guard-decision'),
     mitigation: choiceValue(args, 'mitigation', ['recover', 'block'] as const, 'recover') === 'block' ? 'block' : 'skill',
@@ -141,7 +142,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
   const { readProbe, checkProbeFits } = await import('../../experiments/probe/file.ts');
   const { existsSync, statSync, readFileSync } = await import('node:fs');
   const { join } = await import('node:path');
-  const modelDir = await resolveModel(requireValue(args, 'model'));
+  const modelDir = await resolveModel(requireValue(args, 'model'), hubEnv());
   // --probe: a probe file, or a refusal-probe skill folder (SKILL.md with check: probe; probe train writes one)
   let probe: InstanceType<typeof ProbeGuard> | undefined;
   let probeFileToCheck: string | undefined;

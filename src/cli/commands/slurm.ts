@@ -20,6 +20,7 @@ import { SafekeepError } from '../../util/errors.ts';
 import { repoRoot } from '../../data/locate.ts';
 import { existsSync } from 'node:fs';
 import { looksLikeRepoId, resolveModel } from '../../hub/resolve.ts';
+import { hubEnv } from '../env.ts';
 import { modelDirFor } from '../../hub/pull.ts';
 import { stageScripts, submit, type Stage, type Submission } from '../../cluster/slurm.ts';
 import type { SlurmResources } from '../../cluster/sbatch.ts';
@@ -126,7 +127,7 @@ export async function run(argv: string[]): Promise<number> {
   const dryRun = a.booleans.has('dry-run');
   // a repo id is pulled once here, on the submitting node; every task then reads the same folder
   const model = requireValue(a, 'model');
-  const modelDir = dryRun && !existsSync(model) && looksLikeRepoId(model) ? modelDirFor(model) : await resolveModel(model);
+  const modelDir = dryRun && !existsSync(model) && looksLikeRepoId(model) ? modelDirFor(model, 'main', hubEnv().modelsDir) : await resolveModel(model, hubEnv());
   const resultsRoot = resolve(a.values.get('results') ?? 'results');
   const name = evalFolder ? (flagValue(passthrough, '--name') ?? basename(modelDir)).replace(/[^\w.-]+/g, '_') : basename(modelDir);
   const resultsDir = join(resultsRoot, name);

@@ -1,8 +1,10 @@
 /**
  * `safekeep steer --model M [--data pairs|agentharm|PATH] [--alphas 0,4,8,12 | 0,0.5x,1x] [--layer auto|N]
  *    [--direction schema-harmful|schema-benign|refusal|FILE.json] [--max-new-tokens 256] [--requests harmful,benign]
- *    [--limit N] [--results DIR] [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda] [--threads N] [--template FILE]`
+ *    [--intervene A.json,B.json] [--limit N] [--results DIR] [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda] [--threads N] [--template FILE]`
  * Table 3: steer hidden[ℓ*] − α·R̂ at every step, classify outputs (refusal / valid harmful call / invalid).
+ * `--intervene` (a comma list; one flag, since a repeated flag would replace the earlier one): each file is an
+ * intervention set as `generate --intervene` reads it, run as one more row labelled by the file's name.
  * `Nx` alphas are multiples of mean ‖hidden[ℓ*]‖ (residual units), so sweeps transfer across models.
  * `--shard i/n` (0-based): this shard's token-balanced share of the (requests × α × batch) generations, into
  * results/<model>/shards/steer/; needs the chatbot/agent.schema/agent.flattened caches first (`safekeep slurm steer`
@@ -11,10 +13,12 @@
 import { choiceValue, numberValue, parseArgs, type FlagTable } from '../args.ts';
 import { ANALYSIS_FLAG_DEFS, analysisOptions, RUN_FLAG_DEFS, runContextOptions } from '../run-flags.ts';
 import { STEER_POSITIONS } from '../../engine/types.ts';
-import { parseAlphas, steerShard, steerSweep, type DirectionChoice, type SteerOptions } from '../../experiments/steer.ts';
+import { parseAlphas, steerShard, steerSweep, type DirectionChoice, type InterventionSet, type SteerOptions } from '../../experiments/steer.ts';
 import { parseShard } from '../../util/shard.ts';
 import { SHARD_FLAG_DEF } from '../shard-flag.ts';
 import { SafekeepError } from '../../util/errors.ts';
+import { readInterventionsFile } from '../engine-flags.ts';
+import { basename } from 'node:path';
 
 export const summary = 'steering sweep (Table 3): subtract α·R̂ at ℓ*, classify agent outputs';
 
@@ -28,11 +32,23 @@ export const flags: FlagTable = {
     { name: 'max-new-tokens', value: 'N', default: '256', help: 'generation budget per request' },
     { name: 'requests', value: 'harmful,benign', default: 'harmful,benign', help: 'which requests to steer' },
     { name: 'steer-positions', value: 'all|generated', default: 'all', help: 'steer every prompt and generated position (an HF forward hook) or generated tokens only (the paper\'s "each decoding step")' },
+    {
+      name: 'intervene', value: 'A.json,B.json',
+      help: 'comma list of intervention files (generate --intervene\'s format: add / ablate / clamp); each one more row, named by its file, on the same prompts',
+    },
     ...ANALYSIS_FLAG_DEFS,
     SHARD_FLAG_DEF,
   ],
   example: 'steer --model models/planted --alphas 0,1,1.5',
 };
+
+/** `--intervene A.json,B.json`: each file read as `generate --intervene` reads it, named by its file name. */
+function interventionSetsFlag(v: string | undefined): InterventionSet[] {
+  if (v === undefined) return [];
+  const files = v.split(',').map((f) => f.trim());
+  if (files.some((f) => !f)) throw new SafekeepError(`--intervene: an empty file name in '${v}' (a comma list of FILE.json)`);
+  return files.map((file) => ({ label: basename(file).replace(/\.json$/i, ''), file, interventions: readInterventionsFile(file) }));
+}
 
 export async function run(argv: string[]): Promise<number> {
   const a = parseArgs(argv, flags);
@@ -53,6 +69,7 @@ export async function run(argv: string[]): Promise<number> {
     requests: requests as Array<'harmful' | 'benign'>,
     positions: choiceValue(a, 'steer-positions', STEER_POSITIONS, 'all'),
     ...analysisOptions(a),
+    interventionSets: interventionSetsFlag(a.values.get('intervene')),
   };
   const shardArg = a.values.get('shard');
   if (shardArg !== undefined) {
@@ -65,7 +82,8 @@ export async function run(argv: string[]): Promise<number> {
   const lines = [`steering at ℓ* = ${r.layer} (mean ‖hidden[ℓ*]‖ = ${r.meanNorm.toFixed(3)}), direction: ${r.sweeps[0]?.direction ?? ''}, positions: ${r.sweeps[0]?.positions ?? 'all'}`];
   for (const s of r.sweeps) {
     for (const row of s.rows) {
-      lines.push(`  ${s.requests.padEnd(7)} α=${String(row.alpha).padEnd(9)} (${row.alphaRelative?.toFixed(3)}×‖h‖)  refusal ${pct(row.counts.refusal, row.n)}  valid ${pct(row.counts.valid, row.n)}  invalid ${pct(row.counts.invalid, row.n)}  (n=${row.n})`);
+      const what = row.condition === undefined ? `α=${String(row.alpha).padEnd(9)} (${row.alphaRelative?.toFixed(3)}×‖h‖)` : `intervene ${row.condition}`;
+      lines.push(`  ${s.requests.padEnd(7)} ${what}  refusal ${pct(row.counts.refusal, row.n)}  valid ${pct(row.counts.valid, row.n)}  invalid ${pct(row.counts.invalid, row.n)}  (n=${row.n})`);
     }
   }
   process.stdout.write(`${lines.join('\n')}\nTable 3: ${r.outDir}/table3.md\nreport: ${r.report}\n`);

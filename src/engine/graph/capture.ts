@@ -1,7 +1,7 @@
 /** Capturing the residual stream: hidden[l] at the requested flat rows, stacked into the `hidden` output. */
 import type { GraphBuilder } from './onnx/builder.ts';
 
-export interface Capture {
+interface Capture {
   /** record x [BT, d] at the rows `hidden_index` selects, as the next hidden[l] */
   add(x: string): void;
   /** [L+1, N, d] */

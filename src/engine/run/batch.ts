@@ -7,7 +7,7 @@ import { SafekeepError } from '../../util/errors.ts';
 import { MASKED } from '../graph/io.ts';
 import { INTERVENTION_KINDS, STEER_POSITIONS, type Intervention, type PositionSelector, type Steering } from '../types.ts';
 
-export interface PaddedBatch {
+interface PaddedBatch {
   batch: number;
   /** padded length T */
   width: number;

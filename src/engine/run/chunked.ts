@@ -11,7 +11,7 @@ import { chunkTokens, fitsStep, type MemoryPlan, type StepShape } from '../runti
 import type { StepInput, StepOutput, StepRunner } from './step.ts';
 
 /** A step runner under a memory plan (null: no budget). */
-export interface PlannedRunner extends StepRunner {
+interface PlannedRunner extends StepRunner {
   readonly config: ModelConfig;
   readonly memoryPlan: MemoryPlan | null;
   readonly attention: AttentionImpl;

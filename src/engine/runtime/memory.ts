@@ -78,7 +78,7 @@ const MAX_STEP_TOKENS = 4096;
 export const formatBytes = (n: number): string =>
   n >= GiB ? `${(n / GiB).toFixed(2)} GiB` : n >= 10 * MiB ? `${(n / MiB).toFixed(0)} MiB` : n >= MiB ? `${(n / MiB).toFixed(1)} MiB` : `${(n / 1024).toFixed(0)} KiB`;
 
-export interface Linear {
+interface Linear {
   name: string;
   /** [N, K]: N outputs, K inputs (HF [out, in]) */
   shape: [number, number];
@@ -126,7 +126,7 @@ export const quantStoreBytes = (c: ModelConfig, bits: 4 | 8, asym = true): numbe
 /** parameters resident outside the linear layers: norms and q/k/v biases (embedding rows are gathered from the mapped file as touched) */
 export const normParams = (c: ModelConfig): number => otherParams(c) - (c.tieWordEmbeddings ? 0 : c.vocabSize * c.hiddenSize);
 
-export interface WeightOptions {
+interface WeightOptions {
   /** the checkpoint's storage dtype (default F32) */
   storage?: DType;
   /** weights only in the mmapped files (f32/bf16 only; q8/q4 are always packed) */
@@ -211,7 +211,7 @@ export interface MemoryPlan {
   maxChunkTokens: number;
 }
 
-export interface PlanOptions extends WeightOptions {
+interface PlanOptions extends WeightOptions {
   attention?: AttentionImpl;
   /** bytes in use besides the engine (default RUNTIME_BYTES; the engine passes its process's RSS + RUNTIME_MARGIN) */
   runtimeBytes?: number;

@@ -7,14 +7,16 @@
  * `mlp.gate_up_proj.weight` (row concatenation commutes with row-wise block quantization, so this equals quantizing
  * each and concatenating), o/down, and `lm_head.weight` (the embedding's copy when tied). Everything else (embedding
  * rows for the Gather, norms, biases) is copied byte for byte in its stored dtype, so the session reads all its
- * external data from this one folder. The folder is written under a temp name and renamed: complete or absent.
+ * external data from this one folder. The folder is written under a unique temp name and renamed: complete or
+ * absent. Two processes quantizing the same checkpoint at once each write their own temp folder; the first rename
+ * wins and the other keeps the published copy instead of deleting it under a reader's feet.
  */
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { readTensorBytes, readTensorF32 } from '../../checkpoint/read.ts';
 import { layerWeights, lmHeadName, tensorName } from '../../checkpoint/tensors.ts';
 import type { Checkpoint } from '../../checkpoint/types.ts';
-import { writeFileAtomic } from '../../util/atomic.ts';
+import { tempPathFor, writeFileAtomic } from '../../util/atomic.ts';
 import { sha256Hex } from '../../util/hash.ts';
 import type { QuantScheme } from '../engine-config.ts';
 import type { QuantIndex, QuantStore, StoredTensor } from '../graph/quant-index.ts';
@@ -51,16 +53,15 @@ export function quantizedWeights(ckpt: Checkpoint, bits: QuantBits, scheme: Quan
   if (existsSync(indexPath) && existsSync(file)) {
     return { dir, file, index: JSON.parse(readFileSync(indexPath, 'utf8')) as QuantIndex, cached: true };
   }
-  const tmp = `${dir}.${process.pid}.tmp`;
-  rmSync(tmp, { recursive: true, force: true });
+  const tmp = tempPathFor(dir);
   mkdirSync(tmp, { recursive: true });
   const fd = openSync(join(tmp, 'weights.bin'), 'w');
   const index: QuantIndex = { version: QUANT_VERSION, bits, scheme, block: QUANT_BLOCK, tensors: {}, linears: {} };
   let pos = 0;
   const put = (name: string, data: Uint8Array, dtype: StoredTensor['dtype'], shape: number[]): void => {
     const pad = (64 - (pos % 64)) % 64;
-    if (pad) { writeSync(fd, new Uint8Array(pad)); pos += pad; }
-    writeSync(fd, data);
+    if (pad) { writeFully(fd, new Uint8Array(pad)); pos += pad; }
+    writeFully(fd, data);
     index.tensors[name] = { offset: pos, length: data.byteLength, dtype, shape };
     pos += data.byteLength;
   };
@@ -102,7 +103,33 @@ export function quantizedWeights(ckpt: Checkpoint, bits: QuantBits, scheme: Quan
     throw err;
   }
   writeFileAtomic(join(tmp, 'index.json'), JSON.stringify(index));
+  if (!publish(tmp, dir)) return { dir, file, index: JSON.parse(readFileSync(indexPath, 'utf8')) as QuantIndex, cached: true };
+  return { dir, file, index, cached: false };
+}
+
+/** writeSync may write fewer bytes than asked (large buffers): loop until all of `data` is written. */
+function writeFully(fd: number, data: Uint8Array): void {
+  for (let done = 0; done < data.byteLength;) done += writeSync(fd, data, done, Math.min(data.byteLength - done, 1 << 30));
+}
+
+/**
+ * Renames the complete folder `tmp` to `dir`. false: another process published `dir` first (a rename onto a
+ * non-empty folder fails), so `tmp` is dropped and theirs is used. A `dir` without index.json (an interrupted older
+ * layout) is replaced.
+ */
+function publish(tmp: string, dir: string): boolean {
+  try {
+    renameSync(tmp, dir);
+    return true;
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code !== 'ENOTEMPTY' && code !== 'EEXIST') throw e;
+  }
+  if (existsSync(join(dir, 'index.json')) && existsSync(join(dir, 'weights.bin'))) {
+    rmSync(tmp, { recursive: true, force: true });
+    return false;
+  }
   rmSync(dir, { recursive: true, force: true });
   renameSync(tmp, dir);
-  return { dir, file, index, cached: false };
+  return true;
 }

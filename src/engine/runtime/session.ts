@@ -21,7 +21,7 @@ import { linearType } from '../graph/precision.ts';
 import { quantizedWeights } from './quant-store.ts';
 import { resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
 
-/** bump when graph.ts changes what it emits */
+/** bump when the graph builders (graph/) change what they emit, so cached graphs are rebuilt */
 export const GRAPH_VERSION = 10;
 
 /** Cache key of the graph: what the graph's bytes depend on (GRAPH_VERSION, config, weight files, tensor index, config). */

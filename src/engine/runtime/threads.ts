@@ -24,7 +24,7 @@ export interface CpuFacts {
   env?: string;
 }
 
-export interface ThreadChoice {
+interface ThreadChoice {
   threads: number;
   /** one line: how it was chosen */
   why: string;

@@ -24,7 +24,7 @@ export function balancedEnd(text: string, start: number): number {
   return -1;
 }
 
-export type JsonParse = { ok: true; value: unknown } | { ok: false; error: string };
+type JsonParse = { ok: true; value: unknown } | { ok: false; error: string };
 
 export function tryParseJson(text: string): JsonParse {
   try {

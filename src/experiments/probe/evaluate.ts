@@ -19,7 +19,7 @@ import { conditionName, extractCondition, parseCondition, promptCacheName, type 
 import { checkProbeFits, type Probe } from './file.ts';
 import { cachedRows } from './rows.ts';
 
-export interface ProbeEvalOptions {
+interface ProbeEvalOptions {
   probes: readonly Probe[];
   /** conditions scored (default: agent.schema and agent.flattened, plus each probe's own) */
   conditions?: readonly Condition[];

@@ -7,16 +7,16 @@
  */
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
-import { createHash } from 'node:crypto';
 import type { Checkpoint } from '../../checkpoint/types.ts';
 import { readSafetensorsHeader, writeSafetensors } from '../../checkpoint/safetensors.ts';
 import { writeJsonAtomic } from '../../util/atomic.ts';
 import { SafekeepError } from '../../util/errors.ts';
+import { sha256Hex } from '../../util/hash.ts';
 
 export type ProbeKind = 'mean-diff' | 'logistic';
 export const PROBE_KINDS: readonly ProbeKind[] = ['mean-diff', 'logistic'];
 
-export interface ProbeThreshold {
+interface ProbeThreshold {
   value: number;
   /** stated target: share of benign extraction rows flagged */
   target: number;
@@ -27,7 +27,7 @@ export interface ProbeThreshold {
   nHarmful: number;
 }
 
-export interface ProbeProvenance {
+interface ProbeProvenance {
   model: { dir: string; family: string; configHash: string; weightsFingerprint: string; numLayers: number; dModel: number };
   templateHash: string;
   /** e.g. agent.schema */
@@ -39,7 +39,7 @@ export interface ProbeProvenance {
   created: string;
 }
 
-export interface ProbeMeta {
+interface ProbeMeta {
   format: 'safekeep-probe';
   version: 1;
   kind: ProbeKind;
@@ -78,24 +78,24 @@ export function probeScore(p: Pick<Probe, 'w' | 'bias' | 'layer' | 'dModel'>, hi
  * and end. It tells checkpoints apart without reading gigabytes; it is not a full content hash.
  */
 export function weightsFingerprint(ckpt: Checkpoint): string {
-  const h = createHash('sha256');
+  const parts: Array<string | Uint8Array> = [];
   const fds = new Map<string, number>();
   try {
     for (const t of [...ckpt.tensors.values()].sort((a, b) => (a.name < b.name ? -1 : 1))) {
-      h.update(`${t.name}\t${t.dtype}\t${t.shape.join('x')}\n`);
+      parts.push(`${t.name}\t${t.dtype}\t${t.shape.join('x')}\n`);
       let fd = fds.get(t.file);
       if (fd === undefined) { fd = openSync(t.file, 'r'); fds.set(t.file, fd); }
       const n = Math.min(64, t.byteLength);
       for (const at of [0, Math.floor((t.byteLength - n) / 2), t.byteLength - n]) {
         const buf = Buffer.alloc(n);
         readSync(fd, buf, 0, n, t.offset + at);
-        h.update(buf);
+        parts.push(buf);
       }
     }
   } finally {
     for (const fd of fds.values()) closeSync(fd);
   }
-  return h.digest('hex');
+  return sha256Hex(parts);
 }
 
 /** Writes `<base>.safetensors` then `<base>.json`; returns the JSON path. */

@@ -7,7 +7,6 @@
  * (analysis/crossval.ts), or a given layer. The threshold flags at most `target` of the benign extraction rows
  * (analysis/threshold.ts). Writes results/<model>/probe/<condition>.<kind>.{safetensors,json} (probe/file.ts).
  */
-import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import { hiddenAt } from '../../analysis/activations.ts';
 import { chooseLayerByCV } from '../../analysis/crossval.ts';
@@ -16,12 +15,13 @@ import { fitLogistic } from '../../analysis/logistic.ts';
 import { thresholdForBenignRate } from '../../analysis/threshold.ts';
 import { loadCheckpoint } from '../../checkpoint/load.ts';
 import { SafekeepError } from '../../util/errors.ts';
+import { sha256Hex } from '../../util/hash.ts';
 import { conditionName, ENGINE_VERSION, extractCondition, openContext, promptCacheName, type Condition, type ContextOptions, type ExtractContext } from '../extract.ts';
 import { type Probe, type ProbeKind, readProbe, weightsFingerprint, writeProbe } from './file.ts';
 import { cachedRows, type CachedRows } from './rows.ts';
 import { writeProbeSkill } from './skill.ts';
 
-export interface ProbeTrainOptions {
+interface ProbeTrainOptions {
   condition?: Condition;
   kinds?: readonly ProbeKind[];
   layer?: 'auto' | number;
@@ -35,7 +35,7 @@ export interface ProbeTrainOptions {
   skillKind?: ProbeKind;
 }
 
-export interface TrainedProbe {
+interface TrainedProbe {
   path: string;
   probe: Probe;
   /** the refusal-probe skill folder, for the probe it was written for */
@@ -90,7 +90,7 @@ async function trainProbesIn(ctx: ExtractContext, o: ProbeTrainOptions): Promise
     dataset: { name: ctx.set.name, hash: ctx.set.hash },
     split: {
       seed: ctx.split.seed, used: 'extraction' as const, extractionPairs: ctx.split.extraction.length, evaluationPairs: ctx.split.evaluation.length,
-      extractionIdsHash: createHash('sha256').update([...ctx.split.extraction].sort().join('\n')).digest('hex'),
+      extractionIdsHash: sha256Hex([...ctx.split.extraction].sort().join('\n')),
     },
     engine: ENGINE_VERSION,
     cache: promptCacheName(condition),

@@ -18,7 +18,11 @@ export class Limiter {
   }
 }
 
-/** Exponential backoff with full jitter: uniform in [0, min(cap, base·2^attempt)]; `Retry-After` wins if given. */
+/**
+ * Exponential backoff with full jitter: uniform in [0, min(cap, base·2^attempt)]; `Retry-After` wins if given. The
+ * jitter defaults to Math.random, not the seeded generator, on purpose: clients retrying at once must spread out,
+ * which identical seeds would undo (and it changes only timing, never a result); tests pass their own `rand`.
+ */
 export function backoffMs(attempt: number, baseMs: number, capMs: number, retryAfterS?: number, rand: () => number = Math.random): number {
   if (retryAfterS !== undefined && Number.isFinite(retryAfterS) && retryAfterS >= 0) return Math.min(capMs, retryAfterS * 1000);
   return rand() * Math.min(capMs, baseMs * 2 ** attempt);

@@ -12,7 +12,7 @@ import type { CallFormat } from '../../experiments/outcome/types.ts';
 import { stripEndTokens } from '../../experiments/outcome/parse-calls.ts';
 import type { ChatBackend, ChatCall, ChatMessage, ChatReply } from '../types.ts';
 
-export type LocalEngine = Pick<Engine, 'generate'>;
+type LocalEngine = Pick<Engine, 'generate'>;
 export type LocalTokenizer = Pick<PromptTokenizer, 'render' | 'encode' | 'decode' | 'family'>;
 
 export interface LocalBackendOptions {

@@ -25,10 +25,10 @@ export interface OpenAIBackendOptions {
   baseUrl: string;
   model: string;
   /**
-   * environment variable holding the API key (default OPENAI_API_KEY; the variable unset = no Authorization
-   * header); null = never read a key from the environment (only a call's own `authorization` is sent)
+   * the endpoint's API key, sent as a bearer token (the CLI reads it from the variable --api-key-env names, default
+   * OPENAI_API_KEY); none = no Authorization header unless a call passes its own `authorization`
    */
-  apiKeyEnv?: string | null;
+  apiKey?: string;
   /** per attempt (default 60 s) */
   timeoutMs?: number;
   /** extra attempts after the first (default 3) */
@@ -157,10 +157,7 @@ export class OpenAIBackend implements ChatBackend {
 
   private authHeader(override?: string): string | undefined {
     if (override) return override;
-    if (this.opts.apiKeyEnv === null) return undefined;
-    const env = this.opts.apiKeyEnv ?? 'OPENAI_API_KEY';
-    const key = process.env[env];
-    return key ? `Bearer ${key}` : undefined;
+    return this.opts.apiKey ? `Bearer ${this.opts.apiKey}` : undefined;
   }
 
   private async post(body: unknown, authorization?: string): Promise<WireResponse> {

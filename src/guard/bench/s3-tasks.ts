@@ -40,7 +40,7 @@ function attackerResponse(responses: Map<string, string>, tool: string, args: Re
 }
 
 /** InjecAgent tasks: settings in the order given, then dh before ds, each in file order. */
-export function injecAgentTasks(dir: string, limit = Infinity, settings: readonly InjecAgentSetting[] = INJECAGENT_SETTINGS): S3Task[] {
+function injecAgentTasks(dir: string, limit = Infinity, settings: readonly InjecAgentSetting[] = INJECAGENT_SETTINGS): S3Task[] {
   const tools = readInjecAgentTools(dir);
   const responses = readSimulatedAttackerResponses(dir);
   const out: S3Task[] = [];

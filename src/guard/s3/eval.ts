@@ -25,7 +25,7 @@ import { agentHarmBenignCompleted, agentHarmHarmfulCarriedOut, injecAgentAttackS
 import type { Skill } from './skill.ts';
 import type { S3Task } from './task.ts';
 
-export interface S3Configuration {
+interface S3Configuration {
   /** as given: none, single:<skill>, no-recovery, full */
   name: string;
   config: S3Config | null;

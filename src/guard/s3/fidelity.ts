@@ -32,7 +32,7 @@ export interface FidelityInstance {
   event: StageEvent;
 }
 
-export interface FidelityRow {
+interface FidelityRow {
   id: string;
   hazardous: boolean;
   skill: boolean;
@@ -42,7 +42,7 @@ export interface FidelityRow {
   originalReason: string;
 }
 
-export interface FidelityGroup {
+interface FidelityGroup {
   group: 'hazardous' | 'benign' | 'all';
   n: number;
   disagreement: RateCI;

@@ -41,7 +41,7 @@ export function parsePick(raw: string, candidates: readonly string[]): string[] 
   return picked.length > 0 ? picked : null;
 }
 
-export interface GuardPick {
+interface GuardPick {
   picked: string[];
   raw: string;
   unparseable: boolean;

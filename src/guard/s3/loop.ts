@@ -21,7 +21,7 @@ import { recoverAnswer, recoverCalls, recoverObservation } from './recovery.ts';
 import type { ExecutedCall } from './score.ts';
 import type { S3Task } from './task.ts';
 
-export interface LoopOptions {
+interface LoopOptions {
   /** the agent model */
   backend: ChatBackend;
   /** null = no guard (the `none` configuration) */
@@ -34,7 +34,7 @@ export interface LoopOptions {
 }
 
 /** One stage decision as recorded in a trajectory. */
-export interface RecordedDecision {
+interface RecordedDecision {
   turn: number;
   stage: StageDecision['stage'];
   triggered: string[];

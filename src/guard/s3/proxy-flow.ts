@@ -28,13 +28,13 @@ export interface UpstreamTurn {
   completionTokens: number;
 }
 
-export interface ProxyStageDecision {
+interface ProxyStageDecision {
   decision: StageDecision;
   /** what was changed (removed spans, replaced calls, redactions) */
   changed: string[];
 }
 
-export interface ProxyFlowResult {
+interface ProxyFlowResult {
   /** the assistant message for the client */
   content: string | null;
   toolCalls: WireToolCall[];
@@ -46,7 +46,7 @@ export interface ProxyFlowResult {
   usage: { promptTokens: number; completionTokens: number };
 }
 
-export interface ProxyFlowOptions {
+interface ProxyFlowOptions {
   config: S3Config;
   env: CheckEnv;
   /** one upstream call with these messages (the client's body otherwise) */

@@ -57,7 +57,7 @@ export function cutSpans(text: string, spans: readonly string[], replacement: st
 
 const note = (g: string) => `\n\n[guard: ${g}]`;
 
-export interface ObservationRecovery {
+interface ObservationRecovery {
   content: string;
   /** spans removed ([] = the whole observation was replaced) */
   removed: string[];
@@ -79,7 +79,7 @@ export function recoverObservation(content: string, runs: readonly RiskyRun[], t
   return { content: text + note(guidance), removed: whole ? [] : removed, guidance };
 }
 
-export interface CallRecovery {
+interface CallRecovery {
   /** calls that may run */
   allowed: CallView[];
   /** calls replaced by a tool result */

@@ -39,7 +39,7 @@ export interface S3MergeOptions {
   shell: { layers: number; dModel: number; synthetic: boolean; note: string };
 }
 
-export function loadS3Tasks(m: Pick<S3MergeOptions, 'bench' | 'dirs' | 'settings' | 'limit'>): S3Task[] {
+function loadS3Tasks(m: Pick<S3MergeOptions, 'bench' | 'dirs' | 'settings' | 'limit'>): S3Task[] {
   return s3Tasks(m.bench, m.dirs, m.limit ?? Infinity, m.settings);
 }
 

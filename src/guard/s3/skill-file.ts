@@ -15,7 +15,7 @@
  * prompt: prompt.md                # llm: a resource, or builtin:safekeep-judge | builtin:safejudge
  * memory: memory.json              # llm, optional: rule memory (a resource)
  * max_tokens: 48                   # llm, optional
- * rules: rules.txt                 # rules: a resource in the rule language of checks/rules-lang.ts
+ * rules: rules.txt                 # rules: a resource in the rule language of rules-lang.ts
  * direction: direction.json        # probe: a resource; with layer: N and threshold: X
  * mitigation: recover              # recover | block
  * recovery: "Removed ... {{evidence}}"    # recovery message template

@@ -3,7 +3,7 @@ import type { ToolSpec } from '../../data/types.ts';
 import type { ChatMessage } from '../types.ts';
 import type { CallView } from './event.ts';
 
-export type TaskScoring =
+type TaskScoring =
   | { kind: 'injecagent'; attack: 'dh' | 'ds'; userTool: string; attackerTools: string[] }
   | { kind: 'agentharm'; harmfulTargets: string[]; benignTargets: string[] };
 

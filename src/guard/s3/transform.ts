@@ -25,7 +25,7 @@ import type { Skill } from './skill.ts';
 import { loadSkill } from './skill-file.ts';
 import { isStage, STAGES } from './stages.ts';
 
-export interface MethodModel {
+interface MethodModel {
   name: string;
   stage: string;
   inspection: string;
@@ -40,7 +40,7 @@ export interface TestCase {
   event: StageEvent;
 }
 
-export interface CaseResult {
+interface CaseResult {
   id: string;
   expected: 'safe' | 'unsafe';
   got: 'safe' | 'unsafe' | 'error';

@@ -3,6 +3,7 @@ import type { TopLevelSpec } from 'vega-lite';
 import type { AnalysisResults, SteeringResults } from '../../analysis/results.ts';
 import { wilsonInterval } from '../../analysis/stats.ts';
 import { CONFIG, COLORS } from '../theme.ts';
+import { steeringConditionLabel } from '../steering-label.ts';
 import type { Figure } from './spec.ts';
 
 const OUTCOMES = [
@@ -16,7 +17,7 @@ export function steeringBarsFigure(res: AnalysisResults, s: SteeringResults, ind
     OUTCOMES.map(([k, label], order) => {
       const iv = wilsonInterval(r.counts[k], r.n);
       return {
-        alpha: r.alphaRelative === undefined ? `${r.alpha}` : `${r.alpha} (${r.alphaRelative.toFixed(3)})`,
+        alpha: steeringConditionLabel(r),
         outcome: label,
         order,
         count: r.counts[k],
@@ -39,7 +40,10 @@ export function steeringBarsFigure(res: AnalysisResults, s: SteeringResults, ind
     data: { values },
     mark: { type: 'bar' },
     encoding: {
-      x: { field: 'alpha', type: 'ordinal', sort: null, title: ['Steering strength α (residual units)', 'in brackets: α / mean ‖hidden[ℓ]‖'], axis: { labelAngle: 0 } },
+      x: {
+        field: 'alpha', type: 'ordinal', sort: null, axis: { labelAngle: 0 },
+        title: ['Steering strength α (residual units)', `in brackets: α / mean ‖hidden[ℓ]‖${s.rows.some((r) => r.condition !== undefined) ? '; intervene: an --intervene file' : ''}`],
+      },
       y: { field: 'percent', type: 'quantitative', stack: 'zero', title: 'Share of generations (%)', scale: { domain: [0, 100] } },
       color: {
         field: 'outcome',

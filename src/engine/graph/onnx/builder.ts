@@ -6,7 +6,7 @@
 import { DataType, encodeModel, type AttrValue, type DataTypeId, type GraphDef, type NodeDef, type TensorDef,
   type ValueInfoDef } from './proto.ts';
 
-export interface OpOptions {
+interface OpOptions {
   domain?: string;
   /** number of outputs (default 1) */
   outputs?: number;

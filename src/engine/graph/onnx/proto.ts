@@ -133,7 +133,7 @@ export interface GraphDef {
   outputs: ValueInfoDef[];
 }
 
-export interface ModelDef {
+interface ModelDef {
   graph: GraphDef;
   /** domain → version, e.g. {'': 17, 'com.microsoft': 1} */
   opsets: Record<string, number>;

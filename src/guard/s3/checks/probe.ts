@@ -75,7 +75,7 @@ export function probeGuardFromSkill(skill: Skill): ProbeGuard {
 }
 
 /** A provider that can let the probe decide inside the prefill (sharedPrefill); others just return hidden states. */
-export interface DecidingHiddenStateProvider extends HiddenStateProvider {
+interface DecidingHiddenStateProvider extends HiddenStateProvider {
   lastTokenHidden(messages: readonly ChatMessage[], tools: readonly ToolSpec[], halt?: (hidden: Float32Array) => boolean): ReturnType<HiddenStateProvider['lastTokenHidden']>;
 }
 

@@ -1,5 +1,5 @@
 /**
- * `check: rules`: the skill's rule set (`rules-lang.ts`) evaluated over the stage event, no model call.
+ * `check: rules`: the skill's rule set (`../rules-lang.ts`) evaluated over the stage event, no model call.
  * At tool_selection / tool_execution each call is a target (the trigger globs match its name); at other stages
  * the event is one target and only `*` triggers match. A rule fires on a target when all its predicates hold.
  *
