@@ -150,7 +150,7 @@ async function main(): Promise<void> {
     const ck = await loadCheckpoint(flag('run')!);
     const dtype = flag('dtype') as 'q8' | 'q4';
     const cfg = resolveEngineConfig({ ...engineEnv(), dtype, cacheDir: join(flag('run')!, '..', 'cache') });
-    quantizedWeights(ck, cfg.quant!.bits, cfg.quant!.scheme, cfg.cacheDir, cfg.quiet);
+    quantizedWeights(ck, cfg.quant!.bits, cfg.quant!.scheme, cfg.quant!.block, cfg.cacheDir, cfg.quiet);
     return;
   }
   if (mode === 'measure') {

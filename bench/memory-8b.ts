@@ -40,10 +40,10 @@ async function child(mode: string, dir: string, dtype: ComputeDType): Promise<vo
   const cacheDir = join(dir, '..', 'cache');
   const cfg = resolveEngineConfig({ ...engineEnv(), dtype, cacheDir });
   if (mode === 'quantize') {
-    if (cfg.quant) quantizedWeights(ck, cfg.quant.bits, cfg.quant.scheme, cacheDir, cfg.quiet);
+    if (cfg.quant) quantizedWeights(ck, cfg.quant.bits, cfg.quant.scheme, cfg.quant.block, cacheDir, cfg.quiet);
     return;
   }
-  const store = cfg.quant ? quantizedWeights(ck, cfg.quant.bits, cfg.quant.scheme, cacheDir, cfg.quiet) : null;
+  const store = cfg.quant ? quantizedWeights(ck, cfg.quant.bits, cfg.quant.scheme, cfg.quant.block, cacheDir, cfg.quiet) : null;
   const stages: Stage[] = [];
   const t0 = performance.now();
   const engine = await createEngineFromCheckpoint(ck, { ...engineEnv(), dtype, cacheDir, threads: Number(flag('threads') ?? 0) || undefined });

@@ -144,7 +144,7 @@ describe('against a real quantized store and the CLI', () => {
   for (const bits of [4, 8] as const) {
     test(`q${bits}: quantStoreBytes = the linear tensors quant-store.ts writes (codes + scales + zero points)`, async () => {
       const ck = await loadCheckpoint(dir);
-      const store = quantizedWeights(ck, bits, 'asym', join(tmp, 'cache'));
+      const store = quantizedWeights(ck, bits, 'asym', 32, join(tmp, 'cache'));
       let written = 0;
       for (const name of Object.keys(store.index.linears)) {
         for (const part of ['codes', 'scales', 'zp']) written += store.index.tensors[`${name}.${part}`]!.length;

@@ -37,17 +37,17 @@ async function ortWeight(m: QuantizedMatrix): Promise<Float32Array> {
 
 for (const bits of [4, 8] as const) {
   for (const symmetric of [true, false]) {
-    for (const [n, k] of [[24, 64], [7, 80]] as const) {
-      test(`q${bits} ${symmetric ? 'symmetric' : 'asymmetric'} [${n}, ${k}]: onnxruntime's weight = TypeScript dequantization`, async () => {
+    for (const [n, k, block] of [[24, 64, 32], [7, 80, 32], [6, 300, 128], [5, 80, 64]] as const) {
+      test(`q${bits} ${symmetric ? 'symmetric' : 'asymmetric'} [${n}, ${k}] block ${block}: onnxruntime's weight = TypeScript dequantization`, async () => {
         const rng = makeRng(bits * 100 + n + (symmetric ? 1 : 0));
         const w = Float32Array.from({ length: n * k }, () => rng.normal() * 0.1 + (symmetric ? 0 : 0.03));
-        const m = quantizeBlockwise(w, n, k, bits, 32, symmetric);
+        const m = quantizeBlockwise(w, n, k, bits, block, symmetric);
         const ours = dequantizeBlockwise(m);
         assert.deepEqual(await ortWeight(m), ours);
         // reconstruction error ≤ half a step (plus float rounding)
         for (let r = 0; r < n; r++) {
           for (let c = 0; c < k; c++) {
-            const s = m.scales[r * m.kBlocks + Math.floor(c / 32)]!;
+            const s = m.scales[r * m.kBlocks + Math.floor(c / block)]!;
             assert.ok(Math.abs(w[r * k + c]! - ours[r * k + c]!) <= s / 2 + 1e-6, `[${r}, ${c}]`);
           }
         }
@@ -97,9 +97,19 @@ test('q8/q4 engines: hidden states close to f32 (measured bounds), weights cache
           await again.dispose();
         }
       }
+      // 128-weight blocks (here: one block per row of 64, padded): their own store, a coarser grid, the same bounds
+      const coarse = await createEngine(dir, { cacheDir: cache.dir, threads: 2, dtype: 'q4', quantBlock: 128 });
+      const res128 = await coarse.forward(ids, { hiddenAt: 'all', logitsAt: 'last' });
+      await coarse.dispose();
+      res128.forEach((r, i) => {
+        const errs = layerErrors(r.hidden, ref[i]!.hidden, 5);
+        const worst = { rel: Math.max(...errs.map((x) => x.relError)), cos: Math.min(...errs.map((x) => x.cosine)) };
+        t.diagnostic(`${family} q4 asym block 128 seq ${i}: worst rel ${worst.rel.toFixed(4)}, cos ${worst.cos.toFixed(5)}`);
+        assert.ok(worst.rel <= bounds.q4.rel && worst.cos >= bounds.q4.cos, `${family} q4 block 128: ${JSON.stringify(worst)}`);
+      });
       assert.deepEqual(readdirSync(dir).sort(), before, 'nothing written into the checkpoint folder');
     }
-    assert.equal(readdirSync(join(cache.dir, 'quant')).length, 8, 'one quantized store per checkpoint × bits × scheme');
+    assert.equal(readdirSync(join(cache.dir, 'quant')).length, 10, 'one quantized store per checkpoint × bits × scheme × block');
   } finally {
     delete process.env.SAFEKEEP_QUIET;
     rmSync(tmp, { recursive: true, force: true });

@@ -22,6 +22,10 @@ export type AttentionImpl = 'matmul' | 'mha';
 /** q8/q4 block quantization: symmetric, or asymmetric with a zero point per block. */
 export type QuantScheme = 'sym' | 'asym';
 
+/** q8/q4: weights per block (one scale, and zero point, each) */
+export type QuantBlock = 32 | 64 | 128;
+export const QUANT_BLOCKS: readonly QuantBlock[] = [32, 64, 128];
+
 export interface EngineOptions {
   dtype?: ComputeDType;
   device?: Device;
@@ -44,6 +48,8 @@ export interface EngineOptions {
   quantScheme?: QuantScheme;
   /** q8/q4: MatMulNBits accuracy level 0..4 (default `defaultQuantAccuracy`) */
   quantAccuracy?: number;
+  /** q8/q4: weights per block (default 32, as llama.cpp's q4_0/q8_0; 128 decodes faster, with a coarser grid) */
+  quantBlock?: QuantBlock;
   /**
    * let session workers spin within a run (stopping at its end): faster on a machine of your own, slower once other
    * processes want the cores (runtime/session.ts). Default false.
@@ -76,7 +82,7 @@ export interface EngineConfig {
   attention: AttentionImpl;
   fuse: boolean;
   /** null unless dtype is q8/q4 */
-  quant: { bits: 4 | 8; scheme: QuantScheme; accuracyLevel: number } | null;
+  quant: { bits: 4 | 8; scheme: QuantScheme; accuracyLevel: number; block: QuantBlock } | null;
   spin: boolean;
   quiet: boolean;
   /** trace path prefix, or null: no profiling */
@@ -121,7 +127,7 @@ export function resolveEngineConfig(o: EngineOptions): EngineConfig {
     cacheDir: o.cacheDir ?? defaultCacheDir(),
     attention: o.attention ?? 'mha',
     fuse: !lowMemory && (o.fuse ?? true),
-    quant: bits === null ? null : { bits, scheme: o.quantScheme ?? defaultQuantScheme(), accuracyLevel: o.quantAccuracy ?? defaultQuantAccuracy(bits) },
+    quant: bits === null ? null : { bits, scheme: o.quantScheme ?? defaultQuantScheme(), accuracyLevel: o.quantAccuracy ?? defaultQuantAccuracy(bits), block: o.quantBlock ?? 32 },
     spin: o.spin ?? false,
     quiet: o.quiet ?? false,
     profile: o.profile ?? null,

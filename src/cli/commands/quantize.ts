@@ -1,5 +1,5 @@
 /**
- * `safekeep quantize --model M --dtype q8|q4 [--scheme sym|asym] [--report] [--ids IDS.json] [--out REPORT.json]
+ * `safekeep quantize --model M --dtype q8|q4 [--scheme sym|asym] [--block 32|64|128] [--report] [--ids IDS.json] [--out REPORT.json]
  *  [--threads N]`
  *
  * Makes (or finds) the block-32 MatMulNBits weights of a checkpoint in the cache ($SAFEKEEP_CACHE/quant/…; the
@@ -16,7 +16,7 @@ import { resolveModel } from '../../hub/resolve.ts';
 import { engineOptions, readIdsFile } from '../engine-flags.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
 import { createEngineFromCheckpoint } from '../../engine/engine.ts';
-import { resolveEngineConfig } from '../../engine/engine-config.ts';
+import { QUANT_BLOCKS, resolveEngineConfig } from '../../engine/engine-config.ts';
 import { quantizedWeights } from '../../engine/runtime/quant-store.ts';
 import { engineEnv, hubEnv } from '../env.ts';
 import { loadPromptTokenizer } from '../../prompts/tokenizer.ts';
@@ -25,11 +25,12 @@ import { SafekeepError } from '../../util/errors.ts';
 export const summary = 'quantize a checkpoint to q8/q4 (MatMulNBits, cached) and report per-layer error vs f32';
 
 export const flags: FlagTable = {
-  usage: 'quantize --model M --dtype q8|q4 [--scheme sym|asym] [--report] [--ids IDS.json] [--out REPORT.json] [--threads N]',
+  usage: 'quantize --model M --dtype q8|q4 [--scheme sym|asym] [--block 32|64|128] [--report] [--ids IDS.json] [--out REPORT.json] [--threads N]',
   flags: [
     { name: 'model', value: 'M', help: 'checkpoint folder or Hugging Face repo id' },
     { name: 'dtype', value: 'q8|q4', help: 'quantized weight type' },
     { name: 'scheme', value: 'sym|asym', default: 'per dtype (session.ts)', help: 'quantization scheme' },
+    { name: 'block', value: '32|64|128', default: '32 (SAFEKEEP_QUANT_BLOCK)', help: 'weights per block; other commands use the store of SAFEKEEP_QUANT_BLOCK' },
     { name: 'threads', value: 'N', default: 'one per physical core', help: 'intra-op threads' },
     { name: 'ids', value: 'IDS.json', help: 'reference prompt for --report (first sequence)' },
     { name: 'out', value: 'REPORT.json', help: 'write the --report table as JSON' },
@@ -74,12 +75,15 @@ export async function run(argv: string[]): Promise<number> {
   const schemeFlag = args.values.get('scheme');
   if (schemeFlag !== undefined && schemeFlag !== 'sym' && schemeFlag !== 'asym') throw new SafekeepError(`--scheme must be sym or asym, got '${schemeFlag}'`);
   // --scheme, else SAFEKEEP_QUANT_SCHEME, else the default; the cache root from SAFEKEEP_CACHE (cli/env.ts)
-  const cfg = resolveEngineConfig({ ...engineEnv(), dtype, ...(schemeFlag ? { quantScheme: schemeFlag } : {}) });
+  const blockFlag = args.values.get('block');
+  const quantBlock = blockFlag === undefined ? undefined : QUANT_BLOCKS.find((b) => String(b) === blockFlag);
+  if (blockFlag !== undefined && quantBlock === undefined) throw new SafekeepError(`--block must be one of ${QUANT_BLOCKS.join(', ')}, got '${blockFlag}'`);
+  const cfg = resolveEngineConfig({ ...engineEnv(), dtype, ...(schemeFlag ? { quantScheme: schemeFlag } : {}), ...(quantBlock ? { quantBlock } : {}) });
   const scheme = cfg.quant!.scheme;
   const modelDir = await resolveModel(requireValue(args, 'model'), hubEnv());
   const ckpt = await loadCheckpoint(modelDir);
   const t0 = performance.now();
-  const store = quantizedWeights(ckpt, cfg.quant!.bits, scheme, cfg.cacheDir, cfg.quiet);
+  const store = quantizedWeights(ckpt, cfg.quant!.bits, scheme, cfg.quant!.block, cfg.cacheDir, cfg.quiet);
   const mb = statSync(store.file).size / 2 ** 20;
   process.stdout.write(`${dtype} ${scheme} block ${store.index.block}: ${store.cached ? 'cached' : `made in ${((performance.now() - t0) / 1000).toFixed(1)} s`} → ${store.file} (${mb.toFixed(1)} MiB)\n`);
   if (!args.booleans.has('report')) return 0;
@@ -92,7 +96,7 @@ export async function run(argv: string[]): Promise<number> {
   const f32 = await createEngineFromCheckpoint(ckpt, { ...base, dtype: 'f32' });
   const [ref] = await f32.forward([ids], { hiddenAt: 'all', logitsAt: 'none' });
   await f32.dispose();
-  const q = await createEngineFromCheckpoint(ckpt, { ...base, dtype, quantScheme: scheme });
+  const q = await createEngineFromCheckpoint(ckpt, { ...base, dtype, quantScheme: scheme, quantBlock: cfg.quant!.block });
   const [res] = await q.forward([ids], { hiddenAt: 'all', logitsAt: 'none' });
   await q.dispose();
   const errs = layerErrors(res!.hidden, ref!.hidden, ckpt.config.numLayers + 1);

@@ -18,13 +18,12 @@ import { layerWeights, lmHeadName, tensorName } from '../../checkpoint/tensors.t
 import type { Checkpoint } from '../../checkpoint/types.ts';
 import { tempPathFor, writeFileAtomic } from '../../util/atomic.ts';
 import { sha256Hex } from '../../util/hash.ts';
-import type { QuantScheme } from '../engine-config.ts';
+import type { QuantBlock, QuantScheme } from '../engine-config.ts';
 import type { QuantIndex, QuantStore, StoredTensor } from '../graph/quant-index.ts';
 import { quantizeBlockwise, type QuantBits } from './quant.ts';
 import { resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
 
 const QUANT_VERSION = 1;
-const QUANT_BLOCK = 32;
 
 /** Groups of HF weights quantized as one row-concatenated matrix: stored name → parts */
 function linearGroups(ckpt: Checkpoint): Map<string, string[]> {
@@ -40,14 +39,14 @@ function linearGroups(ckpt: Checkpoint): Map<string, string[]> {
   return groups;
 }
 
-function quantKey(ckpt: Checkpoint, bits: QuantBits, scheme: QuantScheme): string {
+function quantKey(ckpt: Checkpoint, bits: QuantBits, scheme: QuantScheme, block: QuantBlock): string {
   const { realFiles } = resolveWeightFiles(ckpt);
-  return sha256Hex(`safekeep-quant v${QUANT_VERSION}\n${ckpt.configHash}\n${bits}\n${scheme}\n${QUANT_BLOCK}\n` + weightFilesStamp(realFiles)).slice(0, 32);
+  return sha256Hex(`safekeep-quant v${QUANT_VERSION}\n${ckpt.configHash}\n${bits}\n${scheme}\n${block}\n` + weightFilesStamp(realFiles)).slice(0, 32);
 }
 
 /** The quantized weights of `ckpt` from the cache root `cacheDir`, or made now (progress on stderr unless quiet). */
-export function quantizedWeights(ckpt: Checkpoint, bits: QuantBits, scheme: QuantScheme, cacheDir: string, quiet = false): QuantStore {
-  const dir = join(cacheDir, 'quant', quantKey(ckpt, bits, scheme));
+export function quantizedWeights(ckpt: Checkpoint, bits: QuantBits, scheme: QuantScheme, block: QuantBlock, cacheDir: string, quiet = false): QuantStore {
+  const dir = join(cacheDir, 'quant', quantKey(ckpt, bits, scheme, block));
   const file = join(dir, 'weights.bin');
   const indexPath = join(dir, 'index.json');
   if (existsSync(indexPath) && existsSync(file)) {
@@ -56,7 +55,7 @@ export function quantizedWeights(ckpt: Checkpoint, bits: QuantBits, scheme: Quan
   const tmp = tempPathFor(dir);
   mkdirSync(tmp, { recursive: true });
   const fd = openSync(join(tmp, 'weights.bin'), 'w');
-  const index: QuantIndex = { version: QUANT_VERSION, bits, scheme, block: QUANT_BLOCK, tensors: {}, linears: {} };
+  const index: QuantIndex = { version: QUANT_VERSION, bits, scheme, block, tensors: {}, linears: {} };
   let pos = 0;
   const put = (name: string, data: Uint8Array, dtype: StoredTensor['dtype'], shape: number[]): void => {
     const pad = (64 - (pos % 64)) % 64;
@@ -81,8 +80,8 @@ export function quantizedWeights(ckpt: Checkpoint, bits: QuantBits, scheme: Quan
       const w = new Float32Array(n * k);
       let row = 0;
       for (const e of entries) { w.set(readTensorF32(e), row * k); row += e.shape[0]!; }
-      const q = quantizeBlockwise(w, n, k, bits, QUANT_BLOCK, scheme === 'sym');
-      put(`${name}.codes`, q.codes, 'U8', [n, q.kBlocks, (QUANT_BLOCK * bits) / 8]);
+      const q = quantizeBlockwise(w, n, k, bits, block, scheme === 'sym');
+      put(`${name}.codes`, q.codes, 'U8', [n, q.kBlocks, (block * bits) / 8]);
       put(`${name}.scales`, new Uint8Array(q.scales.buffer), 'F32', [n, q.kBlocks]);
       if (q.zeroPoints) put(`${name}.zp`, q.zeroPoints, 'U8', [q.zeroPoints.length]);
       index.linears[name] = [n, k];

@@ -36,7 +36,7 @@ function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, cfg: En
 function modelGraph(ckpt: Checkpoint, cfg: EngineConfig): { bytes: Uint8Array; weightsDir: string; cached: boolean; path: string } {
   const { realFiles, weightsDir: ckptDir } = resolveWeightFiles(ckpt);
   // q8/q4: every weight comes from the quantized store in the cache (made once), not the checkpoint folder
-  const quant = cfg.quant ? quantizedWeights(ckpt, cfg.quant.bits, cfg.quant.scheme, cfg.cacheDir, cfg.quiet) : undefined;
+  const quant = cfg.quant ? quantizedWeights(ckpt, cfg.quant.bits, cfg.quant.scheme, cfg.quant.block, cfg.cacheDir, cfg.quiet) : undefined;
   const weightsDir = quant ? quant.dir : ckptDir;
   const key = graphCacheKey(ckpt, realFiles, cfg, quant?.dir ?? null);
   const path = join(cfg.cacheDir, 'graphs', `${key}.onnx`);
