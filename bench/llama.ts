@@ -36,7 +36,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, w
 import { availableParallelism, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { SMOLLM2_SHAPE, best, flag, loadavg } from './common.ts';
+import { SMOLLM2_SHAPE, flag, loadavg } from './common.ts';
 import { ensureLlamaNode, loadLlamaCpp, NODE_LLAMA_CPP_VERSION, type NlcSequence } from './llama/setup.ts';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
@@ -69,24 +69,39 @@ interface Timing {
   prefillTps: number; decodeTps: number; prefillLoad: number; decodeLoad: number;
   /** process CPU time / wall time over the timed prefill (resp. decode) runs: cores kept busy */
   prefillCpu: number; decodeCpu: number;
+  /**
+   * by CPU time instead of wall time (least CPU per call over the reps): prefill tokens per CPU second, decode CPU ms
+   * per step = (cpu(48 new) − cpu(2 new)) / 46. At 1 thread this is the compute itself, hardly moved by the load
+   * (a descheduled process uses no CPU); at 2 threads it also counts spinning.
+   */
+  prefillCpuTps?: number; decodeCpuMs?: number;
   /** llama.cpp: the context's thread count after the runs */
   threadsSeen?: number;
 }
 
-/** time `f` (best of reps) and the CPU/wall ratio over all its runs */
-async function timed(reps: number, f: () => Promise<unknown>): Promise<{ s: number; cpu: number }> {
+/** time `f`: best wall s and least CPU s per call over `reps`, and the CPU/wall ratio over all its runs */
+async function timed(reps: number, f: () => Promise<unknown>): Promise<{ s: number; cpuS: number; cpu: number }> {
   const c0 = process.cpuUsage();
   const w0 = performance.now();
-  const s = await best(reps, f);
+  let s = Infinity;
+  let cpuS = Infinity;
+  for (let i = 0; i < reps; i++) {
+    const c = process.cpuUsage();
+    const t = performance.now();
+    await f();
+    s = Math.min(s, (performance.now() - t) / 1000);
+    const dc = process.cpuUsage(c);
+    cpuS = Math.min(cpuS, (dc.user + dc.system) / 1e6);
+  }
   const c = process.cpuUsage(c0);
-  return { s, cpu: (c.user + c.system) / 1000 / (performance.now() - w0) };
+  return { s, cpuS, cpu: (c.user + c.system) / 1000 / (performance.now() - w0) };
 }
 
-/** decode figure: 46 / (t(48) − t(2)), CPU/wall over both */
-async function decodeFigure(reps: number, gen: (n: number) => Promise<unknown>): Promise<{ tps: number; cpu: number }> {
+/** decode figure: 46 / (t(48) − t(2)), CPU ms per step likewise, CPU/wall over both */
+async function decodeFigure(reps: number, gen: (n: number) => Promise<unknown>): Promise<{ tps: number; cpuMs: number; cpu: number }> {
   const a = await timed(reps, () => gen(2));
   const b = await timed(reps, () => gen(DECODE_N));
-  return { tps: (DECODE_N - 2) / (b.s - a.s), cpu: (a.cpu + b.cpu) / 2 };
+  return { tps: (DECODE_N - 2) / (b.s - a.s), cpuMs: (1000 * (b.cpuS - a.cpuS)) / (DECODE_N - 2), cpu: (a.cpu + b.cpu) / 2 };
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -107,12 +122,12 @@ async function safekeepTime(dir: string, dtype: Dtype, threads: number, reps: nu
     await engine.forward([ids.slice(0, 64)], { hiddenAt: 'none', logitsAt: 'last' });
     await engine.forward([ids], { hiddenAt: 'none', logitsAt: 'last' });
     const p = await timed(reps, () => engine.forward([ids], { hiddenAt: 'none', logitsAt: 'last' }));
-    Object.assign(r, { prefillTps: PREFILL_T / p.s, prefillCpu: p.cpu, prefillLoad: loadavg() });
+    Object.assign(r, { prefillTps: PREFILL_T / p.s, prefillCpu: p.cpu, prefillCpuTps: PREFILL_T / p.cpuS, prefillLoad: loadavg() });
   }
   if (rows.includes('decode')) {
     await engine.generate([p128], { maxNewTokens: 4, stopIds: [] });
     const d = await decodeFigure(reps, (n) => engine.generate([p128], { maxNewTokens: n, stopIds: [] }));
-    Object.assign(r, { decodeTps: d.tps, decodeCpu: d.cpu, decodeLoad: loadavg() });
+    Object.assign(r, { decodeTps: d.tps, decodeCpu: d.cpu, decodeCpuMs: d.cpuMs, decodeLoad: loadavg() });
   }
   await engine.dispose();
   return r;
@@ -164,12 +179,12 @@ async function llamaTime(gguf: string, threads: number, reps: number, vocab: num
     await prefill(ids.slice(0, 64));
     await prefill(ids);
     const p = await timed(reps, () => prefill(ids));
-    Object.assign(r, { prefillTps: PREFILL_T / p.s, prefillCpu: p.cpu, prefillLoad: loadavg() });
+    Object.assign(r, { prefillTps: PREFILL_T / p.s, prefillCpu: p.cpu, prefillCpuTps: PREFILL_T / p.cpuS, prefillLoad: loadavg() });
   }
   if (rows.includes('decode')) {
     await llamaGreedy(seq, p128, 4);
     const d = await decodeFigure(reps, (n) => llamaGreedy(seq, p128, n));
-    Object.assign(r, { decodeTps: d.tps, decodeCpu: d.cpu, decodeLoad: loadavg() });
+    Object.assign(r, { decodeTps: d.tps, decodeCpu: d.cpu, decodeCpuMs: d.cpuMs, decodeLoad: loadavg() });
   }
   r.threadsSeen = ctx.currentThreads;
   await llama.dispose();
@@ -391,6 +406,8 @@ async function main(): Promise<void> {
       decodeTps: Math.max(prev.decodeTps, m.decodeTps) || prev.decodeTps,
       decodeLoad: m.decodeTps > prev.decodeTps ? m.decodeLoad : prev.decodeLoad,
       decodeCpu: m.decodeTps > prev.decodeTps ? m.decodeCpu : prev.decodeCpu,
+      prefillCpuTps: Math.max(prev.prefillCpuTps ?? NaN, m.prefillCpuTps ?? NaN) || prev.prefillCpuTps || m.prefillCpuTps,
+      decodeCpuMs: Math.min(prev.decodeCpuMs ?? NaN, m.decodeCpuMs ?? NaN) || prev.decodeCpuMs || m.decodeCpuMs,
       ...(m.threadsSeen !== undefined ? { threadsSeen: m.threadsSeen } : {}),
     };
     let flip = 0;
@@ -420,6 +437,14 @@ async function main(): Promise<void> {
         const { llama: l, safekeep: s } = bestOf[keyOf(d, t)]!;
         if (rows.includes('prefill')) out.push(`| ${d} / ${LLAMA_NAME[d]} prefill 1×${PREFILL_T} (tok/s) | ${t} | ${fmt(l!.prefillTps, 0)} | ${fmt(s!.prefillTps, 0)} | ${(s!.prefillTps / l!.prefillTps).toFixed(2)}× | ${fmt(l!.prefillCpu, 2)} / ${fmt(s!.prefillCpu, 2)} | ${l!.prefillLoad} / ${s!.prefillLoad} |`);
         if (rows.includes('decode')) out.push(`| ${d} / ${LLAMA_NAME[d]} decode, prompt ${DECODE_PROMPT} (tok/s; ms/step) | ${t} | ${fmt(l!.decodeTps)}; ${fmt(1000 / l!.decodeTps, 2)} | ${fmt(s!.decodeTps)}; ${fmt(1000 / s!.decodeTps, 2)} | ${(s!.decodeTps / l!.decodeTps).toFixed(2)}× | ${fmt(l!.decodeCpu, 2)} / ${fmt(s!.decodeCpu, 2)} | ${l!.decodeLoad} / ${s!.decodeLoad} |`);
+      }
+    }
+    if (threadsList.includes(1)) {
+      out.push('', '1 thread by CPU time (least process CPU time per call; the compute itself, which the load hardly moves):');
+      out.push('| bits | prefill 1×512, tok per CPU s (llama.cpp / safekeep) | safekeep / llama.cpp | decode CPU ms/step (llama.cpp / safekeep) | safekeep / llama.cpp (speed) |', '| --- | --- | --- | --- | --- |');
+      for (const d of dtypes) {
+        const { llama: l, safekeep: s } = bestOf[keyOf(d, 1)]!;
+        out.push(`| ${d} / ${LLAMA_NAME[d]} | ${fmt(l!.prefillCpuTps ?? NaN, 0)} / ${fmt(s!.prefillCpuTps ?? NaN, 0)} | ${((s!.prefillCpuTps ?? NaN) / (l!.prefillCpuTps ?? NaN)).toFixed(2)}× | ${fmt(l!.decodeCpuMs ?? NaN, 2)} / ${fmt(s!.decodeCpuMs ?? NaN, 2)} | ${((l!.decodeCpuMs ?? NaN) / (s!.decodeCpuMs ?? NaN)).toFixed(2)}× |`);
       }
     }
     results.speed = bestOf;
