@@ -1,6 +1,6 @@
 /**
  * `npm run bench:llama [-- --threads 1,2 --dtypes f32,q8,q4 --rounds R --reps R --rows prefill,decode --model DIR
- *    --python PATH --keep DIR --check-only --no-check]`: llama.cpp (through node-llama-cpp 3.21.1's prebuilt CPU
+ *    --std S --python PATH --keep DIR --check-only --no-check --llama-fa auto|on|off --llama-kv default|f32]`: llama.cpp (through node-llama-cpp 3.21.1's prebuilt CPU
  * binary, installed into .cache/llama-node/ by `npm run bench:llama:setup` or on first use) and safekeep side by
  * side, in the same run, on the same checkpoint, at the same bits and threads. One fresh process per figure, the two
  * sides interleaved (order alternating), best of --rounds kept (default 3), each figure printed with the 1-minute
@@ -8,13 +8,15 @@
  * busy), ratios safekeep / llama.cpp. Writes bench/llama-results.json (git-ignored).
  *
  * The checkpoint: --model DIR (a Llama-family folder), else the SmolLM2-135M-shaped random f32 checkpoint
- * (bench/common.ts SMOLLM2_SHAPE, std 0.1, written to a temp folder or --keep DIR). bench/llama/to_gguf.py (numpy +
+ * (bench/common.ts SMOLLM2_SHAPE, weights std --std, default 0.03, written to a temp folder or --keep DIR: at 0.1
+ * thirty random layers amplify f32 rounding to ~1e-3 in log p, at 0.02 attention is too flat for the negative control
+ * to fail; speed does not depend on the values). bench/llama/to_gguf.py (numpy +
  * gguf-py, no torch) converts it to GGUF F32, Q8_0 and Q4_0 — every linear weight and the (tied) embedding at that
  * type — as llama.cpp's convert_hf_to_gguf does (the Q/K RoPE permute included).
  *
  * Pairs: safekeep f32 / q8 / q4 (its defaults: asymmetric blocks of 32, int8 activations — engine-config.ts) against
  * llama.cpp F32 / Q8_0 / Q4_0 (symmetric blocks of 32, f16 scales; llama.cpp's defaults otherwise: F16 KV cache,
- * flash attention 'auto', its threads busy-wait between ops).
+ * flash attention 'auto', its threads busy-wait between ops; --llama-fa / --llama-kv change the first two).
  *
  * Rows:
  * - prefill 1×512 tokens/s: safekeep `forward([ids], {hiddenAt: 'none', logitsAt: 'last'})`; llama.cpp the 512 ids
@@ -26,8 +28,10 @@
  *
  * Correctness first (unless --no-check): at f32 both sides must compute the same function on the same ids — the
  * next-token log-probabilities at all 128 prompt positions (llama.cpp: `controlledEvaluate` with the full
- * probability list, F32 KV cache for this check) and 16 greedy tokens. Top-1 must agree at every position and the 16
- * greedy ids must be equal, else the bench says NOT EQUAL and stops before timing anything (exit 1). A negative
+ * probability list; flash attention off and an F32 KV cache for this check, since llama.cpp's CPU flash attention
+ * rounds through f16 — shown as a second, informational row with the timed settings) and 16 greedy tokens. Top-1
+ * must agree at every position, the 16 greedy ids must be equal and max |Δ log p| ≤ CHECK_TOL, else the bench says
+ * NOT EQUAL and stops before timing anything (exit 1). A negative
  * control runs the same check on a GGUF written without the Q/K permute, to show the check can fail. q8/q4 are
  * compared too, for information only (different quantizers: they are not expected to be equal).
  */
