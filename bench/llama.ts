@@ -429,7 +429,7 @@ async function main(): Promise<void> {
         out.push('| bits | side | top-1 equal to f32 | max abs Δ log p vs f32, top-10 tokens |', '| --- | --- | --- | --- |', ...quant);
       }
       results.checks = checks;
-      process.stderr.write(out.join('\n') + '\n');
+      if (!process.argv.includes('--check-only')) process.stderr.write(out.join('\n') + '\n');
       if (!ok) { process.exitCode = 1; process.stdout.write(out.join('\n') + '\n'); return; }
     }
     if (process.argv.includes('--check-only')) { process.stdout.write(out.join('\n') + '\n'); return; }
