@@ -1,6 +1,6 @@
 /**
  * `npm run bench:hf [-- --model DIR --threads 1,2 --rounds R --reps R --pairs P|all --rows micro,extract
- *    --python PATH --llama-bench PATH --gguf FILE --keep DIR]`: Hugging Face transformers + PyTorch and safekeep side by side on
+ *    --python PATH --keep DIR]`: Hugging Face transformers + PyTorch and safekeep side by side on
  * the same checkpoint folder, the same work and the same threads; one fresh process per measurement, HF and safekeep
  * interleaved (order alternating per round), best of --rounds kept, ratios printed with the machine load
  * (/proc/loadavg, 1 min) seen by each process. Needs `python3` with torch and transformers (developer tool; the
@@ -18,8 +18,8 @@
  *   CLI, end to end: tokenizer, templates, session, shared-prefix reuse, cache files). Both timed as whole processes
  *   and HF's forward loop alone; every hidden state of both is compared (‖Δ‖ / ‖h‖ per prompt and layer ≤ 1e-4;
  *   max|Δ| / max|h| printed too: random weights at depth 30 amplify f32 rounding, ~1e-4 in the deepest layers).
- * - with --llama-bench PATH --gguf FILE: llama.cpp's `llama-bench -p 512 -n 48` on the GGUF of the same checkpoint
- *   (UNTESTED here: no llama.cpp on the machine this was written on).
+ * llama.cpp rows: `npm run bench:llama` (bench/llama.ts: llama.cpp through node-llama-cpp's prebuilt binary, on a
+ * GGUF it writes from the same checkpoint, checked to compute the same function; f32/q8/q4).
  *
  * Model: --model DIR (a folder with config.json, safetensors and, for the extraction row, tokenizer.json), else two
  * random f32 checkpoints written to a temp folder: the SmolLM2-135M shape (micro rows, comparable with bench:engine)
@@ -202,22 +202,6 @@ async function main(): Promise<void> {
         out.push(`| decode, prompt 128, steered (tok/s) | ${t} | ${fmt(hf!.decodeSteerTps)} | ${fmt(sk!.decodeSteerTps)} | ${(sk!.decodeSteerTps / hf!.decodeSteerTps).toFixed(2)}× | ${hf!.decodeLoad} / ${sk!.decodeLoad} |`);
       }
       results.micro = micro;
-      const lb = flag('llama-bench');
-      const gguf = flag('gguf');
-      if (lb && gguf) {
-        // UNTESTED here (no llama.cpp on the machine this was written on): llama-bench's JSON rows carry n_prompt,
-        // n_gen, n_threads and avg_ts
-        out.push('', `llama.cpp (${gguf}; UNTESTED integration):`);
-        for (const t of threadsList) {
-          const r = spawnSync(lb, ['-m', gguf, '-p', '512', '-n', '48', '-t', String(t), '-r', String(reps), '-o', 'json'], { encoding: 'utf8', maxBuffer: 16 << 20 });
-          if (r.status !== 0) { out.push(`  llama-bench failed (exit ${r.status}): ${(r.stderr ?? '').trim().split('\n').at(-1)}`); continue; }
-          const js = JSON.parse(r.stdout) as { n_prompt: number; n_gen: number; avg_ts: number }[];
-          const pp = js.find((x) => x.n_prompt > 0)?.avg_ts ?? NaN;
-          const tg = js.find((x) => x.n_gen > 0)?.avg_ts ?? NaN;
-          const sk = micro[t]!.sk!;
-          out.push(`  ${t} thread(s): prefill ${fmt(pp, 0)} tok/s (safekeep ${(sk.prefillTps / pp).toFixed(2)}×, which also returns every layer's hidden states), decode ${fmt(tg)} tok/s (safekeep ${(sk.decodeSteerTps / tg).toFixed(2)}×, steered), load ${loadavg()}`);
-        }
-      }
     }
 
     if (rows.includes('extract')) {
