@@ -15,7 +15,7 @@ import { tensorName } from '../checkpoint/tensors.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { resolveEngineConfig, type AttentionImpl, type EngineOptions } from './engine-config.ts';
-import { IO } from './graph/io.ts';
+import { IO, newKvOf } from './graph/io.ts';
 import { callInterventions, interventionInputs, positionIds } from './run/batch.ts';
 import { memoryFits, prefill } from './run/chunked.ts';
 import { checkIds, forward } from './run/forward.ts';
@@ -111,15 +111,18 @@ export class OnnxEngine implements Engine, Stepper {
     }
     const wantPresent = inp.wantPresent ?? true;
     const fetches: string[] = [IO.hidden, IO.logits];
-    if (wantPresent) for (let l = 0; l < this.numLayers; l++) fetches.push(IO.newKey(l), IO.newValue(l));
+    if (wantPresent) fetches.push(IO.newKv);
     const out = await this.session.run(feeds, fetches);
     let present: KvCache | null = null;
     if (wantPresent) {
       const newKeys: Float32Array[] = [];
       const newValues: Float32Array[] = [];
+      const data = out[IO.newKv]!.data as Float32Array;
+      const n = B * this.config.numKvHeads * T * this.config.headDim;
       for (let l = 0; l < this.numLayers; l++) {
-        newKeys.push(out[IO.newKey(l)]!.data as Float32Array);
-        newValues.push(out[IO.newValue(l)]!.data as Float32Array);
+        const { k, v } = newKvOf(data, l, n);
+        newKeys.push(k);
+        newValues.push(v);
       }
       present = appendKv(inp.past, newKeys, newValues, {
         batch: B, width: T, kvHeads: this.config.numKvHeads, headDim: this.config.headDim, starts: inp.starts,

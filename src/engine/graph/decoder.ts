@@ -60,17 +60,19 @@ export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype
     attend: attention(g, c, cfg.attention, io.past[0]!.k),
   };
   const hidden = hiddenCapture(g, io.hiddenIndex);
+  const kv: string[] = []; // every layer's new keys and values, one output
 
   const rows = interventionRows(g, io, c.numLayers);
   const intervene = (v: string, l: number) => projectTo(g, v, rows, l);
   let x = g.scope('embed', () => intervene(addSteer(g, g.op('Reshape', [w.embedRows(io.ids), g.i64([-1, c.hiddenSize])]), rows, 0), 0)); // [BT, d]
   hidden.add(x);
   for (let l = 0; l < c.numLayers; l++) {
-    x = g.scope(`layers.${l}`, () => intervene(decoderLayer(ctx, rows, l, x), l + 1));
+    x = g.scope(`layers.${l}`, () => intervene(decoderLayer(ctx, rows, l, x, kv), l + 1));
     hidden.add(x);
   }
   const logits = g.scope('head', () => w.lmHead(rmsnorm(g, g.op('Gather', [x, io.logitsIndex], { axis: 0 }), w.f32(tensorName('finalNorm')), c.rmsNormEps)));
   outputResults(g, c, hidden.stacked(), logits);
+  outputKv(g, c, kv);
   return g.encode('safekeep-decoder');
 }
 
@@ -87,7 +89,7 @@ interface Layers {
 }
 
 /** Decoder block l: x [BT, d] → hidden[l+1] = x + attn(norm(x)) + mlp(norm(·)) + steer[l+1] */
-function decoderLayer({ g, c, w, io, tables, attend, headsQ, headsKV }: Layers, rows: InterventionRows, l: number, x: string): string {
+function decoderLayer({ g, c, w, io, tables, attend, headsQ, headsKV }: Layers, rows: InterventionRows, l: number, x: string, kv: string[]): string {
   const { numHeads: H, numKvHeads: kvH, headDim: hd } = c;
   const lw = layerWeights(c, l);
   const norm = (v: string, name: string) => rmsnorm(g, v, w.f32(name), c.rmsNormEps);
@@ -101,7 +103,7 @@ function decoderLayer({ g, c, w, io, tables, attend, headsQ, headsKV }: Layers, 
   const q = rope(g, toHeads(qf!, headsQ, lw.qkNorm?.q), tables);
   const kNew = rope(g, toHeads(kf!, headsKV, lw.qkNorm?.k), tables);
   const vNew = toHeads(vf!, headsKV);
-  outputKv(g, c, l, kNew, vNew);
+  kv.push(kNew, vNew);
   const bias = c.attentionWindows[l] !== null ? io.attnBiasWindow! : io.attnBias;
   const merged = attend(q, kNew, vNew, io.past[l]!.k, io.past[l]!.v, bias); // [BT, H·hd]
   const r = g.op('Add', [x, w.linear(merged, lw.o)], {}, { name: 'resid_attn' });

@@ -22,8 +22,9 @@ export const IO = {
   pastValue: (l: number) => `past_value.${l}`,
   hidden: 'hidden', // f32 [L+1, N, d]
   logits: 'logits', // f32 [M, V]
-  newKey: (l: number) => `new_key.${l}`, // f32 [B, kvH, T, hd]: the new slots only (the engine writes them into the buffer)
-  newValue: (l: number) => `new_value.${l}`,
+  // f32 [L·2·B, kvH, T, hd]: every layer's new slots only (the engine writes them into the buffer), stacked in one
+  // output (one binding per step instead of 2L): layer l's keys are rows 2l·B .. (2l+1)·B, its values the next B rows
+  newKv: 'new_kv',
 } as const;
 
 /** Additive mask value for hidden keys (finite, so fully masked pad rows stay finite). */
@@ -71,10 +72,14 @@ export function declareInputs(g: GraphBuilder, c: ModelConfig): GraphInputs {
   };
 }
 
-/** Layer l's new K/V slots as outputs [B, kvH, T, hd]. */
-export function outputKv(g: GraphBuilder, c: ModelConfig, l: number, k: string, v: string): void {
-  g.output(IO.newKey(l), k, DataType.FLOAT, ['batch', c.numKvHeads, 'seq', c.headDim]);
-  g.output(IO.newValue(l), v, DataType.FLOAT, ['batch', c.numKvHeads, 'seq', c.headDim]);
+/** Every layer's new K/V slots ([B, kvH, T, hd] each, in layer order: k0, v0, k1, v1, …) as the one `new_kv` output. */
+export function outputKv(g: GraphBuilder, c: ModelConfig, kv: string[]): void {
+  g.output(IO.newKv, g.op('Concat', kv, { axis: 0 }, { name: 'stack_new_kv' }), DataType.FLOAT, ['kv_rows', c.numKvHeads, 'seq', c.headDim]);
+}
+
+/** Layer l's keys and values in a step's `new_kv` data (views, no copy); n = B·kvH·T·hd floats per tensor */
+export function newKvOf(data: Float32Array, l: number, n: number): { k: Float32Array; v: Float32Array } {
+  return { k: data.subarray(2 * l * n, (2 * l + 1) * n), v: data.subarray((2 * l + 1) * n, (2 * l + 2) * n) };
 }
 
 /** The captured hidden states [L+1, N, d] and the logits [M, V]. */
