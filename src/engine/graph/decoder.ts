@@ -9,7 +9,7 @@
  *     q, k = rope(q), rope(k)                        rotate_half form, positions and inv_freq per row from the
  *                                                    caller (dynamic NTK depends on the row's length), cos/sin
  *                                                    × yarn's attention factor
- *     k_new, v_new                                   → graph outputs new_key.l / new_value.l (T slots)
+ *     k_new, v_new                                   → graph output new_kv (every layer's T new slots)
  *     x += o_proj(softmax([q Kbufᵀ, q k_newᵀ]/√hd + bias) [Vbuf; v_new])
  *                                                    Kbuf/Vbuf = the KV buffer fed as past (kv.ts), GQA by
  *                                                    KV head h // rep (no K/V repetition), softmax in f32;
