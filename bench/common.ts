@@ -2,7 +2,9 @@
  * What the benchmarks share: the SmolLM2-135M shape they time, `--flag value` lookup, a raw onnxruntime MatMul chain
  * (the GEMM yardstick), best-of timing, peak RSS.
  */
-import { readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import * as ort from 'onnxruntime-node';
 import { GraphBuilder } from '../src/engine/graph/onnx/builder.ts';
 import { DataType } from '../src/engine/graph/onnx/proto.ts';
@@ -117,4 +119,29 @@ export function loadavg(): number {
   } catch {
     return NaN;
   }
+}
+
+/** The last JSON line of a child's stdout and the child's wall time, or an error with its stderr tail. */
+export function runChild(cmd: string, args: string[], what: string, env: NodeJS.ProcessEnv = process.env): { json: Record<string, unknown>; wallS: number } {
+  const t = performance.now();
+  const r = spawnSync(cmd, args, { encoding: 'utf8', env, maxBuffer: 64 << 20 });
+  const wallS = (performance.now() - t) / 1000;
+  const line = r.stdout?.trim().split('\n').filter((l) => l.startsWith('{')).at(-1);
+  if (r.status !== 0 || !line) throw new Error(`${what} failed (exit ${r.status}): ${(r.stderr ?? '').trim().split('\n').slice(-8).join('\n')}`);
+  return { json: JSON.parse(line) as Record<string, unknown>, wallS };
+}
+
+/**
+ * The end of a side-by-side bench: the machine line (CPUs, the load its measuring processes saw), the table on
+ * stdout, and the results as JSON in `file` (temp file + rename).
+ */
+export function finishBench(file: string, results: Record<string, unknown>, out: string[], loads: number[]): void {
+  const seen = loads.filter(Number.isFinite);
+  const lo = Math.min(...seen);
+  const hi = Math.max(...seen);
+  out.push('', `machine: ${availableParallelism()} CPUs; 1-min load average seen by the measuring processes ${lo}–${hi}${hi > 1.5 ? ' (figures taken under load: shared machine; read the ratios)' : ''}`);
+  process.stdout.write(out.join('\n') + '\n');
+  writeFileSync(`${file}.tmp`, JSON.stringify({ ...results, loads: [lo, hi], table: out }, null, 1) + '\n');
+  renameSync(`${file}.tmp`, file);
+  process.stdout.write(`→ ${file}\n`);
 }

@@ -28,11 +28,11 @@
  */
 import { engineEnv } from '../src/cli/env.ts';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { SMOLLM2_SHAPE, best, flag, loadavg } from './common.ts';
+import { SMOLLM2_SHAPE, best, finishBench, flag, loadavg, runChild as run } from './common.ts';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { readActivationCache } from '../src/cache/store.ts';
@@ -71,16 +71,6 @@ async function safekeepMicro(dir: string, threads: number, reps: number, cacheDi
   const t48 = await best(reps, () => engine.generate([p128], { maxNewTokens: 48, stopIds: [], steer }));
   await engine.dispose();
   return { prefillTps: 512 / s, decodeSteerTps: 46 / (t48 - t2), prefillLoad, decodeLoad: loadavg() };
-}
-
-/** last JSON line of a child's stdout, or an error with its stderr tail */
-function run(cmd: string, args: string[], what: string, env: NodeJS.ProcessEnv = process.env): { json: Record<string, unknown>; wallS: number } {
-  const t = performance.now();
-  const r = spawnSync(cmd, args, { encoding: 'utf8', env, maxBuffer: 64 << 20 });
-  const wallS = (performance.now() - t) / 1000;
-  const line = r.stdout?.trim().split('\n').filter((l) => l.startsWith('{')).at(-1);
-  if (r.status !== 0 || !line) throw new Error(`${what} failed (exit ${r.status}): ${(r.stderr ?? '').trim().split('\n').slice(-5).join('\n')}`);
-  return { json: JSON.parse(line) as Record<string, unknown>, wallS };
 }
 
 /** the token ids of every Table 1–2 condition for `pairs` pairs (round-robin over categories, as `--limit`) */
@@ -262,14 +252,7 @@ async function main(): Promise<void> {
       results.extract = { nPairs, nPrompts, nTokens, perThreads, diffs };
       if (worst > 1e-4) process.exitCode = 1;
     }
-    const lo = Math.min(...loads.filter(Number.isFinite));
-    const hi = Math.max(...loads.filter(Number.isFinite));
-    out.push('', `machine: ${availableParallelism()} CPUs; 1-min load average seen by the measuring processes ${lo}–${hi}${hi > 1.5 ? ' (figures taken under load: shared machine; the ratios are the figures to read)' : ''}`);
-    process.stdout.write(out.join('\n') + '\n');
-    const file = join(here, 'hf-results.json');
-    writeFileSync(`${file}.tmp`, JSON.stringify({ ...results, loads: [lo, hi], table: out }, null, 1) + '\n');
-    renameSync(`${file}.tmp`, file);
-    process.stdout.write(`→ ${file}\n`);
+    finishBench(join(here, 'hf-results.json'), results, out, loads);
   } finally {
     if (!keep) rmSync(work, { recursive: true, force: true });
   }

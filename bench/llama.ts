@@ -37,11 +37,11 @@
  */
 import { engineEnv } from '../src/cli/env.ts';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { SMOLLM2_SHAPE, flag, loadavg } from './common.ts';
+import { SMOLLM2_SHAPE, finishBench, flag, loadavg, runChild } from './common.ts';
 import { ensureLlamaNode, loadLlamaCpp, NODE_LLAMA_CPP_VERSION, type NlcSequence } from './llama/setup.ts';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
@@ -277,12 +277,7 @@ async function llamaCheck(gguf: string, vocab: number, out: string, o: LlamaCtxO
 // parent
 
 /** last JSON line of a child's stdout, or an error with its stderr tail */
-function run(cmd: string, args: string[], what: string, env: NodeJS.ProcessEnv = process.env): Record<string, unknown> {
-  const r = spawnSync(cmd, args, { encoding: 'utf8', env, maxBuffer: 64 << 20 });
-  const line = r.stdout?.trim().split('\n').filter((l) => l.startsWith('{')).at(-1);
-  if (r.status !== 0 || !line) throw new Error(`${what} failed (exit ${r.status}): ${(r.stderr ?? '').trim().split('\n').slice(-8).join('\n')}`);
-  return JSON.parse(line) as Record<string, unknown>;
-}
+const run = (cmd: string, args: string[], what: string, env: NodeJS.ProcessEnv = process.env): Record<string, unknown> => runChild(cmd, args, what, env).json;
 
 interface CheckResult {
   dtype: Dtype; gguf: string; top1Agree: number; positions: number; greedyEqual: number;
@@ -489,14 +484,7 @@ async function main(): Promise<void> {
       }
     }
     results.speed = bestOf;
-    const lo = Math.min(...loads);
-    const hi = Math.max(...loads);
-    out.push('', `machine: ${availableParallelism()} CPUs; 1-min load average seen by the measuring processes ${lo}–${hi}${hi > 1.5 ? ' (figures taken under load: shared machine; read the ratios)' : ''}`);
-    process.stdout.write(out.join('\n') + '\n');
-    const file = join(here, 'llama-results.json');
-    writeFileSync(`${file}.tmp`, JSON.stringify({ ...results, loads: [lo, hi], table: out }, null, 1) + '\n');
-    renameSync(`${file}.tmp`, file);
-    process.stdout.write(`→ ${file}\n`);
+    finishBench(join(here, 'llama-results.json'), results, out, loads);
   } finally {
     if (!keep) rmSync(work, { recursive: true, force: true });
   }
