@@ -177,6 +177,7 @@ function activationBytesPerToken(c: ModelConfig): number {
  *   STEP_FIXED + ARENA_SLACK · ( B·T·activation + SCORE_COPIES · B·H·T·S·4 [+ mha: 2·B·H·S·hd·4 repeated K/V] + B·T·S·4 bias
  *     + 2·B·kvH·S·hd·4 (this layer's K/V) )
  *   + past KV B·P·kv (fed from JS) + present KV 2·B·S·kv when copied out (onnxruntime's outputs + the JS copies)
+ *     + B·T·kv (the new slots stacked into the one `new_kv` output: a third copy while the step runs)
  *   + 3 · (L+1)·N·d·4 (gathered per layer, concatenated, copied to JS) + 2 · M·V·4 (in onnxruntime, copied to JS)
  * where kv = kvBytesPerToken. A config with sliding-window layers feeds a second bias (attn_bias_window), and its
  * copy repeated per query head: + ARENA_SLACK · (B·T·S·4 + B·H·T·S·4).
@@ -190,7 +191,7 @@ export function stepBytes(c: ModelConfig, s: StepShape, attention: AttentionImpl
   const scores = SCORE_COPIES[attention] * B * H * T * S * F32 + (attention === 'mha' && H !== c.numKvHeads ? 2 * B * H * S * hd * F32 : 0);
   const windowBias = c.attentionWindows.some((w) => w !== null) ? B * T * S * F32 + B * H * T * S * F32 : 0;
   const arena = B * T * activationBytesPerToken(c) + scores + B * T * S * F32 + windowBias + 2 * B * c.numKvHeads * S * hd * F32;
-  const kvBytes = B * P * kv + (s.present ? 2 * B * S * kv : 0);
+  const kvBytes = B * P * kv + (s.present ? 2 * B * S * kv + B * T * kv : 0);
   const outputs = 3 * (c.numLayers + 1) * s.hidden * c.hiddenSize * F32 + 2 * s.logits * c.vocabSize * F32;
   return STEP_FIXED + ARENA_SLACK * arena + kvBytes + outputs;
 }
