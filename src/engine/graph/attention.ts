@@ -63,16 +63,19 @@ export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, 
   };
   if (impl === 'matmul') return buffered;
 
-  let noPast: string | null = null;
+  let multi: string | null = null;
   return (q, kNew, vNew, kBuf, vBuf, bias) => {
     // the bias helpers are made in the main graph first (both branches and every layer read them)
     biasRep(bias);
     bias4(bias);
     bufferAndNew(bias);
-    noPast ??= g.op('Equal', [g.op('Slice', [g.op('Shape', [firstPastKey]), g.i64([2]), g.i64([3])]), g.i64([0])], {}, { name: 'no_past' }); // [1] bool
+    // T > 1 (a prefill, a prefix's suffix, a chunk): the fused kernel on the buffer and the new slots concatenated
+    // (the copy is small next to T·S scores); T = 1 (decode): standard ops on the buffer in place, no copy
+    multi ??= g.op('Greater', [g.op('Slice', [g.op('Shape', [bias]), g.i64([1]), g.i64([2])]), g.i64([1])], {}, { name: 'multi_token' }); // [1] bool
     const out = (v: string) => [{ name: v, elemType: DataType.FLOAT, dims: ['bt', H * hd] }];
-    const prefill = g.subgraph('prefill_attention', () => out(fused(q, kNew, vNew, bias)));
+    const joined = (buf: string, fresh: string) => g.op('Concat', [buf, fresh], { axis: 2 }); // [B, kvH, C + T, hd]
+    const fusedBranch = g.subgraph('fused_attention', () => out(fused(q, joined(kBuf, kNew), joined(vBuf, vNew), bias)));
     const onBuffer = g.subgraph('buffered_attention', () => out(buffered(q, kNew, vNew, kBuf, vBuf, bias)));
-    return g.op('If', [noPast], { then_branch: { graph: prefill }, else_branch: { graph: onBuffer } }, { name: 'attention' });
+    return g.op('If', [multi], { then_branch: { graph: fusedBranch }, else_branch: { graph: onBuffer } }, { name: 'attention' });
   };
 }
