@@ -1,8 +1,8 @@
 /**
  * Attention of T new slots on the KV buffer (kv.ts) plus themselves, grouped-query (query head h reads KV head
- * h // rep). Steps on a past buffer (decode, prefix suffixes, chunked prefill) run standard ops on the buffer;
- * `AttentionImpl` 'mha' runs a prefill from an empty cache with onnxruntime's fused MultiHeadAttention instead,
- * chosen in the graph by an If on the buffer capacity (C = 0).
+ * h // rep). A decode step (T = 1) runs standard ops on the buffer in place; with `AttentionImpl` 'mha' (default) a
+ * multi-token step (prefill, a prefix's suffix, a chunk) runs onnxruntime's fused MultiHeadAttention on the buffer and
+ * the new slots concatenated instead, chosen in the graph by an If on T > 1. 'matmul' runs the standard ops always.
  */
 import type { ModelConfig } from '../../checkpoint/types.ts';
 import type { AttentionImpl } from '../engine-config.ts';
