@@ -1,6 +1,5 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import { join } from 'node:path';
@@ -10,6 +9,7 @@ import { newMessagesStart } from '../src/guard/s3/proxy-flow.ts';
 import { REFUSAL_PREFIX, SAFETY_ASSESSOR_ROLE } from '../src/guard/prompts.ts';
 import { completion, startMockUpstream, type MockAnswer, type MockUpstream } from './helpers/guard-mock.ts';
 import { s3Script } from './helpers/s3-mock.ts';
+import { serveExit, startServeCli, stopServe } from './helpers/serve-cli.ts';
 import { repoRoot } from './helpers/shared.ts';
 
 const skills = loadSkills([join(repoRoot, 'skills')]);
@@ -152,31 +152,17 @@ test('proxy credentials: a client\'s Authorization header only reaches its upstr
 test('serve CLI: --skills runs S³; --method and --skills together exit 2', async (t) => {
   const up = await startMockUpstream(agent);
   t.after(() => up.close());
-  const bin = join(repoRoot, 'bin', 'safekeep.mjs');
-  const child = spawn(process.execPath, [bin, 'serve', '--upstream', up.url, '--port', '0', '--skills', join(repoRoot, 'skills')], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let stderr = '';
-  child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /(http:\/\/127\.0\.0\.1:\d+\/v1)/.exec(out);
-      if (m) resolve(m[1]!);
-    });
-    child.on('exit', (c) => reject(new Error(`serve exited ${c}: ${stderr}`)));
-  });
+  const serve = await startServeCli(['--upstream', up.url, '--port', '0', '--skills', join(repoRoot, 'skills')]);
+  const url = serve.url;
   const r = await post(url, { model: 'm', messages: turn2, tools });
   assert.equal(r.headers.get('x-safekeep-stages'), 'tool_observation=recover,tool_selection=recover,output=pass');
   await r.text();
-  const code = await new Promise<number | null>((resolve) => { child.on('exit', resolve); child.kill('SIGTERM'); });
-  assert.equal(code, 0);
-  const lines = stderr.trim().split('\n').map((l) => JSON.parse(l) as { event?: string; stage?: string });
+  assert.equal(await stopServe(serve), 0);
+  const lines = serve.stderr().trim().split('\n').map((l) => JSON.parse(l) as { event?: string; stage?: string });
   assert.deepEqual(lines.map((l) => l.stage ?? 'request'), ['tool_observation', 'tool_selection', 'output', 'request']);
-  const bad = spawn(process.execPath, [bin, 'serve', '--upstream', up.url, '--skills', 'skills', '--method', 'safekeep'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let berr = '';
-  bad.stderr.on('data', (d: Buffer) => { berr += d.toString(); });
-  assert.equal(await new Promise<number | null>((resolve) => bad.on('exit', resolve)), 2);
-  assert.match(berr, /give --method or --skills, not both/);
+  const bad = await serveExit(['--upstream', up.url, '--skills', 'skills', '--method', 'safekeep']);
+  assert.equal(bad.code, 2);
+  assert.match(bad.stderr, /give --method or --skills, not both/);
 });
 
 test('proxy (S³): guard or upstream failures are JSON errors and nothing unchecked reaches the client', async (t) => {

@@ -6,7 +6,7 @@
  */
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -19,6 +19,7 @@ import { LocalBackend } from '../src/guard/backends/local.ts';
 import { REFUSAL_PREFIX } from '../src/guard/prompts.ts';
 import type { ToolSpec } from '../src/data/types.ts';
 import { repoRoot } from './helpers/shared.ts';
+import { startServeCli } from './helpers/serve-cli.ts';
 
 let dir = '';
 let model = '';
@@ -59,18 +60,7 @@ before(async () => {
   known = await rScores();
   assert.ok(known.harmful > known.benign + 0.1, `planted scores: harmful ${known.harmful}, benign ${known.benign}`);
   ({ probeJson: probePath, skillDir } = await writePlantedProbe(dir, model, truth.r, known));
-  child = spawn(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 'serve', '--model', model, '--method', 'refusal-probe', '--probe', skillDir, '--port', '0', '--max-tokens', '8'], { env: env(), stdio: ['ignore', 'pipe', 'pipe'] });
-  url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    let err = '';
-    child!.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /(http:\/\/127\.0\.0\.1:\d+\/v1)/.exec(out);
-      if (m) resolve(m[1]!);
-    });
-    child!.stderr!.on('data', (d: Buffer) => { err += d.toString(); });
-    child!.on('exit', (code) => reject(new Error(`serve exited ${code}: ${err}`)));
-  });
+  ({ child, url } = await startServeCli(['--model', model, '--method', 'refusal-probe', '--probe', skillDir, '--port', '0', '--max-tokens', '8'], env()));
 });
 after(() => {
   child?.kill('SIGTERM');

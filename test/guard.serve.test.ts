@@ -1,13 +1,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import { join } from 'node:path';
 import { createGuardProxy, type ProxyOptions } from '../src/guard/proxy.ts';
 import { REFUSAL_PREFIX, SAFETY_ASSESSOR_ROLE } from '../src/guard/prompts.ts';
 import { completion, startMockUpstream, type MockAnswer, type MockUpstream } from './helpers/guard-mock.ts';
-import { repoRoot } from './helpers/shared.ts';
+import { serveExit, startServeCli, stopServe } from './helpers/serve-cli.ts';
 
 const tools = [{ type: 'function', function: { name: 'post_on_x', description: 'Post on X.', parameters: { type: 'object', properties: { content: { type: 'string' } }, required: ['content'] } } }];
 type Msg = { role: string; content: string };
@@ -177,29 +176,15 @@ test('serve: malformed client bodies get a clear 4xx, and the server keeps servi
 test('serve CLI: listens, guards, stops on SIGTERM; bad flags exit 2', async (t) => {
   const up = await startMockUpstream(script);
   t.after(() => up.close());
-  const bin = join(repoRoot, 'bin', 'safekeep.mjs');
-  const child = spawn(process.execPath, [bin, 'serve', '--upstream', up.url, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let stderr = '';
-  child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    child.stdout.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /(http:\/\/127\.0\.0\.1:\d+\/v1)/.exec(out);
-      if (m) resolve(m[1]!);
-    });
-    child.on('exit', (c) => reject(new Error(`serve exited ${c}: ${stderr}`)));
-  });
+  const serve = await startServeCli(['--upstream', up.url, '--port', '0']);
+  const url = serve.url;
   const r = await post(url, { model: 'm', messages: [{ role: 'user', content: 'fake' }], tools });
   assert.equal(r.headers.get('x-safekeep-action'), 'refuse');
   await r.text();
-  const code = await new Promise<number | null>((resolve) => { child.on('exit', resolve); child.kill('SIGTERM'); });
-  assert.equal(code, 0);
-  const line = JSON.parse(stderr.trim().split('\n').at(-1)!) as { action: string; verdict: string };
+  assert.equal(await stopServe(serve), 0);
+  const line = JSON.parse(serve.stderr().trim().split('\n').at(-1)!) as { action: string; verdict: string };
   assert.deepEqual([line.action, line.verdict], ['refuse', 'yes']);
-  const bad = spawn(process.execPath, [bin, 'serve', '--upstream', 'nope'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let berr = '';
-  bad.stderr.on('data', (d: Buffer) => { berr += d.toString(); });
-  assert.equal(await new Promise<number | null>((resolve) => bad.on('exit', resolve)), 2);
-  assert.match(berr, /--upstream must be an http\(s\) URL/);
+  const bad = await serveExit(['--upstream', 'nope']);
+  assert.equal(bad.code, 2);
+  assert.match(bad.stderr, /--upstream must be an http\(s\) URL/);
 });
