@@ -208,6 +208,8 @@ async function main(): Promise<void> {
       let worst = 0;
       let worstAbs = 0;
       const diffs: Record<string, { relL2: number; maxAbs: number }> = {};
+      const bounds: string[] = [];
+      let reuse = { promptTokens: 0, computedTokens: 0, ratio: 0 };
       for (const t of threadsList) {
         let hfBest: { wallS: number; forwardS: number; load: number } | null = null;
         let skBest: { wallS: number; load: number } | null = null;
@@ -233,6 +235,7 @@ async function main(): Promise<void> {
             }
           }
         }
+        reuse = plannedTokens(join(skResults, model, 'cache'), Object.keys(conditions));
         // every hidden state of both (the last run of each at this thread count), per condition
         for (const name of Object.keys(conditions)) {
           const sk = readActivationCache(join(skResults, model, 'cache'), promptCacheName(parseCondition(name)));
@@ -244,18 +247,37 @@ async function main(): Promise<void> {
         }
         table.push(`| whole process, s (prompts/s) | ${t} | ${fmt(hfBest!.wallS)} (${fmt(nPrompts / hfBest!.wallS, 2)}) | ${fmt(skBest!.wallS)} (${fmt(nPrompts / skBest!.wallS, 2)}) | ${(hfBest!.wallS / skBest!.wallS).toFixed(2)}× | ${hfBest!.load} / ${skBest!.load} |`);
         table.push(`| HF forward loop alone vs whole safekeep process, s | ${t} | ${fmt(hfBest!.forwardS)} | ${fmt(skBest!.wallS)} | ${(hfBest!.forwardS / skBest!.wallS).toFixed(2)}× | |`);
-        perThreads[t] = { hf: hfBest, safekeep: skBest };
+        const perToken = { hf: nTokens / hfBest!.forwardS, safekeep: reuse.computedTokens / skBest!.wallS };
+        bounds.push(`${t} thread(s): per computed token HF ${fmt(perToken.hf, 0)} tok/s (forward loop), safekeep ${fmt(perToken.safekeep, 0)} tok/s (whole process) → `
+          + `${reuse.ratio.toFixed(2)} × ${(perToken.safekeep / perToken.hf).toFixed(2)} = ${(reuse.ratio * perToken.safekeep / perToken.hf).toFixed(2)}× the forward loop; `
+          + `5× would need safekeep at ${fmt((5 / reuse.ratio) * perToken.hf, 0)} tok/s per computed token`);
+        perThreads[t] = { hf: hfBest, safekeep: skBest, perToken };
       }
       out.push('', `extraction row: Table 1–2 workload, ${TABLE_CONDITIONS.length} conditions × ${2 * nPairs} prompts (${nPairs} pairs${limit !== undefined ? ` of the bundled set; --pairs all for all` : ', the whole bundled set'}) = ${nPrompts} prompts, ${nTokens} tokens; ${flag('model') ? extractDir : 'SmolLM2-135M body with the Llama-3.1 tokenizer/vocabulary (128,256), random f32 (std 0.02)'}`);
       out.push('| | threads | HF (length-sorted batches, output_hidden_states) | safekeep extract | safekeep / HF | load (HF / safekeep) |', '| --- | --- | --- | --- | --- | --- |', ...table);
+      out.push(`tokens computed: HF every prompt token (${nTokens}); safekeep ${reuse.computedTokens} of ${reuse.promptTokens} (shared-prefix reuse, the manifests' plan: ${reuse.ratio.toFixed(2)}× fewer). `
+        + 'The end-to-end ratio is that reuse factor times the per-token speed ratio:', ...bounds.map((b) => `- ${b}`));
       out.push(`hidden states, all ${nPrompts} prompts × every layer: worst ‖Δ‖/‖h‖ per vector ${worst.toExponential(1)} (${worst <= 1e-4 ? 'equal within 1e-4' : 'NOT EQUAL: > 1e-4'}), max|Δ|/max|h| ${worstAbs.toExponential(1)}; per condition ${Object.entries(diffs).map(([k, v]) => `${k} ${v.relL2.toExponential(1)}`).join(', ')}`);
-      results.extract = { nPairs, nPrompts, nTokens, perThreads, diffs };
+      results.extract = { nPairs, nPrompts, nTokens, reuse, perThreads, diffs };
       if (worst > 1e-4) process.exitCode = 1;
     }
     finishBench(join(here, 'hf-results.json'), results, out, loads);
   } finally {
     if (!keep) rmSync(work, { recursive: true, force: true });
   }
+}
+
+/** The shared-prefix plan of a safekeep extraction, summed over its conditions' manifests (`reuse`). */
+function plannedTokens(cacheDir: string, names: readonly string[]): { promptTokens: number; computedTokens: number; ratio: number } {
+  let promptTokens = 0;
+  let computedTokens = 0;
+  for (const name of names) {
+    const m = JSON.parse(readFileSync(join(cacheDir, `${promptCacheName(parseCondition(name))}.json`), 'utf8')) as { reuse?: { promptTokens: number; computedTokens: number } };
+    if (!m.reuse) throw new Error(`${name}: the safekeep manifest has no reuse plan`);
+    promptTokens += m.reuse.promptTokens;
+    computedTokens += m.reuse.computedTokens;
+  }
+  return { promptTokens, computedTokens, ratio: promptTokens / computedTokens };
 }
 
 await main();

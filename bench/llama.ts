@@ -311,6 +311,8 @@ function compareCheck(dtype: Dtype, gguf: string, a: Float32Array, b: Float32Arr
 }
 
 const fmt = (x: number, digits = 1) => (Number.isFinite(x) ? x.toFixed(digits) : '—');
+/** a / b as `1.23×`, or — when a row was not run */
+const ratio = (a: number | undefined, b: number | undefined) => fmt((a ?? NaN) / (b ?? NaN), 2) + (Number.isFinite((a ?? NaN) / (b ?? NaN)) ? '×' : '');
 
 async function main(): Promise<void> {
   const mode = flag('mode');
@@ -480,7 +482,7 @@ async function main(): Promise<void> {
       out.push('| bits | prefill 1×512, tok per CPU s (llama.cpp / safekeep) | safekeep / llama.cpp | decode CPU ms/step (llama.cpp / safekeep) | safekeep / llama.cpp (speed) |', '| --- | --- | --- | --- | --- |');
       for (const d of dtypes) {
         const { llama: l, safekeep: s } = bestOf[keyOf(d, 1)]!;
-        out.push(`| ${d} / ${LLAMA_NAME[d]} | ${fmt(l!.prefillCpuTps ?? NaN, 0)} / ${fmt(s!.prefillCpuTps ?? NaN, 0)} | ${((s!.prefillCpuTps ?? NaN) / (l!.prefillCpuTps ?? NaN)).toFixed(2)}× | ${fmt(l!.decodeCpuMs ?? NaN, 2)} / ${fmt(s!.decodeCpuMs ?? NaN, 2)} | ${((l!.decodeCpuMs ?? NaN) / (s!.decodeCpuMs ?? NaN)).toFixed(2)}× |`);
+        out.push(`| ${d} / ${LLAMA_NAME[d]} | ${fmt(l!.prefillCpuTps ?? NaN, 0)} / ${fmt(s!.prefillCpuTps ?? NaN, 0)} | ${ratio(s!.prefillCpuTps, l!.prefillCpuTps)} | ${fmt(l!.decodeCpuMs ?? NaN, 2)} / ${fmt(s!.decodeCpuMs ?? NaN, 2)} | ${ratio(l!.decodeCpuMs, s!.decodeCpuMs)} |`);
       }
     }
     results.speed = bestOf;

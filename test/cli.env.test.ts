@@ -36,8 +36,10 @@ test('engineEnv: the engine variables as options; unset or invalid values set no
     SAFEKEEP_QUANT_SCHEME: 'sym', SAFEKEEP_QUANT_ACCURACY: '2', SAFEKEEP_QUANT_BLOCK: '128', SAFEKEEP_SPIN: '1', SAFEKEEP_QUIET: '1',
   }), { cacheDir: '/c', threads: 3, attention: 'matmul', fuse: false, quantScheme: 'sym', quantAccuracy: 2, quantBlock: 128, spin: true, quiet: true });
   assert.deepEqual(engineEnv({
-    SAFEKEEP_THREADS: '0', SAFEKEEP_ATTENTION: 'mha', SAFEKEEP_FUSE: '1', SAFEKEEP_QUANT_SCHEME: 'x', SAFEKEEP_QUANT_ACCURACY: '7', SAFEKEEP_QUANT_BLOCK: '48', SAFEKEEP_SPIN: '0', SAFEKEEP_QUIET: '',
+    SAFEKEEP_THREADS: '0', SAFEKEEP_ATTENTION: 'flash', SAFEKEEP_FUSE: '1', SAFEKEEP_QUANT_SCHEME: 'x', SAFEKEEP_QUANT_ACCURACY: '7', SAFEKEEP_QUANT_BLOCK: '48', SAFEKEEP_SPIN: '0', SAFEKEEP_QUIET: '',
   }), {});
+  assert.deepEqual(engineEnv({ SAFEKEEP_ATTENTION: 'onnx' }), { attention: 'onnx' });
+  assert.deepEqual(engineEnv({ SAFEKEEP_ATTENTION: 'mha' }), { attention: 'mha' });
 });
 
 test('hubEnv, dataDirsEnv, quietEnv: the hub, data-folder and progress variables as the options the library takes', () => {

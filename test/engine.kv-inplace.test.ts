@@ -126,7 +126,7 @@ const CASES = [
 ];
 
 for (const { family, opts } of CASES) {
-  for (const attention of ['mha', 'matmul'] as const) {
+  for (const attention of ['onnx', 'mha', 'matmul'] as const) {
     describe(`in-place KV decode: ${family}, attention ${attention}`, () => {
       let tmp: string;
       let cache: ReturnType<typeof tempCache>;

@@ -75,6 +75,9 @@ describe('memory model arithmetic', () => {
     assert.ok(Math.abs(stepBytes(TINY, shape, 'matmul') - (STEP_FIXED + ARENA_SLACK * (common + scoresMatmul) + tail)) < 1e-6);
     const scoresMha = SCORE_COPIES.mha * 2 * 2 * 3 * S * 4 + 2 * 2 * 2 * S * 4 * 4; // + K/V repeated per query head
     assert.ok(Math.abs(stepBytes(TINY, shape, 'mha') - (STEP_FIXED + ARENA_SLACK * (common + scoresMha) + tail)) < 1e-6);
+    const scoresOnnx = SCORE_COPIES.onnx * 2 * 2 * 3 * S * 4; // K/V heads read in place: no repeated copies
+    assert.ok(Math.abs(stepBytes(TINY, shape, 'onnx') - (STEP_FIXED + ARENA_SLACK * (common + scoresOnnx) + tail)) < 1e-6);
+    assert.equal(stepBytes(TINY, shape), stepBytes(TINY, shape, 'onnx'), 'the default is the CPU default kernel');
     // the present KV, when copied out, adds 2·B·S·kv (onnxruntime's outputs and their JS copies) + B·T·kv (the new
     // slots stacked into the one new_kv output)
     assert.ok(Math.abs(stepBytes(TINY, { ...shape, present: true }, 'mha') - stepBytes(TINY, shape, 'mha') - (2 * 2 * S * kv + 2 * 3 * kv)) < 1e-6);

@@ -3,7 +3,7 @@
  * four families: llama (llama3 RoPE scaling, untied, sharded), mistral (untied, 1 KV head), qwen2 (q/k/v bias,
  * tied), qwen3 (q/k norm, tied, explicit head_dim ≠ hidden/heads); GQA everywhere. Prefill hidden states + logits,
  * KV-cache greedy decode (step logits, first generated token's hidden state), steering — in f32 and bf16.
- * Both attention kernels (fused MultiHeadAttention, standard ops) are checked.
+ * All three attention kernels (the ONNX Attention op, MultiHeadAttention, standard ops) are checked.
  * bf16: a BF16-stored checkpoint gives the exact upcast under both --dtype values, and an F32 checkpoint run with
  * --dtype bf16 equals the oracle on the same draws stored as BF16 (round-to-nearest-even). F16 storage: exact upcast.
  */
@@ -69,7 +69,8 @@ for (const { family, opts } of CASES) {
     ] as const;
 
     const cases = [
-      ...variants.map(([name, ck, dtype, oc]) => [name, ck, dtype, oc, 'mha'] as const),
+      ...variants.map(([name, ck, dtype, oc]) => [name, ck, dtype, oc, 'onnx'] as const),
+      ['F32 checkpoint, --dtype f32, MultiHeadAttention', () => ckF32, 'f32', () => ckF32, 'mha'] as const,
       ['F32 checkpoint, --dtype f32, standard-op attention', () => ckF32, 'f32', () => ckF32, 'matmul'] as const,
     ];
     for (const [name, engineCk, dtype, oracleCk, attention] of cases) {

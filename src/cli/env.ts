@@ -17,7 +17,7 @@ interface EnvVarDef {
 export const ENV_VARS: readonly EnvVarDef[] = [
   { name: 'SAFEKEEP_CACHE', value: 'DIR', help: 'graph and quantized-weight cache root (default ~/.cache/safekeep)' },
   { name: 'SAFEKEEP_THREADS', value: 'N', help: 'intra-op threads when --threads is not given (default: one per physical core within the CPU quota)' },
-  { name: 'SAFEKEEP_ATTENTION', value: 'mha|matmul', help: 'prefill attention kernel: fused MultiHeadAttention (default) or standard ops' },
+  { name: 'SAFEKEEP_ATTENTION', value: 'onnx|mha|matmul', help: 'multi-token attention kernel: the ONNX Attention op (cpu default), onnxruntime\'s MultiHeadAttention (cuda default) or standard ops' },
   { name: 'SAFEKEEP_FUSE', value: '0', help: '0: q/k/v and gate/up as separate Gemms instead of one concatenated Gemm each' },
   { name: 'SAFEKEEP_QUANT_SCHEME', value: 'sym|asym', help: 'q8/q4 block quantization (default asym)' },
   { name: 'SAFEKEEP_QUANT_ACCURACY', value: '0..4', help: 'q8/q4 MatMulNBits accuracy level (default 4: int8 activations)' },
@@ -41,7 +41,7 @@ export function engineEnv(env: NodeJS.ProcessEnv = process.env): EngineOptions {
   if (env.SAFEKEEP_CACHE) o.cacheDir = env.SAFEKEEP_CACHE;
   const threads = Number(env.SAFEKEEP_THREADS);
   if (env.SAFEKEEP_THREADS && Number.isInteger(threads) && threads > 0) o.threads = threads;
-  if (env.SAFEKEEP_ATTENTION === 'matmul') o.attention = 'matmul';
+  if (env.SAFEKEEP_ATTENTION === 'matmul' || env.SAFEKEEP_ATTENTION === 'mha' || env.SAFEKEEP_ATTENTION === 'onnx') o.attention = env.SAFEKEEP_ATTENTION;
   if (env.SAFEKEEP_FUSE === '0') o.fuse = false;
   const scheme = env.SAFEKEEP_QUANT_SCHEME;
   if (scheme === 'sym' || scheme === 'asym') o.quantScheme = scheme;

@@ -18,7 +18,7 @@ type Device = 'cpu' | 'cuda';
  * SmolLM2 shape, and the scores never materialized) or the same standard ops with 'matmul'. Both are tested against
  * HF and the oracle.
  */
-export type AttentionImpl = 'matmul' | 'mha';
+export type AttentionImpl = 'matmul' | 'mha' | 'onnx';
 
 /** q8/q4 block quantization: symmetric, or asymmetric with a zero point per block. */
 export type QuantScheme = 'sym' | 'asym';
@@ -38,7 +38,10 @@ export interface EngineOptions {
   maxBatchTokens?: number;
   /** weights only in the mmapped files, no pre-packed copy (less RSS, slower; see session.ts) */
   lowMemory?: boolean;
-  /** attention kernel: 'mha' (fused, default) or 'matmul' (standard ops) */
+  /**
+   * multi-token attention kernel: 'onnx' (the ONNX Attention op; default on cpu), 'mha' (onnxruntime's
+   * MultiHeadAttention; default on cuda, whose Attention-op support is untested here) or 'matmul' (standard ops)
+   */
   attention?: AttentionImpl;
   /**
    * q/k/v and gate/up as one Gemm each on in-graph concatenated weights (default true; always false with
@@ -112,6 +115,16 @@ function defaultQuantAccuracy(bits: 4 | 8): number {
   return 4;
 }
 
+/**
+ * The ONNX Attention op (opset 23) on cpu: same results as MultiHeadAttention (bit-equal on the test checkpoints), and
+ * K/V heads read in place instead of repeated per query head — measured in one process, SmolLM2 shape: prefill
+ * 1×512 1.02× (1 thread, CPU time) / 1.02× (2 threads, wall), 4 suffixes on a 1,000-token prefix 1.01×, decode equal
+ * (the same T = 1 path). cuda keeps 'mha': the Attention op's CUDA kernel is untested here.
+ */
+function defaultAttention(device: string): AttentionImpl {
+  return device === 'cpu' ? 'onnx' : 'mha';
+}
+
 function defaultCacheDir(): string {
   return join(homedir(), '.cache', 'safekeep');
 }
@@ -126,7 +139,7 @@ export function resolveEngineConfig(o: EngineOptions): EngineConfig {
     dtype, device, lowMemory,
     threads: o.threads ?? machineThreads().threads,
     cacheDir: o.cacheDir ?? defaultCacheDir(),
-    attention: o.attention ?? 'mha',
+    attention: o.attention ?? defaultAttention(device),
     fuse: !lowMemory && (o.fuse ?? true),
     quant: bits === null ? null : { bits, scheme: o.quantScheme ?? defaultQuantScheme(), accuracyLevel: o.quantAccuracy ?? defaultQuantAccuracy(bits), block: o.quantBlock ?? 32 },
     spin: o.spin ?? false,

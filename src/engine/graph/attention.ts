@@ -1,8 +1,10 @@
 /**
  * Attention of T new slots on the KV buffer (kv.ts) plus themselves, grouped-query (query head h reads KV head
- * h // rep). A decode step (T = 1) runs standard ops on the buffer in place; with `AttentionImpl` 'mha' (default) a
- * multi-token step (prefill, a prefix's suffix, a chunk) runs onnxruntime's fused MultiHeadAttention on the buffer and
- * the new slots concatenated instead, chosen in the graph by an If on T > 1. 'matmul' runs the standard ops always.
+ * h // rep). A decode step (T = 1) runs standard ops on the buffer in place. A multi-token step (prefill, a prefix's
+ * suffix, a chunk) runs one fused kernel instead, chosen in the graph by an If on T > 1: with `AttentionImpl` 'onnx'
+ * (the CPU default) the ONNX Attention op (opset 23: grouped-query heads read in place, the buffer as its past, the
+ * bias folded into the score GEMM); with 'mha' onnxruntime's MultiHeadAttention on the buffer and the new slots
+ * concatenated, K/V repeated per query head. 'matmul' runs the standard ops always.
  */
 import type { ModelConfig } from '../../checkpoint/types.ts';
 import type { AttentionImpl } from '../engine-config.ts';
@@ -61,6 +63,14 @@ export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, 
     const o = g.op('Add', [g.op('MatMul', [pBuf!, vBuf]), g.op('MatMul', [pNew!, vNew])], {}, { name: 'attn' }); // [B, kvH, rep·T, hd]
     return g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [o, g.i64([0, H, -1, hd])])], { perm: [0, 2, 1, 3] }), g.i64([-1, H * hd])]);
   };
+  /**
+   * ONNX Attention (opset 23) on the buffer as past: K/V heads shared by their rep query heads without a copy, the
+   * bias preloaded into the score GEMM. Its present outputs (buffer + new slots) are required with a past and unused.
+   */
+  const onnxAttention = (q: string, kNew: string, vNew: string, kBuf: string, vBuf: string, bias: string): string => {
+    const [y] = g.opN('Attention', [q, kNew, vNew, bias4(bias), kBuf, vBuf], { scale: { float: 1 / Math.sqrt(hd) } }, { outputs: 3, name: 'attention' }); // [B, H, T, hd]
+    return g.op('Reshape', [g.op('Transpose', [y!], { perm: [0, 2, 1, 3] }), g.i64([-1, H * hd])]);
+  };
   if (impl === 'matmul') return buffered;
 
   let multi: string | null = null;
@@ -69,12 +79,14 @@ export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, 
     biasRep(bias);
     bias4(bias);
     bufferAndNew(bias);
-    // T > 1 (a prefill, a prefix's suffix, a chunk): the fused kernel on the buffer and the new slots concatenated
-    // (the copy is small next to T·S scores); T = 1 (decode): standard ops on the buffer in place, no copy
+    // T > 1 (a prefill, a prefix's suffix, a chunk): the fused kernel (its copy of the buffer is small next to T·S
+    // scores); T = 1 (decode): standard ops on the buffer in place, no copy
     multi ??= g.op('Greater', [g.op('Slice', [g.op('Shape', [bias]), g.i64([1]), g.i64([2])]), g.i64([1])], {}, { name: 'multi_token' }); // [1] bool
     const out = (v: string) => [{ name: v, elemType: DataType.FLOAT, dims: ['bt', H * hd] }];
     const joined = (buf: string, fresh: string) => g.op('Concat', [buf, fresh], { axis: 2 }); // [B, kvH, C + T, hd]
-    const fusedBranch = g.subgraph('fused_attention', () => out(fused(q, joined(kBuf, kNew), joined(vBuf, vNew), bias)));
+    const fusedBranch = g.subgraph('fused_attention', () => out(impl === 'onnx'
+      ? onnxAttention(q, kNew, vNew, kBuf, vBuf, bias)
+      : fused(q, joined(kBuf, kNew), joined(vBuf, vNew), bias)));
     const onBuffer = g.subgraph('buffered_attention', () => out(buffered(q, kNew, vNew, kBuf, vBuf, bias)));
     return g.op('If', [multi], { then_branch: { graph: fusedBranch }, else_branch: { graph: onBuffer } }, { name: 'attention' });
   };

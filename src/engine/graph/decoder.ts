@@ -73,7 +73,8 @@ export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype
   const logits = g.scope('head', () => w.lmHead(rmsnorm(g, g.op('Gather', [x, io.logitsIndex], { axis: 0 }), w.f32(tensorName('finalNorm')), c.rmsNormEps)));
   outputResults(g, c, hidden.stacked(), logits);
   outputKv(g, c, kv);
-  return g.encode('safekeep-decoder');
+  // the ONNX Attention op is opset 23; the other attention kernels keep the graph at 17
+  return g.encode('safekeep-decoder', { '': cfg.attention === 'onnx' ? 23 : 17, 'com.microsoft': 1 });
 }
 
 /** What every layer shares: the graph, weights, inputs, RoPE tables, attention kernel, [B, T, heads, hd] shapes. */

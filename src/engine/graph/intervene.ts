@@ -20,7 +20,9 @@ export interface InterventionRows {
 
 /** every layer's rows of the steer, dir and value inputs ([L+1, d], [L+1, d], [L+1]) */
 export function interventionRows(g: GraphBuilder, io: GraphInputs, layers: number): InterventionRows {
-  const rows = (x: string, name: string) => g.opN('Split', [x], { axis: 0 }, { outputs: layers + 1, name });
+  // split sizes as an input: valid at every opset (from 18 a Split without them needs num_outputs)
+  const ones = g.i64(new Array<number>(layers + 1).fill(1));
+  const rows = (x: string, name: string) => g.opN('Split', [x, ones], { axis: 0 }, { outputs: layers + 1, name });
   return { steer: rows(io.steer, 'steer_rows'), dir: rows(io.interveneDir, 'intervene_dir_rows'), value: rows(io.interveneValue, 'intervene_value_rows') };
 }
 

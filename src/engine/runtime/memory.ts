@@ -53,10 +53,10 @@ export const WEIGHT_PEAK = { f32: 1.35, lowMemory: 1.05, quant: 1.05 } as const;
 export const ACTIVATION_UNITS = { residual: 10, qkv: 8, mlp: 10 } as const;
 
 /**
- * live f32 copies of the B·H·T·S attention scores: 'matmul' = repeated bias + scores + probabilities; 'mha' =
+ * live f32 copies of the B·H·T·S attention scores: 'matmul' = repeated bias + scores + probabilities; 'mha' and 'onnx' =
  * probabilities and scratch (calibrated)
  */
-export const SCORE_COPIES: Record<AttentionImpl, number> = { matmul: 3, mha: 1.5 };
+export const SCORE_COPIES: Record<AttentionImpl, number> = { matmul: 3, mha: 1.5, onnx: 1.5 };
 
 /** per-step bytes that do not scale with the shape (onnxruntime's per-run allocations, first arena blocks) */
 export const STEP_FIXED = 64 * MiB;
@@ -182,7 +182,7 @@ function activationBytesPerToken(c: ModelConfig): number {
  * where kv = kvBytesPerToken. A config with sliding-window layers feeds a second bias (attn_bias_window), and its
  * copy repeated per query head: + ARENA_SLACK · (B·T·S·4 + B·H·T·S·4).
  */
-export function stepBytes(c: ModelConfig, s: StepShape, attention: AttentionImpl = 'mha'): number {
+export function stepBytes(c: ModelConfig, s: StepShape, attention: AttentionImpl = 'onnx'): number {
   const { batch: B, width: T, past: P } = s;
   const S = P + T;
   const H = c.numHeads;
@@ -235,7 +235,7 @@ function largest(lo: number, hi: number, ok: (x: number) => boolean): number {
  */
 export function planMemory(c: ModelConfig, dtype: ComputeDType, budgetBytes: number, o: PlanOptions = {}): MemoryPlan {
   if (!Number.isFinite(budgetBytes) || budgetBytes <= 0) throw new SafekeepError(`--max-memory must be a positive size, got ${budgetBytes}`);
-  const attention = o.attention ?? 'mha';
+  const attention = o.attention ?? 'onnx';
   const weights = weightBytes(c, dtype, o);
   const runtime = o.runtimeBytes ?? RUNTIME_BYTES;
   const base = runtime + weights;
@@ -272,7 +272,7 @@ export function planRecord(p: MemoryPlan): Record<string, number> {
 }
 
 /** Does a step of this shape fit the plan's step bytes? */
-export function fitsStep(c: ModelConfig, plan: Pick<MemoryPlan, 'stepBytes'>, s: StepShape, attention: AttentionImpl = 'mha'): boolean {
+export function fitsStep(c: ModelConfig, plan: Pick<MemoryPlan, 'stepBytes'>, s: StepShape, attention: AttentionImpl = 'onnx'): boolean {
   return stepBytes(c, s, attention) <= plan.stepBytes;
 }
 
@@ -282,7 +282,7 @@ export function fitsStep(c: ModelConfig, plan: Pick<MemoryPlan, 'stepBytes'>, s:
  * (the KV of the prompt alone is too big for the budget).
  */
 export function chunkTokens(c: ModelConfig, plan: Pick<MemoryPlan, 'stepBytes' | 'maxChunkTokens' | 'budgetBytes'>, length: number, past: number,
-  out: { hiddenPerToken: boolean; logitsPerToken: boolean }, attention: AttentionImpl = 'mha'): number {
+  out: { hiddenPerToken: boolean; logitsPerToken: boolean }, attention: AttentionImpl = 'onnx'): number {
   const total = past + length;
   const shape = (t: number): StepShape => ({
     batch: 1, width: t, past: total - t, present: true,
