@@ -11,9 +11,10 @@ import { RULE_WRITER_ROLE } from '../src/guard/s3/rule-gen.ts';
 import { completion, startMockUpstream } from './helpers/guard-mock.ts';
 import { s3Script } from './helpers/s3-mock.ts';
 import { repoRoot } from './helpers/shared.ts';
+import { s3Data } from './helpers/s3-data.ts';
 
-const fixtures = join(repoRoot, 'test', 'fixtures', 's3');
-const data = ['--injecagent', join(fixtures, 'injecagent'), '--agentharm', join(fixtures, 'agentharm')];
+const fixtures = s3Data();
+const data = ['--injecagent', fixtures.injecagent, '--agentharm', fixtures.agentharm];
 let root = '';
 before(() => { root = mkdtempSync(join(tmpdir(), 'safekeep-s3-cli-')); });
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -111,7 +112,7 @@ test('safekeep s3 rules (CLI): seed + generated rules saved as a valid, reviewab
   });
   try {
     const tools = join(root, 'tools.json');
-    writeFileSync(tools, readFileSync(join(fixtures, 'agentharm', 'tools.json'), 'utf8').replace(/^[\s\S]*"benign_tools": /, '').replace(/}\s*$/, ''));
+    writeFileSync(tools, readFileSync(join(fixtures.agentharm, 'tools.json'), 'utf8').replace(/^[\s\S]*"benign_tools": /, '').replace(/}\s*$/, ''));
     const out = join(root, 'memory.json');
     const r = await runCli(['s3', 'rules', '--endpoint', up.url, '--endpoint-model', 'mock', '--tools', tools, '--out', out, '--per-tool', '2', '--no-cache']);
     assert.equal(r.code, 0, r.stderr);

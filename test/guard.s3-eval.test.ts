@@ -8,9 +8,10 @@ import { parseConfigs, runS3Eval, summarizeS3, type S3Summary } from '../src/gua
 import { startMockUpstream } from './helpers/guard-mock.ts';
 import { s3Script } from './helpers/s3-mock.ts';
 import { repoRoot } from './helpers/shared.ts';
+import { s3Data } from './helpers/s3-data.ts';
 
-const fixtures = join(repoRoot, 'test', 'fixtures', 's3');
-const dirs = { injecagent: join(fixtures, 'injecagent'), agentharm: join(fixtures, 'agentharm') };
+const { injecagent, agentharm } = s3Data();
+const dirs = { injecagent, agentharm };
 const skills = loadSkills([join(repoRoot, 'skills')]);
 
 const digest = (s: S3Summary) => ({

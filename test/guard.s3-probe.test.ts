@@ -28,6 +28,7 @@ import type { ToolSpec } from '../src/data/types.ts';
 import type { GenerateOptions } from '../src/engine/types.ts';
 import { spawnSync } from 'node:child_process';
 import { repoRoot } from './helpers/shared.ts';
+import { s3Data } from './helpers/s3-data.ts';
 import { writePlantedProbe } from './helpers/planted-probe.ts';
 
 let dir = '';
@@ -140,10 +141,10 @@ test('probe skills: layer mismatch, unlisted weights and a bad direction file ar
 });
 
 test('s3 eval --model with the refusal-probe skill (CLI): the input stage runs the probe on each task; blocked iff above threshold', () => {
-  const fixtures = join(repoRoot, 'test', 'fixtures', 's3');
+  const fixtures = s3Data();
   const out = join(dir, 's3out');
   const r = spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 's3', 'eval', '--model', model, '--bench', 'mixed',
-    '--injecagent', join(fixtures, 'injecagent'), '--agentharm', join(fixtures, 'agentharm'), '--limit', '1', '--skills', skillDir,
+    '--injecagent', fixtures.injecagent, '--agentharm', fixtures.agentharm, '--limit', '1', '--skills', skillDir,
     '--configs', 'none,single:refusal-probe', '--no-guard-decision', '--max-steps', '1', '--max-tokens', '6', '--out', out],
   { env: { ...process.env, SAFEKEEP_CACHE: join(dir, '.cache') }, encoding: 'utf8' });
   assert.equal(r.status, 0, r.stderr);
@@ -161,7 +162,7 @@ test('s3 eval --model with the refusal-probe skill (CLI): the input stage runs t
   }
   // an endpoint cannot run a probe skill: one error
   const e = spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 's3', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'mixed',
-    '--injecagent', join(fixtures, 'injecagent'), '--agentharm', join(fixtures, 'agentharm'), '--skills', skillDir, '--configs', 'full'], { encoding: 'utf8' });
+    '--injecagent', fixtures.injecagent, '--agentharm', fixtures.agentharm, '--skills', skillDir, '--configs', 'full'], { encoding: 'utf8' });
   assert.equal(e.status, 2);
   assert.match(e.stderr, /field "check": no implementation of "check: probe"/);
 });

@@ -12,14 +12,15 @@ import { join } from 'node:path';
 import { startMockUpstream } from './helpers/guard-mock.ts';
 import { s3Script } from './helpers/s3-mock.ts';
 import { repoRoot } from './helpers/shared.ts';
+import { s3Data } from './helpers/s3-data.ts';
 import { s3Tasks } from '../src/guard/bench/s3-tasks.ts';
 import { parseConfigs, s3Items } from '../src/guard/s3/eval.ts';
 import { itemTokens } from '../src/guard/s3/shard.ts';
 import { loadSkills } from '../src/guard/s3/skill-file.ts';
 import { partitionByCost } from '../src/util/shard.ts';
 
-const fixtures = join(repoRoot, 'test', 'fixtures', 's3');
-const data = ['--injecagent', join(fixtures, 'injecagent'), '--agentharm', join(fixtures, 'agentharm')];
+const fixtures = s3Data();
+const data = ['--injecagent', fixtures.injecagent, '--agentharm', fixtures.agentharm];
 
 function runCli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
@@ -42,7 +43,7 @@ const json = (p: string): unknown => stripTiming(JSON.parse(readFileSync(p, 'utf
 
 test('s3 eval items are balanced on estimated tokens: guarded configurations cost more than none', () => {
   const skills = loadSkills([join(repoRoot, 'skills')]);
-  const tasks = s3Tasks('mixed', { injecagent: join(fixtures, 'injecagent'), agentharm: join(fixtures, 'agentharm') });
+  const tasks = s3Tasks('mixed', { injecagent: fixtures.injecagent, agentharm: fixtures.agentharm });
   const items = s3Items(tasks, parseConfigs('none,single:tool-rules,full', skills, true));
   assert.equal(items.length, 3 * 10);
   const prompt = (i: number) => Math.ceil(JSON.stringify({ messages: items[i]!.task.messages, tools: items[i]!.task.tools }).length / 4);
