@@ -4,7 +4,7 @@
  * the other readers here turn the rest into the options the library takes. Library code never reads the environment.
  */
 import type { DataDirs } from '../data/locate.ts';
-import { QUANT_BLOCKS, type EngineOptions } from '../engine/engine-config.ts';
+import { ATTENTION_IMPLS, QUANT_BLOCKS, type EngineOptions } from '../engine/engine-config.ts';
 import type { HubSettings } from '../hub/resolve.ts';
 import { SafekeepError } from '../util/errors.ts';
 
@@ -41,7 +41,8 @@ export function engineEnv(env: NodeJS.ProcessEnv = process.env): EngineOptions {
   if (env.SAFEKEEP_CACHE) o.cacheDir = env.SAFEKEEP_CACHE;
   const threads = Number(env.SAFEKEEP_THREADS);
   if (env.SAFEKEEP_THREADS && Number.isInteger(threads) && threads > 0) o.threads = threads;
-  if (env.SAFEKEEP_ATTENTION === 'matmul' || env.SAFEKEEP_ATTENTION === 'mha' || env.SAFEKEEP_ATTENTION === 'onnx') o.attention = env.SAFEKEEP_ATTENTION;
+  const attention = ATTENTION_IMPLS.find((a) => a === env.SAFEKEEP_ATTENTION);
+  if (attention) o.attention = attention;
   if (env.SAFEKEEP_FUSE === '0') o.fuse = false;
   const scheme = env.SAFEKEEP_QUANT_SCHEME;
   if (scheme === 'sym' || scheme === 'asym') o.quantScheme = scheme;

@@ -18,7 +18,8 @@ type Device = 'cpu' | 'cuda';
  * SmolLM2 shape, and the scores never materialized) or the same standard ops with 'matmul'. Both are tested against
  * HF and the oracle.
  */
-export type AttentionImpl = 'matmul' | 'mha' | 'onnx';
+export const ATTENTION_IMPLS = ['onnx', 'mha', 'matmul'] as const;
+export type AttentionImpl = (typeof ATTENTION_IMPLS)[number];
 
 /** q8/q4 block quantization: symmetric, or asymmetric with a zero point per block. */
 export type QuantScheme = 'sym' | 'asym';
