@@ -92,12 +92,14 @@ export interface GenerateOptions {
    * generated and `finish` is 'halted'. An activation probe judges the request this way without a second forward.
    */
   haltAfterPrefill?: (row: number, promptLastHidden: Float32Array) => boolean;
+  /** checked at every step boundary: once aborted, generation ends there and the rows left say finish 'cancelled' */
+  signal?: AbortSignal;
 }
 
 export interface GenerateResult {
   generatedIds: number[];
   /** why generation ended ('halted': `haltAfterPrefill` returned true) */
-  finish: 'stop' | 'length' | 'halted';
+  finish: 'stop' | 'length' | 'halted' | 'cancelled';
   /** [steps, vocab] when requested */
   stepLogits?: Float32Array;
   /** [L+1, d_model] when requested */

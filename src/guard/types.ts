@@ -59,6 +59,8 @@ export interface ChatCall {
    * prefill, before any token is generated; `true` stops the call there (reply `finish: 'halted'`, no content).
    */
   inspect?: (promptLastHidden: Float32Array) => boolean;
+  /** aborted when the caller no longer wants the reply (a client that disconnected): a backend stops at its next step */
+  signal?: AbortSignal;
 }
 
 export interface ChatReply {
