@@ -4,6 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { dataDirsEnv, engineEnv, ENV_VARS, hubEnv, quietEnv } from '../src/cli/env.ts';
@@ -43,10 +44,17 @@ test('engineEnv: the engine variables as options; unset or invalid values set no
 });
 
 test('hubEnv, dataDirsEnv, quietEnv: the hub, data-folder and progress variables as the options the library takes', () => {
-  assert.deepEqual(hubEnv({}), {});
+  const cache = { hfCache: join(homedir(), '.cache', 'huggingface', 'hub') };
+  assert.deepEqual(hubEnv({}), cache);
   assert.deepEqual(hubEnv({ SAFEKEEP_MODELS: '/m', HF_ENDPOINT: 'http://mirror', HF_TOKEN: 'hf_a', HUGGING_FACE_HUB_TOKEN: 'hf_b', SAFEKEEP_QUIET: '1' }),
-    { modelsDir: '/m', endpoint: 'http://mirror', token: 'hf_a', progress: false });
-  assert.deepEqual(hubEnv({ HF_TOKEN: '', HUGGING_FACE_HUB_TOKEN: 'hf_b' }), { token: 'hf_b' }, 'the older name when HF_TOKEN is unset or empty');
+    { modelsDir: '/m', endpoint: 'http://mirror', token: 'hf_a', progress: false, ...cache });
+  assert.deepEqual(hubEnv({ HF_TOKEN: '', HUGGING_FACE_HUB_TOKEN: 'hf_b' }), { token: 'hf_b', ...cache }, 'the older name when HF_TOKEN is unset or empty');
+  // the hub cache as huggingface_hub finds it, and HF_HUB_OFFLINE as it reads booleans
+  assert.equal(hubEnv({ HF_HUB_CACHE: '/hc', HF_HOME: '/h' }).hfCache, '/hc');
+  assert.equal(hubEnv({ HF_HOME: '/h', XDG_CACHE_HOME: '/x' }).hfCache, join('/h', 'hub'));
+  assert.equal(hubEnv({ XDG_CACHE_HOME: '/x' }).hfCache, join('/x', 'huggingface', 'hub'));
+  for (const v of ['1', 'ON', 'yes', 'True']) assert.equal(hubEnv({ HF_HUB_OFFLINE: v }).offline, true, v);
+  for (const v of ['0', '', 'off']) assert.equal(hubEnv({ HF_HUB_OFFLINE: v }).offline, undefined, v);
   assert.deepEqual(dataDirsEnv({ SAFEKEEP_DATA: '/d', SAFEKEEP_SHARED: '/s' }), { data: '/d', shared: '/s' });
   assert.deepEqual(dataDirsEnv({ SAFEKEEP_DATA: '' }), {});
   assert.equal(quietEnv({ SAFEKEEP_QUIET: '1' }), true);

@@ -263,7 +263,8 @@ test('resolveModel: folder → itself; owner/name → pulled into $SAFEKEEP_MODE
   await loadCheckpoint(d);
   // unreachable: the complete download must be reused
   assert.equal(await resolveModel('acme/tiny-qwen3', hubAt(dead)), d);
-  await assert.rejects(resolveModel('./no/such/dir', hubAt(dead)), /no such folder, and not a Hugging Face repo id/);
+  await assert.rejects(resolveModel('./no/such/dir', hubAt(dead)), /^SafekeepError: --model \.\/no\/such\/dir: no such folder$/);
+  await assert.rejects(resolveModel('not an id', hubAt(dead)), /no such folder, and not a Hugging Face repo id/);
   await assert.rejects(resolveModel('acme/other', hubAt(dead)), /cannot reach/);
 });
 

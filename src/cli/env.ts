@@ -3,8 +3,11 @@
  * and read only at the CLI edge: `engineEnv` turns the engine's into `EngineOptions` defaults that flags override,
  * the other readers here turn the rest into the options the library takes. Library code never reads the environment.
  */
+import { homedir } from 'node:os';
+import { join } from 'node:path';
 import type { DataDirs } from '../data/locate.ts';
 import { ATTENTION_IMPLS, QUANT_BLOCKS, type EngineOptions } from '../engine/engine-config.ts';
+import type { HubTimeouts } from '../hub/api.ts';
 import type { HubSettings } from '../hub/resolve.ts';
 import { SafekeepError } from '../util/errors.ts';
 
@@ -32,6 +35,11 @@ export const ENV_VARS: readonly EnvVarDef[] = [
   { name: 'HF_ENDPOINT', value: 'URL', help: 'Hugging Face hub mirror for `pull`, `data pull` and hub ids (default https://huggingface.co)' },
   { name: 'HF_TOKEN', value: 'TOKEN', help: 'hub token for gated or private repos (sent to the hub only, never to its file CDN)' },
   { name: 'HUGGING_FACE_HUB_TOKEN', value: 'TOKEN', help: 'the older name of HF_TOKEN, used when HF_TOKEN is unset' },
+  { name: 'HF_HOME', value: 'DIR', help: 'Hugging Face home; the hub cache is $HF_HOME/hub (default $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface)' },
+  { name: 'HF_HUB_CACHE', value: 'DIR', help: 'the Hugging Face hub cache (models--org--name/snapshots/…), shared with Python: hub ids found there are used in place' },
+  { name: 'HF_HUB_OFFLINE', value: '1', help: 'never reach the hub: hub ids resolve only from models/ and the hub cache' },
+  { name: 'HF_HUB_ETAG_TIMEOUT', value: 'SECONDS', help: 'time limit for a hub file listing (default 10)' },
+  { name: 'HF_HUB_DOWNLOAD_TIMEOUT', value: 'SECONDS', help: 'time limit for a download\'s response and for each next chunk of it (default 10)' },
   { name: 'OPENAI_API_KEY', value: 'KEY', help: 'endpoint API key of `guard eval`, `s3 …` when --api-key-env is not given (not `serve`: it forwards the client\'s own key)' },
 ];
 
@@ -65,17 +73,49 @@ export function dataDirsEnv(env: NodeJS.ProcessEnv = process.env): DataDirs {
   return { ...(env.SAFEKEEP_DATA ? { data: env.SAFEKEEP_DATA } : {}), ...(env.SAFEKEEP_SHARED ? { shared: env.SAFEKEEP_SHARED } : {}) };
 }
 
+/** huggingface_hub's reading of a boolean variable */
+function envTrue(v: string | undefined): boolean {
+  return v !== undefined && ['1', 'on', 'yes', 'true'].includes(v.trim().toLowerCase());
+}
+
+/** A time limit in seconds (a flag or a variable) as milliseconds; anything but a positive finite number is an error. */
+export function parseTimeoutSeconds(name: string, v: string): number {
+  const s = Number(v);
+  if (v.trim() === '' || !Number.isFinite(s) || s <= 0 || s > 86_400) throw new SafekeepError(`${name} ${JSON.stringify(v.slice(0, 40))}: expected a number of seconds > 0 (at most 86400)`);
+  return Math.round(s * 1000);
+}
+
+/** HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT (seconds) as hub time limits; unset or empty sets nothing. */
+export function hubTimeoutsEnv(env: NodeJS.ProcessEnv = process.env): HubTimeouts {
+  const t: HubTimeouts = {};
+  if (env.HF_HUB_ETAG_TIMEOUT) t.metadataMs = parseTimeoutSeconds('HF_HUB_ETAG_TIMEOUT', env.HF_HUB_ETAG_TIMEOUT);
+  if (env.HF_HUB_DOWNLOAD_TIMEOUT) t.downloadMs = parseTimeoutSeconds('HF_HUB_DOWNLOAD_TIMEOUT', env.HF_HUB_DOWNLOAD_TIMEOUT);
+  return t;
+}
+
+/** The Hugging Face hub cache as huggingface_hub finds it: HF_HUB_CACHE, $HF_HOME/hub, $XDG_CACHE_HOME/huggingface/hub, ~/.cache/huggingface/hub. */
+export function hfCacheEnv(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.HF_HUB_CACHE) return env.HF_HUB_CACHE;
+  if (env.HF_HOME) return join(env.HF_HOME, 'hub');
+  return join(env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'huggingface', 'hub');
+}
+
 /**
- * SAFEKEEP_MODELS, HF_ENDPOINT and HF_TOKEN (or HUGGING_FACE_HUB_TOKEN) as hub settings, SAFEKEEP_QUIET as no
- * download progress; empty values set nothing
+ * SAFEKEEP_MODELS, HF_ENDPOINT and HF_TOKEN (or HUGGING_FACE_HUB_TOKEN), the hub cache (HF_HUB_CACHE / HF_HOME),
+ * HF_HUB_OFFLINE and the HF_HUB_*_TIMEOUT limits as hub settings, SAFEKEEP_QUIET as no download
+ * progress; empty values set nothing
  */
 export function hubEnv(env: NodeJS.ProcessEnv = process.env): HubSettings {
   const token = env.HF_TOKEN || env.HUGGING_FACE_HUB_TOKEN;
+  const timeouts = hubTimeoutsEnv(env);
   return {
     ...(env.SAFEKEEP_MODELS ? { modelsDir: env.SAFEKEEP_MODELS } : {}),
     ...(env.HF_ENDPOINT ? { endpoint: env.HF_ENDPOINT } : {}),
     ...(token ? { token } : {}),
     ...(quietEnv(env) ? { progress: false } : {}),
+    ...(Object.keys(timeouts).length ? { timeouts } : {}),
+    hfCache: hfCacheEnv(env),
+    ...(envTrue(env.HF_HUB_OFFLINE) ? { offline: true } : {}),
   };
 }
 

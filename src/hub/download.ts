@@ -3,13 +3,19 @@
  * connections, redirects followed (the token is not sent to another origin), size + sha256 (LFS) or git blob sha1
  * verification, atomic finalisation (rename). A marker `.safekeep-hub.json` in the folder records what was fetched
  * (repo, revision, commit, per-file size and hash), so a second run reuses verified files without downloading.
+ *
+ * Bounded: a file is never written past the size the listing declares (a longer or endless body is cut and refused,
+ * and a file the listing gives no size for is not fetched), every wait for the server is bounded by
+ * `timeouts.downloadMs`, and a file that cannot be completed leaves no `.part` behind unless the connection merely
+ * dropped (then the `.part` is kept to resume from). Repo paths are checked before any is written (no `..`, no
+ * absolute or control-character names, never our own marker or lock).
  */
 import { createHash } from 'node:crypto';
 import { closeSync, createReadStream, existsSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { dirname, join, resolve, sep } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
-import { httpError, hubFetch, hubToken, listHubFiles, resolveUrl, type HubFile, type HubListing, type HubTarget } from './api.ts';
+import { checkRepoPath, DEFAULT_HUB_TIMEOUT_MS, formatSeconds, httpError, hubFetch, HubTimeout, hubToken, listHubFiles, resolveUrl, type HubFile, type HubListing, type HubTarget } from './api.ts';
 import { ByteProgress } from './progress.ts';
 import { writeJsonAtomic } from '../util/atomic.ts';
 
@@ -91,28 +97,38 @@ async function verify(path: string, f: HubFile): Promise<string | null> {
   return null;
 }
 
-class Retryable extends Error {}
+class Retryable extends Error {
+  /** the server stalled (as opposed to a dropped connection): nothing it sent is kept */
+  constructor(message: string, readonly stalled = false) { super(message); }
+}
 
-/** One attempt: continue `part` from its current length. */
+/** One attempt: continue `part` from its current length, never past `f.size`. */
 async function fetchIntoPart(url0: string, part: string, f: HubFile, t: HubTarget, token: string | undefined, showProgress: boolean): Promise<void> {
   let have = existsSync(part) ? statSync(part).size : 0;
-  if (f.size >= 0 && have > f.size) { rmSync(part, { force: true }); have = 0; }
-  if (f.size >= 0 && have === f.size) return;
+  if (have > f.size) { rmSync(part, { force: true }); have = 0; }
+  if (have === f.size) return;
+  const timeoutMs = t.timeouts?.downloadMs ?? DEFAULT_HUB_TIMEOUT_MS;
   const origin = new URL(url0).origin;
+  const ac = new AbortController();
   let url = url0;
   let res: Response | null = null;
-  for (let hop = 0; hop < 10; hop++) {
-    const headers: Record<string, string> = {};
-    if (token && new URL(url).origin === origin) headers.authorization = `Bearer ${token}`;
-    if (have > 0) headers.range = `bytes=${have}-`;
-    res = await hubFetch(url, { headers, redirect: 'manual' });
-    const loc = res.headers.get('location');
-    if (res.status >= 300 && res.status < 400 && loc) {
-      await res.body?.cancel();
-      url = new URL(loc, url).toString();
-      continue;
+  try {
+    for (let hop = 0; hop < 10; hop++) {
+      const headers: Record<string, string> = {};
+      if (token && new URL(url).origin === origin) headers.authorization = `Bearer ${token}`;
+      if (have > 0) headers.range = `bytes=${have}-`;
+      res = await hubFetch(url, { headers, redirect: 'manual', signal: ac.signal, timeoutMs, timeoutName: 'HF_HUB_DOWNLOAD_TIMEOUT' });
+      const loc = res.headers.get('location');
+      if (res.status >= 300 && res.status < 400 && loc) {
+        await res.body?.cancel();
+        url = new URL(loc, url).toString();
+        continue;
+      }
+      break;
     }
-    break;
+  } catch (e) {
+    if (e instanceof HubTimeout) throw new Retryable(e.message, true);
+    throw e;
   }
   if (!res || (res.status >= 300 && res.status < 400)) throw new SafekeepError(`${f.path}: too many redirects from ${url0}`);
   if (res.status === 416) {
@@ -136,18 +152,47 @@ async function fetchIntoPart(url0: string, part: string, f: HubFile, t: HubTarge
     have = 0; // server ignored Range: full content follows
   }
   if (!res.body) throw new Retryable('empty response body');
-  const total = f.size >= 0 ? f.size : have + Number(res.headers.get('content-length') ?? 0);
-  const progress = showProgress ? new ByteProgress(f.path, total, have) : null;
+  const declared = res.headers.get('content-length');
+  if (declared !== null && have + Number(declared) > f.size) {
+    await res.body.cancel();
+    rmSync(part, { force: true });
+    throw new SafekeepError(`${f.path}: the server announces ${have + Number(declared)} bytes but the listing declares ${f.size}; refused`);
+  }
+  const progress = showProgress ? new ByteProgress(f.path, f.size, have) : null;
   const fh = await open(part, have > 0 ? 'a' : 'w');
+  const reader = res.body.getReader();
+  let written = have;
+  let oversize = false;
   try {
-    for await (const chunk of res.body as AsyncIterable<Uint8Array>) {
+    for (;;) {
+      let timer: NodeJS.Timeout | undefined;
+      const stall = new Promise<'stall'>((r) => { timer = setTimeout(() => r('stall'), timeoutMs); });
+      const step = await Promise.race([reader.read(), stall]).finally(() => clearTimeout(timer));
+      if (step === 'stall') {
+        await reader.cancel().catch(() => {});
+        throw new Retryable(`no data for ${formatSeconds(timeoutMs)} (HF_HUB_DOWNLOAD_TIMEOUT, or --timeout)`, true);
+      }
+      if (step.done) break;
+      const chunk = step.value;
+      if (written + chunk.length > f.size) {
+        oversize = true;
+        await reader.cancel().catch(() => {});
+        break;
+      }
       await fh.write(chunk);
+      written += chunk.length;
       progress?.add(chunk.length);
     }
   } catch (e) {
+    if (e instanceof Retryable) throw e;
     throw new Retryable(`connection lost (${(e as Error).message})`);
   } finally {
     await fh.close();
+    ac.abort();
+  }
+  if (oversize) {
+    rmSync(part, { force: true });
+    throw new SafekeepError(`${f.path}: the server sent more than the ${f.size} bytes the listing declares; cut and refused`);
   }
   progress?.finish();
 }
@@ -161,6 +206,10 @@ async function fetchWithRetries(url: string, part: string, f: HubFile, t: HubTar
     } catch (e) {
       if (!(e instanceof Retryable)) throw e;
       const have = existsSync(part) ? statSync(part).size : 0;
+      if (attempt >= attempts && e.stalled) {
+        rmSync(part, { force: true });
+        throw new SafekeepError(`${f.path}: download failed after ${attempts} attempts (${e.message}); nothing kept`);
+      }
       if (attempt >= attempts) throw new SafekeepError(`${f.path}: download failed after ${attempts} attempts (${e.message}); ${have} bytes kept in ${part}, run again to resume`);
       process.stderr.write(`${f.path}: ${e.message}; retrying from byte ${have} (attempt ${attempt + 1}/${attempts})\n`);
       await new Promise((r) => setTimeout(r, 200 * attempt));
@@ -179,6 +228,7 @@ async function downloadHubFile(t: HubTarget, f: HubFile, revision: string, dest:
   const part = `${dest}.part`;
   const attempts = opts.maxAttempts ?? 5;
   const progress = opts.progress ?? true;
+  if (f.size < 0) throw new SafekeepError(`${f.path}: the hub's listing gives no size for it; refusing an unbounded download`);
   mkdirSync(dirname(dest), { recursive: true });
   const resumedOld = existsSync(part) && statSync(part).size > 0;
   await fetchWithRetries(url, part, f, t, token, progress, attempts);
@@ -245,12 +295,11 @@ async function withDownloadLock<T>(dir: string, fn: () => Promise<T>): Promise<T
   }
 }
 
-/** Repo path → file under destDir, refusing paths that would leave it. */
-function destFor(destDir: string, path: string): string {
+/** Repo path → file under destDir, refusing names that are malformed, reserved or would leave it. */
+function destFor(t: HubTarget, destDir: string, path: string): string {
+  checkRepoPath(t, path);
   const d = resolve(destDir, path);
-  if (path.startsWith('/') || path.includes('\\') || path.split('/').includes('..') || !d.startsWith(resolve(destDir) + sep)) {
-    throw new SafekeepError(`refusing repo path '${path}' (outside the download folder)`);
-  }
+  if (!d.startsWith(resolve(destDir) + sep)) throw new SafekeepError(`refusing repo path '${path}' (outside the download folder)`);
   return d;
 }
 
@@ -263,6 +312,7 @@ export async function downloadHubFiles(o: DownloadHubFilesOptions): Promise<Down
   const selected = listing.files.filter((f) => (o.include ? o.include(f.path) : true));
   if (selected.length === 0) throw new SafekeepError(`${o.repoId}@${listing.revision}: no files to download (none matched)`);
   const destDir = resolve(o.destDir);
+  for (const f of selected) destFor(o, destDir, f.path);
   return withDownloadLock(destDir, () => downloadLocked(o, listing, selected, destDir));
 }
 
@@ -279,7 +329,7 @@ async function downloadLocked(o: DownloadHubFilesOptions, listing: HubListing, s
   };
   let downloaded = 0;
   for (const f of selected) {
-    const dest = destFor(destDir, f.path);
+    const dest = destFor(o, destDir, f.path);
     const oid = expectedOid(f);
     const known = marker.files[f.path];
     let ok = false;

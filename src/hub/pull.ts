@@ -1,13 +1,17 @@
 /**
  * `pull`: a model checkpoint from the hub into `models/<owner>--<name>/` (or under `modelsDir`), only the files a
  * checkpoint needs: config, generation config, the safetensors weights (exactly the shards the index names),
- * tokenizer files and chat template. Non-default revisions go to `<owner>--<name>@<revision>/`.
+ * tokenizer files and chat template. Non-default revisions go to `<owner>--<name>@<revision>/`. With `hfCache`, the
+ * files go into the Hugging Face hub cache layout instead (hf-cache.ts), where Python tools find them too.
  */
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
-import { checkRepoId, listHubFiles, type HubTarget } from './api.ts';
+import { checkRepoId, listHubFiles, type HubTarget, type HubTimeouts } from './api.ts';
+import { parseJsonBounded } from '../util/json-bounded.ts';
+import { quoteClipped } from '../util/quote.ts';
 import { downloadHubFiles, readMarker, writeMarker } from './download.ts';
+import { hfSnapshotDir, linkSnapshotIntoCache } from './hf-cache.ts';
 
 /** Small files taken when present (tokenizer and template as well as config). */
 const CHECKPOINT_META_FILES = [
@@ -41,6 +45,11 @@ interface PullOptions {
   /** default modelDirFor(repoId, revision, modelsDir) */
   destDir?: string;
   progress?: boolean;
+  timeouts?: HubTimeouts;
+  /** write into this Hugging Face hub cache (HF_HUB_CACHE layout) instead of modelsDir */
+  hfCache?: string;
+  /** HF_HUB_OFFLINE=1: refuse to reach the hub */
+  offline?: boolean;
 }
 
 interface PullResult {
@@ -51,9 +60,11 @@ interface PullResult {
 }
 
 export async function pullModel(repoId: string, o: PullOptions = {}): Promise<PullResult> {
-  const target: HubTarget = { repoId, repoType: 'model', revision: o.revision ?? 'main', token: o.token, endpoint: o.endpoint };
-  const destDir = o.destDir ?? modelDirFor(repoId, target.revision, o.modelsDir);
+  const target: HubTarget = { repoId, repoType: 'model', revision: o.revision ?? 'main', token: o.token, endpoint: o.endpoint, timeouts: o.timeouts };
+  checkRepoId(repoId);
+  if (o.offline) throw new SafekeepError(`${repoId}: HF_HUB_OFFLINE is set, so nothing is downloaded (unset it to pull)`);
   const listing = await listHubFiles(target);
+  const destDir = o.destDir ?? (o.hfCache ? hfSnapshotDir(o.hfCache, repoId, listing.commit) : modelDirFor(repoId, target.revision, o.modelsDir));
   const names = new Set(listing.files.map((f) => f.path));
   if (!names.has('config.json')) throw new SafekeepError(`${repoId}: the repo has no config.json (not a transformers checkpoint)`);
   const meta = CHECKPOINT_META_FILES.filter((f) => names.has(f));
@@ -62,14 +73,15 @@ export async function pullModel(repoId: string, o: PullOptions = {}): Promise<Pu
   let weights: string[];
   if (names.has('model.safetensors.index.json')) {
     const idxFile = join(destDir, 'model.safetensors.index.json');
-    let wm: unknown;
-    try {
-      wm = (JSON.parse(readFileSync(idxFile, 'utf8')) as { weight_map?: unknown }).weight_map;
-    } catch (e) {
-      throw new SafekeepError(`${idxFile}: invalid JSON (${(e as Error).message})`);
-    }
-    if (!wm || typeof wm !== 'object') throw new SafekeepError(`${idxFile}: missing weight_map`);
-    weights = [...new Set(Object.values(wm as Record<string, string>))].sort();
+    const wm = (parseJsonBounded(readFileSync(idxFile, 'utf8'), idxFile) as { weight_map?: unknown } | null)?.weight_map;
+    if (!wm || typeof wm !== 'object' || Array.isArray(wm)) throw new SafekeepError(`${idxFile}: missing weight_map`);
+    weights = [...new Set(Object.values(wm as Record<string, unknown>))].map((w) => {
+      // a shard is a plain .safetensors file beside the index, as transformers writes them
+      if (typeof w !== 'string' || !/^[^/\\\x00-\x1f]+\.safetensors$/.test(w) || w.startsWith('.')) {
+        throw new SafekeepError(`${idxFile}: weight_map names ${quoteClipped(w)}, not a .safetensors file name in the folder`);
+      }
+      return w;
+    }).sort();
     const missing = weights.filter((w) => !names.has(w));
     if (missing.length) throw new SafekeepError(`${repoId}: the index names shards the repo does not have: ${missing.join(', ')}`);
   } else if (names.has('model.safetensors')) {
@@ -81,5 +93,9 @@ export async function pullModel(repoId: string, o: PullOptions = {}): Promise<Pu
   const marker = readMarker(destDir)!;
   marker.complete = true;
   writeMarker(destDir, marker);
+  if (o.hfCache && !o.destDir) {
+    const oids = Object.fromEntries(Object.entries(marker.files).map(([p, f]) => [p, f.oid]));
+    linkSnapshotIntoCache(o.hfCache, repoId, listing.revision, listing.commit, oids);
+  }
   return { dir: destDir, commit: listing.commit, files: [...first.files, ...second.files], downloaded: first.downloaded + second.downloaded };
 }

@@ -3,7 +3,9 @@
  * Serves `GET /api/{models|datasets}/{id}/revision/{rev}?blobs=true` and `GET [/datasets]/{id}/resolve/{rev}/{path}`
  * like the hub (LFS files listed with sha256/size; LFS downloads 302-redirect to a second "CDN" server on another
  * port = another origin), with HTTP Range support, and injectable faults: a connection dropped mid-file (once), a
- * wrong advertised sha256, gated repos (401 without token, 403 with a wrong one). Every request is logged.
+ * wrong advertised sha256, gated repos (401 without token, 403 with a wrong one), a listing or file that stalls
+ * (headers or some bytes sent, then nothing), a body longer than the listing declares (or endless), and listings
+ * naming files the test chooses (reserved or malformed names). Every request is logged.
  */
 import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -39,6 +41,12 @@ export interface MockHub {
   wrongSha: Set<string>;
   /** whether LFS downloads redirect to the CDN (default true) */
   redirectLfs: boolean;
+  /** repo path → send this many body bytes, then nothing (the connection stays open until close) */
+  stall: Map<string, number>;
+  /** the listing of every repo stalls after its headers */
+  stallListing: boolean;
+  /** repo path → bytes sent beyond the real content ('endless': until the client goes away), no content-length */
+  oversize: Map<string, number | 'endless'>;
   close(): Promise<void>;
 }
 
@@ -77,11 +85,44 @@ export async function startMockHub(repos: MockRepo[]): Promise<MockHub> {
     dropOnce,
     wrongSha,
     redirectLfs: true,
+    stall: new Map(),
+    stallListing: false,
+    oversize: new Map(),
     close: async () => {},
   };
 
   /** Sends `data` honouring Range, maybe dropping the connection. */
   function sendBytes(req: IncomingMessage, res: ServerResponse, path: string, data: Buffer, log: LoggedRequest): void {
+    const over = hub.oversize.get(path);
+    if (over !== undefined) {
+      log.status = 200;
+      res.writeHead(200, { 'accept-ranges': 'none' });
+      res.write(data);
+      log.bytes = data.length;
+      if (over === 'endless') {
+        const chunk = Buffer.alloc(64 * 1024, 1);
+        const pump = (): void => {
+          while (!res.destroyed && log.bytes < 1 << 30) {
+            log.bytes += chunk.length;
+            if (!res.write(chunk)) { res.once('drain', pump); return; }
+          }
+        };
+        res.on('close', () => {});
+        pump();
+      } else {
+        res.end(Buffer.alloc(over, 1));
+        log.bytes += over;
+      }
+      return;
+    }
+    const stallAt = hub.stall.get(path);
+    if (stallAt !== undefined) {
+      log.status = 200;
+      res.writeHead(200, { 'content-length': data.length });
+      res.write(data.subarray(0, stallAt));
+      log.bytes = stallAt;
+      return; // nothing more until the client gives up
+    }
     const range = req.headers.range;
     let start = 0;
     if (range) {
@@ -143,6 +184,7 @@ export async function startMockHub(repos: MockRepo[]): Promise<MockHub> {
         return s;
       });
       log.status = 200;
+      if (hub.stallListing) { res.writeHead(200, { 'content-type': 'application/json' }); res.write('{"id":'); return; }
       res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ id: repo.id, sha, siblings }));
       return;
     }
