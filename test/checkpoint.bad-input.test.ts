@@ -208,5 +208,5 @@ test('safekeep inspect: prints the model; every bad input exits 2 with one line,
   }
   const none = await cli(['inspect', '--model', join(root, 'nope', 'x')]);
   assert.equal(none.code, 2);
-  assert.match(none.stderr, /^safekeep: --model .*nope\/x: no such folder, and not a Hugging Face repo id/);
+  assert.match(none.stderr, /^safekeep: --model .*nope\/x: no such folder\n$/);
 });

@@ -3,6 +3,7 @@
  * expected-tensor list derived from it; the forward pass is one.
  */
 import { SafekeepError } from '../util/errors.ts';
+import { quoteClipped } from '../util/quote.ts';
 import { resolveRope } from './rope.ts';
 import type { Family, ModelConfig } from './types.ts';
 
@@ -48,26 +49,44 @@ const SUPPORTED_MODEL_TYPES = Object.keys(FAMILIES) as Family[];
 
 type Json = Record<string, unknown>;
 
+/**
+ * Upper bounds of the sizes a config.json sets, checked before anything is sized by them (a per-layer list, the
+ * expected-tensor table, RoPE tables): each is far above any released model (405B: 126 layers, d 16384, vocab 128k;
+ * contexts of 10M positions), so only a broken or hostile config reaches one.
+ */
+const SIZE_LIMITS: Record<string, number> = {
+  num_hidden_layers: 4096,
+  hidden_size: 1 << 18,
+  intermediate_size: 1 << 21,
+  num_attention_heads: 4096,
+  num_key_value_heads: 4096,
+  head_dim: 1 << 14,
+  vocab_size: 1 << 24,
+  max_position_embeddings: 1 << 30,
+};
+
 function posInt(cfg: Json, key: string, file: string, fallback?: number): number {
   const v = cfg[key];
   if (v === undefined || v === null) {
     if (fallback !== undefined) return fallback;
     throw new SafekeepError(`${file}: missing ${key}`);
   }
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0) throw new SafekeepError(`${file}: ${key} must be a positive integer, got ${JSON.stringify(v)}`);
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0) throw new SafekeepError(`${file}: ${key} must be a positive integer, got ${quoteClipped(v)}`);
+  const max = SIZE_LIMITS[key];
+  if (max !== undefined && v > max) throw new SafekeepError(`${file}: ${key} ${v} is beyond any real model (at most ${max}); refusing`);
   return v;
 }
 
 function posNum(cfg: Json, key: string, file: string, fallback: number): number {
   const v = cfg[key];
   if (v === undefined || v === null) return fallback;
-  if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) throw new SafekeepError(`${file}: ${key} must be a positive number, got ${JSON.stringify(v)}`);
+  if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) throw new SafekeepError(`${file}: ${key} must be a positive number, got ${quoteClipped(v)}`);
   return v;
 }
 
 function tokenId(v: unknown, key: string, file: string): number | null {
   if (v === undefined || v === null) return null;
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw new SafekeepError(`${file}: ${key} must be a token id, got ${JSON.stringify(v)}`);
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw new SafekeepError(`${file}: ${key} must be a token id, got ${quoteClipped(v)}`);
   return v;
 }
 
@@ -87,13 +106,13 @@ export function parseModelConfig(config: unknown, generationConfig: unknown | nu
   const cfg = config as Json;
   const mt = cfg.model_type;
   if (typeof mt !== 'string' || !(SUPPORTED_MODEL_TYPES as string[]).includes(mt)) {
-    throw new SafekeepError(`${file}: model_type ${JSON.stringify(mt ?? null)} is not supported (supported: ${SUPPORTED_MODEL_TYPES.join(', ')})`);
+    throw new SafekeepError(`${file}: model_type ${quoteClipped(mt ?? null)} is not supported (supported: ${SUPPORTED_MODEL_TYPES.join(', ')})`);
   }
   const family = mt as Family;
   const spec = FAMILIES[family];
   checkKeys(cfg, family, file);
   const act = cfg.hidden_act ?? 'silu';
-  if (act !== 'silu') throw new SafekeepError(`${file}: hidden_act ${JSON.stringify(act)} is not supported (only silu)`);
+  if (act !== 'silu') throw new SafekeepError(`${file}: hidden_act ${quoteClipped(act)} is not supported (only silu)`);
 
   const hiddenSize = posInt(cfg, 'hidden_size', file);
   const numHeads = posInt(cfg, 'num_attention_heads', file);
@@ -158,7 +177,7 @@ function attentionWindows(cfg: Json, family: Family, L: number, file: string): (
   const window = (): number | null => {
     const v = cfg.sliding_window === undefined ? spec.defaults.slidingWindow : cfg.sliding_window;
     if (v === null) return null;
-    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0) throw new SafekeepError(`${file}: sliding_window must be a positive integer or null, got ${JSON.stringify(v)}`);
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v <= 0) throw new SafekeepError(`${file}: sliding_window must be a positive integer or null, got ${quoteClipped(v)}`);
     return v;
   };
   if (spec.window === 'none') return new Array<null>(L).fill(null);
@@ -171,17 +190,17 @@ function attentionWindows(cfg: Json, family: Family, L: number, file: string): (
     const lt = cfg.layer_types;
     if (!Array.isArray(lt) || lt.length !== L) throw new SafekeepError(`${file}: layer_types must be a list of ${L} attention types (one per layer)`);
     types = lt.map((t, i) => {
-      if (t !== 'full_attention' && t !== 'sliding_attention') throw new SafekeepError(`${file}: layer_types[${i}] ${JSON.stringify(t)} is not supported (full_attention, sliding_attention)`);
+      if (t !== 'full_attention' && t !== 'sliding_attention') throw new SafekeepError(`${file}: layer_types[${i}] ${quoteClipped(t)} is not supported (full_attention, sliding_attention)`);
       return t;
     });
   } else {
     const mwl = cfg.max_window_layers ?? spec.defaults.maxWindowLayers;
-    if (typeof mwl !== 'number' || !Number.isSafeInteger(mwl) || mwl < 0) throw new SafekeepError(`${file}: max_window_layers must be a non-negative integer, got ${JSON.stringify(mwl)}`);
+    if (typeof mwl !== 'number' || !Number.isSafeInteger(mwl) || mwl < 0) throw new SafekeepError(`${file}: max_window_layers must be a non-negative integer, got ${quoteClipped(mwl)}`);
     types = Array.from({ length: L }, (_, i) => (w !== null && i >= mwl ? 'sliding_attention' : 'full_attention'));
   }
   if (w === null && types.includes('sliding_attention')) {
     // transformers would build a sliding mask without a window size: nothing sensible to match
-    throw new SafekeepError(`${file}: layer_types marks sliding_attention layers but there is no window (use_sliding_window ${use}, sliding_window ${JSON.stringify(cfg.sliding_window ?? null)}); not supported`);
+    throw new SafekeepError(`${file}: layer_types marks sliding_attention layers but there is no window (use_sliding_window ${use}, sliding_window ${quoteClipped(cfg.sliding_window ?? null)}); not supported`);
   }
   return types.map((t) => (t === 'sliding_attention' ? w : null));
 }
@@ -252,7 +271,7 @@ function isNoOp(key: string, v: unknown): boolean {
  */
 function checkKeys(cfg: Json, family: Family, file: string): void {
   const refuse = (k: string, why: string): never => {
-    throw new SafekeepError(`${file}: ${k} ${JSON.stringify(cfg[k])} is not supported (${why}); refusing rather than computing a different model`);
+    throw new SafekeepError(`${file}: ${k} ${quoteClipped(cfg[k])} is not supported (${why}); refusing rather than computing a different model`);
   };
   for (const k of Object.keys(cfg)) {
     const v = cfg[k];
@@ -269,6 +288,6 @@ function checkKeys(cfg: Json, family: Family, file: string): void {
       if (!isNoOp(k, v)) refuse(k, REFUSED_KEYS[k]!);
       continue;
     }
-    throw new SafekeepError(`${file}: config key ${JSON.stringify(k)} is not known to safekeep for ${family} and may change the forward pass; refusing (src/engine/README.md lists the keys read, ignored and refused)`);
+    throw new SafekeepError(`${file}: config key ${quoteClipped(k)} is not known to safekeep for ${family} and may change the forward pass; refusing (src/engine/README.md lists the keys read, ignored and refused)`);
   }
 }

@@ -4,7 +4,9 @@
  * family needs is present with the right shape and a supported dtype; extra tensors (e.g. rotary inv_freq, a stored
  * lm_head of a tied model) are ignored. No tensor data is read here.
  */
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
+import { parseJsonBounded } from '../util/json-bounded.ts';
+import { readRegularText } from './regular-file.ts';
 import { join, resolve } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
 import { parseModelConfig } from './config.ts';
@@ -15,25 +17,38 @@ import { sha256Hex } from '../util/hash.ts';
 
 const LOADABLE: readonly string[] = ['F32', 'BF16', 'F16'];
 
-function readJson(file: string): unknown {
-  let text: string;
+/** config.json and generation_config.json are a few kB; an index names each tensor once (a few MB at most). */
+const MAX_CONFIG_BYTES = 4 * 1024 * 1024;
+const MAX_INDEX_BYTES = 64 * 1024 * 1024;
+
+/** A JSON file of the checkpoint: a regular file, bounded in size and nesting, or one clear error. */
+function readJson(file: string, maxBytes = MAX_CONFIG_BYTES): { value: unknown; bytes: Buffer } {
+  const text = readRegularText(file, maxBytes);
   try {
-    text = readFileSync(file, 'utf8');
+    return { value: parseJsonBounded(text, file), bytes: Buffer.from(text, 'utf8') };
   } catch (e) {
-    throw new SafekeepError(`${file}: cannot read (${(e as NodeJS.ErrnoException).code ?? String(e)})`);
+    throw new SafekeepError((e as Error).message.replace(': not valid JSON', ': invalid JSON'));
   }
-  try {
-    return JSON.parse(text);
-  } catch (e) {
-    throw new SafekeepError(`${file}: invalid JSON (${(e as Error).message})`);
+}
+
+/**
+ * Layers the weights hold (distinct `model.layers.<i>.` indices): compared with num_hidden_layers before the
+ * expected-tensor list is built, so a config claiming a billion layers is one line about the files.
+ */
+function layersInWeights(names: Iterable<string>): number {
+  const seen = new Set<number>();
+  for (const n of names) {
+    const m = /^model\.layers\.(\d+)\./.exec(n);
+    if (m) seen.add(Number(m[1]));
   }
+  return seen.size;
 }
 
 /** The .safetensors files of a folder and, per tensor name, which file the index says holds it (null = unsharded). */
 function weightFiles(dir: string): { files: string[]; weightMap: Map<string, string> | null } {
   const indexFile = join(dir, 'model.safetensors.index.json');
   if (existsSync(indexFile)) {
-    const idx = readJson(indexFile);
+    const idx = readJson(indexFile, MAX_INDEX_BYTES).value;
     const wm = (idx as { weight_map?: unknown } | null)?.weight_map;
     if (wm === null || typeof wm !== 'object' || Array.isArray(wm)) throw new SafekeepError(`${indexFile}: missing weight_map object`);
     const weightMap = new Map<string, string>();
@@ -59,9 +74,11 @@ export async function loadCheckpoint(dirIn: string): Promise<Checkpoint> {
   if (!existsSync(configFile)) throw new SafekeepError(`${dir}: no config.json (not a Hugging Face checkpoint folder)`);
   const genFile = join(dir, 'generation_config.json');
   const hasGen = existsSync(genFile);
-  const configBytes = readFileSync(configFile);
-  const genBytes = hasGen ? readFileSync(genFile) : null;
-  const config = parseModelConfig(readJson(configFile), hasGen ? readJson(genFile) : null, configFile, genFile);
+  const cfgJson = readJson(configFile);
+  const genJson = hasGen ? readJson(genFile) : null;
+  const configBytes = cfgJson.bytes;
+  const genBytes = genJson?.bytes ?? null;
+  const config = parseModelConfig(cfgJson.value, genJson?.value ?? null, configFile, genFile);
 
   const { files, weightMap } = weightFiles(dir);
   const found = new Map<string, SafetensorsEntry>();
@@ -73,6 +90,10 @@ export async function loadCheckpoint(dirIn: string): Promise<Checkpoint> {
       if (prev && weightMap?.get(e.name) !== e.file) continue;
       found.set(e.name, e);
     }
+  }
+  const held = layersInWeights(found.keys());
+  if (config.numLayers > held) {
+    throw new SafekeepError(`${configFile}: num_hidden_layers ${config.numLayers}, but the weights (${files.length} file${files.length === 1 ? '' : 's'}) hold ${held} layer${held === 1 ? '' : 's'}`);
   }
   const tensors = new Map<string, TensorEntry>();
   for (const [name, shape] of expectedTensors(config)) {

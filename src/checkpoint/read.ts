@@ -1,7 +1,8 @@
 /**
  * Reading tensor data. Every stored dtype is upcast to f32 exactly (BF16 and F16 are subsets of f32).
  */
-import { closeSync, openSync, readSync } from 'node:fs';
+import { closeSync, readSync } from 'node:fs';
+import { openRegularFile } from './regular-file.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { bf16BitsToF32, f16BitsToF32 } from './dtype.ts';
 import type { TensorEntry } from './types.ts';
@@ -9,7 +10,7 @@ import type { TensorEntry } from './types.ts';
 /** Raw bytes of a tensor (little-endian, as stored). */
 export function readTensorBytes(entry: TensorEntry): Uint8Array {
   const buf = new Uint8Array(new ArrayBuffer(entry.byteLength));
-  const fd = openSync(entry.file, 'r');
+  const fd = openRegularFile(entry.file);
   try {
     let done = 0;
     while (done < entry.byteLength) {

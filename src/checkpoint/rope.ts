@@ -15,6 +15,7 @@
  * Everything else (longrope, su, proportional, unknown) is refused by name.
  */
 import { SafekeepError } from '../util/errors.ts';
+import { quoteClipped } from '../util/quote.ts';
 import type { RopeScaling } from './types.ts';
 
 type Json = Record<string, unknown>;
@@ -82,7 +83,7 @@ export function resolveRope(cfg: Json, file: string, defaults: { theta: number }
   if (cfg.partial_rotary_factor !== undefined) keys.push('partial_rotary_factor');
   const type = raw.rope_type ?? raw.type ?? 'default';
   if (typeof type !== 'string' || !(ROPE_TYPES as readonly string[]).includes(type)) {
-    throw new SafekeepError(`${file}: RoPE type ${JSON.stringify(type)} (${where}) is not supported (supported: ${ROPE_TYPES.join(', ')})`);
+    throw new SafekeepError(`${file}: RoPE type ${quoteClipped(type)} (${where}) is not supported (supported: ${ROPE_TYPES.join(', ')})`);
   }
   if (type === 'llama3' || type === 'yarn') {
     if (cfg.original_max_position_embeddings !== undefined && cfg.original_max_position_embeddings !== null) {
@@ -97,7 +98,7 @@ export function resolveRope(cfg: Json, file: string, defaults: { theta: number }
     const v = raw[k];
     if ((v === undefined || v === null) && opts.optional !== undefined) return opts.optional;
     if (typeof v !== 'number' || !Number.isFinite(v) || v <= (opts.min ?? 0)) {
-      throw new SafekeepError(`${file}: ${where}.${k} must be a positive number for RoPE type ${type}, got ${JSON.stringify(v ?? null)}`);
+      throw new SafekeepError(`${file}: ${where}.${k} must be a positive number for RoPE type ${type}, got ${quoteClipped(v ?? null)}`);
     }
     return v;
   };
@@ -146,7 +147,7 @@ export function resolveRope(cfg: Json, file: string, defaults: { theta: number }
       const beta = (k: string, dflt: number): number => {
         const v = raw[k];
         if (v === undefined || v === null || v === 0) return dflt;
-        if (typeof v !== 'number' || !Number.isFinite(v)) throw new SafekeepError(`${file}: ${where}.${k} must be a number, got ${JSON.stringify(v)}`);
+        if (typeof v !== 'number' || !Number.isFinite(v)) throw new SafekeepError(`${file}: ${where}.${k} must be a number, got ${quoteClipped(v)}`);
         return v;
       };
       const truncate = raw.truncate === undefined || raw.truncate === null ? true : raw.truncate;

@@ -5,10 +5,16 @@
  *
  * Reading validates everything a bad or truncated file can get wrong (the same rules as the Rust `safetensors`
  * crate): sane header length inside the file, JSON object, known dtype, integer shape, byte length =
- * prod(shape) · sizeof(dtype), offsets inside the data section, no overlaps, no holes, file not truncated.
+ * prod(shape) · sizeof(dtype), offsets inside the data section, no overlaps, no holes, file not truncated. And it is
+ * bounded before anything large is built: only a regular file is opened, the header size, its tensor count and its
+ * nesting depth are checked on the raw text before it is parsed, a shape has at most MAX_RANK dimensions and an
+ * element count that is a safe integer (dimension by dimension, zeros or not), and error lines quote values cut short.
  * Writing pads the header with spaces to a multiple of 8, sorts tensors by name and is atomic (temp + rename).
  */
 import { closeSync, fstatSync, openSync, readSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { openRegularFile } from './regular-file.ts';
+import { parseJsonBounded } from '../util/json-bounded.ts';
+import { quoteClipped } from '../util/quote.ts';
 import { tempPathFor } from '../util/atomic.ts';
 import { resolve } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
@@ -41,8 +47,53 @@ interface SafetensorsHeader {
   entries: SafetensorsEntry[];
 }
 
-/** Same limit as the Rust crate (100 MB of header). */
-const MAX_HEADER_BYTES = 100_000_000;
+/**
+ * Header bytes: real checkpoints need ~150 bytes a tensor, a few MB for the largest shards; the Rust crate's 100 MB
+ * lets a header of a million empty tensors through, which costs a gigabyte to parse. 16 MiB is ~100 000 tensors.
+ */
+export const MAX_HEADER_BYTES = 16 * 1024 * 1024;
+/** Tensors in one file, counted on the raw header before it is parsed. */
+export const MAX_TENSORS = 100_000;
+/** Dimensions of a tensor (transformer weights have 1 to 3). */
+export const MAX_RANK = 8;
+
+/** Members of the top-level JSON object, counted by one scan (strings skipped) without parsing. */
+function topLevelMembers(text: string): number {
+  let depth = 0;
+  let inString = false;
+  let members = 0;
+  let sawValue = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++;
+      else if (c === 0x22) inString = false;
+      continue;
+    }
+    if (c === 0x22) { inString = true; if (depth === 1) sawValue = true; }
+    else if (c === 0x7b || c === 0x5b) depth++;
+    else if (c === 0x7d || c === 0x5d) depth--;
+    else if (c === 0x2c && depth === 1) members++;
+  }
+  return sawValue ? members + 1 : 0;
+}
+
+/** A tensor name for an error line (names come from the file and can be anything). */
+function nm(name: string): string {
+  return name.length <= 120 && !/[\x00-\x1f]/.test(name) ? name : quoteClipped(name, 120);
+}
+
+/** prod(shape) when every partial product of the non-zero dimensions is a safe integer, else null. */
+function elementCount(shape: number[]): number | null {
+  let n = 1;
+  let zero = false;
+  for (const d of shape) {
+    if (d === 0) { zero = true; continue; }
+    n *= d;
+    if (!Number.isSafeInteger(n)) return null;
+  }
+  return zero ? 0 : n;
+}
 
 function fail(file: string, what: string): never {
   throw new SafekeepError(`${file}: ${what}`);
@@ -59,12 +110,7 @@ function isNonNegInt(x: unknown): x is number {
 /** Reads and validates the header of a .safetensors file (reads only the header bytes). */
 export function readSafetensorsHeader(path: string): SafetensorsHeader {
   const file = resolve(path);
-  let fd: number;
-  try {
-    fd = openSync(file, 'r');
-  } catch (e) {
-    fail(file, `cannot open (${(e as NodeJS.ErrnoException).code ?? String(e)})`);
-  }
+  const fd = openRegularFile(file);
   try {
     const fileSize = fstatSync(fd).size;
     if (fileSize < 8) fail(file, `file is ${fileSize} bytes, too short for a safetensors header (truncated?)`);
@@ -79,11 +125,14 @@ export function readSafetensorsHeader(path: string): SafetensorsHeader {
     readSync(fd, hbuf, 0, n, 8);
     const text = hbuf.toString('utf8');
     if (!text.startsWith('{')) fail(file, 'header does not start with a JSON object (corrupted header)');
+    const members = topLevelMembers(text);
+    if (members > MAX_TENSORS + 1) fail(file, `header lists ${members} entries (at most ${MAX_TENSORS} tensors a file)`);
     let json: unknown;
     try {
-      json = JSON.parse(text);
+      // { name: { dtype, shape: [..], data_offsets: [..] } } is three levels deep
+      json = parseJsonBounded(text, 'header', 3);
     } catch (e) {
-      fail(file, `header is not valid JSON (${(e as Error).message})`);
+      fail(file, /nested/.test((e as Error).message) ? `${(e as Error).message}; not a safetensors header` : `header is not valid JSON (${(e as Error).message.replace(/^header: not valid JSON \(|\)$/g, '')})`);
     }
     if (json === null || typeof json !== 'object' || Array.isArray(json)) fail(file, 'header JSON is not an object');
     const dataStart = 8 + n;
@@ -95,28 +144,30 @@ export function readSafetensorsHeader(path: string): SafetensorsHeader {
       if (name === '__metadata__') {
         if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) fail(file, '__metadata__ must be an object of strings');
         for (const [k, v] of Object.entries(raw as Record<string, unknown>)) {
-          if (typeof v !== 'string') fail(file, `__metadata__.${k} must be a string`);
+          if (typeof v !== 'string') fail(file, `__metadata__.${nm(k)} must be a string`);
           metadata[k] = v;
         }
         continue;
       }
-      if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) fail(file, `tensor ${name}: header entry is not an object`);
+      const t = nm(name);
+      if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) fail(file, `tensor ${t}: header entry is not an object`);
       const e = raw as { dtype?: unknown; shape?: unknown; data_offsets?: unknown };
-      if (!isDType(e.dtype)) fail(file, `tensor ${name}: unknown dtype ${JSON.stringify(e.dtype)}`);
-      if (!Array.isArray(e.shape) || !e.shape.every(isNonNegInt)) fail(file, `tensor ${name}: shape ${JSON.stringify(e.shape)} is not a list of non-negative integers`);
+      if (!isDType(e.dtype)) fail(file, `tensor ${t}: unknown dtype ${quoteClipped(e.dtype)}`);
+      if (!Array.isArray(e.shape) || !e.shape.every(isNonNegInt)) fail(file, `tensor ${t}: shape ${quoteClipped(e.shape)} is not a list of non-negative integers`);
+      if (e.shape.length > MAX_RANK) fail(file, `tensor ${t}: shape has ${e.shape.length} dimensions (at most ${MAX_RANK})`);
       const offs = e.data_offsets;
-      if (!Array.isArray(offs) || offs.length !== 2 || !offs.every(isNonNegInt)) fail(file, `tensor ${name}: data_offsets ${JSON.stringify(offs)} is not [begin, end]`);
+      if (!Array.isArray(offs) || offs.length !== 2 || !offs.every(isNonNegInt)) fail(file, `tensor ${t}: data_offsets ${quoteClipped(offs)} is not [begin, end]`);
       const [begin, end] = offs as [number, number];
-      if (end < begin) fail(file, `tensor ${name}: data_offsets [${begin}, ${end}] end before begin`);
+      if (end < begin) fail(file, `tensor ${t}: data_offsets [${begin}, ${end}] end before begin`);
       const shape = e.shape as number[];
-      const numel = shape.reduce((a, b) => a * b, 1);
-      const expected = numel * SAFETENSORS_DTYPE_BYTES[e.dtype];
-      if (!Number.isSafeInteger(expected)) fail(file, `tensor ${name}: shape ${JSON.stringify(shape)} is too large`);
+      const numel = elementCount(shape);
+      const expected = numel === null ? NaN : numel * SAFETENSORS_DTYPE_BYTES[e.dtype];
+      if (!Number.isSafeInteger(expected)) fail(file, `tensor ${t}: shape ${quoteClipped(shape)} has more elements than can be counted exactly (not a real tensor)`);
       if (end - begin !== expected) {
-        fail(file, `tensor ${name}: ${e.dtype} ${JSON.stringify(shape)} needs ${expected} bytes but data_offsets [${begin}, ${end}] span ${end - begin} (dtype/shape/byte-length mismatch)`);
+        fail(file, `tensor ${t}: ${e.dtype} ${quoteClipped(shape)} needs ${expected} bytes but data_offsets [${begin}, ${end}] span ${end - begin} (dtype/shape/byte-length mismatch)`);
       }
       if (end > dataSize) {
-        fail(file, `tensor ${name}: data_offsets [${begin}, ${end}] run past the end of the data section (${dataSize} bytes; file truncated?)`);
+        fail(file, `tensor ${t}: data_offsets [${begin}, ${end}] run past the end of the data section (${dataSize} bytes; file truncated?)`);
       }
       ranges.push({ name, begin, end });
       entries.push({ name, file, dtype: e.dtype, shape: [...shape], offset: dataStart + begin, byteLength: expected });
@@ -125,8 +176,8 @@ export function readSafetensorsHeader(path: string): SafetensorsHeader {
     let cursor = 0;
     let prev = '';
     for (const r of ranges) {
-      if (r.begin < cursor) fail(file, `tensor ${r.name}: data_offsets [${r.begin}, ${r.end}] overlap tensor ${prev} (ends at ${cursor})`);
-      if (r.begin > cursor) fail(file, `tensor ${r.name}: ${r.begin - cursor} unindexed bytes before it at data offset ${cursor} (corrupted header)`);
+      if (r.begin < cursor) fail(file, `tensor ${nm(r.name)}: data_offsets [${r.begin}, ${r.end}] overlap tensor ${nm(prev)} (ends at ${cursor})`);
+      if (r.begin > cursor) fail(file, `tensor ${nm(r.name)}: ${r.begin - cursor} unindexed bytes before it at data offset ${cursor} (corrupted header)`);
       cursor = r.end;
       prev = r.name;
     }

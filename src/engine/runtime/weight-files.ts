@@ -11,7 +11,13 @@ import { SafekeepError } from '../../util/errors.ts';
 /** Real path of every weight file; they must share one folder (true for plain folders and the HF hub cache). */
 export function resolveWeightFiles(ckpt: Checkpoint): { realFiles: Map<string, string>; weightsDir: string } {
   const realFiles = new Map<string, string>();
-  for (const e of ckpt.tensors.values()) if (!realFiles.has(e.file)) realFiles.set(e.file, realpathSync(e.file));
+  for (const e of ckpt.tensors.values()) {
+    if (realFiles.has(e.file)) continue;
+    const real = realpathSync(e.file);
+    // onnxruntime opens these itself: a file replaced by a folder or FIFO since loading must not reach it
+    if (!statSync(real).isFile()) throw new SafekeepError(`${e.file}: not a regular file (any more); refusing it as weights`);
+    realFiles.set(e.file, real);
+  }
   const dirs = new Set([...realFiles.values()].map((f) => dirname(f)));
   if (dirs.size !== 1) {
     throw new SafekeepError(`${ckpt.dir}: the weight files resolve to different folders (${[...dirs].join(', ')}); put them in one folder`);
