@@ -24,8 +24,8 @@
  * The checking procedure in prose.
  * ```
  */
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
-import { basename, join, resolve } from 'node:path';
+import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
+import { basename, join, resolve, sep } from 'node:path';
 import { SafekeepError } from '../../util/errors.ts';
 import { readRuleMemory } from './memory.ts';
 import { parseRules } from './rules-lang.ts';
@@ -138,6 +138,11 @@ export function parseSkill(text: string, file: string, dir: string): Skill {
     if (!/^[\w.-]+(\/[\w.-]+)*$/.test(r) || r.split('/').includes('..')) throw err('resources', `'${r}' is not a file name inside the skill folder`, 'name files relative to the skill folder, without ..');
     const p = join(dir, r);
     if (!existsSync(p) || !statSync(p).isFile()) throw err('resources', `'${r}' does not exist in ${dir}`, `add the file or remove it from resources`);
+    // a symlink (of the file or a folder on its way) may lead out of the skill folder: what is read, and sent to a
+    // judge, must be inside it
+    if (!realpathSync(p).startsWith(realpathSync(dir) + sep)) {
+      throw err('resources', `'${r}' is a link to a file outside the skill folder`, 'copy the file into the skill folder instead of linking to it');
+    }
     resources.set(r, resolve(p));
   }
   const resource = (k: string, required: boolean): string | undefined => {
