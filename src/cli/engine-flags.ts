@@ -95,8 +95,10 @@ export function readInterventionsFile(path: string): Intervention[] {
     if (o === null || typeof o !== 'object') throw new SafekeepError(`${where} must be an object`);
     if (!Number.isInteger(o.layer)) throw new SafekeepError(`${where}.layer must be an integer`);
     if (!INTERVENTION_KINDS.includes(o.kind as InterventionKind)) throw new SafekeepError(`${where}.kind must be one of ${INTERVENTION_KINDS.join(', ')}`);
-    if (!Array.isArray(o.vector) || !o.vector.every((v) => typeof v === 'number' && Number.isFinite(v))) throw new SafekeepError(`${where}.vector must be a list of finite numbers`);
-    if (o.alpha !== undefined && typeof o.alpha !== 'number') throw new SafekeepError(`${where}.alpha must be a number`);
+    // JSON's 1e400 parses to Infinity, and float32 (what the graph computes in) ends at 3.4e38
+    const f32 = (v: unknown): boolean => typeof v === 'number' && Number.isFinite(v) && Math.abs(v) <= 3.4028234663852886e38;
+    if (!Array.isArray(o.vector) || !o.vector.every(f32)) throw new SafekeepError(`${where}.vector must be a list of finite numbers within the float32 range (|x| ≤ 3.4e38)`);
+    if (o.alpha !== undefined && !f32(o.alpha)) throw new SafekeepError(`${where}.alpha must be a finite number within the float32 range (|alpha| ≤ 3.4e38), got ${String(o.alpha).slice(0, 40)}`);
     if (o.positions !== undefined && !STEER_POSITIONS.includes(o.positions as SteerPositions)) throw new SafekeepError(`${where}.positions must be one of ${STEER_POSITIONS.join(', ')}`);
     return {
       layer: o.layer as number, kind: o.kind as InterventionKind, vector: o.vector as number[],

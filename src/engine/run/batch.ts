@@ -95,18 +95,28 @@ export function interventionInputs(numLayers: number, dModel: number, list: read
     }
     if (iv.positions !== undefined && !STEER_POSITIONS.includes(iv.positions)) throw new SafekeepError(`${what}: positions must be one of ${STEER_POSITIONS.join(', ')}`);
     if (vector.length !== dModel) throw new SafekeepError(`${what}: vector has ${vector.length} values, the model's d_model is ${dModel}`);
-    if (kind !== 'ablate' && (alpha === undefined || !Number.isFinite(alpha))) throw new SafekeepError(`${what}: alpha must be a finite number, got ${alpha}`);
-    let norm = 0;
+    // the graph computes in float32: a value it cannot hold becomes ±Inf and then NaN in every later hidden state
+    const F32_MAX = 3.4028234663852886e38;
+    if (kind !== 'ablate' && (alpha === undefined || !Number.isFinite(alpha) || Math.abs(alpha) > F32_MAX)) {
+      throw new SafekeepError(`${what}: alpha must be a finite number within the float32 range (|alpha| ≤ 3.4e38), got ${alpha}`);
+    }
+    let scale = 0;
     for (let i = 0; i < dModel; i++) {
       const v = Number(vector[i]);
-      if (!Number.isFinite(v)) throw new SafekeepError(`${what}: vector value ${i} is not a finite number`);
-      norm += v * v;
+      if (!Number.isFinite(v) || Math.abs(v) > F32_MAX) throw new SafekeepError(`${what}: vector value ${i} (${vector[i]}) is not a finite float32 number`);
+      scale = Math.max(scale, Math.abs(v));
     }
-    norm = Math.sqrt(norm);
+    // the norm scaled by the largest entry, so large (finite) entries do not overflow the sum of squares
+    let norm = 0;
+    for (let i = 0; i < dModel && scale > 0; i++) norm += (Number(vector[i]) / scale) ** 2;
+    norm = scale * Math.sqrt(norm);
     if (norm === 0) throw new SafekeepError(`${what}: vector is all zeros`);
     const row = layer * dModel;
     if (kind === 'add') {
-      for (let i = 0; i < dModel; i++) out.steer[row + i] = out.steer[row + i]! + (alpha! * Number(vector[i])) / norm;
+      for (let i = 0; i < dModel; i++) {
+        out.steer[row + i] = out.steer[row + i]! + alpha! * (Number(vector[i]) / norm);
+        if (!Number.isFinite(out.steer[row + i]!)) throw new SafekeepError(`${what}: the steering at layer ${layer} overflows float32 (alpha ${alpha}); use a smaller alpha`);
+      }
       continue;
     }
     // two projections at one layer would depend on their order (and on how their directions overlap)
