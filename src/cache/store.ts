@@ -18,6 +18,7 @@ import { writeJsonAtomic } from '../util/atomic.ts';
 import { sha256Hex } from '../util/hash.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { ItemProgress } from '../util/progress.ts';
+import { lockFolder } from '../util/lock.ts';
 
 export interface CacheRow {
   /** stable row key, e.g. `<pairId>:harmful` */
@@ -177,7 +178,18 @@ interface ShardFill {
  * shard's batches are computed into its own parts folder (plus `pass.json`); `safekeep merge` assembles them.
  */
 export async function buildActivationCaches(o: MultiStoreOptions, shard?: ShardFill): Promise<StoreResult[]> {
-  if (!shard) mkdirSync(o.dir, { recursive: true }); // a shard writes only inside its own folder
+  if (shard) return fillCaches(o, shard); // a shard writes only inside its own folder
+  // one writer per cache folder: a second run into the same --results is told who holds it
+  const release = lockFolder(o.dir);
+  try {
+    return await fillCaches(o);
+  } finally {
+    release();
+  }
+}
+
+async function fillCaches(o: MultiStoreOptions, shard?: ShardFill): Promise<StoreResult[]> {
+  if (!shard) mkdirSync(o.dir, { recursive: true });
   const hash = rowsHash(o.rows);
   const paths = o.names.map((n) => ({ path: join(o.dir, `${n}.safetensors`), manifestPath: join(o.dir, `${n}.json`) }));
   if (o.names.every((n) => cacheIsComplete(o.dir, n, o.rows))) {

@@ -18,6 +18,7 @@ import { SafekeepError } from '../util/errors.ts';
 import { checkRepoPath, DEFAULT_HUB_TIMEOUT_MS, formatSeconds, httpError, hubFetch, HubTimeout, hubToken, listHubFiles, resolveUrl, type HubFile, type HubListing, type HubTarget } from './api.ts';
 import { ByteProgress } from './progress.ts';
 import { writeJsonAtomic } from '../util/atomic.ts';
+import { pidAlive } from '../util/lock.ts';
 
 const MARKER = '.safekeep-hub.json';
 const LOCK = '.safekeep-hub.lock';
@@ -244,16 +245,6 @@ async function downloadHubFile(t: HubTarget, f: HubFile, revision: string, dest:
     throw new SafekeepError(`${f.path}: ${problem} against the hub's metadata; the download was deleted, run again`);
   }
   renameSync(part, dest);
-}
-
-function pidAlive(pid: number): boolean {
-  if (!Number.isInteger(pid) || pid <= 0) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /**
