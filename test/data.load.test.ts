@@ -188,6 +188,7 @@ test('SAFEKEEP_DATA takes precedence over data/ and ../shared', () => {
   const d = tmp();
   try {
     mkdirSync(join(d, 'agentharm'));
+    writeFileSync(join(d, 'agentharm', 'tools.json'), '{}');
     assert.equal(locateDataset('agentharm', dataDirsEnv({ SAFEKEEP_DATA: d })), join(d, 'agentharm'));
   } finally { rmSync(d, { recursive: true, force: true }); }
 });

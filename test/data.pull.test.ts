@@ -2,11 +2,12 @@
  * `safekeep data pull agentharm` against a mock hub on 127.0.0.1 (test/helpers/mockHub.ts): behaviors from the
  * requested revision, tool sources from the pinned tools revision, tools.json converted from the Python `@tool`s
  * (checked field by field, and against ../shared's tools.json for the same tools when present), the copy loads as
- * pairs, a second run downloads nothing, and the CLI reports errors with exit 2.
+ * pairs, a second run downloads nothing, a failed run leaves nothing under the dataset's name (so a good copy
+ * elsewhere is still found) and is resumed by the next, and the CLI reports errors with exit 2.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startMockHub } from './helpers/mockHub.ts';
@@ -14,6 +15,7 @@ import { sharedPath } from './helpers/shared.ts';
 import { AGENTHARM_REPO, AGENTHARM_TOOLS_REVISION, pullAgentHarm } from '../src/data/pull.ts';
 import { parseDocstring, pythonToolSpecs, pythonTypeToSchema } from '../src/data/agentharm-tools.ts';
 import { loadPairSet } from '../src/data/load.ts';
+import { locateDataset } from '../src/data/locate.ts';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { repoRoot } from './helpers/shared.ts';
@@ -210,6 +212,51 @@ test('CLI: `data pull agentharm` prints a summary; unknown dataset and a bad rev
     assert.match(badRev.stderr, /^safekeep: /);
   } finally {
     await hub.close();
+    rmSync(d, { recursive: true, force: true });
+  }
+});
+
+test('a failed pull leaves nothing under the dataset name (a good copy further down is still found); a rerun completes it', async () => {
+  const good = await startMockHub([{ id: AGENTHARM_REPO, type: 'dataset', files, revisions: { main: 'c'.repeat(40), [AGENTHARM_TOOLS_REVISION]: AGENTHARM_TOOLS_REVISION } }]);
+  // this hub lacks the pinned tools revision: the pull fails after the behaviors are in
+  const broken = await startMockHub([{ id: AGENTHARM_REPO, type: 'dataset', files, revisions: { main: 'c'.repeat(40) } }]);
+  const d = mkdtempSync(join(tmpdir(), 'sk-pull-stage-'));
+  try {
+    const dirs = { data: join(d, 'data'), shared: join(d, 'shared') };
+    const sharedCopy = join(d, 'shared', 'data', 'agentharm');
+    await pullAgentHarm({ destDir: sharedCopy, endpoint: good.endpoint, progress: false });
+    assert.equal(locateDataset('agentharm', dirs), sharedCopy);
+
+    await assert.rejects(pullAgentHarm({ dirs, endpoint: broken.endpoint, progress: false }), /not found \(HTTP 404\)/);
+    assert.ok(!existsSync(join(d, 'data', 'agentharm')), 'no half-made data/agentharm');
+    assert.ok(existsSync(join(d, 'data', '.agentharm.pulling', 'benchmark', 'harmful_behaviors_test_public.json')), 'the fetched files wait, hidden, to be resumed');
+    assert.equal(locateDataset('agentharm', dirs), sharedCopy, 'the shared copy is not shadowed');
+    assert.equal((await loadPairSet('agentharm', dirs)).pairs.length, 3);
+
+    // an older version's leftover (only .gitignore) does not shadow it either
+    mkdirSync(join(d, 'data', 'agentharm'), { recursive: true });
+    writeFileSync(join(d, 'data', 'agentharm', '.gitignore'), '*\n');
+    assert.equal(locateDataset('agentharm', dirs), sharedCopy);
+    rmSync(join(d, 'data', 'agentharm'), { recursive: true });
+
+    const first = good.requests.length;
+    const r = await pullAgentHarm({ dirs, endpoint: good.endpoint, progress: false });
+    assert.equal(r.dir, join(d, 'data', 'agentharm'));
+    const toolSources = Object.keys(files).filter((p) => /^benchmark\/(harmful|benign)_tools\/[^/]+\.py$/.test(p)).length;
+    assert.equal(r.downloaded, toolSources, 'only the tool sources: the behaviors fetched by the failed run were reused');
+    assert.ok(good.requests.slice(first).every((q) => !q.path.includes('harmful_behaviors_test_public')));
+    assert.ok(!existsSync(join(d, 'data', '.agentharm.pulling')));
+    assert.equal(locateDataset('agentharm', dirs), join(d, 'data', 'agentharm'));
+    // a rerun over a complete copy keeps it complete and fetches nothing
+    assert.equal((await pullAgentHarm({ dirs, endpoint: good.endpoint, progress: false })).downloaded, 0);
+    assert.ok(existsSync(join(d, 'data', 'agentharm', 'tools.json')));
+    // a failing rerun over a complete copy leaves the complete copy in place
+    await assert.rejects(pullAgentHarm({ dirs, endpoint: broken.endpoint, progress: false }));
+    assert.equal(locateDataset('agentharm', dirs), join(d, 'data', 'agentharm'));
+    assert.equal((await loadPairSet('agentharm', dirs)).pairs.length, 3);
+  } finally {
+    await good.close();
+    await broken.close();
     rmSync(d, { recursive: true, force: true });
   }
 });

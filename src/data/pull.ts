@@ -6,10 +6,15 @@
  *   tools.json                  the tool sources converted to OpenAI function specs (agentharm-tools.ts)
  *   .gitignore                  `*`, so nothing fetched is ever committed (the licence forbids redistribution)
  * Downloads are resumable and verified (src/hub/download.ts); a second run reuses what is there.
+ *
+ * Nothing half-made takes the name: the copy is assembled and validated in a hidden sibling
+ * `.<name>.pulling/` (where a failed run's files wait to be resumed) and only then renamed into place, so a failed
+ * pull never leaves a `data/agentharm/` that would shadow a good copy elsewhere (the shared one).
  */
-import { existsSync, mkdirSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
 import { writeFileAtomic } from '../util/atomic.ts';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
+import type { HubTimeouts } from '../hub/api.ts';
 import { downloadHubFiles } from '../hub/download.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { readAgentHarm } from './agentharm.ts';
@@ -29,6 +34,7 @@ interface PullAgentHarmOptions {
   progress?: boolean;
   /** data folder overrides (the default destination is pullDestination('agentharm', dirs)) */
   dirs?: DataDirs;
+  timeouts?: HubTimeouts;
 }
 
 interface PullAgentHarmResult {
@@ -44,11 +50,14 @@ interface PullAgentHarmResult {
 
 
 export async function pullAgentHarm(o: PullAgentHarmOptions = {}): Promise<PullAgentHarmResult> {
-  const dir = o.destDir ?? pullDestination('agentharm', o.dirs);
+  const final = o.destDir ?? pullDestination('agentharm', o.dirs);
+  const dir = join(dirname(final), `.${basename(final)}.pulling`);
+  // a complete earlier copy seeds the staging folder, so its verified files are reused rather than fetched again
+  if (!existsSync(dir) && existsSync(final)) cpSync(final, dir, { recursive: true });
   mkdirSync(dir, { recursive: true });
   const ignore = join(dir, '.gitignore');
   if (!existsSync(ignore)) writeFileAtomic(ignore, '# fetched by `safekeep data pull agentharm`; not ours to redistribute\n*\n');
-  const common = { repoId: AGENTHARM_REPO, repoType: 'dataset' as const, token: o.token, endpoint: o.endpoint, progress: o.progress };
+  const common = { repoId: AGENTHARM_REPO, repoType: 'dataset' as const, token: o.token, endpoint: o.endpoint, progress: o.progress, timeouts: o.timeouts };
 
   const behaviors = await downloadHubFiles({
     ...common,
@@ -75,8 +84,14 @@ export async function pullAgentHarm(o: PullAgentHarmOptions = {}): Promise<PullA
 
   // validate the whole copy now (every target function must have a spec), so a bad pull fails here, not later
   const ah = readAgentHarm(dir);
+  // into place: the old copy steps aside first, so the name always holds a whole copy or nothing
+  const old = join(dirname(final), `.${basename(final)}.old`);
+  rmSync(old, { recursive: true, force: true });
+  if (existsSync(final)) renameSync(final, old);
+  renameSync(dir, final);
+  rmSync(old, { recursive: true, force: true });
   return {
-    dir,
+    dir: final,
     commit: behaviors.commit,
     toolsCommit: tools.commit,
     downloaded: behaviors.downloaded + tools.downloaded,

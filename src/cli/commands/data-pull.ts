@@ -32,7 +32,8 @@ export async function run(argv: string[]): Promise<number> {
   const name = args.positionals[0]!;
   if (name !== 'agentharm') throw new SafekeepError(`unknown dataset '${name}' (known: ${DATASETS.join(', ')}); ${usage}`);
   const dest = args.values.get('dest');
-  const { endpoint, token } = hubEnv();
+  const { endpoint, token, timeouts, offline } = hubEnv();
+  if (offline) throw new SafekeepError('data pull: HF_HUB_OFFLINE is set, so nothing is downloaded (unset it to pull)');
   const r = await pullAgentHarm({
     destDir: dest === undefined ? undefined : resolve(dest),
     revision: args.values.get('revision'),
@@ -41,6 +42,7 @@ export async function run(argv: string[]): Promise<number> {
     dirs: dataDirsEnv(),
     endpoint,
     token,
+    timeouts,
   });
   process.stdout.write(
     `${AGENTHARM_REPO}@${r.commit.slice(0, 12)} (tools @${r.toolsCommit.slice(0, 12)}) → ${r.dir}: ` +
