@@ -9,7 +9,8 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, relative } from 'node:path';
+import { join, relative, resolve, sep } from 'node:path';
+import fc from 'fast-check';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { pullModel } from '../src/hub/pull.ts';
 import { downloadHubFiles, readMarker } from '../src/hub/download.ts';
@@ -78,7 +79,7 @@ test('a listing that stalls after its headers is an error within the metadata ti
     const dest = fresh();
     const t0 = Date.now();
     await assert.rejects(pullModel('acme/ok', { endpoint: hub.endpoint, destDir: dest, timeouts: fast, ...q }),
-      (e) => oneLine(e, /acme\/ok: the hub's file listing: not complete within 0\.3 s \(HF_HUB_ETAG_TIMEOUT, or --timeout\)/));
+      (e) => oneLine(e, /(acme\/ok: the hub's file listing: not complete|http:\/\/127\.0\.0\.1:\d+ did not answer) within 0\.3 s \(HF_HUB_ETAG_TIMEOUT, or --timeout\)/));
     assert.ok(Date.now() - t0 < 5000);
     assert.deepEqual(tree(dest), [], 'nothing written');
   } finally {
@@ -184,7 +185,9 @@ test('CLI: a stalled hub ends with one line and exit 2 (--timeout and HF_HUB_ETA
     ]);
     for (const r of [a, b]) {
       assert.equal(r.code, 2, r.stderr);
-      assert.match(r.stderr, /^safekeep: acme\/ok: the hub's file listing: not complete within 0\.3 s \(HF_HUB_ETAG_TIMEOUT, or --timeout\)\n$/);
+      // the headers come at once, so the limit normally strikes while the body stalls; on a loaded machine it may
+      // strike before the headers: either way one line naming the limit
+      assert.match(r.stderr, /^safekeep: (acme\/ok: the hub's file listing: not complete|http:\/\/127\.0\.0\.1:\d+ did not answer) within 0\.3 s \(HF_HUB_ETAG_TIMEOUT, or --timeout\)\n$/);
     }
     assert.equal(c.code, 2);
     assert.match(c.stderr, /^safekeep: --timeout "soon": expected a number of seconds/);
@@ -193,4 +196,18 @@ test('CLI: a stalled hub ends with one line and exit 2 (--timeout and HF_HUB_ETA
   } finally {
     hub.stallListing = false;
   }
+});
+
+test('property: a repo path repoPathProblem accepts stays inside the folder and is none of our bookkeeping names', () => {
+  const dest = join(root, 'prop');
+  const seg = fc.oneof(fc.constantFrom('.', '..', '', '.safekeep-hub.json', '.safekeep-hub.lock', 'a.part', '\u0000', 'x\\y', 'ok', '.hidden', 'w.safetensors'), fc.string({ maxLength: 6 }));
+  fc.assert(fc.property(fc.array(seg, { minLength: 1, maxLength: 5 }), fc.boolean(), (segs, abs) => {
+    const p = (abs ? '/' : '') + segs.join('/');
+    if (repoPathProblem(p) !== null) return;
+    const full = resolve(dest, p);
+    assert.ok(full.startsWith(dest + sep), p);
+    assert.ok(!/[\u0000-\u001f]/.test(p), p);
+    const base = p.split('/').pop()!;
+    assert.ok(!['.safekeep-hub.json', '.safekeep-hub.lock'].includes(base) && !base.endsWith('.part'), p);
+  }), { numRuns: 2000 });
 });
