@@ -94,6 +94,8 @@ test('pull --hf-cache writes the hub cache layout; it then resolves offline and 
     assert.equal(readlinkSync(p), join('..', '..', 'blobs', oid), n);
     assert.deepEqual(readFileSync(p), files[n]);
   }
+  // the snapshot holds the repo's files only (Python lists everything in it as part of the revision)
+  assert.deepEqual(readdirSync(r.dir).sort(), Object.keys(files).sort());
   assert.equal(await resolveModel('acme/cached', { hfCache: cache, endpoint: dead, offline: true, ...q }), r.dir);
   await loadCheckpoint(r.dir);
   // a second pull reuses everything

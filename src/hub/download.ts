@@ -43,6 +43,8 @@ interface DownloadHubFilesOptions extends HubTarget {
   progress?: boolean;
   /** attempts per file when the connection drops (default 5) */
   maxAttempts?: number;
+  /** where the marker lives (default `<destDir>/.safekeep-hub.json`; the hub cache keeps it outside the snapshot) */
+  markerPath?: string;
 }
 
 interface DownloadHubFilesResult {
@@ -54,8 +56,9 @@ interface DownloadHubFilesResult {
   downloaded: number;
 }
 
-export function readMarker(dir: string): HubMarker | null {
-  const p = join(dir, MARKER);
+/** The marker of a download folder: `<dir>/.safekeep-hub.json` unless the caller keeps it elsewhere (`markerPath`). */
+export function readMarker(dir: string, markerPath = join(dir, MARKER)): HubMarker | null {
+  const p = markerPath;
   if (!existsSync(p)) return null;
   try {
     const m = JSON.parse(readFileSync(p, 'utf8')) as HubMarker;
@@ -65,8 +68,8 @@ export function readMarker(dir: string): HubMarker | null {
   }
 }
 
-export function writeMarker(dir: string, m: HubMarker): void {
-  writeJsonAtomic(join(dir, MARKER), m);
+export function writeMarker(dir: string, m: HubMarker, markerPath = join(dir, MARKER)): void {
+  writeJsonAtomic(markerPath, m);
 }
 
 /**
@@ -308,7 +311,7 @@ export async function downloadHubFiles(o: DownloadHubFilesOptions): Promise<Down
 }
 
 async function downloadLocked(o: DownloadHubFilesOptions, listing: HubListing, selected: HubFile[], destDir: string): Promise<DownloadHubFilesResult> {
-  const prev = readMarker(destDir);
+  const prev = readMarker(destDir, o.markerPath);
   const same = prev && prev.repo_id === o.repoId && prev.repo_type === o.repoType;
   const marker: HubMarker = {
     repo_id: o.repoId,
@@ -332,12 +335,12 @@ async function downloadLocked(o: DownloadHubFilesOptions, listing: HubListing, s
     if (!ok) {
       delete marker.files[f.path];
       marker.complete = false;
-      writeMarker(destDir, marker);
+      writeMarker(destDir, marker, o.markerPath);
       await downloadHubFile(o, f, listing.commit, dest, { progress: o.progress, maxAttempts: o.maxAttempts });
       downloaded++;
     }
     marker.files[f.path] = { size: statSync(dest).size, oid };
-    writeMarker(destDir, marker);
+    writeMarker(destDir, marker, o.markerPath);
   }
   return { destDir, commit: listing.commit, files: selected.map((f) => f.path), downloaded };
 }

@@ -72,6 +72,14 @@ export function findCachedSnapshot(cache: string, repoId: string, revision = 'ma
   return holdsCheckpoint(snap) ? snap : null;
 }
 
+/**
+ * Where `pull --hf-cache` keeps its download record of a snapshot: beside, not inside, `snapshots/` (Python lists
+ * every file of a snapshot folder as part of the revision).
+ */
+export function hfMarkerPath(cache: string, repoId: string, commit: string): string {
+  return join(hfCacheRepoDir(cache, repoId), '.safekeep', `${commit}.json`);
+}
+
 /** Where `pull --hf-cache` downloads `repoId` at `commit`. */
 export function hfSnapshotDir(cache: string, repoId: string, commit: string): string {
   return join(hfCacheRepoDir(cache, repoId), 'snapshots', commit);

@@ -11,7 +11,7 @@ import { checkRepoId, listHubFiles, type HubTarget, type HubTimeouts } from './a
 import { parseJsonBounded } from '../util/json-bounded.ts';
 import { quoteClipped } from '../util/quote.ts';
 import { downloadHubFiles, readMarker, writeMarker } from './download.ts';
-import { hfSnapshotDir, linkSnapshotIntoCache } from './hf-cache.ts';
+import { hfMarkerPath, hfSnapshotDir, linkSnapshotIntoCache } from './hf-cache.ts';
 
 /** Small files taken when present (tokenizer and template as well as config). */
 const CHECKPOINT_META_FILES = [
@@ -68,7 +68,8 @@ export async function pullModel(repoId: string, o: PullOptions = {}): Promise<Pu
   const names = new Set(listing.files.map((f) => f.path));
   if (!names.has('config.json')) throw new SafekeepError(`${repoId}: the repo has no config.json (not a transformers checkpoint)`);
   const meta = CHECKPOINT_META_FILES.filter((f) => names.has(f));
-  const common = { ...target, destDir, listing, progress: o.progress };
+  const markerPath = o.hfCache && !o.destDir ? hfMarkerPath(o.hfCache, repoId, listing.commit) : undefined;
+  const common = { ...target, destDir, listing, progress: o.progress, markerPath };
   const first = await downloadHubFiles({ ...common, include: (p) => (meta as readonly string[]).includes(p) });
   let weights: string[];
   if (names.has('model.safetensors.index.json')) {
@@ -90,9 +91,9 @@ export async function pullModel(repoId: string, o: PullOptions = {}): Promise<Pu
     throw new SafekeepError(`${repoId}: no model.safetensors or model.safetensors.index.json in the repo (only safetensors checkpoints are supported)`);
   }
   const second = await downloadHubFiles({ ...common, include: (p) => weights.includes(p) });
-  const marker = readMarker(destDir)!;
+  const marker = readMarker(destDir, markerPath)!;
   marker.complete = true;
-  writeMarker(destDir, marker);
+  writeMarker(destDir, marker, markerPath);
   if (o.hfCache && !o.destDir) {
     const oids = Object.fromEntries(Object.entries(marker.files).map(([p, f]) => [p, f.oid]));
     linkSnapshotIntoCache(o.hfCache, repoId, listing.revision, listing.commit, oids);
