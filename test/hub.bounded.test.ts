@@ -121,6 +121,16 @@ test('a body longer than the listing declares is cut at the declared size and re
       hub.oversize.delete(f);
     }
   }
+  // a content-length beyond the declared size is refused before any byte is written
+  hub.announce.set('config.json', 10 ** 12);
+  try {
+    const dest = fresh();
+    await assert.rejects(pullModel('acme/ok', { endpoint: hub.endpoint, destDir: dest, ...q }),
+      (e) => oneLine(e, /config\.json: the server announces 1000000000000 bytes but the listing declares \d+; refused/));
+    assert.ok(!tree(dest).some((p) => p.startsWith('config.json')));
+  } finally {
+    hub.announce.delete('config.json');
+  }
   // the same repo downloads fine afterwards
   const dest = fresh();
   await pullModel('acme/ok', { endpoint: hub.endpoint, destDir: dest, ...q });

@@ -47,6 +47,8 @@ export interface MockHub {
   stallListing: boolean;
   /** repo path → bytes sent beyond the real content ('endless': until the client goes away), no content-length */
   oversize: Map<string, number | 'endless'>;
+  /** repo path → the content-length announced (the real content is sent) */
+  announce: Map<string, number>;
   close(): Promise<void>;
 }
 
@@ -88,6 +90,7 @@ export async function startMockHub(repos: MockRepo[]): Promise<MockHub> {
     stall: new Map(),
     stallListing: false,
     oversize: new Map(),
+    announce: new Map(),
     close: async () => {},
   };
 
@@ -113,6 +116,14 @@ export async function startMockHub(repos: MockRepo[]): Promise<MockHub> {
         res.end(Buffer.alloc(over, 1));
         log.bytes += over;
       }
+      return;
+    }
+    const announced = hub.announce.get(path);
+    if (announced !== undefined) {
+      log.status = 200;
+      res.writeHead(200, { 'content-length': announced });
+      res.end(data);
+      log.bytes = data.length;
       return;
     }
     const stallAt = hub.stall.get(path);
