@@ -14,8 +14,10 @@ import { ropeInvFreq } from '../checkpoint/rope.ts';
 import { tensorName } from '../checkpoint/tensors.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
-import { resolveEngineConfig, type AttentionImpl, type EngineOptions } from './engine-config.ts';
+import { resolveEngineConfig, type AttentionImpl, type EngineConfig, type EngineOptions } from './engine-config.ts';
+import { HOOK_IO, hookSelectionKey, type HookSelection } from './graph/hooks.ts';
 import { IO, newKvOf } from './graph/io.ts';
+import { runWithCache, type RunWithCacheOptions, type RunWithCacheResult } from './run/hooked.ts';
 import { callInterventions, interventionInputs, positionIds } from './run/batch.ts';
 import { memoryFits, prefill } from './run/chunked.ts';
 import { checkIds, forward } from './run/forward.ts';
@@ -53,8 +55,14 @@ export class OnnxEngine implements Engine, Stepper {
   /** RoPE inv_freq as f32 when it does not depend on the length (every type but dynamic) */
   private readonly fixedInvFreq: Float32Array | null;
 
+  /** the resolved options the session was opened with (to open the graphs with hook points); absent: no hooks */
+  private readonly engineConfig: EngineConfig | null;
+  /** sessions of graphs with hook points, by their selection's key, opened on first use */
+  private readonly hookSessions = new Map<string, Promise<ort.InferenceSession>>();
+
   constructor(readonly checkpoint: Checkpoint, private readonly session: ort.InferenceSession, graphCached: boolean,
-    run: { attention: AttentionImpl; memoryPlan?: MemoryPlan | null; maxBatchTokens?: number; profiling?: boolean }) {
+    run: { attention: AttentionImpl; memoryPlan?: MemoryPlan | null; maxBatchTokens?: number; profiling?: boolean; engineConfig?: EngineConfig }) {
+    this.engineConfig = run.engineConfig ?? null;
     this.attention = run.attention;
     this.profiling = run.profiling ?? false;
     this.memoryPlan = run.memoryPlan ?? null;
@@ -112,7 +120,11 @@ export class OnnxEngine implements Engine, Stepper {
     const wantPresent = inp.wantPresent ?? true;
     const fetches: string[] = [IO.hidden, IO.logits];
     if (wantPresent) fetches.push(IO.newKv);
-    const out = await this.session.run(feeds, fetches);
+    const hookOutputs = inp.hooks?.selection.capture.map(HOOK_IO.output) ?? [];
+    for (const [name, t] of Object.entries(inp.hooks?.feeds ?? {})) feeds[name] = new ort.Tensor('float32', t.data, t.dims);
+    fetches.push(...hookOutputs);
+    const session = inp.hooks ? await this.hookSession(inp.hooks.selection) : this.session;
+    const out = await session.run(feeds, fetches);
     let present: KvCache | null = null;
     if (wantPresent) {
       const newKeys: Float32Array[] = [];
@@ -133,7 +145,35 @@ export class OnnxEngine implements Engine, Stepper {
       hidden: out[IO.hidden]!.data as Float32Array,
       logits: out[IO.logits]!.data as Float32Array,
       present,
+      ...(inp.hooks ? { hooks: Object.fromEntries(hookOutputs.map((n) => [n, { data: out[n]!.data as Float32Array, dims: out[n]!.dims.map(Number) }])) } : {}),
     };
+  }
+
+  /** The session of the graph with these hook points (built, cached and opened once per selection). */
+  private hookSession(sel: HookSelection): Promise<ort.InferenceSession> {
+    const key = hookSelectionKey(sel);
+    let s = this.hookSessions.get(key);
+    if (!s) {
+      if (!this.engineConfig) throw new SafekeepError('hook points need an engine made by createEngine');
+      s = openSession(this.checkpoint, this.engineConfig, sel).then((r) => r.session);
+      this.hookSessions.set(key, s);
+    }
+    return s;
+  }
+
+  /**
+   * TransformerLens's run_with_cache: one forward of `ids` (one sequence) that returns the activations at the hook
+   * points `names` selects (graph/hooks.ts: `blocks.<l>.<point>`, `*` globs) as an ActivationCache, with `hooks`
+   * (edits at hook points: add / ablate / clamp / patch / ablate_heads) and the residual-stream interventions applied.
+   */
+  async runWithCache(ids: number[], opts: RunWithCacheOptions = {}): Promise<RunWithCacheResult> {
+    return runWithCache(this, ids, opts);
+  }
+
+  /** `runWithCache` that reads no activations: the logits under the hook edits (TransformerLens's run_with_hooks). */
+  async runWithHooks(ids: number[], opts: Omit<RunWithCacheOptions, 'names'> = {}): Promise<{ logits: Float32Array; logitPositions: number[] }> {
+    const { logits, logitPositions } = await runWithCache(this, ids, { ...opts, names: [] });
+    return { logits, logitPositions };
   }
 
   async forward(inputIds: number[][], opts: ForwardOptions = {}): Promise<ForwardResult[]> {
@@ -175,6 +215,8 @@ export class OnnxEngine implements Engine, Stepper {
 
   async dispose(): Promise<void> {
     if (this.profiling) this.session.endProfiling();
+    for (const s of this.hookSessions.values()) await (await s.catch(() => null))?.release();
+    this.hookSessions.clear();
     await this.session.release();
   }
 }
@@ -192,7 +234,7 @@ export async function createEngineFromCheckpoint(ckpt: Checkpoint, opts: EngineO
   }
   const { session, cached } = await openSession(ckpt, cfg);
   const maxBatchTokens = Math.min(plan?.maxBatchTokens ?? Infinity, opts.maxBatchTokens ?? (plan ? Infinity : 4096));
-  return new OnnxEngine(ckpt, session, cached, { attention: cfg.attention, memoryPlan: plan, maxBatchTokens, profiling: cfg.profile !== null });
+  return new OnnxEngine(ckpt, session, cached, { attention: cfg.attention, memoryPlan: plan, maxBatchTokens, profiling: cfg.profile !== null, engineConfig: cfg });
 }
 
 export async function createEngine(modelDir: string, opts: EngineOptions = {}): Promise<OnnxEngine> {
