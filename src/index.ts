@@ -34,6 +34,10 @@ export { loadCheckpoint } from './checkpoint/load.ts';
 export { loadPromptTokenizer } from './prompts/tokenizer.ts';
 export type { ChatMessage, PromptTokenizer } from './prompts/tokenizer.ts';
 
+// directions as files: reproduce's directions.safetensors (refusal directions, Schema Directions, ℓ*)
+export { directionFromFile, readDirectionsFile, writeDirectionsFile } from './experiments/directions-file.ts';
+export { DIRECTIONS_FILE, DIRECTIONS_FORMAT } from './experiments/directions-file.ts';
+
 // safetensors files (directions, caches)
 export { readSafetensorsHeader, writeSafetensors } from './checkpoint/safetensors.ts';
 

@@ -1,6 +1,7 @@
 /**
  * docs/api.md's examples run as written (imports of 'safekeep' pointed at src/index.ts, run under tsx), so the page
- * cannot rot; the activation-patching example prints the logit differences the Float64 oracle computes.
+ * cannot rot; the activation-patching example prints the logit differences the Float64 oracle computes, the engine
+ * example a steering shift of exactly −alpha along r̂.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -18,12 +19,17 @@ test('docs/api.md: every ts example runs; the patching example prints the oracle
   const tmp = mkdtempSync(join(tmpdir(), 'safekeep-docs-'));
   try {
     let patching = null;
+    let steering: RegExpExecArray | null = null;
     for (const [i, code] of examples.entries()) {
       const file = join(tmp, `example-${i}.mts`);
       writeFileSync(file, code.replaceAll("from 'safekeep'", `from '${pathToFileURL(join(repoRoot, 'src', 'index.ts')).href}'`));
       const out = execFileSync(process.execPath, ['--import', 'tsx', file], { cwd: repoRoot, encoding: 'utf8', timeout: 120_000 });
       patching ??= parsePatchingLine(out);
+      steering ??= /^projection on r at hidden\[1\]: (\S+) steered: (\S+)/m.exec(out);
     }
+    // steering subtracts 4·r̂ from hidden[1]: the projection on r̂ moves by exactly −4
+    assert.ok(steering, 'the engine example prints its projections');
+    assert.ok(Math.abs(Number(steering[1]) - Number(steering[2]) - 4) <= 2e-3, `projection ${steering[1]} → ${steering[2]}`);
     assert.ok(patching, 'the patching example prints its line');
     const ref = await oraclePatching(join(tmp, 'planted'));
     for (const k of ['clean', 'corrupted', 'patched'] as const) {
