@@ -16,7 +16,7 @@ import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import type { Checkpoint } from '../src/checkpoint/types.ts';
 import { createEngineFromCheckpoint, type OnnxEngine } from '../src/engine/engine.ts';
 import { allHookNames, resolveHookNames } from '../src/engine/graph/hooks.ts';
-import { referenceForward } from '../src/engine/reference.ts';
+import { referenceForward, referenceGenerate } from '../src/engine/reference.ts';
 import { ActivationCache } from '../src/engine/run/activation-cache.ts';
 import type { HookIntervention } from '../src/engine/run/hooked.ts';
 import { isSafekeepError } from '../src/util/errors.ts';
@@ -123,6 +123,28 @@ for (const family of ['llama', 'qwen3', 'qwen2', 'mistral'] as const) {
       // analytic: the last block's resid_post patched at every position from the clean run → the clean logits
       const restored = await engine.runWithHooks(corrupt, { hooks: [{ hook: `blocks.${L - 1}.resid_post`, kind: 'patch', from: cleanActs }] });
       assertClose(restored.logits, cleanLogits, 'fully patched last resid_post = clean logits');
+    });
+
+    test('generate with edits at hook points (every position, prefill and decode, batched, chunked prefill) = the oracle', async () => {
+      const { numHeads: H } = ck.config;
+      const hooks: HookIntervention[] = [
+        { hook: 'blocks.0.z', kind: 'ablate_heads', heads: [H - 1] },
+        { hook: 'blocks.*.attn_out', kind: 'add', vector: direction(d, 7), alpha: 1.5 },
+        { hook: `blocks.${L - 1}.mlp_out`, kind: 'ablate', vector: direction(d, 8) },
+      ];
+      const long = Array.from({ length: 600 }, (_, i) => 3 + ((i * 37) % (ck.config.vocabSize - 3))); // > 512: chunked prefill
+      const prompts = [clean, corrupt.slice(0, 4), long];
+      const got = await engine.generate(prompts, { maxNewTokens: 5, stopIds: [], hooks, returnStepLogits: true });
+      const V = ck.config.vocabSize;
+      prompts.forEach((p, i) => {
+        const ref = referenceGenerate(ck, p, { maxNewTokens: 5, stopIds: [], hookEdits: hooks });
+        assert.deepEqual(got[i]!.generatedIds, ref.generatedIds, `prompt ${i}: greedy ids`);
+        assertClose(got[i]!.stepLogits!, ref.stepLogits, `prompt ${i}: step logits`);
+        const plain = referenceGenerate(ck, p, { maxNewTokens: 1, stopIds: [] });
+        assert.ok(maxAbsDiff(plain.stepLogits.subarray(0, V), ref.stepLogits.subarray(0, V)) > 1e-3, 'the edits change the logits');
+      });
+      await assert.rejects(engine.generate([clean], { maxNewTokens: 1, hooks: [{ hook: 'blocks.0.z', kind: 'patch', from: new ActivationCache([]) }] }), isSafekeepError);
+      await assert.rejects(engine.generate([clean], { maxNewTokens: 1, hooks: [{ hook: 'blocks.0.z', kind: 'ablate_heads', heads: [0], positions: [1] }] }), isSafekeepError);
     });
 
     test('no hooks: the plain graph keeps its cache key and results; a selection gets its own graph', async () => {

@@ -29,8 +29,7 @@ import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { hookName, parseHookName, resolveHookNames, type HookPoint } from './graph/hooks.ts';
 import { argmax } from './run/argmax.ts';
-import type { HookIntervention } from './run/hooked.ts';
-import type { Intervention, Steering } from './types.ts';
+import type { HookIntervention, Intervention, Steering } from './types.ts';
 
 /** Weights upcast to f64, by HF name. Cached per checkpoint object and weight precision. */
 type Weights = Map<string, Float64Array>;
@@ -404,6 +403,8 @@ interface ReferenceGenerateOptions {
   /** positions 'generated': only the fed-back tokens */
   interventions?: Intervention[];
   weights?: WeightPrecision;
+  /** edits at hook points, every prompt position and generated token */
+  hookEdits?: readonly HookIntervention[];
 }
 
 interface ReferenceGenerateResult {
@@ -431,9 +432,9 @@ export function referenceGenerate(ckpt: Checkpoint, prompt: number[], opts: Refe
   const L = c.numLayers;
   const d = c.hiddenSize;
   const stop = new Set(opts.stopIds ?? c.eosTokenIds);
-  const fwd = { steer: opts.steer, steerMatrix: opts.steerMatrix, weights: opts.weights, interventions: opts.interventions };
+  const fwd = { steer: opts.steer, steerMatrix: opts.steerMatrix, weights: opts.weights, interventions: opts.interventions, hookEdits: opts.hookEdits };
   const prefill = {
-    ...(opts.steer?.positions === 'generated' ? { weights: opts.weights } : fwd),
+    ...(opts.steer?.positions === 'generated' ? { weights: opts.weights, hookEdits: opts.hookEdits } : fwd),
     interventions: (opts.interventions ?? []).filter((iv) => (iv.positions ?? 'all') === 'all'),
   };
   let r = referenceForward(ckpt, prompt, prefill);

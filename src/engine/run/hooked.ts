@@ -8,32 +8,13 @@
  */
 import { SafekeepError } from '../../util/errors.ts';
 import { EDITABLE_POINTS, HOOK_IO, hookWidth, parseHookName, resolveHookNames, type HookPoint, type HookShape } from '../graph/hooks.ts';
-import type { Intervention, PositionSelector, Steering } from '../types.ts';
+import type { HookIntervention, Intervention, PositionSelector, Steering } from '../types.ts';
 import { ActivationCache, type Activation } from './activation-cache.ts';
 import { callInterventions, interventionInputs, selectPositions } from './batch.ts';
 import { checkIds } from './forward.ts';
 import type { StepHooks, Stepper } from './step.ts';
 
-/** Something activations can be patched from: an ActivationCache, or any object with its `get`. */
-export interface ActivationSource {
-  get(name: string): Activation;
-}
-
-/**
- * An edit at a hook point (`hook`: a name or a glob, graph/hooks.ts; a glob applies the edit at every match):
- * - `add`:    x + alpha·r̂ (r̂ = vector/|vector|, width d, or H·hd at z)
- * - `ablate`: x − (x·r̂)r̂;  `clamp`: x − (x·r̂)r̂ + alpha·r̂   (every position)
- * - `patch`:  x at `positions` replaced by the value of the same hook at the same positions in `from` (activation
- *             patching: `from` = the clean run's cache, this run the corrupted one)
- * - `ablate_heads`: zero the given heads' slices of z (`hook` must name z points)
- * `positions` (default every position; negative counts from the end) applies to add, patch and ablate_heads.
- */
-export type HookIntervention =
-  | { hook: string; kind: 'add'; vector: ArrayLike<number>; alpha: number; positions?: number[] }
-  | { hook: string; kind: 'ablate'; vector: ArrayLike<number> }
-  | { hook: string; kind: 'clamp'; vector: ArrayLike<number>; alpha: number }
-  | { hook: string; kind: 'patch'; from: ActivationSource; positions?: number[] }
-  | { hook: string; kind: 'ablate_heads'; heads: number[]; positions?: number[] };
+export type { ActivationSource, HookIntervention } from '../types.ts';
 
 export const HOOK_INTERVENTION_KINDS = ['add', 'ablate', 'clamp', 'patch', 'ablate_heads'] as const;
 
@@ -81,6 +62,21 @@ export async function runWithCache(s: Stepper, ids: number[], opts: RunWithCache
     return [name, { data: o.data, shape: dims }];
   }));
   return { logits: out.logits, logitPositions: logitPos, cache };
+}
+
+/**
+ * Edits for generation (every prompt position and generated token): as graph inputs broadcast over the tokens, so
+ * the same feeds serve the prefill, its chunks and every decode step. undefined without edits.
+ */
+export function generationHooks(s: Stepper, list: readonly HookIntervention[] | undefined): StepHooks | undefined {
+  if (!list || list.length === 0) return undefined;
+  list.forEach((iv, i) => {
+    if (iv?.kind === 'patch' || (iv && 'positions' in iv && iv.positions !== undefined)) {
+      throw new SafekeepError(`hook intervention ${i} (${iv.kind} at ${iv.hook}): generation edits every position; patch and positions are for runWithCache`);
+    }
+  });
+  const edits = hookEditInputs(list, shapeOf(s), 1);
+  return { selection: { capture: [], edit: edits.names }, feeds: edits.feeds };
 }
 
 /** The edits of a call as the hooked graph's inputs: the edited names and keep/set/dir/value per name. */
