@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import type { Checkpoint } from '../src/checkpoint/types.ts';
-import { createEngineFromCheckpoint, type OnnxEngine } from '../src/engine/engine.ts';
+import { HOOK_SESSIONS, createEngineFromCheckpoint, type OnnxEngine } from '../src/engine/engine.ts';
 import { allHookNames, resolveHookNames } from '../src/engine/graph/hooks.ts';
 import { referenceForward, referenceGenerate } from '../src/engine/reference.ts';
 import { ActivationCache } from '../src/engine/run/activation-cache.ts';
@@ -160,6 +160,20 @@ for (const family of ['llama', 'qwen3', 'qwen2', 'mistral'] as const) {
         await fresh.runWithCache(clean, { names: ['blocks.0.mlp_out'] });
         assert.equal(graphs().length, before.length + 1, 'a new selection: one more graph');
       } finally { await fresh.dispose(); }
+    });
+
+    test('at most HOOK_SESSIONS hook-point sessions stay open; an evicted selection reopens with the same values', async () => {
+      const sels = ['blocks.0.attn_out', 'blocks.0.mlp_out', 'blocks.1.resid_mid', 'blocks.0.resid_mid'];
+      const first = await engine.runWithCache(clean, { names: [sels[0]!] });
+      for (const n of sels.slice(1)) {
+        await engine.runWithCache(clean, { names: [n] });
+        assert.ok(engine.hookSessionCount <= HOOK_SESSIONS, `${engine.hookSessionCount} sessions open`);
+      }
+      const again = await engine.runWithCache(clean, { names: [sels[0]!] });
+      assert.equal(maxAbsDiff(again.cache.get(sels[0]!).data, first.cache.get(sels[0]!).data), 0);
+      const before = engine.hookSessionCount;
+      await engine.runWithHooks(clean, {});
+      assert.equal(engine.hookSessionCount, before, 'no hook point: the plain session, none opened');
     });
 
     test('bad hook names and edits: one SafekeepError naming them', async () => {

@@ -31,6 +31,9 @@ import type { Engine, FirstTokenSharedOptions, FirstTokenSharedResult, ForwardOp
 
 const i64 = (xs: readonly number[]) => BigInt64Array.from(xs, (x) => BigInt(x));
 
+/** sessions of hook-point graphs an engine keeps open at once (each pre-packs its own copy of the weights) */
+export const HOOK_SESSIONS = 2;
+
 export class OnnxEngine implements Engine, Stepper {
   readonly modelType: string;
   readonly numLayers: number;
@@ -123,8 +126,16 @@ export class OnnxEngine implements Engine, Stepper {
     const hookOutputs = inp.hooks?.selection.capture.map(HOOK_IO.output) ?? [];
     for (const [name, t] of Object.entries(inp.hooks?.feeds ?? {})) feeds[name] = new ort.Tensor('float32', t.data, t.dims);
     fetches.push(...hookOutputs);
-    const session = inp.hooks ? await this.hookSession(inp.hooks.selection) : this.session;
-    const out = await session.run(feeds, fetches);
+    // a hook selection's session counts as in use from before it is looked up until its run ends (never released then)
+    const hookKey = inp.hooks ? hookSelectionKey(inp.hooks.selection) : null;
+    if (hookKey !== null) this.hookRuns.set(hookKey, (this.hookRuns.get(hookKey) ?? 0) + 1);
+    let out: ort.InferenceSession.ReturnType;
+    try {
+      const session = inp.hooks ? await this.hookSession(inp.hooks.selection) : this.session;
+      out = await session.run(feeds, fetches);
+    } finally {
+      if (hookKey !== null) this.hookRuns.set(hookKey, this.hookRuns.get(hookKey)! - 1);
+    }
     let present: KvCache | null = null;
     if (wantPresent) {
       const newKeys: Float32Array[] = [];
@@ -149,17 +160,38 @@ export class OnnxEngine implements Engine, Stepper {
     };
   }
 
-  /** The session of the graph with these hook points (built, cached and opened once per selection). */
-  private hookSession(sel: HookSelection): Promise<ort.InferenceSession> {
+  /**
+   * The session of the graph with these hook points (its graph built and cached once per selection). Each session
+   * holds its own pre-packed weights, so at most HOOK_SESSIONS are kept: the least recently used one not running is
+   * released when another is opened.
+   */
+  private async hookSession(sel: HookSelection): Promise<ort.InferenceSession> {
     const key = hookSelectionKey(sel);
     let s = this.hookSessions.get(key);
-    if (!s) {
+    if (s) {
+      this.hookSessions.delete(key); // re-inserted below: the map's order is the use order
+    } else {
       if (!this.engineConfig) throw new SafekeepError('hook points need an engine made by createEngine');
+      for (const [k, old] of this.hookSessions) {
+        if (this.hookSessions.size < HOOK_SESSIONS) break;
+        if (this.hookRuns.get(k)) continue;
+        this.hookSessions.delete(k);
+        await (await old.catch(() => null))?.release();
+      }
       s = openSession(this.checkpoint, this.engineConfig, sel).then((r) => r.session);
-      this.hookSessions.set(key, s);
+      s.catch(() => this.hookSessions.delete(key)); // a failed open is not kept
     }
+    this.hookSessions.set(key, s);
     return s;
   }
+
+  /** hook-point sessions open now (≤ HOOK_SESSIONS unless more are running at once) */
+  get hookSessionCount(): number {
+    return this.hookSessions.size;
+  }
+
+  /** runs in flight per hook selection key (a session in use is never released) */
+  private readonly hookRuns = new Map<string, number>();
 
   /**
    * TransformerLens's run_with_cache: one forward of `ids` (one sequence) that returns the activations at the hook

@@ -7,7 +7,7 @@
  * same "adds first, then one projection" rule as the residual-stream interventions (types.ts `Intervention`).
  */
 import { SafekeepError } from '../../util/errors.ts';
-import { EDITABLE_POINTS, HOOK_IO, hookWidth, parseHookName, resolveHookNames, type HookPoint, type HookShape } from '../graph/hooks.ts';
+import { EDITABLE_POINTS, HOOK_IO, hasHooks, hookWidth, parseHookName, resolveHookNames, type HookPoint, type HookShape } from '../graph/hooks.ts';
 import type { HookIntervention, Intervention, PositionSelector, Steering } from '../types.ts';
 import { ActivationCache, type Activation } from './activation-cache.ts';
 import { callInterventions, interventionInputs, selectPositions } from './batch.ts';
@@ -47,11 +47,12 @@ export async function runWithCache(s: Stepper, ids: number[], opts: RunWithCache
   const edits = hookEditInputs(opts.hooks ?? [], shape, T);
   const iv = interventionInputs(s.numLayers, s.dModel, callInterventions(opts));
   const logitPos = selectPositions(opts.logitsAt, T, 'logitsAt');
-  const hooks: StepHooks = { selection: { capture, edit: edits.names }, feeds: edits.feeds };
-  // one step on the whole sequence (no chunking: a pattern needs every key of the step)
+  const selection = { capture, edit: edits.names };
+  // one step on the whole sequence (no chunking: a pattern needs every key of the step); no hook point: the plain graph
   const out = await s.step({
     ids: BigInt64Array.from(ids, BigInt), batch: 1, width: T, starts: [0], past: null, steer: iv.steer, project: iv,
-    hiddenIndex: [], logitsIndex: logitPos, wantPresent: false, hooks,
+    hiddenIndex: [], logitsIndex: logitPos, wantPresent: false,
+    ...(hasHooks(selection) ? { hooks: { selection, feeds: edits.feeds } } : {}),
   });
   const { numHeads: H, headDim: hd } = s.config;
   const cache = new ActivationCache(capture.map((name): [string, Activation] => {
