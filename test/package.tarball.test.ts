@@ -2,8 +2,8 @@
  * The package as a user gets it: `npm run build`, `npm pack`, the tarball installed into an empty project with
  * `--ignore-scripts` (onnxruntime-node's install script would download its CUDA provider), then, with no loader:
  * a plain-JavaScript script (a random checkpoint: hook points, steering, generation) and docs/api.md's TypeScript
- * example compiled by tsc against the installed declarations. Their printed figures are checked against the Float64
- * oracle. Installing needs the npm registry or a warm npm cache (`--prefer-offline`).
+ * example compiled by tsc against the installed declarations; and the installed CLI answers --help. The printed
+ * figures are checked against the Float64 oracle. Installing needs the npm registry or a warm npm cache (`--prefer-offline`).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -71,6 +71,10 @@ test('npm pack → install in an empty project → plain JS and compiled TypeScr
     assert.ok(maxAbsDiff(out.steered, lastRows) <= 1e-4, 'steered hidden states = oracle');
     assert.deepEqual(out.generated, referenceGenerate(ck, ids, { maxNewTokens: 4, stopIds: [] }).generatedIds);
     assert.equal(out.refused, true, 'bad input is a SafekeepError across the package boundary');
+
+    // the CLI ships too (bin/safekeep.mjs runs the TypeScript sources through tsx, a dependency)
+    const help = execFileSync(process.execPath, [join(proj, 'node_modules', 'safekeep', 'bin', 'safekeep.mjs'), '--help'], { cwd: proj, encoding: 'utf8', timeout: 120_000 });
+    assert.match(help, /generate/);
 
     // TypeScript: docs/api.md's patching example, type-checked and compiled by tsc against the installed package
     const example = apiExamples().find((c) => c.includes('runWithHooks'));
