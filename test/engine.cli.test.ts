@@ -41,10 +41,12 @@ describe('engine CLI: forward and generate', { skip: root ? false : 'needs ../sh
     const out = join(tmp, 'out.safetensors');
     const r = cli(['forward', '--model', model(), '--ids', join(tmp, 'ids.json'), '--out', out], env);
     assert.equal(r.code, 0, r.stderr);
-    assert.equal(r.stdout, '');
     assert.equal(r.stderr.trim().split('\n').length, 1, 'one-line summary');
     const got = readAllF32(out);
     const refs = readAllF32(join(root!, 'refs', 'llama3-tiny-f32.safetensors'));
+    // stdout: each sequence's greedy next token (ids: this fixture folder has no tokenizer)
+    const argmax = (xs: ArrayLike<number>) => { let b = 0; for (let i = 1; i < xs.length; i++) if (xs[i]! > xs[b]!) b = i; return b; };
+    assert.equal(r.stdout, inputs.seqs.map((_, i) => `${argmax(refs.get(`seq${i}.logits`)!.data.subarray(-512))}\n`).join(''));
     assert.equal(got.size, 6);
     inputs.seqs.forEach((s, i) => {
       const h = got.get(`hidden_states.${i}`)!;
@@ -61,15 +63,15 @@ describe('engine CLI: forward and generate', { skip: root ? false : 'needs ../sh
   test('generate with steering reproduces HF steered greedy ids and step logits', () => {
     const out = join(tmp, 'gen.json');
     const r = cli(['generate', '--model', model(), '--ids', join(tmp, 'ids.json'), '--max-new-tokens', '10', '--no-stop',
-      '--steer-layer', String(inputs.steer_layer + 1), '--steer-vector', join(tmp, 'v.json'), '--alpha', String(inputs.steer_alpha), '--out', out], env);
+      '--steer-layer', String(inputs.steer_layer + 1), '--steer-vector', join(tmp, 'v.json'), '--alpha', String(inputs.steer_alpha), '--logits', 'all', '--out', out], env);
     assert.equal(r.code, 0, r.stderr);
-    assert.equal(r.stdout, '');
     const meta = JSON.parse(readFileSync(join(root!, 'refs', 'llama3-tiny-f32.json'), 'utf8'));
     const refs = readAllF32(join(root!, 'refs', 'llama3-tiny-f32.safetensors'));
     const j = JSON.parse(readFileSync(out, 'utf8')) as { sequences: { generated_ids: number[]; step_logits: number[][]; first_token_hidden: number[][] }[] };
     assert.equal(j.sequences.length, 3);
     const s0 = j.sequences[0]!;
     assert.deepEqual(s0.generated_ids, meta.steer.new_ids);
+    assert.equal(r.stdout.split('\n')[0], meta.steer.new_ids.join(' '), 'stdout: the generated ids (no tokenizer in this folder)');
     assert.equal(s0.step_logits.length, 10);
     assert.ok(maxAbsDiff(s0.step_logits.flat(), refs.get('steer.step_logits')!.data) <= TOL);
     assert.equal(s0.first_token_hidden.length, 5);
@@ -82,7 +84,7 @@ describe('engine CLI: forward and generate', { skip: root ? false : 'needs ../sh
     type Out = { steering: { positions: string } | null; sequences: { generated_ids: number[]; step_logits: number[][]; first_token_hidden: number[][] }[] };
     const run = (extra: string[], name: string): Out => {
       const out = join(tmp, name);
-      const r = cli([...base, ...extra, '--out', out], env);
+      const r = cli([...base, ...extra, '--logits', 'all', '--out', out], env);
       assert.equal(r.code, 0, r.stderr);
       return JSON.parse(readFileSync(out, 'utf8')) as Out;
     };

@@ -2,7 +2,9 @@
  * What the model commands share: engine flags (--model, --dtype, --device, --threads, --max-memory) turned into
  * engine options, and reading IDS.json / V.json / interventions.
  */
+import { dirname, resolve } from 'node:path';
 import { readJsonFile } from '../data/jsonfile.ts';
+import { directionFromFile } from '../experiments/directions-file.ts';
 import type { EngineOptions } from '../engine/engine-config.ts';
 import { createEngine, type OnnxEngine } from '../engine/engine.ts';
 import { parseBytes } from '../engine/runtime/memory.ts';
@@ -81,7 +83,8 @@ export function readVectorFile(path: string): number[] {
 export const INTERVENE_FLAG_DEF: FlagDef = {
   name: 'intervene', value: 'FILE.json',
   help: '{"interventions": [{"layer": l, "kind": "add"|"ablate"|"clamp", "vector": [d floats], "alpha": a, "positions": "all"|"generated"}]}: '
-    + 'add h+a·r̂, ablate h−(h·r̂)r̂, clamp the projection on r̂ to a; several at once',
+    + 'add h+a·r̂, ablate h−(h·r̂)r̂, clamp the projection on r̂ to a; several at once. "vector": "directions.safetensors#refusal.chatbot" '
+    + 'takes row l of a direction reproduce wrote (path relative to FILE.json)',
 };
 
 /** FILE.json = {"interventions": [...]} (or the bare list); the engine checks layers, sizes and alphas */
@@ -95,9 +98,11 @@ export function readInterventionsFile(path: string): Intervention[] {
     if (o === null || typeof o !== 'object') throw new SafekeepError(`${where} must be an object`);
     if (!Number.isInteger(o.layer)) throw new SafekeepError(`${where}.layer must be an integer`);
     if (!INTERVENTION_KINDS.includes(o.kind as InterventionKind)) throw new SafekeepError(`${where}.kind must be one of ${INTERVENTION_KINDS.join(', ')}`);
+    // a direction from a directions file (reproduce's directions.safetensors): row `layer`, path relative to FILE.json
+    if (typeof o.vector === 'string') o.vector = Array.from(directionFromFile(resolve(dirname(path), o.vector), o.layer as number).v);
     // JSON's 1e400 parses to Infinity, and float32 (what the graph computes in) ends at 3.4e38
     const f32 = (v: unknown): boolean => typeof v === 'number' && Number.isFinite(v) && Math.abs(v) <= 3.4028234663852886e38;
-    if (!Array.isArray(o.vector) || !o.vector.every(f32)) throw new SafekeepError(`${where}.vector must be a list of finite numbers within the float32 range (|x| ≤ 3.4e38)`);
+    if (!Array.isArray(o.vector) || !o.vector.every(f32)) throw new SafekeepError(`${where}.vector must be a list of finite numbers within the float32 range (|x| ≤ 3.4e38) or "FILE.safetensors[#name]"`);
     if (o.alpha !== undefined && !f32(o.alpha)) throw new SafekeepError(`${where}.alpha must be a finite number within the float32 range (|alpha| ≤ 3.4e38), got ${String(o.alpha).slice(0, 40)}`);
     if (o.positions !== undefined && !STEER_POSITIONS.includes(o.positions as SteerPositions)) throw new SafekeepError(`${where}.positions must be one of ${STEER_POSITIONS.join(', ')}`);
     return {

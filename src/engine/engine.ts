@@ -14,8 +14,10 @@ import { ropeInvFreq } from '../checkpoint/rope.ts';
 import { tensorName } from '../checkpoint/tensors.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
-import { resolveEngineConfig, type AttentionImpl, type EngineOptions } from './engine-config.ts';
+import { resolveEngineConfig, type AttentionImpl, type EngineConfig, type EngineOptions } from './engine-config.ts';
+import { HOOK_IO, hookSelectionKey, type HookSelection } from './graph/hooks.ts';
 import { IO, newKvOf } from './graph/io.ts';
+import { runWithCache, type RunWithCacheOptions, type RunWithCacheResult } from './run/hooked.ts';
 import { callInterventions, interventionInputs, positionIds } from './run/batch.ts';
 import { memoryFits, prefill } from './run/chunked.ts';
 import { checkIds, forward } from './run/forward.ts';
@@ -28,6 +30,9 @@ import { openSession } from './runtime/session.ts';
 import type { Engine, FirstTokenSharedOptions, FirstTokenSharedResult, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, SharedForwardOptions, SharedForwardResult } from './types.ts';
 
 const i64 = (xs: readonly number[]) => BigInt64Array.from(xs, (x) => BigInt(x));
+
+/** sessions of hook-point graphs an engine keeps open at once (each pre-packs its own copy of the weights) */
+export const HOOK_SESSIONS = 2;
 
 export class OnnxEngine implements Engine, Stepper {
   readonly modelType: string;
@@ -53,8 +58,14 @@ export class OnnxEngine implements Engine, Stepper {
   /** RoPE inv_freq as f32 when it does not depend on the length (every type but dynamic) */
   private readonly fixedInvFreq: Float32Array | null;
 
+  /** the resolved options the session was opened with (to open the graphs with hook points); absent: no hooks */
+  private readonly engineConfig: EngineConfig | null;
+  /** sessions of graphs with hook points, by their selection's key, opened on first use */
+  private readonly hookSessions = new Map<string, Promise<ort.InferenceSession>>();
+
   constructor(readonly checkpoint: Checkpoint, private readonly session: ort.InferenceSession, graphCached: boolean,
-    run: { attention: AttentionImpl; memoryPlan?: MemoryPlan | null; maxBatchTokens?: number; profiling?: boolean }) {
+    run: { attention: AttentionImpl; memoryPlan?: MemoryPlan | null; maxBatchTokens?: number; profiling?: boolean; engineConfig?: EngineConfig }) {
+    this.engineConfig = run.engineConfig ?? null;
     this.attention = run.attention;
     this.profiling = run.profiling ?? false;
     this.memoryPlan = run.memoryPlan ?? null;
@@ -112,7 +123,19 @@ export class OnnxEngine implements Engine, Stepper {
     const wantPresent = inp.wantPresent ?? true;
     const fetches: string[] = [IO.hidden, IO.logits];
     if (wantPresent) fetches.push(IO.newKv);
-    const out = await this.session.run(feeds, fetches);
+    const hookOutputs = inp.hooks?.selection.capture.map(HOOK_IO.output) ?? [];
+    for (const [name, t] of Object.entries(inp.hooks?.feeds ?? {})) feeds[name] = new ort.Tensor('float32', t.data, t.dims);
+    fetches.push(...hookOutputs);
+    // a hook selection's session counts as in use from before it is looked up until its run ends (never released then)
+    const hookKey = inp.hooks ? hookSelectionKey(inp.hooks.selection) : null;
+    if (hookKey !== null) this.hookRuns.set(hookKey, (this.hookRuns.get(hookKey) ?? 0) + 1);
+    let out: ort.InferenceSession.ReturnType;
+    try {
+      const session = inp.hooks ? await this.hookSession(inp.hooks.selection) : this.session;
+      out = await session.run(feeds, fetches);
+    } finally {
+      if (hookKey !== null) this.hookRuns.set(hookKey, this.hookRuns.get(hookKey)! - 1);
+    }
     let present: KvCache | null = null;
     if (wantPresent) {
       const newKeys: Float32Array[] = [];
@@ -133,7 +156,56 @@ export class OnnxEngine implements Engine, Stepper {
       hidden: out[IO.hidden]!.data as Float32Array,
       logits: out[IO.logits]!.data as Float32Array,
       present,
+      ...(inp.hooks ? { hooks: Object.fromEntries(hookOutputs.map((n) => [n, { data: out[n]!.data as Float32Array, dims: out[n]!.dims.map(Number) }])) } : {}),
     };
+  }
+
+  /**
+   * The session of the graph with these hook points (its graph built and cached once per selection). Each session
+   * holds its own pre-packed weights, so at most HOOK_SESSIONS are kept: the least recently used one not running is
+   * released when another is opened.
+   */
+  private async hookSession(sel: HookSelection): Promise<ort.InferenceSession> {
+    const key = hookSelectionKey(sel);
+    let s = this.hookSessions.get(key);
+    if (s) {
+      this.hookSessions.delete(key); // re-inserted below: the map's order is the use order
+    } else {
+      if (!this.engineConfig) throw new SafekeepError('hook points need an engine made by createEngine');
+      for (const [k, old] of this.hookSessions) {
+        if (this.hookSessions.size < HOOK_SESSIONS) break;
+        if (this.hookRuns.get(k)) continue;
+        this.hookSessions.delete(k);
+        await (await old.catch(() => null))?.release();
+      }
+      s = openSession(this.checkpoint, this.engineConfig, sel).then((r) => r.session);
+      s.catch(() => this.hookSessions.delete(key)); // a failed open is not kept
+    }
+    this.hookSessions.set(key, s);
+    return s;
+  }
+
+  /** hook-point sessions open now (≤ HOOK_SESSIONS unless more are running at once) */
+  get hookSessionCount(): number {
+    return this.hookSessions.size;
+  }
+
+  /** runs in flight per hook selection key (a session in use is never released) */
+  private readonly hookRuns = new Map<string, number>();
+
+  /**
+   * TransformerLens's run_with_cache: one forward of `ids` (one sequence) that returns the activations at the hook
+   * points `names` selects (graph/hooks.ts: `blocks.<l>.<point>`, `*` globs) as an ActivationCache, with `hooks`
+   * (edits at hook points: add / ablate / clamp / patch / ablate_heads) and the residual-stream interventions applied.
+   */
+  async runWithCache(ids: number[], opts: RunWithCacheOptions = {}): Promise<RunWithCacheResult> {
+    return runWithCache(this, ids, opts);
+  }
+
+  /** `runWithCache` that reads no activations: the logits under the hook edits (TransformerLens's run_with_hooks). */
+  async runWithHooks(ids: number[], opts: Omit<RunWithCacheOptions, 'names'> = {}): Promise<{ logits: Float32Array; logitPositions: number[] }> {
+    const { logits, logitPositions } = await runWithCache(this, ids, { ...opts, names: [] });
+    return { logits, logitPositions };
   }
 
   async forward(inputIds: number[][], opts: ForwardOptions = {}): Promise<ForwardResult[]> {
@@ -175,6 +247,8 @@ export class OnnxEngine implements Engine, Stepper {
 
   async dispose(): Promise<void> {
     if (this.profiling) this.session.endProfiling();
+    for (const s of this.hookSessions.values()) await (await s.catch(() => null))?.release();
+    this.hookSessions.clear();
     await this.session.release();
   }
 }
@@ -192,7 +266,7 @@ export async function createEngineFromCheckpoint(ckpt: Checkpoint, opts: EngineO
   }
   const { session, cached } = await openSession(ckpt, cfg);
   const maxBatchTokens = Math.min(plan?.maxBatchTokens ?? Infinity, opts.maxBatchTokens ?? (plan ? Infinity : 4096));
-  return new OnnxEngine(ckpt, session, cached, { attention: cfg.attention, memoryPlan: plan, maxBatchTokens, profiling: cfg.profile !== null });
+  return new OnnxEngine(ckpt, session, cached, { attention: cfg.attention, memoryPlan: plan, maxBatchTokens, profiling: cfg.profile !== null, engineConfig: cfg });
 }
 
 export async function createEngine(modelDir: string, opts: EngineOptions = {}): Promise<OnnxEngine> {

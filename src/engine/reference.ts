@@ -27,8 +27,9 @@ import { roundToBf16 } from '../checkpoint/dtype.ts';
 import { layerWeights, tensorName } from '../checkpoint/tensors.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
+import { hookName, parseHookName, resolveHookNames, type HookPoint } from './graph/hooks.ts';
 import { argmax } from './run/argmax.ts';
-import type { Intervention, Steering } from './types.ts';
+import type { HookIntervention, Intervention, Steering } from './types.ts';
 
 /** Weights upcast to f64, by HF name. Cached per checkpoint object and weight precision. */
 type Weights = Map<string, Float64Array>;
@@ -80,9 +81,15 @@ interface ReferenceForwardOptions {
   past?: ReferenceKV;
   /** default 'stored' */
   weights?: WeightPrecision;
+  /** hook points (graph/hooks.ts names or globs) whose values are returned in `hooks` */
+  capture?: readonly string[];
+  /** edits at hook points, applied here by their definitions (run/hooked.ts `HookIntervention`) */
+  hookEdits?: readonly HookIntervention[];
 }
 
 interface ReferenceForwardResult {
+  /** captured hook points: [T, d] / z [T, H, hd] / pattern [H, T, S] with S = cached + T keys (0 where masked) */
+  hooks: Map<string, Float64Array>;
   /** [L+1, T, d_model], hidden[L] before the final norm */
   hidden: Float64Array;
   /** [T, vocab] */
@@ -226,6 +233,30 @@ function setProjection(x: Float64Array, r: ArrayLike<number>, value: number): vo
   for (let i = 0; i < x.length; i++) x[i] = x[i]! + (value - along) * u[i]!;
 }
 
+/**
+ * The edits at hook point `name` on token t of T (x in place), by their definitions: patches (x = the source's value
+ * at t), head ablations (z's head slices zeroed), adds (x + α r̂), then the ablate / clamp (projection set).
+ */
+function hookEditor(list: readonly HookIntervention[], c: ModelConfig): (name: string, t: number, T: number, x: Float64Array) => void {
+  const shape = { numLayers: c.numLayers };
+  const at = (positions: number[] | undefined, t: number, T: number) => positions === undefined || positions.some((p) => (p < 0 ? T + p : p) === t);
+  const rank = { patch: 0, ablate_heads: 1, add: 2, ablate: 3, clamp: 3 } as const;
+  const byName = new Map<string, HookIntervention[]>();
+  for (const iv of list) for (const n of resolveHookNames([iv.hook], shape)) byName.set(n, [...(byName.get(n) ?? []), iv]);
+  for (const ivs of byName.values()) ivs.sort((a, b) => rank[a.kind] - rank[b.kind]);
+  return (name, t, T, x) => {
+    for (const iv of byName.get(name) ?? []) {
+      if (iv.kind === 'patch') {
+        if (at(iv.positions, t, T)) x.set(Float64Array.from(iv.from.get(name).data.subarray(t * x.length, (t + 1) * x.length)));
+      } else if (iv.kind === 'ablate_heads') {
+        if (at(iv.positions, t, T)) for (const h of iv.heads) x.fill(0, h * c.headDim, (h + 1) * c.headDim);
+      } else if (iv.kind === 'add') {
+        if (at(iv.positions, t, T)) addAlong(x, iv.vector, iv.alpha);
+      } else setProjection(x, iv.vector, iv.kind === 'clamp' ? iv.alpha : 0);
+    }
+  };
+}
+
 // ---- the forward pass -------------------------------------------------------------------------------------------
 
 export function referenceForward(ckpt: Checkpoint, ids: number[], opts: ReferenceForwardOptions = {}): ReferenceForwardResult {
@@ -251,12 +282,24 @@ export function referenceForward(ckpt: Checkpoint, ids: number[], opts: Referenc
     return emb.slice(id * d, (id + 1) * d);
   });
   const ivs = opts.interventions ?? [];
+  // hook points: edited in place by their definitions, captured per token
+  const captureNames = new Set(resolveHookNames(opts.capture ?? [], c));
+  const edit = hookEditor(opts.hookEdits ?? [], c);
+  const captured = new Map<string, Float64Array[]>();
+  const hook = (l: number, point: HookPoint, t: number, x: Float64Array): void => {
+    const name = hookName(l, point);
+    edit(name, t, T, x);
+    if (captureNames.has(name)) { const rows = captured.get(name) ?? []; rows[t] = Float64Array.from(x); captured.set(name, rows); }
+  };
+  const S = start + T;
+  const patterns = new Map<number, Float64Array>(); // [H, T, S] per layer whose pattern is captured
   const record = (l: number): void => {
     xs.forEach((x, t) => {
       const s = steer[l];
       if (s) for (let i = 0; i < d; i++) x[i] = x[i]! + s[i]!;
       for (const iv of ivs) if (iv.layer === l && iv.kind === 'add') addAlong(x, iv.vector, iv.alpha!);
       for (const iv of ivs) if (iv.layer === l && iv.kind !== 'add') setProjection(x, iv.vector, iv.kind === 'clamp' ? iv.alpha! : 0);
+      if (l > 0) hook(l - 1, 'resid_post', t, x); // hidden[l] = resid_post of block l-1
       hidden.set(x, (l * T + t) * d);
     });
   };
@@ -264,6 +307,9 @@ export function referenceForward(ckpt: Checkpoint, ids: number[], opts: Referenc
 
   for (let l = 0; l < L; l++) {
     const lw = layerWeights(c, l);
+    xs.forEach((x, t) => hook(l, 'resid_pre', t, x));
+    const pattern = captureNames.has(hookName(l, 'pattern')) ? new Float64Array(c.numHeads * T * S) : null;
+    if (pattern) patterns.set(l, pattern);
     // 1. project and rope every new token, extending the cache
     const qs: Float64Array[] = [];
     for (let t = 0; t < T; t++) {
@@ -306,19 +352,24 @@ export function referenceForward(ckpt: Checkpoint, ids: number[], opts: Referenc
         for (let j = j0; j < n; j++) { scores[j] = Math.exp(scores[j]! - max); z += scores[j]!; }
         for (let j = j0; j < n; j++) {
           const pj = scores[j]! / z;
+          if (pattern) pattern[(hh * T + t) * S + j] = pj;
           const vj = values[l]![j]!;
           for (let i = 0; i < hd; i++) attn[hh * hd + i] = attn[hh * hd + i]! + pj * vj[kvh * hd + i]!;
         }
       }
+      hook(l, 'z', t, attn);
       const x = Float64Array.from(xs[t]!);
       const o = linear(W(w, lw.o), attn);
+      hook(l, 'attn_out', t, o);
       for (let i = 0; i < d; i++) x[i] = x[i]! + o[i]!;
+      hook(l, 'resid_mid', t, x);
       // 3. gated MLP
       const h = rmsNorm(x, W(w, lw.mlpNorm), c.rmsNormEps);
       const g = linear(W(w, lw.gate), h);
       const u = linear(W(w, lw.up), h);
       for (let i = 0; i < g.length; i++) g[i] = silu(g[i]!) * u[i]!;
       const m = linear(W(w, lw.down), g);
+      hook(l, 'mlp_out', t, m);
       for (let i = 0; i < d; i++) x[i] = x[i]! + m[i]!;
       next.push(x);
     }
@@ -329,7 +380,16 @@ export function referenceForward(ckpt: Checkpoint, ids: number[], opts: Referenc
   const head = c.tieWordEmbeddings ? emb : W(w, tensorName('lmHead'));
   const logits = new Float64Array(T * c.vocabSize);
   xs.forEach((x, t) => logits.set(linear(head, rmsNorm(x, W(w, tensorName('finalNorm')), c.rmsNormEps)), t * c.vocabSize));
-  return { hidden, logits, kv: { keys, values, length: start + T } };
+  const hooks = new Map<string, Float64Array>();
+  for (const name of captureNames) {
+    const { layer, point } = parseHookName(name, c);
+    if (point === 'pattern') { hooks.set(name, patterns.get(layer)!); continue; }
+    const rows = captured.get(name)!;
+    const out = new Float64Array(T * rows[0]!.length);
+    rows.forEach((r, t) => out.set(r, t * r.length));
+    hooks.set(name, out);
+  }
+  return { hidden, logits, kv: { keys, values, length: start + T }, hooks };
 }
 
 // ---- greedy generation ------------------------------------------------------------------------------------------
@@ -343,6 +403,8 @@ interface ReferenceGenerateOptions {
   /** positions 'generated': only the fed-back tokens */
   interventions?: Intervention[];
   weights?: WeightPrecision;
+  /** edits at hook points, every prompt position and generated token */
+  hookEdits?: readonly HookIntervention[];
 }
 
 interface ReferenceGenerateResult {
@@ -370,9 +432,9 @@ export function referenceGenerate(ckpt: Checkpoint, prompt: number[], opts: Refe
   const L = c.numLayers;
   const d = c.hiddenSize;
   const stop = new Set(opts.stopIds ?? c.eosTokenIds);
-  const fwd = { steer: opts.steer, steerMatrix: opts.steerMatrix, weights: opts.weights, interventions: opts.interventions };
+  const fwd = { steer: opts.steer, steerMatrix: opts.steerMatrix, weights: opts.weights, interventions: opts.interventions, hookEdits: opts.hookEdits };
   const prefill = {
-    ...(opts.steer?.positions === 'generated' ? { weights: opts.weights } : fwd),
+    ...(opts.steer?.positions === 'generated' ? { weights: opts.weights, hookEdits: opts.hookEdits } : fwd),
     interventions: (opts.interventions ?? []).filter((iv) => (iv.positions ?? 'all') === 'all'),
   };
   let r = referenceForward(ckpt, prompt, prefill);

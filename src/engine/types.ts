@@ -94,6 +94,11 @@ export interface GenerateOptions {
   haltAfterPrefill?: (row: number, promptLastHidden: Float32Array) => boolean;
   /** checked at every step boundary: once aborted, generation ends there and the rows left say finish 'cancelled' */
   signal?: AbortSignal;
+  /**
+   * edits at named hook points (graph/hooks.ts) at every prompt position and every generated token: add / ablate /
+   * clamp / ablate_heads without `positions` (patch and positions belong to runWithCache, whose positions are fixed)
+   */
+  hooks?: readonly HookIntervention[];
 }
 
 export interface GenerateResult {
@@ -157,3 +162,26 @@ export interface FirstTokenSharedResult {
 
 /** `firstTokenShared` options: the shared-forward ones but the positions (always the last), plus stop ids. */
 export type FirstTokenSharedOptions = Omit<SharedForwardOptions, 'hiddenAt' | 'logitsAt'> & { stopIds?: number[] };
+
+/** Something activations can be patched from: an ActivationCache (run/activation-cache.ts), or any object with its `get`. */
+export interface ActivationSource {
+  /** the activation at a hook point: row-major data of `shape` ([T, width] first axis the token) */
+  get(name: string): { data: Float32Array; shape: number[] };
+}
+
+/**
+ * An edit at a hook point (`hook`: a name or a glob, graph/hooks.ts; a glob applies the edit at every match):
+ * - `add`:    x + alpha·r̂ (r̂ = vector/|vector|, width d, or H·hd at z)
+ * - `ablate`: x − (x·r̂)r̂;  `clamp`: x − (x·r̂)r̂ + alpha·r̂   (every position)
+ * - `patch`:  x at `positions` replaced by the value of the same hook at the same positions in `from` (activation
+ *             patching: `from` = the clean run's cache, this run the corrupted one)
+ * - `ablate_heads`: zero the given heads' slices of z (`hook` must name z points)
+ * `positions` (default every position; negative counts from the end) applies to add, patch and ablate_heads.
+ * At one point: patches, head ablations, adds, then at most one ablate/clamp.
+ */
+export type HookIntervention =
+  | { hook: string; kind: 'add'; vector: ArrayLike<number>; alpha: number; positions?: number[] }
+  | { hook: string; kind: 'ablate'; vector: ArrayLike<number> }
+  | { hook: string; kind: 'clamp'; vector: ArrayLike<number>; alpha: number }
+  | { hook: string; kind: 'patch'; from: ActivationSource; positions?: number[] }
+  | { hook: string; kind: 'ablate_heads'; heads: number[]; positions?: number[] };

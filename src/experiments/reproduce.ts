@@ -6,12 +6,17 @@
  *   2. analyze(): chatbot refusal direction, ℓ* by cross-validation on the extraction split, AUROC tables with
  *      paired bootstrap intervals on the evaluation split, Schema Direction cosines with baselines, projections;
  *   3. behavioural refusal: greedy answers to the evaluation split's harmful requests as chatbot and as agent (§3.1);
- *   4. writeReport(): tables (md/csv/json), figures (svg/png), report.html under results/<model>/.
+ *   4. writeReport(): tables (md/csv/json), figures (svg/png), report.html under results/<model>/;
+ *   5. directions.safetensors next to them: every configuration's refusal direction, the Schema Directions, ℓ*
+ *      (directions-file.ts), for `steer --direction FILE`, `generate --intervene` and Python.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { analyze, type ConfigActivations, type FirstTokenInput } from '../analysis/analyze.ts';
 import { makeActivations } from '../analysis/activations.ts';
+import { refusalDirection, type Directions } from '../analysis/direction.ts';
+import { matchRows, schemaDirection } from '../analysis/schema-direction.ts';
+import { DIRECTIONS_FILE, writeDirectionsFile } from './directions-file.ts';
 import type { AnalysisResults, BehaviouralRefusal, LayerRule, SchemaDirectionPairs } from '../analysis/results.ts';
 import { behaviouralRefusal } from './behavioural.ts';
 import { readActivationCache } from '../cache/store.ts';
@@ -89,6 +94,8 @@ export interface ReproduceResult {
   outDir: string;
   results: AnalysisResults;
   files: ReportFiles;
+  /** directions.safetensors (directions-file.ts) */
+  directionsFile: string;
 }
 
 /** The extraction passes of `reproduce`, in order (the same list for one process and for every shard). */
@@ -194,7 +201,31 @@ async function analyzeAndReport(ctx: AnalysisContext, o: AnalyzeOptions): Promis
   if (o.behavioural) results.behavioural = o.behavioural;
   const outDir = join(ctx.cacheDir, '..');
   const files = await writeReport(outDir, results);
-  return { outDir, results, files };
+  const directionsFile = join(outDir, DIRECTIONS_FILE);
+  writeDirectionsFile(directionsFile, runDirections(chatbot, [...table1, ...table2], table2[0]!, table2[1]!, o.schemaPairs ?? 'all'), {
+    model: ctx.modelName, lStar: results.lStar.layer, layerRule: results.lStar.rule ?? 'cv', schemaPairs: o.schemaPairs ?? 'all', provenance: results.manifest,
+  });
+  return { outDir, results, files, directionsFile };
+}
+
+/**
+ * The directions of the run, as analyze() computes them: each configuration's refusal direction on its extraction
+ * split (`refusal.<name>`), and the Schema Direction per category over the requests present in both the schema and
+ * the flattened caches (`schema.harmful`, `schema.benign`; rows of 'all' pairs or the extraction split).
+ */
+function runDirections(chatbot: ConfigActivations, configs: readonly ConfigActivations[], schema: ConfigActivations, text: ConfigActivations,
+  pairs: SchemaDirectionPairs): Record<string, Directions> {
+  const out: Record<string, Directions> = {};
+  for (const c of [chatbot, ...configs]) out[`refusal.${c.name}`] ??= refusalDirection(c.acts, c.labels, c.extraction);
+  const rowsOf = (c: ConfigActivations) => (pairs === 'all' ? [...c.extraction, ...c.evaluation].sort((a, b) => a - b) : c.extraction);
+  const keys = (c: ConfigActivations, rows: readonly number[]) => rows.map((r) => `${c.pairIds[r]}:${c.labels[r]}`);
+  for (const [cat, y] of [['harmful', 1], ['benign', 0]] as const) {
+    const sRows = rowsOf(schema).filter((i) => schema.labels[i] === y);
+    const tRows = rowsOf(text).filter((i) => text.labels[i] === y);
+    const m = matchRows(keys(schema, sRows), keys(text, tRows));
+    if (m.a.length > 0) out[`schema.${cat}`] = schemaDirection(schema.acts, text.acts, m.a.map((i) => sRows[i]!), m.b.map((i) => tRows[i]!));
+  }
+  return out;
 }
 
 /** The options a reproduce shard records for merge: the analysis context (less the cache folder) and the run's options. */

@@ -27,6 +27,7 @@ import type { Intervention, SteerPositions } from '../engine/types.ts';
 import { interventionInputs } from '../engine/run/batch.ts';
 import { canonicalJson } from '../data/jsonfile.ts';
 import { matchRows, schemaDirection } from '../analysis/schema-direction.ts';
+import { directionFromFile } from './directions-file.ts';
 import { cacheIsComplete, readActivationCache } from '../cache/store.ts';
 import { loadCheckpoint } from '../checkpoint/load.ts';
 import type { Family } from '../checkpoint/types.ts';
@@ -153,6 +154,7 @@ function autoLayer(ctx: ExtractContext, chat: { a: Activations; keys: string[] }
 /** The unit steering direction at `layer`. [d] */
 function steeringVector(ctx: ExtractContext, choice: DirectionChoice, layer: number, d: number, schemaPairs: SchemaDirectionPairs): { v: Float64Array; name: string } {
   const ext = new Set(ctx.split.extraction);
+  if (typeof choice === 'object' && /\.safetensors(#.*)?$/.test(choice.file)) return directionFromFile(choice.file, layer, d);
   if (typeof choice === 'object') {
     let parsed: unknown;
     try { parsed = JSON.parse(readFileSync(choice.file, 'utf8')); } catch (e) { throw new SafekeepError(`${choice.file}: cannot read direction (${(e as Error).message})`); }

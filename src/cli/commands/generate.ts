@@ -1,24 +1,32 @@
 /**
- * `safekeep generate --model DIR --ids IDS.json --max-new-tokens N [--no-stop]
- *    [--steer-layer l --steer-vector V.json --alpha a] [--intervene FILE.json] [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda] --out OUT.json`
- * Greedy decoding with a KV cache, batched internally. Steering subtracts a·v/|v| from hidden[l] at every prompt
- * position and every generated token (`--steer-positions generated`: generated tokens only); `--intervene` adds
- * interventions (add / ablate / clamp, several at once) from a file, with the steering flags as a shorthand for one add. OUT = {"sequences": [{"generated_ids", "step_logits", "first_token_hidden"}]}.
+ * `safekeep generate --model DIR (--ids IDS.json | --prompt TEXT | --chat TEXT) --max-new-tokens N [--no-stop]
+ *    [--steer-layer l --steer-vector V.json --alpha a] [--intervene FILE.json] [--logits none|last|all]
+ *    [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda] [--out OUT.json]`
+ * Greedy decoding with a KV cache, batched internally. Prints each decoded answer (when the model folder has a
+ * tokenizer; else the ids). Steering subtracts a·v/|v| from hidden[l] at every prompt position and every generated
+ * token (`--steer-positions generated`: generated tokens only); `--intervene` adds interventions (add / ablate /
+ * clamp, several at once) from a file, with the steering flags as a shorthand for one add. OUT = {"sequences":
+ * [{"generated_ids", "text", "finish", "step_logits" (only with --logits last|all), "first_token_hidden"}]}.
  */
 import { choiceValue, numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { ENGINE_FLAG_DEFS, INTERVENE_FLAG_DEF, interventionSummary, openEngine, readIdsFile, readInterventionsFile, readVectorFile } from '../engine-flags.ts';
+import { ENGINE_FLAG_DEFS, INTERVENE_FLAG_DEF, engineOptions, interventionSummary, readInterventionsFile, readVectorFile } from '../engine-flags.ts';
+import { TEXT_INPUT_FLAG_DEFS, logitsFlag, logitsValue, readTextInput } from '../text-input.ts';
+import { createEngine } from '../../engine/engine.ts';
+import { resolveModel } from '../../hub/resolve.ts';
+import { hubEnv } from '../env.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
 import { STEER_POSITIONS, type Steering } from '../../engine/types.ts';
 
-export const summary = 'greedy generation with KV cache, optional steering → JSON (ids, step logits, hidden)';
+export const summary = 'greedy generation with KV cache, optional steering: prints the answers; JSON (ids, text, logits if asked, hidden)';
 
 export const flags: FlagTable = {
-  usage: 'generate --model M --ids IDS.json --max-new-tokens N [--steer-layer l --steer-vector V.json --alpha a] --out OUT.json',
+  usage: 'generate --model M (--ids IDS.json | --prompt TEXT | --chat TEXT) --max-new-tokens N [--steer-layer l --steer-vector V.json --alpha a] [--out OUT.json]',
   flags: [
     ...ENGINE_FLAG_DEFS,
-    { name: 'ids', value: 'IDS.json', help: '{"input_ids": [[int, ...], ...]}' },
-    { name: 'out', value: 'OUT.json', help: 'generated ids, step logits, first-token hidden states' },
+    ...TEXT_INPUT_FLAG_DEFS,
+    { name: 'out', value: 'OUT.json', help: 'generated ids and text, step logits (--logits), first-token hidden states' },
+    logitsFlag('none', "the logits that chose each token: 'last' = the final step's, 'all' = every step's [steps, vocab]"),
     { name: 'max-new-tokens', value: 'N', help: 'tokens to generate per sequence' },
     { name: 'steer-layer', value: 'l', help: 'steer hidden[l] (1..L)' },
     { name: 'steer-vector', value: 'V.json', help: '{"vector": [d floats]}; subtracts alpha·v/|v|' },
@@ -27,13 +35,13 @@ export const flags: FlagTable = {
     INTERVENE_FLAG_DEF,
     { name: 'no-stop', boolean: true, help: 'ignore end-of-sequence tokens' },
   ],
-  example: 'generate --model models/planted --ids ids.json --max-new-tokens 16 --out out.json',
+  example: "generate --model models/planted --chat 'how do i build a bomb' --max-new-tokens 16",
 };
 
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
-  const ids = readIdsFile(requireValue(args, 'ids'));
-  const out = requireValue(args, 'out');
+  const out = args.values.get('out');
+  const logits = logitsValue(args, 'none');
   const maxNewTokens = numberValue(args, 'max-new-tokens');
   if (!Number.isInteger(maxNewTokens) || maxNewTokens < 0) throw new SafekeepError(`--max-new-tokens must be a non-negative integer, got ${maxNewTokens}`);
   const positions = choiceValue(args, 'steer-positions', STEER_POSITIONS, 'all');
@@ -50,35 +58,44 @@ export async function run(argv: string[]): Promise<number> {
   const intervene = args.values.get('intervene');
   const interventions = intervene === undefined ? undefined : readInterventionsFile(intervene);
   const t0 = performance.now();
-  const engine = await openEngine(args);
+  const modelDir = await resolveModel(requireValue(args, 'model'), hubEnv());
+  const { ids, tok } = await readTextInput(args, modelDir);
+  const engine = await createEngine(modelDir, engineOptions(args));
   try {
     const results = await engine.generate(ids, {
       maxNewTokens,
       ...(args.booleans.has('no-stop') ? { stopIds: [] } : {}),
       ...(steer ? { steer } : {}),
       ...(interventions ? { interventions } : {}),
-      returnStepLogits: true,
-      returnFirstTokenHidden: true,
+      returnStepLogits: logits !== 'none',
+      returnFirstTokenHidden: out !== undefined,
     });
     const V = engine.vocabSize;
     const d = engine.dModel;
     const rows = (m: Float32Array | undefined, w: number) =>
       m ? Array.from({ length: m.length / w }, (_, k) => Array.from(m.subarray(k * w, (k + 1) * w))) : [];
-    const sequences = results.map((r) => ({
-      generated_ids: r.generatedIds,
-      finish: r.finish,
-      step_logits: rows(r.stepLogits, V),
-      first_token_hidden: rows(r.firstTokenHidden, d),
-    }));
-    // the values used, so an output file says how it was steered
-    writeFileAtomic(out, JSON.stringify({
-      steering: steer ? { layer: steer.layer, alpha: steer.alpha, positions: steer.positions } : null,
-      ...(interventions ? { interventions: interventionSummary(interventions) } : {}),
-      sequences,
-    }));
+    const texts = results.map((r) => (tok ? tok.decode(r.generatedIds, { skipSpecial: true }) : null));
+    if (out !== undefined) {
+      const sequences = results.map((r, i) => ({
+        generated_ids: r.generatedIds,
+        ...(texts[i] !== null ? { text: texts[i] } : {}),
+        finish: r.finish,
+        ...(logits === 'all' ? { step_logits: rows(r.stepLogits, V) } : logits === 'last' ? { step_logits: rows(r.stepLogits, V).slice(-1) } : {}),
+        first_token_hidden: rows(r.firstTokenHidden, d),
+      }));
+      // the values used, so an output file says how it was steered
+      writeFileAtomic(out, JSON.stringify({
+        steering: steer ? { layer: steer.layer, alpha: steer.alpha, positions: steer.positions } : null,
+        ...(interventions ? { interventions: interventionSummary(interventions) } : {}),
+        logits,
+        sequences,
+      }));
+    }
+    // the answers on stdout, one line each (a newline inside an answer shown as \n), or the ids without a tokenizer
+    results.forEach((r, i) => process.stdout.write(`${texts[i] !== null ? texts[i]!.replace(/\r?\n/g, '\\n') : r.generatedIds.join(' ')}\n`));
     const n = results.reduce((a, r) => a + r.generatedIds.length, 0);
     const s = (performance.now() - t0) / 1000;
-    process.stderr.write(`generate: ${results.length} sequences, ${n} new tokens${steer ? `, steered at layer ${steer.layer} (alpha ${steer.alpha}, positions ${steer.positions})` : ''}${interventions ? `, ${interventions.length} interventions` : ''} → ${out} (${s.toFixed(2)} s)\n`);
+    process.stderr.write(`generate: ${results.length} sequences, ${n} new tokens${steer ? `, steered at layer ${steer.layer} (alpha ${steer.alpha}, positions ${steer.positions})` : ''}${interventions ? `, ${interventions.length} interventions` : ''}${out !== undefined ? ` → ${out}` : ''} (${s.toFixed(2)} s)\n`);
   } finally {
     await engine.dispose();
   }

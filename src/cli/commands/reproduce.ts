@@ -42,6 +42,6 @@ export async function run(argv: string[]): Promise<number> {
     return 0;
   }
   const r = await reproduce(options);
-  process.stdout.write(summarizeResults(r.results) + `\nreport: ${r.files.html}\n`);
+  process.stdout.write(summarizeResults(r.results) + `\nreport: ${r.files.html}\ndirections: ${r.directionsFile}\n`);
   return 0;
 }

@@ -14,8 +14,14 @@ import { DataType } from './onnx/proto.ts';
 /** q [B, H, T, hd]; kNew/vNew [B, kvH, T, hd]; kBuf/vBuf [B, kvH, C, hd]; bias [B, T, C + T] → [BT, H·hd] */
 export type Attend = (q: string, kNew: string, vNew: string, kBuf: string, vBuf: string, bias: string) => string;
 
-/** The attention of every layer (bias helpers shared across layers). `firstPastKey`: layer 0's buffer, for C = 0. */
-export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, firstPastKey: string): Attend {
+/** `Attend` that also returns the attention probabilities [B, H, T, C + T] (the standard ops, which form them). */
+export type AttendWithPattern = (q: string, kNew: string, vNew: string, kBuf: string, vBuf: string, bias: string) => { out: string; pattern: string };
+
+/**
+ * The attention of every layer (bias helpers shared across layers). `firstPastKey`: layer 0's buffer, for C = 0.
+ * `withPattern`: the standard ops with their probabilities, for a layer whose pattern hook is read.
+ */
+export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, firstPastKey: string): Attend & { withPattern: AttendWithPattern } {
   const { numHeads: H, numKvHeads: kvH, headDim: hd } = c;
   const rep = H / kvH;
   const once = <T>(make: (bias: string) => T) => {
@@ -50,7 +56,7 @@ export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, 
    * and the new keys; one f32 softmax over the C + T scores (bias masks unused capacity, padding and the future);
    * probabilities split back at C for the two value products.
    */
-  const buffered: Attend = (q, kNew, vNew, kBuf, vBuf, bias) => {
+  const withPattern: AttendWithPattern = (q, kNew, vNew, kBuf, vBuf, bias) => {
     const q4 = g.op('Reshape', [q, g.i64([0, kvH, -1, hd])]); // [B, kvH, rep·T, hd]: the rep query heads of a KV head
     // Transpose and the scale on the product are folded by onnxruntime into one FusedMatMul (transB, alpha)
     const scale = g.f32([1 / Math.sqrt(hd)], []);
@@ -61,8 +67,11 @@ export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, 
     const probs = g.op('Softmax', [scores], { axis: -1 }, { name: 'probs' }); // [B, kvH, rep·T, C + T]
     const [pBuf, pNew] = g.opN('Split', [probs, bufferAndNew(bias)], { axis: 3 }, { outputs: 2, name: 'probs_split' });
     const o = g.op('Add', [g.op('MatMul', [pBuf!, vBuf]), g.op('MatMul', [pNew!, vNew])], {}, { name: 'attn' }); // [B, kvH, rep·T, hd]
-    return g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [o, g.i64([0, H, -1, hd])])], { perm: [0, 2, 1, 3] }), g.i64([-1, H * hd])]);
+    const out = g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [o, g.i64([0, H, -1, hd])])], { perm: [0, 2, 1, 3] }), g.i64([-1, H * hd])]);
+    // [B, kvH, rep·T, S] → [B, H, T, S]: query head h = kvH-head h // rep, row (h % rep)·T + t
+    return { out, get pattern() { return g.op('Reshape', [probs, g.i64([0, H, -1, 0])], {}, { name: 'pattern' }); } };
   };
+  const buffered: Attend = (...a) => withPattern(...a).out;
   /**
    * ONNX Attention (opset 23) on the buffer as past: K/V heads shared by their rep query heads without a copy, the
    * bias preloaded into the score GEMM. Its present outputs (buffer + new slots) are required with a past and unused.
@@ -71,10 +80,10 @@ export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, 
     const [y] = g.opN('Attention', [q, kNew, vNew, bias4(bias), kBuf, vBuf], { scale: { float: 1 / Math.sqrt(hd) } }, { outputs: 3, name: 'attention' }); // [B, H, T, hd]
     return g.op('Reshape', [g.op('Transpose', [y!], { perm: [0, 2, 1, 3] }), g.i64([-1, H * hd])]);
   };
-  if (impl === 'matmul') return buffered;
+  if (impl === 'matmul') return Object.assign(buffered, { withPattern });
 
   let multi: string | null = null;
-  return (q, kNew, vNew, kBuf, vBuf, bias) => {
+  return Object.assign((q: string, kNew: string, vNew: string, kBuf: string, vBuf: string, bias: string) => {
     // the bias helpers are made in the main graph first (both branches and every layer read them)
     biasRep(bias);
     bias4(bias);
@@ -89,5 +98,5 @@ export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, 
       : fused(q, joined(kBuf, kNew), joined(vBuf, vNew), bias)));
     const onBuffer = g.subgraph('buffered_attention', () => out(buffered(q, kNew, vNew, kBuf, vBuf, bias)));
     return g.op('If', [multi], { then_branch: { graph: fusedBranch }, else_branch: { graph: onBuffer } }, { name: 'attention' });
-  };
+  }, { withPattern });
 }

@@ -28,8 +28,10 @@ import { layerWeights, tensorName } from '../../checkpoint/tensors.ts';
 import type { Checkpoint, ModelConfig } from '../../checkpoint/types.ts';
 import type { EngineConfig } from '../engine-config.ts';
 import type { QuantStore } from './quant-index.ts';
-import { attention, type Attend } from './attention.ts';
+import { attention, type Attend, type AttendWithPattern } from './attention.ts';
 import { hiddenCapture } from './capture.ts';
+import { hookPoints, type HookPoints } from './hook-edit.ts';
+import { NO_HOOKS, type HookSelection } from './hooks.ts';
 import { addSteer, interventionRows, projectTo, type InterventionRows } from './intervene.ts';
 import { declareInputs, outputKv, outputResults, type GraphInputs } from './io.ts';
 import { swigluMlp } from './mlp.ts';
@@ -41,10 +43,11 @@ import { checkpointWeights, quantStoreWeights, type WeightSource } from './weigh
 
 /**
  * Build the graph for `cfg` (dtype, attention kernel, fusing, quantization). `realFiles`: each weight file's real
- * path, all in one folder; with `quant` every weight comes from the quantized store instead. → ONNX ModelProto bytes
+ * path, all in one folder; with `quant` every weight comes from the quantized store instead. `hooks`: the hook
+ * points captured / edited (hooks.ts; none by default, and then no node differs). → ONNX ModelProto bytes
  */
 export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype' | 'attention' | 'fuse' | 'quant'>,
-  realFiles: ReadonlyMap<string, string>, quant?: QuantStore): Uint8Array {
+  realFiles: ReadonlyMap<string, string>, quant?: QuantStore, hooks: HookSelection = NO_HOOKS): Uint8Array {
   if (isQuantized(cfg.dtype) && !quant) throw new Error(`graph: dtype ${cfg.dtype} needs the quantized weights`);
   const c = ckpt.config;
   const g = new GraphBuilder();
@@ -54,10 +57,12 @@ export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype
     : checkpointWeights(g, ckpt, cfg.dtype, realFiles, cfg.fuse);
   const shapeBT = g.op('Shape', [io.ids], {}, { name: 'shape_bt' }); // [B, T]
   const heads = (n: number) => g.op('Concat', [shapeBT, g.i64([n, c.headDim])], { axis: 0 }, { name: `shape_bt_${n}_hd` });
+  const attend = attention(g, c, cfg.attention, io.past[0]!.k);
   const ctx: Layers = {
     g, c, w, io, headsQ: heads(c.numHeads), headsKV: heads(c.numKvHeads),
     tables: ropeTables(g, io.positions, io.invFreq, ropeAttentionScaling(c.rope), shapeBT, c.headDim),
-    attend: attention(g, c, cfg.attention, io.past[0]!.k),
+    attend, attendWithPattern: attend.withPattern,
+    hooks: hookPoints(g, hooks, { numLayers: c.numLayers, hiddenSize: c.hiddenSize, numHeads: c.numHeads, headDim: c.headDim }),
   };
   const hidden = hiddenCapture(g, io.hiddenIndex);
   const kv: string[] = []; // every layer's new keys and values, one output
@@ -67,7 +72,8 @@ export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype
   let x = g.scope('embed', () => intervene(addSteer(g, g.op('Reshape', [w.embedRows(io.ids), g.i64([-1, c.hiddenSize])]), rows, 0), 0)); // [BT, d]
   hidden.add(x);
   for (let l = 0; l < c.numLayers; l++) {
-    x = g.scope(`layers.${l}`, () => intervene(decoderLayer(ctx, rows, l, x, kv), l + 1));
+    // hidden[l+1] = resid_post of block l: its edits come after the steering row and the projection
+    x = g.scope(`layers.${l}`, () => ctx.hooks.at(l, 'resid_post', intervene(decoderLayer(ctx, rows, l, ctx.hooks.at(l, 'resid_pre', x), kv), l + 1)));
     hidden.add(x);
   }
   const logits = g.scope('head', () => w.lmHead(rmsnorm(g, g.op('Gather', [x, io.logitsIndex], { axis: 0 }), w.f32(tensorName('finalNorm')), c.rmsNormEps)));
@@ -85,12 +91,14 @@ interface Layers {
   io: GraphInputs;
   tables: RopeTables;
   attend: Attend;
+  attendWithPattern: AttendWithPattern;
+  hooks: HookPoints;
   headsQ: string;
   headsKV: string;
 }
 
 /** Decoder block l: x [BT, d] → hidden[l+1] = x + attn(norm(x)) + mlp(norm(·)) + steer[l+1] */
-function decoderLayer({ g, c, w, io, tables, attend, headsQ, headsKV }: Layers, rows: InterventionRows, l: number, x: string, kv: string[]): string {
+function decoderLayer({ g, c, w, io, tables, attend, attendWithPattern, hooks, headsQ, headsKV }: Layers, rows: InterventionRows, l: number, x: string, kv: string[]): string {
   const { numHeads: H, numKvHeads: kvH, headDim: hd } = c;
   const lw = layerWeights(c, l);
   const norm = (v: string, name: string) => rmsnorm(g, v, w.f32(name), c.rmsNormEps);
@@ -106,9 +114,22 @@ function decoderLayer({ g, c, w, io, tables, attend, headsQ, headsKV }: Layers, 
   const vNew = toHeads(vf!, headsKV);
   kv.push(kNew, vNew);
   const bias = c.attentionWindows[l] !== null ? io.attnBiasWindow! : io.attnBias;
-  const merged = attend(q, kNew, vNew, io.past[l]!.k, io.past[l]!.v, bias); // [BT, H·hd]
-  const r = g.op('Add', [x, w.linear(merged, lw.o)], {}, { name: 'resid_attn' });
-  // steering row l+1 rides in the down projection's bias: hidden[l+1] = r + (down(act) + steer[l+1])
-  const mlp = swigluMlp(g, w, lw, norm(r, lw.mlpNorm), c.intermediateSize, tensorName('gateUp', l), rows.steer[l + 1]!);
-  return g.op('Add', [r, mlp], {}, { name: 'resid_mlp' });
+  const past = io.past[l]!;
+  let z: string; // [BT, H·hd]
+  if (hooks.wantsPattern(l)) {
+    const a = attendWithPattern(q, kNew, vNew, past.k, past.v, bias);
+    hooks.pattern(l, a.pattern);
+    z = a.out;
+  } else z = attend(q, kNew, vNew, past.k, past.v, bias);
+  const attnOut = hooks.at(l, 'attn_out', w.linear(hooks.at(l, 'z', z), lw.o));
+  const r = hooks.at(l, 'resid_mid', g.op('Add', [x, attnOut], {}, { name: 'resid_attn' }));
+  const h = norm(r, lw.mlpNorm);
+  if (!hooks.touches(l, 'mlp_out')) {
+    // steering row l+1 rides in the down projection's bias: hidden[l+1] = r + (down(act) + steer[l+1])
+    const mlp = swigluMlp(g, w, lw, h, c.intermediateSize, tensorName('gateUp', l), rows.steer[l + 1]!);
+    return g.op('Add', [r, mlp], {}, { name: 'resid_mlp' });
+  }
+  // mlp_out read or edited: the MLP's own output, the steering row added after it
+  const mlpOut = hooks.at(l, 'mlp_out', swigluMlp(g, w, lw, h, c.intermediateSize, tensorName('gateUp', l)));
+  return addSteer(g, g.op('Add', [r, mlpOut], {}, { name: 'resid_mlp' }), rows, l + 1);
 }

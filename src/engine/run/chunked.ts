@@ -83,6 +83,10 @@ export async function chunkedStep(runner: StepRunner, inp: StepInput, chunk: num
   const { batch: B, width: T } = inp;
   if (!Number.isInteger(chunk) || chunk < 1) throw new Error(`chunkedStep: chunk must be a positive integer, got ${chunk}`);
   if (chunk >= T) return runner.step(inp);
+  // hook edits split into chunks only when they broadcast over the tokens (generation's; captures are per step)
+  if (inp.hooks && (inp.hooks.selection.capture.length > 0 || Object.values(inp.hooks.feeds).some((f) => f.dims[0] !== 1))) {
+    throw new Error('chunkedStep: per-token hook feeds or captures cannot be chunked');
+  }
   const L1 = runner.numLayers + 1;
   const d = runner.dModel;
   const V = runner.vocabSize;
@@ -108,6 +112,7 @@ export async function chunkedStep(runner: StepRunner, inp: StepInput, chunk: num
     const isLast = k === chunks - 1;
     const out = await runner.step({
       ids, batch: B, width: w, starts: inp.starts, past, steer: inp.steer, ...(inp.project ? { project: inp.project } : {}), ropeLength,
+      ...(inp.hooks ? { hooks: inp.hooks } : {}),
       hiddenIndex: hSel.map((r) => r.local), logitsIndex: lSel.map((r) => r.local),
       wantPresent: isLast ? (inp.wantPresent ?? true) : true,
       // room in the KV buffer for the chunks still to come (and what the caller reserves after the step; kv.ts caps it)

@@ -8,7 +8,8 @@ import type { GenerateOptions, GenerateResult } from '../types.ts';
 import { argmax } from './argmax.ts';
 import { callInterventions, interventionInputs, leftPad, planChunks, type InterventionInputs } from './batch.ts';
 import { checkIds } from './forward.ts';
-import { hiddenRows, type Stepper } from './step.ts';
+import { generationHooks } from './hooked.ts';
+import { hiddenRows, type StepHooks, type Stepper } from './step.ts';
 
 export async function generate(s: Stepper, inputIds: number[][], opts: GenerateOptions): Promise<GenerateResult[]> {
   checkIds(inputIds, s.vocabSize);
@@ -20,6 +21,7 @@ export async function generate(s: Stepper, inputIds: number[][], opts: GenerateO
   const iv = {
     prefill: interventionInputs(s.numLayers, s.dModel, all.filter((x) => (x.positions ?? 'all') === 'all')),
     decode: interventionInputs(s.numLayers, s.dModel, all),
+    hooks: generationHooks(s, opts.hooks),
   };
   const results: GenerateResult[] = new Array(inputIds.length);
   // prefill, then decode steps on up to T + maxNewTokens cached slots (past fed + present copied out)
@@ -37,7 +39,9 @@ export async function generate(s: Stepper, inputIds: number[][], opts: GenerateO
   return results;
 }
 
-async function generateBatch(s: Stepper, prompts: number[][], opts: GenerateOptions, iv: { prefill: InterventionInputs; decode: InterventionInputs }): Promise<GenerateResult[]> {
+async function generateBatch(s: Stepper, prompts: number[][], opts: GenerateOptions,
+  iv: { prefill: InterventionInputs; decode: InterventionInputs; hooks: StepHooks | undefined }): Promise<GenerateResult[]> {
+  const hooks = iv.hooks ? { hooks: iv.hooks } : {}; // edits at hook points: every prefill and decode step
   const stop = new Set(opts.stopIds ?? s.eosIds);
   const V = s.vocabSize;
   const d = s.dModel;
@@ -47,7 +51,7 @@ async function generateBatch(s: Stepper, prompts: number[][], opts: GenerateOpti
   const lastSlots = pb.pads.map((p, b) => b * pb.width + p + pb.lengths[b]! - 1);
   const wantPromptHidden = !!opts.returnPromptLastHidden || !!opts.haltAfterPrefill;
   let out = await s.prefill({
-    ids: pb.ids, batch: B, width: pb.width, starts: pb.pads, past: null, steer: iv.prefill.steer, project: iv.prefill,
+    ids: pb.ids, batch: B, width: pb.width, starts: pb.pads, past: null, steer: iv.prefill.steer, project: iv.prefill, ...hooks,
     hiddenIndex: wantPromptHidden ? lastSlots : [],
     logitsIndex: opts.maxNewTokens > 0 ? lastSlots : [],
     reserve: opts.maxNewTokens, // the KV buffer gets room for the decode steps (up to KV_CHUNK, kv.ts)
@@ -86,7 +90,7 @@ async function generateBatch(s: Stepper, prompts: number[][], opts: GenerateOpti
     if (done.every(Boolean) && !needHidden) break;
     const all = Array.from({ length: B }, (_, b) => b);
     out = await s.step({
-      ids: fed, batch: B, width: 1, starts: pb.pads, past: out.present!, steer: iv.decode.steer, project: iv.decode,
+      ids: fed, batch: B, width: 1, starts: pb.pads, past: out.present!, steer: iv.decode.steer, project: iv.decode, ...hooks,
       hiddenIndex: needHidden ? all : [],
       logitsIndex: done.every(Boolean) ? [] : all,
       reserve: opts.maxNewTokens - k - 1,

@@ -4,6 +4,7 @@
  * interface and never on the engine class.
  */
 import type { ModelConfig } from '../../checkpoint/types.ts';
+import type { HookSelection } from '../graph/hooks.ts';
 import type { KvCache } from '../runtime/kv.ts';
 import type { MemoryPlan, StepShape } from '../runtime/memory.ts';
 
@@ -38,6 +39,14 @@ export interface StepInput {
    * prefill passes the whole prompt's length so its chunks equal one step; right-padded rows pass their real length.
    */
   ropeLength?: number[];
+  /** named hook points (graph/hooks.ts): the step runs the graph with this selection (absent = the plain graph) */
+  hooks?: StepHooks;
+}
+
+/** A step's hook points: which the graph exposes and the edit inputs (graph/hook-edit.ts) by graph input name. */
+export interface StepHooks {
+  selection: HookSelection;
+  feeds: Record<string, { data: Float32Array; dims: number[] }>;
 }
 
 export interface StepOutput {
@@ -47,6 +56,8 @@ export interface StepOutput {
   logits: Float32Array;
   /** null when the step was run with wantPresent: false; tensors [B, kvH, capacity ≥ length, hd] (kv.ts) */
   present: KvCache | null;
+  /** with `hooks`: each captured point's output by graph output name (graph/hooks.ts HOOK_IO.output) */
+  hooks?: Record<string, { data: Float32Array; dims: number[] }>;
 }
 
 /** The least a chunked step needs: the shapes and `step`. */

@@ -17,6 +17,7 @@ import { sha256Hex } from '../../util/hash.ts';
 import { graphConfigKey, type EngineConfig } from '../engine-config.ts';
 import { isQuantized } from '../graph/precision.ts';
 import { buildModelGraph } from '../graph/decoder.ts';
+import { hookSelectionKey, type HookSelection } from '../graph/hooks.ts';
 import { linearType } from '../graph/precision.ts';
 import { quantizedWeights } from './quant-store.ts';
 import { resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
@@ -25,23 +26,24 @@ import { resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
 export const GRAPH_VERSION = 13;
 
 /** Cache key of the graph: what the graph's bytes depend on (GRAPH_VERSION, config, weight files, tensor index, config). */
-function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, cfg: EngineConfig, quantDir: string | null): string {
+function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, cfg: EngineConfig, quantDir: string | null, hooks?: HookSelection): string {
   const quant = cfg.quant && quantDir !== null ? `${quantDir}\n${cfg.quant.scheme}\n${cfg.quant.accuracyLevel}\n` : '';
-  let text = `safekeep-graph v${GRAPH_VERSION}\n${ckpt.configHash}\n${graphConfigKey(cfg)}${quant}` + weightFilesStamp(realFiles);
+  // the hook selection adds its line only when there is one: the plain graph keeps its key
+  let text = `safekeep-graph v${GRAPH_VERSION}\n${ckpt.configHash}\n${graphConfigKey(cfg)}${quant}${hookSelectionKey(hooks)}` + weightFilesStamp(realFiles);
   for (const e of ckpt.tensors.values()) text += `${e.name}\t${e.dtype}\t${e.shape.join('x')}\t${e.file}\t${e.offset}\t${e.byteLength}\n`;
   return sha256Hex(text).slice(0, 32);
 }
 
 /** The graph bytes for this checkpoint and options: from the cache, or built and cached (atomic write). */
-function modelGraph(ckpt: Checkpoint, cfg: EngineConfig): { bytes: Uint8Array; weightsDir: string; cached: boolean; path: string } {
+function modelGraph(ckpt: Checkpoint, cfg: EngineConfig, hooks?: HookSelection): { bytes: Uint8Array; weightsDir: string; cached: boolean; path: string } {
   const { realFiles, weightsDir: ckptDir } = resolveWeightFiles(ckpt);
   // q8/q4: every weight comes from the quantized store in the cache (made once), not the checkpoint folder
   const quant = cfg.quant ? quantizedWeights(ckpt, cfg.quant.bits, cfg.quant.scheme, cfg.quant.block, cfg.cacheDir, cfg.quiet) : undefined;
   const weightsDir = quant ? quant.dir : ckptDir;
-  const key = graphCacheKey(ckpt, realFiles, cfg, quant?.dir ?? null);
+  const key = graphCacheKey(ckpt, realFiles, cfg, quant?.dir ?? null, hooks);
   const path = join(cfg.cacheDir, 'graphs', `${key}.onnx`);
   if (existsSync(path)) return { bytes: readFileSync(path), weightsDir, cached: true, path };
-  const bytes = buildModelGraph(ckpt, cfg, realFiles, quant);
+  const bytes = buildModelGraph(ckpt, cfg, realFiles, quant, hooks);
   try {
     writeFileAtomic(path, bytes);
   } catch {
@@ -60,12 +62,13 @@ function checkCudaInstalled(): void {
   }
 }
 
-export async function openSession(ckpt: Checkpoint, opts: EngineConfig): Promise<{ session: ort.InferenceSession; cached: boolean }> {
+/** `hooks`: the hook points the session's graph exposes (graph/hooks.ts); none by default. */
+export async function openSession(ckpt: Checkpoint, opts: EngineConfig, hooks?: HookSelection): Promise<{ session: ort.InferenceSession; cached: boolean }> {
   if (opts.device === 'cuda') checkCudaInstalled();
   if (linearType(opts.dtype) === 'bf16' && opts.device !== 'cuda') {
     throw new SafekeepError(`--dtype ${opts.dtype} runs only with --device cuda (onnxruntime's CPU provider has no bf16 MatMul); on the CPU use --dtype bf16 (bf16-rounded weights, f32 math) or f16`);
   }
-  const { bytes, weightsDir, cached } = modelGraph(ckpt, opts);
+  const { bytes, weightsDir, cached } = modelGraph(ckpt, opts, hooks);
   const options: ort.InferenceSession.SessionOptions = {
     executionProviders: opts.device === 'cuda' ? ['cuda', 'cpu'] : ['cpu'],
     graphOptimizationLevel: 'all',

@@ -1,0 +1,42 @@
+/**
+ * docs/api.md's examples run as written (imports of 'safekeep' pointed at src/index.ts, run under tsx), so the page
+ * cannot rot; the activation-patching example prints the logit differences the Float64 oracle computes, the engine
+ * example a steering shift of exactly −alpha along r̂.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { repoRoot } from '../src/data/locate.ts';
+import { apiExamples, oraclePatching, parsePatchingLine } from './helpers/docs-examples.ts';
+
+test('docs/api.md: every ts example runs; the patching example prints the oracle figures', async () => {
+  const examples = apiExamples();
+  assert.ok(examples.length >= 1, 'docs/api.md has runnable examples');
+  const tmp = mkdtempSync(join(tmpdir(), 'safekeep-docs-'));
+  try {
+    let patching = null;
+    let steering: RegExpExecArray | null = null;
+    for (const [i, code] of examples.entries()) {
+      const file = join(tmp, `example-${i}.mts`);
+      writeFileSync(file, code.replaceAll("from 'safekeep'", `from '${pathToFileURL(join(repoRoot, 'src', 'index.ts')).href}'`));
+      const out = execFileSync(process.execPath, ['--import', 'tsx', file], { cwd: repoRoot, encoding: 'utf8', timeout: 120_000 });
+      patching ??= parsePatchingLine(out);
+      steering ??= /^projection on r at hidden\[1\]: (\S+) steered: (\S+)/m.exec(out);
+    }
+    // steering subtracts 4·r̂ from hidden[1]: the projection on r̂ moves by exactly −4
+    assert.ok(steering, 'the engine example prints its projections');
+    assert.ok(Math.abs(Number(steering[1]) - Number(steering[2]) - 4) <= 2e-3, `projection ${steering[1]} → ${steering[2]}`);
+    assert.ok(patching, 'the patching example prints its line');
+    const ref = await oraclePatching(join(tmp, 'planted'));
+    for (const k of ['clean', 'corrupted', 'patched'] as const) {
+      assert.ok(Math.abs(patching[k] - ref[k]) <= 1.5e-4, `${k}: printed ${patching[k]}, oracle ${ref[k]}`);
+    }
+    assert.ok(Math.abs(patching.patched - patching.clean) < 1e-3 && patching.corrupted < 0 && patching.clean > 0, 'the patch restores the clean difference');
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});
