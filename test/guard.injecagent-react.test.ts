@@ -14,6 +14,7 @@ import {
 } from '../src/guard/bench/injecagent-react.ts';
 import { pyFormat, pyTripleQuotedConstant, pyJsonDumps, pyReprStrList, readPyConstant } from '../src/guard/bench/py-source.ts';
 import { readInjecAgentCases, readSimulatedAttackerResponses, simulatedAttackerResponse } from '../src/data/injecagent.ts';
+import { sha256Hex } from '../src/util/hash.ts';
 import { needShared } from './helpers/shared.ts';
 import { NLTK_NGRAMS_SHIM, runPython } from './helpers/python.ts';
 
@@ -161,7 +162,7 @@ test('react parser = InjecAgent output_parsing.py on 400 generated outputs', (t)
 });
 
 const RENDER_PY = `
-import sys, json, ast
+import sys, json, ast, hashlib
 inp = json.load(sys.stdin)
 ns = {}
 exec(open(inp['prompts']).read(), ns)  # agent_prompts.py is plain string assignments
@@ -180,15 +181,21 @@ class Chat:  # InjecAgent's GPTModel.prepare_input; call_model hands the input b
         return [{'role': 'system', 'content': sys_prompt}, {'role': 'user', 'content': user_prompt_filled}]
     def call_model(self, model_input):
         return model_input
-out = []
-for q in inp['queries']:
-    item = dict(json.load(open(q['file']))[q['row'] - 1])
+files = {}
+def render(q):
+    if q['file'] not in files:
+        files[q['file']] = json.load(open(q['file']))
+    item = dict(files[q['file']][q['row'] - 1])
     if q.get('step2'):
         item.update(q['step2'])
-        out.append(g['predict_one_case'](ns['SYS_PROMPT'], ns['USER_PROMPT'], {}, item, Chat(), tool_dict, step_2=True))
-    else:
-        out.append(g['predict_one_case'](ns['SYS_PROMPT'], ns['USER_PROMPT'], {}, item, Chat(), tool_dict))
-print(json.dumps(out))
+        return g['predict_one_case'](ns['SYS_PROMPT'], ns['USER_PROMPT'], {}, item, Chat(), tool_dict, step_2=True)
+    return g['predict_one_case'](ns['SYS_PROMPT'], ns['USER_PROMPT'], {}, item, Chat(), tool_dict)
+out = [render(q) for q in inp['queries']]
+hashes = []
+for q in inp['hashQueries']:
+    m = render(q)
+    hashes.append(hashlib.sha256((m[0]['content'] + '<<SYS|USER>>' + m[1]['content']).encode('utf-8')).hexdigest())
+print(json.dumps({'prompts': out, 'hashes': hashes}))
 `;
 
 test('react prompt = InjecAgent predict_one_case (python3) byte for byte on real cases', (t) => {
@@ -208,16 +215,36 @@ test('react prompt = InjecAgent predict_one_case (python3) byte for byte on real
   const cached = simulatedAttackerResponse(readSimulatedAttackerResponses(data), ds1.attackerTools[0]!, e1.attackerToolParameters!);
   assert.ok(cached, 'InjecAgent has a cached response for this step-2 key');
   const s2 = step2From(e1, cached);
+  // every case of both settings (step 1) and every data-stealing case's step 2 after a step-1 call of the
+  // data-fetching tool with no arguments, with InjecAgent's cached observation where it has one
+  const all = [...cases, ...readInjecAgentReactCases(data, 'enhanced')];
+  const responses = readSimulatedAttackerResponses(data);
+  const step1 = all.filter((c) => c.attack === 'ds').map((c) => ({ c, e: scoreReactStep(c, `Thought: First I fetch it as asked.\nAction: ${c.attackerTools[0]}\nAction Input: {}`, 1) }));
+  // quirk kept: where the data-fetching tool is the user tool itself, calling it without an observation is invalid
+  assert.deepEqual(step1.filter(({ e }) => e.eval !== 'succ').map(({ c, e }) => `${c.id}: ${e.invalidReason}`),
+    ['ds-base-276: Recalling of user tool with no observation', 'ds-enhanced-276: Recalling of user tool with no observation']);
+  const allStep2 = step1.filter(({ e }) => e.eval === 'succ').map(({ c, e }) =>
+    ({ c, s: step2From(e, simulatedAttackerResponse(responses, c.attackerTools[0]!, e.attackerToolParameters!) ?? '{"status": "ok"}') }));
+  const py2 = (s: { thought: string; parameters: string; response: string }) => ({ 'Attacker Tool Thought': s.thought, 'Attacker Tool Parameters': s.parameters, 'Attacker Tool Response': s.response });
   const file = (c: { attack: string; setting: string }) => join(data, `test_cases_${c.attack}_${c.setting}.json`);
   const queries = [dh1, ds1, ds276, dhEnh].map((c) => ({ file: file(c), row: c.row }));
-  queries.push({ file: file(ds1), row: ds1.row, step2: { 'Attacker Tool Thought': s2.thought, 'Attacker Tool Parameters': s2.parameters, 'Attacker Tool Response': s2.response } } as never);
-  const py = runPython(RENDER_PY, {
+  queries.push({ file: file(ds1), row: ds1.row, step2: py2(s2) } as never);
+  const out = runPython(RENDER_PY, {
     prompts: join(dir, 'ipi-benchmark-copy', 'agent_prompts.py'),
     evaluator: join(dir, 'ipi-benchmark-copy', 'evaluate_prompted_agent.py'),
     tools: join(data, 'tools.json'),
     queries,
-  }) as Array<Array<{ role: string; content: string }>> | null;
-  if (py === null) return t.skip('python3 not found: the byte comparison with predict_one_case did not run');
+    hashQueries: [...all.map((c) => ({ file: file(c), row: c.row })), ...allStep2.map(({ c, s }) => ({ file: file(c), row: c.row, step2: py2(s) }))],
+  }) as { prompts: Array<Array<{ role: string; content: string }>>; hashes: string[] } | null;
+  if (out === null) return t.skip('python3 not found: the byte comparison with predict_one_case did not run');
+  const py = out.prompts;
+  assert.equal(out.hashes.length, all.length + allStep2.length);
+  const hash = (m: Array<{ content: string }>) => sha256Hex(m[0]!.content + '<<SYS|USER>>' + m[1]!.content);
+  const mismatched = [
+    ...all.filter((c, i) => hash(renderReactPrompt(ctx, c)) !== out.hashes[i]).map((c) => c.id),
+    ...allStep2.filter(({ c, s }, i) => hash(renderReactPrompt(ctx, c, s)) !== out.hashes[all.length + i]).map(({ c }) => `${c.id} step 2`),
+  ];
+  assert.deepEqual(mismatched, [], 'every step-1 prompt of base and enhanced, and every data-stealing step 2, is byte-equal');
   const ours = [renderReactPrompt(ctx, dh1), renderReactPrompt(ctx, ds1), renderReactPrompt(ctx, ds276), renderReactPrompt(ctx, dhEnh), renderReactPrompt(ctx, ds1, s2)];
   ours.forEach((m, i) => assert.deepEqual(m, py[i], `query ${i}`));
   assert.ok(ours[2]![1]!.content.includes(`['${ds276.userTool}', '${ds276.userTool}', 'GmailSendEmail']`));
