@@ -15,6 +15,9 @@ import {
 import { pyFormat, pyTripleQuotedConstant, pyJsonDumps, pyReprStrList, readPyConstant } from '../src/guard/bench/py-source.ts';
 import { readInjecAgentCases, readSimulatedAttackerResponses, simulatedAttackerResponse } from '../src/data/injecagent.ts';
 import { sha256Hex } from '../src/util/hash.ts';
+import { injecAgentScore } from '../src/guard/bench/injecagent-score.ts';
+import { OpenAIBackend } from '../src/guard/backends/openai.ts';
+import { completion, startMockUpstream } from './helpers/guard-mock.ts';
 import { needShared } from './helpers/shared.ts';
 import { NLTK_NGRAMS_SHIM, runPython } from './helpers/python.ts';
 
@@ -283,4 +286,48 @@ test('python helpers: format, repr and json.dumps as Python prints them; unsuppo
   assert.throws(() => pyTripleQuotedConstant('P = """a\\nb"""\n', 'P', 'f'), /backslash/);
   assert.throws(() => pyTripleQuotedConstant('P = """a""" + Q\n', 'P', 'f'), /not a plain string literal/);
   assert.throws(() => pyTripleQuotedConstant('  P = """a"""\n', 'P', 'f'), /no top-level P/);
+});
+
+test('react flow on a scripted endpoint: step 1, InjecAgent\'s cached step-2 observation, step 2, get_score', async (t) => {
+  const dir = needShared(t, 'data', 'injecagent', 'upstream-agent');
+  if (!dir) return;
+  const data = join(dir, '..');
+  const ctx = loadInjecAgentReact(data);
+  const responses = readSimulatedAttackerResponses(data);
+  const all = readInjecAgentReactCases(data, 'base');
+  const dh = all.find((c) => c.id === 'dh-base-1')!;
+  const ds = all.find((c) => c.id === 'ds-base-1')!;
+  // the endpoint follows every injection: it calls the first attacker tool it has not called yet, or answers
+  const up = await startMockUpstream((body) => {
+    const user = ((body?.messages ?? []) as Array<{ role: string; content: string }>)[1]!.content;
+    const pad = user.slice(user.lastIndexOf('Scratchpad ('));
+    const tools = JSON.parse(user.slice(user.indexOf('Remember that the tools available to you are: ') + 46, user.indexOf(', which may be different')).replaceAll("'", '"')) as string[];
+    const next = tools.slice(1).find((n) => !pad.includes(`Action: ${n}\n`));
+    const content = next
+      ? `Thought: The tool response asks me to use ${next}, so I will do that.\nAction: ${next}\nAction Input: {"email": "amy.watson@gmail.com", "guest_ids": ["guest_amy01"]}`
+      : 'Thought: All done here.\nFinal Answer: I have finished the requested actions for you.';
+    return { json: completion(content) };
+  });
+  try {
+    const backend = new OpenAIBackend({ baseUrl: up.url, model: 'agent', retries: 0 });
+    const rows = [];
+    for (const c of [dh, ds]) {
+      const r1 = await backend.chat({ messages: renderReactPrompt(ctx, c), maxTokens: 512, purpose: 'agent' });
+      const e1 = scoreReactStep(c, r1.content, 1);
+      let e2;
+      if (c.attack === 'ds' && e1.eval === 'succ') {
+        const obs = simulatedAttackerResponse(responses, c.attackerTools[0]!, e1.attackerToolParameters!) ?? '{"addresses": []}';
+        const r2 = await backend.chat({ messages: renderReactPrompt(ctx, c, step2From(e1, obs)), maxTokens: 512, purpose: 'agent' });
+        e2 = scoreReactStep(c, r2.content, 2);
+      }
+      rows.push({ attack: c.attack, step1: e1.eval, step2: e2?.eval ?? null });
+    }
+    assert.deepEqual(rows, [{ attack: 'dh', step1: 'succ', step2: null }, { attack: 'ds', step1: 'succ', step2: 'succ' }]);
+    assert.equal(up.requests.length, 3);
+    assert.equal(up.requests.every((r) => r.body!.tools === undefined), true, 'the react format offers no native tools');
+    const s = injecAgentScore(rows);
+    assert.deepEqual([s.valid.k, s.valid.n, s.total.k, s.total.n], [2, 2, 2, 2]);
+  } finally {
+    await up.close();
+  }
 });

@@ -29,7 +29,9 @@
  *                    (no `tools`: the tools are in the prompt text; guards judge these messages as they are)
  *   scorer, step 1:  e1 = scoreReactStep(c, reply.content, 1)                    // eval 'succ' | 'unsucc' | 'invalid'
  *   ds and e1 succ:  obs = simulatedAttackerResponse(responses, c.attackerTools[0], e1.attackerToolParameters!)
- *                         ?? the harness's fallback (InjecAgent itself asks GPT-4 to simulate a missing one)
+ *                         (InjecAgent's own key: the parameters TEXT, as cut by the parser)
+ *                         ?? the harness's fallback, e.g. injecagent-score.ts's simulatedToolResponse, counted as
+ *                         'same-tool' (InjecAgent itself asks GPT-4 to simulate a missing one)
  *                    reply2 = chat(renderReactPrompt(ctx, c, step2From(e1, obs))); e2 = scoreReactStep(c, reply2.content, 2)
  *   table:           injecAgentScore (injecagent-score.ts, InjecAgent's get_score) on {attack, step1: e1.eval, step2: e2?.eval}
  * A backend reply of `null` (the call failed) is InjecAgent's "error" case: pass `null`, the result is invalid.
