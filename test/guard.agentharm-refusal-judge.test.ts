@@ -9,13 +9,14 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import {
-  agentHarmRefusalJudge, agreement, judgeTrajectoryRefusal, parseRefusalJudgeAnswer, readAgentHarmRefusalPrompt,
+  agentHarmRefusalJudge, agreement, locateAgentHarmRefusalPrompt, judgeTrajectoryRefusal, parseRefusalJudgeAnswer, readAgentHarmRefusalPrompt,
   refusalJudgeMessages, type RefusalJudgePrompt,
 } from '../src/guard/bench/agentharm-refusal-judge.ts';
 import type { ChatBackend, ChatCall, ChatReply } from '../src/guard/types.ts';
 import { OpenAIBackend } from '../src/guard/backends/openai.ts';
 import { completion, startMockUpstream } from './helpers/guard-mock.ts';
-import { needShared } from './helpers/shared.ts';
+import { sha256Hex } from '../src/util/hash.ts';
+import { needShared, sharedRoot } from './helpers/shared.ts';
 import { runPython } from './helpers/python.ts';
 
 /** check_refusal (scorer.py lines 47-65) on judge completions: [completion, AgentHarm's refusal, our refused] */
@@ -35,7 +36,7 @@ const PARSE_CASES: Array<[string, boolean, boolean | null]> = [
 ];
 
 function fakePrompt(): RefusalJudgePrompt {
-  return { template: 'Is this a refusal? {{curly}}\n<response>{generation}</response>', file: 'fake' };
+  return { template: 'Is this a refusal? {{curly}}\n<response>{generation}</response>', file: 'fake', sha256: 'fake' };
 }
 
 test('refusal judge parsing: check_refusal on hand cases (scorer.py lines cited)', () => {
@@ -114,6 +115,8 @@ test('refusal judge = AgentHarm check_refusal (scorer.py via python3): prompt by
   if (!dir) return;
   const prompt = readAgentHarmRefusalPrompt(dir);
   assert.ok(prompt.template.startsWith('The response below (contained in the <response> tags)'));
+  const located = locateAgentHarmRefusalPrompt({ shared: sharedRoot });
+  assert.deepEqual([located.template, located.sha256], [prompt.template, sha256Hex(prompt.template)]);
   const generations = ["I'm sorry, I can't assist with that.", 'Sure: {step 1} then {generation}… done ✓', 'Here is the plan:\n1. buy\n2. sell'];
   const cases: Array<{ generation: string; completion: string | { raise: string } }> = [];
   PARSE_CASES.forEach(([c], i) => cases.push({ generation: generations[i % generations.length]!, completion: c }));
@@ -192,4 +195,5 @@ test('agreement: counts, rate and Cohen\'s kappa against hand computation', () =
   assert.equal(agreement([true, true], [true, true]).kappa, null); // chance agreement 1: undefined
   assert.deepEqual([agreement([], []).rate, agreement([], []).kappa], [null, null]);
   assert.throws(() => agreement([true], []), /1 vs 0/);
+  assert.throws(() => locateAgentHarmRefusalPrompt({ data: '/nonexistent/data', shared: '/nonexistent/shared' }), /needs AgentHarm's scorer.py \(looked in \/nonexistent\/data\/agentharm\/upstream-scorer, /);
 });

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import {
-  evaluateReactOutput, loadInjecAgentReact, readInjecAgentReactCases, readInjecAgentReactPrompts, renderReactPrompt,
+  evaluateReactOutput, loadInjecAgentReact, locateInjecAgentReact, readInjecAgentReactCases, readInjecAgentReactPrompts, renderReactPrompt,
   scoreReactStep, step2From, pySplit, type ReactEval,
 } from '../src/guard/bench/injecagent-react.ts';
 import { pyFormat, pyTripleQuotedConstant, pyJsonDumps, pyReprStrList, readPyConstant } from '../src/guard/bench/py-source.ts';
@@ -18,7 +18,7 @@ import { sha256Hex } from '../src/util/hash.ts';
 import { injecAgentScore } from '../src/guard/bench/injecagent-score.ts';
 import { OpenAIBackend } from '../src/guard/backends/openai.ts';
 import { completion, startMockUpstream } from './helpers/guard-mock.ts';
-import { needShared } from './helpers/shared.ts';
+import { needShared, sharedRoot } from './helpers/shared.ts';
 import { NLTK_NGRAMS_SHIM, runPython } from './helpers/python.ts';
 
 const USER_TOOL = 'AmazonGetProductDetails';
@@ -259,6 +259,9 @@ test('react prompts: both stored copies carry the same SYS_PROMPT and USER_PROMP
   if (!dir) return;
   const a = readInjecAgentReactPrompts(dir);
   assert.ok(a.file.includes('ipi-benchmark-copy'));
+  const located = locateInjecAgentReact({ shared: sharedRoot });
+  assert.equal(located.prompts.sha256, a.sha256);
+  assert.equal(located.tools.get('GmailSendEmail')!.name, 'GmailSendEmail');
   const ibm = join(dir, 'ibm-copy', 'agent_prompts.py');
   assert.equal(a.system, readPyConstant(ibm, 'SYS_PROMPT'));
   assert.equal(a.user, readPyConstant(ibm, 'USER_PROMPT'));
@@ -286,6 +289,8 @@ test('python helpers: format, repr and json.dumps as Python prints them; unsuppo
   assert.throws(() => pyTripleQuotedConstant('P = """a\\nb"""\n', 'P', 'f'), /backslash/);
   assert.throws(() => pyTripleQuotedConstant('P = """a""" + Q\n', 'P', 'f'), /not a plain string literal/);
   assert.throws(() => pyTripleQuotedConstant('  P = """a"""\n', 'P', 'f'), /no top-level P/);
+  // a data folder without InjecAgent's agent code is refused with the places looked in
+  assert.throws(() => locateInjecAgentReact({ data: '/nonexistent/data', shared: '/nonexistent/shared' }), /upstream-agent\/ folder \(looked in \/nonexistent\/data\/injecagent, /);
 });
 
 test('react flow on a scripted endpoint: step 1, InjecAgent\'s cached step-2 observation, step 2, get_score', async (t) => {

@@ -23,15 +23,18 @@
  *   judged one, checked in order and stopping at the first (`judgeTrajectoryRefusal`).
  *
  * Plugging into the harness (`--refusal-scorer substring|agentharm-judge|both`):
- *   const judge = agentHarmRefusalJudge(readAgentHarmRefusalPrompt(join(locateDataset('agentharm', dirs), 'upstream-scorer')));
+ *   const judge = agentHarmRefusalJudge(locateAgentHarmRefusalPrompt(dirs));   // dirs: the CLI's DataDirs
  *   scorer:  const s = await judge(backend, answerText)   // answerText = the assistant's text, tool calls excluded
  *            → { refused: true | false | null, raw, agentharm, explanation, skipped?, error? }; log `raw`
  *   table:   Refusal(judge) over the rows with `refused !== null` (or AgentHarm's own count with `agentharm`), the
  *            null count as the unparseable column, and agreement(substringRefused, judgeRefused) on the rows where
  *            both are defined.
  */
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { SafekeepError } from '../../util/errors.ts';
+import { sha256Hex } from '../../util/hash.ts';
+import { datasetCandidates, type DataDirs } from '../../data/locate.ts';
 import type { ChatBackend, ChatMessage } from '../types.ts';
 import { pyFormat, pyFormatFields, readPyConstant } from './py-source.ts';
 
@@ -40,6 +43,8 @@ export interface RefusalJudgePrompt {
   template: string;
   /** the scorer.py it came from */
   file: string;
+  /** sha256 of the template, for logs and protocol tables (which judge prompt scored a run) */
+  sha256: string;
 }
 
 /** DEFAULT_REFUSAL_PROMPT from `<scorerDir>/scorer.py` (scorerDir = the dataset's `upstream-scorer` folder). */
@@ -48,7 +53,15 @@ export function readAgentHarmRefusalPrompt(scorerDir: string): RefusalJudgePromp
   const template = readPyConstant(file, 'DEFAULT_REFUSAL_PROMPT');
   const fields = pyFormatFields(template);
   if (fields.join(',') !== 'generation') throw new SafekeepError(`${file}: DEFAULT_REFUSAL_PROMPT's fields are {${fields.join('}, {')}}, expected {generation}`);
-  return { template, file };
+  return { template, file, sha256: sha256Hex(template) };
+}
+
+/** The prompt from the first AgentHarm dataset folder, in locateDataset's order, that holds `upstream-scorer/scorer.py`. */
+export function locateAgentHarmRefusalPrompt(dirs: DataDirs = {}): RefusalJudgePrompt {
+  const candidates = datasetCandidates('agentharm', dirs).map((c) => join(c, 'upstream-scorer'));
+  const dir = candidates.find((c) => existsSync(join(c, 'scorer.py')));
+  if (!dir) throw new SafekeepError(`the AgentHarm refusal judge needs AgentHarm's scorer.py (looked in ${candidates.join(', ')})`);
+  return readAgentHarmRefusalPrompt(dir);
 }
 
 /** The judge's messages for one assistant text: one user message, the prompt filled with the text. */

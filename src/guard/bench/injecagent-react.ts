@@ -23,8 +23,8 @@
  * "utility" field that upstream does not have.
  *
  * Plugging into the harness (`--injecagent-format react`):
- *   const ctx = loadInjecAgentReact(locateDataset('injecagent', dirs));         // once
- *   const cases = readInjecAgentReactCases(dir, setting);                        // ids = readInjecAgentCases' ids
+ *   const ctx = locateInjecAgentReact(dirs);  // once; dirs = the CLI's DataDirs; ctx.dir = the dataset folder
+ *   const cases = readInjecAgentReactCases(ctx.dir, setting);  // ids and order = readInjecAgentCases'
  *   solver, step 1:  reply = await backend.chat({ messages: renderReactPrompt(ctx, c), maxTokens, purpose: 'agent' })
  *                    (no `tools`: the tools are in the prompt text; guards judge these messages as they are)
  *   scorer, step 1:  e1 = scoreReactStep(c, reply.content, 1)                    // eval 'succ' | 'unsucc' | 'invalid'
@@ -39,9 +39,11 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { SafekeepError } from '../../util/errors.ts';
+import { sha256Hex } from '../../util/hash.ts';
 import { parseJsonBounded } from '../../util/json-bounded.ts';
 import { isRecord, readJsonFile } from '../../data/jsonfile.ts';
 import type { InjecAgentSetting } from '../../data/injecagent.ts';
+import { datasetCandidates, type DataDirs } from '../../data/locate.ts';
 import type { ChatMessage } from '../types.ts';
 import { assertIntegerNumbers, pyFormat, pyFormatFields, pyJsonDumps, pyReprStrList, readPyConstant } from './py-source.ts';
 
@@ -59,6 +61,8 @@ export interface ReactPrompts {
   user: string;
   /** the agent_prompts.py they came from */
   file: string;
+  /** sha256 of system + NUL + user, for logs and protocol tables */
+  sha256: string;
 }
 
 /** SYS_PROMPT and USER_PROMPT from `<agentDir>/<copy>/agent_prompts.py` (first copy present, in REACT_PROMPT_COPIES order). */
@@ -74,7 +78,7 @@ export function readInjecAgentReactPrompts(agentDir: string): ReactPrompts {
   if (fields.join(',') !== [...USER_PROMPT_FIELDS].sort().join(',')) {
     throw new SafekeepError(`${file}: USER_PROMPT's fields are {${fields.join('}, {')}}, expected {${USER_PROMPT_FIELDS.join('}, {')}}`);
   }
-  return { system, user, file };
+  return { system, user, file, sha256: sha256Hex([system, '\0', user]) };
 }
 
 /** A ToolEmu tool as InjecAgent's `get_tool_dict` keeps it: the tools.json object, `name` replaced by toolkit + name. */
@@ -175,6 +179,17 @@ export interface ReactContext {
 /** Prompts from `<agentDir>` (default `<dir>/upstream-agent`) and tools from `<dir>/tools.json`; `dir` = the located injecagent dataset. */
 export function loadInjecAgentReact(dir: string, agentDir: string = join(dir, 'upstream-agent')): ReactContext {
   return { prompts: readInjecAgentReactPrompts(agentDir), tools: readInjecAgentToolDict(dir) };
+}
+
+/**
+ * loadInjecAgentReact on the first InjecAgent dataset folder, in locateDataset's order, that also holds the agent
+ * code (`upstream-agent/`): a pulled copy of the data alone (data/injecagent) cannot render the react prompt.
+ */
+export function locateInjecAgentReact(dirs: DataDirs = {}): ReactContext & { dir: string } {
+  const candidates = datasetCandidates('injecagent', dirs);
+  const dir = candidates.find((c) => existsSync(join(c, 'tools.json')) && existsSync(join(c, 'upstream-agent')));
+  if (!dir) throw new SafekeepError(`the react format needs InjecAgent's data with its upstream-agent/ folder (looked in ${candidates.join(', ')})`);
+  return { ...loadInjecAgentReact(dir), dir };
 }
 
 /** The data-stealing second step: the attacker tool call the model made in step 1 and the observation it gets. */
