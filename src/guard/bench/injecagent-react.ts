@@ -316,7 +316,9 @@ function outputParser(paragraph: string): Array<[string, string]> {
   }
   let cur = 0;
   while (paragraph.length > 0) {
-    const key = paragraph.split(':')[0]!;
+    // paragraph.split(":")[0]
+    const colon = paragraph.indexOf(':');
+    const key = colon < 0 ? paragraph : paragraph.slice(0, colon);
     if (!PATTERNS.includes(key + ':')) throw new PyRaise('AssertionError');
     paragraph = paragraph.slice(key.length + 1);
     if (cur >= split.length) throw new PyRaise('IndexError');
@@ -368,8 +370,19 @@ function detectRepetitiveLanguage(text: string, n = 8, rep = 10): boolean {
 function longestBraced(value: string): string | undefined {
   let best: string | undefined;
   // quirk: non-greedy, so nested JSON is cut at its first '}' ({"a": {"b": 1}} gives {"a": {"b": 1}); the cut text
-  // is what InjecAgent stores as the attacker tool's parameters and looks the simulated response up by
-  for (const m of value.matchAll(/\{[\s\S]*?\}/g)) if (best === undefined || m[0].length > best.length) best = m[0];
+  // is what InjecAgent stores as the attacker tool's parameters and looks the simulated response up by.
+  // The leftmost non-overlapping matches of \{.*?\} are: the next '{', through the first '}' after it; written as
+  // two index scans so that a reply full of unclosed '{' costs linear time (the regex retries from every '{').
+  let from = 0;
+  for (;;) {
+    const open = value.indexOf('{', from);
+    if (open < 0) break;
+    const close = value.indexOf('}', open + 1);
+    if (close < 0) break;
+    const m = value.slice(open, close + 1);
+    if (best === undefined || m.length > best.length) best = m;
+    from = close + 1;
+  }
   return best;
 }
 
