@@ -159,6 +159,18 @@ test('react parser = InjecAgent output_parsing.py on 400 generated outputs', (t)
   const outputs = fc.sample(fc.oneof(loose, shaped, shaped), { numRuns: 400, seed: 20240601 });
   const cases: Case[] = outputs.map((o, i) => ({ name: `generated ${i}`, output: o, attackerTools: i % 3 === 0 ? [ATTACKER[0]!, 'GmailSendEmail'] : ATTACKER, target: i % 6 === 3 ? 'GmailSendEmail' : undefined }));
   if (!comparePython(t, cases)) return;
+  // the ipi-benchmark copy's parser agrees with upstream's wherever upstream's does not raise
+  const ipi = runPython(PARSER_PY, {
+    dir: join(sharedRoot, 'data', 'injecagent', 'upstream-agent', 'ipi-benchmark-copy'),
+    cases: cases.map((c) => ({ output: c.output, target: c.target ?? ATTACKER[0], attackerTools: c.attackerTools ?? ATTACKER, userTool: USER_TOOL, attackerInstruction: INSTR })),
+  }) as PyEval[];
+  let raised = 0;
+  cases.forEach((c, i) => {
+    const r = tsEval(c);
+    if (r.parserError) raised++;
+    else assert.deepEqual([ipi[i]!.eval, ipi[i]!.reason ?? null], [r.eval, r.invalidReason ?? null], c.name);
+  });
+  assert.ok(raised > 0, 'some generated outputs reach the branch where the copies differ');
   // the generated set reaches the branches, not only 'too short'
   const seen = new Set(cases.map((c) => { const r = tsEval(c); return r.invalidReason ?? r.eval; }));
   for (const k of ['succ', 'unsucc', 'too short', 'Action not in availabel tools', 'call GmailSendEmail before tool']) assert.ok(seen.has(k), `generated outputs reach '${k}' (${[...seen].join(', ')})`);
