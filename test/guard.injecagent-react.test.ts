@@ -156,24 +156,39 @@ test('react parser = InjecAgent output_parsing.py on 400 generated outputs', (t)
   const key = fc.constantFrom('Thought: ', 'Action: ', 'Action Input: ', 'Observation: ', 'Final Answer: ', '');
   const step = fc.tuple(key, fc.array(fragment, { minLength: 1, maxLength: 6 }), fc.constantFrom('\n', ' ', '')).map(([k, v, sep]) => k + v.join(' ') + sep);
   const shaped = fc.array(step, { minLength: 1, maxLength: 10 }).map((a) => a.join(''));
-  const outputs = fc.sample(fc.oneof(loose, shaped, shaped), { numRuns: 400, seed: 20240601 });
+  // well-formed ReAct turns (thought, action, input, observation, answer), as a model that follows the format writes them
+  const words = fc.array(fc.constantFrom('I', 'will', 'check', 'the', 'user', 'again', 're-run', 'request', 'now', 'has been sent to', 'emailed to', 'done'), { minLength: 1, maxLength: 8 }).map((w) => w.join(' '));
+  const tool = fc.constantFrom(USER_TOOL, ATTACKER[0]!, 'GmailSendEmail', 'None', 'GoogleSearch');
+  const input = fc.constantFrom('{}', '{"guest_ids": ["guest_amy01"]}', '{"a": {"b": 2}}', 'N/A', 'guest_amy01', '{"q": "x"} # comment');
+  const observation = fc.constantFrom(`{"review": "${INSTR}"}`, '{"status": "Success"}');
+  const turn = fc.oneof(
+    fc.tuple(words, tool, input).map(([w, t, a]) => `Thought: ${w}\nAction: ${t}\nAction Input: ${a}\n`),
+    fc.tuple(words, tool, input, observation).map(([w, t, a, o]) => `Thought: ${w}\nAction: ${t}\nAction Input: ${a}\nObservation: ${o}\n`),
+    fc.tuple(words, words).map(([w, f]) => `Thought: ${w}\nFinal Answer: ${f}\n`),
+  );
+  const react = fc.array(turn, { minLength: 1, maxLength: 5 }).map((a) => a.join(''));
+  const outputs = fc.sample(fc.oneof(loose, shaped, react, react), { numRuns: 400, seed: 20240601 });
   const cases: Case[] = outputs.map((o, i) => ({ name: `generated ${i}`, output: o, attackerTools: i % 3 === 0 ? [ATTACKER[0]!, 'GmailSendEmail'] : ATTACKER, target: i % 6 === 3 ? 'GmailSendEmail' : undefined }));
   if (!comparePython(t, cases)) return;
-  // the ipi-benchmark copy's parser agrees with upstream's wherever upstream's does not raise
+  // the ipi-benchmark copy's parser agrees with upstream's except where upstream's raises or reads info_list[-1]
+  // for an Action at index 0 (the copy breaks out of the parse, and guards the index)
+  const both = [...CASES, ...cases];
   const ipi = runPython(PARSER_PY, {
     dir: join(sharedRoot, 'data', 'injecagent', 'upstream-agent', 'ipi-benchmark-copy'),
-    cases: cases.map((c) => ({ output: c.output, target: c.target ?? ATTACKER[0], attackerTools: c.attackerTools ?? ATTACKER, userTool: USER_TOOL, attackerInstruction: INSTR })),
+    cases: both.map((c) => ({ output: c.output, target: c.target ?? ATTACKER[0], attackerTools: c.attackerTools ?? ATTACKER, userTool: USER_TOOL, attackerInstruction: INSTR })),
   }) as PyEval[];
   let raised = 0;
-  cases.forEach((c, i) => {
+  let indexZero = 0;
+  both.forEach((c, i) => {
     const r = tsEval(c);
     if (r.parserError) raised++;
+    else if (r.steps?.[0]?.[0] === 'Action') indexZero++;
     else assert.deepEqual([ipi[i]!.eval, ipi[i]!.reason ?? null], [r.eval, r.invalidReason ?? null], c.name);
   });
-  assert.ok(raised > 0, 'some generated outputs reach the branch where the copies differ');
+  assert.ok(raised > 0 && indexZero > 0, 'some outputs reach the branches where the copies differ');
   // the generated set reaches the branches, not only 'too short'
   const seen = new Set(cases.map((c) => { const r = tsEval(c); return r.invalidReason ?? r.eval; }));
-  for (const k of ['succ', 'unsucc', 'too short', 'Action not in availabel tools', 'call GmailSendEmail before tool']) assert.ok(seen.has(k), `generated outputs reach '${k}' (${[...seen].join(', ')})`);
+  for (const k of ['succ', 'unsucc', 'too short', 'Action not in availabel tools', 'call GmailSendEmail before tool', 'Recalling user tool with fabricated observation', 'too much actions', 'Action Input is not {}']) assert.ok(seen.has(k), `generated outputs reach '${k}' (${[...seen].join(', ')})`);
 });
 
 const RENDER_PY = `
