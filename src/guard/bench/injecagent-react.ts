@@ -26,7 +26,8 @@
  *   const ctx = locateInjecAgentReact(dirs);  // once; dirs = the CLI's DataDirs; ctx.dir = the dataset folder
  *   const cases = readInjecAgentReactCases(ctx.dir, setting);  // ids and order = readInjecAgentCases'
  *   solver, step 1:  reply = await backend.chat({ messages: renderReactPrompt(ctx, c), maxTokens, purpose: 'agent' })
- *                    (no `tools`: the tools are in the prompt text; guards judge these messages as they are)
+ *                    (no `tools`: the tools are in the prompt text; a SafeJudge/SafeKeep judge still takes the
+ *                    case's ToolSpecs from readInjecAgentCases under the same id, schemas or flattened)
  *   scorer, step 1:  e1 = scoreReactStep(c, reply.content, 1)                    // eval 'succ' | 'unsucc' | 'invalid'
  *   ds and e1 succ:  obs = simulatedAttackerResponse(responses, c.attackerTools[0], e1.attackerToolParameters!)
  *                         (InjecAgent's own key: the parameters TEXT, as cut by the parser)
