@@ -68,7 +68,7 @@ test('proxy (S³): a three-stage trajectory — injected observation stripped, u
   const r2 = await post(url, { model: 'm', messages: turn2, tools, temperature: 0.3 });
   assert.equal(r2.status, 200);
   assert.deepEqual([r2.headers.get('x-safekeep-action'), r2.headers.get('x-safekeep-stages'), r2.headers.get('x-safekeep-risky')],
-    ['recover', 'tool_observation=recover,tool_selection=recover,output=pass', 'parse-data,tool-rules']);
+    ['recover', 'input=pass,tool_observation=recover,tool_selection=recover,output=pass', 'parse-data,tool-rules']);
   const j2 = (await r2.json()) as { choices: { message: { content: string; tool_calls?: unknown }; finish_reason: string }[] };
   assert.equal(j2.choices[0]!.message.content, 'The Test Laptop has good reviews.');
   assert.equal(j2.choices[0]!.message.tool_calls, undefined);
@@ -107,7 +107,7 @@ test('proxy (S³): streaming clients get the checked answer as SSE; --mitigation
   assert.match(await s1.text(), /"tool_calls":\[\{"index":0,"id":"c1","type":"function","function":\{"name":"AmazonGetProductDetails"/);
   const { url: url2, up: up2 } = await setup(t, { mitigation: 'block' });
   const b = await post(url2, { model: 'm', messages: turn2, tools });
-  assert.deepEqual([b.headers.get('x-safekeep-action'), b.headers.get('x-safekeep-stages')], ['refuse', 'tool_observation=block']);
+  assert.deepEqual([b.headers.get('x-safekeep-action'), b.headers.get('x-safekeep-stages')], ['refuse', 'input=pass,tool_observation=block']);
   assert.equal(((await b.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content, `${REFUSAL_PREFIX} It would be unsafe.`);
   assert.equal(agentCalls(up2).length, 0, 'nothing was sent upstream with the injected observation');
 });
@@ -155,11 +155,11 @@ test('serve CLI: --skills runs S³; --method and --skills together exit 2', asyn
   const serve = await startServeCli(['--upstream', up.url, '--port', '0', '--skills', join(repoRoot, 'skills')]);
   const url = serve.url;
   const r = await post(url, { model: 'm', messages: turn2, tools });
-  assert.equal(r.headers.get('x-safekeep-stages'), 'tool_observation=recover,tool_selection=recover,output=pass');
+  assert.equal(r.headers.get('x-safekeep-stages'), 'input=pass,tool_observation=recover,tool_selection=recover,output=pass');
   await r.text();
   assert.equal(await stopServe(serve), 0);
   const lines = serve.stderr().trim().split('\n').map((l) => JSON.parse(l) as { event?: string; stage?: string });
-  assert.deepEqual(lines.map((l) => l.stage ?? 'request'), ['tool_observation', 'tool_selection', 'output', 'request']);
+  assert.deepEqual(lines.map((l) => l.stage ?? 'request'), ['input', 'tool_observation', 'tool_selection', 'output', 'request']);
   const bad = await serveExit(['--upstream', up.url, '--skills', 'skills', '--method', 'safekeep']);
   assert.equal(bad.code, 2);
   assert.match(bad.stderr, /give --method or --skills, not both/);
