@@ -77,7 +77,9 @@ function asHttpError(e: unknown, id: string): HttpError {
 function rawError(socket: Duplex, status: number, reason: string, message: string): void {
   if (!socket.writable) { socket.destroy(); return; }
   const body = JSON.stringify({ error: { message, type: 'invalid_request_error', param: null, code: status } });
-  socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+  // end() alone half-closes: a client that keeps sending would keep the socket (and its slot) forever
+  socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`, () => socket.destroy());
+  setTimeout(() => socket.destroy(), 1000).unref();
 }
 
 export function createHttpServer(o: HttpServerOptions): Server {
