@@ -121,7 +121,7 @@ function upstreamHttpError(e: UpstreamError): HttpError {
 
 /** A non-2xx answer → the client's error: 5xx → 502 without the body; 4xx → same status, the upstream's message only. */
 async function failedAnswer(up: Response, url: string): Promise<HttpError> {
-  const text = await readUpstreamText(up, 1024 * 1024, url).catch(() => '');
+  const text = await readUpstreamText(up, 1024 * 1024, url, 10_000).catch(() => '');
   const detail = failureDetail(up.status, text);
   const status = up.status >= 500 || up.status < 400 ? 502 : up.status;
   return new HttpError(status, 'upstream_error', `upstream returned HTTP ${up.status}${detail ? `: ${detail}` : ''}`, { upstream_status: up.status });
@@ -286,7 +286,7 @@ export function createGuardProxy(opts: ProxyOptions): Server {
     if (!up.ok) throw await failedAnswer(up, url);
     let j: { choices?: { message?: { content?: unknown; tool_calls?: unknown }; finish_reason?: unknown }[]; usage?: { prompt_tokens?: unknown; completion_tokens?: unknown } };
     try {
-      j = (await readUpstreamJson(up, MAX_UPSTREAM_ANSWER, url)) as typeof j;
+      j = (await readUpstreamJson(up, MAX_UPSTREAM_ANSWER, url, timeoutMs)) as typeof j;
     } catch (e) {
       throw e instanceof UpstreamError ? upstreamHttpError(e) : e;
     }

@@ -41,7 +41,7 @@ export interface UpstreamCall {
   method?: string;
   headers?: Record<string, string>;
   body?: string | Uint8Array;
-  /** until the answer's headers arrive, and again for reading a buffered answer */
+  /** until the answer's headers arrive (a buffered read has its own, `readUpstreamText`) */
   timeoutMs: number;
   /** the caller's own cancellation (a client that left) */
   signal?: AbortSignal;
@@ -49,19 +49,23 @@ export interface UpstreamCall {
 
 /** The answer's headers (status any), or an UpstreamError for a timeout, a network failure or a redirect. */
 export async function upstreamFetch(c: UpstreamCall): Promise<Response> {
-  const deadline = AbortSignal.timeout(c.timeoutMs);
-  const signal = c.signal ? AbortSignal.any([deadline, c.signal]) : deadline;
+  // the deadline is for the answer's headers: a streamed answer may then take as long as the model writes
+  const deadline = new AbortController();
+  const timer = setTimeout(() => deadline.abort(), c.timeoutMs);
+  const signal = c.signal ? AbortSignal.any([deadline.signal, c.signal]) : deadline.signal;
   const where = redactUrl(c.url);
   let res: Response;
   try {
     res = await fetch(c.url, { method: c.method ?? 'POST', headers: c.headers, body: c.body, signal, redirect: 'manual' });
   } catch (e) {
     if (c.signal?.aborted) throw new UpstreamError('cancelled', `${where}: cancelled (the client left)`);
-    if (deadline.aborted) throw new UpstreamError('timeout', `${where}: no response within ${c.timeoutMs} ms`);
+    if (deadline.signal.aborted) throw new UpstreamError('timeout', `${where}: no response within ${c.timeoutMs} ms`);
     const err = e as Error & { cause?: Error & { code?: string } };
     // the cause names the failure (ECONNREFUSED, ENOTFOUND …); its message may repeat the address, never a secret
     const why = err.cause?.code ?? err.cause?.message ?? err.message;
     throw new UpstreamError('network', `${where} unreachable: ${String(why).slice(0, 200)}`);
+  } finally {
+    clearTimeout(timer);
   }
   if (res.status >= 300 && res.status < 400) {
     void res.body?.cancel().catch(() => undefined);
@@ -71,12 +75,14 @@ export async function upstreamFetch(c: UpstreamCall): Promise<Response> {
   return res;
 }
 
-/** The answer's body as text, at most `maxBytes` (an UpstreamError beyond). */
-export async function readUpstreamText(res: Response, maxBytes: number, url: string): Promise<string> {
+/** The answer's body as text, at most `maxBytes` and within `timeoutMs` (an UpstreamError beyond). */
+export async function readUpstreamText(res: Response, maxBytes: number, url: string, timeoutMs = 60_000): Promise<string> {
   if (!res.body) return '';
   const reader = res.body.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
+  let late = false;
+  const timer = setTimeout(() => { late = true; void reader.cancel().catch(() => undefined); }, timeoutMs);
   try {
     for (;;) {
       const { done, value } = await reader.read();
@@ -91,13 +97,16 @@ export async function readUpstreamText(res: Response, maxBytes: number, url: str
   } catch (e) {
     if (e instanceof UpstreamError) throw e;
     throw new UpstreamError('network', `${redactUrl(url)}: the answer was cut off`, res.status);
+  } finally {
+    clearTimeout(timer);
   }
+  if (late) throw new UpstreamError('timeout', `${redactUrl(url)}: the answer did not arrive within ${timeoutMs} ms`, res.status);
   return Buffer.concat(chunks).toString('utf8');
 }
 
 /** A buffered JSON answer, depth-capped. */
-export async function readUpstreamJson(res: Response, maxBytes: number, url: string): Promise<unknown> {
-  const text = await readUpstreamText(res, maxBytes, url);
+export async function readUpstreamJson(res: Response, maxBytes: number, url: string, timeoutMs?: number): Promise<unknown> {
+  const text = await readUpstreamText(res, maxBytes, url, timeoutMs);
   try {
     return parseJsonBounded(text, `${redactUrl(url)}: answer`);
   } catch (e) {

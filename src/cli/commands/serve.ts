@@ -7,7 +7,10 @@
  *    [--thinking on|off] [--template FILE] [--dtype ..] [--device ..] [--threads N] [--max-memory ..] [--port ..] [--host ..]
  *    [--unparseable unsafe|safe] [--judge-max-tokens 8]`
  * The same API served by the local engine itself (src/guard/local-server.ts): the refusal probe reads the agent's own
- * prefill, so it guards without an extra model call.
+ * prefill, so it guards without an extra model call; bounded by [--max-model-len N] [--max-queue N]
+ * [--request-timeout-ms MS].
+ * Both forms: [--client-key-env VAR] [--cors ORIGIN,…] [--allowed-hosts NAME,…] [--max-connections N]
+ * [--headers-timeout-ms MS] [--body-timeout-ms MS]; --host beyond loopback needs --client-key-env (src/serve/).
  *
  * The --upstream form: an OpenAI-compatible proxy applying the SafeKeep guard — or, with `--skills`, S³ stage-specific skills at every stage
  * (input, tool observations, tool calls, final answer) — in front of any chat-completions endpoint

@@ -176,8 +176,8 @@ export class OpenAIBackend implements ChatBackend {
       let retryAfter: number | undefined;
       try {
         const res = await upstreamFetch({ url: this.url, method: 'POST', headers, body: JSON.stringify(body), timeoutMs, signal });
-        if (res.ok) return (await readUpstreamJson(res, MAX_UPSTREAM_ANSWER, this.url)) as WireResponse;
-        const text = await readUpstreamText(res, 1024 * 1024, this.url).catch(() => '');
+        if (res.ok) return (await readUpstreamJson(res, MAX_UPSTREAM_ANSWER, this.url, timeoutMs)) as WireResponse;
+        const text = await readUpstreamText(res, 1024 * 1024, this.url, 10_000).catch(() => '');
         const detail = failureDetail(res.status, text);
         // a 5xx body (tracebacks, keys, internal addresses) is never part of the message
         const httpError = new BackendError(`${where}: HTTP ${res.status}${detail ? `: ${detail}` : ''}`, res.status);
