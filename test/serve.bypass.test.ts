@@ -229,3 +229,13 @@ test('credentials in an upstream URL are refused without printing them; bad numb
     assert.equal(r.stderr.trim().split('\n').length, 1, 'one line');
   }
 });
+
+test('S³ mode: an upstream answer with tool-call arguments nested 100k deep is a clean 502, never a crash', async (t) => {
+  const deep = '['.repeat(100_000) + ']'.repeat(100_000);
+  const { url } = await setup(t, { skills: [] }, () => ({ json: completion(null, { toolCalls: [{ id: 'c', type: 'function', function: { name: 'post_on_x', arguments: deep } }] }) }));
+  const r = await fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ messages: [{ role: 'user', content: 'x' }], tools }) });
+  assert.equal(r.status, 502);
+  const e = (await r.json()) as { error: { type: string; message: string } };
+  assert.equal(e.error.type, 'upstream_error');
+  assert.match(e.error.message, /tool call arguments nested 100000 levels deep/);
+});

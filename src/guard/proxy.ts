@@ -36,6 +36,7 @@ import type { IncomingMessage, Server } from 'node:http';
 import { flattenTools } from '../prompts/flatten.ts';
 import type { ToolSpec } from '../data/types.ts';
 import { SafekeepError } from '../util/errors.ts';
+import { jsonDepth, MAX_JSON_DEPTH } from '../util/json-bounded.ts';
 import { HttpError, badRequest, sendJson } from '../serve/errors.ts';
 import type { AccessPolicy } from '../serve/policy.ts';
 import { createHttpServer, type Exchange, type Route, type ServerLimits } from '../serve/server.ts';
@@ -263,6 +264,7 @@ export function createGuardProxy(opts: ProxyOptions): Server {
         maxTokens: opts.judgeMaxTokens,
         model: opts.judgeModel ?? model,
         authorization: judgeAuthFor(x.req),
+        signal: x.signal,
       });
     } catch (e) {
       return guardFailed(e, 'guard judge');
@@ -294,6 +296,10 @@ export function createGuardProxy(opts: ProxyOptions): Server {
     if (!msg || typeof msg !== 'object') throw new HttpError(502, 'upstream_error', 'upstream answer has no choices[0].message');
     const calls = msg.tool_calls ?? [];
     if (!Array.isArray(calls) || !calls.every(isWireCall)) throw new HttpError(502, 'upstream_error', 'upstream answer has malformed tool_calls');
+    for (const c of calls) {
+      const depth = typeof c.function.arguments === 'string' ? jsonDepth(c.function.arguments) : 0;
+      if (depth > MAX_JSON_DEPTH) throw new HttpError(502, 'upstream_error', `upstream answer: tool call arguments nested ${depth} levels deep (at most ${MAX_JSON_DEPTH}); not passed on`);
+    }
     const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
     return {
       content: typeof msg.content === 'string' ? msg.content : null,
