@@ -56,6 +56,7 @@ function checkContent(m: Record<string, unknown>, at: string, nonText: string[])
   if (!Array.isArray(c)) throw badRequest(`${at}.content must be a string or an array of content parts`);
   c.forEach((p, j) => {
     if (!isObject(p) || typeof p.type !== 'string') throw badRequest(`${at}.content[${j}] must be an object with a string "type"`);
+    if (p.type === 'refusal' && m.role !== 'assistant') throw badRequest(`${at}.content[${j}]: a refusal part belongs to an assistant message`);
     if (p.type === 'text' || p.type === 'refusal') {
       const key = p.type === 'text' ? 'text' : 'refusal';
       if (typeof p[key] !== 'string') throw badRequest(`${at}.content[${j}].${key} must be a string`);
