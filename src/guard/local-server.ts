@@ -96,15 +96,15 @@ export function createLocalServer(o: LocalServerOptions): Server {
     const deadline = AbortSignal.timeout(deadlineMs);
     const signal = AbortSignal.any([x.signal, deadline]);
     const method: GuardMethod = tools.length ? o.method : 'base';
-    let r: Awaited<ReturnType<typeof guardedRespond>>;
+    let r: Awaited<ReturnType<typeof guardedRespond>> | null = null;
     try {
       r = await guardedRespond({ messages, tools }, method, withSignal(o.backend, signal), { ...o, maxTokens });
     } catch (e) {
+      // a backend may end a cancelled call by throwing: the cancellation is the answer then
       if (!signal.aborted) throw e;
-      r = null as never;
     }
     if (deadline.aborted) throw new HttpError(504, 'timeout', `the request did not finish within ${deadlineMs} ms`);
-    if (x.signal.aborted || r.reply.finish === 'cancelled') {
+    if (r === null || x.signal.aborted || r.reply.finish === 'cancelled') {
       x.entry.status = 499;
       x.entry.action = 'cancelled';
       return;

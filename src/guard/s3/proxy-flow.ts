@@ -15,9 +15,10 @@
  * A `block` anywhere → the refusal (prefix prefilled, continued by the upstream) instead. What each decision does is
  * `apply.ts`, shared with the agent loop of `s3 eval`.
  *
- * Each check runs once: decisions are kept in a content-addressed cache (input: the conversation prefix and the
- * tools; an observation: the call's name and arguments and the result's text → the decision and the rewritten
- * text), so turn 3 costs no new judge call for turn 2's result and still sends the upstream its rewritten text.
+ * Each check runs once: decisions are kept in a content-addressed cache (keyed by the guard model and, for input,
+ * the conversation prefix and the tools; for an observation, the call's name and arguments and the result's text;
+ * → the decision and the rewritten text), so turn 3 costs no new judge call for turn 2's result and still sends the
+ * upstream its rewritten text.
  */
 import { createHash } from 'node:crypto';
 import type { ToolSpec } from '../../data/types.ts';
@@ -168,7 +169,7 @@ export async function s3ProxyFlow(messages: readonly ChatMessage[], tools: reado
 
   const end = inputEnd(work);
   const request = work.slice(0, end);
-  const input = await decide(hashOf('input', request, tools), async () => {
+  const input = await decide(hashOf('input', o.env.model ?? '', request, tools), async () => {
     const d = await stage({ stage: 'input', messages: request, tools: [...tools] });
     return { decision: d, ...applyInput(d) };
   });
@@ -181,7 +182,7 @@ export async function s3ProxyFlow(messages: readonly ChatMessage[], tools: reado
     const name = String(m.name ?? call?.function.name ?? '');
     const content = messageText(m.content);
     const before = work.slice(0, i);
-    const obs = await decide(hashOf('tool_observation', name, call?.function.arguments ?? null, content), async () => {
+    const obs = await decide(hashOf('tool_observation', o.env.model ?? '', name, call?.function.arguments ?? null, content), async () => {
       const d = await stage({ stage: 'tool_observation', messages: before, tools: [...tools], observation: { callId: String(m.tool_call_id ?? ''), name, content } });
       const a = applyObservation(d, skills, content, name);
       return { decision: d, changed: a.changed, next: a.next, content: a.content };
