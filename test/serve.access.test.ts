@@ -10,7 +10,7 @@ import { connect, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import { createGuardProxy, type ProxyOptions } from '../src/guard/proxy.ts';
-import { bearerToken, secretEquals } from '../src/serve/policy.ts';
+import { bearerToken, hostName, isLoopbackHost, secretEquals } from '../src/serve/policy.ts';
 import { completion, startMockUpstream, type MockUpstream } from './helpers/guard-mock.ts';
 import { rawRequest } from './helpers/http-raw.ts';
 
@@ -38,6 +38,12 @@ test('secretEquals / bearerToken', () => {
   assert.equal(bearerToken('Basic k1'), null);
   assert.equal(bearerToken('Bearer a b'), null);
   assert.equal(bearerToken(undefined), null);
+});
+
+test('loopback listen addresses (the CLI refuses anything else without --client-key-env) and Host names', () => {
+  for (const h of ['127.0.0.1', '127.1.2.3', 'localhost', '::1', '[::1]', '::ffff:127.0.0.1']) assert.equal(isLoopbackHost(h), true, h);
+  for (const h of ['0.0.0.0', '::', '192.168.1.10', '10.0.0.1', 'example.com', '128.0.0.1']) assert.equal(isLoopbackHost(h), false, h);
+  assert.deepEqual(['Localhost:8080', '[::1]:80', '127.0.0.1', 'a.b:1'].map(hostName), ['localhost', '[::1]', '127.0.0.1', 'a.b']);
 });
 
 test('client key: missing or wrong → 401 (WWW-Authenticate), right → served; the client key never goes upstream', async (t) => {
