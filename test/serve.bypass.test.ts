@@ -220,6 +220,13 @@ test('credentials in an upstream URL are refused without printing them; bad numb
     [['--upstream', 'http://127.0.0.1:9/v1', '--allow-unguarded', 'embeddings'], /unknown endpoint 'embeddings'/],
     [['--upstream', 'http://127.0.0.1:9/v1', '--cors', '*'], /--cors: '\*' is not an origin/],
     [['--upstream', 'http://127.0.0.1:9/v1', '--host', '0.0.0.0'], /--host 0\.0\.0\.0 makes the server reachable from other machines.*--client-key-env/],
+    [['--model', 'models/none', '--max-queue', '0'], /--max-queue must be a positive integer/],
+    [['--model', 'models/none', '--max-tokens', '0'], /--max-tokens must be a positive integer/],
+    [['--model', 'models/none', '--request-timeout-ms', '-5'], /--request-timeout-ms must be a positive integer/],
+    [['--model', 'models/none', '--max-model-len', '0'], /--max-model-len must be a positive integer/],
+    [['--model', 'models/none', '--host', '10.1.2.3'], /--host 10\.1\.2\.3 makes the server reachable/],
+    [['--model', 'models/none', '--allow-unguarded', 'completions'], /--allow-unguarded applies to the --upstream proxy/],
+    [['--upstream', 'http://127.0.0.1:9/v1', '--max-queue', '3'], /--max-queue applies to serve --model/],
   ];
   for (const [args, msg] of cases) {
     const r = await serveExit(args);
