@@ -246,3 +246,12 @@ test('S³ mode: an upstream answer with tool-call arguments nested 100k deep is 
   assert.equal(e.error.type, 'upstream_error');
   assert.match(e.error.message, /tool call arguments nested 100000 levels deep/);
 });
+
+test('secrets: an upstream 4xx keeps its error.message only, with any configured key in it masked', async (t) => {
+  const { url } = await setup(t, { apiKey: 'upstream-key-123456' }, (b) => (isJudge(b) ? script(b) : { status: 401, json: { error: { message: 'Incorrect API key provided: upstream-key-123456.', internal: 'trace' } } }));
+  const r = await fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }) });
+  assert.equal(r.status, 401);
+  const e = (await r.json()) as { error: { message: string; upstream_status: number } };
+  assert.equal(e.error.message, 'upstream returned HTTP 401: Incorrect API key provided: ***.');
+  assert.equal(e.error.upstream_status, 401);
+});

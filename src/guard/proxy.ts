@@ -41,7 +41,7 @@ import { HttpError, badRequest, sendJson } from '../serve/errors.ts';
 import type { AccessPolicy } from '../serve/policy.ts';
 import { createHttpServer, type Exchange, type Route, type ServerLimits } from '../serve/server.ts';
 import { sendSse, usageOf } from '../serve/sse.ts';
-import { failureDetail, hasCredentials, MAX_UPSTREAM_ANSWER, readUpstreamJson, readUpstreamText, redactUrl, upstreamFetch, UpstreamError } from '../serve/upstream.ts';
+import { failureDetail, hasCredentials, MAX_UPSTREAM_ANSWER, readUpstreamJson, readUpstreamText, redactSecrets, redactUrl, upstreamFetch, UpstreamError } from '../serve/upstream.ts';
 import { parseChatRequest, type ChatRequest } from '../serve/chat-body.ts';
 import { BackendError, OpenAIBackend, type PrefillMode } from './backends/openai.ts';
 import { judge } from './judge.ts';
@@ -121,9 +121,9 @@ function upstreamHttpError(e: UpstreamError): HttpError {
 }
 
 /** A non-2xx answer → the client's error: 5xx → 502 without the body; 4xx → same status, the upstream's message only. */
-async function failedAnswer(up: Response, url: string): Promise<HttpError> {
+async function failedAnswer(up: Response, url: string, secrets: readonly (string | undefined)[]): Promise<HttpError> {
   const text = await readUpstreamText(up, 1024 * 1024, url, 10_000).catch(() => '');
-  const detail = failureDetail(up.status, text);
+  const detail = redactSecrets(failureDetail(up.status, text), secrets);
   const status = up.status >= 500 || up.status < 400 ? 502 : up.status;
   return new HttpError(status, 'upstream_error', `upstream returned HTTP ${up.status}${detail ? `: ${detail}` : ''}`, { upstream_status: up.status });
 }
@@ -163,6 +163,9 @@ export function createGuardProxy(opts: ProxyOptions): Server {
   /** Per-call Authorization override for the judge: the client's header only when the judge is its upstream. */
   const judgeAuthFor = (req: IncomingMessage): string | undefined => (opts.judgeApiKey || opts.apiKey || !judgeIsUpstream ? undefined : clientAuth(req));
 
+  /** what an upstream's error message must not echo */
+  const secretsOf = (x: Exchange) => [opts.apiKey, opts.judgeApiKey, opts.clientKey, x.req.headers.authorization?.replace(/^bearer\s+/i, '')];
+
   async function fetchUp(x: Exchange, path: string, method: string, body?: Buffer): Promise<Response> {
     const headers: Record<string, string> = {};
     if (body) headers['content-type'] = 'application/json';
@@ -180,7 +183,7 @@ export function createGuardProxy(opts: ProxyOptions): Server {
   /** Forward to the upstream's `path` and pipe the answer back; failures become JSON errors. */
   async function forward(x: Exchange, path: string, method: 'GET' | 'POST', body: Buffer | undefined, extraHeaders: Record<string, string>): Promise<void> {
     const up = await fetchUp(x, path, method, body);
-    if (!up.ok) throw await failedAnswer(up, `${upstream}${path}`);
+    if (!up.ok) throw await failedAnswer(up, `${upstream}${path}`, secretsOf(x));
     const outHeaders: Record<string, string> = { ...extraHeaders };
     for (const h of ['content-type', 'cache-control']) {
       const v = up.headers.get(h);
@@ -285,7 +288,7 @@ export function createGuardProxy(opts: ProxyOptions): Server {
     const { stream: _s, stream_options: _so, ...rest } = body;
     const url = `${upstream}/chat/completions`;
     const up = await fetchUp(x, '/chat/completions', 'POST', Buffer.from(JSON.stringify({ ...rest, messages })));
-    if (!up.ok) throw await failedAnswer(up, url);
+    if (!up.ok) throw await failedAnswer(up, url, secretsOf(x));
     let j: { choices?: { message?: { content?: unknown; tool_calls?: unknown }; finish_reason?: unknown }[]; usage?: { prompt_tokens?: unknown; completion_tokens?: unknown } };
     try {
       j = (await readUpstreamJson(up, MAX_UPSTREAM_ANSWER, url, timeoutMs)) as typeof j;

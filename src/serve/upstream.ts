@@ -131,4 +131,11 @@ export function failureDetail(status: number, text: string): string {
   return typeof m === 'string' ? m.slice(0, 300) : '';
 }
 
+/** `text` with every occurrence of the given secrets (keys, tokens) replaced by `***` (an upstream that echoes a key). */
+export function redactSecrets(text: string, secrets: readonly (string | undefined)[]): string {
+  let out = text;
+  for (const k of secrets) if (k && k.length >= 4) out = out.split(k).join('***');
+  return out;
+}
+
 export const MAX_UPSTREAM_ANSWER = 64 * 1024 * 1024;

@@ -17,7 +17,9 @@ import type { CallFormat } from '../../experiments/outcome/types.ts';
 import type { ChatBackend, ChatCall, ChatMessage, ChatReply, WireToolCall } from '../types.ts';
 import { ResponseCache, requestHash } from './cache.ts';
 import { Limiter, backoffMs } from './limit.ts';
-import { failureDetail, MAX_UPSTREAM_ANSWER, readUpstreamJson, readUpstreamText, redactUrl, upstreamFetch, UpstreamError } from '../../serve/upstream.ts';
+import { failureDetail, MAX_UPSTREAM_ANSWER, readUpstreamJson, readUpstreamText, redactSecrets, redactUrl, upstreamFetch, UpstreamError } from '../../serve/upstream.ts';
+
+const bearer = (h: string | undefined) => h?.replace(/^bearer\s+/i, '');
 
 export type PrefillMode = 'continue' | 'prefix' | 'none';
 
@@ -178,7 +180,7 @@ export class OpenAIBackend implements ChatBackend {
         const res = await upstreamFetch({ url: this.url, method: 'POST', headers, body: JSON.stringify(body), timeoutMs, signal });
         if (res.ok) return (await readUpstreamJson(res, MAX_UPSTREAM_ANSWER, this.url, timeoutMs)) as WireResponse;
         const text = await readUpstreamText(res, 1024 * 1024, this.url, 10_000).catch(() => '');
-        const detail = failureDetail(res.status, text);
+        const detail = redactSecrets(failureDetail(res.status, text), [this.opts.apiKey, bearer(authorization)]);
         // a 5xx body (tracebacks, keys, internal addresses) is never part of the message
         const httpError = new BackendError(`${where}: HTTP ${res.status}${detail ? `: ${detail}` : ''}`, res.status);
         if (res.status !== 429 && res.status < 500) throw httpError; // not retryable
