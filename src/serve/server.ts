@@ -75,7 +75,9 @@ function asHttpError(e: unknown, id: string): HttpError {
 }
 
 function rawError(socket: Duplex, status: number, reason: string, message: string): void {
-  if (!socket.writable) { socket.destroy(); return; }
+  // a kept-alive socket that already answered is idle, not slow: an unsolicited 408 on it would be read by the
+  // client's next request (node's own handler also answers only sockets that never wrote)
+  if (!socket.writable || (socket as Duplex & { bytesWritten?: number }).bytesWritten) { socket.destroy(); return; }
   const body = JSON.stringify({ error: { message, type: 'invalid_request_error', param: null, code: status } });
   // end() alone half-closes: a client that keeps sending would keep the socket (and its slot) forever
   socket.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`, () => socket.destroy());
