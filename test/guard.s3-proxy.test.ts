@@ -153,6 +153,24 @@ test('proxy (S³): a trailing assistant message does not skip the input stage', 
   assert.equal(inputEnd([...harmful, { role: 'assistant', content: 'Sure,' }]), 2);
 });
 
+test('proxy (S³): one request costs a bounded number of fresh checks (a long unseen history → 400); seen results are free', async (t) => {
+  const { up, url } = await setup(t, { maxFreshObservations: 3 });
+  const history = (n: number, tag: string) => [...request, ...Array.from({ length: n }, (_, i) => [
+    { role: 'assistant', content: '', tool_calls: [{ id: `h${i}`, type: 'function', function: { name: 'AmazonGetProductDetails', arguments: `{"product_id":"P${i}"}` } }] },
+    { role: 'tool', tool_call_id: `h${i}`, content: `{'name': 'Laptop ${tag}${i}'}` },
+  ]).flat()];
+  const checks = () => up.requests.filter((q) => (q.body?.messages as Msg[] | undefined)?.[0]?.content === S3_CHECK_ROLE && JSON.stringify(q.body).includes('## The result returned by')).length;
+  const r = await post(url, { model: 'm', messages: history(5, 'a'), tools });
+  assert.equal(r.status, 400);
+  assert.match(((await r.json()) as { error: { message: string } }).error.message, /more than 3 tool results in one request need a new guard check/);
+  assert.equal(checks(), 3, 'it stopped at the bound');
+  assert.equal(agentCalls(up).length, 0);
+  const ok = await post(url, { model: 'm', messages: history(3, 'a'), tools });
+  assert.equal(ok.status, 200, 'the three already checked cost nothing now');
+  await ok.text();
+  assert.equal(checks(), 3);
+});
+
 test('proxy (S³): only messages after the last assistant turn are new', () => {
   assert.equal(newMessagesStart(request), 0);
   assert.equal(newMessagesStart(turn2), 3);

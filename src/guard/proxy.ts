@@ -86,6 +86,8 @@ export interface ProxyOptions {
   checks?: CheckRegistry;
   /** S³: upstream rounds after replaced tool calls (default 3) */
   maxRounds?: number;
+  /** S³: guard checks of not-yet-seen tool results one request may cost (default 64; more → 400) */
+  maxFreshObservations?: number;
   /** upstream timeout until response headers (default 60 s) */
   timeoutMs?: number;
   /** retries of judge/refusal calls (default 2) */
@@ -323,6 +325,7 @@ export function createGuardProxy(opts: ProxyOptions): Server {
         upstream: (m) => upstreamTurn(x, c.body, m),
         refuse: (m) => refusal(x, m, model, maxTokens),
         maxRounds: opts.maxRounds,
+        maxFreshObservations: opts.maxFreshObservations,
         cache,
       });
     } catch (e) {

@@ -22,6 +22,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { ToolSpec } from '../../data/types.ts';
+import { SafekeepError } from '../../util/errors.ts';
 import type { ChatMessage, WireToolCall } from '../types.ts';
 import { messageText } from '../judge-context.ts';
 import { applyAnswer, applyCalls, applyInput, applyObservation } from './apply.ts';
@@ -69,6 +70,11 @@ interface ProxyFlowOptions {
   maxRounds?: number;
   /** decisions of earlier requests (default: none kept) */
   cache?: StageCache;
+  /**
+   * guard checks one request may cost for tool results no earlier request brought (default 64): without a bound, a
+   * history of thousands of fresh results would make one request cost thousands of guard calls
+   */
+  maxFreshObservations?: number;
 }
 
 interface CachedStage {
@@ -175,6 +181,8 @@ export async function s3ProxyFlow(messages: readonly ChatMessage[], tools: reado
   });
   if (input.next === 'refuse') return refuse(request);
 
+  const maxFresh = o.maxFreshObservations ?? 64;
+  let fresh = 0;
   for (let i = 0; i < work.length; i++) {
     const m = work[i]!;
     if (m.role !== 'tool' && m.role !== 'function') continue;
@@ -183,7 +191,9 @@ export async function s3ProxyFlow(messages: readonly ChatMessage[], tools: reado
     const content = messageText(m.content);
     const before = work.slice(0, i);
     const obs = await decide(hashOf('tool_observation', o.env.model ?? '', name, call?.function.arguments ?? null, content), async () => {
+      if (fresh >= maxFresh) throw new SafekeepError(`messages[${i}]: more than ${maxFresh} tool results in one request need a new guard check (at most ${maxFresh}); send the conversation as it grows`);
       const d = await stage({ stage: 'tool_observation', messages: before, tools: [...tools], observation: { callId: String(m.tool_call_id ?? ''), name, content } });
+      if (d.invoked) fresh++;
       const a = applyObservation(d, skills, content, name);
       return { decision: d, changed: a.changed, next: a.next, content: a.content };
     });
