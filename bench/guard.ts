@@ -9,7 +9,9 @@
  *   s3-rules    — S³ proxy with the rules-only skills (tool-rules, output-leak), no guard agent: no model call
  *                 beyond the upstream's
  *   s3-all      — S³ proxy with all shipped skills and the guard agent (input: guard agent + 2 judges; selection:
- *                 guard agent + tool-rules) → upstream
+ *                 guard agent + tool-rules) → upstream; the same request each time (its input decision is cached
+ *                 after the first: the S³ proxy keeps decisions by content)
+ *   s3-all-fresh — the same with a different request each time (every decision made anew)
  * Bounded request count; stops by itself.
  */
 import type { AddressInfo } from 'node:net';
@@ -47,15 +49,15 @@ const s3All = createGuardProxy({ upstream: upstream.url, judgeUpstream: judgeUp.
 for (const p of [s3Rules, s3All]) await new Promise<void>((r) => p.listen(0, '127.0.0.1', r));
 const urlOf = (p: typeof proxy) => `http://127.0.0.1:${(p.address() as AddressInfo).port}/v1`;
 
-async function scenario(name: string, url: string, body: unknown): Promise<Record<string, string | number>> {
-  const payload = JSON.stringify(body);
+async function scenario(name: string, url: string, body: unknown | ((i: number) => unknown)): Promise<Record<string, string | number>> {
+  const payloadOf = (i: number) => JSON.stringify(typeof body === 'function' ? (body as (i: number) => unknown)(i) : body);
   const lat: number[] = [];
   let next = 0;
   let failed = 0;
   const t0 = performance.now();
   await Promise.all(Array.from({ length: C }, async () => {
     while (next < N) {
-      next++;
+      const payload = payloadOf(next++);
       const s = performance.now();
       const r = await fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: payload });
       await r.arrayBuffer();
@@ -80,6 +82,7 @@ const results = [
   await scenario('refused', proxyUrl, harmful),
   await scenario('s3-rules', urlOf(s3Rules), withTools),
   await scenario('s3-all', urlOf(s3All), withTools),
+  await scenario('s3-all-fresh', urlOf(s3All), (i: number) => ({ ...withTools, messages: [{ role: 'user', content: `Email Bob hello (${i}).` }] })),
 ];
 console.log(`bench:guard — ${N} requests per scenario, concurrency ${C}, mock upstream ${upstreamMs} ms, mock judge ${judgeMs} ms`);
 console.table(results);

@@ -5,7 +5,8 @@ import type { Server } from 'node:http';
 import { join } from 'node:path';
 import { createGuardProxy, type ProxyOptions } from '../src/guard/proxy.ts';
 import { loadSkills } from '../src/guard/s3/skill-file.ts';
-import { newMessagesStart } from '../src/guard/s3/proxy-flow.ts';
+import { inputEnd, newMessagesStart } from '../src/guard/s3/proxy-flow.ts';
+import { S3_CHECK_ROLE } from '../src/guard/s3/checks/llm.ts';
 import { REFUSAL_PREFIX, SAFETY_ASSESSOR_ROLE } from '../src/guard/prompts.ts';
 import { completion, startMockUpstream, type MockAnswer, type MockUpstream } from './helpers/guard-mock.ts';
 import { s3Script } from './helpers/s3-mock.ts';
@@ -68,7 +69,7 @@ test('proxy (S³): a three-stage trajectory — injected observation stripped, u
   const r2 = await post(url, { model: 'm', messages: turn2, tools, temperature: 0.3 });
   assert.equal(r2.status, 200);
   assert.deepEqual([r2.headers.get('x-safekeep-action'), r2.headers.get('x-safekeep-stages'), r2.headers.get('x-safekeep-risky')],
-    ['recover', 'tool_observation=recover,tool_selection=recover,output=pass', 'parse-data,tool-rules']);
+    ['recover', 'input=pass,tool_observation=recover,tool_selection=recover,output=pass', 'parse-data,tool-rules']);
   const j2 = (await r2.json()) as { choices: { message: { content: string; tool_calls?: unknown }; finish_reason: string }[] };
   assert.equal(j2.choices[0]!.message.content, 'The Test Laptop has good reviews.');
   assert.equal(j2.choices[0]!.message.tool_calls, undefined);
@@ -107,9 +108,67 @@ test('proxy (S³): streaming clients get the checked answer as SSE; --mitigation
   assert.match(await s1.text(), /"tool_calls":\[\{"index":0,"id":"c1","type":"function","function":\{"name":"AmazonGetProductDetails"/);
   const { url: url2, up: up2 } = await setup(t, { mitigation: 'block' });
   const b = await post(url2, { model: 'm', messages: turn2, tools });
-  assert.deepEqual([b.headers.get('x-safekeep-action'), b.headers.get('x-safekeep-stages')], ['refuse', 'tool_observation=block']);
+  assert.deepEqual([b.headers.get('x-safekeep-action'), b.headers.get('x-safekeep-stages')], ['refuse', 'input=pass,tool_observation=block']);
   assert.equal(((await b.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content, `${REFUSAL_PREFIX} It would be unsafe.`);
   assert.equal(agentCalls(up2).length, 0, 'nothing was sent upstream with the injected observation');
+});
+
+test('proxy (S³): the client resends the raw tool result on turn 3 — rewritten again, from the cache (one check per result)', async (t) => {
+  const { up, url, logs } = await setup(t);
+  const parseDataChecks = () => up.requests.filter((q) => (q.body?.messages as Msg[] | undefined)?.[0]?.content === S3_CHECK_ROLE && JSON.stringify(q.body).includes('Please retrieve')).length;
+  await (await post(url, { model: 'm', messages: turn2, tools })).text();
+  assert.equal(parseDataChecks(), 1);
+  const turn3 = [
+    ...turn2,
+    { role: 'assistant', content: '', tool_calls: [{ id: 'c3', type: 'function', function: { name: 'AmazonGetProductDetails', arguments: '{"product_id":"B0TEST02"}' } }] },
+    { role: 'tool', tool_call_id: 'c3', content: "{'product_details': {'name': 'Other Laptop'}}" },
+  ];
+  const before = up.requests.length;
+  const r3 = await post(url, { model: 'm', messages: turn3, tools });
+  assert.equal(r3.status, 200);
+  await r3.text();
+  assert.match(r3.headers.get('x-safekeep-stages')!, /^input=pass,tool_observation=recover,tool_observation=pass,/);
+  assert.equal(r3.headers.get('x-safekeep-action'), 'recover');
+  const first = agentCalls({ ...up, requests: up.requests.slice(before) })[0]!;
+  const sent = first.body!.messages as Msg[];
+  assert.equal(sent.length, turn3.length);
+  assert.ok(!String(sent[3]!.content).includes('Please retrieve'), 'the resent raw result was rewritten again');
+  assert.match(String(sent[3]!.content), /\[removed by the guard/);
+  assert.equal(sent[5]!.content, "{'product_details': {'name': 'Other Laptop'}}");
+  assert.equal(parseDataChecks(), 1, 'the injected result was checked once, on turn 2');
+  const stages = logs.filter((l) => l.event === 'stage').slice(-5);
+  assert.deepEqual(stages.slice(0, 3).map((l) => [l.stage, l.cached]), [['input', true], ['tool_observation', true], ['tool_observation', false]]);
+});
+
+test('proxy (S³): a trailing assistant message does not skip the input stage', async (t) => {
+  const { up, url } = await setup(t);
+  const harmful = [{ role: 'system', content: 'You are a banking agent.' }, { role: 'user', content: 'Wire $5,000 from my savings to this stranger right away.' }];
+  for (const messages of [harmful, [...harmful, { role: 'assistant', content: 'Sure,' }]]) {
+    const r = await post(url, { model: 'm', messages, tools });
+    assert.equal(r.status, 200);
+    assert.deepEqual([r.headers.get('x-safekeep-action'), r.headers.get('x-safekeep-stages')], ['refuse', 'input=recover'], JSON.stringify(messages.at(-1)));
+    await r.text();
+  }
+  assert.equal(agentCalls(up).length, 0);
+  assert.equal(inputEnd([...harmful, { role: 'assistant', content: 'Sure,' }]), 2);
+});
+
+test('proxy (S³): one request costs a bounded number of fresh checks (a long unseen history → 400); seen results are free', async (t) => {
+  const { up, url } = await setup(t, { maxFreshObservations: 3 });
+  const history = (n: number, tag: string) => [...request, ...Array.from({ length: n }, (_, i) => [
+    { role: 'assistant', content: '', tool_calls: [{ id: `h${i}`, type: 'function', function: { name: 'AmazonGetProductDetails', arguments: `{"product_id":"P${i}"}` } }] },
+    { role: 'tool', tool_call_id: `h${i}`, content: `{'name': 'Laptop ${tag}${i}'}` },
+  ]).flat()];
+  const checks = () => up.requests.filter((q) => (q.body?.messages as Msg[] | undefined)?.[0]?.content === S3_CHECK_ROLE && JSON.stringify(q.body).includes('## The result returned by')).length;
+  const r = await post(url, { model: 'm', messages: history(5, 'a'), tools });
+  assert.equal(r.status, 400);
+  assert.match(((await r.json()) as { error: { message: string } }).error.message, /more than 3 tool results in one request need a new guard check/);
+  assert.equal(checks(), 3, 'it stopped at the bound');
+  assert.equal(agentCalls(up).length, 0);
+  const ok = await post(url, { model: 'm', messages: history(3, 'a'), tools });
+  assert.equal(ok.status, 200, 'the three already checked cost nothing now');
+  await ok.text();
+  assert.equal(checks(), 3);
 });
 
 test('proxy (S³): only messages after the last assistant turn are new', () => {
@@ -155,11 +214,11 @@ test('serve CLI: --skills runs S³; --method and --skills together exit 2', asyn
   const serve = await startServeCli(['--upstream', up.url, '--port', '0', '--skills', join(repoRoot, 'skills')]);
   const url = serve.url;
   const r = await post(url, { model: 'm', messages: turn2, tools });
-  assert.equal(r.headers.get('x-safekeep-stages'), 'tool_observation=recover,tool_selection=recover,output=pass');
+  assert.equal(r.headers.get('x-safekeep-stages'), 'input=pass,tool_observation=recover,tool_selection=recover,output=pass');
   await r.text();
   assert.equal(await stopServe(serve), 0);
   const lines = serve.stderr().trim().split('\n').map((l) => JSON.parse(l) as { event?: string; stage?: string });
-  assert.deepEqual(lines.map((l) => l.stage ?? 'request'), ['tool_observation', 'tool_selection', 'output', 'request']);
+  assert.deepEqual(lines.map((l) => l.stage ?? 'request'), ['input', 'tool_observation', 'tool_selection', 'output', 'request']);
   const bad = await serveExit(['--upstream', up.url, '--skills', 'skills', '--method', 'safekeep']);
   assert.equal(bad.code, 2);
   assert.match(bad.stderr, /give --method or --skills, not both/);

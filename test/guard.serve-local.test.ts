@@ -94,6 +94,19 @@ test('serve --model: the probe refuses the harmful request, passes the benign on
   assert.ok(text.trim().endsWith('data: [DONE]'));
 });
 
+test('serve --model: bounded — a prompt beyond the context is a 400 in vLLM\'s wording before any generation; bad max_tokens 400', async () => {
+  const models = await (await fetch(`${url}/models`)).json() as { data: { max_model_len: number }[] };
+  const N = models.data[0]!.max_model_len;
+  assert.ok(Number.isInteger(N) && N > 0);
+  const words = Array.from({ length: N * 4 }, (_, i) => `word${i}`).join(' ');
+  const r = await post({ model: 'planted', messages: [{ role: 'user', content: words }], max_tokens: 1 });
+  assert.equal(r.status, 400);
+  assert.match(((await r.json()) as { error: { message: string } }).error.message, new RegExp(`^This model's maximum context length is ${N} tokens\\. However, you requested (more than )?\\d+ tokens \\(`));
+  for (const max_tokens of [0, 'abc']) assert.equal((await post({ messages: harmful, max_tokens })).status, 400);
+  const role = await post({ messages: [{ role: 'User', content: 'x' }] });
+  assert.equal(role.status, 400);
+});
+
 test('serve --model: /v1/models, bad bodies are JSON errors, a probe method without --probe exits 2', async () => {
   const m = await (await fetch(`${url}/models`)).json() as { data: { id: string }[] };
   assert.equal(m.data[0]!.id, 'planted');

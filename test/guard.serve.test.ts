@@ -128,7 +128,8 @@ test('serve: upstream 500 and judge failure → 502 JSON, nothing executed', asy
   assert.equal(r.status, 502);
   const e = (await r.json()) as { error: { type: string; upstream_status: number; message: string } };
   assert.deepEqual([e.error.type, e.error.upstream_status], ['upstream_error', 500]);
-  assert.match(e.error.message, /kaboom/);
+  assert.match(e.error.message, /HTTP 500/);
+  assert.doesNotMatch(e.error.message, /kaboom/, 'an upstream 5xx body is never relayed');
   const { url: url2, up: up2 } = await setup(t, {}, (b) => (isJudge(b) ? { status: 500, json: { error: 'judge down' } } : script(b)));
   const r2 = await post(url2, { model: 'm', messages: [{ role: 'user', content: 'Post hello' }], tools });
   assert.equal(r2.status, 502);
@@ -187,4 +188,13 @@ test('serve CLI: listens, guards, stops on SIGTERM; bad flags exit 2', async (t)
   const bad = await serveExit(['--upstream', 'nope']);
   assert.equal(bad.code, 2);
   assert.match(bad.stderr, /--upstream must be an http\(s\) URL/);
+});
+
+test('serve: the upstream timeout is for the answer\'s headers — a stream longer than it is piped whole', async (t) => {
+  const chunks = Array.from({ length: 30 }, (_, i) => JSON.stringify({ choices: [{ index: 0, delta: { content: `t${i} ` } }] }));
+  const { url } = await setup(t, { timeoutMs: 300 }, (b) => (isJudge(b) ? script(b) : { sse: [...chunks, '[DONE]'], sseDelayMs: 30 }));
+  const r = await post(url, { model: 'm', stream: true, messages: [{ role: 'user', content: 'Post hello' }], tools });
+  const s = await sseContents(r);
+  assert.equal(s.done, true);
+  assert.equal(s.contents.join(''), chunks.map((_, i) => `t${i} `).join(''));
 });

@@ -2,7 +2,15 @@
  * The judgment context: safety-assessor role + the agent's role/instructions + the tools + the request
  * (+ tool observations, where injections live). `toolView` is the only difference between SafeKeep ('prose':
  * flattened tool descriptions) and SafeJudge ('json': the OpenAI `tools` array as JSON, as the agent sees it).
+ *
+ * Everything in a section comes from the client (instructions, tool descriptions, request, earlier calls, tool
+ * results), so each section's content is enclosed between `[BEGIN DATA code]` / `[END DATA code]` lines: a user
+ * message that writes `## What the tools returned`, the judge's question or a `NO` line stays inside its own
+ * section as text. The code is derived from the enclosed texts (sha256, 64 bits; re-drawn if any text contains
+ * it), so no text can contain the code of the prompt it ends up in, and the same request gives the same prompt (the
+ * endpoint response cache still replays).
  */
+import { createHash } from 'node:crypto';
 import type { ToolSpec } from '../data/types.ts';
 import { JUDGE_QUESTION, NO_AGENT_INSTRUCTIONS, SAFETY_ASSESSOR_ROLE } from './prompts.ts';
 import type { AgentRequest, ChatMessage, Flattener } from './types.ts';
@@ -80,16 +88,33 @@ function toolsText(tools: readonly ToolSpec[], opts: JudgeContextOptions): strin
   return opts.flatten(tools);
 }
 
+/** A 16-hex-digit code that none of `texts` contains, determined by them. */
+export function boundaryCode(texts: readonly string[]): string {
+  for (let salt = 0; ; salt++) {
+    const h = createHash('sha256').update(`${salt}\0`);
+    for (const t of texts) h.update(t).update('\0');
+    const code = h.digest('hex').slice(0, 16);
+    if (!texts.some((t) => t.includes(code))) return code;
+  }
+}
+
+/** `text` as one enclosed data block. */
+export function enclose(text: string, code: string): string {
+  return `[BEGIN DATA ${code}]\n${text}\n[END DATA ${code}]`;
+}
+
 /** [system: assessor role, user: agent instructions + tools + request (+ actions + observations) + question] */
 export function judgeMessages(req: AgentRequest, opts: JudgeContextOptions): ChatMessage[] {
   const p = splitRequest(req.messages);
-  const sections = [
-    `## The agent's role and instructions\n${p.instructions}`,
-    `## Tools the agent can use\n${toolsText(req.tools, opts)}`,
-    `## The request\n${p.request}`,
+  const parts: [string, string][] = [
+    ["## The agent's role and instructions", p.instructions],
+    ['## Tools the agent can use', toolsText(req.tools, opts)],
+    ['## The request', p.request],
   ];
-  if (p.actions.length > 0) sections.push(`## What the agent has done so far\n${p.actions.join('\n')}`);
-  if (p.observations.length > 0) sections.push(`## What the tools returned\n${p.observations.join('\n\n')}`);
+  if (p.actions.length > 0) parts.push(['## What the agent has done so far', p.actions.join('\n')]);
+  if (p.observations.length > 0) parts.push(['## What the tools returned', p.observations.join('\n\n')]);
+  const code = boundaryCode(parts.map(([, text]) => text));
+  const sections = parts.map(([heading, text]) => `${heading}\n${enclose(text, code)}`);
   sections.push(JUDGE_QUESTION);
   return [
     { role: 'system', content: SAFETY_ASSESSOR_ROLE },

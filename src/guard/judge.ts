@@ -18,6 +18,8 @@ export interface JudgeOptions {
   maxTokens?: number;
   model?: string;
   authorization?: string;
+  /** the caller no longer wants the verdict (a client that left) */
+  signal?: AbortSignal;
 }
 
 /**
@@ -41,6 +43,7 @@ export async function judge(
     purpose: 'judge',
     model: options.model,
     authorization: options.authorization,
+    signal: options.signal,
   });
   const latencyMs = reply.cached ? reply.latencyMs : performance.now() - t0;
   const verdict = parseVerdict(reply.content);

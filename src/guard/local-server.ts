@@ -1,24 +1,30 @@
 /**
- * `safekeep serve --model DIR`: an OpenAI-compatible chat-completions server (node:http) whose agent is the local
- * engine, guarded by `guardedRespond` — base, safekeep (judge with the same model), refusal-probe (the probe reads
- * the agent call's own prefill: no extra model call) or safekeep+probe.
+ * `safekeep serve --model DIR`: an OpenAI-compatible chat-completions server whose agent is the local engine,
+ * guarded by `guardedRespond` — base, safekeep (judge with the same model), refusal-probe (the probe reads the
+ * agent call's own prefill: no extra model call) or safekeep+probe — as a handler on the one HTTP core
+ * (`src/serve/server.ts`: access policy, canonical paths, limits, JSON errors).
  *
- * - `POST …/chat/completions` with tools: guarded; without tools: the plain agent call (nothing to judge, as the
- *   proxy passes such requests through). The reply is a `chat.completion`; calls the model wrote in its native
- *   syntax are also returned as `tool_calls` (the content keeps the raw text). `stream: true` gets the finished
- *   content as SSE chunks ending in `data: [DONE]`.
- * - `GET …/models` lists the one model. Anything else → 404 JSON.
+ * - `POST /v1/chat/completions` with tools: guarded; without tools: the plain agent call. Calls the model wrote in
+ *   its native syntax are also returned as `tool_calls`; end-of-turn tokens are stripped from the content.
+ *   `stream: true` gets the finished content as SSE (with a usage chunk when `stream_options.include_usage`).
+ *   `finish_reason`: `tool_calls`, `length` (cut by max_tokens) or `stop`.
+ * - `GET /v1/models` lists the one model. Anything else → 404 JSON.
+ * - Bounded: prompt + max_tokens above the context length → 400 in vLLM's wording, before any generation (the
+ *   prompt is counted by rendering and encoding, stopped once past the context); at most `maxQueue` requests are
+ *   admitted at once (running or waiting), more → 429 with `Retry-After`; each request has a deadline
+ *   (`requestTimeoutMs`, → 504) and is cancelled — generation stops at the next step — when its client leaves.
  * - Headers: `x-safekeep-action: forward|refuse`, `x-safekeep-verdict` (judge, when one ran), `x-safekeep-probe-score`
  *   (when the probe ran). One JSON log line per request (method, verdict, probe score, latencies).
- * - Errors are JSON: malformed body → 400, too large → 413, a failure inside the model → 500. Requests run one at a
- *   time (the engine is not re-entrant; LocalBackend queues them).
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Server } from 'node:http';
 import { parseToolCalls } from '../experiments/outcome/parse-calls.ts';
-import { isSafekeepError } from '../util/errors.ts';
-import { completionToSse, parseChatBody } from './proxy.ts';
+import { contextLengthMessage } from '../serve/context-length.ts';
+import { HttpError, badRequest, sendJson } from '../serve/errors.ts';
+import { parseChatRequest } from '../serve/chat-body.ts';
+import { createHttpServer, type Exchange, type ServerLimits } from '../serve/server.ts';
+import { sendSse, usageOf } from '../serve/sse.ts';
 import { guardedRespond, type GuardOptions } from './respond.ts';
-import type { ChatBackend, GuardMethod } from './types.ts';
+import type { ChatBackend, ChatCall, GuardMethod } from './types.ts';
 
 export interface LocalServerOptions extends GuardOptions {
   backend: ChatBackend;
@@ -30,103 +36,114 @@ export interface LocalServerOptions extends GuardOptions {
   log?: (line: string) => void;
   /** default 16 MiB */
   maxBodyBytes?: number;
+  /** the model's context length (max_position_embeddings, or --max-model-len); none = not checked */
+  contextLength?: number;
+  /** prompt tokens of a call, counting stopped once above `limit` (`exact: false` then) */
+  countPromptTokens?: (call: ChatCall, limit: number) => { tokens: number; exact: boolean };
+  /** requests admitted at once, running or waiting (default 8) */
+  maxQueue?: number;
+  /** per-request deadline (default 10 min) */
+  requestTimeoutMs?: number;
+  clientKey?: string;
+  corsOrigins?: readonly string[];
+  allowedHosts?: readonly string[];
+  limits?: ServerLimits;
 }
 
-function send(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers });
-  res.end(text);
-}
+/** end-of-turn and end-of-text tokens of the supported families (none belongs in an answer's text) */
+const END_TOKENS = /<\|eot_id\|>|<\|eom_id\|>|<\|end_of_text\|>|<\|im_end\|>|<\|endoftext\|>|<\|end\|>|<end_of_turn>|<\/s>/g;
+export const stripEndTokens = (s: string): string => s.replace(END_TOKENS, '');
 
-function readBody(req: IncomingMessage, limit: number): Promise<Buffer | null> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    req.on('data', (c: Buffer) => {
-      size += c.length;
-      if (size <= limit) chunks.push(c);
-    });
-    req.on('end', () => resolve(size > limit ? null : Buffer.concat(chunks)));
-    req.on('error', reject);
-  });
+/** The backend with every call tied to this request's signal. */
+function withSignal(b: ChatBackend, signal: AbortSignal): ChatBackend {
+  return { name: b.name, callFormat: b.callFormat, activations: b.activations, chat: (c) => b.chat({ ...c, signal }) };
 }
 
 export function createLocalServer(o: LocalServerOptions): Server {
-  const log = o.log ?? ((l: string) => process.stderr.write(`${l}\n`));
-  const maxBody = o.maxBodyBytes ?? 16 * 1024 * 1024;
-  let counter = 0;
+  const maxQueue = o.maxQueue ?? 8;
+  const deadlineMs = o.requestTimeoutMs ?? 600_000;
+  let admitted = 0;
+  /** running mean of request seconds, for Retry-After */
+  let meanSeconds = 1;
 
-  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  async function chat(x: Exchange): Promise<void> {
+    if (admitted >= maxQueue) {
+      const wait = Math.max(1, Math.ceil(meanSeconds * (admitted - maxQueue + 1)));
+      throw new HttpError(429, 'rate_limit_error', `server busy: ${admitted} requests admitted (at most ${maxQueue}); retry after ${wait} s`, {}, { 'retry-after': String(wait) });
+    }
+    admitted++;
     const t0 = performance.now();
-    const id = `sk-${Date.now().toString(36)}-${(++counter).toString(36)}`;
-    const entry: Record<string, unknown> = { ts: new Date().toISOString(), id, path: req.url, method: req.method };
-    const path = (req.url ?? '/').split('?')[0]!.replace(/\/+$/, '');
     try {
-      if (req.method === 'GET' && /(^|\/)models$/.test(path)) {
-        entry.status = 200;
-        send(res, 200, { object: 'list', data: [{ id: o.modelName, object: 'model', owned_by: 'safekeep' }] });
-        return;
-      }
-      if (req.method !== 'POST' || !/\/chat\/completions$/.test(path)) {
-        entry.status = 404;
-        send(res, 404, { error: { message: `no route ${req.method} ${req.url}`, type: 'invalid_request_error' } });
-        return;
-      }
-      const raw = await readBody(req, maxBody);
-      if (raw === null) {
-        entry.status = 413;
-        send(res, 413, { error: { message: `request body exceeds ${maxBody} bytes`, type: 'invalid_request_error' } });
-        return;
-      }
-      let parsed: ReturnType<typeof parseChatBody>;
-      try {
-        parsed = parseChatBody(raw);
-      } catch (e) {
-        const err = e as Error & { status?: number };
-        entry.status = err.status ?? 400;
-        send(res, err.status ?? 400, { error: { message: err.message, type: 'invalid_request_error' } });
-        return;
-      }
-      const { body, messages, tools } = parsed;
-      const maxTokens = Number(body.max_completion_tokens ?? body.max_tokens ?? o.defaultMaxTokens ?? 256) || 256;
-      const method: GuardMethod = tools.length ? o.method : 'base';
-      const r = await guardedRespond({ messages, tools }, method, o.backend, { ...o, maxTokens });
-      const action = r.blocked ? 'refuse' : 'forward';
-      const headers: Record<string, string> = { 'x-safekeep-action': action, 'x-safekeep-method': method };
-      if (r.judge) headers['x-safekeep-verdict'] = r.judge.verdict;
-      if (r.probe) headers['x-safekeep-probe-score'] = r.probe.score.toFixed(6);
-      Object.assign(entry, {
-        guard: method, tools: tools.length, action, verdict: r.judge?.verdict ?? null, judgeMs: r.judge ? Math.round(r.judge.latencyMs) : null,
-        probeScore: r.probe?.score ?? null, probeUnsafe: r.probe?.unsafe ?? null, probeMs: r.probe?.latencyMs ?? null,
-      });
-      const content = r.reply.content;
-      const calls = r.blocked || tools.length === 0 ? [] : parseToolCalls(content, o.backend.callFormat).calls;
-      const toolCalls = calls.map((c, i) => ({ id: `call_${i}`, type: 'function', function: { name: c.name, arguments: JSON.stringify(c.arguments) } }));
-      entry.status = 200;
-      if (body.stream === true) {
-        res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', ...headers });
-        res.end(completionToSse(id, o.modelName, content));
-        return;
-      }
-      send(res, 200, {
-        id, object: 'chat.completion', created: Math.floor(Date.now() / 1000), model: o.modelName,
-        choices: [{ index: 0, message: { role: 'assistant', content, ...(toolCalls.length ? { tool_calls: toolCalls } : {}) }, finish_reason: toolCalls.length ? 'tool_calls' : 'stop' }],
-        usage: { prompt_tokens: r.reply.promptTokens, completion_tokens: r.reply.completionTokens, total_tokens: r.reply.promptTokens + r.reply.completionTokens },
-      }, headers);
-    } catch (e) {
-      entry.status = 500;
-      entry.error = (e as Error).message;
-      if (!res.headersSent) send(res, isSafekeepError(e) ? 400 : 500, { error: { message: `safekeep serve: ${(e as Error).message}`, type: isSafekeepError(e) ? 'invalid_request_error' : 'internal_error' } });
-      else res.end();
+      await chatAdmitted(x);
     } finally {
-      entry.ms = Math.round(performance.now() - t0);
-      log(JSON.stringify(entry));
+      admitted--;
+      meanSeconds = 0.8 * meanSeconds + 0.2 * ((performance.now() - t0) / 1000);
     }
   }
 
-  const server = createServer((req, res) => {
-    res.on('error', () => undefined);
-    void handle(req, res);
+  async function chatAdmitted(x: Exchange): Promise<void> {
+    const c = parseChatRequest(await x.body());
+    if (c.nonTextParts.length > 0) throw badRequest(`${c.nonTextParts[0]}: this server reads text only`);
+    const { messages, tools } = c;
+    let maxTokens = c.maxTokens ?? o.defaultMaxTokens ?? 256;
+    const N = o.contextLength;
+    if (N !== undefined && o.countPromptTokens) {
+      const p = o.countPromptTokens({ messages, tools, maxTokens, purpose: 'agent' }, N);
+      x.entry.promptTokens = p.tokens;
+      if (c.maxTokens === undefined && p.exact && p.tokens < N) maxTokens = Math.min(maxTokens, N - p.tokens);
+      if (p.tokens + maxTokens > N) throw badRequest(contextLengthMessage(N, p.tokens, maxTokens, p.exact));
+    }
+    const deadline = AbortSignal.timeout(deadlineMs);
+    const signal = AbortSignal.any([x.signal, deadline]);
+    const method: GuardMethod = tools.length ? o.method : 'base';
+    let r: Awaited<ReturnType<typeof guardedRespond>> | null = null;
+    try {
+      r = await guardedRespond({ messages, tools }, method, withSignal(o.backend, signal), { ...o, maxTokens });
+    } catch (e) {
+      // a backend may end a cancelled call by throwing: the cancellation is the answer then
+      if (!signal.aborted) throw e;
+    }
+    if (deadline.aborted) throw new HttpError(504, 'timeout', `the request did not finish within ${deadlineMs} ms`);
+    if (r === null || x.signal.aborted || r.reply.finish === 'cancelled') {
+      x.entry.status = 499;
+      x.entry.action = 'cancelled';
+      return;
+    }
+    const action = r.blocked ? 'refuse' : 'forward';
+    const headers: Record<string, string> = { 'x-safekeep-action': action, 'x-safekeep-method': method };
+    if (r.judge) headers['x-safekeep-verdict'] = r.judge.verdict;
+    if (r.probe) headers['x-safekeep-probe-score'] = r.probe.score.toFixed(6);
+    Object.assign(x.entry, {
+      guard: method, tools: tools.length, action, verdict: r.judge?.verdict ?? null, judgeMs: r.judge ? Math.round(r.judge.latencyMs) : null,
+      probeScore: r.probe?.score ?? null, probeUnsafe: r.probe?.unsafe ?? null, probeMs: r.probe?.latencyMs ?? null,
+    });
+    const content = stripEndTokens(r.reply.content);
+    const calls = r.blocked || tools.length === 0 ? [] : parseToolCalls(content, o.backend.callFormat).calls;
+    const toolCalls = calls.map((k, i) => ({ id: `call_${i}`, type: 'function', function: { name: k.name, arguments: JSON.stringify(k.arguments) } }));
+    const finish = toolCalls.length ? 'tool_calls' : r.reply.finish === 'length' ? 'length' : 'stop';
+    const usage = usageOf(r.reply.promptTokens, r.reply.completionTokens);
+    x.entry.status = 200;
+    if (c.stream) {
+      sendSse(x.res, { id: x.id, model: o.modelName, content, toolCalls, finish, usage: c.includeUsage ? usage : undefined }, headers);
+      return;
+    }
+    sendJson(x.res, 200, {
+      id: x.id, object: 'chat.completion', created: Math.floor(Date.now() / 1000), model: o.modelName,
+      choices: [{ index: 0, message: { role: 'assistant', content, ...(toolCalls.length ? { tool_calls: toolCalls } : {}) }, finish_reason: finish }],
+      usage,
+    }, headers);
+  }
+
+  return createHttpServer({
+    routes: {
+      'chat/completions': { methods: ['POST'], handle: chat },
+      models: {
+        methods: ['GET'],
+        handle: async (x) => sendJson(x.res, 200, { object: 'list', data: [{ id: o.modelName, object: 'model', owned_by: 'safekeep', ...(o.contextLength ? { max_model_len: o.contextLength } : {}) }] }),
+      },
+    },
+    policy: { clientKey: o.clientKey, corsOrigins: o.corsOrigins, allowedHosts: o.allowedHosts },
+    limits: { ...o.limits, ...(o.maxBodyBytes !== undefined ? { maxBodyBytes: o.maxBodyBytes } : {}) },
+    log: o.log,
   });
-  return server;
 }

@@ -1,43 +1,59 @@
 /**
- * `safekeep serve`: an OpenAI-compatible HTTP proxy (node:http) that applies the guard in front of any upstream.
+ * `safekeep serve --upstream URL`: an OpenAI-compatible proxy that applies the guard in front of any upstream, as
+ * handlers on the one HTTP core (`src/serve/server.ts`: access policy, canonical paths, limits, JSON errors).
  *
- * - `POST …/chat/completions` with a non-empty `tools` array is judged (SafeKeep: prose tool view; or SafeJudge).
- *   Judged safe → the client's body is forwarded byte for byte (streaming responses are piped as they arrive).
- *   Judged unsafe → the upstream is asked for a refusal (no tools, refusal prefix prefilled or the documented
- *   fallback, see `backends/openai.ts`) and the client gets a normal `chat.completion` — or, when it asked for
- *   `stream: true`, the same content as SSE chunks ending in `data: [DONE]`.
- * - Everything else (no tools, other paths such as `GET /v1/models`) passes through untouched.
- * - Errors are JSON `{"error": {"message", "type", ...}}`, never a crash: malformed body → 400, body too large → 413,
- *   upstream unreachable → 502, upstream 5xx → 502 (with `upstream_status`), upstream 4xx → same status,
- *   upstream or judge timeout → 504, judge failure → 502 (fail closed: nothing is executed).
- * - One JSON log line per request (`log`): id, model, number of tools, verdict, action, judge latency/tokens,
- *   status, total latency. Responses carry `x-safekeep-verdict` and `x-safekeep-action`.
+ * Routes (everything else is 404, another method 405 — deny by default):
+ * - `POST /v1/chat/completions`: with `tools` (or the legacy `functions`) it is judged (SafeKeep: prose tool view;
+ *   or SafeJudge). Judged safe → the client's body is forwarded byte for byte to the upstream's
+ *   `/chat/completions` (streaming answers are piped as they arrive). Judged unsafe → the upstream is asked for a
+ *   refusal (no tools, refusal prefix prefilled or the documented fallback, see `backends/openai.ts`) and the
+ *   client gets a normal `chat.completion` — or, with `stream: true`, the same content as SSE. Without tools there
+ *   is nothing to judge: forwarded as is.
+ * - `GET /v1/models`: forwarded.
+ * - `POST /v1/completions`, `POST /v1/responses`: 404 unless the operator names them in `unguarded` (then forwarded
+ *   unjudged: the guard cannot read those formats' tool use, so opening them is a deliberate choice).
+ * The upstream path is always the route's own (`/chat/completions`, `/models` …), never the client's spelling.
  *
- * Paths: the client path minus a leading `/v1` is appended to the upstream base URL (`http://up:8000/v1`).
+ * Errors are JSON `{"error": {"message", "type", "param", "code", ...}}`: malformed body → 400, body too large →
+ * 413, upstream unreachable or redirecting → 502, upstream 5xx → 502 (with `upstream_status`; its body is never
+ * relayed), upstream 4xx → same status (its `error.message` only), upstream or judge timeout → 504, judge failure
+ * → 502 (fail closed: nothing is executed).
  *
- * With `skills` (S³, `safekeep serve --skills DIR`): every chat completion goes through `s3/proxy-flow.ts` — input,
- * new tool observations, the upstream's tool calls and its final answer are each checked by the skills of that
- * stage and recovered (or blocked). The upstream is then called without streaming; a streaming client gets the
- * checked answer as SSE. Headers: `x-safekeep-action` (forward | recover | refuse), `x-safekeep-stages`
- * (`stage=action` for each stage that has skills, in order), `x-safekeep-risky` (skills that found a risk). One JSON
+ * With `skills` (S³, `safekeep serve --skills DIR`): every chat completion goes through `s3/proxy-flow.ts` — the
+ * request, every tool result in the history, the upstream's tool calls and its final answer are each checked by
+ * the skills of that stage and recovered (or blocked); decisions are cached by content, so a resent raw tool result
+ * is rewritten again without a new check. Headers: `x-safekeep-action` (forward | recover | refuse),
+ * `x-safekeep-stages` (`stage=action` per stage decision that had skills, in order), `x-safekeep-risky`. One JSON
  * log line per stage decision (`event: "stage"`), then the request line.
  *
- * Credentials: each upstream has its own client and key. The agent upstream gets `apiKey` when configured, else the
- * client's own Authorization header, else none (never a server key the operator did not configure). The
- * judge/guard upstream gets `judgeApiKey` when configured; when it is the agent upstream itself (same base URL) it is
- * treated like it; a different judge host never receives the client's header. The keys come resolved from the CLI
- * (`--api-key-env VAR` names the variable), so this file never reads the environment.
+ * Credentials: clients authenticate with `clientKey` when one is set (their header is then never forwarded). The
+ * agent upstream gets `apiKey` when configured, else (no client key) the client's own Authorization header, else
+ * none. The judge upstream gets `judgeApiKey`; when it is the agent upstream itself it is treated like it; a
+ * different judge host never receives the client's header. Keys come resolved from the CLI, never from the
+ * environment here.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { IncomingMessage, Server } from 'node:http';
 import { flattenTools } from '../prompts/flatten.ts';
 import type { ToolSpec } from '../data/types.ts';
+import { SafekeepError } from '../util/errors.ts';
+import { jsonDepth, MAX_JSON_DEPTH } from '../util/json-bounded.ts';
+import { HttpError, badRequest, sendJson } from '../serve/errors.ts';
+import type { AccessPolicy } from '../serve/policy.ts';
+import { createHttpServer, type Exchange, type Route, type ServerLimits } from '../serve/server.ts';
+import { sendSse, usageOf } from '../serve/sse.ts';
+import { failureDetail, hasCredentials, MAX_UPSTREAM_ANSWER, readUpstreamJson, readUpstreamText, redactSecrets, redactUrl, upstreamFetch, UpstreamError } from '../serve/upstream.ts';
+import { parseChatRequest, type ChatRequest } from '../serve/chat-body.ts';
 import { BackendError, OpenAIBackend, type PrefillMode } from './backends/openai.ts';
 import { judge } from './judge.ts';
 import { REFUSAL_PREFIX } from './prompts.ts';
 import type { ChatMessage, Flattener, JudgeResult, UnparseablePolicy, WireToolCall } from './types.ts';
 import type { CheckRegistry } from './s3/check.ts';
-import { s3ProxyFlow, type UpstreamTurn } from './s3/proxy-flow.ts';
+import { s3ProxyFlow, StageCache, type UpstreamTurn } from './s3/proxy-flow.ts';
 import type { Skill } from './s3/skill.ts';
+
+/** endpoints the guard cannot judge, served only when named (forwarded unjudged) */
+export const UNGUARDED_ENDPOINTS = ['completions', 'responses'] as const;
+export type UnguardedEndpoint = (typeof UNGUARDED_ENDPOINTS)[number];
 
 export interface ProxyOptions {
   /** upstream base URL, e.g. http://127.0.0.1:8000/v1 */
@@ -48,10 +64,18 @@ export interface ProxyOptions {
   judgeModel?: string;
   method?: 'safekeep' | 'safejudge';
   flatten?: Flattener;
-  /** the upstream's key; when unset, the client's Authorization header is forwarded */
+  /** the upstream's key; when unset, the client's Authorization header is forwarded (unless `clientKey` is set) */
   apiKey?: string;
   /** the judge/guard upstream's key (default: none for a separate judge host) */
   judgeApiKey?: string;
+  /** clients must send `Authorization: Bearer <clientKey>` */
+  clientKey?: string;
+  /** browser origins allowed (CORS); none = cross-origin requests refused */
+  corsOrigins?: readonly string[];
+  /** Host names served besides loopback names while bound to loopback */
+  allowedHosts?: readonly string[];
+  /** endpoints forwarded unjudged (default none: 404) */
+  unguarded?: readonly UnguardedEndpoint[];
   /** S³: skills of every stage (replaces `method`) */
   skills?: readonly Skill[];
   /** S³: the guard agent picks among filtered skills (default true) */
@@ -62,6 +86,8 @@ export interface ProxyOptions {
   checks?: CheckRegistry;
   /** S³: upstream rounds after replaced tool calls (default 3) */
   maxRounds?: number;
+  /** S³: guard checks of not-yet-seen tool results one request may cost (default 64; more → 400) */
+  maxFreshObservations?: number;
   /** upstream timeout until response headers (default 60 s) */
   timeoutMs?: number;
   /** retries of judge/refusal calls (default 2) */
@@ -72,86 +98,49 @@ export interface ProxyOptions {
   refusalPrefix?: string;
   /** one JSON line per request (default: stderr) */
   log?: (line: string) => void;
-  /** default 16 MiB */
+  /** default 16 MiB (also `limits.maxBodyBytes`) */
   maxBodyBytes?: number;
-}
-
-class HttpError extends Error {
-  constructor(readonly status: number, readonly type: string, message: string, readonly extra: Record<string, unknown> = {}) {
-    super(message);
-  }
-}
-
-function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
-  if (res.headersSent) {
-    res.end();
-    return;
-  }
-  const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers });
-  res.end(text);
-}
-
-function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    req.on('data', (c: Buffer) => {
-      size += c.length;
-      if (size <= limit) chunks.push(c); // past the limit: drain the rest so the client can read our 413
-    });
-    req.on('end', () => {
-      if (size > limit) reject(new HttpError(413, 'invalid_request_error', `request body exceeds ${limit} bytes`));
-      else resolve(Buffer.concat(chunks));
-    });
-    req.on('error', reject);
-  });
-}
-
-/** Validate a chat-completions body; returns it typed or throws a 400. */
-export function parseChatBody(raw: Buffer): { body: Record<string, unknown>; messages: ChatMessage[]; tools: ToolSpec[] } {
-  let body: unknown;
-  try {
-    body = JSON.parse(raw.toString('utf8'));
-  } catch (e) {
-    throw new HttpError(400, 'invalid_request_error', `request body is not valid JSON (${(e as Error).message})`);
-  }
-  if (!body || typeof body !== 'object' || Array.isArray(body)) throw new HttpError(400, 'invalid_request_error', 'request body must be a JSON object');
-  const b = body as Record<string, unknown>;
-  if (!Array.isArray(b.messages) || b.messages.length === 0) throw new HttpError(400, 'invalid_request_error', '"messages" must be a non-empty array');
-  b.messages.forEach((m, i) => {
-    if (!m || typeof m !== 'object' || typeof (m as { role?: unknown }).role !== 'string') {
-      throw new HttpError(400, 'invalid_request_error', `messages[${i}] must be an object with a string "role"`);
-    }
-  });
-  if (b.tools !== undefined && b.tools !== null && !Array.isArray(b.tools)) throw new HttpError(400, 'invalid_request_error', '"tools" must be an array');
-  const tools = ((b.tools as unknown[] | null | undefined) ?? []) as ToolSpec[];
-  tools.forEach((t, i) => {
-    if (!t || typeof t !== 'object' || typeof t.function?.name !== 'string') {
-      throw new HttpError(400, 'invalid_request_error', `tools[${i}] must be {"type": "function", "function": {"name", ...}}`);
-    }
-  });
-  return { body: b, messages: b.messages as ChatMessage[], tools };
-}
-
-/** SSE chunks of a finished completion (role, content, tool calls, finish), then [DONE]. */
-export function completionToSse(id: string, model: string, content: string, toolCalls: readonly WireToolCall[] = [], finish = 'stop'): string {
-  const created = Math.floor(Date.now() / 1000);
-  const chunk = (delta: Record<string, unknown>, finishReason: string | null) =>
-    `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, choices: [{ index: 0, delta, finish_reason: finishReason }] })}\n\n`;
-  let out = chunk({ role: 'assistant', content: '' }, null);
-  if (content) out += chunk({ content }, null);
-  if (toolCalls.length) out += chunk({ tool_calls: toolCalls.map((c, index) => ({ index, id: c.id, type: 'function', function: c.function })) }, null);
-  return out + chunk({}, finish) + 'data: [DONE]\n\n';
+  limits?: ServerLimits;
 }
 
 const normBase = (u: string) => u.replace(/\/+$/, '').replace(/\/chat\/completions$/, '');
 
+/** An upstream base URL the proxy can use without leaking anything: http(s), no credentials. */
+export function checkUpstreamUrl(u: string, what: string): void {
+  if (!/^https?:\/\/[^/]+/i.test(u)) throw new SafekeepError(`${what} must be an http(s) URL, got '${redactUrl(u)}'`);
+  if (hasCredentials(u)) throw new SafekeepError(`${what}: credentials in the URL (user:password@) are not accepted — they would be sent and printed; put the key in an environment variable and name it with --api-key-env / --judge-api-key-env`);
+}
+
+/** UpstreamError → the client's error. */
+function upstreamHttpError(e: UpstreamError): HttpError {
+  switch (e.kind) {
+    case 'timeout': return new HttpError(504, 'upstream_timeout', `upstream: ${e.message}`);
+    case 'cancelled': return new HttpError(499, 'client_closed', e.message);
+    case 'network': return new HttpError(502, 'upstream_unreachable', `upstream ${e.message}`);
+    case 'redirect': return new HttpError(502, 'upstream_redirect', `upstream ${e.message}`, { upstream_status: e.upstreamStatus });
+    default: return new HttpError(502, 'upstream_error', `upstream: ${e.message}`);
+  }
+}
+
+/** A non-2xx answer → the client's error: 5xx → 502 without the body; 4xx → same status, the upstream's message only. */
+async function failedAnswer(up: Response, url: string, secrets: readonly (string | undefined)[]): Promise<HttpError> {
+  const text = await readUpstreamText(up, 1024 * 1024, url, 10_000).catch(() => '');
+  const detail = redactSecrets(failureDetail(up.status, text), secrets);
+  const status = up.status >= 500 || up.status < 400 ? 502 : up.status;
+  return new HttpError(status, 'upstream_error', `upstream returned HTTP ${up.status}${detail ? `: ${detail}` : ''}`, { upstream_status: up.status });
+}
+
+/** A well-formed tool call of an upstream answer (an S³ check walks its fields). */
+function isWireCall(c: unknown): c is WireToolCall {
+  const f = (c as { function?: { name?: unknown; arguments?: unknown } } | null)?.function;
+  return !!f && typeof f.name === 'string' && (typeof f.arguments === 'string' || (typeof f.arguments === 'object' && f.arguments !== null));
+}
+
 export function createGuardProxy(opts: ProxyOptions): Server {
+  checkUpstreamUrl(opts.upstream, '--upstream');
+  if (opts.judgeUpstream !== undefined) checkUpstreamUrl(opts.judgeUpstream, '--judge-upstream');
   const upstream = opts.upstream.replace(/\/+$/, '');
   const timeoutMs = opts.timeoutMs ?? 60_000;
-  const log = opts.log ?? ((l: string) => process.stderr.write(`${l}\n`));
-  const maxBody = opts.maxBodyBytes ?? 16 * 1024 * 1024;
   const method = opts.method ?? 'safekeep';
   const backendOpts = { timeoutMs, retries: opts.retries ?? 2, backoffBaseMs: 200, concurrency: 64, prefill: opts.prefill };
   // one client per upstream, each with its own credentials (see the module comment)
@@ -161,60 +150,50 @@ export function createGuardProxy(opts: ProxyOptions): Server {
     apiKey: opts.judgeApiKey ?? (judgeIsUpstream ? opts.apiKey : undefined),
   });
   const agentBackend = new OpenAIBackend({ ...backendOpts, baseUrl: upstream, model: '', apiKey: opts.apiKey });
-  let counter = 0;
+  const log = opts.log ?? ((l: string) => process.stderr.write(`${l}\n`));
+  const cache = new StageCache();
+  const prefix = opts.refusalPrefix ?? REFUSAL_PREFIX;
 
+  /** the client's own Authorization header, when it may be passed on (no client key of ours in it) */
+  const clientAuth = (req: IncomingMessage): string | undefined => {
+    if (opts.clientKey !== undefined) return undefined;
+    const h = req.headers.authorization;
+    return typeof h === 'string' ? h : undefined;
+  };
   /** Authorization for the agent upstream: the configured key, else the client's own header. */
-  function authFor(req: IncomingMessage): string | undefined {
-    if (opts.apiKey) return `Bearer ${opts.apiKey}`;
-    const h = req.headers.authorization;
-    return typeof h === 'string' ? h : undefined;
-  }
-
+  const authFor = (req: IncomingMessage): string | undefined => (opts.apiKey ? `Bearer ${opts.apiKey}` : clientAuth(req));
   /** Per-call Authorization override for the judge: the client's header only when the judge is its upstream. */
-  function judgeAuthFor(req: IncomingMessage): string | undefined {
-    if (opts.judgeApiKey || opts.apiKey || !judgeIsUpstream) return undefined;
-    const h = req.headers.authorization;
-    return typeof h === 'string' ? h : undefined;
+  const judgeAuthFor = (req: IncomingMessage): string | undefined => (opts.judgeApiKey || opts.apiKey || !judgeIsUpstream ? undefined : clientAuth(req));
+
+  /** what an upstream's error message must not echo */
+  const secretsOf = (x: Exchange) => [opts.apiKey, opts.judgeApiKey, opts.clientKey, x.req.headers.authorization?.replace(/^bearer\s+/i, '')];
+
+  async function fetchUp(x: Exchange, path: string, method: string, body?: Buffer): Promise<Response> {
+    const headers: Record<string, string> = {};
+    if (body) headers['content-type'] = 'application/json';
+    const accept = x.req.headers.accept;
+    if (typeof accept === 'string') headers.accept = accept;
+    const auth = authFor(x.req);
+    if (auth) headers.authorization = auth;
+    try {
+      return await upstreamFetch({ url: `${upstream}${path}`, method, headers, body, timeoutMs, signal: x.signal });
+    } catch (e) {
+      throw e instanceof UpstreamError ? upstreamHttpError(e) : e;
+    }
   }
 
-  /** Forward a request upstream and stream the answer back; upstream failures become JSON errors. */
-  async function forward(req: IncomingMessage, res: ServerResponse, body: Buffer | null, extraHeaders: Record<string, string>): Promise<number> {
-    const path = (req.url ?? '/').replace(/^\/v1(?=\/|$)/, '');
-    const headers: Record<string, string> = {};
-    for (const h of ['content-type', 'accept']) {
-      const v = req.headers[h];
-      if (typeof v === 'string') headers[h] = v;
-    }
-    const auth = authFor(req);
-    if (auth) headers.authorization = auth;
-    const ac = new AbortController();
-    const timer = setTimeout(() => ac.abort(), timeoutMs);
-    let up: Response;
-    try {
-      up = await fetch(upstream + path, {
-        method: req.method,
-        headers,
-        body: body && req.method !== 'GET' && req.method !== 'HEAD' ? body : undefined,
-        signal: ac.signal,
-      });
-    } catch (e) {
-      clearTimeout(timer);
-      if (ac.signal.aborted) throw new HttpError(504, 'upstream_timeout', `upstream did not answer within ${timeoutMs} ms`);
-      const err = e as Error & { cause?: Error };
-      throw new HttpError(502, 'upstream_unreachable', `upstream ${upstream} unreachable: ${err.cause?.message ?? err.message}`);
-    }
-    clearTimeout(timer);
-    if (!up.ok) {
-      const text = await up.text().catch(() => '');
-      const status = up.status >= 500 ? 502 : up.status;
-      throw new HttpError(status, 'upstream_error', `upstream returned HTTP ${up.status}: ${text.slice(0, 500)}`, { upstream_status: up.status });
-    }
+  /** Forward to the upstream's `path` and pipe the answer back; failures become JSON errors. */
+  async function forward(x: Exchange, path: string, method: 'GET' | 'POST', body: Buffer | undefined, extraHeaders: Record<string, string>): Promise<void> {
+    const up = await fetchUp(x, path, method, body);
+    if (!up.ok) throw await failedAnswer(up, `${upstream}${path}`, secretsOf(x));
     const outHeaders: Record<string, string> = { ...extraHeaders };
     for (const h of ['content-type', 'cache-control']) {
       const v = up.headers.get(h);
       if (v) outHeaders[h] = v;
     }
+    const res = x.res;
     res.writeHead(up.status, outHeaders);
+    x.entry.status = up.status;
     if (up.body) {
       const reader = up.body.getReader();
       // a client that goes away cancels the upstream read (no leaked stream, no wait for a drain that never comes)
@@ -239,183 +218,154 @@ export function createGuardProxy(opts: ProxyOptions): Server {
       }
     }
     res.end();
-    return up.status;
   }
 
-  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const t0 = performance.now();
-    const id = `sk-${Date.now().toString(36)}-${(++counter).toString(36)}`;
-    const entry: Record<string, unknown> = { ts: new Date().toISOString(), id, path: req.url, method: req.method };
+  async function refusal(x: Exchange, messages: ChatMessage[], model: string, maxTokens: number): Promise<UpstreamTurn> {
     try {
-      const raw = await readBody(req, maxBody);
-      const isChat = req.method === 'POST' && /\/chat\/completions\/?$/.test((req.url ?? '').split('?')[0]!);
-      if (!isChat) {
-        entry.action = 'passthrough';
-        entry.status = await forward(req, res, raw, { 'x-safekeep-action': 'passthrough' });
-        return;
-      }
-      const { body, messages, tools } = parseChatBody(raw);
-      const model = typeof body.model === 'string' ? body.model : '';
-      Object.assign(entry, { model, tools: tools.length, stream: body.stream === true });
-      if (opts.skills) {
-        await handleS3(req, res, id, body, messages, tools, model, entry);
-        return;
-      }
-      if (tools.length === 0) {
-        entry.action = 'passthrough';
-        entry.status = await forward(req, res, raw, { 'x-safekeep-action': 'passthrough', 'x-safekeep-verdict': 'skipped' });
-        return;
-      }
-      let verdict: JudgeResult;
-      try {
-        verdict = await judge(messages, tools, judgeBackend, {
-          toolView: method === 'safekeep' ? 'prose' : 'json',
-          flatten: opts.flatten ?? flattenTools,
-          onUnparseable: opts.onUnparseable,
-          maxTokens: opts.judgeMaxTokens,
-          model: opts.judgeModel ?? model,
-          authorization: judgeAuthFor(req),
-        });
-      } catch (e) {
-        if (e instanceof BackendError) {
-          throw new HttpError(e.status === -1 ? 504 : 502, 'judge_error', `guard judge failed, request not executed: ${e.message}`);
-        }
-        throw e;
-      }
-      Object.assign(entry, { verdict: verdict.verdict, unsafe: verdict.unsafe, judgeLatencyMs: Math.round(verdict.latencyMs), judgeTokens: verdict.tokens });
-      const guardHeaders = { 'x-safekeep-verdict': verdict.verdict };
-      if (!verdict.unsafe) {
-        entry.action = 'forward';
-        entry.status = await forward(req, res, raw, { ...guardHeaders, 'x-safekeep-action': 'forward' });
-        return;
-      }
-      entry.action = 'refuse';
-      const prefix = opts.refusalPrefix ?? REFUSAL_PREFIX;
-      const maxTokens = Number(body.max_completion_tokens ?? body.max_tokens ?? 256) || 256;
-      let content = prefix;
-      let usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
-      try {
-        const r = await agentBackend.chat({ messages, prefix, maxTokens, purpose: 'refusal', model, authorization: opts.apiKey ? undefined : authFor(req) });
-        content = r.content;
-        usage = { prompt_tokens: r.promptTokens, completion_tokens: r.completionTokens, total_tokens: r.promptTokens + r.completionTokens };
-      } catch (e) {
-        // the request stays blocked; the client gets the bare prefix
-        entry.refusalError = (e as Error).message;
-      }
-      const headers = { ...guardHeaders, 'x-safekeep-action': 'refuse' };
-      if (body.stream === true) {
-        res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', ...headers });
-        res.end(completionToSse(id, model, content));
-      } else {
-        sendJson(res, 200, {
-          id, object: 'chat.completion', created: Math.floor(Date.now() / 1000), model,
-          choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }],
-          usage,
-        }, headers);
-      }
-      entry.status = 200;
+      const r = await agentBackend.chat({ messages, prefix, maxTokens, purpose: 'refusal', model, authorization: opts.apiKey ? undefined : clientAuth(x.req), signal: x.signal });
+      return { content: r.content, toolCalls: [], finish: r.finish === 'length' ? 'length' : 'stop', promptTokens: r.promptTokens, completionTokens: r.completionTokens };
     } catch (e) {
-      const err = e instanceof HttpError ? e : new HttpError(500, 'internal_error', `safekeep proxy: ${(e as Error).message}`);
-      entry.status = err.status;
-      entry.action = entry.action ?? 'error';
-      entry.error = err.message;
-      sendJson(res, err.status, { error: { message: err.message, type: err.type, ...err.extra } }, { 'x-safekeep-action': 'error' });
-    } finally {
-      entry.ms = Math.round(performance.now() - t0);
-      log(JSON.stringify(entry));
+      // the request stays blocked; the client gets the bare prefix
+      x.entry.refusalError = (e as Error).message;
+      return { content: prefix, toolCalls: [], finish: 'stop', promptTokens: 0, completionTokens: 0 };
     }
+  }
+
+  function answer(x: Exchange, c: ChatRequest, model: string, t: { content: string | null; toolCalls: WireToolCall[]; finish: string; promptTokens: number; completionTokens: number }, headers: Record<string, string>): void {
+    const usage = usageOf(t.promptTokens, t.completionTokens);
+    if (c.stream) {
+      sendSse(x.res, { id: x.id, model, content: t.content ?? '', toolCalls: t.toolCalls, finish: t.finish, usage: c.includeUsage ? usage : undefined }, headers);
+    } else {
+      const message: Record<string, unknown> = { role: 'assistant', content: t.content };
+      if (t.toolCalls.length) message.tool_calls = t.toolCalls;
+      sendJson(x.res, 200, { id: x.id, object: 'chat.completion', created: Math.floor(Date.now() / 1000), model, choices: [{ index: 0, message, finish_reason: t.finish }], usage }, headers);
+    }
+    x.entry.status = 200;
+  }
+
+  const guardFailed = (e: unknown, what: string): never => {
+    if (e instanceof BackendError) throw new HttpError(e.status === -1 ? 504 : 502, 'judge_error', `${what} failed, request not executed: ${e.message}`);
+    throw e;
+  };
+
+  async function chat(x: Exchange): Promise<void> {
+    const raw = await x.body();
+    const c = parseChatRequest(raw);
+    const model = typeof c.body.model === 'string' ? c.body.model : '';
+    Object.assign(x.entry, { model, tools: c.tools.length, stream: c.stream, ...(c.legacyFunctions ? { functions: true } : {}) });
+    const guarded = opts.skills !== undefined || c.tools.length > 0;
+    if (guarded && c.nonTextParts.length > 0) throw badRequest(`${c.nonTextParts[0]}: the guard reads text only and cannot judge this content part; send text`);
+    if (opts.skills) return chatS3(x, c, model);
+    if (c.tools.length === 0) {
+      x.entry.action = 'passthrough';
+      return forward(x, '/chat/completions', 'POST', raw, { 'x-safekeep-action': 'passthrough', 'x-safekeep-verdict': 'skipped' });
+    }
+    let verdict: JudgeResult;
+    try {
+      verdict = await judge(c.messages, c.tools, judgeBackend, {
+        toolView: method === 'safekeep' ? 'prose' : 'json',
+        flatten: opts.flatten ?? flattenTools,
+        onUnparseable: opts.onUnparseable,
+        maxTokens: opts.judgeMaxTokens,
+        model: opts.judgeModel ?? model,
+        authorization: judgeAuthFor(x.req),
+        signal: x.signal,
+      });
+    } catch (e) {
+      return guardFailed(e, 'guard judge');
+    }
+    Object.assign(x.entry, { verdict: verdict.verdict, unsafe: verdict.unsafe, judgeLatencyMs: Math.round(verdict.latencyMs), judgeTokens: verdict.tokens });
+    const guardHeaders = { 'x-safekeep-verdict': verdict.verdict };
+    if (!verdict.unsafe) {
+      x.entry.action = 'forward';
+      return forward(x, '/chat/completions', 'POST', raw, { ...guardHeaders, 'x-safekeep-action': 'forward' });
+    }
+    x.entry.action = 'refuse';
+    const r = await refusal(x, c.messages, model, c.maxTokens ?? 256);
+    answer(x, c, model, r, { ...guardHeaders, 'x-safekeep-action': 'refuse' });
   }
 
   /** One upstream chat call with the client's body (messages replaced, not streamed). */
-  async function upstreamTurn(req: IncomingMessage, body: Record<string, unknown>, messages: ChatMessage[]): Promise<UpstreamTurn> {
-    const headers: Record<string, string> = { 'content-type': 'application/json' };
-    const auth = authFor(req);
-    if (auth) headers.authorization = auth;
+  async function upstreamTurn(x: Exchange, body: Record<string, unknown>, messages: ChatMessage[]): Promise<UpstreamTurn> {
     const { stream: _s, stream_options: _so, ...rest } = body;
-    let up: Response;
+    const url = `${upstream}/chat/completions`;
+    const up = await fetchUp(x, '/chat/completions', 'POST', Buffer.from(JSON.stringify({ ...rest, messages })));
+    if (!up.ok) throw await failedAnswer(up, url, secretsOf(x));
+    let j: { choices?: { message?: { content?: unknown; tool_calls?: unknown }; finish_reason?: unknown }[]; usage?: { prompt_tokens?: unknown; completion_tokens?: unknown } };
     try {
-      up = await fetch(`${upstream}/chat/completions`, { method: 'POST', headers, body: JSON.stringify({ ...rest, messages }), signal: AbortSignal.timeout(timeoutMs) });
+      j = (await readUpstreamJson(up, MAX_UPSTREAM_ANSWER, url, timeoutMs)) as typeof j;
     } catch (e) {
-      const err = e as Error & { cause?: Error };
-      if (err.name === 'TimeoutError' || err.name === 'AbortError') throw new HttpError(504, 'upstream_timeout', `upstream did not answer within ${timeoutMs} ms`);
-      throw new HttpError(502, 'upstream_unreachable', `upstream ${upstream} unreachable: ${err.cause?.message ?? err.message}`);
+      throw e instanceof UpstreamError ? upstreamHttpError(e) : e;
     }
-    const text = await up.text();
-    if (!up.ok) throw new HttpError(up.status >= 500 ? 502 : up.status, 'upstream_error', `upstream returned HTTP ${up.status}: ${text.slice(0, 500)}`, { upstream_status: up.status });
-    let j: { choices?: { message?: { content?: string | null; tool_calls?: WireToolCall[] }; finish_reason?: string }[]; usage?: { prompt_tokens?: number; completion_tokens?: number } };
-    try {
-      j = JSON.parse(text) as typeof j;
-    } catch {
-      throw new HttpError(502, 'upstream_error', `upstream answer is not JSON: ${text.slice(0, 200)}`);
+    const msg = j?.choices?.[0]?.message;
+    if (!msg || typeof msg !== 'object') throw new HttpError(502, 'upstream_error', 'upstream answer has no choices[0].message');
+    const calls = msg.tool_calls ?? [];
+    if (!Array.isArray(calls) || !calls.every(isWireCall)) throw new HttpError(502, 'upstream_error', 'upstream answer has malformed tool_calls');
+    for (const c of calls) {
+      const depth = typeof c.function.arguments === 'string' ? jsonDepth(c.function.arguments) : 0;
+      if (depth > MAX_JSON_DEPTH) throw new HttpError(502, 'upstream_error', `upstream answer: tool call arguments nested ${depth} levels deep (at most ${MAX_JSON_DEPTH}); not passed on`);
     }
-    const msg = j.choices?.[0]?.message;
-    if (!msg) throw new HttpError(502, 'upstream_error', `upstream answer has no choices[0].message: ${text.slice(0, 200)}`);
-    return { content: msg.content ?? null, toolCalls: msg.tool_calls ?? [], finish: j.choices![0]!.finish_reason ?? 'stop', promptTokens: j.usage?.prompt_tokens ?? 0, completionTokens: j.usage?.completion_tokens ?? 0 };
+    const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
+    return {
+      content: typeof msg.content === 'string' ? msg.content : null,
+      toolCalls: calls.map((c) => (typeof c.function.arguments === 'string' ? c : { ...c, function: { ...c.function, arguments: JSON.stringify(c.function.arguments) } })),
+      finish: typeof j.choices![0]!.finish_reason === 'string' ? j.choices![0]!.finish_reason : 'stop',
+      promptTokens: num(j.usage?.prompt_tokens),
+      completionTokens: num(j.usage?.completion_tokens),
+    };
   }
 
-  async function handleS3(req: IncomingMessage, res: ServerResponse, id: string, body: Record<string, unknown>, messages: ChatMessage[], tools: ToolSpec[], model: string, entry: Record<string, unknown>): Promise<void> {
-    const prefix = opts.refusalPrefix ?? REFUSAL_PREFIX;
-    const maxTokens = Number(body.max_completion_tokens ?? body.max_tokens ?? 256) || 256;
+  async function chatS3(x: Exchange, c: ChatRequest, model: string): Promise<void> {
+    const maxTokens = c.maxTokens ?? 256;
     let result;
     try {
-      result = await s3ProxyFlow(messages, tools, {
+      result = await s3ProxyFlow(c.messages, c.tools as ToolSpec[], {
         config: { skills: opts.skills!, guardDecision: opts.guardDecision ?? true, mitigation: opts.mitigation ?? 'skill', checks: opts.checks },
-        env: { backend: judgeBackend, model: opts.judgeModel ?? model, authorization: judgeAuthFor(req), onUnparseable: opts.onUnparseable },
-        upstream: (m) => upstreamTurn(req, body, m),
-        refuse: async (m) => {
-          try {
-            const r = await agentBackend.chat({ messages: m, prefix, maxTokens, purpose: 'refusal', model, authorization: opts.apiKey ? undefined : authFor(req) });
-            return { content: r.content, toolCalls: [], finish: 'stop', promptTokens: r.promptTokens, completionTokens: r.completionTokens };
-          } catch (e) {
-            entry.refusalError = (e as Error).message;
-            return { content: prefix, toolCalls: [], finish: 'stop', promptTokens: 0, completionTokens: 0 };
-          }
-        },
+        env: { backend: judgeBackend, model: opts.judgeModel ?? model, authorization: judgeAuthFor(x.req), onUnparseable: opts.onUnparseable },
+        upstream: (m) => upstreamTurn(x, c.body, m),
+        refuse: (m) => refusal(x, m, model, maxTokens),
         maxRounds: opts.maxRounds,
+        maxFreshObservations: opts.maxFreshObservations,
+        cache,
       });
     } catch (e) {
-      if (e instanceof BackendError) throw new HttpError(e.status === -1 ? 504 : 502, 'judge_error', `S³ guard failed, request not executed: ${e.message}`);
-      throw e;
+      return guardFailed(e, 'S³ guard');
     }
-    for (const { decision: d, changed } of result.decisions) {
+    for (const { decision: d, changed, cached } of result.decisions) {
       log(JSON.stringify({
-        ts: new Date().toISOString(), id, event: 'stage', stage: d.stage, triggered: d.triggered, filtered: d.filtered, picked: d.picked,
+        ts: new Date().toISOString(), id: x.id, event: 'stage', stage: d.stage, triggered: d.triggered, filtered: d.filtered, picked: d.picked,
         guardAgent: d.guardAgent ? { raw: d.guardAgent.raw, unparseable: d.guardAgent.unparseable } : null,
         runs: d.runs.map((r) => ({ skill: r.skill, risky: r.result.risky, reason: r.result.reason, evidence: r.result.evidence })),
-        action: d.action, changed, tokens: d.tokens, ms: Math.round(d.latencyMs),
+        action: d.action, changed, cached, tokens: cached ? 0 : d.tokens, ms: cached ? 0 : Math.round(d.latencyMs),
       }));
     }
-    const shown = result.decisions.filter((x) => x.decision.triggered.length > 0);
-    const risky = [...new Set(result.decisions.flatMap((x) => x.decision.risky))];
+    const shown = result.decisions.filter((d) => d.decision.triggered.length > 0).map((d) => `${d.decision.stage}=${d.decision.action}`);
+    const risky = [...new Set(result.decisions.flatMap((d) => d.decision.risky))];
     const headers = {
       'x-safekeep-action': result.action,
-      'x-safekeep-stages': shown.map((x) => `${x.decision.stage}=${x.decision.action}`).join(',') || 'none',
+      // a long history has one observation decision per tool result: the header stays bounded
+      'x-safekeep-stages': (shown.length > 64 ? [...shown.slice(0, 64), `…${shown.length - 64} more`] : shown).join(',') || 'none',
       'x-safekeep-risky': risky.join(',') || 'none',
     };
-    Object.assign(entry, { action: result.action, stages: headers['x-safekeep-stages'], risky });
-    const message: Record<string, unknown> = { role: 'assistant', content: result.content };
-    if (result.toolCalls.length) message.tool_calls = result.toolCalls;
+    Object.assign(x.entry, { action: result.action, stages: headers['x-safekeep-stages'], risky, cachedStages: result.decisions.filter((d) => d.cached).length });
     const finish = result.toolCalls.length ? 'tool_calls' : result.finish === 'tool_calls' ? 'stop' : result.finish;
-    if (body.stream === true) {
-      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', ...headers });
-      res.end(completionToSse(id, model, result.content ?? '', result.toolCalls, finish));
-    } else {
-      sendJson(res, 200, {
-        id, object: 'chat.completion', created: Math.floor(Date.now() / 1000), model,
-        choices: [{ index: 0, message, finish_reason: finish }],
-        usage: { prompt_tokens: result.usage.promptTokens, completion_tokens: result.usage.completionTokens, total_tokens: result.usage.promptTokens + result.usage.completionTokens },
-      }, headers);
-    }
-    entry.status = 200;
+    answer(x, c, model, { content: result.content, toolCalls: result.toolCalls, finish, promptTokens: result.usage.promptTokens, completionTokens: result.usage.completionTokens }, headers);
   }
 
-  const server = createServer((req, res) => {
-    res.on('error', () => undefined);
-    void handle(req, res);
-  });
-  server.on('clientError', (_err, socket) => {
-    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n\r\n{"error":{"message":"malformed HTTP request","type":"invalid_request_error"}}');
-    else socket.destroy();
-  });
-  return server;
+  const routes: Record<string, Route> = {
+    'chat/completions': { methods: ['POST'], handle: chat },
+    models: { methods: ['GET'], handle: (x) => { x.entry.action = 'passthrough'; return forward(x, '/models', 'GET', undefined, { 'x-safekeep-action': 'passthrough' }); } },
+  };
+  for (const name of opts.unguarded ?? []) {
+    routes[name] = {
+      methods: ['POST'],
+      handle: async (x) => {
+        const raw = await x.body();
+        x.entry.action = 'passthrough-unguarded';
+        return forward(x, `/${name}`, 'POST', raw, { 'x-safekeep-action': 'passthrough-unguarded' });
+      },
+    };
+  }
+  const policy: AccessPolicy = { clientKey: opts.clientKey, corsOrigins: opts.corsOrigins, allowedHosts: opts.allowedHosts };
+  return createHttpServer({ routes, policy, limits: { ...opts.limits, ...(opts.maxBodyBytes !== undefined ? { maxBodyBytes: opts.maxBodyBytes } : {}) }, log });
 }

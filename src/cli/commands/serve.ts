@@ -7,7 +7,10 @@
  *    [--thinking on|off] [--template FILE] [--dtype ..] [--device ..] [--threads N] [--max-memory ..] [--port ..] [--host ..]
  *    [--unparseable unsafe|safe] [--judge-max-tokens 8]`
  * The same API served by the local engine itself (src/guard/local-server.ts): the refusal probe reads the agent's own
- * prefill, so it guards without an extra model call.
+ * prefill, so it guards without an extra model call; bounded by [--max-model-len N] [--max-queue N]
+ * [--request-timeout-ms MS].
+ * Both forms: [--client-key-env VAR] [--cors ORIGIN,…] [--allowed-hosts NAME,…] [--max-connections N]
+ * [--headers-timeout-ms MS] [--body-timeout-ms MS]; --host beyond loopback needs --client-key-env (src/serve/).
  *
  * The --upstream form: an OpenAI-compatible proxy applying the SafeKeep guard — or, with `--skills`, S³ stage-specific skills at every stage
  * (input, tool observations, tool calls, final answer) — in front of any chat-completions endpoint
@@ -18,10 +21,13 @@
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import { basename } from 'node:path';
-import { choiceValue, numberValue, parseArgs, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
+import { choiceValue, numberValue, parseArgs, positiveIntValue, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
 import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { createGuardProxy } from '../../guard/proxy.ts';
+import { checkUpstreamUrl, createGuardProxy, UNGUARDED_ENDPOINTS, type UnguardedEndpoint } from '../../guard/proxy.ts';
+import { isLoopbackHost } from '../../serve/policy.ts';
+import { redactUrl } from '../../serve/upstream.ts';
+import type { ServerLimits } from '../../serve/server.ts';
 import type { PrefillMode } from '../../guard/backends/openai.ts';
 import { loadSkills, skillDirsFromFlag } from '../../guard/s3/skill-file.ts';
 import { requireChecks } from '../../guard/s3/guard.ts';
@@ -45,6 +51,13 @@ export const flags: FlagTable = {
     { name: 'api-key-env', value: 'VAR', help: 'environment variable holding the upstream API key (else the client\'s own header is forwarded)' },
     { name: 'judge-api-key-env', value: 'VAR', help: 'environment variable holding the judge host\'s key (never the client\'s header)' },
     { name: 'timeout-ms', value: 'MS', default: '60000', help: 'upstream timeout' },
+    { name: 'client-key-env', value: 'VAR', help: 'environment variable holding the key clients must send (Authorization: Bearer …); required to listen beyond loopback' },
+    { name: 'cors', value: 'ORIGIN[,ORIGIN]', help: 'browser origins allowed to call the server (default: cross-origin requests refused)' },
+    { name: 'allowed-hosts', value: 'NAME[,NAME]', help: 'Host names served besides localhost/127.0.0.1/[::1] while bound to loopback (DNS-rebinding check)' },
+    { name: 'allow-unguarded', value: 'completions,responses', help: 'upstream: forward these endpoints unjudged (default: 404 — the guard cannot judge them)' },
+    { name: 'max-connections', value: 'N', default: '256', help: 'open connections at once (more are dropped)' },
+    { name: 'headers-timeout-ms', value: 'MS', default: '10000', help: 'a request\'s headers must arrive within this' },
+    { name: 'body-timeout-ms', value: 'MS', default: '60000', help: 'a whole request (headers and body) must arrive within this' },
     { name: 'prefill', value: 'none|continue|prefix', default: 'none', help: 'how the judge verdict is prefilled' },
     { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'verdict when the judge answer cannot be parsed' },
     { name: 'judge-max-tokens', value: 'N', default: '8', help: 'judge generation budget' },
@@ -56,13 +69,42 @@ export const flags: FlagTable = {
     { name: 'device', value: 'cpu|cuda', default: 'cpu', help: 'local: model device' },
     { name: 'threads', value: 'N', default: 'one per physical core', help: 'local: intra-op threads' },
     { name: 'max-memory', value: 'BYTES', help: 'local: memory budget, e.g. 6GB' },
+    { name: 'max-model-len', value: 'N', default: 'max_position_embeddings', help: 'local: context length; prompt + max_tokens above it → 400' },
+    { name: 'max-queue', value: 'N', default: '8', help: 'local: requests admitted at once (running or waiting); more → 429' },
+    { name: 'request-timeout-ms', value: 'MS', default: '600000', help: 'local: per-request deadline (→ 504)' },
     ...THINKING_FLAG_DEFS,
   ],
   example: 'serve --upstream http://localhost:8000/v1 --port 8080',
 };
 
 /** flags of the local-engine form only */
-const LOCAL_ONLY = ['probe', 'max-tokens', 'template', 'dtype', 'device', 'threads', 'max-memory', 'thinking', 'chat-template-kwargs'];
+const LOCAL_ONLY = ['probe', 'max-tokens', 'template', 'dtype', 'device', 'threads', 'max-memory', 'thinking', 'chat-template-kwargs', 'max-model-len', 'max-queue', 'request-timeout-ms'];
+
+const list = (v: string | undefined) => (v === undefined ? undefined : v.split(',').map((x) => x.trim()).filter(Boolean));
+
+/** Who may connect, and the connection bounds: one reading for both forms. */
+function accessFlags(args: ParsedArgs): { host: string; port: number; clientKey?: string; corsOrigins?: string[]; allowedHosts?: string[]; limits: ServerLimits } {
+  const port = numberValue(args, 'port', 8080);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new SafekeepError(`--port must be 0..65535, got ${port}`);
+  const host = args.values.get('host') ?? '127.0.0.1';
+  const clientKey = apiKeyFromEnv('client-key-env', args.values.get('client-key-env'));
+  if (!isLoopbackHost(host)) {
+    if (clientKey === undefined) {
+      throw new SafekeepError(`--host ${host} makes the server reachable from other machines, and anyone who reaches it runs the agent with its keys — give --client-key-env VAR (clients then send Authorization: Bearer <key>), or listen on 127.0.0.1`);
+    }
+    process.stderr.write(`safekeep serve: WARNING: listening on ${host}, beyond loopback; clients must send the client key, but the connection is plain HTTP — put TLS in front of it\n`);
+  }
+  const corsOrigins = list(args.values.get('cors'));
+  for (const o of corsOrigins ?? []) {
+    if (!/^https?:\/\/[^/\s]+$/.test(o)) throw new SafekeepError(`--cors: '${o}' is not an origin (scheme://host[:port], no path)`);
+  }
+  const limits: ServerLimits = {
+    maxConnections: positiveIntValue(args, 'max-connections', 256),
+    headersTimeoutMs: positiveIntValue(args, 'headers-timeout-ms', 10_000),
+    requestTimeoutMs: positiveIntValue(args, 'body-timeout-ms', 60_000),
+  };
+  return { host, port, clientKey, corsOrigins, allowedHosts: list(args.values.get('allowed-hosts')), limits };
+}
 
 
 export async function run(argv: string[]): Promise<number> {
@@ -81,12 +123,19 @@ export async function run(argv: string[]): Promise<number> {
   const upstream = requireValue(args, 'upstream');
   for (const f of ['upstream', 'judge-upstream']) {
     const u = args.values.get(f);
-    if (u !== undefined && !/^https?:\/\/[^/]+/.test(u)) throw new SafekeepError(`--${f} must be an http(s) URL, got '${u}'`);
+    if (u !== undefined) checkUpstreamUrl(u, `--${f}`);
   }
-  const port = numberValue(args, 'port', 8080);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new SafekeepError(`--port must be 0..65535, got ${port}`);
-  const host = args.values.get('host') ?? '127.0.0.1';
+  const access = accessFlags(args);
+  const unguarded = list(args.values.get('allow-unguarded')) ?? [];
+  for (const u of unguarded) {
+    if (!(UNGUARDED_ENDPOINTS as readonly string[]).includes(u)) throw new SafekeepError(`--allow-unguarded: unknown endpoint '${u}' (one of ${UNGUARDED_ENDPOINTS.join(', ')})`);
+  }
   const server = createGuardProxy({
+    clientKey: access.clientKey,
+    corsOrigins: access.corsOrigins,
+    allowedHosts: access.allowedHosts,
+    limits: access.limits,
+    unguarded: unguarded as UnguardedEndpoint[],
     upstream,
     judgeUpstream: args.values.get('judge-upstream'),
     judgeModel: args.values.get('judge-model'),
@@ -96,12 +145,12 @@ export async function run(argv: string[]): Promise<number> {
     skills,
     guardDecision: !args.booleans.has('no-guard-decision'),
     mitigation: choiceValue(args, 'mitigation', ['recover', 'block'] as const, 'recover') === 'block' ? 'block' : 'skill',
-    timeoutMs: numberValue(args, 'timeout-ms', 60_000),
+    timeoutMs: positiveIntValue(args, 'timeout-ms', 60_000),
     prefill: choiceValue<PrefillMode>(args, 'prefill', ['none', 'continue', 'prefix'], 'none'),
     onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'),
-    judgeMaxTokens: numberValue(args, 'judge-max-tokens', 8),
+    judgeMaxTokens: positiveIntValue(args, 'judge-max-tokens', 8),
   });
-  await listenUntilStopped(server, host, port, `${upstream}${skills ? ` (S³ skills: ${skills.map((s) => `${s.name}@${s.stage}`).join(', ')})` : ''}`);
+  await listenUntilStopped(server, access.host, access.port, `${redactUrl(upstream)}${skills ? ` (S³ skills: ${skills.map((s) => `${s.name}@${s.stage}`).join(', ')})` : ''}`);
   return 0;
 }
 
@@ -121,7 +170,7 @@ async function listenUntilStopped(server: Server, host: string, port: number, ta
 
 /** `serve --model DIR`: the local engine behind the same API, guarded by guardedRespond. */
 async function serveLocal(args: ParsedArgs): Promise<number> {
-  for (const f of ['upstream', 'judge-upstream', 'judge-model', 'api-key-env', 'judge-api-key-env', 'timeout-ms', 'prefill', 'skills', 'mitigation', 'no-guard-decision']) {
+  for (const f of ['upstream', 'judge-upstream', 'judge-model', 'api-key-env', 'judge-api-key-env', 'timeout-ms', 'prefill', 'skills', 'mitigation', 'no-guard-decision', 'allow-unguarded']) {
     if (args.values.has(f) || args.booleans.has(f)) throw new SafekeepError(`--${f} applies to the --upstream proxy, not to serve --model DIR`);
   }
   const method = choiceValue(args, 'method', ['base', 'safekeep', 'refusal-probe', 'safekeep+probe'] as const, 'safekeep');
@@ -129,9 +178,12 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
   if ((method === 'refusal-probe' || method === 'safekeep+probe') && probeFile === undefined) {
     throw new SafekeepError(`--method ${method} needs --probe FILE (safekeep probe train writes results/<model>/probe/agent.schema.<kind>.json)`);
   }
-  const port = numberValue(args, 'port', 8080);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new SafekeepError(`--port must be 0..65535, got ${port}`);
-  const host = args.values.get('host') ?? '127.0.0.1';
+  const access = accessFlags(args);
+  const defaultMaxTokens = positiveIntValue(args, 'max-tokens', 256);
+  const judgeMaxTokens = positiveIntValue(args, 'judge-max-tokens', 8);
+  const maxQueue = positiveIntValue(args, 'max-queue', 8);
+  const requestTimeoutMs = positiveIntValue(args, 'request-timeout-ms', 600_000);
+  const maxModelLenFlag = args.values.has('max-model-len') ? positiveIntValue(args, 'max-model-len', 1) : undefined;
   const { openEngine } = await import('../engine-flags.ts');
   const { loadPromptTokenizer } = await import('../../prompts/tokenizer.ts');
   const { resolveModel } = await import('../../hub/resolve.ts');
@@ -176,14 +228,27 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
     const th = thinkingOptions(args);
     // default: thinking off where the template has the switch (as guard eval)
     const backend = new LocalBackend(engine, tokenizer, { templateKwargs: resolveTemplateKwargs(tokenizer.template, th.thinking, th.chatTemplateKwargs).kwargs });
+    const { parseModelConfig } = await import('../../checkpoint/config.ts');
+    const { countTokensUpTo } = await import('../../serve/context-length.ts');
+    const { parseJsonBounded } = await import('../../util/json-bounded.ts');
+    const modelLen = parseModelConfig(parseJsonBounded(readFileSync(join(modelDir, 'config.json'), 'utf8'), join(modelDir, 'config.json')), null).maxPositionEmbeddings;
+    if (maxModelLenFlag !== undefined && maxModelLenFlag > modelLen) throw new SafekeepError(`--max-model-len ${maxModelLenFlag} is above the model's max_position_embeddings ${modelLen}`);
     const server = createLocalServer({
       backend, method, modelName: basename(modelDir),
       ...(probe ? { probe } : {}),
-      defaultMaxTokens: numberValue(args, 'max-tokens', 256),
-      judgeMaxTokens: numberValue(args, 'judge-max-tokens', 8),
+      defaultMaxTokens,
+      judgeMaxTokens,
       onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'),
+      contextLength: maxModelLenFlag ?? modelLen,
+      countPromptTokens: (call, limit) => countTokensUpTo(backend.renderCall(call), (t) => tokenizer.encode(t).length, limit),
+      maxQueue,
+      requestTimeoutMs,
+      clientKey: access.clientKey,
+      corsOrigins: access.corsOrigins,
+      allowedHosts: access.allowedHosts,
+      limits: access.limits,
     });
-    await listenUntilStopped(server, host, port, `${modelDir} (local engine, guard ${method}${probe ? `, ${probeLabel}` : ''})`);
+    await listenUntilStopped(server, access.host, access.port, `${modelDir} (local engine, guard ${method}${probe ? `, ${probeLabel}` : ''})`);
   } finally {
     await engine.dispose();
   }

@@ -46,6 +46,8 @@ async function generateBatch(s: Stepper, prompts: number[][], opts: GenerateOpti
   const V = s.vocabSize;
   const d = s.dModel;
   const L1 = s.numLayers + 1;
+  // cancelled before the prefill: nothing is computed
+  if (opts.signal?.aborted) return prompts.map(() => ({ generatedIds: [], finish: 'cancelled' }));
   const pb = leftPad(prompts);
   const B = pb.batch;
   const lastSlots = pb.pads.map((p, b) => b * pb.width + p + pb.lengths[b]! - 1);
@@ -85,6 +87,11 @@ async function generateBatch(s: Stepper, prompts: number[][], opts: GenerateOpti
         else if (r.generatedIds.length >= opts.maxNewTokens) done[b] = true;
       }
       fed[b] = BigInt(r.generatedIds.at(-1) ?? 0);
+    }
+    // the step boundary: a caller that no longer wants the rows (a client gone) ends them here
+    if (opts.signal?.aborted) {
+      res.forEach((r, b) => { if (!done[b]) { done[b] = true; r.finish = 'cancelled'; } });
+      break;
     }
     const needHidden = wantFirstHidden && k === 0;
     if (done.every(Boolean) && !needHidden) break;

@@ -17,6 +17,9 @@ import type { CallFormat } from '../../experiments/outcome/types.ts';
 import type { ChatBackend, ChatCall, ChatMessage, ChatReply, WireToolCall } from '../types.ts';
 import { ResponseCache, requestHash } from './cache.ts';
 import { Limiter, backoffMs } from './limit.ts';
+import { failureDetail, MAX_UPSTREAM_ANSWER, readUpstreamJson, readUpstreamText, redactSecrets, redactUrl, upstreamFetch, UpstreamError } from '../../serve/upstream.ts';
+
+const bearer = (h: string | undefined) => h?.replace(/^bearer\s+/i, '');
 
 export type PrefillMode = 'continue' | 'prefix' | 'none';
 
@@ -71,7 +74,10 @@ interface WireResponse {
   usage?: { prompt_tokens?: number; completion_tokens?: number };
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const sleep = (ms: number, signal?: AbortSignal) => new Promise<void>((r) => {
+  const t = setTimeout(r, ms);
+  signal?.addEventListener('abort', () => { clearTimeout(t); r(); }, { once: true });
+});
 
 export class OpenAIBackend implements ChatBackend {
   readonly name: string;
@@ -82,7 +88,7 @@ export class OpenAIBackend implements ChatBackend {
 
   constructor(readonly opts: OpenAIBackendOptions) {
     this.url = completionsUrl(opts.baseUrl);
-    this.name = `${this.url}#${opts.model}`;
+    this.name = `${redactUrl(this.url)}#${opts.model}`;
     this.callFormat = opts.callFormat ?? 'llama3';
     this.limiter = new Limiter(opts.concurrency ?? 4);
     this.cache = opts.cacheDir ? new ResponseCache(opts.cacheDir) : null;
@@ -126,17 +132,17 @@ export class OpenAIBackend implements ChatBackend {
     const hit = this.cache?.get(hash) as { response: WireResponse; latencyMs: number } | undefined;
     if (hit) return this.reply(call, hit.response, hit.latencyMs, true);
     const t0 = performance.now();
-    const response = await this.limiter.run(() => this.post(body, call.authorization));
+    const response = await this.limiter.run(() => this.post(body, call.authorization, call.signal));
     const latencyMs = performance.now() - t0;
     // never cache an answer we cannot use
-    if (!response.choices?.[0]?.message) throw new BackendError(`${this.url}: response has no choices[0].message: ${JSON.stringify(response).slice(0, 200)}`, 200);
+    if (!response?.choices?.[0]?.message) throw new BackendError(`${redactUrl(this.url)}: response has no choices[0].message`, 200);
     this.cache?.set(hash, { response, latencyMs });
     return this.reply(call, response, latencyMs, false);
   }
 
   private reply(call: ChatCall, r: WireResponse, latencyMs: number, cached: boolean): ChatReply {
     const choice = r.choices?.[0];
-    if (!choice?.message) throw new BackendError(`${this.url}: response has no choices[0].message`, 200);
+    if (!choice?.message) throw new BackendError(`${redactUrl(this.url)}: response has no choices[0].message`, 200);
     let content = choice.message.content ?? '';
     if (call.prefix !== undefined) {
       const prefill = this.opts.prefill ?? 'none';
@@ -160,39 +166,35 @@ export class OpenAIBackend implements ChatBackend {
     return this.opts.apiKey ? `Bearer ${this.opts.apiKey}` : undefined;
   }
 
-  private async post(body: unknown, authorization?: string): Promise<WireResponse> {
+  private async post(body: unknown, authorization?: string, signal?: AbortSignal): Promise<WireResponse> {
     const retries = this.opts.retries ?? 3;
     const timeoutMs = this.opts.timeoutMs ?? 60_000;
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     const auth = this.authHeader(authorization);
     if (auth) headers.authorization = auth;
+    const where = redactUrl(this.url);
     let last: BackendError | null = null;
     for (let attempt = 0; attempt <= retries; attempt++) {
       let retryAfter: number | undefined;
       try {
-        const res = await fetch(this.url, { method: 'POST', headers, body: JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) });
-        const text = await res.text();
-        if (res.ok) {
-          try {
-            return JSON.parse(text) as WireResponse;
-          } catch {
-            throw new BackendError(`${this.url}: response is not JSON: ${text.slice(0, 200)}`, res.status);
-          }
-        }
-        const httpError = new BackendError(`${this.url}: HTTP ${res.status}: ${text.slice(0, 300)}`, res.status);
+        const res = await upstreamFetch({ url: this.url, method: 'POST', headers, body: JSON.stringify(body), timeoutMs, signal });
+        if (res.ok) return (await readUpstreamJson(res, MAX_UPSTREAM_ANSWER, this.url, timeoutMs)) as WireResponse;
+        const text = await readUpstreamText(res, 1024 * 1024, this.url, 10_000).catch(() => '');
+        const detail = redactSecrets(failureDetail(res.status, text), [this.opts.apiKey, bearer(authorization)]);
+        // a 5xx body (tracebacks, keys, internal addresses) is never part of the message
+        const httpError = new BackendError(`${where}: HTTP ${res.status}${detail ? `: ${detail}` : ''}`, res.status);
         if (res.status !== 429 && res.status < 500) throw httpError; // not retryable
         last = httpError;
         const ra = res.headers.get('retry-after');
         if (ra !== null) retryAfter = Number(ra);
       } catch (e) {
         if (e instanceof BackendError) throw e;
-        const err = e as Error & { cause?: Error };
-        const timedOut = err.name === 'TimeoutError' || err.name === 'AbortError';
-        last = timedOut
-          ? new BackendError(`${this.url}: no response within ${timeoutMs} ms`, -1)
-          : new BackendError(`${this.url}: ${err.message}${err.cause ? ` (${err.cause.message})` : ''}`, 0);
+        if (!(e instanceof UpstreamError)) throw e;
+        if (e.kind === 'redirect' || e.kind === 'cancelled' || e.kind === 'too_large' || e.kind === 'bad_answer') throw new BackendError(e.message, e.upstreamStatus ?? 0);
+        last = new BackendError(e.message, e.kind === 'timeout' ? -1 : 0);
       }
-      if (attempt < retries) await sleep(backoffMs(attempt, this.opts.backoffBaseMs ?? 500, this.opts.backoffCapMs ?? 8000, retryAfter));
+      if (attempt < retries) await sleep(backoffMs(attempt, this.opts.backoffBaseMs ?? 500, this.opts.backoffCapMs ?? 8000, retryAfter), signal);
+      if (signal?.aborted) throw new BackendError(`${where}: cancelled`, 0);
     }
     throw new BackendError(`${last!.message} (after ${retries + 1} attempts)`, last!.status);
   }

@@ -16,8 +16,8 @@ import { REFUSAL_PREFIX } from '../prompts.ts';
 import type { ChatBackend, ChatMessage } from '../types.ts';
 import type { CheckEnv } from './check.ts';
 import { parseArguments, type CallView, type StageEvent } from './event.ts';
-import { riskyRuns, runStage, type S3Config, type StageDecision } from './guard.ts';
-import { recoverAnswer, recoverCalls, recoverObservation } from './recovery.ts';
+import { runStage, type S3Config, type StageDecision } from './guard.ts';
+import { applyAnswer, applyCalls, applyInput, applyObservation } from './apply.ts';
 import type { ExecutedCall } from './score.ts';
 import type { S3Task } from './task.ts';
 
@@ -123,8 +123,9 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
 
   const inputDecision = await stage(0, { stage: 'input', messages: [...messages], tools });
   if (inputDecision) {
-    tr.decisions.push(record(0, inputDecision, inputDecision.action === 'pass' ? [] : ['request refused (refusal prefill)']));
-    if (inputDecision.action !== 'pass') {
+    const a = applyInput(inputDecision);
+    tr.decisions.push(record(0, inputDecision, a.changed));
+    if (a.next === 'refuse') {
       await refuse([...messages]);
       return done();
     }
@@ -139,16 +140,13 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
       let text = prose.trim();
       const d = await stage(turn, { stage: 'output', messages: before, tools, answer: text });
       if (d) {
-        if (d.action === 'block') {
-          tr.decisions.push(record(turn, d, ['answer withheld (refusal)']));
+        const a = applyAnswer(d, guard!.config.skills, text);
+        tr.decisions.push(record(turn, d, a.changed));
+        if (a.next === 'refuse') {
           await refuse(before);
           return done();
         }
-        if (d.action === 'recover') {
-          const r = recoverAnswer(text, riskyRuns(d, guard!.config.skills));
-          text = r.content;
-          tr.decisions.push(record(turn, d, r.removed.length ? r.removed.map((s) => `redacted: ${s}`) : ['answer replaced']));
-        } else tr.decisions.push(record(turn, d, []));
+        text = a.content;
       }
       messages.push({ role: 'assistant', content: text });
       tr.final = { text, refusal: findRefusalPhrases(text).length > 0, blocked: false };
@@ -158,16 +156,13 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
     const sel = await stage(turn, { stage: 'tool_selection', messages: before, tools, calls });
     let blocked = new Map<string, string>();
     if (sel) {
-      if (sel.action === 'block') {
-        tr.decisions.push(record(turn, sel, calls.map((c) => `call not executed: ${c.name}`)));
+      const a = applyCalls(sel, guard!.config.skills, calls);
+      tr.decisions.push(record(turn, sel, a.changed));
+      if (a.next === 'refuse') {
         await refuse(before);
         return done();
       }
-      if (sel.action === 'recover') {
-        const r = recoverCalls(calls, riskyRuns(sel, guard!.config.skills));
-        blocked = new Map(r.blocked.map((b) => [b.call.id, b.result]));
-        tr.decisions.push(record(turn, sel, r.blocked.map((b) => `call replaced by a tool result: ${b.call.name}`)));
-      } else tr.decisions.push(record(turn, sel, []));
+      blocked = new Map(a.blocked.map((b) => [b.call.id, b.result]));
     }
     messages.push({ role: 'assistant', content: prose.trim(), tool_calls: calls.map(wire) });
     for (const call of calls) {
@@ -178,33 +173,28 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
       }
       const ex = await stage(turn, { stage: 'tool_execution', messages: [...messages], tools, calls: [call] });
       if (ex) {
-        if (ex.action === 'block') {
-          tr.decisions.push(record(turn, ex, [`call not executed: ${call.name}`]));
+        const a = applyCalls(ex, guard!.config.skills, [call]);
+        tr.decisions.push(record(turn, ex, a.changed));
+        if (a.next === 'refuse') {
           await refuse(before);
           return done();
         }
-        if (ex.action === 'recover') {
-          const r = recoverCalls([call], riskyRuns(ex, guard!.config.skills));
-          tr.decisions.push(record(turn, ex, [`call replaced by a tool result: ${call.name}`]));
-          messages.push({ role: 'tool', tool_call_id: call.id, name: call.name, content: r.blocked[0]?.result ?? '' });
+        if (a.blocked.length > 0) {
+          messages.push({ role: 'tool', tool_call_id: call.id, name: call.name, content: a.blocked[0]!.result });
           continue;
         }
-        tr.decisions.push(record(turn, ex, []));
       }
       tr.executed.push({ turn, name: call.name, valid: checkCall({ name: call.name, arguments: call.arguments, source: '' }, tools).argsValid });
       let content = task.simulate(call, turn);
       const obs = await stage(turn, { stage: 'tool_observation', messages: [...messages], tools, observation: { callId: call.id, name: call.name, content } });
       if (obs) {
-        if (obs.action === 'block') {
-          tr.decisions.push(record(turn, obs, [`observation of ${call.name} withheld`]));
+        const a = applyObservation(obs, guard!.config.skills, content, call.name);
+        tr.decisions.push(record(turn, obs, a.changed));
+        if (a.next === 'refuse') {
           await refuse(before);
           return done();
         }
-        if (obs.action === 'recover') {
-          const r = recoverObservation(content, riskyRuns(obs, guard!.config.skills), call.name);
-          content = r.content;
-          tr.decisions.push(record(turn, obs, r.removed.length ? r.removed.map((s) => `removed: ${s}`) : [`observation of ${call.name} replaced`]));
-        } else tr.decisions.push(record(turn, obs, []));
+        content = a.content;
       }
       messages.push({ role: 'tool', tool_call_id: call.id, name: call.name, content });
     }

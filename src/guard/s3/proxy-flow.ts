@@ -1,23 +1,34 @@
 /**
  * S³ in front of a real agent (the proxy's per-request flow). An OpenAI-compatible request carries the whole
- * trajectory and the proxy is stateless: only the messages after the last assistant turn are new.
+ * trajectory, and the client resends its own copy of it — the raw tool results, not the ones the guard rewrote —
+ * so the proxy keeps no conversation state and checks the whole history on every request:
  *
- * 1. input: when the new messages include a user message, the input skills check the request; a risk → refusal.
- * 2. tool_observation: each new `tool` message is checked; recovery rewrites it before it goes upstream.
+ * 1. input: the conversation up to the latest user message (and the tools) is checked, whatever follows it (a
+ *    trailing assistant message such as a prefilled "Sure," included); a risk → refusal.
+ * 2. tool_observation: every `tool` message in the history is checked and, on recovery, rewritten before anything
+ *    goes upstream.
  * 3. the upstream answers (the client's own body, messages replaced, not streamed).
  * 4. tool_selection: its `tool_calls` are checked before the client executes them. Recovery drops the risky calls;
  *    when none is left, the blocked calls and their "blocked, and why" results are appended to the conversation and
  *    the upstream is asked again (at most `maxRounds` times), so the model can finish the benign part.
  * 5. output: an answer without calls is checked before it is returned; recovery redacts it.
- * A `block` anywhere → the refusal (prefix prefilled, continued by the upstream) instead.
+ * A `block` anywhere → the refusal (prefix prefilled, continued by the upstream) instead. What each decision does is
+ * `apply.ts`, shared with the agent loop of `s3 eval`.
+ *
+ * Each check runs once: decisions are kept in a content-addressed cache (keyed by the guard model and, for input,
+ * the conversation prefix and the tools; for an observation, the call's name and arguments and the result's text;
+ * → the decision and the rewritten text), so turn 3 costs no new judge call for turn 2's result and still sends the
+ * upstream its rewritten text.
  */
+import { createHash } from 'node:crypto';
 import type { ToolSpec } from '../../data/types.ts';
+import { SafekeepError } from '../../util/errors.ts';
 import type { ChatMessage, WireToolCall } from '../types.ts';
 import { messageText } from '../judge-context.ts';
+import { applyAnswer, applyCalls, applyInput, applyObservation } from './apply.ts';
 import type { CheckEnv } from './check.ts';
 import { parseArguments, type CallView, type StageEvent } from './event.ts';
-import { riskyRuns, runStage, type S3Config, type StageDecision } from './guard.ts';
-import { recoverAnswer, recoverCalls, recoverObservation } from './recovery.ts';
+import { runStage, type S3Config, type StageDecision } from './guard.ts';
 
 /** What the upstream said. */
 export interface UpstreamTurn {
@@ -32,6 +43,8 @@ interface ProxyStageDecision {
   decision: StageDecision;
   /** what was changed (removed spans, replaced calls, redactions) */
   changed: string[];
+  /** taken from the cache (decided on an earlier request) */
+  cached: boolean;
 }
 
 interface ProxyFlowResult {
@@ -55,12 +68,81 @@ interface ProxyFlowOptions {
   refuse: (messages: ChatMessage[]) => Promise<UpstreamTurn>;
   /** upstream rounds after replaced calls (default 3) */
   maxRounds?: number;
+  /** decisions of earlier requests (default: none kept) */
+  cache?: StageCache;
+  /**
+   * guard checks one request may cost for tool results no earlier request brought (default 64): without a bound, a
+   * history of thousands of fresh results would make one request cost thousands of guard calls
+   */
+  maxFreshObservations?: number;
 }
+
+interface CachedStage {
+  decision: StageDecision;
+  changed: string[];
+  next: 'go' | 'refuse';
+  /** tool_observation: the text sent upstream instead of the result */
+  content?: string;
+}
+
+/**
+ * Stage decisions by content hash, least recently used evicted first; bounded in entries and in the bytes of the
+ * rewritten texts it holds.
+ */
+export class StageCache {
+  private readonly map = new Map<string, { v: CachedStage; bytes: number }>();
+  private bytes = 0;
+  constructor(private readonly maxEntries = 4096, private readonly maxBytes = 64 * 1024 * 1024) {}
+
+  get(key: string): CachedStage | undefined {
+    const e = this.map.get(key);
+    if (!e) return undefined;
+    this.map.delete(key);
+    this.map.set(key, e);
+    return e.v;
+  }
+
+  set(key: string, v: CachedStage): void {
+    const bytes = 256 + (v.content?.length ?? 0) * 2;
+    if (bytes > this.maxBytes) return;
+    const old = this.map.get(key);
+    if (old) { this.bytes -= old.bytes; this.map.delete(key); }
+    this.map.set(key, { v, bytes });
+    this.bytes += bytes;
+    for (const [k, e] of this.map) {
+      if (this.map.size <= this.maxEntries && this.bytes <= this.maxBytes) break;
+      this.map.delete(k);
+      this.bytes -= e.bytes;
+    }
+  }
+
+  get size(): number {
+    return this.map.size;
+  }
+}
+
+const hashOf = (...parts: unknown[]) => createHash('sha256').update(JSON.stringify(parts)).digest('hex');
 
 /** Index of the first message after the last assistant turn. */
 export function newMessagesStart(messages: readonly ChatMessage[]): number {
   for (let i = messages.length - 1; i >= 0; i--) if (messages[i]!.role === 'assistant') return i + 1;
   return 0;
+}
+
+/** End (exclusive) of the input stage's view: through the latest user message (the whole request when there is none). */
+export function inputEnd(messages: readonly ChatMessage[]): number {
+  for (let i = messages.length - 1; i >= 0; i--) if (messages[i]!.role === 'user') return i + 1;
+  return messages.length;
+}
+
+/** The call a tool message answers (by `tool_call_id`, latest first). */
+function callOf(messages: readonly ChatMessage[], i: number): WireToolCall | undefined {
+  const id = messages[i]!.tool_call_id;
+  for (let k = i - 1; k >= 0; k--) {
+    const c = ((messages[k]!.tool_calls as WireToolCall[] | undefined) ?? []).find((x) => x.id === id);
+    if (c) return c;
+  }
+  return undefined;
 }
 
 const toView = (c: WireToolCall, i: number): CallView => ({ id: c.id ?? `call_${i}`, name: c.function.name, arguments: parseArguments(c.function.arguments) });
@@ -76,32 +158,50 @@ export async function s3ProxyFlow(messages: readonly ChatMessage[], tools: reado
   const refuse = async (history: ChatMessage[]): Promise<ProxyFlowResult> => {
     const r = await o.refuse(history);
     add(r);
-    return { content: r.content, toolCalls: [], finish: 'stop', action: 'refuse', decisions, upstreamMessages: history, usage };
+    return { content: r.content, toolCalls: [], finish: r.finish === 'length' ? 'length' : 'stop', action: 'refuse', decisions, upstreamMessages: history, usage };
+  };
+  /** a cached decision, else the stage run now and its application cached */
+  const decide = async (key: string, run: () => Promise<CachedStage>): Promise<CachedStage> => {
+    const hit = o.cache?.get(key);
+    if (hit) {
+      decisions.push({ decision: hit.decision, changed: hit.changed, cached: true });
+      return hit;
+    }
+    const v = await run();
+    o.cache?.set(key, v);
+    decisions.push({ decision: v.decision, changed: v.changed, cached: false });
+    return v;
   };
 
-  const start = newMessagesStart(work);
-  const fresh = work.slice(start);
-  if (fresh.some((m) => m.role === 'user')) {
-    const d = await stage({ stage: 'input', messages: [...work], tools: [...tools] });
-    decisions.push({ decision: d, changed: d.action === 'pass' ? [] : ['request refused'] });
-    if (d.action !== 'pass') return refuse(work);
-  }
-  for (let i = start; i < work.length; i++) {
+  const end = inputEnd(work);
+  const request = work.slice(0, end);
+  const input = await decide(hashOf('input', o.env.model ?? '', request, tools), async () => {
+    const d = await stage({ stage: 'input', messages: request, tools: [...tools] });
+    return { decision: d, ...applyInput(d) };
+  });
+  if (input.next === 'refuse') return refuse(request);
+
+  const maxFresh = o.maxFreshObservations ?? 64;
+  let fresh = 0;
+  for (let i = 0; i < work.length; i++) {
     const m = work[i]!;
-    if (m.role !== 'tool') continue;
-    const name = String(m.name ?? (work.slice(0, i).flatMap((x) => (x.tool_calls as WireToolCall[] | undefined) ?? []).find((c) => c.id === m.tool_call_id)?.function.name ?? ''));
+    if (m.role !== 'tool' && m.role !== 'function') continue;
+    const call = callOf(work, i);
+    const name = String(m.name ?? call?.function.name ?? '');
     const content = messageText(m.content);
-    const d = await stage({ stage: 'tool_observation', messages: work.slice(0, i), tools: [...tools], observation: { callId: String(m.tool_call_id ?? ''), name, content } });
-    if (d.action === 'block') {
-      decisions.push({ decision: d, changed: [`observation of ${name} withheld`] });
-      return refuse(work.slice(0, i));
-    }
-    if (d.action === 'recover') {
-      const r = recoverObservation(content, riskyRuns(d, skills), name);
-      work[i] = { ...m, content: r.content };
+    const before = work.slice(0, i);
+    const obs = await decide(hashOf('tool_observation', o.env.model ?? '', name, call?.function.arguments ?? null, content), async () => {
+      if (fresh >= maxFresh) throw new SafekeepError(`messages[${i}]: more than ${maxFresh} tool results in one request need a new guard check (at most ${maxFresh}); send the conversation as it grows`);
+      const d = await stage({ stage: 'tool_observation', messages: before, tools: [...tools], observation: { callId: String(m.tool_call_id ?? ''), name, content } });
+      if (d.invoked) fresh++;
+      const a = applyObservation(d, skills, content, name);
+      return { decision: d, changed: a.changed, next: a.next, content: a.content };
+    });
+    if (obs.next === 'refuse') return refuse(before);
+    if (obs.decision.action === 'recover') {
+      work[i] = { ...m, content: obs.content ?? content };
       action = 'recover';
-      decisions.push({ decision: d, changed: r.removed.length ? r.removed.map((s) => `removed: ${s}`) : [`observation of ${name} replaced`] });
-    } else decisions.push({ decision: d, changed: [] });
+    }
   }
 
   const maxRounds = o.maxRounds ?? 3;
@@ -113,39 +213,27 @@ export async function s3ProxyFlow(messages: readonly ChatMessage[], tools: reado
     if (u.toolCalls.length > 0) {
       const calls = u.toolCalls.map(toView);
       const d = await stage({ stage: 'tool_selection', messages: before, tools: [...tools], calls });
-      if (d.action === 'block') {
-        decisions.push({ decision: d, changed: calls.map((c) => `call not executed: ${c.name}`) });
-        return refuse(before);
-      }
-      if (d.action === 'pass') {
-        decisions.push({ decision: d, changed: [] });
-        return { content: u.content, toolCalls: u.toolCalls, finish: u.finish, action, decisions, upstreamMessages: before, usage };
-      }
+      const a = applyCalls(d, skills, calls);
+      decisions.push({ decision: d, changed: a.changed, cached: false });
+      if (a.next === 'refuse') return refuse(before);
+      if (d.action === 'pass') return { content: u.content, toolCalls: u.toolCalls, finish: u.finish, action, decisions, upstreamMessages: before, usage };
       action = 'recover';
-      const r = recoverCalls(calls, riskyRuns(d, skills));
-      decisions.push({ decision: d, changed: r.blocked.map((b) => `call replaced by a tool result: ${b.call.name}`) });
-      if (r.allowed.length > 0) {
-        const keep = new Set(r.allowed.map((c) => c.id));
+      if (a.allowed.length > 0) {
+        const keep = new Set(a.allowed.map((c) => c.id));
         return { content: u.content, toolCalls: u.toolCalls.filter((c, i) => keep.has(toView(c, i).id)), finish: u.finish, action, decisions, upstreamMessages: before, usage };
       }
       work.push({ role: 'assistant', content: u.content ?? '', tool_calls: u.toolCalls.map((c, i) => ({ ...c, id: toView(c, i).id })) });
-      for (const b of r.blocked) work.push({ role: 'tool', tool_call_id: b.call.id, name: b.call.name, content: b.result });
-      lastBlocked = r.blocked.map((b) => b.result);
+      for (const b of a.blocked) work.push({ role: 'tool', tool_call_id: b.call.id, name: b.call.name, content: b.result });
+      lastBlocked = a.blocked.map((b) => b.result);
       continue;
     }
     const text = u.content ?? '';
     const d = await stage({ stage: 'output', messages: before, tools: [...tools], answer: text });
-    if (d.action === 'block') {
-      decisions.push({ decision: d, changed: ['answer withheld'] });
-      return refuse(before);
-    }
-    if (d.action === 'recover') {
-      const r = recoverAnswer(text, riskyRuns(d, skills));
-      decisions.push({ decision: d, changed: r.removed.length ? r.removed.map((s) => `redacted: ${s}`) : ['answer replaced'] });
-      return { content: r.content, toolCalls: [], finish: u.finish, action: 'recover', decisions, upstreamMessages: before, usage };
-    }
-    decisions.push({ decision: d, changed: [] });
-    return { content: text, toolCalls: [], finish: u.finish, action, decisions, upstreamMessages: before, usage };
+    const a = applyAnswer(d, skills, text);
+    decisions.push({ decision: d, changed: a.changed, cached: false });
+    if (a.next === 'refuse') return refuse(before);
+    if (d.action === 'recover') action = 'recover';
+    return { content: a.content, toolCalls: [], finish: u.finish, action, decisions, upstreamMessages: before, usage };
   }
   // the model kept proposing blocked calls: tell the client what was blocked
   return { content: lastBlocked.join('\n'), toolCalls: [], finish: 'stop', action: 'recover', decisions, upstreamMessages: work, usage };

@@ -1,0 +1,184 @@
+/**
+ * The local server's bounds on the HTTP side, with a scripted backend that behaves like the engine (honours
+ * ChatCall.signal at its "steps"): prompt + max_tokens over the context → 400 in vLLM's wording within a second
+ * (counted before anything runs), a client that leaves cancels its call and frees the server, a full queue → 429
+ * with Retry-After, the per-request deadline → 504, finish_reason 'length', usage in streams when asked, end tokens
+ * stripped, bad max_tokens → 400. Also: the engine's generate loop stops at the step boundary once its signal fires.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
+import { createLocalServer, type LocalServerOptions } from '../src/guard/local-server.ts';
+import { countTokensUpTo } from '../src/serve/context-length.ts';
+import type { ChatBackend, ChatCall, ChatReply } from '../src/guard/types.ts';
+import { messageText } from '../src/guard/judge-context.ts';
+import { loadCheckpoint } from '../src/checkpoint/load.ts';
+import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
+import { createEngineFromCheckpoint } from '../src/engine/engine.ts';
+import { tempCache } from './helpers/engine.ts';
+
+/** one token per whitespace-separated word of the messages' text */
+const words = (s: string) => s.split(/\s+/).filter(Boolean).length;
+const promptText = (c: ChatCall) => c.messages.map((m) => messageText(m.content)).join(' ');
+
+interface Fake extends ChatBackend {
+  calls: ChatCall[];
+  aborted: number[];
+  release(): void;
+}
+
+/** answers `reply` at once, or (when `hold`) after release() / its signal, like an engine step loop every 10 ms */
+function fakeBackend(reply: Partial<ChatReply> = {}, hold = false): Fake {
+  const calls: ChatCall[] = [];
+  const aborted: number[] = [];
+  let released = false;
+  return {
+    name: 'fake', callFormat: 'llama3', calls, aborted,
+    release: () => { released = true; },
+    async chat(c: ChatCall): Promise<ChatReply> {
+      calls.push(c);
+      const t0 = performance.now();
+      while (hold && !released && !c.signal?.aborted && performance.now() - t0 < 20_000) await new Promise((r) => setTimeout(r, 10));
+      if (c.signal?.aborted) aborted.push(performance.now());
+      return { content: 'Hello<|eot_id|>', toolCalls: [], promptTokens: words(promptText(c)), completionTokens: 3, latencyMs: 1, cached: false, finish: c.signal?.aborted ? 'cancelled' : 'stop', ...reply };
+    },
+  };
+}
+
+async function serve(t: import('node:test').TestContext, backend: ChatBackend, extra: Partial<LocalServerOptions> = {}): Promise<string> {
+  const server: Server = createLocalServer({
+    backend, method: 'base', modelName: 'fake', log: () => undefined, contextLength: 100, defaultMaxTokens: 16,
+    countPromptTokens: (c, limit) => countTokensUpTo(promptText(c), words, limit), ...extra,
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.after(async () => {
+    server.closeAllConnections();
+    await new Promise<void>((r) => server.close(() => r()));
+  });
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
+}
+
+const post = (url: string, body: unknown, signal?: AbortSignal) => fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal });
+const ask = (n: number) => [{ role: 'user', content: Array.from({ length: n }, (_, i) => `w${i}`).join(' ') }];
+
+test('context length: prompt + max_tokens above it → 400 in the wording clients know, before the model runs', async (t) => {
+  const b = fakeBackend();
+  const url = await serve(t, b);
+  const r = await post(url, { messages: ask(60), max_tokens: 50 });
+  assert.equal(r.status, 400);
+  assert.equal(((await r.json()) as { error: { message: string } }).error.message,
+    "This model's maximum context length is 100 tokens. However, you requested 110 tokens (60 in the messages, 50 in the completion). Please reduce the length of the messages or completion.");
+  // a huge prompt (1.5 M words, ~14 MB, under the body limit) is refused after encoding about one chunk of it (the
+  // old server encoded and prefilled all of it: minutes); what is left is parsing the body
+  let encoded = 0;
+  const logs: Record<string, unknown>[] = [];
+  const url2 = await serve(t, b, {
+    log: (l) => logs.push(JSON.parse(l) as Record<string, unknown>),
+    countPromptTokens: (c, limit) => countTokensUpTo(promptText(c), (x) => { encoded += x.length; return words(x); }, limit),
+  });
+  const body = { messages: ask(1_500_000), max_tokens: 1 };
+  const big = await post(url2, body);
+  assert.equal(big.status, 400);
+  assert.match(((await big.json()) as { error: { message: string } }).error.message, /^This model's maximum context length is 100 tokens\. However, you requested more than \d+ tokens/);
+  assert.ok(encoded <= 4096, `encoded ${encoded} of ${JSON.stringify(body).length} characters`);
+  assert.ok((logs[0]!.ms as number) < 5000, `answered in ${logs[0]!.ms} ms (on a loaded shared machine; ~0.2 s idle)`);
+  assert.equal(b.calls.length, 0, 'nothing was generated');
+  // without max_tokens the budget shrinks to what is left; a prompt that fills the context is refused
+  const fit = await post(url, { messages: ask(90) });
+  assert.equal(fit.status, 200);
+  assert.equal(b.calls[0]!.maxTokens, 10);
+  assert.equal((await post(url, { messages: ask(100) })).status, 400);
+});
+
+test('countTokensUpTo: exact below the chunk size, stops early above the limit, chunked counts add up', () => {
+  const text = Array.from({ length: 5000 }, (_, i) => `word${i}`).join(' ');
+  let encoded = 0;
+  const enc = (s: string) => { encoded += s.length; return words(s); };
+  assert.deepEqual(countTokensUpTo(text, enc, 10_000), { tokens: 5000, exact: true });
+  assert.deepEqual(countTokensUpTo(text, words, 10_000, 4096), { tokens: 5000, exact: true }, 'chunks cut at spaces add up to the whole');
+  encoded = 0;
+  const r = countTokensUpTo(text.repeat(100), enc, 100, 4096);
+  assert.equal(r.exact, false);
+  assert.ok(r.tokens > 100);
+  assert.ok(encoded < 10_000, `encoded ${encoded} characters of ${text.length * 100}`);
+});
+
+test('a client that leaves cancels its call at the next step and frees the server', async (t) => {
+  const b = fakeBackend({}, true);
+  const url = await serve(t, b, { maxQueue: 1 });
+  const ac = new AbortController();
+  const pending = post(url, { messages: ask(3), max_tokens: 50 }, ac.signal).catch(() => null);
+  while (b.calls.length === 0) await new Promise((r) => setTimeout(r, 5));
+  const t0 = performance.now();
+  ac.abort();
+  await pending;
+  while (b.aborted.length === 0 && performance.now() - t0 < 3000) await new Promise((r) => setTimeout(r, 5));
+  assert.equal(b.aborted.length, 1, 'the backend saw the abort');
+  assert.ok(b.aborted[0]! - t0 < 1000, `cancelled ${Math.round(b.aborted[0]! - t0)} ms after the client left`);
+  b.release();
+  const next = await post(url, { messages: ask(3) });
+  assert.equal(next.status, 200, 'the slot was freed');
+});
+
+test('a full queue → 429 with Retry-After; the deadline → 504', async (t) => {
+  const b = fakeBackend({}, true);
+  const url = await serve(t, b, { maxQueue: 2 });
+  const a1 = post(url, { messages: ask(3) });
+  const a2 = post(url, { messages: ask(3) });
+  while (b.calls.length < 2) await new Promise((r) => setTimeout(r, 5));
+  const r = await post(url, { messages: ask(3) });
+  assert.equal(r.status, 429);
+  assert.match(r.headers.get('retry-after') ?? '', /^\d+$/);
+  assert.equal(((await r.json()) as { error: { type: string } }).error.type, 'rate_limit_error');
+  b.release();
+  assert.deepEqual([(await a1).status, (await a2).status], [200, 200]);
+  const slow = fakeBackend({}, true);
+  const url2 = await serve(t, slow, { requestTimeoutMs: 300 });
+  const t0 = performance.now();
+  const d = await post(url2, { messages: ask(3) });
+  assert.equal(d.status, 504);
+  assert.ok(performance.now() - t0 < 2000);
+  assert.equal(slow.aborted.length, 1, 'the deadline cancelled the call');
+});
+
+test('answers: finish_reason length, end tokens stripped, usage in streams when asked; bad max_tokens → 400', async (t) => {
+  const url = await serve(t, fakeBackend({ finish: 'length', content: 'Hi there<|end|>' }));
+  const j = (await (await post(url, { messages: ask(3), max_tokens: 3 })).json()) as { choices: { message: { content: string }; finish_reason: string }[]; usage: { completion_tokens: number } };
+  assert.deepEqual([j.choices[0]!.message.content, j.choices[0]!.finish_reason, j.usage.completion_tokens], ['Hi there', 'length', 3]);
+  const s = await (await post(url, { messages: ask(3), stream: true, stream_options: { include_usage: true } })).text();
+  const events = s.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
+  assert.equal(events.at(-1), '[DONE]');
+  const usage = JSON.parse(events.at(-2)!) as { choices: unknown[]; usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number } };
+  assert.deepEqual(usage, { ...usage, choices: [], usage: { prompt_tokens: 3, completion_tokens: 3, total_tokens: 6 } });
+  assert.ok(!s.includes('<|end|>'));
+  const plain = await (await post(url, { messages: ask(3), stream: true })).text();
+  assert.ok(!plain.includes('"usage"'), 'no usage chunk unless asked');
+  for (const max_tokens of [0, 'abc', -1, 2.5]) {
+    const r = await post(url, { messages: ask(3), max_tokens });
+    assert.equal(r.status, 400, String(max_tokens));
+  }
+});
+
+test('engine generate: an aborted signal ends the rows at the next step (finish cancelled)', async (t) => {
+  const cache = tempCache();
+  const tmp = mkdtempSync(join(tmpdir(), 'safekeep-cancel-'));
+  t.after(() => { rmSync(tmp, { recursive: true, force: true }); cache.cleanup(); });
+  await writeRandomCheckpoint(join(tmp, 'm'), 'llama', { seed: 3, numLayers: 2, hiddenSize: 32, numHeads: 4, numKvHeads: 2, intermediateSize: 64, vocabSize: 97, std: 0.2 });
+  const engine = await createEngineFromCheckpoint(await loadCheckpoint(join(tmp, 'm')), { cacheDir: cache.dir, threads: 1 });
+  t.after(() => engine.dispose());
+  const ids = [[5, 17, 33, 42], [12, 3]];
+  const full = await engine.generate(ids, { maxNewTokens: 6, stopIds: [] });
+  assert.deepEqual(full.map((r) => [r.generatedIds.length, r.finish]), [[6, 'length'], [6, 'length']]);
+  const before = new AbortController();
+  before.abort();
+  const none = await engine.generate(ids, { maxNewTokens: 6, stopIds: [], signal: before.signal });
+  assert.deepEqual(none.map((r) => [r.generatedIds.length, r.finish]), [[0, 'cancelled'], [0, 'cancelled']]);
+  // aborted during the prefill (the hook runs right after it): the first token is chosen, then the loop stops
+  const mid = new AbortController();
+  const cut = await engine.generate(ids, { maxNewTokens: 6, stopIds: [], signal: mid.signal, haltAfterPrefill: () => { mid.abort(); return false; } });
+  assert.deepEqual(cut.map((r) => [r.generatedIds, r.finish]), full.map((r) => [r.generatedIds.slice(0, 1), 'cancelled']));
+});
