@@ -155,8 +155,9 @@ test('rule-memory: rules retrieved by the tools in play are shown to the judge',
   assert.match(prompt, /GmailSendEmail/);
 });
 
-test('recovery: spans found up to whitespace and case, longest first', () => {
-  assert.deepEqual(cutSpans('a  Foo\nbar b foo bar', ['foo bar', 'foo'], 'X'), { text: 'a  X b X', found: ['foo bar'] });
+test('recovery: spans found verbatim up to whitespace, longest first, once at their place', () => {
+  assert.deepEqual(cutSpans('a  do  the\nthing b do the thing', ['do the thing', 'the thing now'], 'X'),
+    { text: 'a  X b do the thing', found: ['do the thing'], refused: [], missing: ['the thing now'] });
 });
 
 test('scoring: data stealing needs both steps, the second after the first result was fed back', () => {

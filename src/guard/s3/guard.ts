@@ -27,6 +27,10 @@ export interface S3Config {
   mitigation: 'skill' | 'block';
   /** checks beyond the built-in llm/rules (e.g. `probe`), or replacements */
   checks?: CheckRegistry;
+  /** layer 2 of the trigger (each skill's cheap filter); false = every skill of the stage passes (ablation) */
+  filter?: boolean;
+  /** post-recovery guidance shown to the next model turn; false = recovery without it (ablation) */
+  guidance?: boolean;
   /** guard agent answer budget (default 32) */
   guardMaxTokens?: number;
 }
@@ -70,7 +74,7 @@ export function requireChecks(skills: readonly Skill[], checks: CheckRegistry = 
 export async function runStage(event: StageEvent, config: S3Config, env: CheckEnv): Promise<StageDecision> {
   const t0 = performance.now();
   const triggered = config.skills.filter((s) => s.stage === event.stage);
-  const passed = triggered.filter((s) => filterReason(s.filter, event) === null);
+  const passed = config.filter === false ? triggered : triggered.filter((s) => filterReason(s.filter, event) === null);
   const d: StageDecision = {
     stage: event.stage,
     triggered: triggered.map((s) => s.name),

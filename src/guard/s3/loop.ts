@@ -65,6 +65,8 @@ export interface Trajectory {
   gic: number;
   /** recovery signals (stage decisions that found a risk: recover or block) */
   rsc: number;
+  /** recoveries that replaced a whole observation or answer because the evidence could not be cut */
+  fallbacks: number;
   tokens: { agent: number; guard: number; refusal: number };
   latencyMs: number;
 }
@@ -98,10 +100,11 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
   const tools: ToolSpec[] = task.tools;
   const messages: ChatMessage[] = task.messages.map((m) => ({ ...m }));
   const tr: Trajectory = {
-    taskId: task.id, group: task.group, messages, decisions: [], executed: [], final: null, turns: 0, gic: 0, rsc: 0,
+    taskId: task.id, group: task.group, messages, decisions: [], executed: [], final: null, turns: 0, gic: 0, rsc: 0, fallbacks: 0,
     tokens: { agent: 0, guard: 0, refusal: 0 }, latencyMs: 0,
   };
   const guard = opts.guard;
+  const rOpts = { guidance: guard?.config.guidance !== false };
   const stage = async (turn: number, e: StageEvent): Promise<StageDecision | null> => {
     if (!guard) return null;
     const d = await runStage(e, guard.config, guard.env);
@@ -146,6 +149,7 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
         }
         if (d.action === 'recover') {
           const r = recoverAnswer(text, riskyRuns(d, guard!.config.skills));
+          if (r.fallback) tr.fallbacks++;
           text = r.content;
           tr.decisions.push(record(turn, d, r.removed.length ? r.removed.map((s) => `redacted: ${s}`) : ['answer replaced']));
         } else tr.decisions.push(record(turn, d, []));
@@ -164,7 +168,7 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
         return done();
       }
       if (sel.action === 'recover') {
-        const r = recoverCalls(calls, riskyRuns(sel, guard!.config.skills));
+        const r = recoverCalls(calls, riskyRuns(sel, guard!.config.skills), rOpts);
         blocked = new Map(r.blocked.map((b) => [b.call.id, b.result]));
         tr.decisions.push(record(turn, sel, r.blocked.map((b) => `call replaced by a tool result: ${b.call.name}`)));
       } else tr.decisions.push(record(turn, sel, []));
@@ -184,7 +188,7 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
           return done();
         }
         if (ex.action === 'recover') {
-          const r = recoverCalls([call], riskyRuns(ex, guard!.config.skills));
+          const r = recoverCalls([call], riskyRuns(ex, guard!.config.skills), rOpts);
           tr.decisions.push(record(turn, ex, [`call replaced by a tool result: ${call.name}`]));
           messages.push({ role: 'tool', tool_call_id: call.id, name: call.name, content: r.blocked[0]?.result ?? '' });
           continue;
@@ -201,7 +205,8 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
           return done();
         }
         if (obs.action === 'recover') {
-          const r = recoverObservation(content, riskyRuns(obs, guard!.config.skills), call.name);
+          const r = recoverObservation(content, riskyRuns(obs, guard!.config.skills), call.name, rOpts);
+          if (r.fallback) tr.fallbacks++;
           content = r.content;
           tr.decisions.push(record(turn, obs, r.removed.length ? r.removed.map((s) => `removed: ${s}`) : [`observation of ${call.name} replaced`]));
         } else tr.decisions.push(record(turn, obs, []));
