@@ -5,8 +5,8 @@
  *
  * Predicates:
  * - read_before REGEX: an earlier call in the trajectory has a name matching REGEX (private data was read).
- * - recipient_not_in_request: the call's arguments hold an e-mail address, phone number or URL that does not occur
- *   in the user's request (evidence: those values).
+ * - recipient_not_in_request: the call's arguments hold an e-mail address, phone number (10–15 digits, never a
+ *   date or date-time) or URL that does not occur in the user's request (evidence: those values).
  * - name_matches REGEX / arg_matches ARG REGEX: the call's name / the argument's value (as text).
  * - pattern REGEX: the stage text matches (evidence: the matches).
  * - secret_patterns: the stage text holds a secret or sensitive identifier (API key or token, private key block,
@@ -22,6 +22,23 @@ import type { Skill } from '../skill.ts';
 
 const EMAIL = /[\w.+-]+@[\w-]+(?:\.[\w-]+)+/g;
 const PHONE = /\+?\d[\d ().-]{7,}\d/g;
+/** a date (2022-02-23, 23.02.2022, 2022/02/23), optionally with a time: never a phone number */
+const DATE_TIME = /^\d{4}[-/.]\d{1,2}[-/.]\d{1,2}(?:[ T]\d{1,2})?$|^\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}(?:[ T]\d{1,2})?$/;
+
+/**
+ * Phone numbers in a text: PHONE candidates with 10 to 15 digits (E.164's range; shorter runs are amounts, ids,
+ * dates) that are not a date or date-time and are not followed by a time's colon (`2022-02-23 16:00`).
+ */
+export function phonesIn(s: string): string[] {
+  const out: string[] = [];
+  for (const m of s.matchAll(PHONE)) {
+    const v = m[0].trim();
+    const digits = v.replace(/\D/g, '').length;
+    if (digits < 10 || digits > 15 || DATE_TIME.test(v) || s[m.index + m[0].length] === ':') continue;
+    out.push(v);
+  }
+  return out;
+}
 const URL_RE = /\bhttps?:\/\/[^\s"'<>)]+/g;
 
 /** Secret and sensitive-identifier patterns (global regexes). */
@@ -59,7 +76,10 @@ const inText = (value: string, text: string) => norm(text).includes(norm(value))
 /** Addresses (e-mail, phone, URL) in a call's arguments. */
 export function addressesIn(args: Record<string, unknown>): string[] {
   const out = new Set<string>();
-  for (const s of strings(args)) for (const re of [EMAIL, URL_RE, PHONE]) for (const m of s.matchAll(re)) out.add(m[0].trim());
+  for (const s of strings(args)) {
+    for (const re of [EMAIL, URL_RE]) for (const m of s.matchAll(re)) out.add(m[0].trim());
+    for (const p of phonesIn(s)) out.add(p);
+  }
   return [...out];
 }
 
