@@ -41,14 +41,15 @@ test('s3 eval on the mixed fixture against the scripted endpoint: exact numbers 
     'single:rule-memory': { asr: '5/6', benign: '5/6', gic: 6, rsc: 1, extra: 6 * 502 + 55 },
     // every observation is checked: 4 InjecAgent tasks × 1 (recovered), 2 pairs × 2
     'single:parse-data': { asr: '2/6', benign: '6/6', gic: 8, rsc: 4, extra: 8 * 403 },
-    // selections: dh 2 + 2, ds 3 + 3 (the send is replaced), pairs 2 + 2
-    'single:tool-rules': { asr: '4/6', benign: '6/6', gic: 14, rsc: 2, extra: 14 * 101 },
-    // one output each; ds row 2 echoes the API token → redacted
-    'single:output-leak': { asr: '6/6', benign: '6/6', gic: 6, rsc: 1, extra: 6 * 101 },
-    // InjecAgent: input, selection, observation → blocked; pairs: refused at input
-    'no-recovery': { asr: '0/6', benign: '0/6', gic: 14, rsc: 6, extra: 4 * (703 + 101 + 403) + 4 * 55 + 2 * (703 + 55) },
-    // InjecAgent: input, selection, observation (recovered), output (ds row 2 redacted); pairs refused at input
-    full: { asr: '0/6', benign: '4/6', gic: 18, rsc: 7, extra: 4 * (703 + 101 + 403 + 101) + 2 * (703 + 55) },
+    // the filter passes calls to side-effect tools only (the user tools' reads are filtered out):
+    // dh 1 + 1 (the attacker's call), ds 2 + 2 (extraction — "*Add*" matches ViewSavedAddresses — and the replaced send), pairs 2 + 2
+    'single:tool-rules': { asr: '4/6', benign: '6/6', gic: 10, rsc: 2, extra: 10 * 101 },
+    // the filter passes only an answer shaped like a secret: ds row 2 echoes the API token → redacted
+    'single:output-leak': { asr: '6/6', benign: '6/6', gic: 1, rsc: 1, extra: 101 },
+    // InjecAgent: input, observation → blocked (the user tool's read is filtered out); pairs: refused at input
+    'no-recovery': { asr: '0/6', benign: '0/6', gic: 10, rsc: 6, extra: 4 * (703 + 403) + 4 * 55 + 2 * (703 + 55) },
+    // InjecAgent: input, observation (recovered), output of ds row 2 (redacted); pairs refused at input
+    full: { asr: '0/6', benign: '4/6', gic: 11, rsc: 7, extra: 4 * (703 + 403) + 101 + 2 * (703 + 55) },
   });
   const full = s.find((x) => x.config === 'full')!;
   assert.deepEqual([full.groups['injecagent/base/ds']!.benign.k, full.groups['agentharm/pair']!.benign.k], [2, 0]);
@@ -82,7 +83,7 @@ test('s3 eval: --no-guard-decision runs every filtered skill and saves the guard
   const backend = new OpenAIBackend({ baseUrl: up.url, model: 'mock', retries: 0 });
   const rows = await runS3Eval(s3Tasks('mixed', dirs, Infinity, ['base']), parseConfigs('full', skills, false), { backend });
   const [s] = summarizeS3(rows, ['full']);
-  assert.deepEqual(digest(s!), { asr: '0/6', benign: '4/6', gic: 18, rsc: 7, extra: 4 * (602 + 302) + 2 * (602 + 55) });
+  assert.deepEqual(digest(s!), { asr: '0/6', benign: '4/6', gic: 11, rsc: 7, extra: 4 * (602 + 302) + 2 * (602 + 55) });
   assert.ok(rows.every((r) => r.decisions.every((d) => d.guardAgent === null)));
 });
 

@@ -91,7 +91,8 @@ test('proxy (S³): a three-stage trajectory — injected observation stripped, u
   assert.deepEqual(mine.map((l) => [l.event ?? 'request', l.stage ?? l.action]), [['stage', 'tool_observation'], ['stage', 'tool_selection'], ['stage', 'output'], ['request', 'recover']]);
   assert.deepEqual(mine[0]!.changed, [`removed: ${INJECTED}`]);
   assert.deepEqual(mine[1]!.changed, ['call replaced by a tool result: GmailSendEmail']);
-  assert.deepEqual([mine[2]!.action, mine[2]!.picked], ['pass', ['output-leak']]);
+  // a clean answer holds nothing shaped like a secret: output-leak's filter drops it (no check runs)
+  assert.deepEqual([mine[2]!.action, mine[2]!.picked], ['pass', []]);
 });
 
 test('proxy (S³): streaming clients get the checked answer as SSE; --mitigation block refuses instead', async (t) => {

@@ -60,7 +60,11 @@ test('shipped skills parse: one per stage they guard, with their checks and reso
   for (const s of skills) assert.ok(STAGES.includes(s.stage));
   assert.deepEqual(by['safekeep-judge']!.prompt, { builtin: 'safekeep-judge' });
   assert.match((by['parse-data']!.prompt as { template: string }).template, /\{\{observation\}\}/);
-  assert.deepEqual(by['parse-data']!.filter.roles, ['tool']);
+  assert.equal(by['parse-data']!.filter.patterns?.length, 1);
+  assert.deepEqual(Object.fromEntries(skills.map((s) => [s.name, s.inspection])), {
+    'output-leak': ['request', 'history', 'answer'], 'parse-data': ['request', 'history', 'observation'], 'rule-memory': ['request'],
+    'safekeep-judge': ['request'], 'tool-rules': ['request', 'history', 'calls'],
+  });
   assert.ok(by['rule-memory']!.memory!.endsWith('memory.json'));
   assert.equal(parseRules(by['tool-rules']!.rules!.text, 'x').length, 2);
   assert.match(by['parse-data']!.body, /injected/);

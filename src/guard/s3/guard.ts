@@ -16,6 +16,7 @@ import { builtinChecks } from './checks/index.ts';
 import type { StageEvent } from './event.ts';
 import { filterReason } from './filter.ts';
 import { guardPick } from './guard-agent.ts';
+import { limitEvent } from './inspection.ts';
 import type { CheckKind, Skill } from './skill.ts';
 import type { Stage } from './stages.ts';
 
@@ -101,7 +102,8 @@ export async function runStage(event: StageEvent, config: S3Config, env: CheckEn
   for (const skill of picked) {
     const fn = checks[skill.check];
     if (!fn) throw new Error(`skill ${skill.name}: no implementation for "check: ${skill.check}" was given to the guard`);
-    const result = await fn(skill, event, env);
+    // the check sees only the parts of the event its skill declares it inspects
+    const result = await fn(skill, limitEvent(event, skill.inspection), env);
     d.runs.push({ skill: skill.name, check: skill.check, result });
     d.tokens += result.tokens;
     if (result.risky) d.risky.push(skill.name);

@@ -3,6 +3,7 @@
  * how it checks, and whose body is the checking procedure in prose (shown to the guard agent when it decides which
  * skills to run, and to `llm` checks as `{{procedure}}`). See `skill-file.ts` for the format and src/guard/README.md.
  */
+import type { InspectionPart } from './inspection.ts';
 import type { Stage } from './stages.ts';
 
 /** How a skill assesses risk. */
@@ -45,6 +46,8 @@ export interface Skill {
   stage: Stage;
   description: string;
   filter: SkillFilter;
+  /** the parts of the stage event the skill reads (declared, or every part of its stage); the rest is withheld */
+  inspection: InspectionPart[];
   /** resource file names (beside SKILL.md) → absolute paths */
   resources: Map<string, string>;
   check: CheckKind;
