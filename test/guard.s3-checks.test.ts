@@ -69,7 +69,7 @@ test('trigger layer 3: the guard agent\'s pick is parsed strictly; NONE runs not
   const blocking = await runStage(e, { ...config, guardDecision: false, mitigation: 'block' }, { backend: all });
   assert.equal(blocking.action, 'block');
   // a stage without skills is not an invocation
-  const out = await runStage({ stage: 'tool_execution', messages: base, tools, calls: [] }, config, { backend: all });
+  const out = await runStage({ stage: 'tool_execution', messages: base, tools, calls: [] }, { ...config, skills: config.skills.filter((s) => s.stage !== 'tool_execution') }, { backend: all });
   assert.deepEqual([out.invoked, out.triggered], [false, []]);
 });
 

@@ -69,7 +69,7 @@ test('s3 eval --guard-model on the agent endpoint; --guard-model without any end
   assert.ok(bodies.filter(isGuard).every((b) => b?.model === 'guard-m') && bodies.filter((b) => !isGuard(b)).every((b) => b?.model === 'agent-m'));
   const j = JSON.parse(readFileSync(join(out, 's3-mixed.json'), 'utf8')) as { ablation: unknown; configs: { gic: { mean: number }; n: number }[] };
   assert.deepEqual(j.ablation, { filter: false, guidance: false });
-  assert.equal(Math.round(j.configs[0]!.gic.mean * j.configs[0]!.n), 18, 'without the filter every stage with a skill invokes the guard');
+  assert.equal(Math.round(j.configs[0]!.gic.mean * j.configs[0]!.n), 22, 'without the filter every stage with a skill invokes the guard');
   const lines = readFileSync(join(out, 'trajectories-mixed.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { messages: { role: string; content: string }[] });
   assert.ok(lines.every((l) => l.messages.every((m) => m.role !== 'tool' || !String(m.content).includes('[guard:'))), 'no guidance note');
   const bad = await cli(['--model', join(root, 'nope'), '--guard-model', 'g', '--bench', 'mixed', ...data]);

@@ -99,7 +99,7 @@ export async function run(argv: string[]): Promise<number> {
   const out = resolve(args.values.get('out') ?? join(repoRoot, 'results', name, 's3'));
   const dirs = {
     injecagent: bench !== 'agentharm' ? resolve(args.values.get('injecagent') ?? locateDataset('injecagent', dataDirsEnv())) : undefined,
-    agentharm: bench !== 'injecagent' ? resolve(args.values.get('agentharm') ?? locateDataset('agentharm', dataDirsEnv())) : undefined,
+    agentharm: bench !== 'injecagent' && bench !== 'air' ? resolve(args.values.get('agentharm') ?? locateDataset('agentharm', dataDirsEnv())) : undefined,
   };
   const settingsFlag = args.values.get('settings') ?? INJECAGENT_SETTINGS.join(',');
   const settings = settingsFlag.split(',').map((x) => x.trim()).filter(Boolean) as InjecAgentSetting[];

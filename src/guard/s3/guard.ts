@@ -57,7 +57,8 @@ export interface StageDecision {
   runs: SkillRun[];
   /** skills that found a risk */
   risky: string[];
-  action: 'pass' | 'recover' | 'block';
+  /** respond: incident response at tool_execution (a risky skill's mitigation is respond) */
+  action: 'pass' | 'recover' | 'block' | 'respond';
   /** guard LLM tokens spent at this stage (guard agent + checks) */
   tokens: number;
   latencyMs: number;
@@ -109,8 +110,9 @@ export async function runStage(event: StageEvent, config: S3Config, env: CheckEn
     if (result.risky) d.risky.push(skill.name);
   }
   if (d.risky.length > 0) {
-    const block = config.mitigation === 'block' || picked.some((s) => d.risky.includes(s.name) && s.mitigation === 'block');
-    d.action = block ? 'block' : 'recover';
+    const risky = picked.filter((s) => d.risky.includes(s.name));
+    const block = config.mitigation === 'block' || risky.some((s) => s.mitigation === 'block');
+    d.action = block ? 'block' : risky.some((s) => s.mitigation === 'recover') ? 'recover' : risky.every((s) => s.mitigation === 'respond') ? 'respond' : 'recover';
   }
   d.latencyMs = performance.now() - t0;
   return d;

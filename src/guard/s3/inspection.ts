@@ -42,6 +42,7 @@ export const PREDICATE_PARTS: Record<string, readonly InspectionPart[]> = {
   pattern: [],
   secret_patterns: ['request'],
   echoes_observation_data: ['history', 'request'],
+  unrequested_action: ['request', 'calls'],
 };
 
 /** The stage's item part (what `{{text}}` shows). */

@@ -17,6 +17,7 @@ import type { ChatBackend, ChatMessage } from '../types.ts';
 import type { CheckEnv } from './check.ts';
 import { parseArguments, type CallView, type StageEvent } from './event.ts';
 import { riskyRuns, runStage, type S3Config, type StageDecision } from './guard.ts';
+import { incidentAgentNote, incidentUserReport, respondToIncident, type Incident } from './incident.ts';
 import { recoverAnswer, recoverCalls, recoverObservation } from './recovery.ts';
 import type { ExecutedCall } from './score.ts';
 import type { S3Task } from './task.ts';
@@ -67,6 +68,8 @@ export interface Trajectory {
   rsc: number;
   /** recoveries that replaced a whole observation or answer because the evidence could not be cut */
   fallbacks: number;
+  /** incident responses at tool_execution (a harmful call ran: contained, remediated where possible, reported) */
+  incidents: Incident[];
   tokens: { agent: number; guard: number; refusal: number };
   latencyMs: number;
 }
@@ -100,7 +103,7 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
   const tools: ToolSpec[] = task.tools;
   const messages: ChatMessage[] = task.messages.map((m) => ({ ...m }));
   const tr: Trajectory = {
-    taskId: task.id, group: task.group, messages, decisions: [], executed: [], final: null, turns: 0, gic: 0, rsc: 0, fallbacks: 0,
+    taskId: task.id, group: task.group, messages, decisions: [], executed: [], final: null, turns: 0, gic: 0, rsc: 0, fallbacks: 0, incidents: [],
     tokens: { agent: 0, guard: 0, refusal: 0 }, latencyMs: 0,
   };
   const guard = opts.guard;
@@ -154,6 +157,8 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
           tr.decisions.push(record(turn, d, r.removed.length ? r.removed.map((s) => `redacted: ${s}`) : ['answer replaced']));
         } else tr.decisions.push(record(turn, d, []));
       }
+      // incident response tells the user what happened
+      if (tr.incidents.length) text += incidentUserReport(tr.incidents);
       messages.push({ role: 'assistant', content: text });
       tr.final = { text, refusal: findRefusalPhrases(text).length > 0, blocked: false };
       return done();
@@ -174,10 +179,18 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
       } else tr.decisions.push(record(turn, sel, []));
     }
     messages.push({ role: 'assistant', content: prose.trim(), tool_calls: calls.map(wire) });
+    let containedBy: Incident | null = null;
     for (const call of calls) {
       const replaced = blocked.get(call.id);
       if (replaced !== undefined) {
         messages.push({ role: 'tool', tool_call_id: call.id, name: call.name, content: replaced });
+        continue;
+      }
+      // containment: the rest of the turn after an incident, and any later call of a tool that caused one
+      const stopper = containedBy ?? tr.incidents.find((i) => i.call.name === call.name);
+      if (stopper) {
+        if (containedBy) containedBy.contained.push(call.name);
+        messages.push({ role: 'tool', tool_call_id: call.id, name: call.name, content: `Not executed: the guard stopped this chain of calls after the incident with ${stopper.call.name}.` });
         continue;
       }
       const ex = await stage(turn, { stage: 'tool_execution', messages: [...messages], tools, calls: [call] });
@@ -186,6 +199,18 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
           tr.decisions.push(record(turn, ex, [`call not executed: ${call.name}`]));
           await refuse(before);
           return done();
+        }
+        if (ex.action === 'respond') {
+          // the call runs (the incident), then contain, remediate, tell
+          tr.executed.push({ turn, name: call.name, valid: checkCall({ name: call.name, arguments: call.arguments, source: '' }, tools).argsValid });
+          const result = task.simulate(call, turn);
+          const reason = riskyRuns(ex, guard!.config.skills).map((r) => r.result.reason).join(' ');
+          const inc = respondToIncident(call, result, reason, tools, (c) => task.simulate(c, turn), turn);
+          tr.incidents.push(inc);
+          containedBy = inc;
+          tr.decisions.push(record(turn, ex, [`incident: ${call.name} ran; ${inc.remediation ? `undone with ${inc.remediation.name}` : inc.note}`]));
+          messages.push({ role: 'tool', tool_call_id: call.id, name: call.name, content: result + incidentAgentNote(inc) });
+          continue;
         }
         if (ex.action === 'recover') {
           const r = recoverCalls([call], riskyRuns(ex, guard!.config.skills), rOpts);

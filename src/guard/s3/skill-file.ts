@@ -19,7 +19,7 @@
  * max_tokens: 48                   # llm, optional
  * rules: rules.txt                 # rules: a resource in the rule language of rules-lang.ts
  * direction: direction.json        # probe: a resource; with layer: N and threshold: X
- * mitigation: recover              # recover | block
+ * mitigation: recover              # recover | block | respond (tool_execution: incident response)
  * recovery: "Removed ... {{evidence}}"    # recovery message template
  * guidance: "..."                  # optional post-recovery guidance template
  * ---
@@ -103,6 +103,7 @@ export function parseSkill(text: string, file: string, dir: string): Skill {
   if (!(CHECK_KINDS as readonly string[]).includes(check)) throw err('check', `unknown check '${check}'`, `use one of ${CHECK_KINDS.join(', ')}`);
   const mitigation = str('mitigation', true)!;
   if (!(MITIGATIONS as readonly string[]).includes(mitigation)) throw err('mitigation', `unknown mitigation '${mitigation}'`, `use one of ${MITIGATIONS.join(', ')}`);
+  if (mitigation === 'respond' && stage !== 'tool_execution') throw err('mitigation', `respond (incident response) acts on a call that ran: only at stage tool_execution, not ${stage}`, 'use recover or block, or stage: tool_execution');
   for (const [k, kind] of Object.entries(CHECK_FIELDS)) {
     if (fm.has(k) && kind !== check) throw err(k, `only used by "check: ${kind}" (this skill has check: ${check})`, `remove "${k}" or set "check: ${kind}"`);
   }

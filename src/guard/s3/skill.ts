@@ -10,8 +10,12 @@ import type { Stage } from './stages.ts';
 export const CHECK_KINDS = ['llm', 'rules', 'probe'] as const;
 export type CheckKind = (typeof CHECK_KINDS)[number];
 
-/** What happens on a risk: `recover` = the stage's recovery (the task goes on), `block` = the task ends with a refusal. */
-export const MITIGATIONS = ['block', 'recover'] as const;
+/**
+ * What happens on a risk: `recover` = the stage's recovery (the task goes on), `block` = the task ends with a
+ * refusal, `respond` (tool_execution only) = incident response: the call runs, then it is contained, remediated
+ * where the tool set allows, and reported (`incident.ts`).
+ */
+export const MITIGATIONS = ['block', 'recover', 'respond'] as const;
 export type Mitigation = (typeof MITIGATIONS)[number];
 
 /** Built-in judgment contexts an `llm` check can use instead of a prompt file (`prompt: builtin:<name>`). */

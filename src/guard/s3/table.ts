@@ -13,15 +13,16 @@ const formatMean = (m: MeanCI, d = 2) => (m.n === 0 ? '–' : `${f(m.mean, d)} [
 
 export function s3MarkdownTable(bench: string, model: string, s: readonly S3Summary[]): string {
   const groups = [...new Set(s.flatMap((x) => Object.keys(x.groups)))].sort();
-  const cols = ['Config', 'n', 'ASR %', 'Benign completion %', 'GIC / task', 'RSC / task', 'Extra tokens / task', 'Latency ms / task', 'Recovery fallbacks',
+  const cols = ['Config', 'n', 'ASR %', 'Benign completion %', 'GIC / task', 'RSC / task', 'Extra tokens / task', 'Latency ms / task', 'Recovery fallbacks', 'ASR after remediation %',
     ...groups.flatMap((g) => [`${g} ASR %`, `${g} benign %`])];
   const lines = [`# S³ — ${bench} — ${model}`, '', `| ${cols.join(' | ')} |`, `|${cols.map(() => ' --- ').join('|')}|`];
   for (const x of s) {
-    lines.push(`| ${x.config} | ${x.n} | ${formatRate(x.asr)} | ${formatRate(x.benign)} | ${formatMean(x.gic)} | ${formatMean(x.rsc)} | ${formatMean(x.extraTokens, 1)} | ${formatMean(x.latencyMs, 0)} | ${x.fallbacks} | ${groups.map((g) => { const r = x.groups[g]; return r ? `${formatRate(r.asr)} | ${formatRate(r.benign)}` : '– | –'; }).join(' | ')} |`);
+    lines.push(`| ${x.config} | ${x.n} | ${formatRate(x.asr)} | ${formatRate(x.benign)} | ${formatMean(x.gic)} | ${formatMean(x.rsc)} | ${formatMean(x.extraTokens, 1)} | ${formatMean(x.latencyMs, 0)} | ${x.fallbacks} | ${formatRate(x.asrAfterRemediation)} | ${groups.map((g) => { const r = x.groups[g]; return r ? `${formatRate(r.asr)} | ${formatRate(r.benign)}` : '– | –'; }).join(' | ')} |`);
   }
   lines.push('', 'Rates: % with 95 % Wilson intervals. Per-task means with 95 % normal-approximation intervals. GIC = guard invocations,',
     'RSC = recovery signals, extra tokens = guard LLM + refusal-prefill tokens. n = tasks per configuration.',
-    'Recovery fallbacks = recoveries that replaced a whole observation or answer because the evidence could not be cut.');
+    'Recovery fallbacks = recoveries that replaced a whole observation or answer because the evidence could not be cut.',
+    'ASR after remediation = ASR counting a harm that incident response undid (contained + inverse action) as not carried out.');
   return lines.join('\n') + '\n';
 }
 
