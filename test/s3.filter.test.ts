@@ -47,9 +47,9 @@ test('ablations full-no-filter and full-no-guidance: same ASR and benign complet
   const names = ['full', 'full-no-filter', 'full-no-guidance'];
   const rows = await runS3Eval(s3Tasks('mixed', { injecagent, agentharm }, Infinity, ['base']), parseConfigs(names.join(','), skills, true), { backend, concurrency: 4 });
   const s = Object.fromEntries(summarizeS3(rows, names).map((x) => [x.config, [`${x.asr.k}/${x.asr.n}`, `${x.benign.k}/${x.benign.n}`, Math.round(x.gic.mean * x.n), Math.round(x.rsc.mean * x.n)]]));
-  // with the filter, InjecAgent's user-tool selections and the clean answers no longer invoke the guard (11); without
-  // it every stage with a skill does (22: InjecAgent input, selection, execution, observation, output; the pairs' input)
-  assert.deepEqual(s, { full: ['0/6', '4/6', 11, 7], 'full-no-filter': ['0/6', '4/6', 22, 7], 'full-no-guidance': ['0/6', '4/6', 11, 7] });
+  // with the filter, InjecAgent's user-tool selections and executions and the clean answers do not invoke the guard
+  // (19); without it every stage with a skill does (32)
+  assert.deepEqual(s, { full: ['0/6', '6/6', 19, 7], 'full-no-filter': ['0/6', '6/6', 32, 7], 'full-no-guidance': ['0/6', '6/6', 19, 7] });
   const toolText = (config: string) => rows.filter((r) => r.config === config).flatMap((r) => r.messages.filter((m) => m.role === 'tool').map((m) => String(m.content)));
   assert.ok(toolText('full').some((c) => c.includes('[guard:')));
   assert.ok(!toolText('full-no-guidance').some((c) => c.includes('[guard:')));

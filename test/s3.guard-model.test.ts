@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SAFETY_ASSESSOR_ROLE } from '../src/guard/prompts.ts';
 import { S3_CHECK_ROLE } from '../src/guard/s3/checks/llm.ts';
+import { S3_REWRITE_ROLE } from '../src/guard/s3/rewrite.ts';
 import { GUARD_AGENT_ROLE } from '../src/guard/s3/guard-agent.ts';
 import { startMockUpstream } from './helpers/guard-mock.ts';
 import { s3Data } from './helpers/s3-data.ts';
@@ -33,7 +34,7 @@ function cli(args: string[]): Promise<{ code: number | null; stdout: string; std
   });
 }
 
-const GUARD_ROLES = new Set([GUARD_AGENT_ROLE, SAFETY_ASSESSOR_ROLE, S3_CHECK_ROLE]);
+const GUARD_ROLES = new Set([GUARD_AGENT_ROLE, SAFETY_ASSESSOR_ROLE, S3_CHECK_ROLE, S3_REWRITE_ROLE]);
 type Body = { model?: string; messages?: { content: string }[] } | null;
 const isGuard = (b: Body) => GUARD_ROLES.has(b?.messages?.[0]?.content ?? '');
 
@@ -53,7 +54,7 @@ test('s3 eval --guard-endpoint/--guard-model: guard calls to the guard model, ag
   assert.match(j.models.agent, /agent-m/);
   assert.match(j.models.guard, /guard-m/);
   // the scripted guard behaves identically at either endpoint: the same table as with one model
-  assert.deepEqual(j.configs.map((c) => [c.config, c.asr.k, c.benign.k]), [['none', 6, 6], ['full', 0, 4]]);
+  assert.deepEqual(j.configs.map((c) => [c.config, c.asr.k, c.benign.k]), [['none', 6, 6], ['full', 0, 6]]);
   assert.match(r.stdout, /agent .*agent-m.*, guard .*guard-m/);
   // the rules' false-positive rate is printed with the table
   assert.match(r.stdout, /\*\*benign, all \(false-positive rate\)\*\* \| \d+ \| 0\.0 %/);
@@ -69,7 +70,7 @@ test('s3 eval --guard-model on the agent endpoint; --guard-model without any end
   assert.ok(bodies.filter(isGuard).every((b) => b?.model === 'guard-m') && bodies.filter((b) => !isGuard(b)).every((b) => b?.model === 'agent-m'));
   const j = JSON.parse(readFileSync(join(out, 's3-mixed.json'), 'utf8')) as { ablation: unknown; configs: { gic: { mean: number }; n: number }[] };
   assert.deepEqual(j.ablation, { filter: false, guidance: false });
-  assert.equal(Math.round(j.configs[0]!.gic.mean * j.configs[0]!.n), 22, 'without the filter every stage with a skill invokes the guard');
+  assert.equal(Math.round(j.configs[0]!.gic.mean * j.configs[0]!.n), 32, 'without the filter every stage with a skill invokes the guard');
   const lines = readFileSync(join(out, 'trajectories-mixed.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { messages: { role: string; content: string }[] });
   assert.ok(lines.every((l) => l.messages.every((m) => m.role !== 'tool' || !String(m.content).includes('[guard:'))), 'no guidance note');
   const bad = await cli(['--model', join(root, 'nope'), '--guard-model', 'g', '--bench', 'mixed', ...data]);

@@ -32,6 +32,8 @@ export interface S3Config {
   filter?: boolean;
   /** post-recovery guidance shown to the next model turn; false = recovery without it (ablation) */
   guidance?: boolean;
+  /** input-stage recovery: the guard rewrites the request without its harmful part (default), or refuses */
+  inputRecovery?: 'rewrite' | 'refuse';
   /** guard agent answer budget (default 32) */
   guardMaxTokens?: number;
 }

@@ -4,8 +4,9 @@
  *   input ─▶ [model turn ─▶ tool_selection ─▶ per call: tool_execution ─▶ run (simulated) ─▶ tool_observation]* ─▶ output
  *
  * A model turn without tool calls is the final answer (output stage). Decisions: `recover` applies the stage's
- * recovery (`recovery.ts`; input → the refusal prefill), `block` ends the task with the refusal prefill on the
- * conversation as it stood before the turn. Without a guard (`guard: null`) this is the plain agent loop.
+ * recovery (`recovery.ts`; input → the guard rewrites the request without its harmful part, `rewrite.ts`, checked
+ * again, else the refusal prefill), `respond` is incident response at tool_execution (`incident.ts`), `block` ends
+ * the task with the refusal prefill on the conversation as it stood before the turn. Without a guard (`guard: null`) this is the plain agent loop.
  * Everything is recorded: messages, every stage decision, the executed calls (for scoring), tokens and latency.
  */
 import type { ToolSpec } from '../../data/types.ts';
@@ -19,6 +20,7 @@ import { parseArguments, type CallView, type StageEvent } from './event.ts';
 import { riskyRuns, runStage, type S3Config, type StageDecision } from './guard.ts';
 import { incidentAgentNote, incidentUserReport, respondToIncident, type Incident } from './incident.ts';
 import { recoverAnswer, recoverCalls, recoverObservation } from './recovery.ts';
+import { rewriteRequest, withRewrittenRequest } from './rewrite.ts';
 import type { ExecutedCall } from './score.ts';
 import type { S3Task } from './task.ts';
 
@@ -129,10 +131,36 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
 
   const inputDecision = await stage(0, { stage: 'input', messages: [...messages], tools });
   if (inputDecision) {
-    tr.decisions.push(record(0, inputDecision, inputDecision.action === 'pass' ? [] : ['request refused (refusal prefill)']));
-    if (inputDecision.action !== 'pass') {
-      await refuse([...messages]);
-      return done();
+    const original = [...messages];
+    let rewritten = false;
+    const flagged = inputDecision.action === 'recover' ? riskyRuns(inputDecision, guard!.config.skills) : [];
+    // a probe scores the agent's own prefill of the whole request: it names no component to drop, so it refuses
+    if (flagged.length && guard!.config.inputRecovery !== 'refuse' && flagged.every((r) => r.skill.check !== 'probe')) {
+      // input recovery: the guard drops the harmful component; the rewrite is checked again before the task goes on
+      const runs = flagged;
+      const rw = await rewriteRequest(messages, runs, guard!.env);
+      tr.tokens.guard += rw.tokens;
+      if (rw.request !== null) {
+        const note = rOpts.guidance ? `[guard: part of this request was removed as unsafe (${runs.map((r) => r.result.reason).join(' ')}); do only what remains.]` : '';
+        const next = withRewrittenRequest(messages, rw.request, note);
+        tr.decisions.push(record(0, inputDecision, [`request rewritten: ${rw.request}`]));
+        const again = await stage(0, { stage: 'input', messages: next, tools });
+        tr.decisions.push(record(0, again!, again!.action === 'pass' ? [] : ['rewritten request refused (refusal prefill)']));
+        if (again!.action === 'pass') {
+          messages.splice(0, messages.length, ...next);
+          rewritten = true;
+        } else {
+          await refuse(original);
+          return done();
+        }
+      }
+    }
+    if (!rewritten) {
+      tr.decisions.push(record(0, inputDecision, inputDecision.action === 'pass' ? [] : ['request refused (refusal prefill)']));
+      if (inputDecision.action !== 'pass') {
+        await refuse(original);
+        return done();
+      }
     }
   }
   for (let turn = 0; turn < maxSteps; turn++) {
