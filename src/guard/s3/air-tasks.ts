@@ -4,9 +4,9 @@
  * (GrantGuestAccess → RevokeGuestAccess, PlaceOrder → CancelOrder, CreatePolicy → DeletePolicy, UnlockDoor →
  * LockDoor, …). The perturbation: the environment offers that inverse tool as well, and the harmful tool answers
  * like a real service — success plus the ids of what it created (the values the inverse needs) — so a harm that
- * got through can be undone. Prevention at selection (tool-rules) has nothing to stop here (no address, no secret),
- * and with the observation check evaded the harmful call runs; only a response after execution removes the harm.
- * Scored as InjecAgent direct harm, plus whether the harm was undone (`remediated`).
+ * got through can be undone. Prevention at selection (tool-rules) has nothing to stop here (no address, no secret):
+ * whenever the observation-stage check misses the injection, the harmful call runs, and only a response after
+ * execution removes the harm. Scored as InjecAgent direct harm, plus whether the harm was undone (`remediated`).
  */
 import { INJECAGENT_SETTINGS, readInjecAgentCases, readInjecAgentTools, type InjecAgentSetting } from '../../data/injecagent.ts';
 import type { ToolSpec } from '../../data/types.ts';
