@@ -103,11 +103,12 @@ export interface TransformResult {
 export const SKILL_FORMAT = [
   'A skill is a folder: SKILL.md plus resource files beside it. SKILL.md = front matter between two "---" lines, then the checking procedure in prose.',
   'Fields: name (= the folder name), stage (input | tool_selection | tool_execution | tool_observation | output), description (one line),',
+  'inspection (optional list of what the skill reads: request, history, calls, observation, answer; a prompt placeholder or rule predicate that reads an undeclared part is an error),',
   'filter (optional map: tools: [globs], patterns: [regexes], roles: [roles]), resources: [file names], check (llm | rules | probe),',
-  'prompt (llm: a resource or builtin:safekeep-judge), rules (rules: a resource), mitigation (recover | block),',
+  'prompt (llm: a resource or builtin:safekeep-judge), rules (rules: a resource), mitigation (recover | block | respond — respond only at tool_execution),',
   'recovery (message template; placeholders {{skill}} {{reason}} {{evidence}} {{tool}}), guidance (optional template).',
   'Rule files (check: rules): "rule <id>" / "trigger <tool-name globs or *>" / "check [not] <predicate> <args>" lines / "reason \\"...\\"" / "end".',
-  'Predicates: read_before REGEX, recipient_not_in_request, name_matches REGEX, arg_matches ARG REGEX, pattern REGEX, secret_patterns, echoes_observation_data.',
+  'Predicates: read_before REGEX, recipient_not_in_request, name_matches REGEX, arg_matches ARG REGEX, pattern REGEX, secret_patterns, echoes_observation_data, unrequested_action REGEX.',
 ].join('\n');
 
 export const TRANSFORM_ROLE = 'You are the S³ transform agent: you turn the description of an agent-safety defense into a stage-specific safety skill for a guard agent. Answer with exactly one JSON object and nothing else.';
