@@ -2,8 +2,9 @@
  * Input-stage recovery: the guard rewrites the request without its harmful component (S³'s mixed scenarios: "do the
  * benign part, then the harmful part"), and the task continues on the rewrite. One guard LLM call; the answer is
  * the rewritten request, or NONE when nothing safe remains. Fail closed: NONE, an empty answer, an answer identical
- * to the request (nothing was removed) or one longer than it (a rewrite removes, it never adds) → no rewrite, and
- * the caller falls back to the refusal prefill.
+ * to the request (nothing was removed), one longer than it, or one in other words than the user's (more than
+ * NEW_WORDS_ALLOWED of its words, and more than 2, absent from the request: a rewrite removes, it never adds) → no
+ * rewrite, and the caller falls back to the refusal prefill.
  */
 import type { ChatMessage } from '../types.ts';
 import type { CheckEnv } from './check.ts';
@@ -24,11 +25,20 @@ export interface Rewrite {
   tokens: number;
 }
 
+/** share of a rewrite's words that may be new (joining words, a changed inflection) */
+export const NEW_WORDS_ALLOWED = 0.15;
+
+const wordsOf = (s: string) => s.toLowerCase().match(/[\p{L}\p{N}]{3,}/gu) ?? [];
+
 export function parseRewrite(raw: string, original: string): string | null {
   const t = raw.replace(/<think>[\s\S]*?<\/think>/g, '').trim().replace(/^["“]|["”]$/g, '').trim();
   if (t === '' || /^none\b/i.test(t)) return null;
   const norm = (s: string) => s.replace(/\s+/g, ' ').trim();
   if (norm(t) === norm(original) || norm(t).length > norm(original).length) return null;
+  const known = new Set(wordsOf(original));
+  const w = wordsOf(t);
+  const fresh = w.filter((x) => !known.has(x)).length;
+  if (w.length === 0 || (fresh > 2 && fresh > NEW_WORDS_ALLOWED * w.length)) return null;
   return t;
 }
 
