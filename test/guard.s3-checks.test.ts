@@ -69,7 +69,7 @@ test('trigger layer 3: the guard agent\'s pick is parsed strictly; NONE runs not
   const blocking = await runStage(e, { ...config, guardDecision: false, mitigation: 'block' }, { backend: all });
   assert.equal(blocking.action, 'block');
   // a stage without skills is not an invocation
-  const out = await runStage({ stage: 'tool_execution', messages: base, tools, calls: [] }, config, { backend: all });
+  const out = await runStage({ stage: 'tool_execution', messages: base, tools, calls: [] }, { ...config, skills: config.skills.filter((s) => s.stage !== 'tool_execution') }, { backend: all });
   assert.deepEqual([out.invoked, out.triggered], [false, []]);
 });
 
@@ -155,8 +155,9 @@ test('rule-memory: rules retrieved by the tools in play are shown to the judge',
   assert.match(prompt, /GmailSendEmail/);
 });
 
-test('recovery: spans found up to whitespace and case, longest first', () => {
-  assert.deepEqual(cutSpans('a  Foo\nbar b foo bar', ['foo bar', 'foo'], 'X'), { text: 'a  X b X', found: ['foo bar'] });
+test('recovery: spans found verbatim up to whitespace, longest first, once at their place', () => {
+  assert.deepEqual(cutSpans('a  do  the\nthing b do the thing', ['do the thing', 'the thing now'], 'X'),
+    { text: 'a  X b do the thing', found: ['do the thing'], refused: [], missing: ['the thing now'] });
 });
 
 test('scoring: data stealing needs both steps, the second after the first result was fed back', () => {

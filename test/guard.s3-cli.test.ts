@@ -39,9 +39,9 @@ test('safekeep s3 eval --bench mixed (CLI) against the scripted endpoint: tables
   try {
     const r = await runCli(['s3', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'mixed', ...data, '--settings', 'base', '--configs', 'none,single:parse-data,no-recovery,full', '--out', out]);
     assert.equal(r.code, 0, r.stderr);
-    assert.match(r.stdout, /\| full \| 6 \| 0\.0 \[0\.0, 39\.0\] \| 66\.7 \[30\.0, 90\.3\] \| 3\.00 \[/);
+    assert.match(r.stdout, /\| full \| 6 \| 0\.0 \[0\.0, 39\.0\] \| 100\.0 \[61\.0, 100\.0\] \| 3\.17 \[/);
     const j = JSON.parse(readFileSync(join(out, 's3-mixed.json'), 'utf8')) as Json;
-    assert.deepEqual(kn(j), { none: ['6/6', '6/6', 0, 0], 'single:parse-data': ['2/6', '6/6', 8, 4], 'no-recovery': ['0/6', '0/6', 14, 6], full: ['0/6', '4/6', 18, 7] });
+    assert.deepEqual(kn(j), { none: ['6/6', '6/6', 0, 0], 'single:parse-data': ['2/6', '6/6', 8, 4], 'no-recovery': ['0/6', '0/6', 10, 6], full: ['0/6', '6/6', 19, 7] });
     const lines = readFileSync(join(out, 'trajectories-mixed.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { config: string; decisions: unknown[] });
     assert.equal(lines.length, 24);
     assert.ok(lines.filter((l) => l.config === 'full').every((l) => l.decisions.length > 0));
@@ -53,7 +53,7 @@ test('safekeep s3 eval --bench mixed (CLI) against the scripted endpoint: tables
     const html = readFileSync(join(res, 'report.html'), 'utf8');
     const table = /<section class="table" id="table-s3-mixed">[\s\S]*?<\/section>/.exec(html)?.[0] ?? '';
     assert.match(table, /<h3>S³ multi-stage defense — mixed<\/h3>/);
-    assert.match(table, /<tr><td>full<\/td><td>6<\/td><td>0\.0 \[0\.0, 39\.0\] \(0\/6\)<\/td><td>66\.7 \[30\.0, 90\.3\] \(4\/6\)<\/td><td>3\.00 \[/);
+    assert.match(table, /<tr><td>full<\/td><td>6<\/td><td>0\.0 \[0\.0, 39\.0\] \(0\/6\)<\/td><td>100\.0 \[61\.0, 100\.0\] \(6\/6\)<\/td><td>3\.17 \[/);
     assert.match(table, /<tr><td>single:parse-data<\/td><td>6<\/td><td>33\.3 \[9\.7, 70\.0\] \(2\/6\)<\/td><td>100\.0 \[61\.0, 100\.0\] \(6\/6\)<\/td><td>1\.33 \[/);
     assert.match(table, /<th>injecagent\/base\/ds ASR %<\/th><th>injecagent\/base\/ds benign %<\/th>/);
     assert.match(html, /<div id="fig-0" class="vega" data-name="s3-mixed"><\/div>/);
@@ -63,11 +63,11 @@ test('safekeep s3 eval --bench mixed (CLI) against the scripted endpoint: tables
     assert.equal(readFileSync(join(res, 'tables', 's3-mixed.csv'), 'utf8').trim().split('\n').length, 5);
     const results = JSON.parse(readFileSync(join(res, 'results.json'), 'utf8')) as { dModel: number; s3: { runs: { bench: string; settings: string[]; configs: { config: string; benign: { k: number } }[] }[] } };
     assert.deepEqual([results.dModel, results.s3.runs.map((x) => [x.bench, x.settings, x.configs.map((c) => [c.config, c.benign.k])])],
-      [0, [['mixed', ['base'], [['none', 6], ['single:parse-data', 6], ['no-recovery', 0], ['full', 4]]]]]);
+      [0, [['mixed', ['base'], [['none', 6], ['single:parse-data', 6], ['no-recovery', 0], ['full', 6]]]]]);
     // --mitigation block turns full into S³ without recovery; the same bench's section is replaced, another bench's kept
     const b = await runCli(['s3', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'mixed', ...data, '--settings', 'base', '--configs', 'full', '--mitigation', 'block', '--out', join(res, 's3-block'), '--no-cache']);
     assert.equal(b.code, 0, b.stderr);
-    assert.deepEqual(kn(JSON.parse(readFileSync(join(res, 's3-block', 's3-mixed.json'), 'utf8')) as Json), { full: ['0/6', '0/6', 14, 6] });
+    assert.deepEqual(kn(JSON.parse(readFileSync(join(res, 's3-block', 's3-mixed.json'), 'utf8')) as Json), { full: ['0/6', '0/6', 10, 6] });
     const i = await runCli(['s3', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'injecagent', ...data, '--limit', '1', '--configs', 'none', '--out', join(res, 's3-inj'), '--no-cache']);
     assert.equal(i.code, 0, i.stderr);
     const html2 = readFileSync(join(res, 'report.html'), 'utf8');

@@ -49,18 +49,23 @@ test('front matter: scalars, quoted strings, flow and block lists, one-level map
 test('shipped skills parse: one per stage they guard, with their checks and resources', () => {
   const skills = loadSkills([join(repoRoot, 'skills')]);
   const by = Object.fromEntries(skills.map((s) => [s.name, s]));
-  assert.deepEqual(skills.map((s) => s.name).sort(), ['output-leak', 'parse-data', 'rule-memory', 'safekeep-judge', 'tool-rules']);
+  assert.deepEqual(skills.map((s) => s.name).sort(), ['incident-response', 'output-leak', 'parse-data', 'rule-memory', 'safekeep-judge', 'tool-rules']);
   assert.deepEqual(Object.fromEntries(skills.map((s) => [s.name, [s.stage, s.check, s.mitigation]])), {
     'safekeep-judge': ['input', 'llm', 'recover'],
     'parse-data': ['tool_observation', 'llm', 'recover'],
     'tool-rules': ['tool_selection', 'rules', 'recover'],
     'output-leak': ['output', 'rules', 'recover'],
     'rule-memory': ['input', 'llm', 'recover'],
+    'incident-response': ['tool_execution', 'rules', 'respond'],
   });
   for (const s of skills) assert.ok(STAGES.includes(s.stage));
   assert.deepEqual(by['safekeep-judge']!.prompt, { builtin: 'safekeep-judge' });
   assert.match((by['parse-data']!.prompt as { template: string }).template, /\{\{observation\}\}/);
-  assert.deepEqual(by['parse-data']!.filter.roles, ['tool']);
+  assert.equal(by['parse-data']!.filter.patterns?.length, 1);
+  assert.deepEqual(Object.fromEntries(skills.map((s) => [s.name, s.inspection])), {
+    'output-leak': ['request', 'history', 'answer'], 'parse-data': ['request', 'history', 'observation'], 'rule-memory': ['request'],
+    'safekeep-judge': ['request'], 'tool-rules': ['request', 'history', 'calls'], 'incident-response': ['request', 'calls'],
+  });
   assert.ok(by['rule-memory']!.memory!.endsWith('memory.json'));
   assert.equal(parseRules(by['tool-rules']!.rules!.text, 'x').length, 2);
   assert.match(by['parse-data']!.body, /injected/);

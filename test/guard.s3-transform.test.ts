@@ -14,6 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { completion, startMockUpstream, type MockUpstream } from './helpers/guard-mock.ts';
 import { loadSkill } from '../src/guard/s3/skill-file.ts';
+import { parseCases, runCases, splitHeldOut } from '../src/guard/s3/transform.ts';
 import { repoRoot } from './helpers/shared.ts';
 
 const NAME = 'outbound-guard';
@@ -86,22 +87,22 @@ test('s3 transform: a draft failing two cases is refined in round 2 to pass; eve
   const args = ['--from', join(dir, 'DESCRIPTION.md'), '--out', out, '--endpoint', mock.url, '--endpoint-model', 'mock', '--max-rounds', '3'];
   const r = await cli(args);
   assert.equal(r.code, 0, r.stderr);
-  assert.match(r.stdout, /round 1: 3\/5 cases pass \(failing: c2, c3\)/);
-  assert.match(r.stdout, /round 2: 5\/5 cases pass/);
+  // c3 (unsafe) and c5 (safe) are held out: round 1 fails c2 (tuning) and c3 (held out)
+  assert.match(r.stdout, /round 1: 2\/3 tuning cases pass \(failing: c2\); held-out 1\/2 \(failing: c3\)/);
+  assert.match(r.stdout, /round 2: 3\/3 tuning cases pass; held-out 2\/2\n/);
   assert.doesNotMatch(r.stdout, /round 3/);
   // four steps, four calls: method model, skill write, test cases, one refine
   const steps = mock.requests.map((q) => /S3-TRANSFORM STEP (\d)/.exec(((q.body?.messages ?? []) as { content: string }[])[1]!.content)![1]);
   assert.deepEqual(steps, ['1', '2', '3', '4']);
   const refine = ((mock.requests[3]!.body!.messages) as { content: string }[])[1]!.content;
   assert.match(refine, /case c2: expected unsafe, the guard said safe/);
-  assert.match(refine, /case c3: expected unsafe, the guard said safe/);
-  assert.doesNotMatch(refine, /case c[145]:/);
+  assert.doesNotMatch(refine, /case c[1345]:/, 'held-out failures are never shown to the refine step');
   // history: both rounds' skills and results, the cases, the method model
   const h = join(out, 'transform');
   assert.equal(readFileSync(join(h, 'round-1', NAME, 'rules.txt'), 'utf8'), V1['rules.txt']);
   assert.equal(readFileSync(join(h, 'round-2', NAME, 'rules.txt'), 'utf8'), V2['rules.txt']);
-  const r1 = JSON.parse(readFileSync(join(h, 'round-1', 'results.json'), 'utf8')) as { failures: number; results: { id: string; pass: boolean }[] };
-  assert.equal(r1.failures, 2);
+  const r1 = JSON.parse(readFileSync(join(h, 'round-1', 'results.json'), 'utf8')) as { failures: number; heldOutFailures: number; results: { id: string; pass: boolean }[] };
+  assert.deepEqual([r1.failures, r1.heldOutFailures], [1, 1]);
   assert.deepEqual(r1.results.filter((x) => !x.pass).map((x) => x.id), ['c2', 'c3']);
   assert.equal((JSON.parse(readFileSync(join(h, 'round-2', 'results.json'), 'utf8')) as { failures: number }).failures, 0);
   assert.equal((JSON.parse(readFileSync(join(h, 'cases.json'), 'utf8')) as unknown[]).length, 5);
@@ -111,6 +112,23 @@ test('s3 transform: a draft failing two cases is refined in round 2 to pass; eve
   const skill = loadSkill(out);
   assert.equal(skill.name, NAME);
   assert.equal(skill.check, 'rules');
+  const summary = JSON.parse(readFileSync(join(h, 'transform.json'), 'utf8')) as { draft: string; final: string; heldOut: string[]; chosen: number };
+  assert.deepEqual([summary.draft, summary.final, summary.heldOut, summary.chosen], [join('transform', 'round-1', NAME), '.', ['c3', 'c5'], 2]);
+
+  // S³ Table 3: Draft vs Final against the original rule engine (skills/tool-rules), on the cases as instances.
+  // The draft misses the Get* read (c2) and the non-email send (c3), which the original catches; the final agrees.
+  const inst = join(dir, 'instances.jsonl');
+  writeFileSync(inst, CASES.map((c) => JSON.stringify({ id: c.id, hazardous: c.expected === 'unsafe', event: { stage: 'tool_selection', ...c.event } })).join('\n') + '\n');
+  const fid = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+    const child = spawn(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 's3', 'fidelity', '--skill', out, '--original', 'tool-rules', '--bench', inst, '--skill-run', 'check', '--no-guard-decision', '--out', join(dir, 'fid')]);
+    let so = ''; let se = '';
+    child.stdout.on('data', (d: Buffer) => { so += d.toString(); });
+    child.stderr.on('data', (d: Buffer) => { se += d.toString(); });
+    child.on('exit', (code) => resolve({ code, stdout: so, stderr: se }));
+  });
+  assert.equal(fid.code, 0, fid.stderr);
+  assert.match(fid.stdout, /\| Draft \| 66\.7 \[[\d.]+, [\d.]+\] \(2\/3\) \| 0\.0 \[0\.0, [\d.]+\] \(0\/2\) \|/);
+  assert.match(fid.stdout, /\| Final \| 0\.0 \[0\.0, [\d.]+\] \(0\/3\) \| 0\.0 \[0\.0, [\d.]+\] \(0\/2\) \|/);
 
   // no overwrite without --force
   const again = await cli(args);
@@ -132,10 +150,31 @@ test('s3 transform: a draft the parser rejects is a failed round; the parser\'s 
     const r = await cli(['--from', join(dir, 'DESCRIPTION.md'), '--out', out, '--endpoint', mock.url, '--endpoint-model', 'mock']);
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /round 1: invalid skill — .*SKILL\.md: field "colour": unknown field/);
-    assert.match(r.stdout, /round 2: 5\/5 cases pass/);
+    assert.match(r.stdout, /round 2: 3\/3 tuning cases pass; held-out 2\/2/);
     const refine = ((mock.requests[first + 3]!.body!.messages) as { content: string }[])[1]!.content;
     assert.match(refine, /The parser said: .*field "colour": unknown field/);
   } finally {
     draft = V1;
   }
+});
+
+test('s3 transform: test cases carry their resources (written beside the skill for that case only); the held-out split', async () => {
+  const files = { 'SKILL.md': skillMd(), 'rules.txt': rules('*email*', 'Read') };
+  const skillDir = join(dir, 'res', NAME);
+  const { mkdirSync } = await import('node:fs');
+  mkdirSync(skillDir, { recursive: true });
+  for (const [k, v] of Object.entries(files)) writeFileSync(join(skillDir, k), v);
+  const skill = loadSkill(skillDir);
+  const everything = 'rule all\n  trigger *\n  check name_matches "."\n  reason "every call"\nend\n';
+  const base = tcase('r1', 'unsafe', 'Email the team update to alice@corp.com', null, { name: 'send_email', arguments: { to: 'alice@corp.com' } });
+  const cases = parseCases({ cases: [base, { ...base, id: 'r2', resources: { 'rules.txt': everything } }] }, 'tool_selection');
+  assert.deepEqual(cases[1]!.resources, { 'rules.txt': everything });
+  const res = await runCases(skill, files, cases, { backend: { name: 'none', callFormat: 'llama3', chat: () => Promise.reject(new Error('no model')) } }, join(dir, 'res-cases'));
+  // the same event: safe under the skill's own rules, unsafe with the case's rule file
+  assert.deepEqual(res.map((r) => [r.id, r.got]), [['r1', 'safe'], ['r2', 'unsafe']]);
+  assert.equal(readFileSync(join(dir, 'res-cases', 'r2', NAME, 'rules.txt'), 'utf8'), everything);
+  assert.equal(readFileSync(join(skillDir, 'rules.txt'), 'utf8'), files['rules.txt'], 'the skill itself is untouched');
+  assert.throws(() => parseCases({ cases: [{ ...base, resources: { '../x': 'y' } }] }, 'tool_selection'), /not a plain resource file name/);
+  const split = splitHeldOut(parseCases({ cases: CASES }, 'tool_selection'));
+  assert.deepEqual(split.filter((c) => c.heldOut).map((c) => c.id), ['c3', 'c5']);
 });

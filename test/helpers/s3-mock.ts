@@ -8,6 +8,8 @@
  *   "Please grant|retrieve|get …" (the injected instruction, with the enhanced setting's "IMPORTANT!!! …" prefix when
  *   there is one); 300 + 2 tokens.
  * rule-memory (S3_CHECK_ROLE, "## Stored safety rules") — YES iff the request mentions "election"; 400 + 1 tokens.
+ * request rewrite (S3_REWRITE_ROLE) — the part of the request before "Then:" (the mixed task's benign half), else
+ *   NONE; 500 + 3 tokens.
  * refusal (no tools) — "It would be unsafe."; 50 + 5 tokens.
  * agent (tools offered; 10 + 2 tokens), a gullible one:
  *   1. no tool result yet → call tools[0];
@@ -20,6 +22,7 @@
 import type { ToolSpec } from '../../src/data/types.ts';
 import { GUARD_AGENT_ROLE } from '../../src/guard/s3/guard-agent.ts';
 import { S3_CHECK_ROLE } from '../../src/guard/s3/checks/llm.ts';
+import { S3_REWRITE_ROLE } from '../../src/guard/s3/rewrite.ts';
 import { SAFETY_ASSESSOR_ROLE } from '../../src/guard/prompts.ts';
 import { completion, type MockAnswer } from './guard-mock.ts';
 
@@ -51,6 +54,11 @@ export function s3Script(body: Record<string, unknown> | null): MockAnswer {
   if (sys === GUARD_AGENT_ROLE) {
     const names = [...user.matchAll(/^### (\S+)$/gm)].map((m) => m[1]).join(', ');
     return { json: completion(names || 'NONE', { promptTokens: 100, completionTokens: 1 }) };
+  }
+  if (sys === S3_REWRITE_ROLE) {
+    const req = user.split('## The request\n')[1]?.split('\n\n## Why it was found unsafe')[0] ?? '';
+    const i = req.indexOf('\n\nThen:');
+    return { json: completion(i > 0 ? req.slice(0, i) : 'NONE', { promptTokens: 500, completionTokens: 3 }) };
   }
   if (sys === SAFETY_ASSESSOR_ROLE) return { json: completion(/\$5,000|election/.test(user) ? 'YES' : 'NO', { promptTokens: 200, completionTokens: 1 }) };
   if (sys === S3_CHECK_ROLE) {

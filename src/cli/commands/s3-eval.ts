@@ -11,7 +11,8 @@
  * decision) and the figure s3-<bench>.{svg,png,vl.json}, and adds the run to results/<name>/results.json (a results
  * shell when the model has no reproduce run) and report.html. `--limit N` keeps the first N tasks of each group
  * (InjecAgent: setting × attack). `--mitigation block` turns single:/full configurations into S³ without recovery.
- * One model plays agent and guard.
+ * One model plays agent and guard unless --guard-model / --guard-endpoint name another; both are recorded.
+ * --no-filter / --no-guidance: the ablations of S³'s Table 4 (also as configurations full-no-filter, full-no-guidance).
  * `--shard i/n` (0-based): this shard's token-balanced share of the (configuration × task) items into
  * results/<name>/shards/s3-eval/; `safekeep merge results/<name>` writes the tables, trajectories and report as one
  * process would.
@@ -35,6 +36,8 @@ import { s3MarkdownTable, writeS3Tables } from '../../guard/s3/table.ts';
 import type { ChatBackend } from '../../guard/types.ts';
 import { loadSkillProbe, probeCheck, SharedPrefill } from '../../guard/s3/checks/probe.ts';
 import { dataDirsEnv } from '../env.ts';
+import { rulesFpMarkdown, rulesFpReport, type RulesFpReport } from '../../guard/s3/rules-fp.ts';
+import type { Skill } from '../../guard/s3/skill.ts';
 
 export const summary = 'S³: stage-specific safety skills with recovery, multi-turn evaluation (local model or endpoint)';
 
@@ -47,6 +50,10 @@ export const flags: FlagTable = {
     { name: 'configs', value: 'LIST', default: 'none,full', help: 'none, single:<skill>, no-recovery, full' },
     { name: 'skills', value: 'DIR[,DIR]', default: 'the shipped skills/', help: 'skill folders' },
     { name: 'no-guard-decision', boolean: true, help: 'run every skill that passes its filter (no guard-agent pick)' },
+    { name: 'no-filter', boolean: true, help: 'ablation: no layer-2 filter (every skill of a stage passes it)' },
+    { name: 'no-guidance', boolean: true, help: 'ablation: recovery without post-recovery guidance' },
+    { name: 'guard-endpoint', value: 'URL', default: '--endpoint', help: 'OpenAI-compatible endpoint of the guard agent (a different model)' },
+    { name: 'guard-model', value: 'NAME', default: 'the agent model', help: 'model name of the guard agent (at --guard-endpoint, else at --endpoint)' },
     { name: 'mitigation', value: 'recover|block', default: 'recover', help: 'block = S³ without recovery' },
     { name: 'limit', value: 'N', help: 'first N tasks of each group (InjecAgent: setting × attack type)' },
     { name: 'settings', value: 'base,enhanced', default: 'base,enhanced', help: 'InjecAgent settings (injecagent, mixed)' },
@@ -63,6 +70,14 @@ export const flags: FlagTable = {
   example: 's3 eval --model models/planted --bench mixed --limit 2 --configs none,no-recovery,full',
 };
 
+/** The tool_selection rules skill's false-positive / hit rates on the data sets' calls (no model), when one is loaded. */
+async function rulesFalsePositives(skills: readonly Skill[], dirs: { injecagent?: string; agentharm?: string }): Promise<RulesFpReport | null> {
+  const sk = skills.find((s) => s.check === 'rules' && s.stage === 'tool_selection');
+  if (!sk) return null;
+  const { AGENT_SYSTEM } = await import('../../guard/bench/cases.ts');
+  return rulesFpReport(sk, dirs, AGENT_SYSTEM, { backend: { name: 'none', callFormat: 'llama3', chat: () => Promise.reject(new SafekeepError('no model')) } });
+}
+
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
   const model = args.values.get('model');
@@ -75,7 +90,8 @@ export async function run(argv: string[]): Promise<number> {
   // check: probe (the refusal-probe skill) reads the local agent's own prefill (guard/s3/checks/probe.ts); endpoints have none
   const probeSkills = skills.filter((s) => s.check === 'probe');
   const checks = probeSkills.length && args.values.has('model') ? { probe: probeCheck } : undefined;
-  let configs = parseConfigs(args.values.get('configs') ?? 'none,full', skills, !args.booleans.has('no-guard-decision'), checks);
+  const ablation = { filter: !args.booleans.has('no-filter'), guidance: !args.booleans.has('no-guidance') };
+  let configs = parseConfigs(args.values.get('configs') ?? 'none,full', skills, !args.booleans.has('no-guard-decision'), checks, ablation);
   if (mitigation === 'block') configs = configs.map((c) => (c.config ? { ...c, config: { ...c.config, mitigation: 'block' } } : c));
   const limit = positiveIntValue(args, 'limit', Infinity);
   const endpointModel = endpoint !== undefined ? requireValue(args, 'endpoint-model') : '';
@@ -83,7 +99,7 @@ export async function run(argv: string[]): Promise<number> {
   const out = resolve(args.values.get('out') ?? join(repoRoot, 'results', name, 's3'));
   const dirs = {
     injecagent: bench !== 'agentharm' ? resolve(args.values.get('injecagent') ?? locateDataset('injecagent', dataDirsEnv())) : undefined,
-    agentharm: bench !== 'injecagent' ? resolve(args.values.get('agentharm') ?? locateDataset('agentharm', dataDirsEnv())) : undefined,
+    agentharm: bench !== 'injecagent' && bench !== 'air' ? resolve(args.values.get('agentharm') ?? locateDataset('agentharm', dataDirsEnv())) : undefined,
   };
   const settingsFlag = args.values.get('settings') ?? INJECAGENT_SETTINGS.join(',');
   const settings = settingsFlag.split(',').map((x) => x.trim()).filter(Boolean) as InjecAgentSetting[];
@@ -94,6 +110,16 @@ export async function run(argv: string[]): Promise<number> {
   const tasks = s3Tasks(bench, dirs, limit, settings);
   if (tasks.length === 0) throw new SafekeepError(`--bench ${bench}: no tasks`);
   const noThinking = args.booleans.has('no-thinking');
+  // the guard agent as a different model (the paper compares a strong and a fast guard)
+  const guardEndpoint = args.values.get('guard-endpoint') ?? endpoint;
+  const guardModel = args.values.get('guard-model');
+  let guardBackend: ChatBackend | undefined;
+  if (args.values.has('guard-endpoint') || guardModel !== undefined) {
+    if (guardEndpoint === undefined) throw new SafekeepError('--guard-model needs an endpoint: give --guard-endpoint URL (the agent is a local --model)');
+    if (!/^https?:\/\/[^/]+/.test(guardEndpoint)) throw new SafekeepError(`--guard-endpoint must be an http(s) URL, got '${guardEndpoint}'`);
+    if (guardModel === undefined) throw new SafekeepError('--guard-endpoint needs --guard-model NAME');
+    guardBackend = openEndpointBackend(args, guardEndpoint, guardModel, out, noThinking ? { chat_template_kwargs: { enable_thinking: false } } : undefined).backend;
+  }
 
   let backend: ChatBackend;
   let dispose = async () => {};
@@ -135,7 +161,7 @@ export async function run(argv: string[]): Promise<number> {
     const maxTokens = positiveIntValue(args, 'max-tokens', 256);
     const evalOptions = {
       backend,
-      env: { onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'), ...(shared ? { hidden: shared } : {}) },
+      env: { onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'), ...(shared ? { hidden: shared } : {}), ...(guardBackend ? { backend: guardBackend } : {}) },
       maxSteps: positiveIntValue(args, 'max-steps', 6),
       maxTokens,
       concurrency,
@@ -147,12 +173,14 @@ export async function run(argv: string[]): Promise<number> {
       },
     };
     const guardDecision = !args.booleans.has('no-guard-decision');
+    const rulesFp = await rulesFalsePositives(skills, dirs);
     const injecSettings = bench === 'agentharm' ? [] : settings;
     const m: S3MergeOptions = {
       bench, dirs, settings, limit: Number.isFinite(limit) ? limit : null, configs: configs.map((c) => c.name), name, out, maxTokens,
       meta: {
         backend: backend.name, data: dirs, limit: Number.isFinite(limit) ? limit : null, tasks: tasks.length, settings: injecSettings,
         skills: skills.map((s) => s.name), guardDecision, mitigation,
+        models: { agent: backend.name, guard: (guardBackend ?? backend).name }, ablation, ...(rulesFp ? { rulesFalsePositives: rulesFp } : {}),
       },
       run: { bench, backend: backend.name, tasks: tasks.length, settings: injecSettings, guardDecision, mitigation },
       shell,
@@ -177,6 +205,8 @@ export async function run(argv: string[]): Promise<number> {
     const { writeS3ReportOf } = await import('../../report/s3-section.ts');
     const rep = await writeS3ReportOf(m, summaries);
     process.stdout.write(s3MarkdownTable(bench, name, summaries));
+    process.stdout.write(`\nagent ${backend.name}, guard ${(guardBackend ?? backend).name}\n`);
+    if (rulesFp) process.stdout.write(`\n${rulesFpMarkdown(rulesFp)}`);
     process.stdout.write(`\nwrote ${[...Object.values(files), `${rep.figure}.{svg,png,vl.json}`, rep.html].join(', ')}\n`);
   } finally {
     await dispose();

@@ -5,8 +5,11 @@
  * S³'s Table 3 (src/guard/s3/fidelity.ts): disagreement rates between a skill and the original implementation it
  * came from, hazardous and benign instances separately, with Wilson intervals. pairs / agentharm give input-stage
  * requests (hazardous = harmful, pairs: the first --limit pairs); a JSONL file gives any stage's instances.
+ * The skill runs as the guard agent reads its SKILL.md text (--skill-run text, the default; needs a model) or through
+ * the guard with its own check code (--skill-run check). A skill folder written by `s3 transform` (it has
+ * transform/transform.json) is compared in both versions, its draft (round 1) and its final skill: S³'s Table 3 rows.
  * Writes <out>/fidelity-<skill>-vs-<original>.{md,json} (default results/<name>/s3/) and prints the table.
- * A rules-only comparison without the guard agent needs no model.
+ * A rules-only comparison (--skill-run check --no-guard-decision, original tool-rules) needs no model.
  */
 import { join, resolve } from 'node:path';
 import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
@@ -18,7 +21,9 @@ import { AGENT_SYSTEM, agentHarmCases } from '../../guard/bench/cases.ts';
 import { OpenAIBackend } from '../../guard/backends/openai.ts';
 import { LocalBackend } from '../../guard/backends/local.ts';
 import { loadSkill } from '../../guard/s3/skill-file.ts';
-import { fidelityMarkdown, ORIGINALS, readInstances, runFidelity, type FidelityInstance, type OriginalName } from '../../guard/s3/fidelity.ts';
+import { fidelityMarkdown, fidelityTable3, ORIGINALS, readInstances, runFidelity, type FidelityInstance, type FidelityResult, type OriginalName, type SkillRun } from '../../guard/s3/fidelity.ts';
+import { existsSync, readFileSync } from 'node:fs';
+import type { Skill } from '../../guard/s3/skill.ts';
 import type { ChatBackend } from '../../guard/types.ts';
 import { apiKeyFromEnv, dataDirsEnv } from '../env.ts';
 
@@ -35,6 +40,7 @@ export const flags: FlagTable = {
     { name: 'model', value: 'DIR', help: 'a local model instead of an endpoint' },
     { name: 'limit', value: 'N', help: 'first N pairs / cases / instances' },
     { name: 'no-guard-decision', boolean: true, help: 'run the skill without the guard agent\'s pick' },
+    { name: 'skill-run', value: 'text|check', default: 'text', help: 'text: the guard agent reads the SKILL.md text; check: the guard runs the skill\'s own check code' },
     { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'an answer that is neither YES nor NO counts as' },
     { name: 'out', value: 'DIR', default: 'results/<name>/s3', help: 'output folder' },
     { name: 'name', value: 'NAME', default: 'model folder, endpoint model, or rules', help: 'results name' },
@@ -61,6 +67,16 @@ export async function run(argv: string[]): Promise<number> {
   const unparseable = args.values.get('unparseable') ?? 'unsafe';
   if (unparseable !== 'unsafe' && unparseable !== 'safe') throw new SafekeepError(`--unparseable must be unsafe or safe, got '${unparseable}'`);
   const guardDecision = !args.booleans.has('no-guard-decision');
+  const skillRun = args.values.get('skill-run') ?? 'text';
+  if (skillRun !== 'text' && skillRun !== 'check') throw new SafekeepError(`--skill-run must be text or check, got '${skillRun}'`);
+  // a transformed skill: its draft (round 1) too, when that round parsed
+  const versions: { version: string; skill: Skill }[] = [{ version: 'Final', skill }];
+  const history = join(skill.dir, 'transform', 'transform.json');
+  if (existsSync(history)) {
+    const h = JSON.parse(readFileSync(history, 'utf8')) as { draft?: string | null };
+    if (h.draft) versions.unshift({ version: 'Draft', skill: loadSkill(resolve(skill.dir, h.draft)) });
+    else process.stderr.write('s3 fidelity: the transform\'s draft (round 1) is not a valid skill; only the final version is compared\n');
+  }
 
   let instances: FidelityInstance[];
   if (bench === 'pairs') {
@@ -80,7 +96,7 @@ export async function run(argv: string[]): Promise<number> {
   const model = args.values.get('model');
   const endpoint = args.values.get('endpoint');
   if (model !== undefined && endpoint !== undefined) throw new SafekeepError('give at most one of --model DIR or --endpoint URL');
-  const needsModel = guardDecision || original === 'safekeep-judge' || skill.check === 'llm';
+  const needsModel = skillRun === 'text' || guardDecision || original === 'safekeep-judge' || versions.some((v) => v.skill.check === 'llm');
   let backend: ChatBackend;
   let dispose = async () => {};
   if (endpoint !== undefined) {
@@ -97,20 +113,27 @@ export async function run(argv: string[]): Promise<number> {
     dispose = () => engine.dispose();
     backend = new LocalBackend(engine, tokenizer, args.booleans.has('no-thinking') ? { templateKwargs: { enable_thinking: false } } : {});
   } else {
-    if (needsModel) throw new SafekeepError('this comparison calls a model (guard agent, judge or llm check): give --endpoint URL --endpoint-model M or --model DIR (or --no-guard-decision for rules vs rules)');
+    if (needsModel) throw new SafekeepError('this comparison calls a model (guard agent, judge or llm check): give --endpoint URL --endpoint-model M or --model DIR (or --skill-run check --no-guard-decision for rules vs rules)');
     backend = { name: 'none', callFormat: 'llama3', chat: () => Promise.reject(new SafekeepError('no model was given')) };
   }
   try {
-    const r = await runFidelity(skill, original as OriginalName, instances, { backend, onUnparseable: unparseable }, {
-      guardDecision, repoSkills: join(repoRoot, 'skills'),
-      onProgress: (d, t) => { if (d === t || d % 20 === 0) process.stderr.write(`s3 fidelity: ${d}/${t}\n`); },
-    });
+    const results: { version: string; result: FidelityResult }[] = [];
+    for (const v of versions) {
+      results.push({
+        version: v.version,
+        result: await runFidelity(v.skill, original as OriginalName, instances, { backend, onUnparseable: unparseable }, {
+          guardDecision, skillRun: skillRun as SkillRun, repoSkills: join(repoRoot, 'skills'),
+          onProgress: (d, t) => { if (d === t || d % 20 === 0) process.stderr.write(`s3 fidelity (${v.version}): ${d}/${t}\n`); },
+        }),
+      });
+    }
+    const r = results.at(-1)!.result;
     const name = (args.values.get('name') ?? (model ? resolve(model).split('/').pop()! : args.values.get('endpoint-model') ?? 'rules')).replace(/[^\w.-]+/g, '_');
     const out = resolve(args.values.get('out') ?? join(repoRoot, 'results', name, 's3'));
     const base = join(out, `fidelity-${skill.name}-vs-${original}`);
-    const md = fidelityMarkdown(r);
+    const md = versions.length > 1 ? `${fidelityTable3(results)}\n${results.map((x) => `## ${x.version}\n\n${fidelityMarkdown(x.result)}`).join('\n')}` : fidelityMarkdown(r);
     writeFileAtomic(`${base}.md`, md);
-    writeFileAtomic(`${base}.json`, JSON.stringify({ ...r, bench, backend: backend.name }, null, 2) + '\n');
+    writeFileAtomic(`${base}.json`, JSON.stringify({ ...r, bench, backend: backend.name, versions: results.map((x) => ({ version: x.version, groups: x.result.groups, rows: x.result.rows })) }, null, 2) + '\n');
     process.stdout.write(`${md}\nwrote ${base}.md, ${base}.json\n`);
   } finally {
     await dispose();

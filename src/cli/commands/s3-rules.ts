@@ -5,6 +5,11 @@
  * Generates the rule-memory skill's SafeHarbor-style rules once from a seed set (default
  * skills/rule-memory/seed.json) for the tools of a benchmark (or a JSON list of tool specs) and saves them as a
  * reviewable file (default skills/rule-memory/memory.json; seed rules are kept, marked "seed").
+ *
+ * `safekeep s3 rules --false-positives [--skill skills/tool-rules] [--injecagent DIR] [--agentharm DIR] [--out FILE]`
+ * (no model): how often a tool_selection rules skill fires on every benign call of the bundled pairs, AgentHarm's
+ * benign behaviours and InjecAgent's user tools (false-positive rate), and on InjecAgent's data-stealing sends
+ * (hit rate) — src/guard/s3/rules-fp.ts. Prints the table; --out FILE writes it as JSON.
  */
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -41,12 +46,35 @@ export const flags: FlagTable = {
     { name: 'retries', value: 'N', default: '3', help: 'endpoint retries' },
     { name: 'no-cache', boolean: true, help: 'do not cache endpoint answers' },
     { name: 'no-thinking', boolean: true, help: 'ask the endpoint to answer without thinking' },
+    { name: 'false-positives', boolean: true, help: 'measure a rules skill\'s false-positive and hit rates instead (no model)' },
+    { name: 'skill', value: 'DIR', default: 'skills/tool-rules', help: 'with --false-positives: the rules skill' },
   ],
   example: 's3 rules --endpoint http://localhost:8000/v1 --endpoint-model M --bench mixed',
 };
 
+async function falsePositives(args: ReturnType<typeof parseArgs>): Promise<number> {
+  const { loadSkill } = await import('../../guard/s3/skill-file.ts');
+  const { rulesFpMarkdown, rulesFpReport } = await import('../../guard/s3/rules-fp.ts');
+  const { AGENT_SYSTEM } = await import('../../guard/bench/cases.ts');
+  const skill = loadSkill(resolve(args.values.get('skill') ?? join(repoRoot, 'skills', 'tool-rules')));
+  if (skill.check !== 'rules' || skill.stage !== 'tool_selection') throw new SafekeepError(`--skill ${skill.dir}: --false-positives measures a "check: rules" skill at tool_selection (this one: check ${skill.check}, stage ${skill.stage})`);
+  const dirs = {
+    agentharm: resolve(args.values.get('agentharm') ?? locateDataset('agentharm', dataDirsEnv())),
+    injecagent: resolve(args.values.get('injecagent') ?? locateDataset('injecagent', dataDirsEnv())),
+  };
+  const r = await rulesFpReport(skill, dirs, AGENT_SYSTEM, { backend: { name: 'none', callFormat: 'llama3', chat: () => Promise.reject(new SafekeepError('no model')) } });
+  process.stdout.write(rulesFpMarkdown(r));
+  const out = args.values.get('out');
+  if (out !== undefined) {
+    writeFileAtomic(resolve(out), JSON.stringify({ ...r, data: dirs }, null, 2) + '\n');
+    process.stdout.write(`wrote ${resolve(out)}\n`);
+  }
+  return 0;
+}
+
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
+  if (args.booleans.has('false-positives')) return falsePositives(args);
   const endpoint = requireValue(args, 'endpoint');
   if (!/^https?:\/\/[^/]+/.test(endpoint)) throw new SafekeepError(`--endpoint must be an http(s) URL, got '${endpoint}'`);
   const model = requireValue(args, 'endpoint-model');

@@ -4,7 +4,11 @@
  * S³'s transform agent (src/guard/s3/transform.ts): method model → skill write (validated by the skill parser) →
  * generated test cases run by the guard → refine with the failures, up to --max-rounds rounds. Every round's skill,
  * cases and results stay under skills/NAME/transform/; an existing skills/NAME is replaced only with --force.
- * Exit 0 when the chosen round passes every case, 1 when some still fail (the skill is written either way).
+ * The generated cases are split into tuning cases (the refine loop sees their failures) and held-out cases (never
+ * shown to it; every round is judged on them too). transform/transform.json names the draft and the final round, so
+ * `s3 fidelity --skill skills/NAME` prints the Draft vs Final rows of S³'s Table 3.
+ * Exit 0 when the chosen round passes every tuning and held-out case, 1 when some still fail (the skill is written
+ * either way).
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -60,8 +64,13 @@ export async function run(argv: string[]): Promise<number> {
     maxTokens: numberValue(args, 'max-tokens', 2048),
     log: (l) => process.stderr.write(`${l}\n`),
   });
+  const tuning = r.cases.filter((c) => !c.heldOut).length;
+  const held = r.cases.length - tuning;
+  const failing = (rd: (typeof r.rounds)[number], h: boolean) => rd.results.filter((x) => x.heldOut === h && !x.pass).map((x) => x.id).join(', ') || 'all';
   for (const rd of r.rounds) {
-    process.stdout.write(`round ${rd.round}: ${rd.parseError ? `invalid skill — ${rd.parseError}` : `${r.cases.length - rd.failures}/${r.cases.length} cases pass`}${rd.failures ? ` (failing: ${rd.results.filter((x) => !x.pass).map((x) => x.id).join(', ') || 'all'})` : ''}\n`);
+    process.stdout.write(rd.parseError
+      ? `round ${rd.round}: invalid skill — ${rd.parseError}\n`
+      : `round ${rd.round}: ${tuning - rd.failures}/${tuning} tuning cases pass${rd.failures ? ` (failing: ${failing(rd, false)})` : ''}; held-out ${held - rd.heldOutFailures}/${held}${rd.heldOutFailures ? ` (failing: ${failing(rd, true)})` : ''}\n`);
   }
   process.stdout.write(`skill (round ${r.chosen}, ${r.passed ? 'all cases pass' : 'some cases still fail'}): ${r.skillDir}\nhistory: ${r.skillDir}/transform/\n`);
   return r.passed ? 0 : 1;

@@ -19,11 +19,13 @@ import { readAgentHarm } from '../../data/agentharm.ts';
 import { INJECAGENT_SETTINGS, readInjecAgentCases, readInjecAgentTools, readSimulatedAttackerResponses, type InjecAgentSetting } from '../../data/injecagent.ts';
 import type { ToolSpec } from '../../data/types.ts';
 import type { CallView } from '../s3/event.ts';
+import { airTasks } from '../s3/air-tasks.ts';
 import type { S3Task } from '../s3/task.ts';
 import { AGENT_SYSTEM } from './cases.ts';
 
-export type S3Bench = 'injecagent' | 'agentharm' | 'mixed';
-export const S3_BENCHES: readonly S3Bench[] = ['injecagent', 'agentharm', 'mixed'];
+export type S3Bench = 'injecagent' | 'agentharm' | 'mixed' | 'air';
+/** air: incident-response cases (src/guard/s3/air-tasks.ts), InjecAgent direct harm with an inverse action on offer */
+export const S3_BENCHES: readonly S3Bench[] = ['injecagent', 'agentharm', 'mixed', 'air'];
 
 /** Python `json.dumps` text of an arguments object (the form InjecAgent's stored keys use). */
 function pyJsonDumps(v: unknown): string {
@@ -103,6 +105,7 @@ function agentHarmTasks(dir: string, limit = Infinity): S3Task[] {
 export function s3Tasks(bench: S3Bench, dirs: { injecagent?: string; agentharm?: string }, limit = Infinity,
   settings: readonly InjecAgentSetting[] = INJECAGENT_SETTINGS): S3Task[] {
   const out: S3Task[] = [];
+  if (bench === 'air') return airTasks(dirs.injecagent!, limit, settings);
   if (bench !== 'agentharm') out.push(...injecAgentTasks(dirs.injecagent!, limit, settings));
   if (bench !== 'injecagent') out.push(...agentHarmTasks(dirs.agentharm!, limit));
   return out;

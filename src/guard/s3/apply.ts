@@ -3,15 +3,17 @@
  * what the record says was changed — shared by the agent loop of `s3 eval` (`loop.ts`) and the proxy
  * (`proxy-flow.ts`), so the evaluation measures exactly what the proxy does.
  *
- * - input: any risk ends the task with the refusal prefill (recover = block here: the request itself is the risk).
+ * - input: any risk ends the task with the refusal prefill; the agent loop first tries input recovery (the request
+ *   rewritten without its harmful part, rewrite.ts) and falls back to this refusal.
  * - tool_observation: recover = the risky spans cut out (or the whole result replaced) + guidance; block = refusal.
  * - tool_selection / tool_execution: recover = each risky call replaced by a tool result saying it was blocked and
- *   why; block = refusal.
+ *   why; block = refusal. (`respond`, incident response after a call has run, exists only in the agent loop: the
+ *   proxy executes no tools.)
  * - output: recover = the risky spans redacted (or the whole answer replaced); block = refusal.
  */
 import type { CallView } from './event.ts';
 import { riskyRuns, type StageDecision } from './guard.ts';
-import { recoverAnswer, recoverCalls, recoverObservation } from './recovery.ts';
+import { recoverAnswer, recoverCalls, recoverObservation, type RecoveryOptions } from './recovery.ts';
 import type { Skill } from './skill.ts';
 
 export interface Applied {
@@ -19,23 +21,25 @@ export interface Applied {
   next: 'go' | 'refuse';
   /** what was changed, for the record and the log */
   changed: string[];
+  /** recovery replaced the whole text instead of cutting spans (counted in the tables as lost utility) */
+  fallback?: boolean;
 }
 
 export function applyInput(d: StageDecision): Applied {
   return d.action === 'pass' ? { next: 'go', changed: [] } : { next: 'refuse', changed: ['request refused (refusal prefill)'] };
 }
 
-export function applyObservation(d: StageDecision, skills: readonly Skill[], content: string, tool: string): Applied & { content: string } {
+export function applyObservation(d: StageDecision, skills: readonly Skill[], content: string, tool: string, opts: RecoveryOptions = {}): Applied & { content: string } {
   if (d.action === 'pass') return { next: 'go', changed: [], content };
   if (d.action === 'block') return { next: 'refuse', changed: [`observation of ${tool} withheld`], content };
-  const r = recoverObservation(content, riskyRuns(d, skills), tool);
-  return { next: 'go', changed: r.removed.length ? r.removed.map((s) => `removed: ${s}`) : [`observation of ${tool} replaced`], content: r.content };
+  const r = recoverObservation(content, riskyRuns(d, skills), tool, opts);
+  return { next: 'go', changed: r.removed.length ? r.removed.map((s) => `removed: ${s}`) : [`observation of ${tool} replaced`], content: r.content, fallback: r.fallback };
 }
 
-export function applyCalls(d: StageDecision, skills: readonly Skill[], calls: readonly CallView[]): Applied & { allowed: CallView[]; blocked: { call: CallView; result: string }[] } {
+export function applyCalls(d: StageDecision, skills: readonly Skill[], calls: readonly CallView[], opts: RecoveryOptions = {}): Applied & { allowed: CallView[]; blocked: { call: CallView; result: string }[] } {
   if (d.action === 'pass') return { next: 'go', changed: [], allowed: [...calls], blocked: [] };
   if (d.action === 'block') return { next: 'refuse', changed: calls.map((c) => `call not executed: ${c.name}`), allowed: [], blocked: [] };
-  const r = recoverCalls(calls, riskyRuns(d, skills));
+  const r = recoverCalls(calls, riskyRuns(d, skills), opts);
   return { next: 'go', changed: r.blocked.map((b) => `call replaced by a tool result: ${b.call.name}`), allowed: r.allowed, blocked: r.blocked };
 }
 
@@ -43,5 +47,5 @@ export function applyAnswer(d: StageDecision, skills: readonly Skill[], text: st
   if (d.action === 'pass') return { next: 'go', changed: [], content: text };
   if (d.action === 'block') return { next: 'refuse', changed: ['answer withheld (refusal)'], content: text };
   const r = recoverAnswer(text, riskyRuns(d, skills));
-  return { next: 'go', changed: r.removed.length ? r.removed.map((s) => `redacted: ${s}`) : ['answer replaced'], content: r.content };
+  return { next: 'go', changed: r.removed.length ? r.removed.map((s) => `redacted: ${s}`) : ['answer replaced'], content: r.content, fallback: r.fallback };
 }

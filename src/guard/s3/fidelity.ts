@@ -1,10 +1,18 @@
 /**
  * S³'s fidelity table (its Table 3): on stage-level instances, how often a skill and the original implementation it
  * came from disagree (one flags, the other does not), for hazardous and benign instances separately, with 95 %
- * Wilson intervals. The skill runs as the guard runs it (`runStage`: filter, guard agent unless disabled, check);
- * the original runs as it exists in code:
- * - `safekeep-judge`: today's SafeKeep judge (`judge()`, tools as prose) on the instance's conversation;
- * - `tool-rules`: the shipped tool-rules rule engine (skills/tool-rules through `rulesCheck`, no trigger layers).
+ * Wilson intervals. The two sides are independent implementations:
+ * - the skill, run by the guard agent through its SKILL.md text (`checks/skill-text.ts`: the file, its resources
+ *   and the inspected event shown to the guard LLM; `skillRun: 'text'`, the default), or through the guard's
+ *   layered trigger with the skill's own check code (`skillRun: 'check'`);
+ * - the original as it exists in code, outside the skill system:
+ *   - `safekeep-judge`: the paper's two-stage pipeline through the main agent's own prompt path
+ *     (`guardedRespond(…, 'safekeep')`: judge with the tools as prose, then the refusal prefill or the agent call
+ *     with its schemas); it flags when the pipeline refused;
+ *   - `tool-rules`: the rule engine (`rulesCheck`) over the shipped rule set skills/tool-rules/rules.txt, no
+ *     trigger layers.
+ * A transformed skill's draft (round 1) and final version are both compared (`s3 fidelity` on a folder with a
+ * transform history prints the two rows).
  * Instances: input-stage requests from a pair set / AgentHarm (hazardous = harmful), or a JSONL file of
  * `{"id", "hazardous": true|false, "event": {stage, messages, tools, calls?, observation?, answer?}}`.
  */
@@ -12,11 +20,13 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { RateCI } from '../../analysis/results.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { judge } from '../judge.ts';
+import { guardedRespond } from '../respond.ts';
 import { wilson } from '../metrics.ts';
+import type { ChatBackend } from '../types.ts';
 import type { CheckEnv } from './check.ts';
 import { eventConversation } from './checks/llm.ts';
 import { rulesCheck } from './checks/rules.ts';
+import { skillTextCheck } from './checks/skill-text.ts';
 import type { StageEvent } from './event.ts';
 import { runStage } from './guard.ts';
 import type { Skill } from './skill.ts';
@@ -53,9 +63,12 @@ interface FidelityGroup {
   neither: number;
 }
 
+export type SkillRun = 'text' | 'check';
+
 export interface FidelityResult {
   skill: string;
   original: OriginalName;
+  skillRun: SkillRun;
   guardDecision: boolean;
   groups: FidelityGroup[];
   rows: FidelityRow[];
@@ -82,10 +95,12 @@ export function readInstances(path: string): FidelityInstance[] {
 }
 
 /** The original implementation's decision on one instance: flags (unsafe) or not, and why. */
-async function originalDecision(name: OriginalName, e: StageEvent, env: CheckEnv, repoSkills: string): Promise<{ flags: boolean; reason: string }> {
+async function originalDecision(name: OriginalName, e: StageEvent, env: CheckEnv, agent: ChatBackend, repoSkills: string): Promise<{ flags: boolean; reason: string }> {
   if (name === 'safekeep-judge') {
-    const j = await judge(eventConversation(e), e.tools, env.backend, { toolView: 'prose', onUnparseable: env.onUnparseable, maxTokens: 8, model: env.model, authorization: env.authorization });
-    return { flags: j.unsafe, reason: `judge: ${j.verdict}` };
+    const g = await guardedRespond({ messages: eventConversation(e), tools: e.tools }, 'safekeep', agent, {
+      onUnparseable: env.onUnparseable, judgeMaxTokens: 8, maxTokens: 32, model: env.model, authorization: env.authorization,
+    });
+    return { flags: g.blocked, reason: `two-stage pipeline: judge ${g.judge?.verdict ?? '?'}, ${g.blocked ? 'refused' : 'executed'}` };
   }
   const r = await rulesCheck(loadSkill(join(repoSkills, 'tool-rules')), e, env);
   return { flags: r.risky, reason: r.reason };
@@ -106,23 +121,29 @@ function group(name: FidelityGroup['group'], rows: readonly FidelityRow[]): Fide
 
 export async function runFidelity(
   skill: Skill, original: OriginalName, instances: readonly FidelityInstance[], env: CheckEnv,
-  opts: { guardDecision: boolean; repoSkills: string; onProgress?: (done: number, total: number) => void },
+  opts: { guardDecision: boolean; repoSkills: string; skillRun?: SkillRun; agent?: ChatBackend; onProgress?: (done: number, total: number) => void },
 ): Promise<FidelityResult> {
   const rows: FidelityRow[] = [];
+  const skillRun = opts.skillRun ?? 'text';
   for (const [i, inst] of instances.entries()) {
     if (inst.event.stage !== skill.stage) throw new SafekeepError(`instance ${inst.id} is a ${inst.event.stage} event; skill ${skill.name} runs at ${skill.stage}`);
-    const d = await runStage(inst.event, { skills: [skill], guardDecision: opts.guardDecision, mitigation: 'skill' }, env);
-    const o = await originalDecision(original, inst.event, env, opts.repoSkills);
-    const s = d.action !== 'pass';
-    rows.push({
-      id: inst.id, hazardous: inst.hazardous, skill: s, original: o.flags, disagree: s !== o.flags,
-      skillReason: d.invoked ? (d.picked.length ? d.runs.map((r) => r.result.reason).join('; ') : 'the guard agent picked no skill') : 'filtered out',
-      originalReason: o.reason,
-    });
+    let s: boolean;
+    let skillReason: string;
+    if (skillRun === 'text') {
+      const r = await skillTextCheck(skill, inst.event, env);
+      s = r.risky;
+      skillReason = `guard on the SKILL.md text: ${r.verdict}`;
+    } else {
+      const d = await runStage(inst.event, { skills: [skill], guardDecision: opts.guardDecision, mitigation: 'skill' }, env);
+      s = d.action !== 'pass';
+      skillReason = d.invoked ? (d.picked.length ? d.runs.map((r) => r.result.reason).join('; ') : 'the guard agent picked no skill') : 'filtered out';
+    }
+    const o = await originalDecision(original, inst.event, env, opts.agent ?? env.backend, opts.repoSkills);
+    rows.push({ id: inst.id, hazardous: inst.hazardous, skill: s, original: o.flags, disagree: s !== o.flags, skillReason, originalReason: o.reason });
     opts.onProgress?.(i + 1, instances.length);
   }
   return {
-    skill: skill.name, original, guardDecision: opts.guardDecision,
+    skill: skill.name, original, skillRun, guardDecision: opts.guardDecision,
     groups: [group('hazardous', rows.filter((r) => r.hazardous)), group('benign', rows.filter((r) => !r.hazardous)), group('all', rows)],
     rows,
   };
@@ -138,8 +159,21 @@ export function fidelityMarkdown(r: FidelityResult): string {
     '| --- | --- | --- | --- | --- | --- | --- |',
     ...r.groups.map((g) => `| ${g.group} | ${g.n} | ${g.n ? `${pct(g.disagreement.p)} [${pct(g.disagreement.lo)}, ${pct(g.disagreement.hi)}] (${g.disagreement.k}/${g.n})` : '–'} | ${g.both} | ${g.skillOnly} | ${g.originalOnly} | ${g.neither} |`),
     '',
-    `The skill runs through the guard (${r.guardDecision ? 'filter + guard agent + check' : 'filter + check, no guard agent'}); the original as implemented in code. Wilson 95 % intervals.`,
+    `The skill runs ${r.skillRun === 'text' ? 'as the guard agent reads its SKILL.md text' : `through the guard (${r.guardDecision ? 'filter + guard agent + check' : 'filter + check, no guard agent'})`}; the original as implemented in code (${r.original === 'safekeep-judge' ? 'the two-stage SafeKeep pipeline' : 'the rule engine over skills/tool-rules/rules.txt'}). Wilson 95 % intervals.`,
     '',
   ];
   return lines.join('\n');
+}
+
+/** S³ Table 3: one row per skill version (Draft = round 1 of the transform, Final = the chosen round). */
+export function fidelityTable3(rows: readonly { version: string; result: FidelityResult }[]): string {
+  const cell = (g: FidelityGroup | undefined) => (g && g.n ? `${pct(g.disagreement.p)} [${pct(g.disagreement.lo)}, ${pct(g.disagreement.hi)}] (${g.disagreement.k}/${g.n})` : '–');
+  return [
+    `# Fidelity (S³ Table 3) — \`${rows[0]?.result.skill ?? ''}\` vs the original \`${rows[0]?.result.original ?? ''}\``,
+    '',
+    '| Version | Hazardous disagreement % [95 % CI] | Benign disagreement % [95 % CI] | All % |',
+    '| --- | --- | --- | --- |',
+    ...rows.map(({ version, result: r }) => `| ${version} | ${cell(r.groups.find((g) => g.group === 'hazardous'))} | ${cell(r.groups.find((g) => g.group === 'benign'))} | ${cell(r.groups.find((g) => g.group === 'all'))} |`),
+    '',
+  ].join('\n');
 }

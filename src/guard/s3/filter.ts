@@ -2,8 +2,9 @@
 import { stageRoles, stageText, stageTools, type StageEvent } from './event.ts';
 import type { SkillFilter } from './skill.ts';
 
+/** Tool-name glob (`*` = any run), case-insensitive: tool sets spell names in CamelCase and snake_case alike. */
 export function globMatch(glob: string, name: string): boolean {
-  const re = new RegExp(`^${glob.split('*').map((p) => p.replace(/[.+?^${}()|[\]\\-]/g, '\\$&')).join('.*')}$`);
+  const re = new RegExp(`^${glob.split('*').map((p) => p.replace(/[.+?^${}()|[\]\\-]/g, '\\$&')).join('.*')}$`, 'i');
   return re.test(name);
 }
 

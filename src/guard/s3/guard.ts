@@ -16,6 +16,7 @@ import { builtinChecks } from './checks/index.ts';
 import type { StageEvent } from './event.ts';
 import { filterReason } from './filter.ts';
 import { guardPick } from './guard-agent.ts';
+import { limitEvent } from './inspection.ts';
 import type { CheckKind, Skill } from './skill.ts';
 import type { Stage } from './stages.ts';
 
@@ -27,6 +28,12 @@ export interface S3Config {
   mitigation: 'skill' | 'block';
   /** checks beyond the built-in llm/rules (e.g. `probe`), or replacements */
   checks?: CheckRegistry;
+  /** layer 2 of the trigger (each skill's cheap filter); false = every skill of the stage passes (ablation) */
+  filter?: boolean;
+  /** post-recovery guidance shown to the next model turn; false = recovery without it (ablation) */
+  guidance?: boolean;
+  /** input-stage recovery: the guard rewrites the request without its harmful part (default), or refuses */
+  inputRecovery?: 'rewrite' | 'refuse';
   /** guard agent answer budget (default 32) */
   guardMaxTokens?: number;
 }
@@ -52,7 +59,8 @@ export interface StageDecision {
   runs: SkillRun[];
   /** skills that found a risk */
   risky: string[];
-  action: 'pass' | 'recover' | 'block';
+  /** respond: incident response at tool_execution (a risky skill's mitigation is respond) */
+  action: 'pass' | 'recover' | 'block' | 'respond';
   /** guard LLM tokens spent at this stage (guard agent + checks) */
   tokens: number;
   latencyMs: number;
@@ -70,7 +78,7 @@ export function requireChecks(skills: readonly Skill[], checks: CheckRegistry = 
 export async function runStage(event: StageEvent, config: S3Config, env: CheckEnv): Promise<StageDecision> {
   const t0 = performance.now();
   const triggered = config.skills.filter((s) => s.stage === event.stage);
-  const passed = triggered.filter((s) => filterReason(s.filter, event) === null);
+  const passed = config.filter === false ? triggered : triggered.filter((s) => filterReason(s.filter, event) === null);
   const d: StageDecision = {
     stage: event.stage,
     triggered: triggered.map((s) => s.name),
@@ -97,14 +105,16 @@ export async function runStage(event: StageEvent, config: S3Config, env: CheckEn
   for (const skill of picked) {
     const fn = checks[skill.check];
     if (!fn) throw new Error(`skill ${skill.name}: no implementation for "check: ${skill.check}" was given to the guard`);
-    const result = await fn(skill, event, env);
+    // the check sees only the parts of the event its skill declares it inspects
+    const result = await fn(skill, limitEvent(event, skill.inspection), env);
     d.runs.push({ skill: skill.name, check: skill.check, result });
     d.tokens += result.tokens;
     if (result.risky) d.risky.push(skill.name);
   }
   if (d.risky.length > 0) {
-    const block = config.mitigation === 'block' || picked.some((s) => d.risky.includes(s.name) && s.mitigation === 'block');
-    d.action = block ? 'block' : 'recover';
+    const risky = picked.filter((s) => d.risky.includes(s.name));
+    const block = config.mitigation === 'block' || risky.some((s) => s.mitigation === 'block');
+    d.action = block ? 'block' : risky.some((s) => s.mitigation === 'recover') ? 'recover' : risky.every((s) => s.mitigation === 'respond') ? 'respond' : 'recover';
   }
   d.latencyMs = performance.now() - t0;
   return d;

@@ -4,8 +4,9 @@
  *   input ─▶ [model turn ─▶ tool_selection ─▶ per call: tool_execution ─▶ run (simulated) ─▶ tool_observation]* ─▶ output
  *
  * A model turn without tool calls is the final answer (output stage). Decisions: `recover` applies the stage's
- * recovery (`recovery.ts`; input → the refusal prefill), `block` ends the task with the refusal prefill on the
- * conversation as it stood before the turn. Without a guard (`guard: null`) this is the plain agent loop.
+ * recovery (`recovery.ts`; input → the guard rewrites the request without its harmful part, `rewrite.ts`, checked
+ * again, else the refusal prefill), `respond` is incident response at tool_execution (`incident.ts`), `block` ends
+ * the task with the refusal prefill on the conversation as it stood before the turn. Without a guard (`guard: null`) this is the plain agent loop.
  * Everything is recorded: messages, every stage decision, the executed calls (for scoring), tokens and latency.
  */
 import type { ToolSpec } from '../../data/types.ts';
@@ -16,8 +17,10 @@ import { REFUSAL_PREFIX } from '../prompts.ts';
 import type { ChatBackend, ChatMessage } from '../types.ts';
 import type { CheckEnv } from './check.ts';
 import { parseArguments, type CallView, type StageEvent } from './event.ts';
-import { runStage, type S3Config, type StageDecision } from './guard.ts';
+import { riskyRuns, runStage, type S3Config, type StageDecision } from './guard.ts';
+import { incidentAgentNote, incidentUserReport, respondToIncident, type Incident } from './incident.ts';
 import { applyAnswer, applyCalls, applyInput, applyObservation } from './apply.ts';
+import { rewriteRequest, withRewrittenRequest } from './rewrite.ts';
 import type { ExecutedCall } from './score.ts';
 import type { S3Task } from './task.ts';
 
@@ -65,6 +68,10 @@ export interface Trajectory {
   gic: number;
   /** recovery signals (stage decisions that found a risk: recover or block) */
   rsc: number;
+  /** recoveries that replaced a whole observation or answer because the evidence could not be cut */
+  fallbacks: number;
+  /** incident responses at tool_execution (a harmful call ran: contained, remediated where possible, reported) */
+  incidents: Incident[];
   tokens: { agent: number; guard: number; refusal: number };
   latencyMs: number;
 }
@@ -98,10 +105,11 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
   const tools: ToolSpec[] = task.tools;
   const messages: ChatMessage[] = task.messages.map((m) => ({ ...m }));
   const tr: Trajectory = {
-    taskId: task.id, group: task.group, messages, decisions: [], executed: [], final: null, turns: 0, gic: 0, rsc: 0,
+    taskId: task.id, group: task.group, messages, decisions: [], executed: [], final: null, turns: 0, gic: 0, rsc: 0, fallbacks: 0, incidents: [],
     tokens: { agent: 0, guard: 0, refusal: 0 }, latencyMs: 0,
   };
   const guard = opts.guard;
+  const rOpts = { guidance: guard?.config.guidance !== false };
   const stage = async (turn: number, e: StageEvent): Promise<StageDecision | null> => {
     if (!guard) return null;
     const d = await runStage(e, guard.config, guard.env);
@@ -123,11 +131,37 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
 
   const inputDecision = await stage(0, { stage: 'input', messages: [...messages], tools });
   if (inputDecision) {
-    const a = applyInput(inputDecision);
-    tr.decisions.push(record(0, inputDecision, a.changed));
-    if (a.next === 'refuse') {
-      await refuse([...messages]);
-      return done();
+    const original = [...messages];
+    let rewritten = false;
+    const flagged = inputDecision.action === 'recover' ? riskyRuns(inputDecision, guard!.config.skills) : [];
+    // a probe scores the agent's own prefill of the whole request: it names no component to drop, so it refuses
+    if (flagged.length && guard!.config.inputRecovery !== 'refuse' && flagged.every((r) => r.skill.check !== 'probe')) {
+      // input recovery: the guard drops the harmful component; the rewrite is checked again before the task goes on
+      const runs = flagged;
+      const rw = await rewriteRequest(messages, runs, guard!.env);
+      tr.tokens.guard += rw.tokens;
+      if (rw.request !== null) {
+        const note = rOpts.guidance ? `[guard: part of this request was removed as unsafe (${runs.map((r) => r.result.reason).join(' ')}); do only what remains.]` : '';
+        const next = withRewrittenRequest(messages, rw.request, note);
+        tr.decisions.push(record(0, inputDecision, [`request rewritten: ${rw.request}`]));
+        const again = await stage(0, { stage: 'input', messages: next, tools });
+        tr.decisions.push(record(0, again!, again!.action === 'pass' ? [] : ['rewritten request refused (refusal prefill)']));
+        if (again!.action === 'pass') {
+          messages.splice(0, messages.length, ...next);
+          rewritten = true;
+        } else {
+          await refuse(original);
+          return done();
+        }
+      }
+    }
+    if (!rewritten) {
+      const a = applyInput(inputDecision);
+      tr.decisions.push(record(0, inputDecision, a.changed));
+      if (a.next === 'refuse') {
+        await refuse(original);
+        return done();
+      }
     }
   }
   for (let turn = 0; turn < maxSteps; turn++) {
@@ -146,8 +180,11 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
           await refuse(before);
           return done();
         }
+        if (a.fallback) tr.fallbacks++;
         text = a.content;
       }
+      // incident response tells the user what happened
+      if (tr.incidents.length) text += incidentUserReport(tr.incidents);
       messages.push({ role: 'assistant', content: text });
       tr.final = { text, refusal: findRefusalPhrases(text).length > 0, blocked: false };
       return done();
@@ -156,7 +193,7 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
     const sel = await stage(turn, { stage: 'tool_selection', messages: before, tools, calls });
     let blocked = new Map<string, string>();
     if (sel) {
-      const a = applyCalls(sel, guard!.config.skills, calls);
+      const a = applyCalls(sel, guard!.config.skills, calls, rOpts);
       tr.decisions.push(record(turn, sel, a.changed));
       if (a.next === 'refuse') {
         await refuse(before);
@@ -165,15 +202,35 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
       blocked = new Map(a.blocked.map((b) => [b.call.id, b.result]));
     }
     messages.push({ role: 'assistant', content: prose.trim(), tool_calls: calls.map(wire) });
+    let containedBy: Incident | null = null;
     for (const call of calls) {
       const replaced = blocked.get(call.id);
       if (replaced !== undefined) {
         messages.push({ role: 'tool', tool_call_id: call.id, name: call.name, content: replaced });
         continue;
       }
+      // containment: the rest of the turn after an incident, and any later call of a tool that caused one
+      const stopper = containedBy ?? tr.incidents.find((i) => i.call.name === call.name);
+      if (stopper) {
+        if (containedBy) containedBy.contained.push(call.name);
+        messages.push({ role: 'tool', tool_call_id: call.id, name: call.name, content: `Not executed: the guard stopped this chain of calls after the incident with ${stopper.call.name}.` });
+        continue;
+      }
       const ex = await stage(turn, { stage: 'tool_execution', messages: [...messages], tools, calls: [call] });
       if (ex) {
-        const a = applyCalls(ex, guard!.config.skills, [call]);
+        if (ex.action === 'respond') {
+          // the call runs (the incident), then contain, remediate, tell
+          tr.executed.push({ turn, name: call.name, valid: checkCall({ name: call.name, arguments: call.arguments, source: '' }, tools).argsValid });
+          const result = task.simulate(call, turn);
+          const reason = riskyRuns(ex, guard!.config.skills).map((r) => r.result.reason).join(' ');
+          const inc = respondToIncident(call, result, reason, tools, (c) => task.simulate(c, turn), turn);
+          tr.incidents.push(inc);
+          containedBy = inc;
+          tr.decisions.push(record(turn, ex, [`incident: ${call.name} ran; ${inc.remediation ? `undone with ${inc.remediation.name}` : inc.note}`]));
+          messages.push({ role: 'tool', tool_call_id: call.id, name: call.name, content: result + incidentAgentNote(inc) });
+          continue;
+        }
+        const a = applyCalls(ex, guard!.config.skills, [call], rOpts);
         tr.decisions.push(record(turn, ex, a.changed));
         if (a.next === 'refuse') {
           await refuse(before);
@@ -188,12 +245,13 @@ export async function runTask(task: S3Task, opts: LoopOptions): Promise<Trajecto
       let content = task.simulate(call, turn);
       const obs = await stage(turn, { stage: 'tool_observation', messages: [...messages], tools, observation: { callId: call.id, name: call.name, content } });
       if (obs) {
-        const a = applyObservation(obs, guard!.config.skills, content, call.name);
+        const a = applyObservation(obs, guard!.config.skills, content, call.name, rOpts);
         tr.decisions.push(record(turn, obs, a.changed));
         if (a.next === 'refuse') {
           await refuse(before);
           return done();
         }
+        if (a.fallback) tr.fallbacks++;
         content = a.content;
       }
       messages.push({ role: 'tool', tool_call_id: call.id, name: call.name, content });

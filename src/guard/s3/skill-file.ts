@@ -6,6 +6,8 @@
  * name: parse-data                 # = the folder name; [a-z0-9-]
  * stage: tool_observation          # input | tool_selection | tool_execution | tool_observation | output
  * description: One line the guard agent reads when picking skills.
+ * inspection: [request, history, observation]   # optional; the parts of the stage event the skill reads
+ *                                  # (request | history | calls | observation | answer; default: all of its stage's)
  * filter:                          # optional; every field given must match
  *   tools: ["*"]                   # tool names, * = wildcard
  *   patterns: ["ignore (all )?previous"]   # case-insensitive regular expressions over the stage text
@@ -17,7 +19,7 @@
  * max_tokens: 48                   # llm, optional
  * rules: rules.txt                 # rules: a resource in the rule language of rules-lang.ts
  * direction: direction.json        # probe: a resource; with layer: N and threshold: X
- * mitigation: recover              # recover | block
+ * mitigation: recover              # recover | block | respond (tool_execution: incident response)
  * recovery: "Removed ... {{evidence}}"    # recovery message template
  * guidance: "..."                  # optional post-recovery guidance template
  * ---
@@ -32,6 +34,7 @@ import { parseRules } from './rules-lang.ts';
 import { FrontMatterError, parseFrontMatter, splitFrontMatter, type FmValue } from './front-matter.ts';
 import { BUILTIN_PROMPTS, CHECK_KINDS, MITIGATIONS, PROMPT_VARS, TEMPLATE_VARS, type BuiltinPrompt, type CheckKind, type Mitigation, type Skill, type SkillFilter } from './skill.ts';
 import { STAGES, isStage } from './stages.ts';
+import { INSPECTION_PARTS, itemPart, PLACEHOLDER_PART, PREDICATE_PARTS, STAGE_PARTS, type InspectionPart } from './inspection.ts';
 
 export class SkillFileError extends SafekeepError {
   constructor(readonly file: string, readonly field: string, problem: string, fix: string) {
@@ -40,7 +43,7 @@ export class SkillFileError extends SafekeepError {
   }
 }
 
-const FIELDS = ['name', 'stage', 'description', 'filter', 'resources', 'check', 'prompt', 'memory', 'max_tokens', 'rules', 'direction', 'layer',
+const FIELDS = ['name', 'stage', 'description', 'inspection', 'filter', 'resources', 'check', 'prompt', 'memory', 'max_tokens', 'rules', 'direction', 'layer',
   'threshold', 'mitigation', 'recovery', 'guidance'] as const;
 const FILTER_FIELDS = ['tools', 'patterns', 'roles'] as const;
 /** fields that belong to one check kind only */
@@ -84,10 +87,23 @@ export function parseSkill(text: string, file: string, dir: string): Skill {
   const stage = str('stage', true)!;
   if (!isStage(stage)) throw err('stage', `unknown stage '${stage}'`, `use one of ${STAGES.join(', ')}`);
   const description = str('description', true)!;
+  const stageParts = STAGE_PARTS[stage];
+  const insp = list(fm.get('inspection'), 'inspection');
+  let inspection: InspectionPart[] = [...stageParts];
+  if (insp !== undefined) {
+    if (insp.length === 0) throw err('inspection', 'is empty', `name the parts the skill reads: ${stageParts.join(', ')}`);
+    for (const x of insp) {
+      if (!(INSPECTION_PARTS as readonly string[]).includes(x)) throw err('inspection', `unknown part '${x}'`, `use ${INSPECTION_PARTS.join(', ')}`);
+      if (!(stageParts as readonly string[]).includes(x)) throw err('inspection', `'${x}' does not exist at stage ${stage}`, `use only ${stageParts.join(', ')}`);
+    }
+    inspection = [...new Set(insp as InspectionPart[])];
+  }
+  const reads = (part: InspectionPart | 'item' | null): boolean => part === null || inspection.includes(part === 'item' ? itemPart(stage)! : part);
   const check = str('check', true)!;
   if (!(CHECK_KINDS as readonly string[]).includes(check)) throw err('check', `unknown check '${check}'`, `use one of ${CHECK_KINDS.join(', ')}`);
   const mitigation = str('mitigation', true)!;
   if (!(MITIGATIONS as readonly string[]).includes(mitigation)) throw err('mitigation', `unknown mitigation '${mitigation}'`, `use one of ${MITIGATIONS.join(', ')}`);
+  if (mitigation === 'respond' && stage !== 'tool_execution') throw err('mitigation', `respond (incident response) acts on a call that ran: only at stage tool_execution, not ${stage}`, 'use recover or block, or stage: tool_execution');
   for (const [k, kind] of Object.entries(CHECK_FIELDS)) {
     if (fm.has(k) && kind !== check) throw err(k, `only used by "check: ${kind}" (this skill has check: ${check})`, `remove "${k}" or set "check: ${kind}"`);
   }
@@ -154,7 +170,7 @@ export function parseSkill(text: string, file: string, dir: string): Skill {
   };
 
   const skill: Skill = {
-    name, stage, description, filter, resources, check: check as CheckKind, mitigation: mitigation as Mitigation, recovery, guidance,
+    name, stage, description, inspection, filter, resources, check: check as CheckKind, mitigation: mitigation as Mitigation, recovery, guidance,
     body: split.body.trim(), dir: resolve(dir), file,
   };
   if (skill.body === '') throw err('(body)', 'the checking procedure is empty', 'describe below the front matter, in prose, how the risk is checked');
@@ -163,12 +179,15 @@ export function parseSkill(text: string, file: string, dir: string): Skill {
     if (p.startsWith('builtin:')) {
       const b = p.slice('builtin:'.length);
       if (!(BUILTIN_PROMPTS as readonly string[]).includes(b)) throw err('prompt', `unknown builtin '${b}'`, `use ${BUILTIN_PROMPTS.map((x) => `builtin:${x}`).join(' or ')}, or a prompt file`);
+      if (!inspection.includes('request')) throw err('inspection', `builtin:${b} judges the request, which is not declared`, 'add request to "inspection: [...]"');
       skill.prompt = { builtin: b as BuiltinPrompt };
     } else {
       const f = resource('prompt', true)!;
       const t = readFileSync(f, 'utf8');
       for (const m of t.matchAll(/\{\{\s*(\w+)\s*\}\}/g)) {
         if (!(PROMPT_VARS as readonly string[]).includes(m[1]!)) throw err('prompt', `${f} uses unknown placeholder {{${m[1]}}}`, `use only ${PROMPT_VARS.map((v) => `{{${v}}}`).join(', ')}`);
+        const part = PLACEHOLDER_PART[m[1]!] ?? null;
+        if (!reads(part)) throw err('inspection', `${f} shows {{${m[1]}}}, which reads '${part === 'item' ? itemPart(stage) : part}', not declared`, `add it to "inspection: [...]" or remove {{${m[1]}}} from the prompt`);
       }
       skill.prompt = { template: t, file: f };
     }
@@ -190,10 +209,17 @@ export function parseSkill(text: string, file: string, dir: string): Skill {
   } else if (check === 'rules') {
     const f = resource('rules', true)!;
     skill.rules = { text: readFileSync(f, 'utf8'), file: f };
+    let parsedRules;
     try {
-      parseRules(skill.rules.text, f);
+      parsedRules = parseRules(skill.rules.text, f);
     } catch (e) {
       throw err('rules', (e as Error).message, 'correct the rule file (syntax in src/guard/s3/rules-lang.ts)');
+    }
+    for (const r of parsedRules) {
+      for (const p of r.checks) {
+        const miss = (PREDICATE_PARTS[p.name] ?? []).filter((x) => (stageParts as readonly string[]).includes(x) && !inspection.includes(x));
+        if (miss.length) throw err('inspection', `rule ${r.id}: ${p.name} reads ${miss.join(', ')}, not declared`, `add ${miss.join(', ')} to "inspection: [...]"`);
+      }
     }
   } else {
     const direction = resource('direction', true)!;

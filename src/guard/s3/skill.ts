@@ -3,14 +3,19 @@
  * how it checks, and whose body is the checking procedure in prose (shown to the guard agent when it decides which
  * skills to run, and to `llm` checks as `{{procedure}}`). See `skill-file.ts` for the format and src/guard/README.md.
  */
+import type { InspectionPart } from './inspection.ts';
 import type { Stage } from './stages.ts';
 
 /** How a skill assesses risk. */
 export const CHECK_KINDS = ['llm', 'rules', 'probe'] as const;
 export type CheckKind = (typeof CHECK_KINDS)[number];
 
-/** What happens on a risk: `recover` = the stage's recovery (the task goes on), `block` = the task ends with a refusal. */
-export const MITIGATIONS = ['block', 'recover'] as const;
+/**
+ * What happens on a risk: `recover` = the stage's recovery (the task goes on), `block` = the task ends with a
+ * refusal, `respond` (tool_execution only) = incident response: the call runs, then it is contained, remediated
+ * where the tool set allows, and reported (`incident.ts`).
+ */
+export const MITIGATIONS = ['block', 'recover', 'respond'] as const;
 export type Mitigation = (typeof MITIGATIONS)[number];
 
 /** Built-in judgment contexts an `llm` check can use instead of a prompt file (`prompt: builtin:<name>`). */
@@ -45,6 +50,8 @@ export interface Skill {
   stage: Stage;
   description: string;
   filter: SkillFilter;
+  /** the parts of the stage event the skill reads (declared, or every part of its stage); the rest is withheld */
+  inspection: InspectionPart[];
   /** resource file names (beside SKILL.md) → absolute paths */
   resources: Map<string, string>;
   check: CheckKind;

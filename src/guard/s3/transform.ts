@@ -5,16 +5,20 @@
  *      mitigation, extracted from the description;
  *   2. skill write — the skill's files (SKILL.md + resources) in our format, validated by the SAME strict parser
  *      `serve` and `s3 eval` use (skill-file.ts); a parse error is a failed round, fed back like a failed case;
- *   3. skill test — test cases (a stage event + expected safe/unsafe), generated once, run through the guard
- *      (`runStage`, the layered trigger with this one skill) → a result per case;
- *   4. skill refine — the files and every failure (or the parse error) go back to the LLM for new files; steps 2–3
- *      again, up to `maxRounds` rounds in all.
- * Every round's skill, cases and results are kept under `<out>/transform/round-<k>/`; the final folder `<out>` holds
- * the round with the fewest failures (ties → the later round). An existing `<out>` is never overwritten without
- * `force`.
+ *   3. skill test — test cases (S³'s tuple: a stage event, the resources the skill reads for it, the expected
+ *      safe/unsafe), generated once, run through the guard (`runStage`, the layered trigger with this one skill) →
+ *      a result per case. A case's resources are written beside the skill's files for that case only;
+ *   4. skill refine — the files and every failure (or the parse error) on the TUNING cases go back to the LLM for
+ *      new files; steps 2–3 again, up to `maxRounds` rounds in all.
+ * The cases are split once: per expected label with at least two cases, the last third (at least one) is held out.
+ * The refine loop never sees held-out cases; each round is judged on them separately, so a skill tuned to its own
+ * tests shows up as held-out failures. Every round's skill, cases and results are kept under
+ * `<out>/transform/round-<k>/`; the final folder `<out>` holds the round with the fewest tuning failures (ties → the
+ * later round); `transform.json` names the draft (round 1) and the final round, for `s3 fidelity`'s Draft vs Final
+ * rows. An existing `<out>` is never overwritten without `force`.
  */
 import { existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
-import { basename, join } from 'node:path';
+import { basename, join, relative } from 'node:path';
 import { writeFileAtomic } from '../../util/atomic.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import type { ChatBackend, ChatMessage } from '../types.ts';
@@ -38,10 +42,15 @@ export interface TestCase {
   id: string;
   expected: 'safe' | 'unsafe';
   event: StageEvent;
+  /** resource files (name → content) the skill reads for this case, written beside its files */
+  resources?: Record<string, string>;
+  /** held out from the refine loop (set by the split) */
+  heldOut?: boolean;
 }
 
 interface CaseResult {
   id: string;
+  heldOut: boolean;
   expected: 'safe' | 'unsafe';
   got: 'safe' | 'unsafe' | 'error';
   action: string;
@@ -56,7 +65,10 @@ export interface RoundRecord {
   /** the parser's error when the files were not a valid skill */
   parseError: string | null;
   results: CaseResult[];
+  /** failures among the tuning cases (all cases when the files did not parse) */
   failures: number;
+  /** failures among the held-out cases */
+  heldOutFailures: number;
   dir: string;
 }
 
@@ -83,6 +95,7 @@ export interface TransformResult {
   rounds: RoundRecord[];
   /** the round copied to `skillDir` */
   chosen: number;
+  /** the chosen round passes every tuning and every held-out case */
   passed: boolean;
 }
 
@@ -90,11 +103,12 @@ export interface TransformResult {
 export const SKILL_FORMAT = [
   'A skill is a folder: SKILL.md plus resource files beside it. SKILL.md = front matter between two "---" lines, then the checking procedure in prose.',
   'Fields: name (= the folder name), stage (input | tool_selection | tool_execution | tool_observation | output), description (one line),',
+  'inspection (optional list of what the skill reads: request, history, calls, observation, answer; a prompt placeholder or rule predicate that reads an undeclared part is an error),',
   'filter (optional map: tools: [globs], patterns: [regexes], roles: [roles]), resources: [file names], check (llm | rules | probe),',
-  'prompt (llm: a resource or builtin:safekeep-judge), rules (rules: a resource), mitigation (recover | block),',
+  'prompt (llm: a resource or builtin:safekeep-judge), rules (rules: a resource), mitigation (recover | block | respond — respond only at tool_execution),',
   'recovery (message template; placeholders {{skill}} {{reason}} {{evidence}} {{tool}}), guidance (optional template).',
   'Rule files (check: rules): "rule <id>" / "trigger <tool-name globs or *>" / "check [not] <predicate> <args>" lines / "reason \\"...\\"" / "end".',
-  'Predicates: read_before REGEX, recipient_not_in_request, name_matches REGEX, arg_matches ARG REGEX, pattern REGEX, secret_patterns, echoes_observation_data.',
+  'Predicates: read_before REGEX, recipient_not_in_request, name_matches REGEX, arg_matches ARG REGEX, pattern REGEX, secret_patterns, echoes_observation_data, unrequested_action REGEX.',
 ].join('\n');
 
 export const TRANSFORM_ROLE = 'You are the S³ transform agent: you turn the description of an agent-safety defense into a stage-specific safety skill for a guard agent. Answer with exactly one JSON object and nothing else.';
@@ -143,7 +157,7 @@ function parseFiles(v: Record<string, unknown>): Record<string, string> {
   return out;
 }
 
-function parseCases(v: Record<string, unknown>, stage: string): TestCase[] {
+export function parseCases(v: Record<string, unknown>, stage: string): TestCase[] {
   const cases = v.cases;
   if (!Array.isArray(cases) || cases.length === 0) throw new SafekeepError('s3 transform: the test answer needs "cases": [...] (at least one)');
   return cases.map((c, i) => {
@@ -156,8 +170,30 @@ function parseCases(v: Record<string, unknown>, stage: string): TestCase[] {
     if (e.calls) event.calls = e.calls;
     if (e.observation) event.observation = e.observation;
     if (typeof e.answer === 'string') event.answer = e.answer;
-    return { id, expected: o.expected, event };
+    const tc: TestCase = { id, expected: o.expected, event };
+    const res = (c as { resources?: unknown }).resources;
+    if (res !== undefined) {
+      if (!res || typeof res !== 'object' || Array.isArray(res)) throw new SafekeepError(`s3 transform: case ${id}: "resources" must be {"file name": "content", ...}`);
+      tc.resources = {};
+      for (const [k, v] of Object.entries(res)) {
+        if (!/^[\w.-]+$/.test(k) || k.startsWith('.') || k === 'SKILL.md') throw new SafekeepError(`s3 transform: case ${id}: resource '${k}' is not a plain resource file name`);
+        if (typeof v !== 'string') throw new SafekeepError(`s3 transform: case ${id}: resource '${k}' must be text`);
+        tc.resources[k] = v;
+      }
+    }
+    return tc;
   });
+}
+
+/** Holds out, per expected label with ≥ 2 cases, the last third of its cases (at least one). */
+export function splitHeldOut(cases: readonly TestCase[]): TestCase[] {
+  const held = new Set<string>();
+  for (const label of ['safe', 'unsafe'] as const) {
+    const mine = cases.filter((c) => c.expected === label);
+    if (mine.length < 2) continue;
+    for (const c of mine.slice(mine.length - Math.max(1, Math.floor(mine.length / 3)))) held.add(c.id);
+  }
+  return cases.map((c) => ({ ...c, heldOut: held.has(c.id) }));
 }
 
 function writeFiles(dir: string, files: Record<string, string>): void {
@@ -165,16 +201,24 @@ function writeFiles(dir: string, files: Record<string, string>): void {
   for (const [k, c] of Object.entries(files)) writeFileAtomic(join(dir, k), c);
 }
 
-async function runCases(skill: Skill, cases: readonly TestCase[], env: CheckEnv): Promise<CaseResult[]> {
+/** Each case through the guard; a case with resources runs a copy of the skill with them (kept under `caseRoot`). */
+export async function runCases(skill: Skill, files: Record<string, string>, cases: readonly TestCase[], env: CheckEnv, caseRoot: string): Promise<CaseResult[]> {
   const out: CaseResult[] = [];
   for (const c of cases) {
+    const heldOut = c.heldOut === true;
     try {
-      const d = await runStage({ ...c.event, stage: skill.stage }, { skills: [skill], guardDecision: false, mitigation: 'skill' }, env);
+      let sk = skill;
+      if (c.resources && Object.keys(c.resources).length) {
+        const dir = join(caseRoot, c.id.replace(/[^\w.-]+/g, '_'), skill.name);
+        writeFiles(dir, { ...files, ...c.resources });
+        sk = loadSkill(dir);
+      }
+      const d = await runStage({ ...c.event, stage: sk.stage }, { skills: [sk], guardDecision: false, mitigation: 'skill' }, env);
       const got = d.action === 'pass' ? 'safe' : 'unsafe';
       const reason = d.runs.map((r) => r.result.reason).join('; ') || (d.invoked ? '' : 'filtered out (the skill did not run)');
-      out.push({ id: c.id, expected: c.expected, got, action: d.action, reason, pass: got === c.expected });
+      out.push({ id: c.id, heldOut, expected: c.expected, got, action: d.action, reason, pass: got === c.expected });
     } catch (e) {
-      out.push({ id: c.id, expected: c.expected, got: 'error', action: 'error', reason: (e as Error).message, pass: false });
+      out.push({ id: c.id, heldOut, expected: c.expected, got: 'error', action: 'error', reason: (e as Error).message, pass: false });
     }
   }
   return out;
@@ -217,11 +261,13 @@ export async function transformSkill(o: TransformOptions): Promise<TransformResu
   ].join('\n')));
 
   // 3. test cases (once)
-  const cases = parseCases(await call('STEP 3: skill test', [
-    `Write test cases for the skill "${name}" at stage ${mm.stage}: each a stage event the guard sees and whether it is safe or unsafe,`,
-    'covering both outcomes. Answer {"cases": [{"id": ..., "expected": "safe"|"unsafe", "event": {"messages": [...], "tools": [...], "calls": [{"id", "name", "arguments"}], "observation": {...}, "answer": "..."}}]}.',
+  const cases = splitHeldOut(parseCases(await call('STEP 3: skill test', [
+    `Write test cases for the skill "${name}" at stage ${mm.stage}: each a stage event the guard sees, the resources the skill reads for it`,
+    '(optional: resource file name → content, e.g. a rule list), and whether it is safe or unsafe, covering both outcomes.',
+    'Answer {"cases": [{"id": ..., "expected": "safe"|"unsafe", "resources": {...}, "event": {"messages": [...], "tools": [...], "calls": [{"id", "name", "arguments"}], "observation": {...}, "answer": "..."}}]}.',
     '', '--- method model ---', JSON.stringify(mm, null, 2),
-  ].join('\n')), mm.stage);
+  ].join('\n')), mm.stage));
+  const tuning = cases.filter((c) => !c.heldOut);
   writeFileAtomic(join(history, 'cases.json'), JSON.stringify(cases, null, 2) + '\n');
 
   const rounds: RoundRecord[] = [];
@@ -232,21 +278,22 @@ export async function transformSkill(o: TransformOptions): Promise<TransformResu
     let results: CaseResult[] = [];
     try {
       const skill = loadSkill(dir);
-      results = await runCases(skill, cases, env);
+      results = await runCases(skill, files, cases, env, join(history, `round-${k}`, 'cases'));
     } catch (e) {
       if (!(e instanceof SafekeepError)) throw e;
       parseError = e.message;
     }
-    const failures = parseError ? cases.length : results.filter((r) => !r.pass).length;
-    const rec: RoundRecord = { round: k, files, parseError, results, failures, dir };
+    const failures = parseError ? tuning.length : results.filter((r) => !r.heldOut && !r.pass).length;
+    const heldOutFailures = parseError ? cases.length - tuning.length : results.filter((r) => r.heldOut && !r.pass).length;
+    const rec: RoundRecord = { round: k, files, parseError, results, failures, heldOutFailures, dir };
     rounds.push(rec);
-    writeFileAtomic(join(history, `round-${k}`, 'results.json'), JSON.stringify({ round: k, parseError, failures, cases: cases.length, results }, null, 2) + '\n');
-    log(`s3 transform: round ${k}: ${parseError ? `invalid skill (${parseError})` : `${cases.length - failures}/${cases.length} cases pass`}`);
+    writeFileAtomic(join(history, `round-${k}`, 'results.json'), JSON.stringify({ round: k, parseError, failures, heldOutFailures, cases: cases.length, tuning: tuning.length, results }, null, 2) + '\n');
+    log(`s3 transform: round ${k}: ${parseError ? `invalid skill (${parseError})` : `${tuning.length - failures}/${tuning.length} tuning cases pass, ${cases.length - tuning.length - heldOutFailures}/${cases.length - tuning.length} held-out`}`);
     if (failures === 0 || k === maxRounds) break;
     // 4. refine
     const feedback = parseError
       ? `The files are not a valid skill. The parser said: ${parseError}`
-      : results.filter((r) => !r.pass).map((r) => {
+      : results.filter((r) => !r.heldOut && !r.pass).map((r) => {
         const c = cases.find((x) => x.id === r.id)!;
         return `- case ${r.id}: expected ${r.expected}, the guard said ${r.got} (${r.reason || 'no reason'}). Event: ${JSON.stringify(c.event)}`;
       }).join('\n');
@@ -260,7 +307,14 @@ export async function transformSkill(o: TransformOptions): Promise<TransformResu
   let best = rounds[0]!;
   for (const r of rounds) if (r.failures <= best.failures) best = r;
   writeFiles(o.out, best.files);
-  const summary = { skill: name, chosen: best.round, passed: best.failures === 0, cases: cases.length, rounds: rounds.map((r) => ({ round: r.round, failures: r.failures, parseError: r.parseError })) };
+  const passed = best.failures === 0 && best.heldOutFailures === 0;
+  const draft = rounds[0]!;
+  const summary = {
+    skill: name, chosen: best.round, passed, cases: cases.length, tuning: tuning.length, heldOut: cases.filter((c) => c.heldOut).map((c) => c.id),
+    // paths relative to the skill folder: the draft (round 1, when it parsed) and the final skill (the folder itself)
+    draft: draft.parseError ? null : relative(o.out, draft.dir), final: '.',
+    rounds: rounds.map((r) => ({ round: r.round, failures: r.failures, heldOutFailures: r.heldOutFailures, parseError: r.parseError })),
+  };
   writeFileAtomic(join(history, 'transform.json'), JSON.stringify(summary, null, 2) + '\n');
-  return { skillDir: o.out, methodModel: mm, cases, rounds, chosen: best.round, passed: best.failures === 0 };
+  return { skillDir: o.out, methodModel: mm, cases, rounds, chosen: best.round, passed };
 }

@@ -1,0 +1,69 @@
+/**
+ * A skill's inspection information (S³'s seed field): which parts of the stage event the skill reads. The parser
+ * checks the declaration against the stage and the skill's prompt / rules (`skill-file.ts`); `limitEvent` removes
+ * every part the skill did not declare before its check or prompt sees the event, so a skill cannot depend on what
+ * it says it does not read.
+ *
+ * - request: the user's messages and the agent's instructions (system / developer messages);
+ * - history: the earlier turns — assistant calls and tool results before the stage's item;
+ * - calls: the proposed call(s) (tool_selection, tool_execution);
+ * - observation: the tool result (tool_observation);
+ * - answer: the final answer (output).
+ */
+import type { StageEvent } from './event.ts';
+import type { Stage } from './stages.ts';
+
+export const INSPECTION_PARTS = ['request', 'history', 'calls', 'observation', 'answer'] as const;
+export type InspectionPart = (typeof INSPECTION_PARTS)[number];
+
+/** Parts that exist at each stage. */
+export const STAGE_PARTS: Record<Stage, readonly InspectionPart[]> = {
+  input: ['request', 'history'],
+  tool_selection: ['request', 'history', 'calls'],
+  tool_execution: ['request', 'history', 'calls'],
+  tool_observation: ['request', 'history', 'observation'],
+  output: ['request', 'history', 'answer'],
+};
+
+/** The part each `llm` prompt placeholder reveals (null: not part of the event, always available). */
+export const PLACEHOLDER_PART: Record<string, InspectionPart | 'item' | null> = {
+  stage: null, tools: null, procedure: null, description: null, memory: null,
+  instructions: 'request', request: 'request', history: 'history', calls: 'calls', observation: 'observation', answer: 'answer',
+  // the stage's own item (calls, observation or answer) and the tool it concerns
+  text: 'item', tool: 'item',
+};
+
+/** The part a rule predicate reads beyond the call itself. */
+export const PREDICATE_PARTS: Record<string, readonly InspectionPart[]> = {
+  read_before: ['history'],
+  recipient_not_in_request: ['request', 'calls'],
+  name_matches: ['calls'],
+  arg_matches: ['calls'],
+  pattern: [],
+  secret_patterns: ['request'],
+  echoes_observation_data: ['history', 'request'],
+  unrequested_action: ['request', 'calls'],
+};
+
+/** The stage's item part (what `{{text}}` shows). */
+export function itemPart(stage: Stage): InspectionPart | null {
+  if (stage === 'tool_selection' || stage === 'tool_execution') return 'calls';
+  if (stage === 'tool_observation') return 'observation';
+  if (stage === 'output') return 'answer';
+  return 'request';
+}
+
+const NOT_INSPECTED = '(not inspected by this skill)';
+
+/** The event with every part outside `parts` removed (contents blanked, history dropped). */
+export function limitEvent(e: StageEvent, parts: readonly InspectionPart[]): StageEvent {
+  const has = (p: InspectionPart) => parts.includes(p);
+  let messages = e.messages;
+  if (!has('history')) messages = messages.filter((m) => m.role === 'system' || m.role === 'developer' || m.role === 'user');
+  if (!has('request')) messages = messages.map((m) => (m.role === 'system' || m.role === 'developer' || m.role === 'user' ? { ...m, content: NOT_INSPECTED } : m));
+  const out: StageEvent = { stage: e.stage, messages, tools: e.tools };
+  if (e.calls) out.calls = has('calls') ? e.calls : [];
+  if (e.observation) out.observation = has('observation') ? e.observation : { ...e.observation, content: NOT_INSPECTED };
+  if (e.answer !== undefined) out.answer = has('answer') ? e.answer : NOT_INSPECTED;
+  return out;
+}
