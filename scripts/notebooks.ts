@@ -95,7 +95,7 @@ interface ExecuteOptions {
   jupyterPath: string;
   /** write the executed notebook here (default: in place) */
   outputDir?: string;
-  /** environment for the kernel (e.g. SAFEKEEP_NOTEBOOK_DIR) */
+  /** environment for the kernel (e.g. NB_WORK) */
   env?: NodeJS.ProcessEnv;
   timeoutS?: number;
 }

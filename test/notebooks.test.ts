@@ -77,7 +77,7 @@ for (const name of notebookFiles()) {
     try {
       writeKernelSpec(join(scratch, 'jupyter'));
       const r = executeNotebook(name, {
-        jupyterPath: join(scratch, 'jupyter'), outputDir: join(scratch, 'out'), env: { SAFEKEEP_NOTEBOOK_DIR: join(scratch, 'work') }, timeoutS: 600,
+        jupyterPath: join(scratch, 'jupyter'), outputDir: join(scratch, 'out'), env: { NB_WORK: join(scratch, 'work') }, timeoutS: 600,
       });
       assert.ok(r.ok, r.log.split('\n').slice(-30).join('\n'));
       checkOutputs(name, JSON.parse(readFileSync(join(scratch, 'out', name), 'utf8')) as Notebook);
