@@ -1,6 +1,6 @@
 /**
  * `npm run check:gpu [-- --dtypes f16,f32,bf16w] [--no-speed]`: the GPU checklist a user runs on their CUDA host
- * (nothing here can test it; see README "CUDA"). One run prints one line per check, each `ok`, `FAIL` or `info`:
+ * (nothing here can test it; see docs/engine.md, "GPU"). One run prints one line per check, each `ok`, `FAIL` or `info`:
  *
  *   1. onnxruntime-node's CUDA execution provider is installed and starts (else: one clear line, exit 0 — a report,
  *      not a failure; the line says to run `npm run install:cuda`, which installs the provider and checks it loads);
