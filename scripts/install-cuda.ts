@@ -17,9 +17,11 @@
  * node. `--ort-dir` installs into another onnxruntime-node package folder (the tests use a copy).
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createWriteStream, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, relative, resolve } from 'node:path';
+import { Readable, Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { DataType, encodeModel } from '../src/engine/graph/onnx/proto.ts';
 import { formatBytes } from '../src/hub/progress.ts';
 
@@ -162,23 +164,25 @@ async function download(url: string, dest: string): Promise<void> {
   }
   if (!res.ok || !res.body) throw new InstallError(`cannot download ${url} (HTTP ${res.status}) — ${offline}`);
   const total = Number(res.headers.get('content-length') ?? 0);
-  const chunks: Uint8Array[] = [];
   let done = 0;
-  let last = 0;
-  try {
-    for await (const c of res.body as AsyncIterable<Uint8Array>) {
-      chunks.push(c);
-      done += c.length;
+  let last = Date.now();
+  // streamed to the file: the GPU package is hundreds of MB
+  const count = new Transform({
+    transform(chunk: Buffer, _enc, cb) {
+      done += chunk.length;
       if (Date.now() - last > 5000) {
         last = Date.now();
         process.stderr.write(`install:cuda: ${formatBytes(done)}${total ? ` of ${formatBytes(total)}` : ''}\n`);
       }
-    }
+      cb(null, chunk);
+    },
+  });
+  try {
+    await pipeline(Readable.fromWeb(res.body as import('node:stream/web').ReadableStream<Uint8Array>), count, createWriteStream(dest));
   } catch (e) {
     throw new InstallError(`the download of ${url} broke off after ${formatBytes(done)} (${why(e)}) — run it again, or ${offline}`);
   }
   if (total && done !== total) throw new InstallError(`the download of ${url} ended at ${formatBytes(done)} of ${formatBytes(total)} — run it again`);
-  writeFileSync(dest, Buffer.concat(chunks));
 }
 
 interface ZipEntry { getData(): Buffer }

@@ -47,22 +47,26 @@ function install(args: string[]): Promise<{ code: number; stdout: string; stderr
 }
 
 /** A NuGet v3 feed on loopback: index -> PackageBaseAddress -> version list -> .nupkg (or 404 per `versions`). */
-function feed(nupkg: Buffer, versions: string[]): Promise<{ server: Server; index: string }> {
+function feed(nupkg: Buffer, versions: string[], truncate = false): Promise<{ server: Server; index: string }> {
   return new Promise((res) => {
     const server = createServer((req, reply) => {
       const base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
       const json = (v: unknown) => { reply.writeHead(200, { 'content-type': 'application/json' }); reply.end(JSON.stringify(v)); };
       if (req.url === '/v3/index.json') json({ version: '3.0.0', resources: [{ '@id': `${base}/flat/`, '@type': 'PackageBaseAddress/3.0.0' }] });
       else if (req.url === `/flat/${PKG}/index.json`) json({ versions });
-      else if (req.url === `/flat/${PKG}/${VERSION}/${PKG}.${VERSION}.nupkg`) { reply.writeHead(200, { 'content-length': nupkg.length }); reply.end(nupkg); }
+      else if (req.url === `/flat/${PKG}/${VERSION}/${PKG}.${VERSION}.nupkg` && truncate) {
+        // the connection drops halfway through the package
+        reply.writeHead(200, { 'content-length': nupkg.length });
+        reply.write(nupkg.subarray(0, nupkg.length >> 1), () => reply.destroy());
+      } else if (req.url === `/flat/${PKG}/${VERSION}/${PKG}.${VERSION}.nupkg`) { reply.writeHead(200, { 'content-length': nupkg.length }); reply.end(nupkg); }
       else { reply.writeHead(404); reply.end(); }
     });
     server.listen(0, '127.0.0.1', () => res({ server, index: `http://127.0.0.1:${(server.address() as { port: number }).port}/v3/index.json` }));
   });
 }
 
-async function withFeed<T>(nupkg: Buffer, versions: string[], body: (index: string) => Promise<T>): Promise<T> {
-  const { server, index } = await feed(nupkg, versions);
+async function withFeed<T>(nupkg: Buffer, versions: string[], body: (index: string) => Promise<T>, truncate = false): Promise<T> {
+  const { server, index } = await feed(nupkg, versions, truncate);
   try {
     return await body(index);
   } finally {
@@ -134,6 +138,15 @@ test('already present: no download (the feed is unreachable), straight to the lo
   const r = await install(['--index', 'http://127.0.0.1:9/v3/index.json']);
   assert.equal(r.code, 1);
   assert.match(r.stderr, /was already in .*, but it does not load/);
+});
+
+test('a download that breaks off: exit 1 with the bytes received, nothing placed, no work folder left', { skip }, async () => {
+  clear();
+  const r = await withFeed(standInNupkg(), [VERSION], (index) => install(['--index', index]), true);
+  assert.equal(r.code, 1);
+  assert.match(r.stderr.trim().split('\n').pop()!, /^install:cuda: the download of http:\/\/127\.0\.0\.1:\d+\/.*\.nupkg (broke off after|ended at) .* run it again/);
+  assert.deepEqual(providerFiles(), []);
+  assert.deepEqual(readdirSync(binDir).sort(), ['libonnxruntime.so.1', 'onnxruntime_binding.node']);
 });
 
 test('--no-load-check places the files and says the load is unchecked (exit 0)', { skip }, async () => {
