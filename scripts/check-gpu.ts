@@ -1,9 +1,9 @@
 /**
  * `npm run check:gpu [-- --dtypes f16,f32,bf16w] [--no-speed]`: the GPU checklist a user runs on their CUDA host
- * (nothing here can test it; see README "CUDA"). One run prints one line per check, each `ok`, `FAIL` or `info`:
+ * (nothing here can test it; see docs/engine.md, "GPU"). One run prints one line per check, each `ok`, `FAIL` or `info`:
  *
  *   1. onnxruntime-node's CUDA execution provider is installed and starts (else: one clear line, exit 0 — a report,
- *      not a failure; install with `npm ci --onnxruntime-node-install=cuda12`);
+ *      not a failure; the line says to run `npm run install:cuda`, which installs the provider and checks it loads);
  *   2. parity, per dtype, on a tiny random llama checkpoint (BF16 storage, like real models) with steering:
  *      cuda <dtype> vs cpu f32 — all-layer hidden states and logits (max |Δ| / max |value|; bounds: f32 1e-3 for
  *      TF32/cuBLAS reductions, f16 1e-2, bf16w 5e-2 — the f16/bf16 rounding of activations and weights), the worst

@@ -49,3 +49,9 @@ export * as guard from './guard/index.ts';
 
 // errors: bad input is a SafekeepError (one line)
 export { SafekeepError, isSafekeepError } from './util/errors.ts';
+
+// the pipeline step by step (notebooks): extraction to activation caches, data, split, steering sweep
+export * as experiments from './experiments/index.ts';
+
+// figures: a vega-lite spec to SVG and PNG with the report's font and theme
+export * as report from './report/index.ts';

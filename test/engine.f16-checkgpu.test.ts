@@ -40,4 +40,6 @@ test('check:gpu without the CUDA provider: one line, exit 0', (t) => {
   const r = run(['--no-speed']);
   assert.equal(r.status, 0, r.stderr);
   assert.match(r.stdout, /^check:gpu: CUDA is not available on this host — --device cuda: onnxruntime's CUDA execution provider is not installed/);
+  // the same instruction as `--device cuda`'s error and docs/engine.md: the command that installs and checks
+  assert.match(r.stdout, /run `npm run install:cuda` \(installs the provider and checks it loads/);
 });

@@ -54,6 +54,18 @@ test('report.html renders every figure offline in headless Chromium, with toolti
   assert.equal(bars, 12);
   const tables = await page.$$eval('section.table table tbody tr', (els) => els.length);
   assert.ok(tables > 20);
+  // the protocol table is prose: it wraps inside the page, left-aligned (not the numeric tables' nowrap/right)
+  // (a string: this file is compiled without the DOM types)
+  const protocol = (await page.evaluate(`(() => {
+    const el = document.querySelector('table.protocol');
+    const css = getComputedStyle(el.querySelector('tbody td'));
+    return { width: el.getBoundingClientRect().right, body: document.body.getBoundingClientRect().right, align: css.textAlign, wrap: css.whiteSpace,
+      overflow: document.documentElement.scrollWidth > document.documentElement.clientWidth };
+  })()`)) as { width: number; body: number; align: string; wrap: string; overflow: boolean };
+  assert.ok(protocol.width <= protocol.body + 1, `protocol table ends at ${protocol.width}px, the page at ${protocol.body}px`);
+  assert.equal(protocol.align, 'left');
+  assert.equal(protocol.wrap, 'normal');
+  assert.equal(protocol.overflow, false, 'no horizontal page scroll');
 
   // tooltip on hover over a Table 1 bar
   const bar = page.locator('div.vega[data-name="table1-bars"] svg .mark-rect path').first();

@@ -1,14 +1,16 @@
 /**
  * sbatch scripts and `safekeep slurm ... --dry-run` (no Slurm needed): array range and --only, the task's
- * `--shard "${SLURM_ARRAY_TASK_ID}/n"`, resources, quoting, the merge job per stage, and user errors (exit 2).
+ * `--shard "${SLURM_ARRAY_TASK_ID}/n"`, resources (--mem on every job; the merge job's own partition, time and memory),
+ * quoting, the merge job per stage, and user errors (exit 2).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { closeSync, ftruncateSync, mkdirSync, mkdtempSync, openSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { arrayRange, arrayScript, mergeScript, parseJobId, shq } from '../src/cluster/sbatch.ts';
+import { taskMemoryRequest } from '../src/cluster/memory-request.ts';
 import { repoRoot } from './helpers/shared.ts';
 
 test('sbatch pieces: ranges, quoting, job ids', () => {
@@ -82,6 +84,40 @@ test('safekeep slurm s3-eval --dry-run: s3 eval array into RESULTS/<name>/s3, th
     const b = run('s3-eval', '--model', repoRoot, '--shards', '2', '--dry-run', '--', '--out', '/elsewhere');
     assert.equal(b.status, 2);
     assert.match(b.stderr, /--out after --: set by safekeep slurm itself/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('memory: every job asks for --mem (default from the weight files); the merge job gets no GPU partition or per-task time', () => {
+  assert.equal(taskMemoryRequest(0), '4G');
+  // 3 GiB of 16-bit weights: 2 × 3 × 1.35 (f32 load peak) + 2 = 10.1 → 11G
+  assert.equal(taskMemoryRequest(3 * 2 ** 30), '11G');
+  const dir = mkdtempSync(join(tmpdir(), 'slurm-mem-'));
+  try {
+    const model = join(dir, 'model');
+    mkdirSync(model);
+    // a sparse 3 GiB weight file: its size counts, no disk is used
+    const fd = openSync(join(model, 'model.safetensors'), 'w');
+    ftruncateSync(fd, 3 * 2 ** 30);
+    closeSync(fd);
+    const run = (...args: string[]) => spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 'slurm', ...args], { encoding: 'utf8', cwd: dir });
+    const gpu = ['--partition', 'gpu', '--gpus-per-task', '1', '--time', '04:00:00', '--sbatch-arg', '--account=lab'];
+    let r = run('reproduce', '--model', model, '--shards', '2', '--results', join(dir, 'res'), ...gpu, '--dry-run');
+    assert.equal(r.status, 0, r.stderr);
+    let [task, mergeJob] = r.stdout.split(/^# (?=\/)/m).filter(Boolean) as [string, string];
+    for (const l of ['#SBATCH --partition=gpu', '#SBATCH --gpus-per-task=1', '#SBATCH --time=04:00:00', '#SBATCH --mem=11G', '#SBATCH --account=lab']) assert.ok(task.split('\n').includes(l), `task: ${l}\n${task}`);
+    assert.doesNotMatch(mergeJob, /--partition|--time|gpu/, mergeJob);
+    for (const l of ['#SBATCH --mem=11G', '#SBATCH --account=lab']) assert.ok(mergeJob.split('\n').includes(l), `merge: ${l}\n${mergeJob}`);
+    r = run('reproduce', '--model', model, '--shards', '2', '--results', join(dir, 'res'), ...gpu, '--mem', '64G', '--merge-partition', 'cpu', '--merge-time', '00:30:00', '--merge-mem', '8G', '--dry-run');
+    assert.equal(r.status, 0, r.stderr);
+    [task, mergeJob] = r.stdout.split(/^# (?=\/)/m).filter(Boolean) as [string, string];
+    assert.ok(task.includes('#SBATCH --mem=64G\n'));
+    for (const l of ['#SBATCH --partition=cpu', '#SBATCH --time=00:30:00', '#SBATCH --mem=8G']) assert.ok(mergeJob.split('\n').includes(l), `merge: ${l}\n${mergeJob}`);
+    assert.doesNotMatch(mergeJob, /gpu/);
+    const bad = run('reproduce', '--model', model, '--shards', '2', '--mem', '24GB', '--dry-run');
+    assert.equal(bad.status, 2);
+    assert.equal(bad.stderr.trim(), "safekeep: --mem: '24GB' is not a Slurm memory size (e.g. 24G, 512M)");
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -199,7 +199,7 @@ export function analyze(input: AnalysisInput): AnalysisResults {
         : `${choice.k}-fold cross-validation over ${chatbot.groups ? 'groups' : 'pairs'} on the chatbot extraction split, seed ${seed} (--layer-rule cv)`,
       cvAuroc: choice.cvAuroc.map((x) => (Number.isNaN(x) ? null : round(x))),
     },
-    bootstrap: { reps, seed, level },
+    bootstrap: { reps, seed, level, groups: new Set(chatbot.evaluation.map((i) => (chatbot.groups ?? chatbot.pairIds)[i])).size },
     curves: [...curves(t1Cross, t1, 'chatbot'), ...curves(t2Cross.slice(1), t2.slice(1), 'chatbot'), ...curves(t1Own, t1, 'own'), ...curves(t2Own.slice(1), t2.slice(1), 'own')],
     table1: tableRows(t1, t1Cross, t1Own, lStar),
     table2: tableRows(t2, t2Cross, t2Own, lStar),

@@ -253,7 +253,8 @@ export interface AnalysisResults {
     /** [L+1] mean held-out AUROC (null where not a candidate) */
     cvAuroc: (number | null)[];
   };
-  bootstrap: { reps: number; seed: number; level: number };
+  /** groups: the resampled units (scenarios / behavior stems, else pairs) on the chatbot evaluation split */
+  bootstrap: { reps: number; seed: number; level: number; groups?: number };
   curves: LayerCurve[];
   table1: TableRow[];
   table2: TableRow[];

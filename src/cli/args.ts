@@ -124,7 +124,8 @@ export function numberValue(args: ParsedArgs, name: string, fallback?: number): 
     if (fallback === undefined) throw new SafekeepError(`missing required --${name}`);
     return fallback;
   }
-  const n = Number(v);
+  // Number('') and Number(' ') are 0: an empty value is a mistake, not zero
+  const n = v.trim() === '' ? NaN : Number(v);
   if (!Number.isFinite(n)) throw new SafekeepError(`--${name} must be a number, got '${v}'`);
   return n;
 }

@@ -6,7 +6,7 @@
 import { engineOptions, ENGINE_FLAG_DEFS } from './engine-flags.ts';
 import type { ContextOptions } from '../experiments/extract.ts';
 import { resolveModel } from '../hub/resolve.ts';
-import { choiceValue, numberValue, requireValue, type FlagDef, type ParsedArgs } from './args.ts';
+import { choiceValue, numberValue, positiveIntValue, requireValue, type FlagDef, type ParsedArgs } from './args.ts';
 import { THINKING_FLAG_DEFS, thinkingOptions } from './thinking-flags.ts';
 import { dataDirsEnv, hubEnv } from './env.ts';
 
@@ -48,7 +48,7 @@ export async function runContextOptions(a: ParsedArgs): Promise<ContextOptions> 
     results: a.values.get('results') ?? 'results',
     engine: engineOptions(a),
     ...(template ? { template } : {}),
-    ...(a.values.has('limit') ? { limit: numberValue(a, 'limit') } : {}),
+    ...(a.values.has('limit') ? { limit: positiveIntValue(a, 'limit', Infinity) } : {}),
     batchTokens: numberValue(a, 'batch-tokens', 4096),
     splitSeed: numberValue(a, 'split-seed', 0),
   };

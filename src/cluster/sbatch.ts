@@ -3,7 +3,8 @@
  *   - a job array, one shard per task: `SLURM_ARRAY_TASK_ID` → `--shard <id>/<n>` (`--array=0-(n-1)`, or the
  *     listed tasks with --only), every task reading the model from the shared filesystem in place;
  *   - a merge job (`safekeep merge RESULTS_DIR`), submitted with `--dependency=afterok:<array>` and
- *     `--kill-on-invalid-dep=yes`, so it runs only when every task succeeded and is dropped when one failed.
+ *     `--kill-on-invalid-dep=yes`, so it runs only when every task succeeded and is dropped when one failed; it has
+ *     its own resources (CPU only: no GPU, the default partition unless given one, its own time and memory).
  * Shared-filesystem assumption: the repository, node, the model folder and the results folder are at the same
  * paths on every node.
  */
@@ -15,6 +16,8 @@ export interface SlurmResources {
   cpusPerTask?: number;
   /** wall-clock limit per task, Slurm's format (e.g. 02:00:00) */
   time?: string;
+  /** memory per node, Slurm's format (e.g. 24G): without it a job gets the cluster's default, often a few GB */
+  mem?: string;
   /** extra sbatch arguments, one per element (e.g. `--account=lab`) */
   extra?: readonly string[];
 }
@@ -57,6 +60,7 @@ function header(name: string, r: SlurmResources, output: string, extra: string[]
     ...(r.partition ? [`#SBATCH --partition=${shq(r.partition)}`] : []),
     ...(r.time ? [`#SBATCH --time=${shq(r.time)}`] : []),
     ...(r.cpusPerTask ? [`#SBATCH --cpus-per-task=${r.cpusPerTask}`] : []),
+    ...(r.mem ? [`#SBATCH --mem=${shq(r.mem)}`] : []),
     ...(r.extra ?? []).map((a) => `#SBATCH ${a}`),
   ];
 }
@@ -85,12 +89,15 @@ interface MergeSpec {
   resultsDir: string;
   logDir: string;
   workdir: string;
-  /** merge needs no GPU: partition, time and extra arguments only */
+  /**
+   * the merge job's own resources (it needs no GPU: no GPU count is ever written; partition and time are its own,
+   * not the array's GPU partition and per-task limit)
+   */
   resources: SlurmResources;
 }
 
 export function mergeScript(s: MergeSpec): string {
-  const { gpusPerTask: _g, cpusPerTask: _c, ...r } = s.resources;
+  const { gpusPerTask: _g, ...r } = s.resources;
   return [
     ...header(s.name, r, `${s.logDir}/%x-%j.out`, ['#SBATCH --ntasks=1']),
     '# runs after every array task succeeded (afterok): parts → the files one process writes, then the command\'s own finish (reproduce: analyses, tables, figures, report)',

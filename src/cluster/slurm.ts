@@ -28,7 +28,10 @@ export interface Submission {
   node: string;
   bin: string;
   workdir: string;
+  /** the array tasks' resources */
   resources: SlurmResources;
+  /** the merge jobs' resources (no GPU; see sbatch.ts) */
+  mergeResources: SlurmResources;
 }
 
 interface StageScript {
@@ -49,7 +52,7 @@ export function stageScripts(s: Submission): StageScript[] {
         name, node: s.node, bin: s.bin, argv: stage.argv, shards: stage.shards, ...(stage.only ? { only: stage.only } : {}),
         logDir, workdir: s.workdir, resources: s.resources,
       })
-      : mergeScript({ name, command: stage.command, node: s.node, bin: s.bin, resultsDir: s.resultsDir, logDir, workdir: s.workdir, resources: s.resources });
+      : mergeScript({ name, command: stage.command, node: s.node, bin: s.bin, resultsDir: s.resultsDir, logDir, workdir: s.workdir, resources: s.mergeResources });
     return { stage, name, path, text };
   });
 }

@@ -53,8 +53,9 @@ type AlphaSpec = { kind: 'absolute'; value: number } | { kind: 'relative'; value
 export function parseAlphas(s: string): AlphaSpec[] {
   return s.split(',').map((t) => {
     const rel = t.trim().endsWith('x');
-    const v = Number(rel ? t.trim().slice(0, -1) : t.trim());
-    if (!t.trim() || !Number.isFinite(v)) throw new SafekeepError(`--alphas: '${t}' is not a number (use 4 or 0.5x)`);
+    const num = (rel ? t.trim().slice(0, -1) : t).trim(); // 'x' alone would be Number('') = 0
+    const v = Number(num);
+    if (!num || !Number.isFinite(v)) throw new SafekeepError(`--alphas: '${t}' is not a number (use 4 or 0.5x)`);
     return rel ? { kind: 'relative', value: v } : { kind: 'absolute', value: v };
   });
 }

@@ -1,5 +1,6 @@
 /** The concise stdout summary of a reproduce run: ℓ*, Table 1 and Table 2 at ℓ*, Schema-Direction cosine at ℓ*, behavioural refusal. */
 import type { AnalysisResults, TableRow } from '../analysis/results.ts';
+import { fewGroupsCaveat } from '../report/few-groups.ts';
 
 const f3 = (x: number): string => x.toFixed(3);
 
@@ -25,5 +26,7 @@ export function summarizeResults(res: AnalysisResults): string {
     const pct = (x: number) => (100 * x).toFixed(1);
     out.push(`Behavioural refusal (${res.behavioural.requests}): ${res.behavioural.rows.map((r) => `${r.label} ${pct(r.rate)}% [${pct(r.lo)}, ${pct(r.hi)}] (${r.refusals}/${r.n})`).join(', ')}`);
   }
+  const caveat = fewGroupsCaveat(res);
+  if (caveat) out.push(caveat);
   return out.join('\n');
 }

@@ -9,6 +9,8 @@ import type { AnalysisResults } from '../analysis/results.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { protocolTableHtml } from './protocol.ts';
 import type { Figure } from './figures/spec.ts';
+import { compactJson } from './compact-json.ts';
+import { fewGroupsCaveat } from './few-groups.ts';
 import { FONT_FAMILY } from './font.ts';
 import type { Table } from './tables.ts';
 
@@ -54,12 +56,16 @@ body { font-family: '${FONT_FAMILY}', 'DejaVu Sans', Verdana, sans-serif; margin
 h1 { font-size: 1.6em; margin-bottom: .2em; }
 h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 2em; }
 .synthetic { background: #fff3cd; border: 2px solid #d4ac0d; padding: .6em 1em; font-weight: bold; }
+.caveat { background: #fdf2e9; border-left: 4px solid #d35400; padding: .4em .8em; }
 .meta td { padding: .1em 1em .1em 0; }
 .scroll { overflow-x: auto; }
 table.data, .table table { border-collapse: collapse; font-size: .9em; }
 .table th, .table td { border: 1px solid #ddd; padding: .3em .6em; text-align: right; white-space: nowrap; }
 .table th:first-child, .table td:first-child { text-align: left; }
 .table th { background: #f4f6f7; }
+table.protocol { border-collapse: collapse; font-size: .85em; width: 100%; table-layout: fixed; }
+.protocol th, .protocol td { border: 1px solid #ddd; padding: .3em .5em; text-align: left; vertical-align: top; white-space: normal; overflow-wrap: anywhere; }
+.protocol th { background: #f4f6f7; }
 .note, .caption, .files { color: #555; font-size: .9em; }
 .figure { margin: 1.5em 0; }
 pre { background: #f8f9f9; padding: 1em; overflow-x: auto; font-size: .85em; }
@@ -80,8 +86,10 @@ export function buildHtml(res: AnalysisResults, figures: readonly Figure[], tabl
     ]
     : [['Model', res.model], ['Activations', res.lStar.method]];
   if (res.bootstrap.reps > 0) {
-    meta.push(['Intervals', `${res.bootstrap.reps} paired bootstrap resamples of groups of pairs (scenarios), seed ${res.bootstrap.seed}, ${Math.round(res.bootstrap.level * 100)}% percentile`]);
+    const groups = res.bootstrap.groups === undefined ? 'groups of pairs (scenarios)' : `${res.bootstrap.groups} evaluation groups (scenarios, else pairs)`;
+    meta.push(['Intervals', `${res.bootstrap.reps} paired bootstrap resamples of ${groups}, seed ${res.bootstrap.seed}, ${Math.round(res.bootstrap.level * 100)}% percentile`]);
   }
+  const caveat = res.dModel > 0 ? fewGroupsCaveat(res) : null;
   const protocol = protocolTableHtml();
   const vegaJs = browserBuild('vega', 'vega.min.js');
   const vlJs = browserBuild('vega-lite', 'vega-lite.min.js');
@@ -99,6 +107,7 @@ export function buildHtml(res: AnalysisResults, figures: readonly Figure[], tabl
 ${res.synthetic ? '<p class="synthetic">SYNTHETIC: these numbers come from planted activations with a known answer, not from a real model.</p>' : ''}
 <p>Reproduction of Pan et al. (2026), “JSON tool schemas suppress the refusal direction”: refusal separability across input formats (Tables 1–2), the Schema Direction (Figure 3), first-token projections (Figure 4)${res.steering?.length ? ' and steering (Table 3)' : ''}${res.probe ? '; activation refusal probes and the guard comparison (base, SafeKeep, refusal probe, both)' : ''}${res.s3 ? '; the S³ multi-stage defense evaluation (stage-specific safety skills, a guard agent, recovery)' : ''}.</p>
 <table class="meta">${meta.map(([k, v]) => `<tr><td>${escapeHtml(k)}</td><td>${escapeHtml(v)}</td></tr>`).join('')}</table>
+${caveat ? `<p class="caveat">${escapeHtml(caveat)}</p>` : ''}
 ${(res.notes ?? []).map((n) => `<p class="note">${escapeHtml(n)}</p>`).join('\n')}
 <h2>Figures</h2>
 ${figures.map((f, i) => `<section class="figure"><h3>${escapeHtml(f.title)}</h3><div id="fig-${i}" class="vega" data-name="${escapeHtml(f.name)}"></div><p class="caption">${escapeHtml(f.caption)} Files: figures/${escapeHtml(f.name)}.svg, .png</p></section>`).join('\n')}
@@ -106,7 +115,7 @@ ${figures.map((f, i) => `<section class="figure"><h3>${escapeHtml(f.title)}</h3>
 ${tables.map(htmlTable).join('\n')}
 ${protocol ? `<h2>Protocol: paper vs this run's defaults</h2>\n<p class="note">From docs/protocol.md; the values this run used are in the manifest below (<code>protocol</code>).</p>\n${protocol}` : ''}
 <h2>Manifest</h2>
-<pre>${escapeHtml(JSON.stringify(res.manifest, null, 2))}</pre>
+<pre>${escapeHtml(compactJson(res.manifest))}</pre>
 <script>${vegaJs}</script>
 <script>${vlJs}</script>
 <script>${embedJs}</script>

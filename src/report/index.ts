@@ -5,3 +5,4 @@ export { renderSvg, svgToPng } from './render.ts';
 export { buildTables, tableMarkdown, toCsv } from './tables.ts';
 export { summaryLines } from './summary.ts';
 export { steeringBarsFigure } from './figures/steering-bars.ts';
+export { CONFIG as FIGURE_CONFIG, COLORS as FIGURE_COLORS } from './theme.ts';

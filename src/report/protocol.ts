@@ -38,5 +38,6 @@ export function protocolTableHtml(file = PROTOCOL_FILE): string | null {
   if (lines.length < 3) return null;
   const head = markdownCells(lines[0]!).map((c) => `<th>${inline(c)}</th>`).join('');
   const rows = lines.slice(2).map((l) => `<tr>${markdownCells(l).map((c) => `<td>${inline(c)}</td>`).join('')}</tr>`);
-  return `<table class="table protocol"><thead><tr>${head}</tr></thead><tbody>${rows.join('')}</tbody></table>`;
+  // not class "table": that CSS right-aligns and never wraps (numeric tables); this one is prose and must wrap
+  return `<table class="protocol"><thead><tr>${head}</tr></thead><tbody>${rows.join('')}</tbody></table>`;
 }

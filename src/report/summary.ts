@@ -2,6 +2,7 @@
  * The concise closing note of a run: the recovered numbers at ℓ*, one line each, for stdout and report.md.
  */
 import type { AnalysisResults, AurocCI } from '../analysis/results.ts';
+import { fewGroupsCaveat } from './few-groups.ts';
 
 const ci = (e: AurocCI): string => `${e.auroc.toFixed(3)} [${e.lo.toFixed(3)}, ${e.hi.toFixed(3)}]`;
 
@@ -29,5 +30,7 @@ export function summaryLines(res: AnalysisResults): string[] {
     const pct = (k: number, n: number) => (n ? ((100 * k) / n).toFixed(1) : '–');
     lines.push(`S³ (${r.bench}, ${r.tasks} tasks): ${r.configs.map((c) => `${c.config}: ASR ${pct(c.asr.k, c.asr.n)}%, benign ${pct(c.benign.k, c.benign.n)}%`).join('; ')}`);
   }
+  const caveat = res.dModel > 0 ? fewGroupsCaveat(res) : null;
+  if (caveat) lines.push(caveat);
   return lines;
 }

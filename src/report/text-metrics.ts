@@ -4,7 +4,6 @@
  * these metrics the SVG/PNG layout matches the glyphs actually drawn (kerning aside).
  */
 import { readFileSync } from 'node:fs';
-import * as vega from 'vega';
 import { SafekeepError } from '../util/errors.ts';
 import { fontFiles } from './font.ts';
 
@@ -92,8 +91,8 @@ interface TextItem {
 
 let installed = false;
 
-/** Makes vega measure text with DejaVu Sans metrics (idempotent). */
-export function installTextMetrics(): void {
+/** Makes vega (the module, imported by the caller when a figure is drawn) measure text with DejaVu Sans metrics (idempotent). */
+export function installTextMetrics(vega: unknown): void {
   if (installed) return;
   const [regularFile, boldFile] = fontFiles();
   const regular = parseTtfMetrics(readFileSync(regularFile!), regularFile);

@@ -16,6 +16,8 @@ export abstract class Progress {
   protected done = 0;
   private readonly t0 = Date.now();
   private lastDraw = 0;
+  /** `done` when the last line was written (-1: none yet), so a log does not get the final line twice */
+  private drawnAt = -1;
   private readonly tty: boolean;
   constructor(
     protected readonly label: string,
@@ -39,7 +41,9 @@ export abstract class Progress {
     }
   }
 
+  /** the final line: on a terminal it ends the redrawn line; on a log it is written unless the last line already says it */
   finish(): void {
+    if (!this.tty && this.drawnAt === this.done) return;
     this.draw(true);
   }
 
@@ -54,6 +58,7 @@ export abstract class Progress {
 
   private draw(final: boolean): void {
     if (this.quiet) return;
+    this.drawnAt = this.done;
     if (this.tty) this.out.write(`\r${this.line()}\x1b[K${final ? '\n' : ''}`);
     else this.out.write(`${this.line()}\n`);
   }

@@ -7,7 +7,8 @@
  */
 import { numberValue, parseArgs, type FlagTable } from '../args.ts';
 import { ANALYSIS_FLAG_DEFS, analysisOptions, RUN_FLAG_DEFS, runContextOptions } from '../run-flags.ts';
-import { DEFAULT_REFUSAL_TOKENS, reproduce, reproduceShard } from '../../experiments/reproduce.ts';
+import { checkPairBudget, CV_BUDGET } from '../pair-budget.ts';
+import { DEFAULT_REFUSAL_TOKENS, QUICK_PAIRS, reproduce, reproduceShard } from '../../experiments/reproduce.ts';
 import { parseShard } from '../../util/shard.ts';
 import { SHARD_FLAG_DEF } from '../shard-flag.ts';
 import { SafekeepError } from '../../util/errors.ts';
@@ -35,6 +36,7 @@ export async function run(argv: string[]): Promise<number> {
   const options = {
     ...(await runContextOptions(a)), quick: a.booleans.has('quick'), reps: numberValue(a, 'reps', 1000), ...analysisOptions(a), refusalTokens,
   };
+  await checkPairBudget(options, options.limit ?? (options.quick ? QUICK_PAIRS : undefined), CV_BUDGET);
   const shardArg = a.values.get('shard');
   if (shardArg !== undefined) {
     const r = await reproduceShard(options, parseShard(shardArg));

@@ -1,6 +1,7 @@
 /**
  * `safekeep slurm reproduce|steer|guard-eval|s3-eval --model M --shards N [--results DIR] [--partition P] [--gpus-per-task 1]
- *    [--cpus-per-task C] [--time 02:00:00] [--sbatch-arg "--account=lab --qos=high"] [--only 3,7] [--dry-run]
+ *    [--cpus-per-task C] [--time 02:00:00] [--mem 24G] [--merge-partition P] [--merge-time T] [--merge-mem M]
+ *    [--sbatch-arg "--account=lab --qos=high"] [--only 3,7] [--dry-run]
  *    [-- FLAGS FOR reproduce]`
  * writes an sbatch job array (task i runs `reproduce --shard i/N`) and a merge job that depends on it
  * (`--dependency=afterok`, `--kill-on-invalid-dep=yes`) into RESULTS_DIR/slurm/, submits them with
@@ -25,6 +26,7 @@ import { modelDirFor } from '../../hub/pull.ts';
 import { stageScripts, submit, type Stage, type Submission } from '../../cluster/slurm.ts';
 import type { SlurmResources } from '../../cluster/sbatch.ts';
 import { statusLines } from '../../cluster/status.ts';
+import { isSlurmMemory, modelWeightBytes, taskMemoryRequest } from '../../cluster/memory-request.ts';
 import { RUN_FLAGS } from '../run-flags.ts';
 
 export const summary = 'reproduce/steer/guard-eval/s3-eval as Slurm job arrays + dependent merge/report jobs; `slurm status RESULTS_DIR`';
@@ -64,7 +66,11 @@ export const flags: FlagTable = {
     { name: 'gpus-per-task', value: 'G', help: 'sbatch --gpus-per-task' },
     { name: 'cpus-per-task', value: 'C', help: 'sbatch --cpus-per-task' },
     { name: 'time', value: 'HH:MM:SS', help: 'sbatch --time per task' },
-    { name: 'sbatch-arg', value: '"ARGS"', help: 'extra sbatch arguments for every job' },
+    { name: 'mem', value: 'SIZE', default: '2.7 × the model\'s weight files + 2G, ≥ 4G', help: 'sbatch --mem per task (e.g. 24G)' },
+    { name: 'merge-partition', value: 'P', default: 'the cluster\'s default', help: 'partition of the merge jobs (CPU only; never the GPU --partition)' },
+    { name: 'merge-time', value: 'HH:MM:SS', default: 'the partition\'s default', help: 'sbatch --time of the merge jobs' },
+    { name: 'merge-mem', value: 'SIZE', default: 'as --mem', help: 'sbatch --mem of the merge jobs' },
+    { name: 'sbatch-arg', value: '"ARGS"', help: 'extra sbatch arguments for every job, merges included (account, qos; GPUs go in --gpus-per-task)' },
     { name: 'only', value: 'i,j', help: 'resubmit only these tasks (plus a new merge job)' },
     { name: 'dry-run', boolean: true, help: 'print the scripts, submit nothing' },
   ],
@@ -79,6 +85,23 @@ function positiveInt(a: ParsedArgs, flag: string): number | undefined {
   const n = numberValue(a, flag);
   if (!(Number.isInteger(n) && n >= 1)) throw new SafekeepError(`--${flag} must be a positive integer, got ${a.values.get(flag)}`);
   return n;
+}
+
+function memValue(a: ParsedArgs, flag: string): string | undefined {
+  const v = a.values.get(flag);
+  if (v !== undefined && !isSlurmMemory(v)) throw new SafekeepError(`--${flag}: '${v}' is not a Slurm memory size (e.g. 24G, 512M)`);
+  return v;
+}
+
+/** the merge jobs' resources: CPU only, their own partition/time/memory; the account-style --sbatch-arg still applies */
+export function mergeResources(a: ParsedArgs, taskMem: string): SlurmResources {
+  const extra = resources(a).extra;
+  return {
+    ...(a.values.get('merge-partition') ? { partition: a.values.get('merge-partition')! } : {}),
+    ...(a.values.get('merge-time') ? { time: a.values.get('merge-time')! } : {}),
+    mem: memValue(a, 'merge-mem') ?? taskMem,
+    ...(extra ? { extra } : {}),
+  };
 }
 
 export function resources(a: ParsedArgs): SlurmResources {
@@ -131,6 +154,7 @@ export async function run(argv: string[]): Promise<number> {
   const resultsRoot = resolve(a.values.get('results') ?? 'results');
   const name = evalFolder ? (flagValue(passthrough, '--name') ?? basename(modelDir)).replace(/[^\w.-]+/g, '_') : basename(modelDir);
   const resultsDir = join(resultsRoot, name);
+  const taskMem = memValue(a, 'mem') ?? taskMemoryRequest(modelWeightBytes(modelDir));
   const array = (label: string, argv: string[], o?: number[]): Stage => ({ kind: 'array', label, argv, shards, ...(o ? { only: o } : {}) });
   const merge = (command: string, label = 'merge'): Stage => ({ kind: 'merge', label, command });
   let stages: Stage[];
@@ -149,7 +173,7 @@ export async function run(argv: string[]): Promise<number> {
   }
   const s: Submission = {
     command: sub!, resultsDir, modelName: name, stages, node: process.execPath, bin: join(repoRoot, 'bin', 'safekeep.mjs'),
-    workdir: process.cwd(), resources: resources(a),
+    workdir: process.cwd(), resources: { ...resources(a), mem: taskMem }, mergeResources: mergeResources(a, taskMem),
   };
   if (dryRun) {
     for (const sc of stageScripts(s)) process.stdout.write(`# ${sc.path}${sc.stage.kind === 'merge' ? ' (submitted with --dependency=afterok:<previous job> --kill-on-invalid-dep=yes)' : ''}\n${sc.text}\n`);

@@ -10,6 +10,7 @@
  * results/<model>/shards/steer/; needs the chatbot/agent.schema/agent.flattened caches first (`safekeep slurm steer`
  * runs that extraction as its own sharded stage); `safekeep merge results/<model>` writes Table 3 and the report.
  */
+import { checkPairBudget, CV_BUDGET, DIRECTION_BUDGET } from '../pair-budget.ts';
 import { choiceValue, numberValue, parseArgs, type FlagTable } from '../args.ts';
 import { ANALYSIS_FLAG_DEFS, analysisOptions, RUN_FLAG_DEFS, runContextOptions } from '../run-flags.ts';
 import { STEER_POSITIONS } from '../../engine/types.ts';
@@ -71,6 +72,7 @@ export async function run(argv: string[]): Promise<number> {
     ...analysisOptions(a),
     interventionSets: interventionSetsFlag(a.values.get('intervene')),
   };
+  await checkPairBudget(o, o.limit, o.layer === 'auto' && o.layerRule === 'cv' ? CV_BUDGET : DIRECTION_BUDGET);
   const shardArg = a.values.get('shard');
   if (shardArg !== undefined) {
     const s = await steerShard(o, parseShard(shardArg));

@@ -52,7 +52,8 @@ function modelGraph(ckpt: Checkpoint, cfg: EngineConfig, hooks?: HookSelection):
   return { bytes, weightsDir, cached: false, path };
 }
 
-const CUDA_HINT = 'On a host with CUDA 12 + cuDNN 9 install it with `npm ci --onnxruntime-node-install=cuda12` (README, CUDA), or use --device cpu';
+/** the one install instruction, said the same way by this error, `npm run check:gpu` and docs/engine.md (GPU) */
+const CUDA_HINT = 'On a host with CUDA 12 + cuDNN 9 run `npm run install:cuda` (installs the provider and checks it loads; docs/engine.md, GPU), or use --device cpu';
 
 /** onnxruntime-node's CUDA provider is a separate download next to its binding; fail early and clearly without it. */
 function checkCudaInstalled(): void {

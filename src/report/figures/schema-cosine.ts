@@ -12,6 +12,26 @@ const BENIGN = 'Benign requests: cos(R_benign, r)';
 const RANDOM = 'Random unit vectors, 95% band';
 const PERMUTED = 'Label-permuted refusal direction vs R_harmful, 95% band';
 
+/**
+ * A permutation band at least this wide (of the 2 that cosines span) excludes almost nothing: the activations vary
+ * in too few dimensions there (the planted model's do), so shuffled labels give directions parallel to any other.
+ */
+const UNINFORMATIVE_WIDTH = 1.5;
+
+/** "1–4" / "1, 3" for the caption */
+function layerList(ls: readonly number[]): string {
+  const contiguous = ls.every((l, i) => i === 0 || l === ls[i - 1]! + 1);
+  return contiguous && ls.length > 2 ? `${ls[0]}–${ls[ls.length - 1]}` : ls.join(', ');
+}
+
+/** the caption's sentence on layers whose permutation band is uninformative, or '' */
+export function permutationCaveat(band: { lo: readonly number[]; hi: readonly number[] } | undefined): string {
+  if (!band) return '';
+  const wide = band.lo.flatMap((lo, l) => (band.hi[l]! - lo >= UNINFORMATIVE_WIDTH ? [l] : []));
+  if (!wide.length) return '';
+  return ` At layer${wide.length === 1 ? '' : 's'} ${layerList(wide)} the permutation band spans nearly all of [−1, 1]: the chatbot activations vary in too few dimensions there for shuffled labels to give a null that excludes anything, so read ${wide.length === 1 ? 'that layer' : 'those layers'} against the random-direction band.`;
+}
+
 export function schemaCosineFigure(res: AnalysisResults): Figure | null {
   const sc = res.schemaCosines;
   if (!sc) return null;
@@ -76,7 +96,8 @@ export function schemaCosineFigure(res: AnalysisResults): Figure | null {
     name: 'figure3-schema-cosine',
     title: 'Figure 3 — the Schema Direction points against refusal',
     caption:
-      'Per layer, the cosine between the Schema Direction (mean shift from flattened prose to JSON schemas for the same requests) and the chatbot refusal direction. Shaded: 95% bands of two null baselines. Dashed line: ℓ*.',
+      'Per layer, the cosine between the Schema Direction (mean shift from flattened prose to JSON schemas for the same requests) and the chatbot refusal direction. Shaded: 95% bands of two null baselines. Dashed line: ℓ*.' +
+      permutationCaveat(sc.permutationBand),
     spec,
   };
 }

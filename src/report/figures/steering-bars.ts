@@ -65,7 +65,8 @@ export function steeringBarsFigure(res: AnalysisResults, s: SteeringResults, ind
   } as TopLevelSpec;
   return {
     name: index === 0 ? 'steering-outcomes' : `steering-outcomes-${index}`,
-    title: `Table 3 — steering against the ${s.direction} (${s.requests} requests)`,
+    // the direction's name carries its own parenthesis (the requests it was computed from): the steered ones lead
+    title: `Table 3 — ${s.requests} requests steered against the ${s.direction}`,
     caption: 'Stacked shares of refusals, valid harmful tool calls and invalid outputs for each steering strength; hover for counts and 95% Wilson intervals.',
     spec,
   };
