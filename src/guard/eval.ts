@@ -9,7 +9,8 @@
  */
 import { classifyResponse } from '../experiments/outcome/classify.ts';
 import type { Outcome } from '../experiments/outcome/types.ts';
-import { Limiter } from './backends/limit.ts';
+import { runTask, type Task } from '../eval/runner.ts';
+import { callTotals, type CallLog, type SampleLog, type Score } from '../eval/log.ts';
 import type { GuardBench, GuardCase } from './bench/cases.ts';
 import { agentHarmMetrics, summarize, type Rate } from './metrics.ts';
 import { injecAgentScore, injecStep, simulatedToolResponse, type StepEval } from './bench/injecagent-score.ts';
@@ -78,38 +79,58 @@ export function runGuardEval(cases: readonly GuardCase[], opts: EvalOptions): Pr
 
 /** Rows of the given items, in their order (a shard runs a subset). */
 export async function runEvalItems(items: readonly EvalItem[], opts: Omit<EvalOptions, 'methods'>): Promise<EvalRow[]> {
-  const limiter = new Limiter(opts.concurrency ?? 1);
-  const total = items.length;
-  let done = 0;
-  const tasks = items.map(({ c, method }) =>
-    limiter.run(async (): Promise<EvalRow> => {
-      const r = await guardedRespond(c.request, method, opts.backend, opts);
-      const outcome = classifyResponse(r.reply.content, r.reply.toolCalls, c.request.tools, opts.backend.callFormat);
-      const steps = c.bench === 'injecagent' ? await injecSteps(c, method, outcome, opts) : {};
-      opts.onProgress?.(++done, total);
-      return {
-        ...steps,
-        caseId: c.id,
-        group: caseGroup(c),
-        method,
-        label: outcome.label,
-        calls: outcome.calls.map((k) => k.call.name),
-        reasons: outcome.reasons,
-        blocked: r.blocked,
-        verdict: r.judge?.verdict ?? null,
-        judgeLatencyMs: r.judge?.latencyMs ?? null,
-        judgeTokens: r.judge?.tokens ?? null,
-        agentTokens: r.reply.promptTokens + r.reply.completionTokens,
-        probeScore: r.probe?.score ?? null,
-        probeFlagged: r.probe ? r.probe.unsafe : null,
-        probeMs: r.probe?.latencyMs ?? null,
-        agentMs: r.agentMs !== undefined ? r.agentMs : r.blocked ? null : r.reply.latencyMs,
-        output: r.reply.content,
-        outcome,
-      };
-    }),
-  );
-  return Promise.all(tasks);
+  return (await runTask(guardTask(opts), items, { concurrency: opts.concurrency, onProgress: opts.onProgress })).results;
+}
+
+const itemKey = (it: EvalItem): string => `${it.method} × ${it.c.id}`;
+
+/**
+ * Table 4 as a harness task: the solver is `guardedRespond` under the item's method (judge, agent and refusal calls
+ * recorded), the scorers the outcome classifier and, for InjecAgent, its two-step labels.
+ */
+export function guardTask(opts: Omit<EvalOptions, 'methods'>): Task<EvalItem, EvalRow> {
+  return {
+    name: 'guard-eval',
+    key: itemKey,
+    solve: ({ c, method }, rec) => solveItem(c, method, { ...opts, backend: rec.view(opts.backend), ...(opts.judgeBackend ? { judgeBackend: rec.view(opts.judgeBackend) } : {}) }),
+    samples: (it, row, calls) => [guardSample(it, row, calls)],
+  };
+}
+
+async function solveItem(c: GuardCase, method: GuardMethod, opts: Omit<EvalOptions, 'methods'>): Promise<EvalRow> {
+  const r = await guardedRespond(c.request, method, opts.backend, opts);
+  const outcome = classifyResponse(r.reply.content, r.reply.toolCalls, c.request.tools, opts.backend.callFormat);
+  const steps = c.bench === 'injecagent' ? await injecSteps(c, method, outcome, opts) : {};
+  return {
+    ...steps,
+    caseId: c.id,
+    group: caseGroup(c),
+    method,
+    label: outcome.label,
+    calls: outcome.calls.map((k) => k.call.name),
+    reasons: outcome.reasons,
+    blocked: r.blocked,
+    verdict: r.judge?.verdict ?? null,
+    judgeLatencyMs: r.judge?.latencyMs ?? null,
+    judgeTokens: r.judge?.tokens ?? null,
+    agentTokens: r.reply.promptTokens + r.reply.completionTokens,
+    probeScore: r.probe?.score ?? null,
+    probeFlagged: r.probe ? r.probe.unsafe : null,
+    probeMs: r.probe?.latencyMs ?? null,
+    agentMs: r.agentMs !== undefined ? r.agentMs : r.blocked ? null : r.reply.latencyMs,
+    output: r.reply.content,
+    outcome,
+  };
+}
+
+/** A Table 4 row as its log line: every score with its scorer. */
+function guardSample(it: EvalItem, row: EvalRow, calls: CallLog[]): SampleLog<EvalRow> {
+  const scores: Score[] = [{ scorer: 'outcome', value: row.label, explanation: row.reasons.join('; ') }];
+  if (row.verdict !== null) scores.push({ scorer: 'judge', value: row.verdict, explanation: calls.find((k) => k.purpose === 'judge')?.content ?? '' });
+  if (row.probeScore !== null) scores.push({ scorer: 'probe', value: row.probeScore, explanation: row.probeFlagged ? 'flagged' : 'passed' });
+  if (row.step1 !== undefined) scores.push({ scorer: 'injecagent-step1', value: row.step1 });
+  if (row.step2 !== undefined) scores.push({ scorer: 'injecagent-step2', value: row.step2, ...(row.step2Simulated ? { explanation: `simulated response: ${row.step2Simulated}` } : {}) });
+  return { format: 'safekeep-sample', id: itemKey(it), sample: it.c.id, solver: it.method, calls, scores, output: row.output, ...callTotals(calls), row };
 }
 
 /** InjecAgent's step labels of one case; data stealing runs step 2 after a step-1 succ. */
