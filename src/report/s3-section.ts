@@ -5,7 +5,7 @@
  * do. One run per bench: a later run of the same bench replaces it.
  */
 import { existsSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import type { AnalysisResults, S3ConfigRow, S3Run } from '../analysis/results.ts';
 import { S3_BENCHES } from '../guard/bench/s3-tasks.ts';
 import type { S3MergeOptions } from '../guard/s3/shard.ts';
@@ -61,10 +61,10 @@ export async function writeS3Report(o: { resultsDir: string; out: string; run: S
   return { figure, html: files.html };
 }
 
-/** The report part of an `s3 eval` run or merge: results/<name> is the parent of the tables' folder. */
+/** The report part of an `s3 eval` run or merge: into the run's results folder (results/<name>, or `--out DIR` itself). */
 export function writeS3ReportOf(m: S3MergeOptions, configs: readonly S3ConfigRow[]): Promise<S3ReportFiles> {
   return writeS3Report({
-    resultsDir: dirname(m.out), out: m.out, run: { ...m.run, configs: [...configs] },
+    resultsDir: m.resultsDir, out: m.out, run: { ...m.run, configs: [...configs] },
     shell: { ...m.shell, model: m.name, manifest: {} }, protocol: m.meta,
   });
 }
