@@ -8,8 +8,7 @@
  */
 import { join } from 'node:path';
 import { readEvalLog, writeEvalLog, type SampleLog } from '../eval/log.ts';
-import { mergeShardSamples, runShardTask } from '../eval/shard.ts';
-import type { ShardEntry } from '../util/shard-run.ts';
+import { runShardTask } from '../eval/shard.ts';
 import type { Shard } from '../util/shard.ts';
 import { agentHarmCases, injecAgentCases, type GuardBench, type GuardCase, type InjecSetting } from './bench/cases.ts';
 import { evalItems, guardTask, summarizeEval, type EvalItem, type EvalOptions, type EvalRow, type MethodSummary } from './eval.ts';
@@ -44,7 +43,8 @@ export function itemTokens(it: EvalItem, maxTokens: number, judgeMaxTokens: numb
   return prompt + maxTokens + (it.method === 'base' || it.method === 'safeprompt' ? 0 : prompt + judgeMaxTokens);
 }
 
-const samplesFile = (bench: GuardBench): string => `samples-${bench}.jsonl`;
+/** A shard's log lines (src/eval/shard.ts). */
+export const guardSamplesFile = (bench: GuardBench): string => `samples-${bench}.jsonl`;
 const itemKey = (method: string, caseId: string): string => `${method} × ${caseId}`;
 /** The per-sample log of a Table 4 run, beside its tables. */
 export const guardLogFile = (out: string, bench: GuardBench): string => join(out, `log-${bench}.jsonl`);
@@ -52,7 +52,7 @@ export const guardLogFile = (out: string, bench: GuardBench): string => join(out
 export function runGuardShard(cases: readonly GuardCase[], opts: EvalOptions, shard: Shard, m: GuardMergeOptions,
   identity: Record<string, string>): Promise<{ dir: string; items: number; tokens: number; seconds: number }> {
   return runShardTask({
-    resultsDir: join(m.out, '..'), command: 'guard-eval', shard, identity, options: { ...m }, file: samplesFile(m.bench),
+    resultsDir: join(m.out, '..'), command: 'guard-eval', shard, identity, options: { ...m }, file: guardSamplesFile(m.bench),
     task: guardTask(opts), items: evalItems(cases, m.methods), cost: (it) => itemTokens(it, m.maxTokens, m.judgeMaxTokens),
     concurrency: opts.concurrency, onProgress: opts.onProgress,
   });
@@ -82,8 +82,7 @@ export function writeGuardRun(m: GuardMergeOptions, samples: readonly SampleLog<
   return { files: { ...writeGuardTables(m.out, m.bench, m.name, summaries, rows, meta), log }, summaries, rows, unparseable: { k, judged: judged.length } };
 }
 
-/** Joins the shards' log lines (each item exactly once) and writes the log and Table 4 as one process would. */
-export function finishGuardEval(m: GuardMergeOptions, shards: readonly ShardEntry[]): GuardRunFiles {
-  const expected = evalItems(loadGuardCases(m), m.methods).map((it) => itemKey(it.method, it.c.id));
-  return writeGuardRun(m, mergeShardSamples<EvalRow>(shards, samplesFile(m.bench), expected));
+/** The keys of a run's items in the one-process order (what merge expects from the shards). */
+export function guardExpectedKeys(m: GuardMergeOptions): string[] {
+  return evalItems(loadGuardCases(m), m.methods).map((it) => itemKey(it.method, it.c.id));
 }

@@ -12,8 +12,7 @@ import { join } from 'node:path';
 import type { S3Run } from '../../analysis/results.ts';
 import type { InjecAgentSetting } from '../../data/injecagent.ts';
 import { readEvalLog, writeEvalLog, type SampleLog } from '../../eval/log.ts';
-import { mergeShardSamples, runShardTask } from '../../eval/shard.ts';
-import type { ShardEntry } from '../../util/shard-run.ts';
+import { runShardTask } from '../../eval/shard.ts';
 import type { Shard } from '../../util/shard.ts';
 import { s3Tasks, type S3Bench } from '../bench/s3-tasks.ts';
 import { s3Task, summarizeS3, type S3EvalOptions, type S3Item, type S3Summary, type ScoredTrajectory } from './eval.ts';
@@ -54,7 +53,8 @@ export function itemTokens(it: S3Item, maxTokens: number): number {
   return (prompt + maxTokens) + guardCalls * prompt;
 }
 
-const samplesFile = (bench: S3Bench): string => `samples-${bench}.jsonl`;
+/** A shard's log lines (src/eval/shard.ts). */
+export const s3SamplesFile = (bench: S3Bench): string => `samples-${bench}.jsonl`;
 const itemKey = (config: string, taskId: string): string => `${config} × ${taskId}`;
 /** The per-sample log of an S³ run, beside its tables. */
 export const s3LogFile = (out: string, bench: S3Bench): string => join(out, `log-${bench}.jsonl`);
@@ -62,7 +62,7 @@ export const s3LogFile = (out: string, bench: S3Bench): string => join(out, `log
 export function runS3Shard(items: readonly S3Item[], opts: S3EvalOptions, shard: Shard, m: S3MergeOptions,
   identity: Record<string, string>): Promise<{ dir: string; items: number; tokens: number; seconds: number }> {
   return runShardTask({
-    resultsDir: m.resultsDir, command: 's3-eval', shard, identity, options: { ...m }, file: samplesFile(m.bench),
+    resultsDir: m.resultsDir, command: 's3-eval', shard, identity, options: { ...m }, file: s3SamplesFile(m.bench),
     task: s3Task(opts), items, cost: (it) => itemTokens(it, m.maxTokens), concurrency: opts.concurrency, onProgress: opts.onProgress,
   });
 }
@@ -76,9 +76,8 @@ export function writeS3Run(m: S3MergeOptions, samples: readonly SampleLog<Scored
   return { rows, summaries, files: { ...writeS3Tables(m.out, m.bench, m.name, summaries, rows, m.meta), log } };
 }
 
-/** Joins the shards' log lines (each item exactly once, in the one-process order) and writes the log, tables and trajectories. */
-export function finishS3Eval(m: S3MergeOptions, shards: readonly ShardEntry[]): ReturnType<typeof writeS3Run> {
+/** The keys of a run's items in the one-process order (what merge expects from the shards). */
+export function s3ExpectedKeys(m: S3MergeOptions): string[] {
   const tasks = loadS3Tasks(m);
-  const expected = m.configs.flatMap((c) => tasks.map((t) => itemKey(c, t.id)));
-  return writeS3Run(m, mergeShardSamples<ScoredTrajectory>(shards, samplesFile(m.bench), expected));
+  return m.configs.flatMap((c) => tasks.map((t) => itemKey(c, t.id)));
 }
