@@ -32,7 +32,7 @@ import { evalItems, guardTask, type EvalOptions } from '../../guard/eval.ts';
 import { markdownTable } from '../../guard/table.ts';
 import { ALL_GUARD_METHODS, GUARD_METHODS, type GuardMethod } from '../../guard/types.ts';
 import type { ProbeGuard } from '../../guard/probe.ts';
-import { runTask } from '../../eval/runner.ts';
+import { dropPartial, runTask } from '../../eval/runner.ts';
 import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
 
 /** budgets with thinking on: the judge's and the agent's <think> block comes before the verdict / the call */
@@ -198,8 +198,12 @@ export async function run(argv: string[]): Promise<number> {
       process.stdout.write(`shard ${shardArg}: ${r.items} items (~${r.tokens} tokens) in ${r.seconds.toFixed(1)} s → ${r.dir}\nwhen every shard is done: safekeep merge ${resolve(out, '..')}\n`);
       return 0;
     }
-    const { samples } = await runTask(guardTask(evalOptions), evalItems(cases, methods), { concurrency, onProgress: evalOptions.onProgress });
+    // an interrupted run resumes from its finished items (same model, template, cases and flags)
+    const resume = { file: join(out, `.log-${bench}.partial`), key: sha256Hex(JSON.stringify([opened.identity, opened.templateHash, cases.map((c) => c.id), argv])) };
+    const { samples, resumed } = await runTask(guardTask(evalOptions), evalItems(cases, methods), { concurrency, onProgress: evalOptions.onProgress, resume });
+    if (resumed) process.stderr.write(`guard eval: resumed ${resumed} finished items from ${resume.file}\n`);
     const r = writeGuardRun(m, samples);
+    dropPartial(resume);
     if (r.unparseable.judged && r.unparseable.k * 2 >= r.unparseable.judged) {
       process.stderr.write(`guard eval: WARNING ${r.unparseable.k} of ${r.unparseable.judged} judge answers were unparseable (counted as ${args.values.get('unparseable') ?? 'unsafe'}); ` +
         `a thinking judge needs --thinking off or a larger --judge-max-tokens (now ${judgeMaxTokens})\n`);

@@ -26,7 +26,7 @@ import { locateDataset, repoRoot } from '../../data/locate.ts';
 import { s3Tasks, S3_BENCHES, type S3Bench } from '../../guard/bench/s3-tasks.ts';
 import { loadSkills, skillDirsFromFlag } from '../../guard/s3/skill-file.ts';
 import { parseConfigs, s3Items, s3Task, type S3EvalOptions } from '../../guard/s3/eval.ts';
-import { runTask } from '../../eval/runner.ts';
+import { dropPartial, runTask } from '../../eval/runner.ts';
 import { runS3Shard, writeS3Run, type S3MergeOptions } from '../../guard/s3/shard.ts';
 import { INJECAGENT_SETTINGS, type InjecAgentSetting } from '../../data/injecagent.ts';
 import { parseShard } from '../../util/shard.ts';
@@ -171,8 +171,12 @@ export async function run(argv: string[]): Promise<number> {
       process.stdout.write(`shard ${shardArg}: ${r.items} items (~${r.tokens} tokens) in ${r.seconds.toFixed(1)} s → ${r.dir}\nwhen every shard is done: safekeep merge ${resultsDir}\n`);
       return 0;
     }
-    const { samples } = await runTask(s3Task(evalOptions), items, { concurrency: evalOptions.concurrency, onProgress: evalOptions.onProgress });
+    // an interrupted run resumes from its finished items (same model, template, tasks, skills and flags)
+    const resume = { file: join(out, `.log-${bench}.partial`), key: sha256Hex(JSON.stringify([opened.identity, opened.templateHash, tasks.map((t) => t.id), skills, argv])) };
+    const { samples, resumed } = await runTask(s3Task(evalOptions), items, { concurrency: evalOptions.concurrency, onProgress: evalOptions.onProgress, resume });
+    if (resumed) process.stderr.write(`s3 eval: resumed ${resumed} finished items from ${resume.file}\n`);
     const { summaries, files } = writeS3Run(m, samples);
+    dropPartial(resume);
     const { writeS3ReportOf } = await import('../../report/s3-section.ts');
     const rep = await writeS3ReportOf(m, summaries);
     process.stdout.write(s3MarkdownTable(bench, name, summaries));
