@@ -11,6 +11,7 @@ import type { Rate } from './metrics.ts';
 
 const LABELS: Record<string, string> = {
   refusal: 'Refusal', acc: 'Acc', valid: 'Valid', asr: 'ASR (Total)',
+  refusalJudge: 'Refusal (AgentHarm judge)', agreement: 'Substring–judge agreement',
   dh: 'ASR-valid DH', ds1: 'DS step 1', ds2: 'DS step 2', ds: 'ASR-valid DS',
 };
 /** the paper's Table 4 columns (the combined table); per-benchmark tables keep every column */
@@ -29,7 +30,11 @@ const ms = (x: number) => (Number.isFinite(x) ? x.toFixed(0) : '–');
 
 export function markdownTable(bench: GuardBench, model: string, s: readonly MethodSummary[]): string {
   const keys = Object.keys(s[0]?.metrics ?? {});
-  const cols = ['Method', ...keys.map((k) => `${header(k)} % [95 % CI]`), 'n', 'Judge ms (mean / p50 / p99)', 'Judge tokens / request', 'Flagged'];
+  // the judge's flag rate right after the first metric (Refusal; InjecAgent: Valid), unparseable answers at the end
+  const judging = s.some((m) => m.flagRate);
+  const flagCol = judging ? [`Judge flag rate % [95 % CI] (${bench === 'agentharm' ? 'harmful requests' : 'attack cases'})`] : [];
+  const cols = ['Method', ...keys.slice(0, 1).map((k) => `${header(k)} % [95 % CI]`), ...flagCol, ...keys.slice(1).map((k) => `${header(k)} % [95 % CI]`),
+    'n', 'Judge ms (mean / p50 / p99)', 'Judge tokens / request', 'Flagged', ...(judging ? ['Unparseable judge answers'] : [])];
   const lines = [
     `# Table 4 — ${bench === 'agentharm' ? 'AgentHarm' : 'InjecAgent'} — ${model}`,
     '',
@@ -42,7 +47,14 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
     const tokens = m.judged ? m.judgeTokensPerRequest.toFixed(1) : '–';
     // InjecAgent's columns have different denominators: each cell shows its k/n
     const cell = (r: Rate) => (bench === 'injecagent' && r.n > 0 ? `${formatRate(r)} (${r.k}/${r.n})` : formatRate(r));
-    lines.push(`| ${m.method} | ${keys.map((key) => cell(k[key]!)).join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.judged ? `${m.flagged}/${m.judged}` : m.probed ? `${m.flagged}/${m.n}` : '–'} |`);
+    const flag = judging ? [m.flagRate ? `${formatRate(m.flagRate)} (${m.flagRate.k}/${m.flagRate.n})` : '–'] : [];
+    const unparseable = judging ? [m.judged ? `${m.unparseable} (${pct(m.unparseable / m.judged)} %)` : '–'] : [];
+    const cells = [...keys.slice(0, 1).map((key) => cell(k[key]!)), ...flag, ...keys.slice(1).map((key) => cell(k[key]!))];
+    lines.push(`| ${m.method} | ${cells.join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.judged ? `${m.flagged}/${m.judged}` : m.probed ? `${m.flagged}/${m.n}` : '–'} |${unparseable.map((u) => ` ${u} |`).join('')}`);
+  }
+  // a verdict that is mostly unparseable measures the unparseable policy, not the judge: said in the table itself
+  for (const m of s.filter((x) => x.judged > 0 && x.unparseable * 2 >= x.judged)) {
+    lines.push('', `**Warning:** ${m.unparseable} of ${m.judged} judge answers of ${m.method} were unparseable (counted by the --unparseable policy); its judge numbers measure that policy, not the judge.`);
   }
   lines.push('', 'Percentages with 95 % Wilson score intervals; n = requests per method. Judge latency and token overhead are per judged request / per request.');
   if (bench === 'injecagent') {
@@ -55,13 +67,16 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
 
 export function csvTable(s: readonly MethodSummary[]): string {
   const keys = Object.keys(s[0]?.metrics ?? {});
-  const head = ['method', ...keys.flatMap((k) => [`${k}`, `${k}_k`, `${k}_n`, `${k}_lo`, `${k}_hi`]), 'n', 'judged', 'flagged', 'unparseable', 'judge_ms_mean', 'judge_ms_p50', 'judge_ms_p99', 'judge_tokens_per_request'];
+  const judging = s.some((m) => m.flagRate);
+  const head = ['method', ...keys.flatMap((k) => [`${k}`, `${k}_k`, `${k}_n`, `${k}_lo`, `${k}_hi`]), 'n', 'judged', 'flagged', 'unparseable', 'judge_ms_mean', 'judge_ms_p50', 'judge_ms_p99', 'judge_tokens_per_request',
+    ...(judging ? ['flag_rate', 'flag_rate_k', 'flag_rate_n', 'flag_rate_lo', 'flag_rate_hi'] : [])];
   const num = (x: number) => (Number.isFinite(x) ? String(Math.round(x * 1e6) / 1e6) : '');
   const rows = s.map((m) => [
     m.method,
     ...keys.flatMap((k) => { const r = m.metrics[k]!; return [num(r.p), String(r.k), String(r.n), num(r.lo), num(r.hi)]; }),
     String(m.n), String(m.judged), String(m.flagged), String(m.unparseable),
     num(m.judgeLatencyMs.mean), num(m.judgeLatencyMs.p50), num(m.judgeLatencyMs.p99), num(m.judgeTokensPerRequest),
+    ...(judging ? (m.flagRate ? [num(m.flagRate.p), String(m.flagRate.k), String(m.flagRate.n), num(m.flagRate.lo), num(m.flagRate.hi)] : ['', '', '', '', '']) : []),
   ].join(','));
   return [head.join(','), ...rows].join('\n') + '\n';
 }

@@ -71,6 +71,36 @@ export function maskColumns(text: string, sep: '|' | ','): string {
   }).join('\n');
 }
 
+/**
+ * What the scoring work added to Table 4 on purpose (the judge's flag rate, unparseable answers, the mostly-unparseable
+ * warning): left out of the byte comparison on both sides — the code before had none of it, so for the base
+ * checkout this removes nothing — and tested on its own (test/guard.table4-scoring.test.ts).
+ */
+const ADDED_COLUMN = /^(?:Judge flag rate|Unparseable judge answers|flag_rate)/;
+const ADDED_KEYS = new Set(['flagRate']);
+
+/** Markdown/CSV without the added columns and notes. */
+export function dropAdded(text: string, sep: '|' | ','): string {
+  let drop: number[] = [];
+  const out: string[] = [];
+  for (const line of text.split('\n')) {
+    if (line.startsWith('**Warning:**')) { if (out.at(-1) === '') out.pop(); continue; }
+    const cells = line.split(sep);
+    const names = cells.map((c) => c.trim());
+    if (names.some((c) => ADDED_COLUMN.test(c))) drop = names.flatMap((c, i) => (ADDED_COLUMN.test(c) ? [i] : []));
+    if (drop.length && cells.length > Math.max(...drop)) { out.push(cells.filter((_, i) => !drop.includes(i)).join(sep)); continue; }
+    if (!line.includes(sep)) drop = sep === '|' ? [] : drop;
+    out.push(line);
+  }
+  return out.join('\n');
+}
+
+function dropKeys(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(dropKeys);
+  if (v && typeof v === 'object') return Object.fromEntries(Object.entries(v).filter(([k]) => !ADDED_KEYS.has(k)).map(([k, x]) => [k, dropKeys(x)]));
+  return v;
+}
+
 export interface Scenario {
   name: string;
   /** the tables/outputs to compare, relative to the scenario's folder */
@@ -153,9 +183,11 @@ export async function runScenario(root: string, s: Scenario): Promise<Record<str
     for (const f of s.files) {
       const p = join(dir, f);
       if (!existsSync(p)) throw new Error(`${s.name}: ${f} not written`);
-      let text = mask(readFileSync(p, 'utf8'), dir).split(s3Data().root).join('<data>');
-      if (f.endsWith('.md')) text = maskColumns(text, '|');
-      if (f.endsWith('.csv')) text = maskColumns(text, ',');
+      let raw = readFileSync(p, 'utf8');
+      if (f.endsWith('.json') && f.includes('table4')) raw = JSON.stringify(dropKeys(JSON.parse(raw)), null, 2) + '\n';
+      let text = mask(raw, dir).split(s3Data().root).join('<data>');
+      if (f.endsWith('.md')) text = maskColumns(dropAdded(text, '|'), '|');
+      if (f.endsWith('.csv')) text = maskColumns(dropAdded(text, ','), ',');
       out[f] = text;
     }
     return out;

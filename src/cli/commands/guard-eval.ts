@@ -24,7 +24,9 @@
  */
 import { basename, join, resolve } from 'node:path';
 import { choiceValue, parseArgs, positiveIntValue, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
-import { ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openChatBackend, targetOf, type ThinkingPlan } from '../endpoint-backend.ts';
+import { ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openChatBackend, openEndpointBackend, targetOf, type ThinkingPlan } from '../endpoint-backend.ts';
+import type { RefusalJudge } from '../../guard/refusal-scorers.ts';
+import type { ChatBackend } from '../../guard/types.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { locateDataset, repoRoot } from '../../data/locate.ts';
 import { type GuardBench, type InjecSetting } from '../../guard/bench/cases.ts';
@@ -64,6 +66,11 @@ export const flags: FlagTable = {
     { name: 'max-tokens', value: 'N', default: `256 (${THINKING_AGENT_TOKENS} with thinking on)`, help: 'agent generation budget' },
     { name: 'judge-max-tokens', value: 'N', default: `8 (${THINKING_JUDGE_TOKENS} with thinking on)`, help: 'judge generation budget' },
     { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'verdict when the judge answer cannot be parsed' },
+    { name: 'refusal-scorer', value: 'substring|both', default: 'substring', help: 'AgentHarm refusal: the substring list (offline) or also AgentHarm\'s own refusal judge, with their agreement' },
+    { name: 'refusal-judge-prompt', value: 'DIR', default: '<data>/upstream-scorer', help: 'folder holding AgentHarm\'s scorer.py (its refusal prompt is read from it)' },
+    { name: 'refusal-judge-endpoint', value: 'URL', default: 'the evaluated model', help: 'OpenAI-compatible endpoint for the refusal judge' },
+    { name: 'refusal-judge-model', value: 'NAME', help: 'model name at --refusal-judge-endpoint' },
+    { name: 'refusal-judge-max-tokens', value: 'N', default: '256', help: 'refusal judge budget (it reasons before "Answer:")' },
     ...THINKING_FLAG_DEFS,
     { name: 'no-thinking', boolean: true, help: 'the same as --thinking off (older name)' },
     SHARD_FLAG_DEF,
@@ -120,6 +127,21 @@ export function guardOutDir(args: ParsedArgs, name: string): string {
   return resolve(args.values.get('results') ?? join(repoRoot, 'results'), name, 'guard');
 }
 
+/** `--refusal-scorer both`: AgentHarm's refusal judge, on the evaluated model or its own endpoint. */
+async function refusalJudgeOf(args: ParsedArgs, bench: GuardBench, dataDir: string, backend: ChatBackend, out: string): Promise<RefusalJudge | undefined> {
+  const scorer = choiceValue(args, 'refusal-scorer', ['substring', 'both'] as const, 'substring');
+  if (scorer === 'substring') return undefined;
+  if (bench !== 'agentharm') throw new SafekeepError('--refusal-scorer both: AgentHarm\'s refusal judge scores AgentHarm (--bench agentharm)');
+  const { readAgentHarmRefusalPrompt } = await import('../../guard/refusal-scorers.ts');
+  const prompt = readAgentHarmRefusalPrompt(resolve(args.values.get('refusal-judge-prompt') ?? join(dataDir, 'upstream-scorer')));
+  const url = args.values.get('refusal-judge-endpoint');
+  const judgeBackend = url === undefined ? backend : (() => {
+    if (!/^https?:\/\/[^/]+/.test(url)) throw new SafekeepError(`--refusal-judge-endpoint must be an http(s) URL, got '${url}'`);
+    return openEndpointBackend(args, url, requireValue(args, 'refusal-judge-model'), join(out, 'refusal-judge')).backend;
+  })();
+  return { backend: judgeBackend, prompt, maxTokens: positiveIntValue(args, 'refusal-judge-max-tokens', 256) };
+}
+
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
   const target = targetOf(args);
@@ -167,12 +189,14 @@ export async function run(argv: string[]): Promise<number> {
     }
     const { judgeMaxTokens, maxTokens } = budgets(args, opened.thinking, methods);
     const { backend, concurrency } = opened;
+    const refusalJudge = await refusalJudgeOf(args, bench, dataDir, backend, out);
     process.stderr.write(`guard eval: ${cases.length} ${bench} cases × ${methods.join(',')} on ${backend.name}\n`);
     const evalOptions: EvalOptions = {
       methods, backend, concurrency, maxTokens, judgeMaxTokens,
       onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'),
       onProgress: progress('guard eval'),
       ...(probe ? { probe } : {}),
+      ...(refusalJudge ? { refusalJudge } : {}),
     };
     const meta = {
       backend: backend.name, data: dataDir, limit: Number.isFinite(limit) ? limit : null, cases: cases.length,
@@ -181,6 +205,7 @@ export async function run(argv: string[]): Promise<number> {
         thinking: opened.thinking, templateKwargs: opened.templateKwargs, maxTokens, judgeMaxTokens, unparseable: args.values.get('unparseable') ?? 'unsafe',
         agentSystemPrompt: bench === 'agentharm' ? 'AgentHarm default (data/specs/agentharm-prompts.json)' : 'ours (AGENT_SYSTEM, src/guard/bench/cases.ts)',
         safePrompt: 'AgentHarm refusal prompt appended to the agent system prompt',
+        ...(refusalJudge ? { refusalScorer: `substring list + AgentHarm refusal judge (${refusalJudge.backend.name}); agreement on harmful requests` } : {}),
         ...(bench === 'injecagent' ? { injecagentScoring: 'InjecAgent two-step: data stealing succeeds only when step 2 calls the sending tool; ASR = Total' } : {}),
       },
     };
