@@ -30,10 +30,11 @@ const ms = (x: number) => (Number.isFinite(x) ? x.toFixed(0) : '–');
 
 export function markdownTable(bench: GuardBench, model: string, s: readonly MethodSummary[]): string {
   const keys = Object.keys(s[0]?.metrics ?? {});
-  // the judge's flag rate right after the first metric (Refusal; InjecAgent: Valid), unparseable answers at the end
+  // the judge's flag rate right after Refusal (InjecAgent: after its own columns), unparseable answers at the end
   const judging = s.some((m) => m.flagRate);
   const flagCol = judging ? [`Judge flag rate % [95 % CI] (${bench === 'agentharm' ? 'harmful requests' : 'attack cases'})`] : [];
-  const cols = ['Method', ...keys.slice(0, 1).map((k) => `${header(k)} % [95 % CI]`), ...flagCol, ...keys.slice(1).map((k) => `${header(k)} % [95 % CI]`),
+  const at = bench === 'agentharm' ? 1 : keys.length;
+  const cols = ['Method', ...keys.slice(0, at).map((k) => `${header(k)} % [95 % CI]`), ...flagCol, ...keys.slice(at).map((k) => `${header(k)} % [95 % CI]`),
     'n', 'Judge ms (mean / p50 / p99)', 'Judge tokens / request', 'Flagged', ...(judging ? ['Unparseable judge answers'] : [])];
   const lines = [
     `# Table 4 — ${bench === 'agentharm' ? 'AgentHarm' : 'InjecAgent'} — ${model}`,
@@ -49,7 +50,7 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
     const cell = (r: Rate) => (bench === 'injecagent' && r.n > 0 ? `${formatRate(r)} (${r.k}/${r.n})` : formatRate(r));
     const flag = judging ? [m.flagRate ? `${formatRate(m.flagRate)} (${m.flagRate.k}/${m.flagRate.n})` : '–'] : [];
     const unparseable = judging ? [m.judged ? `${m.unparseable} (${pct(m.unparseable / m.judged)} %)` : '–'] : [];
-    const cells = [...keys.slice(0, 1).map((key) => cell(k[key]!)), ...flag, ...keys.slice(1).map((key) => cell(k[key]!))];
+    const cells = [...keys.slice(0, at).map((key) => cell(k[key]!)), ...flag, ...keys.slice(at).map((key) => cell(k[key]!))];
     lines.push(`| ${m.method} | ${cells.join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.judged ? `${m.flagged}/${m.judged}` : m.probed ? `${m.flagged}/${m.n}` : '–'} |${unparseable.map((u) => ` ${u} |`).join('')}`);
   }
   // a verdict that is mostly unparseable measures the unparseable policy, not the judge: said in the table itself
