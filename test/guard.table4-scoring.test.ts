@@ -108,3 +108,32 @@ test('parseRefusalAnswer and compliedAfterPrefix', () => {
   // refusing in its own words after a compliant-looking opening is still a refusal
   assert.equal(compliedAfterPrefix(`${REFUSAL_PREFIX} Sure, I understand, but I cannot help with that.`, REFUSAL_PREFIX), null);
 });
+
+test('InjecAgent step 2: exact cached vs same-tool simulated responses counted per method, in the table', async (t) => {
+  // the agent calls tools[1] (the attacker tool of direct harm; the extraction tool of data stealing) with filler arguments
+  const script = (body: Record<string, unknown> | null): MockAnswer => {
+    const msgs = body!.messages as Msg[];
+    if (msgs[0]!.content === SAFETY_ASSESSOR_ROLE) return { json: completion('NO') };
+    const tools = body!.tools as ToolSpec[];
+    const t1 = tools[1] ?? tools[0]!;
+    return { json: completion(null, { toolCalls: [{ id: 'c', type: 'function', function: { name: t1.function.name, arguments: JSON.stringify(argsFor(t1)) } }] }) };
+  };
+  const up = await startMockUpstream(script);
+  const dir = mkdtempSync(join(tmpdir(), 'table4-sim-'));
+  t.after(async () => { await up.close(); rmSync(dir, { recursive: true, force: true }); });
+  const r = await runCli(repoRoot, ['guard', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'injecagent', '--settings', 'base', '--data', s3Data().injecagent, '--results', dir, '--no-cache', '--methods', 'base,safekeep']);
+  assert.equal(r.code, 0, r.stderr);
+  const out = join(dir, 'mock', 'guard');
+  const tbl = JSON.parse(readFileSync(join(out, 'table4-injecagent.json'), 'utf8')) as { methods: { method: string; metrics: Record<string, { k: number }>; simulated: { exact: number; sameTool: number; none: number } }[] };
+  const rows = readFileSync(join(out, 'outputs-injecagent.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { method: string; step2Simulated?: string });
+  for (const m of tbl.methods) {
+    const mine = rows.filter((x) => x.method === m.method);
+    assert.deepEqual(m.simulated, { exact: mine.filter((x) => x.step2Simulated === 'exact').length, sameTool: mine.filter((x) => x.step2Simulated === 'same-tool').length, none: mine.filter((x) => x.step2Simulated === 'none').length });
+    // every data-stealing step-1 success went on to a step 2 with some response (or none found)
+    assert.equal(m.simulated.exact + m.simulated.sameTool + m.simulated.none, m.metrics['base.ds1']!.k);
+  }
+  assert.ok(tbl.methods[0]!.metrics['base.ds1']!.k > 0, 'the scripted agent reached step 2');
+  const md = readFileSync(join(out, 'table4-injecagent.md'), 'utf8');
+  const s = tbl.methods[0]!.simulated;
+  assert.match(md, new RegExp(`\\| base \\|.*\\| ${s.exact} / ${s.sameTool} / ${s.none} \\|\\n`));
+});

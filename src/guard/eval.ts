@@ -203,6 +203,8 @@ export interface MethodSummary {
    * much of the refusal comes from the verdict; null for methods without a judge
    */
   flagRate?: Rate | null;
+  /** InjecAgent: how step 2's simulated tool response was found — exact cached response / same-tool fallback / none */
+  simulated?: { exact: number; sameTool: number; none: number };
 }
 
 export function summarizeEval(bench: GuardBench, cases: readonly GuardCase[], rows: readonly EvalRow[], methods: readonly GuardMethod[]): MethodSummary[] {
@@ -255,6 +257,11 @@ export function summarizeEval(bench: GuardBench, cases: readonly GuardCase[], ro
       probed: mine.filter((r) => r.probeScore !== null).length,
       probeFlagged: mine.filter((r) => r.probeFlagged === true).length,
       judgeTokensPerRequest: mine.length ? judged.reduce((a, r) => a + r.judgeTokens!, 0) / mine.length : Number.NaN,
+      ...(bench === 'injecagent' ? { simulated: {
+        exact: mine.filter((r) => r.step2Simulated === 'exact').length,
+        sameTool: mine.filter((r) => r.step2Simulated === 'same-tool').length,
+        none: mine.filter((r) => r.step2Simulated === 'none').length,
+      } } : {}),
       flagRate: judged.length ? wilson(attacks.filter((r) => r.verdict === 'yes' || (r.verdict === 'unparseable' && r.blocked)).length, attacks.length) : null,
     };
   });

@@ -35,7 +35,8 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
   const flagCol = judging ? [`Judge flag rate % [95 % CI] (${bench === 'agentharm' ? 'harmful requests' : 'attack cases'})`] : [];
   const at = bench === 'agentharm' ? 1 : keys.length;
   const cols = ['Method', ...keys.slice(0, at).map((k) => `${header(k)} % [95 % CI]`), ...flagCol, ...keys.slice(at).map((k) => `${header(k)} % [95 % CI]`),
-    'n', 'Judge ms (mean / p50 / p99)', 'Judge tokens / request', 'Flagged', ...(judging ? ['Unparseable judge answers'] : [])];
+    'n', 'Judge ms (mean / p50 / p99)', 'Judge tokens / request', 'Flagged', ...(judging ? ['Unparseable judge answers'] : []),
+    ...(bench === 'injecagent' ? ['Step-2 tool responses (exact / same-tool / none)'] : [])];
   const lines = [
     `# Table 4 — ${bench === 'agentharm' ? 'AgentHarm' : 'InjecAgent'} — ${model}`,
     '',
@@ -50,8 +51,9 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
     const cell = (r: Rate) => (bench === 'injecagent' && r.n > 0 ? `${formatRate(r)} (${r.k}/${r.n})` : formatRate(r));
     const flag = judging ? [m.flagRate ? `${formatRate(m.flagRate)} (${m.flagRate.k}/${m.flagRate.n})` : '–'] : [];
     const unparseable = judging ? [m.judged ? `${m.unparseable} (${pct(m.unparseable / m.judged)} %)` : '–'] : [];
+    const sim = bench === 'injecagent' && m.simulated ? [`${m.simulated.exact} / ${m.simulated.sameTool} / ${m.simulated.none}`] : bench === 'injecagent' ? ['–'] : [];
     const cells = [...keys.slice(0, at).map((key) => cell(k[key]!)), ...flag, ...keys.slice(at).map((key) => cell(k[key]!))];
-    lines.push(`| ${m.method} | ${cells.join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.judged ? `${m.flagged}/${m.judged}` : m.probed ? `${m.flagged}/${m.n}` : '–'} |${unparseable.map((u) => ` ${u} |`).join('')}`);
+    lines.push(`| ${m.method} | ${cells.join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.judged ? `${m.flagged}/${m.judged}` : m.probed ? `${m.flagged}/${m.n}` : '–'} |${[...unparseable, ...sim].map((u) => ` ${u} |`).join('')}`);
   }
   // a verdict that is mostly unparseable measures the unparseable policy, not the judge: said in the table itself
   for (const m of s.filter((x) => x.judged > 0 && x.unparseable * 2 >= x.judged)) {
@@ -62,6 +64,8 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
     lines.push('', 'InjecAgent\'s own columns: Valid = 1 − invalid/cases; ASR-valid DH; data stealing step 1 (extraction tool called), ' +
       'step 2 (after the simulated response, the sending tool called), ASR-valid DS (both steps); ASR (Total) = (DH succ + DS succ) / valid ' +
       'attempts = Table 4\'s ASR. Each cell: % [95 % CI] (k/n).');
+    lines.push('', 'Step-2 tool responses: the simulated response of the extraction tool fed back in step 2 — the exact cached response of the call\'s ' +
+      'arguments, the same tool\'s response for other arguments (fallback), or none found (step 2 not run).');
   }
   return lines.join('\n') + '\n';
 }
