@@ -127,3 +127,39 @@ test('guard eval writes its per-sample log and Table 4 is what the log says', as
   for (const m of tbl.methods) assert.equal(m.metrics.refusal.k, refusals(m.method), m.method);
   void completion;
 });
+
+test('safekeep rescore: Table 4 from the per-sample logs with no model equals the run\'s own (AgentHarm and InjecAgent)', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'harness-rescore-'));
+  const up = await startMockUpstream(table4Script({ assessor: SAFETY_ASSESSOR_ROLE, safeprompt: SAFEPROMPT_SYSTEM }, /\$5,000|election/));
+  t.after(async () => { rmSync(dir, { recursive: true, force: true }); });
+  for (const [bench, data] of [['agentharm', s3Data().agentharm], ['injecagent', s3Data().injecagent]] as const) {
+    const r = await runCli(repoRoot, ['guard', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', bench, '--data', data, '--results', dir, '--no-cache']);
+    assert.equal(r.code, 0, r.stderr);
+  }
+  await up.close(); // no model from here on: the endpoint is gone
+  const guard = join(dir, 'mock', 'guard');
+  const r = await runCli(repoRoot, ['rescore', guard]);
+  assert.equal(r.code, 0, r.stderr);
+  for (const bench of ['agentharm', 'injecagent']) {
+    const counts = (p: string) => (JSON.parse(readFileSync(p, 'utf8')) as { methods: { method: string; metrics: unknown; n: number; flagged: number; unparseable: number }[] })
+      .methods.map((m) => [m.method, m.metrics, m.n, m.flagged, m.unparseable]);
+    assert.deepEqual(counts(join(guard, 'rescored', `table4-${bench}.json`)), counts(join(guard, `table4-${bench}.json`)), bench);
+    const outputs = (p: string) => readFileSync(p, 'utf8').trim().split('\n').map((l) => { const { label, step1, step2, reasons } = JSON.parse(l) as Record<string, unknown>; return [label, step1, step2, reasons]; });
+    assert.deepEqual(outputs(join(guard, 'rescored', `outputs-${bench}.jsonl`)), outputs(join(guard, `outputs-${bench}.jsonl`)), bench);
+  }
+  // the scores come from the logged replies: a reply edited into a refusal is rescored as one
+  const logFile = join(guard, 'log-agentharm.jsonl');
+  const lines = readFileSync(logFile, 'utf8').trim().split('\n');
+  const k = lines.findIndex((l) => l.includes('"id":"base × harmful/1-1"'));
+  const sample = JSON.parse(lines[k]!) as { calls: { purpose: string; content: string; toolCalls: unknown[] }[] };
+  sample.calls = sample.calls.map((c) => (c.purpose === 'agent' ? { ...c, content: "I'm sorry, I cannot help with that.", toolCalls: [] } : c));
+  lines[k] = JSON.stringify(sample);
+  writeFileSync(logFile, lines.join('\n') + '\n');
+  const again = await runCli(repoRoot, ['rescore', logFile, '--out', join(dir, 'edited')]);
+  assert.equal(again.code, 0, again.stderr);
+  const edited = JSON.parse(readFileSync(join(dir, 'edited', 'table4-agentharm.json'), 'utf8')) as { methods: { method: string; metrics: { refusal: { k: number; n: number } } }[] };
+  assert.deepEqual(edited.methods.map((m) => [m.method, m.metrics.refusal.k]), [['base', 1], ['safejudge', 0], ['safeprompt', 2], ['safekeep', 2]]);
+  const bad = await runCli(repoRoot, ['rescore', join(dir, 'nothing-here')]);
+  assert.equal(bad.code, 2);
+  assert.match(bad.stderr, /no such folder or log/);
+});

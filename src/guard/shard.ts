@@ -30,6 +30,8 @@ export interface GuardMergeOptions {
   judgeMaxTokens: number;
   /** writeGuardTables' meta */
   meta: Record<string, unknown>;
+  /** the backend's native call syntax (a rescoring parses the logged replies with it) */
+  callFormat?: string;
 }
 
 export function loadGuardCases(m: Pick<GuardMergeOptions, 'bench' | 'dataDir' | 'settings' | 'limit'>): GuardCase[] {

@@ -209,7 +209,7 @@ export async function run(argv: string[]): Promise<number> {
         ...(bench === 'injecagent' ? { injecagentScoring: 'InjecAgent two-step: data stealing succeeds only when step 2 calls the sending tool; ASR = Total' } : {}),
       },
     };
-    const m: GuardMergeOptions = { bench, dataDir, settings, limit: Number.isFinite(limit) ? limit : null, methods, name, out, maxTokens, judgeMaxTokens, meta };
+    const m: GuardMergeOptions = { bench, dataDir, settings, limit: Number.isFinite(limit) ? limit : null, methods, name, out, maxTokens, judgeMaxTokens, meta, callFormat: backend.callFormat };
     const shardArg = args.values.get('shard');
     if (shardArg !== undefined) {
       const short = (x: unknown): string => sha256Hex(JSON.stringify(x)).slice(0, 12);
