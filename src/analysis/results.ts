@@ -218,6 +218,10 @@ export interface S3ConfigRow {
 }
 
 /** One `safekeep s3 eval` run (the latest per bench). */
+/** The S³ task sets, in the order the report shows them. */
+export type S3Bench = 'injecagent' | 'agentharm' | 'mixed';
+export const S3_BENCHES: readonly S3Bench[] = ['injecagent', 'agentharm', 'mixed'];
+
 export interface S3Run {
   /** injecagent | agentharm | mixed */
   bench: string;

@@ -22,8 +22,9 @@ import type { CallView } from '../s3/event.ts';
 import type { S3Task } from '../s3/task.ts';
 import { AGENT_SYSTEM } from './cases.ts';
 
-export type S3Bench = 'injecagent' | 'agentharm' | 'mixed';
-export const S3_BENCHES: readonly S3Bench[] = ['injecagent', 'agentharm', 'mixed'];
+import { S3_BENCHES, type S3Bench } from '../../analysis/results.ts';
+
+export { S3_BENCHES, type S3Bench };
 
 /** Python `json.dumps` text of an arguments object (the form InjecAgent's stored keys use). */
 function pyJsonDumps(v: unknown): string {
