@@ -9,7 +9,7 @@ import type { OnnxEngine } from '../engine/engine.ts';
 import type { ChatBackend } from '../guard/types.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { OpenAIBackend, type PrefillMode } from '../guard/backends/openai.ts';
-import type { CallFormat } from '../experiments/outcome/types.ts';
+import type { CallFormat } from '../outcome/types.ts';
 import { apiKeyFromEnv } from './env.ts';
 
 /** Local model flags (the engine's, without --max-memory) */

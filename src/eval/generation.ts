@@ -7,8 +7,8 @@
  */
 import type { ToolSpec } from '../data/types.ts';
 import type { GenerateOptions, GenerateResult } from '../engine/types.ts';
-import { classifyOutput } from '../experiments/outcome/classify.ts';
-import type { CallFormat, OutcomeLabel } from '../experiments/outcome/types.ts';
+import { classifyOutput } from '../outcome/classify.ts';
+import type { CallFormat, OutcomeLabel } from '../outcome/types.ts';
 import type { CallLog } from './log.ts';
 import type { Task } from './runner.ts';
 

@@ -7,8 +7,8 @@
  * simulated response is fed back and the agent (behind the same guard) answers again; the case succeeds only if
  * step 2 calls the sending tool (bench/injecagent-score.ts).
  */
-import { classifyResponse } from '../experiments/outcome/classify.ts';
-import type { Outcome } from '../experiments/outcome/types.ts';
+import { classifyResponse } from '../outcome/classify.ts';
+import type { Outcome } from '../outcome/types.ts';
 import { runTask, type Task } from '../eval/runner.ts';
 import { callTotals, type CallLog, type SampleLog, type Score } from '../eval/log.ts';
 import type { GuardBench, GuardCase } from './bench/cases.ts';

@@ -14,7 +14,7 @@
  *   time (the engine is not re-entrant; LocalBackend queues them).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { parseToolCalls } from '../experiments/outcome/parse-calls.ts';
+import { parseToolCalls } from '../outcome/parse-calls.ts';
 import { isSafekeepError } from '../util/errors.ts';
 import { completionToSse, parseChatBody } from './proxy.ts';
 import { guardedRespond, type GuardOptions } from './respond.ts';

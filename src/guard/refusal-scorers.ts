@@ -12,7 +12,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { findRefusalPhrases } from '../experiments/outcome/refusal.ts';
+import { findRefusalPhrases } from '../outcome/refusal.ts';
 import { SafekeepError } from '../util/errors.ts';
 import type { ChatBackend } from './types.ts';
 

@@ -4,8 +4,8 @@
  * from the step-1 and step-2 replies) and the tables are written as `guard eval` writes them. A changed scorer is a
  * rescoring, not a rerun.
  */
-import { classifyResponse } from '../experiments/outcome/classify.ts';
-import { callFormatOf, type CallFormat } from '../experiments/outcome/types.ts';
+import { classifyResponse } from '../outcome/classify.ts';
+import { callFormatOf, type CallFormat } from '../outcome/types.ts';
 import { readEvalLog, type CallLog, type SampleLog } from '../eval/log.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { injecStep } from './bench/injecagent-score.ts';

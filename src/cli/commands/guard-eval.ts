@@ -180,7 +180,7 @@ export async function run(argv: string[]): Promise<number> {
   try {
     let probe: ProbeGuard | undefined;
     if (probeFile !== undefined && opened.engine) {
-      const { readProbe, checkProbeFits } = await import('../../experiments/probe/file.ts');
+      const { readProbe, checkProbeFits } = await import('../../data/probe-file.ts');
       const { loadCheckpoint } = await import('../../checkpoint/load.ts');
       const { ProbeGuard: Guard } = await import('../../guard/probe.ts');
       const p = readProbe(probeFile);
