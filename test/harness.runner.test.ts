@@ -125,6 +125,15 @@ test('guard eval writes its per-sample log and Table 4 is what the log says', as
   const tbl = JSON.parse(readFileSync(join(dir, 'mock', 'guard', 'table4-agentharm.json'), 'utf8')) as { methods: { method: string; metrics: { refusal: { k: number } } }[] };
   const refusals = (m: string) => log.samples.filter((s) => s.solver === m && s.sample.startsWith('harmful') && s.scores[0]!.value === 'refusal').length;
   for (const m of tbl.methods) assert.equal(m.metrics.refusal.k, refusals(m.method), m.method);
+  // the trajectory browser: a cell per (sample, method) opening that sample's trajectory, which holds its calls
+  const page = readFileSync(join(dir, 'mock', 'guard', 'samples-agentharm.html'), 'utf8');
+  const links = [...page.matchAll(/<td><a href="#(s-\d+)">([^<]*)<\/a><\/td>/g)];
+  assert.equal(links.length, 16);
+  for (const [, id] of links) assert.ok(page.includes(`<details id="${id}">`), id);
+  const k = log.samples.findIndex((s) => s.solver === 'safekeep' && s.sample === 'harmful/1-1');
+  const block = page.slice(page.indexOf(`<details id="s-${k}">`), page.indexOf('</details>', page.indexOf(`<details id="s-${k}">`)));
+  assert.match(block, /call 1: judge/);
+  assert.match(block, /call 2: refusal — prefix “I&#39;m sorry|call 2: refusal — prefix “I'm sorry/);
   void completion;
 });
 

@@ -9,6 +9,7 @@
 import { join } from 'node:path';
 import { readEvalLog, writeEvalLog, type SampleLog } from '../eval/log.ts';
 import { runShardTask } from '../eval/shard.ts';
+import { writeSamplesPage } from '../report/samples-page.ts';
 import type { Shard } from '../util/shard.ts';
 import { agentHarmCases, injecAgentCases, type GuardBench, type GuardCase, type InjecSetting } from './bench/cases.ts';
 import { evalItems, guardTask, summarizeEval, type EvalItem, type EvalOptions, type EvalRow, type MethodSummary } from './eval.ts';
@@ -75,7 +76,9 @@ export interface GuardRunFiles {
 export function writeGuardRun(m: GuardMergeOptions, samples: readonly SampleLog<EvalRow>[]): GuardRunFiles {
   const log = guardLogFile(m.out, m.bench);
   writeEvalLog(log, { header: { format: 'safekeep-log', task: `guard-eval/${m.bench}`, protocol: (m.meta.protocol ?? {}) as Record<string, unknown>, context: { ...m } }, samples: [...samples] });
-  const rows = readEvalLog<EvalRow>(log).samples.map((s) => s.row);
+  const read = readEvalLog<EvalRow>(log);
+  writeSamplesPage(log.replace(/log-([^/]+)\.jsonl$/, 'samples-$1.html'), read);
+  const rows = read.samples.map((s) => s.row);
   const cases = loadGuardCases(m);
   const summaries = summarizeEval(m.bench, cases, rows, m.methods);
   const judged = rows.filter((r) => r.verdict !== null);

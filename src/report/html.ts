@@ -12,7 +12,7 @@ import type { Figure } from './figures/spec.ts';
 import { FONT_FAMILY } from './font.ts';
 import type { Table } from './tables.ts';
 
-function escapeHtml(s: string): string {
+export function escapeHtml(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 }
 

@@ -13,6 +13,7 @@ import type { S3Run } from '../../analysis/results.ts';
 import type { InjecAgentSetting } from '../../data/injecagent.ts';
 import { readEvalLog, writeEvalLog, type SampleLog } from '../../eval/log.ts';
 import { runShardTask } from '../../eval/shard.ts';
+import { writeSamplesPage } from '../../report/samples-page.ts';
 import type { Shard } from '../../util/shard.ts';
 import { s3Tasks, type S3Bench } from '../bench/s3-tasks.ts';
 import { s3Task, summarizeS3, type S3EvalOptions, type S3Item, type S3Summary, type ScoredTrajectory } from './eval.ts';
@@ -71,7 +72,9 @@ export function runS3Shard(items: readonly S3Item[], opts: S3EvalOptions, shard:
 export function writeS3Run(m: S3MergeOptions, samples: readonly SampleLog<ScoredTrajectory>[]): { rows: ScoredTrajectory[]; summaries: S3Summary[]; files: S3Files & { log: string } } {
   const log = s3LogFile(m.out, m.bench);
   writeEvalLog(log, { header: { format: 'safekeep-log', task: `s3-eval/${m.bench}`, protocol: m.meta, context: { ...m } }, samples: [...samples] });
-  const rows = readEvalLog<ScoredTrajectory>(log).samples.map((x) => x.row);
+  const read = readEvalLog<ScoredTrajectory>(log);
+  writeSamplesPage(log.replace(/log-([^/]+)\.jsonl$/, 'samples-$1.html'), read);
+  const rows = read.samples.map((x) => x.row);
   const summaries = summarizeS3(rows, m.configs);
   return { rows, summaries, files: { ...writeS3Tables(m.out, m.bench, m.name, summaries, rows, m.meta), log } };
 }
