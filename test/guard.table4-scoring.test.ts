@@ -61,6 +61,8 @@ for (const prefill of ['none', 'continue'] as const) {
     assert.deepEqual(Object.fromEntries(e.table.methods.map((m) => [m.method, m.flagRate ? `${m.flagRate.k}/${m.flagRate.n}` : null])), { base: null, safejudge: '2/2', safekeep: '2/2' });
     assert.match(e.md, /\| Method \| Refusal % \[95 % CI\] \| Judge flag rate % \[95 % CI\] \(harmful requests\) \| Acc/);
     assert.match(e.md, /\| safekeep \| 0\.0 \[0\.0, 65\.8\] \| 100\.0 \[34\.2, 100\.0\] \(2\/2\) \|/);
+    // the table says which refusal path ran
+    assert.match(e.md, prefill === 'continue' ? /\nRefusal path: the prefix as a final assistant message continued by the endpoint \(--prefill continue/ : /\nRefusal path: fallback \(--prefill none\)/);
   });
 }
 

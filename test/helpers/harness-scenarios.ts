@@ -73,18 +73,18 @@ export function maskColumns(text: string, sep: '|' | ','): string {
 
 /**
  * What the scoring work added to Table 4 on purpose (the judge's flag rate, unparseable answers, the mostly-unparseable
- * warning, InjecAgent's step-2 simulated-response counts): left out of the byte comparison on both sides — the code before had none of it, so for the base
+ * warning, InjecAgent's step-2 simulated-response counts, the refusal path's mode): left out of the byte comparison on both sides — the code before had none of it, so for the base
  * checkout this removes nothing — and tested on its own (test/guard.table4-scoring.test.ts).
  */
 const ADDED_COLUMN = /^(?:Judge flag rate|Unparseable judge answers|flag_rate|Step-2 tool responses)/;
-const ADDED_KEYS = new Set(['flagRate', 'simulated']);
+const ADDED_KEYS = new Set(['flagRate', 'simulated', 'refusalPath']);
 
 /** Markdown/CSV without the added columns and notes. */
 export function dropAdded(text: string, sep: '|' | ','): string {
   let drop: number[] = [];
   const out: string[] = [];
   for (const line of text.split('\n')) {
-    if (line.startsWith('**Warning:**') || line.startsWith('Step-2 tool responses:')) { if (out.at(-1) === '') out.pop(); continue; }
+    if (line.startsWith('**Warning:**') || line.startsWith('Step-2 tool responses:') || line.startsWith('Refusal path:')) { if (out.at(-1) === '') out.pop(); continue; }
     const cells = line.split(sep);
     const names = cells.map((c) => c.trim());
     if (names.some((c) => ADDED_COLUMN.test(c))) drop = names.flatMap((c, i) => (ADDED_COLUMN.test(c) ? [i] : []));

@@ -127,6 +127,14 @@ export function guardOutDir(args: ParsedArgs, name: string): string {
   return resolve(args.values.get('results') ?? join(repoRoot, 'results'), name, 'guard');
 }
 
+/** How the refusal path ran, as Table 4 says it. */
+function refusalPathOf(mode: string): string {
+  return mode === 'local' ? 'the refusal prefix prefilled in the assistant turn, continued by the model (local engine)'
+    : mode === 'continue' ? 'the prefix as a final assistant message continued by the endpoint (--prefill continue: continue_final_message)'
+    : mode === 'prefix' ? 'the prefix as a final assistant message with prefix: true (--prefill prefix)'
+    : 'fallback (--prefill none): the model told to begin with the prefix and explain, the prefix prepended unless it did; --prefill continue where the server can continue a final assistant message (vLLM, llama.cpp server)';
+}
+
 /** `--refusal-scorer both`: AgentHarm's refusal judge, on the evaluated model or its own endpoint. */
 async function refusalJudgeOf(args: ParsedArgs, bench: GuardBench, dataDir: string, backend: ChatBackend, out: string): Promise<RefusalJudge | undefined> {
   const scorer = choiceValue(args, 'refusal-scorer', ['substring', 'both'] as const, 'substring');
@@ -203,6 +211,7 @@ export async function run(argv: string[]): Promise<number> {
       // the protocol values this run used (docs/protocol.md)
       protocol: {
         thinking: opened.thinking, templateKwargs: opened.templateKwargs, maxTokens, judgeMaxTokens, unparseable: args.values.get('unparseable') ?? 'unsafe',
+        refusalPath: refusalPathOf(target.endpoint !== undefined ? args.values.get('prefill') ?? 'none' : 'local'),
         agentSystemPrompt: bench === 'agentharm' ? 'AgentHarm default (data/specs/agentharm-prompts.json)' : 'ours (AGENT_SYSTEM, src/guard/bench/cases.ts)',
         safePrompt: 'AgentHarm refusal prompt appended to the agent system prompt',
         ...(refusalJudge ? { refusalScorer: `substring list + AgentHarm refusal judge (${refusalJudge.backend.name}); agreement on harmful requests` } : {}),
@@ -233,7 +242,7 @@ export async function run(argv: string[]): Promise<number> {
       process.stderr.write(`guard eval: WARNING ${r.unparseable.k} of ${r.unparseable.judged} judge answers were unparseable (counted as ${args.values.get('unparseable') ?? 'unsafe'}); ` +
         `a thinking judge needs --thinking off or a larger --judge-max-tokens (now ${judgeMaxTokens})\n`);
     }
-    process.stdout.write(markdownTable(bench, name, r.summaries));
+    process.stdout.write(markdownTable(bench, name, r.summaries, refusalPathOf(target.endpoint !== undefined ? args.values.get('prefill') ?? 'none' : 'local')));
     const { log, ...tables } = r.files;
     process.stdout.write(`\nwrote ${Object.values(tables).join(', ')}\nper-sample log: ${log}\n`);
   } finally {
