@@ -172,3 +172,21 @@ test('safekeep rescore: Table 4 from the per-sample logs with no model equals th
   assert.equal(bad.code, 2);
   assert.match(bad.stderr, /no such folder or log/);
 });
+
+test('guard eval --results ROOT like every other command; --out DIR still works with a deprecation note; both is refused', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'harness-flags-'));
+  const up = await startMockUpstream(table4Script({ assessor: SAFETY_ASSESSOR_ROLE, safeprompt: SAFEPROMPT_SYSTEM }, /\$5,000|election/));
+  t.after(async () => { await up.close(); rmSync(dir, { recursive: true, force: true }); });
+  const base = ['guard', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'agentharm', '--data', s3Data().agentharm, '--methods', 'base'];
+  const a = await runCli(repoRoot, [...base, '--results', join(dir, 'root')]);
+  assert.equal(a.code, 0, a.stderr);
+  assert.ok(existsSync(join(dir, 'root', 'mock', 'guard', 'table4-agentharm.md')));
+  assert.doesNotMatch(a.stderr, /deprecated/);
+  const b = await runCli(repoRoot, [...base, '--out', join(dir, 'old')]);
+  assert.equal(b.code, 0, b.stderr);
+  assert.ok(existsSync(join(dir, 'old', 'table4-agentharm.md')));
+  assert.match(b.stderr, /guard eval: --out is deprecated \(every other command says --results\); use --results ROOT/);
+  const c = await runCli(repoRoot, [...base, '--out', join(dir, 'x'), '--results', join(dir, 'y')]);
+  assert.equal(c.code, 2);
+  assert.match(c.stderr, /^safekeep: give --results ROOT .* or the deprecated --out DIR, not both\n$/);
+});
