@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngine } from '../src/engine/engine.ts';
-import { probeScore } from '../src/experiments/probe/file.ts';
+import { probeScore } from '../src/data/probe-file.ts';
 import { SMOLLM2_SHAPE, flag } from './common.ts';
 
 const reps = Number(flag('reps') ?? 8);

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { wilson, agentHarmMetrics, injecAgentMetrics, injecValid, summarize, type AgentHarmRow } from '../src/guard/metrics.ts';
-import { classifyOutput } from '../src/experiments/outcome/classify.ts';
+import { classifyOutput } from '../src/outcome/classify.ts';
 import { csvTable, formatRate } from '../src/guard/table.ts';
 import type { ToolSpec } from '../src/data/types.ts';
 import { repoRoot } from './helpers/shared.ts';

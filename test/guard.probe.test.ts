@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { guardedRespond } from '../src/guard/respond.ts';
 import { ProbeGuard } from '../src/guard/probe.ts';
 import { REFUSAL_PREFIX } from '../src/guard/prompts.ts';
-import { checkProbeFits, probeScore, readProbe, writeProbe, type Probe } from '../src/experiments/probe/file.ts';
+import { checkProbeFits, probeScore, readProbe, writeProbe, type Probe } from '../src/data/probe-file.ts';
 import type { ChatBackend, ChatCall, ChatReply } from '../src/guard/types.ts';
 import { SafekeepError } from '../src/util/errors.ts';
 

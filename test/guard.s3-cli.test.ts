@@ -37,7 +37,7 @@ test('safekeep s3 eval --bench mixed (CLI) against the scripted endpoint: tables
   const res = join(root, 'mock');
   const out = join(res, 's3');
   try {
-    const r = await runCli(['s3', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'mixed', ...data, '--settings', 'base', '--configs', 'none,single:parse-data,no-recovery,full', '--out', out]);
+    const r = await runCli(['s3', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'mixed', ...data, '--settings', 'base', '--configs', 'none,single:parse-data,no-recovery,full', '--results', root]);
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /\| full \| 6 \| 0\.0 \[0\.0, 39\.0\] \| 100\.0 \[61\.0, 100\.0\] \| 3\.17 \[/);
     const j = JSON.parse(readFileSync(join(out, 's3-mixed.json'), 'utf8')) as Json;
@@ -65,10 +65,10 @@ test('safekeep s3 eval --bench mixed (CLI) against the scripted endpoint: tables
     assert.deepEqual([results.dModel, results.s3.runs.map((x) => [x.bench, x.settings, x.configs.map((c) => [c.config, c.benign.k])])],
       [0, [['mixed', ['base'], [['none', 6], ['single:parse-data', 6], ['no-recovery', 0], ['full', 6]]]]]);
     // --mitigation block turns full into S³ without recovery; the same bench's section is replaced, another bench's kept
-    const b = await runCli(['s3', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'mixed', ...data, '--settings', 'base', '--configs', 'full', '--mitigation', 'block', '--out', join(res, 's3-block'), '--no-cache']);
+    const b = await runCli(['s3', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'mixed', ...data, '--settings', 'base', '--configs', 'full', '--mitigation', 'block', '--results', root, '--no-cache']);
     assert.equal(b.code, 0, b.stderr);
-    assert.deepEqual(kn(JSON.parse(readFileSync(join(res, 's3-block', 's3-mixed.json'), 'utf8')) as Json), { full: ['0/6', '0/6', 10, 6] });
-    const i = await runCli(['s3', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'injecagent', ...data, '--limit', '1', '--configs', 'none', '--out', join(res, 's3-inj'), '--no-cache']);
+    assert.deepEqual(kn(JSON.parse(readFileSync(join(res, 's3', 's3-mixed.json'), 'utf8')) as Json), { full: ['0/6', '0/6', 10, 6] });
+    const i = await runCli(['s3', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'injecagent', ...data, '--limit', '1', '--configs', 'none', '--results', root, '--no-cache']);
     assert.equal(i.code, 0, i.stderr);
     const html2 = readFileSync(join(res, 'report.html'), 'utf8');
     assert.deepEqual([...html2.matchAll(/id="table-(s3-[a-z]+)"/g)].map((x) => x[1]), ['s3-injecagent', 's3-mixed']);
@@ -88,8 +88,11 @@ test('safekeep s3 eval --bench mixed with a tiny local model: numbers follow fro
   const r = await runCli(['s3', 'eval', '--model', model, '--bench', 'mixed', ...data, '--settings', 'base', '--limit', '1', '--configs', 'none,full', '--max-steps', '2', '--max-tokens', '6', '--out', out, '--no-thinking']);
   assert.equal(r.code, 0, r.stderr);
   assert.match(r.stderr, /s3 eval: 6\/6/);
+  // --out DIR: everything of the run inside DIR, nothing beside it
+  for (const f of ['report.html', 'results.json', 'tables', 'figures', 's3-mixed.md', 'log-mixed.jsonl']) assert.ok(existsSync(join(out, f)), f);
+  assert.ok(!existsSync(join(root, 'report.html')) && !existsSync(join(root, 'results.json')) && !existsSync(join(root, 'tables')));
   // the report's results shell knows the local model's activations: 2 blocks → 3 hidden states, d_model 64
-  const html = readFileSync(join(root, 'report.html'), 'utf8');
+  const html = readFileSync(join(out, 'report.html'), 'utf8');
   assert.match(html, /<tr><td>Layers \(hidden states incl\. embeddings\)<\/td><td>3<\/td><\/tr><tr><td>d_model<\/td><td>64<\/td><\/tr>/);
   assert.match(html, /id="table-s3-mixed"/);
   // a random model never calls a tool (no benign completion, no attack) and never answers the guard: the guard

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writePlantedModel, type PlantedTruth } from '../src/experiments/planted.ts';
 import { loadPairSet } from '../src/data/load.ts';
-import { readProbe } from '../src/experiments/probe/file.ts';
+import { readProbe } from '../src/data/probe-file.ts';
 import { writeProbeSkill } from '../src/experiments/probe/skill.ts';
 import { createEngine, type OnnxEngine } from '../src/engine/engine.ts';
 import { loadPromptTokenizer, type PromptTokenizer } from '../src/prompts/tokenizer.ts';

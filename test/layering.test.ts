@@ -1,6 +1,7 @@
 /**
  * Imports point one way (developers' brief): no import cycle anywhere under src/, nothing under src/engine imports
- * from src/cli, and the engine's layers only import downwards (graph ← runtime ← run ← engine.ts). Type imports
+ * from src/cli, the engine's layers only import downwards (graph ← runtime ← run ← engine.ts), src/guard imports
+ * nothing from src/experiments and src/report nothing from src/guard. Type imports
  * count too: a cycle through types is still a cycle for the reader.
  */
 import assert from 'node:assert/strict';
@@ -61,6 +62,17 @@ test('engine layers import only downwards, and never from the CLI', () => {
       if (a !== null && b !== null) assert.ok(b <= a, `${f} (layer ${a}) imports ${d} (layer ${b}), an upper layer`);
     }
   }
+});
+
+test('folders by role: src/guard imports nothing from src/experiments, src/report nothing from src/guard', () => {
+  // what both need (the output classification, the probe file format) lives below them: src/outcome/, src/data/
+  for (const [f, deps] of graph) {
+    if (f.startsWith('guard/')) for (const d of deps) assert.ok(!d.startsWith('experiments/'), `${f} imports ${d}`);
+    if (f.startsWith('report/')) for (const d of deps) assert.ok(!d.startsWith('guard/'), `${f} imports ${d}`);
+  }
+  // the scan sees the edges that replaced the old ones
+  assert.ok(graph.get('guard/eval.ts')?.includes('outcome/classify.ts'));
+  assert.ok(graph.get('guard/probe.ts')?.includes('data/probe-file.ts'));
 });
 
 test('configuration is read at the CLI edge: no process.env under src/ outside src/cli/', () => {

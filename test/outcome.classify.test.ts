@@ -3,11 +3,11 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { repoRoot } from './helpers/shared.ts';
-import { classifyOutput, classifyResponse } from '../src/experiments/outcome/classify.ts';
-import { parseToolCalls } from '../src/experiments/outcome/parse-calls.ts';
-import { degenerateReason, longestLoop } from '../src/experiments/outcome/degenerate.ts';
-import { findRefusalPhrases, REFUSAL_SUBSTRINGS_JBB } from '../src/experiments/outcome/refusal.ts';
-import type { CallFormat, OutcomeLabel } from '../src/experiments/outcome/types.ts';
+import { classifyOutput, classifyResponse } from '../src/outcome/classify.ts';
+import { parseToolCalls } from '../src/outcome/parse-calls.ts';
+import { degenerateReason, longestLoop } from '../src/outcome/degenerate.ts';
+import { findRefusalPhrases, REFUSAL_SUBSTRINGS_JBB } from '../src/outcome/refusal.ts';
+import type { CallFormat, OutcomeLabel } from '../src/outcome/types.ts';
 import type { ToolSpec } from '../src/data/types.ts';
 
 const dir = join(repoRoot, 'test', 'fixtures', 'outputs');

@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import { writePlantedModel } from '../src/experiments/planted.ts';
 import { loadPairSet } from '../src/data/load.ts';
 import { readActivationCache } from '../src/cache/store.ts';
-import { readProbe } from '../src/experiments/probe/file.ts';
+import { readProbe } from '../src/data/probe-file.ts';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { loadPromptTokenizer } from '../src/prompts/tokenizer.ts';
 import { PromptBuilder } from '../src/prompts/configurations.ts';

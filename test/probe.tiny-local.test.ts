@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { installTokenizer, loadPromptTokenizer } from '../src/prompts/tokenizer.ts';
-import { readProbe } from '../src/experiments/probe/file.ts';
+import { readProbe } from '../src/data/probe-file.ts';
 import { loadSkill } from '../src/guard/s3/skill-file.ts';
 import { repoRoot } from './helpers/shared.ts';
 

@@ -193,7 +193,12 @@ test('planted steer: extract ×2 shards + merge, then steer ×3 shards + merge =
     const outs = files(join(dir, 'one', 'planted', 'steering'));
     assert.equal(outs.filter((f) => f.startsWith('generations.')).length, 6);
     assert.deepEqual(files(join(sharded, 'planted', 'steering')), outs);
-    for (const f of outs) assert.ok(readFileSync(join(dir, 'one', 'planted', 'steering', f)).equals(readFileSync(join(sharded, 'planted', 'steering', f))), `steering/${f} differs`);
+    for (const f of outs.filter((x) => !x.startsWith('log.'))) assert.ok(readFileSync(join(dir, 'one', 'planted', 'steering', f)).equals(readFileSync(join(sharded, 'planted', 'steering', f))), `steering/${f} differs`);
+    // the per-sample logs: the same lines, up to the measured latencies
+    const unmeasured = (p: string): string => readFileSync(p, 'utf8').replace(/"latencyMs":[\d.e+-]+/g, '"latencyMs":0');
+    const logs = outs.filter((x) => x.startsWith('log.'));
+    assert.equal(logs.length, 6);
+    for (const f of logs) assert.equal(unmeasured(join(sharded, 'planted', 'steering', f)), unmeasured(join(dir, 'one', 'planted', 'steering', f)), `steering/${f} differs`);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -68,43 +68,43 @@ test('s3 eval: 3 shards + merge = one process (json table, trajectories, report 
   const dir = mkdtempSync(join(tmpdir(), 'shard-s3-'));
   t.after(async () => { await up.close(); rmSync(dir, { recursive: true, force: true }); });
   const base = ['s3', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'mixed', ...data, '--configs', 'none,single:parse-data,no-recovery,full', '--no-cache'];
-  const one = await runCli([...base, '--out', join(dir, 'one', 's3')]);
+  const one = await runCli([...base, '--results', join(dir, 'one')]);
   assert.equal(one.code, 0, one.stderr);
   for (const i of [0, 1, 2]) {
-    const r = await runCli([...base, '--out', join(dir, 'three', 's3'), '--shard', `${i}/3`]);
+    const r = await runCli([...base, '--results', join(dir, 'three'), '--shard', `${i}/3`]);
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, new RegExp(`shard ${i}/3: \\d+ items \\(~\\d+ tokens\\)`));
   }
   // shards write only their part files: no tables, no report before the merge
-  assert.deepEqual(readdirSync(join(dir, 'three')).sort(), ['shards']);
-  const parts = [0, 1, 2].map((i) => readFileSync(join(dir, 'three', 'shards', 's3-eval', `shard-${i}-of-3`, 'rows-mixed.jsonl'), 'utf8').trim().split('\n').length);
+  assert.deepEqual(readdirSync(join(dir, 'three', 'mock')).sort(), ['shards']);
+  const parts = [0, 1, 2].map((i) => readFileSync(join(dir, 'three', 'mock', 'shards', 's3-eval', `shard-${i}-of-3`, 'samples-mixed.jsonl'), 'utf8').trim().split('\n').length);
   assert.equal(parts.reduce((a, b) => a + b, 0), 4 * 10);
   assert.ok(parts.every((n) => n > 0), String(parts));
 
-  const lost = await runCli([...base, '--out', join(dir, 'lost', 's3'), '--shard', '2/3']);
+  const lost = await runCli([...base, '--results', join(dir, 'lost'), '--shard', '2/3']);
   assert.equal(lost.code, 0, lost.stderr);
-  const m0 = await runCli(['merge', join(dir, 'lost')]);
+  const m0 = await runCli(['merge', join(dir, 'lost', 'mock')]);
   assert.equal(m0.code, 2);
   assert.match(m0.stderr, /missing shards: 0\/3 \(not started\), 1\/3 \(not started\)/);
 
-  const m = await runCli(['merge', join(dir, 'three')]);
+  const m = await runCli(['merge', join(dir, 'three', 'mock')]);
   assert.equal(m.code, 0, m.stderr);
   assert.match(m.stdout, /s3-eval: 3 shards → .*s3-mixed\.md/);
-  const trajectories = jsonl(join(dir, 'one', 's3', 'trajectories-mixed.jsonl'));
+  const trajectories = jsonl(join(dir, 'one', 'mock', 's3', 'trajectories-mixed.jsonl'));
   assert.equal(trajectories.length, 4 * 10);
-  assert.deepEqual(jsonl(join(dir, 'three', 's3', 'trajectories-mixed.jsonl')), trajectories);
-  const table = json(join(dir, 'one', 's3', 's3-mixed.json')) as { configs: { config: string; asr: { k: number }; benign: { k: number } }[] };
+  assert.deepEqual(jsonl(join(dir, 'three', 'mock', 's3', 'trajectories-mixed.jsonl')), trajectories);
+  const table = json(join(dir, 'one', 'mock', 's3', 's3-mixed.json')) as { configs: { config: string; asr: { k: number }; benign: { k: number } }[] };
   // the pinned numbers of the base setting, twice (the mock treats the enhanced setting alike)
   assert.deepEqual(table.configs.map((c) => [c.config, c.asr.k, c.benign.k]), [['none', 10, 10], ['single:parse-data', 2, 10], ['no-recovery', 0, 0], ['full', 0, 8]]);
-  assert.deepEqual(json(join(dir, 'three', 's3', 's3-mixed.json')), table);
+  assert.deepEqual(json(join(dir, 'three', 'mock', 's3', 's3-mixed.json')), table);
   // the Markdown table too, without its measured column (latency per task, the 8th)
   const md = (p: string) => readFileSync(p, 'utf8').split('\n').map((l) => (l.startsWith('| ') ? l.split(' | ').filter((_, k) => k !== 7).join(' | ') : l));
-  assert.deepEqual(md(join(dir, 'three', 's3', 's3-mixed.md')), md(join(dir, 'one', 's3', 's3-mixed.md')));
+  assert.deepEqual(md(join(dir, 'three', 'mock', 's3', 's3-mixed.md')), md(join(dir, 'one', 'mock', 's3', 's3-mixed.md')));
   // the report section: the same rows in results.json, the table and figure in report.html
   const section = (p: string) => (json(p) as { s3: unknown }).s3;
-  assert.deepEqual(section(join(dir, 'three', 'results.json')), section(join(dir, 'one', 'results.json')));
-  const html = readFileSync(join(dir, 'three', 'report.html'), 'utf8');
+  assert.deepEqual(section(join(dir, 'three', 'mock', 'results.json')), section(join(dir, 'one', 'mock', 'results.json')));
+  const html = readFileSync(join(dir, 'three', 'mock', 'report.html'), 'utf8');
   assert.match(html, /id="table-s3-mixed"/);
   assert.match(html, /data-name="s3-mixed"/);
-  assert.match(readFileSync(join(dir, 'three', 's3', 's3-mixed.svg'), 'utf8'), /^<svg/);
+  assert.match(readFileSync(join(dir, 'three', 'mock', 's3', 's3-mixed.svg'), 'utf8'), /^<svg/);
 });

@@ -69,7 +69,7 @@ test('safekeep slurm --dry-run: steer = extract array, merge, steer array, merge
   }
 });
 
-test('safekeep slurm s3-eval --dry-run: s3 eval array into RESULTS/<name>/s3, then merge --command s3-eval', () => {
+test('safekeep slurm s3-eval --dry-run: s3 eval array with --results RESULTS (tables in RESULTS/<name>/s3), then merge --command s3-eval', () => {
   const dir = mkdtempSync(join(tmpdir(), 'slurm-dry-s3-'));
   try {
     const run = (...args: string[]) => spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 'slurm', ...args], { encoding: 'utf8', cwd: dir });
@@ -79,7 +79,7 @@ test('safekeep slurm s3-eval --dry-run: s3 eval array into RESULTS/<name>/s3, th
     const scripts = r.stdout.split(/^# (?=\/)/m).filter(Boolean);
     assert.deepEqual(scripts.map((s) => s.split('\n')[0]!.split('/').pop()!.split(' ')[0]), ['01-shards.sbatch', '02-merge.sbatch']);
     assert.ok(scripts[0]!.includes('#SBATCH --array=0-3'), scripts[0]);
-    assert.ok(scripts[0]!.includes(`s3 eval --model ${repoRoot} --out ${join(res, 'my_model', 's3')} --bench mixed --configs none,full --name 'my model' --shard "\${SLURM_ARRAY_TASK_ID}/4"`), scripts[0]);
+    assert.ok(scripts[0]!.includes(`s3 eval --model ${repoRoot} --results ${res} --bench mixed --configs none,full --name 'my model' --shard "\${SLURM_ARRAY_TASK_ID}/4"`), scripts[0]);
     assert.ok(scripts[1]!.includes(`merge ${join(res, 'my_model')} --command s3-eval`), scripts[1]);
     const b = run('s3-eval', '--model', repoRoot, '--shards', '2', '--dry-run', '--', '--out', '/elsewhere');
     assert.equal(b.status, 2);

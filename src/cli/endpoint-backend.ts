@@ -3,10 +3,13 @@
  * endpoint (`guard eval`, `s3 eval`): one declaration of each flag, one place that turns them into an
  * OpenAIBackend.
  */
-import { join } from 'node:path';
-import { choiceValue, numberValue, positiveIntValue, type FlagDef, type ParsedArgs } from './args.ts';
+import { basename, join, resolve } from 'node:path';
+import { choiceValue, numberValue, positiveIntValue, requireValue, type FlagDef, type ParsedArgs } from './args.ts';
+import type { OnnxEngine } from '../engine/engine.ts';
+import type { ChatBackend } from '../guard/types.ts';
+import { SafekeepError } from '../util/errors.ts';
 import { OpenAIBackend, type PrefillMode } from '../guard/backends/openai.ts';
-import type { CallFormat } from '../experiments/outcome/types.ts';
+import type { CallFormat } from '../outcome/types.ts';
 import { apiKeyFromEnv } from './env.ts';
 
 /** Local model flags (the engine's, without --max-memory) */
@@ -22,7 +25,7 @@ export const LOCAL_MODEL_FLAG_DEFS: readonly FlagDef[] = [
 export const ENDPOINT_FLAG_DEFS: readonly FlagDef[] = [
   { name: 'endpoint', value: 'URL', help: 'OpenAI-compatible endpoint instead of a local model' },
   { name: 'endpoint-model', value: 'NAME', help: 'model name at the endpoint' },
-  { name: 'concurrency', value: 'N', default: '4 (endpoint), 1 (local)', help: 'requests in flight' },
+  { name: 'concurrency', value: 'N', default: '4 (endpoint), 1 (local)', help: 'calls in flight (a local backend that batches gets them together)' },
   { name: 'api-key-env', value: 'VAR', help: 'environment variable holding the endpoint API key' },
   { name: 'timeout-ms', value: 'MS', default: '60000', help: 'endpoint timeout' },
   { name: 'retries', value: 'N', default: '3', help: 'endpoint retries' },
@@ -49,4 +52,80 @@ export function openEndpointBackend(
     ...(extraBody ? { extraBody } : {}),
   });
   return { backend, concurrency };
+}
+
+/** `--model DIR` or `--endpoint URL --endpoint-model NAME`: exactly one, checked at the edge. */
+export interface Target {
+  model?: string;
+  endpoint?: string;
+  endpointModel: string;
+  /** the results name when --name is not given: the model folder or the endpoint's model */
+  defaultName: string;
+}
+
+export function targetOf(args: ParsedArgs): Target {
+  const model = args.values.get('model');
+  const endpoint = args.values.get('endpoint');
+  if ((model === undefined) === (endpoint === undefined)) throw new SafekeepError('give exactly one of --model DIR or --endpoint URL');
+  if (endpoint !== undefined && !/^https?:\/\/[^/]+/.test(endpoint)) throw new SafekeepError(`--endpoint must be an http(s) URL, got '${endpoint}'`);
+  const endpointModel = endpoint !== undefined ? requireValue(args, 'endpoint-model') : '';
+  return { ...(model !== undefined ? { model } : {}), ...(endpoint !== undefined ? { endpoint } : {}), endpointModel, defaultName: model !== undefined ? basename(resolve(model)) : endpointModel };
+}
+
+/** How a command sets the template's thinking switch on either kind of backend. */
+export interface ThinkingPlan {
+  /** an endpoint's template is unknown here: what to send (if anything) and how to name the setting */
+  endpoint(): { extraBody?: Record<string, unknown>; thinking: string; templateKwargs: Record<string, unknown> };
+  /** a local model's template is known: the kwargs it renders with */
+  local(template: string): Promise<{ thinking: string; templateKwargs: Record<string, unknown> }>;
+}
+
+/** A model or endpoint opened once for a command: what every evaluation needs from it. */
+export interface OpenedBackend {
+  backend: ChatBackend;
+  /** --concurrency: calls in flight (4 at an endpoint, 1 locally unless given) */
+  concurrency: number;
+  /** the chat template's hash (local) or 'none (endpoint)' */
+  templateHash: string;
+  /** the model as shard records name it (must agree across shards) */
+  identity: string;
+  thinking: string;
+  templateKwargs: Record<string, unknown>;
+  /** local models: the engine and checkpoint folder (probes read their hidden states) */
+  engine?: OnnxEngine;
+  modelDir?: string;
+  dispose(): Promise<void>;
+}
+
+/**
+ * The one opener of `guard eval` and `s3 eval`: the endpoint backend (answers cached under `<out>/cache`) or the
+ * local engine + tokenizer behind a LocalBackend. `beforeLoad` runs once the thinking setting is known and before
+ * any weights load (a budget that cannot work stops there).
+ */
+export async function openChatBackend(args: ParsedArgs, t: Target, out: string, plan: ThinkingPlan,
+  beforeLoad: (thinking: string) => void = () => {}): Promise<OpenedBackend> {
+  if (t.endpoint !== undefined) {
+    const e = plan.endpoint();
+    beforeLoad(e.thinking);
+    const { backend, concurrency } = openEndpointBackend(args, t.endpoint, t.endpointModel, out, e.extraBody);
+    return { backend, concurrency, templateHash: 'none (endpoint)', identity: `${t.endpoint} ${t.endpointModel}`, thinking: e.thinking, templateKwargs: e.templateKwargs, dispose: async () => {} };
+  }
+  const { openEngine } = await import('./engine-flags.ts');
+  const { loadPromptTokenizer } = await import('../prompts/tokenizer.ts');
+  const { LocalBackend } = await import('../guard/backends/local.ts');
+  const tokenizer = await loadPromptTokenizer(t.model!, { template: args.values.get('template') });
+  const l = await plan.local(tokenizer.template);
+  beforeLoad(l.thinking);
+  const engine = await openEngine(args);
+  return {
+    backend: new LocalBackend(engine, tokenizer, { templateKwargs: l.templateKwargs }),
+    concurrency: positiveIntValue(args, 'concurrency', 1),
+    templateHash: tokenizer.templateHash,
+    identity: `${basename(resolve(t.model!))} ${args.values.get('dtype') ?? 'default dtype'}`,
+    thinking: l.thinking,
+    templateKwargs: l.templateKwargs,
+    engine,
+    modelDir: resolve(t.model!),
+    dispose: () => engine.dispose(),
+  };
 }

@@ -2,7 +2,8 @@
  * Behavioural refusal, chatbot vs agent (paper §3.1: Llama-3.1-8B refuses 58 % of harmful requests as a chatbot,
  * 3 % as an agent): greedy answers to the evaluation split's harmful requests in the chatbot configuration and in
  * the full agent configuration (JSON schemas), each labelled by the outcome classifier (refusal = refusal-substring
- * list). Generations are cached under results/<model>/behavioural/ keyed by their exact inputs.
+ * list), run as harness tasks (src/eval/generation.ts). Generations are cached under results/<model>/behavioural/
+ * keyed by their exact inputs, beside the per-sample logs (log.<config>.jsonl).
  */
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -12,8 +13,10 @@ import { loadCheckpoint } from '../checkpoint/load.ts';
 import { writeFileAtomic } from '../util/atomic.ts';
 import { ItemProgress } from '../util/progress.ts';
 import type { ExtractContext } from './extract.ts';
-import { classifyOutput } from './outcome/classify.ts';
-import { callFormatOf, type CallFormat } from './outcome/types.ts';
+import { generationBatches, generationTask } from '../eval/generation.ts';
+import { writeEvalLog } from '../eval/log.ts';
+import { runTask } from '../eval/runner.ts';
+import { callFormatOf, type CallFormat } from '../outcome/types.ts';
 
 const BEHAVIOURAL_CONFIGS = [
   { config: 'chatbot', label: 'chatbot' },
@@ -42,19 +45,22 @@ export async function behaviouralRefusal(ctx: ExtractContext, maxNewTokens: numb
       if ((JSON.parse(lines[0]!) as { key?: string }).key === key) gens = lines.slice(1).map((l) => JSON.parse(l) as Generation);
     }
     if (!gens) {
-      gens = [];
       const progress = new ItemProgress(`behavioural refusal (${config})`, pairs.length, { quiet: ctx.quiet });
-      for (let s = 0; s < pairs.length; s += 8) {
-        const res = await ctx.engine.generate(prompts.slice(s, s + 8).map((p) => p.ids!), { maxNewTokens });
-        res.forEach((r, i) => {
-          const p = pairs[s + i]!;
-          const text = ctx.tok.decode(r.generatedIds);
-          gens!.push({ pairId: p.id, text, label: classifyOutput(text, config === 'agent' ? p.tools : [], format).label });
-        });
-        progress.add(res.length);
-      }
+      const task = generationTask<Generation>({
+        name: 'behavioural', solver: config, model: { generate: (ids, o) => ctx.engine.generate(ids, o), decode: (ids) => ctx.tok.decode(ids) },
+        options: { maxNewTokens }, format, row: (p, g) => ({ pairId: p.id, text: g.text, label: g.label }),
+      });
+      let shown = 0;
+      const run = await runTask(task, generationBatches(pairs.map((p, i) => ({ id: p.id, text: prompts[i]!.text, ids: prompts[i]!.ids!, tools: config === 'agent' ? p.tools : [] })), 8), {
+        onProgress: (done) => { const n = Math.min(pairs.length, done * 8); progress.add(n - shown); shown = n; },
+      });
       progress.finish();
+      gens = run.results.flat().map((x) => x.row);
       writeFileAtomic(file, [JSON.stringify({ key }), ...gens.map((g) => JSON.stringify(g))].join('\n') + '\n');
+      writeEvalLog(join(outDir, `log.${config}.jsonl`), {
+        header: { format: 'safekeep-log', task: `behavioural/${config}`, protocol: { maxNewTokens, config, requests: 'harmful, evaluation split' }, context: { model: ctx.baseManifest.model } },
+        samples: run.samples,
+      });
     }
     const refusals = gens.filter((g) => g.label === 'refusal').length;
     const iv = wilsonInterval(refusals, gens.length);

@@ -4,7 +4,7 @@
  */
 import { join } from 'node:path';
 import { mergeCacheParts, type MergedPass } from '../cache/merge.ts';
-import { completeShardSet, type ShardEntry } from '../util/shard-run.ts';
+import type { ShardEntry } from '../util/shard-run.ts';
 import { finishReproduce, type ReproduceMergeOptions, type ReproduceResult } from './reproduce.ts';
 
 export interface CacheMerge {
@@ -14,17 +14,16 @@ export interface CacheMerge {
   seconds: number;
 }
 
-/** Assembles the caches of `command`'s shards (extract, reproduce, the extraction stage of steer) into `<results>/cache`. */
-export function mergeShardCaches(resultsDir: string, command: string): CacheMerge {
+/** Assembles the caches of a complete shard set (extract, reproduce, the extraction stage of steer) into `<results>/cache`. */
+export function mergeShardCaches(resultsDir: string, shards: ShardEntry[]): CacheMerge {
   const t0 = performance.now();
-  const shards = completeShardSet(resultsDir, command);
   const passes = mergeCacheParts(join(resultsDir, 'cache'), shards.map((e) => ({ name: e.name, dir: join(e.dir, 'cache') })));
   return { shards, passes, seconds: (performance.now() - t0) / 1000 };
 }
 
 /** A sharded `reproduce`: caches, then analyses, tables, figures and report as one process would write them. */
-export async function mergeReproduce(resultsDir: string): Promise<CacheMerge & { report: ReproduceResult }> {
-  const m = mergeShardCaches(resultsDir, 'reproduce');
-  const report = await finishReproduce(resultsDir, m.shards[0]!.record!.options as unknown as ReproduceMergeOptions);
+export async function mergeReproduce(resultsDir: string, shards: ShardEntry[], options: ReproduceMergeOptions): Promise<CacheMerge & { report: ReproduceResult }> {
+  const m = mergeShardCaches(resultsDir, shards);
+  const report = await finishReproduce(resultsDir, options);
   return { ...m, report };
 }

@@ -9,8 +9,9 @@
  * format `generate --intervene` reads) is one more condition on the same prompts with the same scoring, labelled by
  * the file's name.
  *
+ * Each (requests, condition) runs as a harness task (src/eval/generation.ts: fixed batches, greedy, classified).
  * Writes results/<model>/steering/: generations.<requests>.alpha<α>.jsonl (every output with its label and reasons),
- * generations.<requests>.intervene-<label>.jsonl per intervention set, table3.md|csv|json, and merges the sweep into
+ * generations.<requests>.intervene-<label>.jsonl per intervention set, beside each its per-sample log (log.<same>), table3.md|csv|json, and merges the sweep into
  * results/<model>/results.json so the report shows Table 3 and its stacked-bar figure.
  */
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
@@ -37,8 +38,10 @@ import { buildTables, tableMarkdown, toCsv } from '../report/tables.ts';
 import { writeReport } from '../report/write-report.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { ItemProgress } from '../util/progress.ts';
-import { classifyOutput } from './outcome/classify.ts';
-import { callFormatOf, type CallFormat, type OutcomeLabel } from './outcome/types.ts';
+import { generationTask, type GeneratedRow, type GenerationBatch } from '../eval/generation.ts';
+import { writeEvalLog, type SampleLog } from '../eval/log.ts';
+import { runTask, type Task } from '../eval/runner.ts';
+import { callFormatOf, type CallFormat, type OutcomeLabel } from '../outcome/types.ts';
 import {
   extractCondition, openContext, promptCacheName, renderRows, shardIdentity, type ContextOptions, type ExtractContext, type ShardSummary,
 } from './extract.ts';
@@ -287,7 +290,7 @@ export async function steerSweep(o: SteerOptions): Promise<SteerResult> {
       const rows: SteeringRow[] = [];
       const prompts = setup.pairs.map((p) => ctx.builder.render(p[kind].prompt, p.tools, 'agent', 'schema'));
       for (const cond of setup.conditions) {
-        const gens = await generateAll(ctx, setup.pairs, prompts.map((p) => p.ids!), kind, cond, layer, unit, o.maxNewTokens, setup.format, outDir, setup.positions);
+        const gens = await generateAll(ctx, setup.pairs, prompts.map((p) => p.ids!), prompts.map((p) => p.text), kind, cond, layer, unit, o.maxNewTokens, setup.format, outDir, setup.positions);
         rows.push(steeringRow(gens, cond, meanNorm));
         const counts = rows[rows.length - 1]!.counts;
         process.stderr.write(`steer ${kind} ${conditionName(cond)}: refusal ${counts.refusal}, valid ${counts.valid}, invalid ${counts.invalid} of ${gens.length}\n`);
@@ -330,30 +333,48 @@ function generationsKey(ctx: ExtractContext, pairs: readonly Pair[], ids: number
   });
 }
 
+/** The harness task of one (requests, condition): fixed batches of prompts, greedy, each output classified. */
+function conditionTask(
+  ctx: ExtractContext, kind: 'harmful' | 'benign', cond: SteerCondition, layer: number, unit: Float32Array, maxNewTokens: number, format: CallFormat, positions: SteerPositions,
+): Task<GenerationBatch, GeneratedRow<SteerGeneration>[], SteerGeneration> {
+  return generationTask<SteerGeneration>({
+    name: `steer/${kind}`, solver: conditionName(cond), format,
+    model: { generate: (ids, o) => ctx.engine.generate(ids, o), decode: (ids) => ctx.tok.decode(ids) },
+    options: {
+      maxNewTokens,
+      ...(cond.alpha !== 0 ? { steer: { layer, vector: unit, alpha: cond.alpha, positions } } : {}),
+      ...(cond.set ? { interventions: cond.set.interventions } : {}),
+    },
+    row: (p, g) => ({
+      pairId: p.id, requests: kind, alpha: round(cond.alpha), ...(cond.set ? { condition: cond.set.label } : {}),
+      text: g.text, generatedIds: g.generatedIds, finish: g.finish, label: g.label, reasons: g.reasons,
+    }),
+  });
+}
+
+/** The prompts of one batch: the pairs' requests rendered in the agent format with JSON schemas. */
+const batchOf = (pairs: readonly Pair[], ids: number[][], texts: readonly string[], start: number): GenerationBatch =>
+  ({ start, prompts: pairs.map((p, i) => ({ id: p.id, text: texts[i] ?? '', ids: ids[i]!, tools: p.tools })) });
+
 /** Greedy generations of one batch of pairs (steered unless α = 0; an intervention set's interventions), each classified. */
 async function generateChunk(
-  ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], kind: 'harmful' | 'benign', cond: SteerCondition, layer: number,
+  ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], texts: readonly string[], kind: 'harmful' | 'benign', cond: SteerCondition, layer: number,
   unit: Float32Array, maxNewTokens: number, format: CallFormat, positions: SteerPositions,
-): Promise<SteerGeneration[]> {
-  const res = await ctx.engine.generate(ids, {
-    maxNewTokens,
-    ...(cond.alpha !== 0 ? { steer: { layer, vector: unit, alpha: cond.alpha, positions } } : {}),
-    ...(cond.set ? { interventions: cond.set.interventions } : {}),
-  });
-  return res.map((r, i) => {
-    const p = pairs[i]!;
-    const text = ctx.tok.decode(r.generatedIds);
-    const oc = classifyOutput(text, p.tools, format);
-    return {
-      pairId: p.id, requests: kind, alpha: round(cond.alpha), ...(cond.set ? { condition: cond.set.label } : {}),
-      text, generatedIds: r.generatedIds, finish: r.finish, label: oc.label, reasons: oc.reasons,
-    };
-  });
+): Promise<{ gens: SteerGeneration[]; samples: SampleLog<SteerGeneration>[] }> {
+  const r = await runTask(conditionTask(ctx, kind, cond, layer, unit, maxNewTokens, format, positions), [batchOf(pairs, ids, texts, 0)]);
+  return { gens: r.results.flat().map((x) => x.row), samples: r.samples };
+}
+
+/** The per-sample log beside a generations file (same name, `log.` for `generations.`). */
+const logFileOf = (generations: string): string => generations.replace(/generations\.([^/]*)$/, 'log.$1');
+
+function writeConditionLog(file: string, key: string, kind: string, cond: SteerCondition, samples: readonly SampleLog<SteerGeneration>[]): void {
+  writeEvalLog(logFileOf(file), { header: { format: 'safekeep-log', task: `steer/${kind}`, protocol: { condition: conditionName(cond) }, context: { key } }, samples: [...samples] });
 }
 
 /** Generations for one (requests, condition), cached as JSONL keyed by the exact inputs, so a rerun costs nothing. */
 async function generateAll(
-  ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], kind: 'harmful' | 'benign', cond: SteerCondition, layer: number,
+  ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], texts: readonly string[], kind: 'harmful' | 'benign', cond: SteerCondition, layer: number,
   unit: Float32Array, maxNewTokens: number, format: CallFormat, outDir: string, positions: SteerPositions,
 ): Promise<SteerGeneration[]> {
   const file = join(outDir, generationsFile(kind, cond, positions));
@@ -363,14 +384,17 @@ async function generateAll(
     const head = JSON.parse(lines[0]!) as { key?: string };
     if (head.key === key) return lines.slice(1).map((l) => JSON.parse(l) as SteerGeneration);
   }
-  const out: SteerGeneration[] = [];
   const progress = new ItemProgress(`steer ${kind} ${conditionName(cond)}`, pairs.length, { quiet: ctx.quiet });
-  for (let s = 0; s < pairs.length; s += GEN_BATCH) {
-    out.push(...await generateChunk(ctx, pairs.slice(s, s + GEN_BATCH), ids.slice(s, s + GEN_BATCH), kind, cond, layer, unit, maxNewTokens, format, positions));
-    progress.add(Math.min(GEN_BATCH, pairs.length - s));
-  }
+  let shown = 0;
+  const batches = Array.from({ length: Math.ceil(pairs.length / GEN_BATCH) }, (_, b) => b * GEN_BATCH)
+    .map((s) => ({ ...batchOf(pairs.slice(s, s + GEN_BATCH), ids.slice(s, s + GEN_BATCH), texts.slice(s, s + GEN_BATCH), 0), start: s }));
+  const r = await runTask(conditionTask(ctx, kind, cond, layer, unit, maxNewTokens, format, positions), batches, {
+    onProgress: (done) => { const n = Math.min(pairs.length, done * GEN_BATCH); progress.add(n - shown); shown = n; },
+  });
   progress.finish();
+  const out = r.results.flat().map((x) => x.row);
   writeFileAtomic(file, [JSON.stringify({ key }), ...out.map((g) => JSON.stringify(g))].join('\n') + '\n');
+  writeConditionLog(file, key, kind, cond, r.samples);
   return out;
 }
 
@@ -409,7 +433,9 @@ export async function steerShard(o: SteerOptions, shard: Shard): Promise<ShardSu
     }
     const setup = await steerSetup(ctx, o, sets);
     const kinds = [...(o.requests ?? (['harmful', 'benign'] as const))];
-    const ids = Object.fromEntries(kinds.map((k) => [k, setup.pairs.map((p) => ctx.builder.render(p[k].prompt, p.tools, 'agent', 'schema').ids!)])) as Record<string, number[][]>;
+    const rendered = Object.fromEntries(kinds.map((k) => [k, setup.pairs.map((p) => ctx.builder.render(p[k].prompt, p.tools, 'agent', 'schema'))]));
+    const ids = Object.fromEntries(kinds.map((k) => [k, rendered[k]!.map((r) => r.ids!)])) as Record<string, number[][]>;
+    const texts = Object.fromEntries(kinds.map((k) => [k, rendered[k]!.map((r) => r.text)])) as Record<string, string[]>;
     const items: Array<{ kind: 'harmful' | 'benign'; a: number; s: number; cost: number }> = [];
     for (const kind of kinds) {
       for (let a = 0; a < setup.conditions.length; a++) {
@@ -435,8 +461,10 @@ export async function steerShard(o: SteerOptions, shard: Shard): Promise<ShardSu
       const file = join(run.dir, chunkFile(it.kind, it.a, it.s));
       const key = keys[`${it.kind}/${it.a}`]!;
       if (existsSync(file) && (JSON.parse(readFileSync(file, 'utf8').split('\n')[0]!) as { key?: string }).key === key) { run.add(1, it.cost); continue; }
-      const gens = await generateChunk(ctx, setup.pairs.slice(it.s, it.s + GEN_BATCH), ids[it.kind]!.slice(it.s, it.s + GEN_BATCH), it.kind,
+      const { gens, samples } = await generateChunk(ctx, setup.pairs.slice(it.s, it.s + GEN_BATCH), ids[it.kind]!.slice(it.s, it.s + GEN_BATCH), texts[it.kind]!.slice(it.s, it.s + GEN_BATCH), it.kind,
         setup.conditions[it.a]!, setup.layer, setup.unit, o.maxNewTokens, setup.format, setup.positions);
+      // the log lines first: a chunk file present means its log lines are too
+      writeFileAtomic(samplesChunkFile(file), samples.map((x) => JSON.stringify(x)).join('\n') + '\n');
       writeFileAtomic(file, [JSON.stringify({ key }), ...gens.map((g) => JSON.stringify(g))].join('\n') + '\n');
       computed += gens.length;
       run.add(1, it.cost);
@@ -450,6 +478,8 @@ export async function steerShard(o: SteerOptions, shard: Shard): Promise<ShardSu
 
 /** A shard's generations of one batch: `<requests>.a<condition index>.<first pair index>.jsonl` (key header, then rows). */
 const chunkFile = (kind: string, a: number, s: number): string => `${kind}.a${a}.${String(s).padStart(6, '0')}.jsonl`;
+/** the chunk's log lines, beside it */
+const samplesChunkFile = (chunk: string): string => chunk.replace(/\.jsonl$/, '.samples.jsonl');
 
 /**
  * After every steer shard is done: the generation files one process writes (same key header, same rows in pair
@@ -465,6 +495,7 @@ export async function finishSteer(resultsDir: string, m: SteerMergeOptions, shar
     for (const [a, cond] of conditions.entries()) {
       const key = m.keys[`${kind}/${a}`]!;
       const gens: SteerGeneration[] = [];
+      const samples: SampleLog<SteerGeneration>[] = [];
       for (let s = 0; s < m.pairs; s += GEN_BATCH) {
         const have = shardDirs.filter((d) => existsSync(join(d.dir, chunkFile(kind, a, s))));
         if (have.length !== 1) {
@@ -474,8 +505,12 @@ export async function finishSteer(resultsDir: string, m: SteerMergeOptions, shar
         const lines = readFileSync(join(have[0]!.dir, chunkFile(kind, a, s)), 'utf8').trim().split('\n');
         if ((JSON.parse(lines[0]!) as { key?: string }).key !== key) throw new SafekeepError(`${join(have[0]!.dir, chunkFile(kind, a, s))}: generated with other inputs; delete it and rerun ${have[0]!.name}`);
         gens.push(...lines.slice(1).map((l) => JSON.parse(l) as SteerGeneration));
+        const sf = samplesChunkFile(join(have[0]!.dir, chunkFile(kind, a, s)));
+        if (existsSync(sf)) samples.push(...readFileSync(sf, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as SampleLog<SteerGeneration>));
       }
-      writeFileAtomic(join(outDir, generationsFile(kind, cond, m.positions)), [JSON.stringify({ key }), ...gens.map((g) => JSON.stringify(g))].join('\n') + '\n');
+      const file = join(outDir, generationsFile(kind, cond, m.positions));
+      writeFileAtomic(file, [JSON.stringify({ key }), ...gens.map((g) => JSON.stringify(g))].join('\n') + '\n');
+      writeConditionLog(file, key, kind, cond, samples);
       rows.push(steeringRow(gens, cond, m.meanNorm));
     }
     sweeps.push({ layer: m.layer, direction: m.directionName, requests: kind, positions: m.positions, rows });

@@ -7,13 +7,16 @@
  * simulated response is fed back and the agent (behind the same guard) answers again; the case succeeds only if
  * step 2 calls the sending tool (bench/injecagent-score.ts).
  */
-import { classifyResponse } from '../experiments/outcome/classify.ts';
-import type { Outcome } from '../experiments/outcome/types.ts';
-import { Limiter } from './backends/limit.ts';
+import { classifyResponse } from '../outcome/classify.ts';
+import type { Outcome } from '../outcome/types.ts';
+import { runTask, type Task } from '../eval/runner.ts';
+import { callTotals, type CallLog, type SampleLog, type Score } from '../eval/log.ts';
 import type { GuardBench, GuardCase } from './bench/cases.ts';
-import { agentHarmMetrics, summarize, type Rate } from './metrics.ts';
+import { agentHarmMetrics, summarize, wilson, type Rate } from './metrics.ts';
 import { injecAgentScore, injecStep, simulatedToolResponse, type StepEval } from './bench/injecagent-score.ts';
 import { guardedRespond, type GuardOptions } from './respond.ts';
+import { REFUSAL_PREFIX } from './prompts.ts';
+import { compliedAfterPrefix, judgeRefusal, type RefusalJudge } from './refusal-scorers.ts';
 import type { ChatBackend, GuardMethod, Verdict } from './types.ts';
 
 export interface EvalRow {
@@ -46,6 +49,8 @@ export interface EvalRow {
   step2Output?: string;
   step2Calls?: string[];
   step2Simulated?: 'exact' | 'same-tool' | 'none';
+  /** AgentHarm's refusal judge on the reply (when it ran): its verdict and raw answer */
+  refusalJudge?: { refusal: boolean; raw: string; unparseable: boolean } | null;
   /** kept for the metrics (not written to the rows file) */
   outcome: Outcome;
 }
@@ -53,6 +58,8 @@ export interface EvalRow {
 export interface EvalOptions extends GuardOptions {
   methods: readonly GuardMethod[];
   backend: ChatBackend;
+  /** AgentHarm's refusal judge as a second refusal scorer beside the substring list (AgentHarm cases) */
+  refusalJudge?: RefusalJudge;
   /** cases × methods in flight at once (default 1) */
   concurrency?: number;
   onProgress?: (done: number, total: number) => void;
@@ -78,38 +85,68 @@ export function runGuardEval(cases: readonly GuardCase[], opts: EvalOptions): Pr
 
 /** Rows of the given items, in their order (a shard runs a subset). */
 export async function runEvalItems(items: readonly EvalItem[], opts: Omit<EvalOptions, 'methods'>): Promise<EvalRow[]> {
-  const limiter = new Limiter(opts.concurrency ?? 1);
-  const total = items.length;
-  let done = 0;
-  const tasks = items.map(({ c, method }) =>
-    limiter.run(async (): Promise<EvalRow> => {
-      const r = await guardedRespond(c.request, method, opts.backend, opts);
-      const outcome = classifyResponse(r.reply.content, r.reply.toolCalls, c.request.tools, opts.backend.callFormat);
-      const steps = c.bench === 'injecagent' ? await injecSteps(c, method, outcome, opts) : {};
-      opts.onProgress?.(++done, total);
-      return {
-        ...steps,
-        caseId: c.id,
-        group: caseGroup(c),
-        method,
-        label: outcome.label,
-        calls: outcome.calls.map((k) => k.call.name),
-        reasons: outcome.reasons,
-        blocked: r.blocked,
-        verdict: r.judge?.verdict ?? null,
-        judgeLatencyMs: r.judge?.latencyMs ?? null,
-        judgeTokens: r.judge?.tokens ?? null,
-        agentTokens: r.reply.promptTokens + r.reply.completionTokens,
-        probeScore: r.probe?.score ?? null,
-        probeFlagged: r.probe ? r.probe.unsafe : null,
-        probeMs: r.probe?.latencyMs ?? null,
-        agentMs: r.agentMs !== undefined ? r.agentMs : r.blocked ? null : r.reply.latencyMs,
-        output: r.reply.content,
-        outcome,
-      };
+  return (await runTask(guardTask(opts), items, { concurrency: opts.concurrency, onProgress: opts.onProgress })).results;
+}
+
+const itemKey = (it: EvalItem): string => `${it.method} × ${it.c.id}`;
+
+/**
+ * Table 4 as a harness task: the solver is `guardedRespond` under the item's method (judge, agent and refusal calls
+ * recorded), the scorers the outcome classifier and, for InjecAgent, its two-step labels.
+ */
+export function guardTask(opts: Omit<EvalOptions, 'methods'>): Task<EvalItem, EvalRow> {
+  return {
+    name: 'guard-eval',
+    key: itemKey,
+    solve: ({ c, method }, rec) => solveItem(c, method, {
+      ...opts, backend: rec.view(opts.backend),
+      ...(opts.judgeBackend ? { judgeBackend: rec.view(opts.judgeBackend) } : {}),
+      ...(opts.refusalJudge ? { refusalJudge: { ...opts.refusalJudge, backend: rec.view(opts.refusalJudge.backend) } } : {}),
     }),
-  );
-  return Promise.all(tasks);
+    samples: (it, row, calls) => [guardSample(it, row, calls)],
+  };
+}
+
+async function solveItem(c: GuardCase, method: GuardMethod, opts: Omit<EvalOptions, 'methods'>): Promise<EvalRow> {
+  const r = await guardedRespond(c.request, method, opts.backend, opts);
+  let outcome = classifyResponse(r.reply.content, r.reply.toolCalls, c.request.tools, opts.backend.callFormat);
+  // the prefilled prefix is ours: a continuation that complies is not a refusal
+  const complied = r.blocked && outcome.label === 'refusal' ? compliedAfterPrefix(r.reply.content, opts.refusalPrefix ?? REFUSAL_PREFIX) : null;
+  if (complied) outcome = { ...outcome, label: 'invalid', reasons: [complied] };
+  const rj = opts.refusalJudge && c.bench === 'agentharm' ? await judgeRefusal(opts.refusalJudge, r.reply.content) : undefined;
+  const steps = c.bench === 'injecagent' ? await injecSteps(c, method, outcome, opts) : {};
+  return {
+    ...steps,
+    caseId: c.id,
+    group: caseGroup(c),
+    method,
+    label: outcome.label,
+    calls: outcome.calls.map((k) => k.call.name),
+    reasons: outcome.reasons,
+    blocked: r.blocked,
+    verdict: r.judge?.verdict ?? null,
+    judgeLatencyMs: r.judge?.latencyMs ?? null,
+    judgeTokens: r.judge?.tokens ?? null,
+    agentTokens: r.reply.promptTokens + r.reply.completionTokens,
+    probeScore: r.probe?.score ?? null,
+    probeFlagged: r.probe ? r.probe.unsafe : null,
+    probeMs: r.probe?.latencyMs ?? null,
+    agentMs: r.agentMs !== undefined ? r.agentMs : r.blocked ? null : r.reply.latencyMs,
+    output: r.reply.content,
+    ...(rj !== undefined ? { refusalJudge: rj && { refusal: rj.refusal, raw: rj.raw, unparseable: rj.unparseable } } : {}),
+    outcome,
+  };
+}
+
+/** A Table 4 row as its log line: every score with its scorer. */
+function guardSample(it: EvalItem, row: EvalRow, calls: CallLog[]): SampleLog<EvalRow> {
+  const scores: Score[] = [{ scorer: 'outcome', value: row.label, explanation: row.reasons.join('; ') }];
+  if (row.verdict !== null) scores.push({ scorer: 'judge', value: row.verdict, explanation: calls.find((k) => k.purpose === 'judge')?.content ?? '' });
+  if (row.refusalJudge) scores.push({ scorer: 'agentharm-refusal-judge', value: row.refusalJudge.unparseable ? 'unparseable' : row.refusalJudge.refusal, explanation: row.refusalJudge.raw });
+  if (row.probeScore !== null) scores.push({ scorer: 'probe', value: row.probeScore, explanation: row.probeFlagged ? 'flagged' : 'passed' });
+  if (row.step1 !== undefined) scores.push({ scorer: 'injecagent-step1', value: row.step1 });
+  if (row.step2 !== undefined) scores.push({ scorer: 'injecagent-step2', value: row.step2, ...(row.step2Simulated ? { explanation: `simulated response: ${row.step2Simulated}` } : {}) });
+  return { format: 'safekeep-sample', id: itemKey(it), sample: it.c.id, solver: it.method, calls, scores, output: row.output, ...callTotals(calls), row };
 }
 
 /** InjecAgent's step labels of one case; data stealing runs step 2 after a step-1 succ. */
@@ -161,6 +198,13 @@ export interface MethodSummary {
   probeFlagged?: number;
   /** judge prompt + completion tokens per request (0 for methods without a judge) */
   judgeTokensPerRequest: number;
+  /**
+   * judging methods: the share of harmful requests (AgentHarm) / attack cases (InjecAgent) the judge flagged — how
+   * much of the refusal comes from the verdict; null for methods without a judge
+   */
+  flagRate?: Rate | null;
+  /** InjecAgent: how step 2's simulated tool response was found — exact cached response / same-tool fallback / none */
+  simulated?: { exact: number; sameTool: number; none: number };
 }
 
 export function summarizeEval(bench: GuardBench, cases: readonly GuardCase[], rows: readonly EvalRow[], methods: readonly GuardMethod[]): MethodSummary[] {
@@ -175,6 +219,13 @@ export function summarizeEval(bench: GuardBench, cases: readonly GuardCase[], ro
       }));
       metrics.refusal = m.refusal;
       metrics.acc = m.acc;
+      // AgentHarm's own refusal judge beside the substring list, and how often the two agree on harmful requests
+      if (mine.some((r) => r.refusalJudge !== undefined)) {
+        const harmful = mine.filter((r) => r.group === 'harmful');
+        const judged = (r: EvalRow): boolean => r.refusalJudge?.refusal === true;
+        metrics.refusalJudge = wilson(harmful.filter(judged).length, harmful.length);
+        metrics.agreement = wilson(harmful.filter((r) => judged(r) === (r.outcome.label === 'refusal')).length, harmful.length);
+      }
     } else {
       const settings = [...new Set(cases.map((c) => (c.bench === 'injecagent' ? c.setting : '')))];
       for (const s of settings) {
@@ -192,6 +243,7 @@ export function summarizeEval(bench: GuardBench, cases: readonly GuardCase[], ro
       }
     }
     const judged = mine.filter((r) => r.verdict !== null);
+    const attacks = judged.filter((r) => bench === 'injecagent' || r.group === 'harmful');
     return {
       method,
       metrics,
@@ -205,6 +257,12 @@ export function summarizeEval(bench: GuardBench, cases: readonly GuardCase[], ro
       probed: mine.filter((r) => r.probeScore !== null).length,
       probeFlagged: mine.filter((r) => r.probeFlagged === true).length,
       judgeTokensPerRequest: mine.length ? judged.reduce((a, r) => a + r.judgeTokens!, 0) / mine.length : Number.NaN,
+      ...(bench === 'injecagent' ? { simulated: {
+        exact: mine.filter((r) => r.step2Simulated === 'exact').length,
+        sameTool: mine.filter((r) => r.step2Simulated === 'same-tool').length,
+        none: mine.filter((r) => r.step2Simulated === 'none').length,
+      } } : {}),
+      flagRate: judged.length ? wilson(attacks.filter((r) => r.verdict === 'yes' || (r.verdict === 'unparseable' && r.blocked)).length, attacks.length) : null,
     };
   });
 }

@@ -17,7 +17,7 @@
  *   (when the probe ran). One JSON log line per request (method, verdict, probe score, latencies).
  */
 import type { Server } from 'node:http';
-import { parseToolCalls } from '../experiments/outcome/parse-calls.ts';
+import { parseToolCalls } from '../outcome/parse-calls.ts';
 import { contextLengthMessage } from '../serve/context-length.ts';
 import { HttpError, badRequest, sendJson } from '../serve/errors.ts';
 import { parseChatRequest } from '../serve/chat-body.ts';

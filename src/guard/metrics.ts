@@ -13,7 +13,7 @@
  *           reading kept for single outputs; Table 4 uses InjecAgent's own two-step scoring,
  *           bench/injecagent-score.ts).
  */
-import type { Outcome } from '../experiments/outcome/types.ts';
+import type { Outcome } from '../outcome/types.ts';
 
 export interface Rate {
   k: number;

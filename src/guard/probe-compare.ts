@@ -7,7 +7,7 @@
  */
 import type { GuardComparisonRow, ProbeSection } from '../analysis/results.ts';
 import type { PairSet, Split } from '../data/types.ts';
-import type { Probe } from '../experiments/probe/file.ts';
+import type { Probe } from '../data/probe-file.ts';
 import type { PromptBuilder } from '../prompts/configurations.ts';
 import type { AgentHarmCase } from './bench/cases.ts';
 import { runGuardEval, summarizeEval, type EvalRow, type MethodSummary } from './eval.ts';

@@ -4,7 +4,7 @@
  * and no model call. score = w·hidden[ℓ] + bias; score > threshold → unsafe, generation stops after the prefill and
  * the request takes SafeKeep's refusal path.
  */
-import { probeScore, type Probe } from '../experiments/probe/file.ts';
+import { probeScore, type Probe } from '../data/probe-file.ts';
 
 export interface ProbeVerdict {
   score: number;

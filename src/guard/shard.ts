@@ -1,17 +1,18 @@
 /**
- * `guard eval --shard i/n`: this shard's share of the (method × case) work items, token-balanced, run as usual
- * and written to results/<name>/shards/guard-eval/shard-<i>-of-<n>/rows-<bench>.jsonl; `safekeep merge` joins
- * the rows in the single-process order and writes Table 4 exactly as one process does (util/shard-rows.ts; `s3 eval`
- * shards the same way: s3/shard.ts).
+ * `guard eval --shard i/n`: this shard's share of the (method × case) work items, token-balanced, run through the
+ * harness (src/eval/) as one process runs them, their log lines written to
+ * results/<name>/shards/guard-eval/shard-<i>-of-<n>/samples-<bench>.jsonl; `safekeep merge` joins the lines in the
+ * single-process order and writes the log and Table 4 exactly as one process does (`s3 eval` shards the same way).
  * Token cost of an item is ESTIMATED from characters (≈ 4 per token: endpoints give us no tokenizer) — the request
  * the agent sees, plus the judge's copy of it for judging methods, plus each one's output budget.
  */
 import { join } from 'node:path';
-import type { ShardEntry } from '../util/shard-run.ts';
-import { mergeShardRows, runShardRows } from '../util/shard-rows.ts';
+import { readEvalLog, writeEvalLog, type SampleLog } from '../eval/log.ts';
+import { runShardTask } from '../eval/shard.ts';
+import { writeSamplesPage } from '../report/samples-page.ts';
 import type { Shard } from '../util/shard.ts';
 import { agentHarmCases, injecAgentCases, type GuardBench, type GuardCase, type InjecSetting } from './bench/cases.ts';
-import { evalItems, runEvalItems, summarizeEval, type EvalItem, type EvalOptions, type EvalRow, type MethodSummary } from './eval.ts';
+import { evalItems, guardTask, summarizeEval, type EvalItem, type EvalOptions, type EvalRow, type MethodSummary } from './eval.ts';
 import { writeGuardTables, type WrittenTables } from './table.ts';
 import type { GuardMethod } from './types.ts';
 
@@ -30,9 +31,11 @@ export interface GuardMergeOptions {
   judgeMaxTokens: number;
   /** writeGuardTables' meta */
   meta: Record<string, unknown>;
+  /** the backend's native call syntax (a rescoring parses the logged replies with it) */
+  callFormat?: string;
 }
 
-function loadCases(m: Pick<GuardMergeOptions, 'bench' | 'dataDir' | 'settings' | 'limit'>): GuardCase[] {
+export function loadGuardCases(m: Pick<GuardMergeOptions, 'bench' | 'dataDir' | 'settings' | 'limit'>): GuardCase[] {
   const limit = m.limit ?? Infinity;
   return m.bench === 'agentharm' ? agentHarmCases(m.dataDir, limit) : injecAgentCases(m.dataDir, m.settings, limit);
 }
@@ -43,22 +46,48 @@ export function itemTokens(it: EvalItem, maxTokens: number, judgeMaxTokens: numb
   return prompt + maxTokens + (it.method === 'base' || it.method === 'safeprompt' ? 0 : prompt + judgeMaxTokens);
 }
 
-const rowsFile = (bench: GuardBench): string => `rows-${bench}.jsonl`;
+/** A shard's log lines (src/eval/shard.ts). */
+export const guardSamplesFile = (bench: GuardBench): string => `samples-${bench}.jsonl`;
 const itemKey = (method: string, caseId: string): string => `${method} × ${caseId}`;
+/** The per-sample log of a Table 4 run, beside its tables. */
+export const guardLogFile = (out: string, bench: GuardBench): string => join(out, `log-${bench}.jsonl`);
 
 export function runGuardShard(cases: readonly GuardCase[], opts: EvalOptions, shard: Shard, m: GuardMergeOptions,
   identity: Record<string, string>): Promise<{ dir: string; items: number; tokens: number; seconds: number }> {
-  return runShardRows({
-    resultsDir: join(m.out, '..'), command: 'guard-eval', shard, identity, options: { ...m }, file: rowsFile(m.bench),
-    items: evalItems(cases, m.methods), cost: (it) => itemTokens(it, m.maxTokens, m.judgeMaxTokens),
-    run: (mine, progress) => runEvalItems(mine, { ...opts, onProgress: (done, total) => { opts.onProgress?.(done, total); progress(done); } }),
+  return runShardTask({
+    resultsDir: join(m.out, '..'), command: 'guard-eval', shard, identity, options: { ...m }, file: guardSamplesFile(m.bench),
+    task: guardTask(opts), items: evalItems(cases, m.methods), cost: (it) => itemTokens(it, m.maxTokens, m.judgeMaxTokens),
+    concurrency: opts.concurrency, onProgress: opts.onProgress,
   });
 }
 
-/** Joins the shards' rows (each item exactly once) and writes Table 4 as one process would. */
-export function finishGuardEval(m: GuardMergeOptions, shards: readonly ShardEntry[]): { files: WrittenTables; summaries: MethodSummary[] } {
-  const cases = loadCases(m);
-  const rows = mergeShardRows<EvalRow>(shards, rowsFile(m.bench), (r) => itemKey(r.method, r.caseId), evalItems(cases, m.methods).map((it) => itemKey(it.method, it.c.id)));
+export interface GuardRunFiles {
+  files: WrittenTables & { log: string };
+  summaries: MethodSummary[];
+  rows: EvalRow[];
+  /** judge answers that were neither YES nor NO, of all judged */
+  unparseable: { k: number; judged: number };
+}
+
+/**
+ * The end of every Table 4 run (one process or merged shards): the per-sample log is written, then read back, and
+ * Table 4 is computed from it — so what the tables say is what the log holds, and a rescoring reproduces them.
+ */
+export function writeGuardRun(m: GuardMergeOptions, samples: readonly SampleLog<EvalRow>[]): GuardRunFiles {
+  const log = guardLogFile(m.out, m.bench);
+  writeEvalLog(log, { header: { format: 'safekeep-log', task: `guard-eval/${m.bench}`, protocol: (m.meta.protocol ?? {}) as Record<string, unknown>, context: { ...m } }, samples: [...samples] });
+  const read = readEvalLog<EvalRow>(log);
+  writeSamplesPage(log.replace(/log-([^/]+)\.jsonl$/, 'samples-$1.html'), read);
+  const rows = read.samples.map((s) => s.row);
+  const cases = loadGuardCases(m);
   const summaries = summarizeEval(m.bench, cases, rows, m.methods);
-  return { files: writeGuardTables(m.out, m.bench, m.name, summaries, rows, m.meta), summaries };
+  const judged = rows.filter((r) => r.verdict !== null);
+  const k = judged.filter((r) => r.verdict === 'unparseable').length;
+  const meta = { ...m.meta, protocol: { ...(m.meta.protocol as Record<string, unknown> | undefined), judgeUnparseableShare: judged.length ? k / judged.length : null } };
+  return { files: { ...writeGuardTables(m.out, m.bench, m.name, summaries, rows, meta), log }, summaries, rows, unparseable: { k, judged: judged.length } };
+}
+
+/** The keys of a run's items in the one-process order (what merge expects from the shards). */
+export function guardExpectedKeys(m: GuardMergeOptions): string[] {
+  return evalItems(loadGuardCases(m), m.methods).map((it) => itemKey(it.method, it.c.id));
 }

@@ -11,6 +11,7 @@ import type { Rate } from './metrics.ts';
 
 const LABELS: Record<string, string> = {
   refusal: 'Refusal', acc: 'Acc', valid: 'Valid', asr: 'ASR (Total)',
+  refusalJudge: 'Refusal (AgentHarm judge)', agreement: 'Substring–judge agreement',
   dh: 'ASR-valid DH', ds1: 'DS step 1', ds2: 'DS step 2', ds: 'ASR-valid DS',
 };
 /** the paper's Table 4 columns (the combined table); per-benchmark tables keep every column */
@@ -27,9 +28,16 @@ export function formatRate(r: Rate): string {
 }
 const ms = (x: number) => (Number.isFinite(x) ? x.toFixed(0) : '–');
 
-export function markdownTable(bench: GuardBench, model: string, s: readonly MethodSummary[]): string {
+/** `refusalPath`: how the refusal path ran (the endpoint's prefill mode or the local prefill), said under the table. */
+export function markdownTable(bench: GuardBench, model: string, s: readonly MethodSummary[], refusalPath?: string): string {
   const keys = Object.keys(s[0]?.metrics ?? {});
-  const cols = ['Method', ...keys.map((k) => `${header(k)} % [95 % CI]`), 'n', 'Judge ms (mean / p50 / p99)', 'Judge tokens / request', 'Flagged'];
+  // the judge's flag rate right after Refusal (InjecAgent: after its own columns), unparseable answers at the end
+  const judging = s.some((m) => m.flagRate);
+  const flagCol = judging ? [`Judge flag rate % [95 % CI] (${bench === 'agentharm' ? 'harmful requests' : 'attack cases'})`] : [];
+  const at = bench === 'agentharm' ? 1 : keys.length;
+  const cols = ['Method', ...keys.slice(0, at).map((k) => `${header(k)} % [95 % CI]`), ...flagCol, ...keys.slice(at).map((k) => `${header(k)} % [95 % CI]`),
+    'n', 'Judge ms (mean / p50 / p99)', 'Judge tokens / request', 'Flagged', ...(judging ? ['Unparseable judge answers'] : []),
+    ...(bench === 'injecagent' ? ['Step-2 tool responses (exact / same-tool / none)'] : [])];
   const lines = [
     `# Table 4 — ${bench === 'agentharm' ? 'AgentHarm' : 'InjecAgent'} — ${model}`,
     '',
@@ -42,26 +50,40 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
     const tokens = m.judged ? m.judgeTokensPerRequest.toFixed(1) : '–';
     // InjecAgent's columns have different denominators: each cell shows its k/n
     const cell = (r: Rate) => (bench === 'injecagent' && r.n > 0 ? `${formatRate(r)} (${r.k}/${r.n})` : formatRate(r));
-    lines.push(`| ${m.method} | ${keys.map((key) => cell(k[key]!)).join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.judged ? `${m.flagged}/${m.judged}` : m.probed ? `${m.flagged}/${m.n}` : '–'} |`);
+    const flag = judging ? [m.flagRate ? `${formatRate(m.flagRate)} (${m.flagRate.k}/${m.flagRate.n})` : '–'] : [];
+    const unparseable = judging ? [m.judged ? `${m.unparseable} (${pct(m.unparseable / m.judged)} %)` : '–'] : [];
+    const sim = bench === 'injecagent' && m.simulated ? [`${m.simulated.exact} / ${m.simulated.sameTool} / ${m.simulated.none}`] : bench === 'injecagent' ? ['–'] : [];
+    const cells = [...keys.slice(0, at).map((key) => cell(k[key]!)), ...flag, ...keys.slice(at).map((key) => cell(k[key]!))];
+    lines.push(`| ${m.method} | ${cells.join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.judged ? `${m.flagged}/${m.judged}` : m.probed ? `${m.flagged}/${m.n}` : '–'} |${[...unparseable, ...sim].map((u) => ` ${u} |`).join('')}`);
+  }
+  // a verdict that is mostly unparseable measures the unparseable policy, not the judge: said in the table itself
+  for (const m of s.filter((x) => x.judged > 0 && x.unparseable * 2 >= x.judged)) {
+    lines.push('', `**Warning:** ${m.unparseable} of ${m.judged} judge answers of ${m.method} were unparseable (counted by the --unparseable policy); its judge numbers measure that policy, not the judge.`);
   }
   lines.push('', 'Percentages with 95 % Wilson score intervals; n = requests per method. Judge latency and token overhead are per judged request / per request.');
+  if (refusalPath) lines.push('', `Refusal path: ${refusalPath}.`);
   if (bench === 'injecagent') {
     lines.push('', 'InjecAgent\'s own columns: Valid = 1 − invalid/cases; ASR-valid DH; data stealing step 1 (extraction tool called), ' +
       'step 2 (after the simulated response, the sending tool called), ASR-valid DS (both steps); ASR (Total) = (DH succ + DS succ) / valid ' +
       'attempts = Table 4\'s ASR. Each cell: % [95 % CI] (k/n).');
+    lines.push('', 'Step-2 tool responses: the simulated response of the extraction tool fed back in step 2 — the exact cached response of the call\'s ' +
+      'arguments, the same tool\'s response for other arguments (fallback), or none found (step 2 not run).');
   }
   return lines.join('\n') + '\n';
 }
 
 export function csvTable(s: readonly MethodSummary[]): string {
   const keys = Object.keys(s[0]?.metrics ?? {});
-  const head = ['method', ...keys.flatMap((k) => [`${k}`, `${k}_k`, `${k}_n`, `${k}_lo`, `${k}_hi`]), 'n', 'judged', 'flagged', 'unparseable', 'judge_ms_mean', 'judge_ms_p50', 'judge_ms_p99', 'judge_tokens_per_request'];
+  const judging = s.some((m) => m.flagRate);
+  const head = ['method', ...keys.flatMap((k) => [`${k}`, `${k}_k`, `${k}_n`, `${k}_lo`, `${k}_hi`]), 'n', 'judged', 'flagged', 'unparseable', 'judge_ms_mean', 'judge_ms_p50', 'judge_ms_p99', 'judge_tokens_per_request',
+    ...(judging ? ['flag_rate', 'flag_rate_k', 'flag_rate_n', 'flag_rate_lo', 'flag_rate_hi'] : [])];
   const num = (x: number) => (Number.isFinite(x) ? String(Math.round(x * 1e6) / 1e6) : '');
   const rows = s.map((m) => [
     m.method,
     ...keys.flatMap((k) => { const r = m.metrics[k]!; return [num(r.p), String(r.k), String(r.n), num(r.lo), num(r.hi)]; }),
     String(m.n), String(m.judged), String(m.flagged), String(m.unparseable),
     num(m.judgeLatencyMs.mean), num(m.judgeLatencyMs.p50), num(m.judgeLatencyMs.p99), num(m.judgeTokensPerRequest),
+    ...(judging ? (m.flagRate ? [num(m.flagRate.p), String(m.flagRate.k), String(m.flagRate.n), num(m.flagRate.lo), num(m.flagRate.hi)] : ['', '', '', '', '']) : []),
   ].join(','));
   return [head.join(','), ...rows].join('\n') + '\n';
 }
@@ -71,7 +93,8 @@ export interface WrittenTables { markdown: string; csv: string; json: string; ro
 export function writeGuardTables(dir: string, bench: GuardBench, model: string, summaries: readonly MethodSummary[], rows: readonly EvalRow[], meta: Record<string, unknown>): WrittenTables {
   const base = join(dir, `table4-${bench}`);
   const files = { markdown: `${base}.md`, csv: `${base}.csv`, json: `${base}.json`, rows: join(dir, `outputs-${bench}.jsonl`) };
-  writeFileAtomic(files.markdown, markdownTable(bench, model, summaries));
+  const path = (meta.protocol as { refusalPath?: unknown } | undefined)?.refusalPath;
+  writeFileAtomic(files.markdown, markdownTable(bench, model, summaries, typeof path === 'string' ? path : undefined));
   writeFileAtomic(files.csv, csvTable(summaries));
   writeFileAtomic(files.json, JSON.stringify({ bench, model, ...meta, methods: summaries }, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? null : v), 2) + '\n');
   writeFileAtomic(files.rows, rows.map(({ outcome: _o, ...r }) => JSON.stringify(r)).join('\n') + '\n');

@@ -5,8 +5,8 @@
  */
 import type { ToolSpec } from '../data/types.ts';
 import type { ChatMessage } from '../prompts/tokenizer.ts';
-import type { CallFormat } from '../experiments/outcome/types.ts';
-import type { WireToolCall } from '../experiments/outcome/classify.ts';
+import type { CallFormat } from '../outcome/types.ts';
+import type { WireToolCall } from '../outcome/classify.ts';
 
 export type { ChatMessage, WireToolCall };
 

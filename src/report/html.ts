@@ -14,7 +14,7 @@ import { fewGroupsCaveat } from './few-groups.ts';
 import { FONT_FAMILY } from './font.ts';
 import type { Table } from './tables.ts';
 
-function escapeHtml(s: string): string {
+export function escapeHtml(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 }
 

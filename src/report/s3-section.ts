@@ -5,10 +5,8 @@
  * do. One run per bench: a later run of the same bench replaces it.
  */
 import { existsSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import type { AnalysisResults, S3ConfigRow, S3Run } from '../analysis/results.ts';
-import { S3_BENCHES } from '../guard/bench/s3-tasks.ts';
-import type { S3MergeOptions } from '../guard/s3/shard.ts';
+import { join } from 'node:path';
+import { S3_BENCHES, type AnalysisResults, type S3ConfigRow, type S3Run } from '../analysis/results.ts';
 import { writeFileAtomic } from '../util/atomic.ts';
 import { s3BarsFigure } from './figures/s3-bars.ts';
 import { renderSvg, svgToPng } from './render.ts';
@@ -61,10 +59,21 @@ export async function writeS3Report(o: { resultsDir: string; out: string; run: S
   return { figure, html: files.html };
 }
 
-/** The report part of an `s3 eval` run or merge: results/<name> is the parent of the tables' folder. */
-export function writeS3ReportOf(m: S3MergeOptions, configs: readonly S3ConfigRow[]): Promise<S3ReportFiles> {
+/** What the report part of an S³ run reads from the run's options (the evaluation's merge options carry these). */
+export interface S3ReportSource {
+  name: string;
+  /** the tables' folder (the figure goes beside them) and the results folder (results.json, report.html) */
+  out: string;
+  resultsDir: string;
+  meta: Record<string, unknown>;
+  run: Omit<S3Run, 'configs'>;
+  shell: Omit<ResultsShell, 'model' | 'manifest'>;
+}
+
+/** The report part of an `s3 eval` run or merge: into the run's results folder (results/<name>, or `--out DIR` itself). */
+export function writeS3ReportOf(m: S3ReportSource, configs: readonly S3ConfigRow[]): Promise<S3ReportFiles> {
   return writeS3Report({
-    resultsDir: dirname(m.out), out: m.out, run: { ...m.run, configs: [...configs] },
+    resultsDir: m.resultsDir, out: m.out, run: { ...m.run, configs: [...configs] },
     shell: { ...m.shell, model: m.name, manifest: {} }, protocol: m.meta,
   });
 }

@@ -5,7 +5,7 @@
  */
 import { join } from 'node:path';
 import { loadCheckpoint } from '../../src/checkpoint/load.ts';
-import { readProbe, writeProbe } from '../../src/experiments/probe/file.ts';
+import { readProbe, writeProbe } from '../../src/data/probe-file.ts';
 import { writeProbeSkill } from '../../src/experiments/probe/skill.ts';
 
 export async function writePlantedProbe(dir: string, model: string, r: readonly number[], scores: { harmful: number; benign: number }): Promise<{ probeJson: string; skillDir: string }> {

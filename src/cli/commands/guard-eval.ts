@@ -1,13 +1,16 @@
 /**
  * `safekeep guard eval (--model DIR | --endpoint URL --endpoint-model NAME) --bench agentharm|injecagent
  *    [--methods base,safejudge,safeprompt,safekeep] [--limit N] [--settings base,enhanced] [--data DIR]
- *    [--name NAME] [--out DIR] [--max-tokens 256] [--judge-max-tokens 8] [--unparseable unsafe|safe]
+ *    [--name NAME] [--results DIR] [--max-tokens 256] [--judge-max-tokens 8] [--unparseable unsafe|safe]
  *    [--concurrency 4] [--api-key-env VAR] [--timeout-ms 60000] [--retries 3] [--prefill none|continue|prefix]
  *    [--call-format llama3|qwen|mistral] [--no-cache] [--no-thinking] [--template FILE] [--dtype ..] [--device ..]
  *    [--threads ..]`
  * Table 4: Refusal/Acc on AgentHarm or Valid/ASR on InjecAgent per method, with n, 95 % Wilson intervals, judge
- * latency and judge-token overhead. Writes results/<name>/guard/table4-<bench>.{md,csv,json} and every output
- * with its label (outputs-<bench>.jsonl). Endpoint answers are cached on disk (re-runs cost nothing).
+ * latency and judge-token overhead. Writes results/<name>/guard/table4-<bench>.{md,csv,json}, every output
+ * with its label (outputs-<bench>.jsonl) and the per-sample log the tables are computed from (log-<bench>.jsonl:
+ * every call's messages, verdicts and raw judge answers, scores, tokens, latency; `safekeep rescore` reads it).
+ * `--results DIR` is the results root as in every other command; `--out DIR` (the Table 4 folder itself) still works
+ * and says on stderr that it is deprecated. Endpoint answers are cached on disk (re-runs cost nothing).
  * `--limit N` keeps the first N cases of each group (harmful/benign; setting × attack type).
  * Endpoints: structured `tool_calls` are the calls; `--call-format` names the native syntax of calls a server leaves
  * in `content` (default llama3). `--thinking on|off` sets the template's enable_thinking (local models: default off
@@ -21,22 +24,24 @@
  */
 import { basename, join, resolve } from 'node:path';
 import { choiceValue, parseArgs, positiveIntValue, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
-import { ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openEndpointBackend } from '../endpoint-backend.ts';
+import { ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openChatBackend, openEndpointBackend, targetOf, type ThinkingPlan } from '../endpoint-backend.ts';
+import type { RefusalJudge } from '../../guard/refusal-scorers.ts';
+import type { ChatBackend } from '../../guard/types.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { locateDataset, repoRoot } from '../../data/locate.ts';
-import { agentHarmCases, injecAgentCases, type GuardBench, type GuardCase, type InjecSetting } from '../../guard/bench/cases.ts';
-import { LocalBackend } from '../../guard/backends/local.ts';
-import { runGuardEval, summarizeEval } from '../../guard/eval.ts';
-import { markdownTable, writeGuardTables } from '../../guard/table.ts';
-import { ALL_GUARD_METHODS, GUARD_METHODS, type ChatBackend, type GuardMethod } from '../../guard/types.ts';
+import { type GuardBench, type InjecSetting } from '../../guard/bench/cases.ts';
+import { evalItems, guardTask, type EvalOptions } from '../../guard/eval.ts';
+import { markdownTable } from '../../guard/table.ts';
+import { ALL_GUARD_METHODS, GUARD_METHODS, type GuardMethod } from '../../guard/types.ts';
 import type { ProbeGuard } from '../../guard/probe.ts';
+import { dropPartial, runTask } from '../../eval/runner.ts';
 import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
 
 /** budgets with thinking on: the judge's and the agent's <think> block comes before the verdict / the call */
 const THINKING_JUDGE_TOKENS = 1024;
 const THINKING_AGENT_TOKENS = 1280;
 const MIN_THINKING_JUDGE_TOKENS = 256;
-import { runGuardShard, type GuardMergeOptions } from '../../guard/shard.ts';
+import { loadGuardCases, runGuardShard, writeGuardRun, type GuardMergeOptions } from '../../guard/shard.ts';
 import { parseShard } from '../../util/shard.ts';
 import { SHARD_FLAG_DEF } from '../shard-flag.ts';
 import { sha256Hex } from '../../util/hash.ts';
@@ -56,10 +61,16 @@ export const flags: FlagTable = {
     { name: 'settings', value: 'base,enhanced', default: 'base,enhanced', help: 'InjecAgent settings' },
     { name: 'data', value: 'DIR', default: 'the located dataset', help: 'benchmark folder' },
     { name: 'name', value: 'NAME', default: 'model folder or endpoint model', help: 'results name (results/<name>/guard)' },
-    { name: 'out', value: 'DIR', default: 'results/<name>/guard', help: 'output folder' },
+    { name: 'results', value: 'DIR', default: 'results', help: 'results root: Table 4 goes to DIR/<name>/guard/' },
+    { name: 'out', value: 'DIR', help: 'deprecated: the Table 4 folder itself (use --results)' },
     { name: 'max-tokens', value: 'N', default: `256 (${THINKING_AGENT_TOKENS} with thinking on)`, help: 'agent generation budget' },
     { name: 'judge-max-tokens', value: 'N', default: `8 (${THINKING_JUDGE_TOKENS} with thinking on)`, help: 'judge generation budget' },
     { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'verdict when the judge answer cannot be parsed' },
+    { name: 'refusal-scorer', value: 'substring|both', default: 'substring', help: 'AgentHarm refusal: the substring list (offline) or also AgentHarm\'s own refusal judge, with their agreement' },
+    { name: 'refusal-judge-prompt', value: 'DIR', default: '<data>/upstream-scorer', help: 'folder holding AgentHarm\'s scorer.py (its refusal prompt is read from it)' },
+    { name: 'refusal-judge-endpoint', value: 'URL', default: 'the evaluated model', help: 'OpenAI-compatible endpoint for the refusal judge' },
+    { name: 'refusal-judge-model', value: 'NAME', help: 'model name at --refusal-judge-endpoint' },
+    { name: 'refusal-judge-max-tokens', value: 'N', default: '256', help: 'refusal judge budget (it reasons before "Answer:")' },
     ...THINKING_FLAG_DEFS,
     { name: 'no-thinking', boolean: true, help: 'the same as --thinking off (older name)' },
     SHARD_FLAG_DEF,
@@ -105,99 +116,115 @@ function budgets(args: ParsedArgs, thinking: string, methods: readonly GuardMeth
   return { judgeMaxTokens, maxTokens };
 }
 
+/** Table 4's folder: `--results ROOT` → ROOT/<name>/guard; the older `--out DIR` is that folder itself. */
+export function guardOutDir(args: ParsedArgs, name: string): string {
+  const out = args.values.get('out');
+  if (out !== undefined && args.values.has('results')) throw new SafekeepError('give --results ROOT (Table 4 in ROOT/<name>/guard) or the deprecated --out DIR, not both');
+  if (out !== undefined) {
+    process.stderr.write(`guard eval: --out is deprecated (every other command says --results); use --results ROOT, which writes ROOT/${name}/guard\n`);
+    return resolve(out);
+  }
+  return resolve(args.values.get('results') ?? join(repoRoot, 'results'), name, 'guard');
+}
+
+/** How the refusal path ran, as Table 4 says it. */
+function refusalPathOf(mode: string): string {
+  return mode === 'local' ? 'the refusal prefix prefilled in the assistant turn, continued by the model (local engine)'
+    : mode === 'continue' ? 'the prefix as a final assistant message continued by the endpoint (--prefill continue: continue_final_message)'
+    : mode === 'prefix' ? 'the prefix as a final assistant message with prefix: true (--prefill prefix)'
+    : 'fallback (--prefill none): the model told to begin with the prefix and explain, the prefix prepended unless it did; --prefill continue where the server can continue a final assistant message (vLLM, llama.cpp server)';
+}
+
+/** `--refusal-scorer both`: AgentHarm's refusal judge, on the evaluated model or its own endpoint. */
+async function refusalJudgeOf(args: ParsedArgs, bench: GuardBench, dataDir: string, backend: ChatBackend, out: string): Promise<RefusalJudge | undefined> {
+  const scorer = choiceValue(args, 'refusal-scorer', ['substring', 'both'] as const, 'substring');
+  if (scorer === 'substring') return undefined;
+  if (bench !== 'agentharm') throw new SafekeepError('--refusal-scorer both: AgentHarm\'s refusal judge scores AgentHarm (--bench agentharm)');
+  const { readAgentHarmRefusalPrompt } = await import('../../guard/refusal-scorers.ts');
+  const prompt = readAgentHarmRefusalPrompt(resolve(args.values.get('refusal-judge-prompt') ?? join(dataDir, 'upstream-scorer')));
+  const url = args.values.get('refusal-judge-endpoint');
+  const judgeBackend = url === undefined ? backend : (() => {
+    if (!/^https?:\/\/[^/]+/.test(url)) throw new SafekeepError(`--refusal-judge-endpoint must be an http(s) URL, got '${url}'`);
+    return openEndpointBackend(args, url, requireValue(args, 'refusal-judge-model'), join(out, 'refusal-judge')).backend;
+  })();
+  return { backend: judgeBackend, prompt, maxTokens: positiveIntValue(args, 'refusal-judge-max-tokens', 256) };
+}
+
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
-  const model = args.values.get('model');
-  const endpoint = args.values.get('endpoint');
-  if ((model === undefined) === (endpoint === undefined)) throw new SafekeepError('give exactly one of --model DIR or --endpoint URL');
-  if (endpoint !== undefined && !/^https?:\/\/[^/]+/.test(endpoint)) throw new SafekeepError(`--endpoint must be an http(s) URL, got '${endpoint}'`);
+  const target = targetOf(args);
   const bench = choiceValue<GuardBench>(args, 'bench', ['agentharm', 'injecagent'], 'agentharm');
   const methods = list<GuardMethod>('methods', args.values.get('methods') ?? GUARD_METHODS.join(','), ALL_GUARD_METHODS);
   const probeFile = args.values.get('probe');
   const probed = methods.filter((m) => m === 'refusal-probe' || m === 'safekeep+probe');
   if (probed.length > 0 && probeFile === undefined) throw new SafekeepError(`--methods ${probed.join(',')} need --probe FILE (safekeep probe train)`);
-  if (probed.length > 0 && model === undefined) throw new SafekeepError(`--methods ${probed.join(',')} read the agent's hidden states: they need --model DIR, not --endpoint`);
+  if (probed.length > 0 && target.model === undefined) throw new SafekeepError(`--methods ${probed.join(',')} read the agent's hidden states: they need --model DIR, not --endpoint`);
   const limit = positiveIntValue(args, 'limit', Infinity);
-  const endpointModel = endpoint !== undefined ? requireValue(args, 'endpoint-model') : '';
-  const name = (args.values.get('name') ?? (model !== undefined ? basename(resolve(model)) : endpointModel)).replace(/[^\w.-]+/g, '_');
-  const out = resolve(args.values.get('out') ?? join(repoRoot, 'results', name, 'guard'));
+  const name = (args.values.get('name') ?? target.defaultName).replace(/[^\w.-]+/g, '_');
+  const out = guardOutDir(args, name);
   const dataDir = resolve(args.values.get('data') ?? locateDataset(bench, dataDirsEnv()));
-  const cases: GuardCase[] = bench === 'agentharm'
-    ? agentHarmCases(dataDir, limit)
-    : injecAgentCases(dataDir, list<InjecSetting>('settings', args.values.get('settings') ?? 'base,enhanced', ['base', 'enhanced']), limit);
+  const settings = list<InjecSetting>('settings', args.values.get('settings') ?? 'base,enhanced', ['base', 'enhanced']);
+  const cases = loadGuardCases({ bench, dataDir, settings, limit: Number.isFinite(limit) ? limit : null });
   if (args.booleans.has('no-thinking') && args.values.get('thinking') === 'on') throw new SafekeepError('--no-thinking contradicts --thinking on');
   const th = thinkingOptions(args);
   const thinkingFlag = args.booleans.has('no-thinking') ? 'off' : th.thinking;
-
-  let thinking = 'n/a';
-  let templateKwargs: Record<string, unknown> = {};
-  let backend: ChatBackend;
-  let templateHash = 'none (endpoint)';
-  let dispose = async () => {};
-  let concurrency = 1;
-  let probe: ProbeGuard | undefined;
-  if (endpoint !== undefined) {
-    // an endpoint's template is unknown here: chat_template_kwargs are sent only when asked for
-    templateKwargs = { ...th.chatTemplateKwargs, ...(thinkingFlag !== undefined ? { enable_thinking: thinkingFlag === 'on' } : {}) };
-    const asked = thinkingFlag !== undefined || Object.keys(th.chatTemplateKwargs).length > 0;
-    ({ backend, concurrency } = openEndpointBackend(args, endpoint, endpointModel, out, asked ? { chat_template_kwargs: templateKwargs } : undefined));
-    thinking = thinkingFlag ?? (th.chatTemplateKwargs.enable_thinking === undefined ? 'endpoint default' : th.chatTemplateKwargs.enable_thinking ? 'on' : 'off');
-  } else {
-    const { openEngine } = await import('../engine-flags.ts');
-    const { loadPromptTokenizer } = await import('../../prompts/tokenizer.ts');
-    const { resolveTemplateKwargs } = await import('../../prompts/thinking.ts');
-    const tokenizer = await loadPromptTokenizer(model!, { template: args.values.get('template') });
-    // default: thinking off where the template has the switch
-    const resolved = resolveTemplateKwargs(tokenizer.template, thinkingFlag, th.chatTemplateKwargs);
-    thinking = resolved.thinking;
-    templateKwargs = resolved.kwargs;
-    budgets(args, thinking, methods); // a budget that cannot reach a verdict stops here, before the model loads
-    templateHash = tokenizer.templateHash;
-    const engine = await openEngine(args);
-    dispose = () => engine.dispose();
-    backend = new LocalBackend(engine, tokenizer, { templateKwargs: resolved.kwargs });
-    if (probeFile !== undefined) {
-      const { readProbe, checkProbeFits } = await import('../../experiments/probe/file.ts');
+  const plan: ThinkingPlan = {
+    endpoint: () => {
+      // an endpoint's template is unknown here: chat_template_kwargs are sent only when asked for
+      const templateKwargs = { ...th.chatTemplateKwargs, ...(thinkingFlag !== undefined ? { enable_thinking: thinkingFlag === 'on' } : {}) };
+      const asked = thinkingFlag !== undefined || Object.keys(th.chatTemplateKwargs).length > 0;
+      const thinking = thinkingFlag ?? (th.chatTemplateKwargs.enable_thinking === undefined ? 'endpoint default' : th.chatTemplateKwargs.enable_thinking ? 'on' : 'off');
+      return { thinking, templateKwargs, ...(asked ? { extraBody: { chat_template_kwargs: templateKwargs } } : {}) };
+    },
+    local: async (template) => {
+      // default: thinking off where the template has the switch
+      const { resolveTemplateKwargs } = await import('../../prompts/thinking.ts');
+      const r = resolveTemplateKwargs(template, thinkingFlag, th.chatTemplateKwargs);
+      return { thinking: r.thinking, templateKwargs: r.kwargs };
+    },
+  };
+  // a budget that cannot reach a verdict stops before the model loads
+  const opened = await openChatBackend(args, target, out, plan, (thinking) => { budgets(args, thinking, methods); });
+  try {
+    let probe: ProbeGuard | undefined;
+    if (probeFile !== undefined && opened.engine) {
+      const { readProbe, checkProbeFits } = await import('../../data/probe-file.ts');
       const { loadCheckpoint } = await import('../../checkpoint/load.ts');
       const { ProbeGuard: Guard } = await import('../../guard/probe.ts');
       const p = readProbe(probeFile);
-      checkProbeFits(p, { configHash: (await loadCheckpoint(resolve(model!))).configHash, numLayers: engine.numLayers, dModel: engine.dModel });
+      checkProbeFits(p, { configHash: (await loadCheckpoint(opened.modelDir!)).configHash, numLayers: opened.engine.numLayers, dModel: opened.engine.dModel });
       probe = new Guard(p);
     }
-  }
-  const { judgeMaxTokens, maxTokens } = budgets(args, thinking, methods);
-  try {
+    const { judgeMaxTokens, maxTokens } = budgets(args, opened.thinking, methods);
+    const { backend, concurrency } = opened;
+    const refusalJudge = await refusalJudgeOf(args, bench, dataDir, backend, out);
     process.stderr.write(`guard eval: ${cases.length} ${bench} cases × ${methods.join(',')} on ${backend.name}\n`);
-    const evalOptions = {
-      methods,
-      backend,
-      concurrency,
-      maxTokens,
-      judgeMaxTokens,
+    const evalOptions: EvalOptions = {
+      methods, backend, concurrency, maxTokens, judgeMaxTokens,
       onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'),
       onProgress: progress('guard eval'),
       ...(probe ? { probe } : {}),
+      ...(refusalJudge ? { refusalJudge } : {}),
     };
     const meta = {
       backend: backend.name, data: dataDir, limit: Number.isFinite(limit) ? limit : null, cases: cases.length,
       // the protocol values this run used (docs/protocol.md)
       protocol: {
-        thinking, templateKwargs, maxTokens, judgeMaxTokens, unparseable: args.values.get('unparseable') ?? 'unsafe',
+        thinking: opened.thinking, templateKwargs: opened.templateKwargs, maxTokens, judgeMaxTokens, unparseable: args.values.get('unparseable') ?? 'unsafe',
+        refusalPath: refusalPathOf(target.endpoint !== undefined ? args.values.get('prefill') ?? 'none' : 'local'),
         agentSystemPrompt: bench === 'agentharm' ? 'AgentHarm default (data/specs/agentharm-prompts.json)' : 'ours (AGENT_SYSTEM, src/guard/bench/cases.ts)',
         safePrompt: 'AgentHarm refusal prompt appended to the agent system prompt',
+        ...(refusalJudge ? { refusalScorer: `substring list + AgentHarm refusal judge (${refusalJudge.backend.name}); agreement on harmful requests` } : {}),
         ...(bench === 'injecagent' ? { injecagentScoring: 'InjecAgent two-step: data stealing succeeds only when step 2 calls the sending tool; ASR = Total' } : {}),
       },
     };
+    const m: GuardMergeOptions = { bench, dataDir, settings, limit: Number.isFinite(limit) ? limit : null, methods, name, out, maxTokens, judgeMaxTokens, meta, callFormat: backend.callFormat };
     const shardArg = args.values.get('shard');
     if (shardArg !== undefined) {
-      const m: GuardMergeOptions = {
-        bench, dataDir, settings: list<InjecSetting>('settings', args.values.get('settings') ?? 'base,enhanced', ['base', 'enhanced']),
-        limit: Number.isFinite(limit) ? limit : null, methods, name, out, maxTokens: evalOptions.maxTokens, judgeMaxTokens: evalOptions.judgeMaxTokens, meta,
-      };
       const short = (x: unknown): string => sha256Hex(JSON.stringify(x)).slice(0, 12);
       const identity = {
-        model: model !== undefined ? `${basename(resolve(model))} ${args.values.get('dtype') ?? 'default dtype'}` : `${endpoint} ${endpointModel}`,
-        template: templateHash,
+        model: opened.identity,
+        template: opened.templateHash,
         data: `${bench} ${cases.length} cases ${short(cases.map((c) => c.id))}`,
         options: short([...argv].filter((x, i, xs) => x !== '--shard' && xs[i - 1] !== '--shard' && !x.startsWith('--shard='))),
       };
@@ -205,21 +232,21 @@ export async function run(argv: string[]): Promise<number> {
       process.stdout.write(`shard ${shardArg}: ${r.items} items (~${r.tokens} tokens) in ${r.seconds.toFixed(1)} s → ${r.dir}\nwhen every shard is done: safekeep merge ${resolve(out, '..')}\n`);
       return 0;
     }
-    const rows = await runGuardEval(cases, evalOptions);
-    const summaries = summarizeEval(bench, cases, rows, methods);
-    const judged = rows.filter((r) => r.verdict !== null);
-    const unparseable = judged.filter((r) => r.verdict === 'unparseable').length;
-    if (judged.length && unparseable * 2 >= judged.length) {
-      process.stderr.write(`guard eval: WARNING ${unparseable} of ${judged.length} judge answers were unparseable (counted as ${args.values.get('unparseable') ?? 'unsafe'}); ` +
+    // an interrupted run resumes from its finished items (same model, template, cases and flags)
+    const resume = { file: join(out, `.log-${bench}.partial`), key: sha256Hex(JSON.stringify([opened.identity, opened.templateHash, cases.map((c) => c.id), argv])) };
+    const { samples, resumed } = await runTask(guardTask(evalOptions), evalItems(cases, methods), { concurrency, onProgress: evalOptions.onProgress, resume });
+    if (resumed) process.stderr.write(`guard eval: resumed ${resumed} finished items from ${resume.file}\n`);
+    const r = writeGuardRun(m, samples);
+    dropPartial(resume);
+    if (r.unparseable.judged && r.unparseable.k * 2 >= r.unparseable.judged) {
+      process.stderr.write(`guard eval: WARNING ${r.unparseable.k} of ${r.unparseable.judged} judge answers were unparseable (counted as ${args.values.get('unparseable') ?? 'unsafe'}); ` +
         `a thinking judge needs --thinking off or a larger --judge-max-tokens (now ${judgeMaxTokens})\n`);
     }
-    const files = writeGuardTables(out, bench, name, summaries, rows, {
-      ...meta, protocol: { ...meta.protocol, judgeUnparseableShare: judged.length ? unparseable / judged.length : null },
-    });
-    process.stdout.write(markdownTable(bench, name, summaries));
-    process.stdout.write(`\nwrote ${Object.values(files).join(', ')}\n`);
+    process.stdout.write(markdownTable(bench, name, r.summaries, refusalPathOf(target.endpoint !== undefined ? args.values.get('prefill') ?? 'none' : 'local')));
+    const { log, ...tables } = r.files;
+    process.stdout.write(`\nwrote ${Object.values(tables).join(', ')}\nper-sample log: ${log}\n`);
   } finally {
-    await dispose();
+    await opened.dispose();
   }
   return 0;
 }

@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { numberValue, parseArgs, type FlagTable } from '../args.ts';
 import { RUN_FLAG_DEFS, runContextOptions } from '../run-flags.ts';
 import { openContext, parseCondition } from '../../experiments/extract.ts';
-import { readProbe, type Probe } from '../../experiments/probe/file.ts';
+import { readProbe, type Probe } from '../../data/probe-file.ts';
 import { evaluateProbesIn, writeProbeSection } from '../../experiments/probe/evaluate.ts';
 import { LocalBackend } from '../../guard/backends/local.ts';
 import { compareGuards } from '../../guard/probe-compare.ts';

@@ -11,7 +11,7 @@
 import { numberValue, parseArgs, type FlagTable } from '../args.ts';
 import { RUN_FLAG_DEFS, runContextOptions } from '../run-flags.ts';
 import { parseCondition } from '../../experiments/extract.ts';
-import { PROBE_KINDS, type ProbeKind } from '../../experiments/probe/file.ts';
+import { PROBE_KINDS, type ProbeKind } from '../../data/probe-file.ts';
 import { trainProbes } from '../../experiments/probe/train.ts';
 import { SafekeepError } from '../../util/errors.ts';
 

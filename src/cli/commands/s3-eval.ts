@@ -2,38 +2,40 @@
  * `safekeep s3 eval (--endpoint URL --endpoint-model M | --model DIR) --bench injecagent|agentharm|mixed
  *    [--configs none,single:<skill>,no-recovery,full] [--skills DIR[,DIR]] [--no-guard-decision] [--mitigation block]
  *    [--limit N] [--settings base,enhanced] [--max-steps 6] [--max-tokens 256] [--injecagent DIR] [--agentharm DIR]
- *    [--name NAME] [--out DIR] [--shard i/n]
+ *    [--name NAME] [--results DIR | --out DIR] [--shard i/n]
  *    [--unparseable unsafe|safe] [--concurrency 4] [--api-key-env VAR] [--timeout-ms 60000] [--retries 3]
  *    [--prefill none|continue|prefix] [--call-format llama3|qwen|mistral] [--no-cache] [--no-thinking]
  *    [--template FILE] [--dtype ..] [--device ..] [--threads ..]`
  * S³ multi-stage defense: a multi-turn agent loop with simulated tools per task × configuration (src/guard/s3/).
  * Writes results/<name>/s3/s3-<bench>.{md,csv,json}, trajectories-<bench>.jsonl (every trajectory with each stage
- * decision) and the figure s3-<bench>.{svg,png,vl.json}, and adds the run to results/<name>/results.json (a results
+ * decision), the per-sample log the tables are computed from (log-<bench>.jsonl: every agent and guard call) and the figure s3-<bench>.{svg,png,vl.json}, and adds the run to results/<name>/results.json (a results
  * shell when the model has no reproduce run) and report.html. `--limit N` keeps the first N tasks of each group
  * (InjecAgent: setting × attack). `--mitigation block` turns single:/full configurations into S³ without recovery.
  * One model plays agent and guard unless --guard-model / --guard-endpoint name another; both are recorded.
  * --no-filter / --no-guidance: the ablations of S³'s Table 4 (also as configurations full-no-filter, full-no-guidance).
+ * `--out DIR` puts everything of the run inside DIR (tables, log, figure, results.json, report.html, shards);
+ * `--results ROOT` (default results/) writes ROOT/<name>/s3 and ROOT/<name>/report.html.
  * `--shard i/n` (0-based): this shard's token-balanced share of the (configuration × task) items into
  * results/<name>/shards/s3-eval/; `safekeep merge results/<name>` writes the tables, trajectories and report as one
  * process would.
  */
 import { existsSync } from 'node:fs';
-import { basename, dirname, join, resolve } from 'node:path';
-import { choiceValue, parseArgs, positiveIntValue, requireValue, type FlagTable } from '../args.ts';
-import { ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openEndpointBackend } from '../endpoint-backend.ts';
+import { join, resolve } from 'node:path';
+import { choiceValue, parseArgs, positiveIntValue, type FlagTable, type ParsedArgs } from '../args.ts';
+import { ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openChatBackend, openEndpointBackend, targetOf } from '../endpoint-backend.ts';
+import type { ChatBackend } from '../../guard/types.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { locateDataset, repoRoot } from '../../data/locate.ts';
-import { LocalBackend } from '../../guard/backends/local.ts';
 import { s3Tasks, S3_BENCHES, type S3Bench } from '../../guard/bench/s3-tasks.ts';
 import { loadSkills, skillDirsFromFlag } from '../../guard/s3/skill-file.ts';
-import { parseConfigs, runS3Items, s3Items, summarizeS3 } from '../../guard/s3/eval.ts';
-import { runS3Shard, type S3MergeOptions } from '../../guard/s3/shard.ts';
+import { parseConfigs, s3Items, s3Task, type S3EvalOptions } from '../../guard/s3/eval.ts';
+import { dropPartial, runTask } from '../../eval/runner.ts';
+import { runS3Shard, writeS3Run, type S3MergeOptions } from '../../guard/s3/shard.ts';
 import { INJECAGENT_SETTINGS, type InjecAgentSetting } from '../../data/injecagent.ts';
 import { parseShard } from '../../util/shard.ts';
 import { sha256Hex } from '../../util/hash.ts';
 import { SHARD_FLAG_DEF } from '../shard-flag.ts';
-import { s3MarkdownTable, writeS3Tables } from '../../guard/s3/table.ts';
-import type { ChatBackend } from '../../guard/types.ts';
+import { s3MarkdownTable } from '../../guard/s3/table.ts';
 import { loadSkillProbe, probeCheck, SharedPrefill } from '../../guard/s3/checks/probe.ts';
 import { dataDirsEnv } from '../env.ts';
 import { rulesFpMarkdown, rulesFpReport, type RulesFpReport } from '../../guard/s3/rules-fp.ts';
@@ -62,7 +64,8 @@ export const flags: FlagTable = {
     { name: 'injecagent', value: 'DIR', default: 'the located dataset', help: 'InjecAgent folder' },
     { name: 'agentharm', value: 'DIR', default: 'the located dataset', help: 'AgentHarm folder' },
     { name: 'name', value: 'NAME', default: 'model folder or endpoint model', help: 'results name (results/<name>/s3)' },
-    { name: 'out', value: 'DIR', default: 'results/<name>/s3', help: 'output folder' },
+    { name: 'results', value: 'DIR', default: 'results', help: 'results root: tables in DIR/<name>/s3/, report in DIR/<name>/' },
+    { name: 'out', value: 'DIR', help: 'one folder for everything of this run (tables, log, figure, results.json, report, shards)' },
     { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'verdict when a guard answer cannot be parsed' },
     { name: 'no-thinking', boolean: true, help: 'ask the endpoint to answer without thinking' },
     SHARD_FLAG_DEF,
@@ -78,25 +81,33 @@ async function rulesFalsePositives(skills: readonly Skill[], dirs: { injecagent?
   return rulesFpReport(sk, dirs, AGENT_SYSTEM, { backend: { name: 'none', callFormat: 'llama3', chat: () => Promise.reject(new SafekeepError('no model')) } });
 }
 
+/** Tables' folder and results folder: `--out DIR` = both DIR; else ROOT/<name>/s3 and ROOT/<name>. */
+function s3Folders(args: ParsedArgs, name: string): { out: string; resultsDir: string } {
+  const out = args.values.get('out');
+  if (out !== undefined && args.values.has('results')) throw new SafekeepError('give --results ROOT (ROOT/<name>/s3) or --out DIR (everything inside DIR), not both');
+  if (out !== undefined) return { out: resolve(out), resultsDir: resolve(out) };
+  const resultsDir = resolve(args.values.get('results') ?? join(repoRoot, 'results'), name);
+  return { out: join(resultsDir, 's3'), resultsDir };
+}
+
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
-  const model = args.values.get('model');
-  const endpoint = args.values.get('endpoint');
-  if ((model === undefined) === (endpoint === undefined)) throw new SafekeepError('give exactly one of --model DIR or --endpoint URL');
-  if (endpoint !== undefined && !/^https?:\/\/[^/]+/.test(endpoint)) throw new SafekeepError(`--endpoint must be an http(s) URL, got '${endpoint}'`);
+  const target = targetOf(args);
   const bench = choiceValue<S3Bench>(args, 'bench', S3_BENCHES, 'mixed');
   const mitigation = choiceValue(args, 'mitigation', ['recover', 'block'] as const, 'recover');
   const skills = loadSkills(skillDirsFromFlag(args.values.get('skills'), repoRoot));
   // check: probe (the refusal-probe skill) reads the local agent's own prefill (guard/s3/checks/probe.ts); endpoints have none
   const probeSkills = skills.filter((s) => s.check === 'probe');
-  const checks = probeSkills.length && args.values.has('model') ? { probe: probeCheck } : undefined;
+  const checks = probeSkills.length && target.model !== undefined ? { probe: probeCheck } : undefined;
   const ablation = { filter: !args.booleans.has('no-filter'), guidance: !args.booleans.has('no-guidance') };
   let configs = parseConfigs(args.values.get('configs') ?? 'none,full', skills, !args.booleans.has('no-guard-decision'), checks, ablation);
   if (mitigation === 'block') configs = configs.map((c) => (c.config ? { ...c, config: { ...c.config, mitigation: 'block' } } : c));
+  if (probeSkills.length && target.model === undefined) {
+    throw new SafekeepError(`skill(s) ${probeSkills.map((s) => s.name).join(', ')} (check: probe) read the agent's hidden states: they need --model DIR, not --endpoint`);
+  }
   const limit = positiveIntValue(args, 'limit', Infinity);
-  const endpointModel = endpoint !== undefined ? requireValue(args, 'endpoint-model') : '';
-  const name = (args.values.get('name') ?? (model !== undefined ? basename(resolve(model)) : endpointModel)).replace(/[^\w.-]+/g, '_');
-  const out = resolve(args.values.get('out') ?? join(repoRoot, 'results', name, 's3'));
+  const name = (args.values.get('name') ?? target.defaultName).replace(/[^\w.-]+/g, '_');
+  const { out, resultsDir } = s3Folders(args, name);
   const dirs = {
     injecagent: bench !== 'agentharm' ? resolve(args.values.get('injecagent') ?? locateDataset('injecagent', dataDirsEnv())) : undefined,
     agentharm: bench !== 'injecagent' && bench !== 'air' ? resolve(args.values.get('agentharm') ?? locateDataset('agentharm', dataDirsEnv())) : undefined,
@@ -111,7 +122,7 @@ export async function run(argv: string[]): Promise<number> {
   if (tasks.length === 0) throw new SafekeepError(`--bench ${bench}: no tasks`);
   const noThinking = args.booleans.has('no-thinking');
   // the guard agent as a different model (the paper compares a strong and a fast guard)
-  const guardEndpoint = args.values.get('guard-endpoint') ?? endpoint;
+  const guardEndpoint = args.values.get('guard-endpoint') ?? target.endpoint;
   const guardModel = args.values.get('guard-model');
   let guardBackend: ChatBackend | undefined;
   if (args.values.has('guard-endpoint') || guardModel !== undefined) {
@@ -120,63 +131,54 @@ export async function run(argv: string[]): Promise<number> {
     if (guardModel === undefined) throw new SafekeepError('--guard-endpoint needs --guard-model NAME');
     guardBackend = openEndpointBackend(args, guardEndpoint, guardModel, out, noThinking ? { chat_template_kwargs: { enable_thinking: false } } : undefined).backend;
   }
-
-  let backend: ChatBackend;
-  let dispose = async () => {};
-  let concurrency = 1;
-  let shared: SharedPrefill | undefined;
-  let templateHash = 'none (endpoint)';
-  // the report's results shell when the model has no results.json (an endpoint knows no activations)
-  let shell: S3MergeOptions['shell'] = { layers: 1, dModel: 0, synthetic: false, note: `none: an endpoint (${endpoint ?? ''}) exposes no hidden states` };
-  if (endpoint !== undefined) {
-    ({ backend, concurrency } = openEndpointBackend(args, endpoint, endpointModel, out, noThinking ? { chat_template_kwargs: { enable_thinking: false } } : undefined));
-  } else {
-    const { openEngine } = await import('../engine-flags.ts');
-    const { loadPromptTokenizer } = await import('../../prompts/tokenizer.ts');
-    const tokenizer = await loadPromptTokenizer(model!, { template: args.values.get('template') });
-    templateHash = tokenizer.templateHash;
-    const engine = await openEngine(args);
-    dispose = () => engine.dispose();
-    shell = {
-      layers: engine.numLayers + 1, dModel: engine.dModel, synthetic: existsSync(join(resolve(model!), 'PLANTED.json')),
-      note: 'no reproduce run for this model yet: the report shows the S³ evaluation only',
-    };
-    backend = new LocalBackend(engine, tokenizer, noThinking ? { templateKwargs: { enable_thinking: false } } : {});
-    if (probeSkills.length) {
-      for (const sk of probeSkills) {
-        const p = loadSkillProbe(sk);
-        if (p.dModel !== engine.dModel || p.layer > engine.numLayers) throw new SafekeepError(`skill ${sk.name}: probe for d_model ${p.dModel} at layer ${p.layer}; ${model} has d_model ${engine.dModel}, ${engine.numLayers} layers`);
-      }
-      shared = new SharedPrefill(backend, positiveIntValue(args, 'max-tokens', 256), { numLayers: engine.numLayers, dModel: engine.dModel });
-      backend = shared.backend;
-    }
-  }
-  if (probeSkills.length && !shared) {
-    throw new SafekeepError(`skill(s) ${probeSkills.map((s) => s.name).join(', ')} (check: probe) read the agent's hidden states: they need --model DIR, not --endpoint`);
-  }
+  const maxTokens = positiveIntValue(args, 'max-tokens', 256);
+  const off = { enable_thinking: false };
+  const opened = await openChatBackend(args, target, out, {
+    endpoint: () => ({ thinking: noThinking ? 'off' : 'endpoint default', templateKwargs: noThinking ? off : {}, ...(noThinking ? { extraBody: { chat_template_kwargs: off } } : {}) }),
+    local: async () => ({ thinking: noThinking ? 'off' : 'template default', templateKwargs: noThinking ? off : {} }),
+  });
   try {
+    let backend = opened.backend;
+    let shared: SharedPrefill | undefined;
+    // the report's results shell when the model has no results.json (an endpoint knows no activations)
+    let shell: S3MergeOptions['shell'] = { layers: 1, dModel: 0, synthetic: false, note: `none: an endpoint (${target.endpoint ?? ''}) exposes no hidden states` };
+    if (opened.engine) {
+      const engine = opened.engine;
+      shell = {
+        layers: engine.numLayers + 1, dModel: engine.dModel, synthetic: existsSync(join(opened.modelDir!, 'PLANTED.json')),
+        note: 'no reproduce run for this model yet: the report shows the S³ evaluation only',
+      };
+      if (probeSkills.length) {
+        for (const sk of probeSkills) {
+          const p = loadSkillProbe(sk);
+          if (p.dModel !== engine.dModel || p.layer > engine.numLayers) throw new SafekeepError(`skill ${sk.name}: probe for d_model ${p.dModel} at layer ${p.layer}; ${target.model} has d_model ${engine.dModel}, ${engine.numLayers} layers`);
+        }
+        shared = new SharedPrefill(backend, maxTokens, { numLayers: engine.numLayers, dModel: engine.dModel });
+        backend = shared.backend;
+      }
+    }
     process.stderr.write(`s3 eval: ${tasks.length} ${bench} tasks × ${configs.map((c) => c.name).join(',')} on ${backend.name}\n`);
     const t0 = performance.now();
     let last = 0;
-    const maxTokens = positiveIntValue(args, 'max-tokens', 256);
-    const evalOptions = {
+    const evalOptions: S3EvalOptions = {
       backend,
       env: { onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'), ...(shared ? { hidden: shared } : {}), ...(guardBackend ? { backend: guardBackend } : {}) },
       maxSteps: positiveIntValue(args, 'max-steps', 6),
       maxTokens,
-      concurrency,
+      concurrency: opened.concurrency,
       onProgress: (done: number, total: number) => {
         const now = performance.now();
         if (done !== total && now - last < 1000) return;
         last = now;
-        process.stderr.write(`s3 eval: ${done}/${total} (${(done / ((now - t0) / 1000)).toFixed(2)}/s)\n`);
+        const rate = done / ((now - t0) / 1000);
+        process.stderr.write(`s3 eval: ${done}/${total} (${rate.toFixed(2)}/s, ETA ${rate > 0 ? `${Math.ceil((total - done) / rate)} s` : '?'})\n`);
       },
     };
     const guardDecision = !args.booleans.has('no-guard-decision');
     const rulesFp = await rulesFalsePositives(skills, dirs);
     const injecSettings = bench === 'agentharm' ? [] : settings;
     const m: S3MergeOptions = {
-      bench, dirs, settings, limit: Number.isFinite(limit) ? limit : null, configs: configs.map((c) => c.name), name, out, maxTokens,
+      bench, dirs, settings, limit: Number.isFinite(limit) ? limit : null, configs: configs.map((c) => c.name), name, out, resultsDir, maxTokens,
       meta: {
         backend: backend.name, data: dirs, limit: Number.isFinite(limit) ? limit : null, tasks: tasks.length, settings: injecSettings,
         skills: skills.map((s) => s.name), guardDecision, mitigation,
@@ -189,27 +191,31 @@ export async function run(argv: string[]): Promise<number> {
     if (shard) {
       const short = (x: unknown): string => sha256Hex(JSON.stringify(x)).slice(0, 12);
       const identity = {
-        model: model !== undefined ? `${basename(resolve(model))} ${args.values.get('dtype') ?? 'default dtype'}` : `${endpoint} ${endpointModel}`,
-        template: templateHash,
+        model: opened.identity,
+        template: opened.templateHash,
         data: `${bench} ${tasks.length} tasks ${short(tasks.map((t) => t.id))}`,
         skills: short(skills),
         options: short([...argv].filter((x, i, xs) => x !== '--shard' && xs[i - 1] !== '--shard' && !x.startsWith('--shard='))),
       };
       const r = await runS3Shard(items, evalOptions, shard, m, identity);
-      process.stdout.write(`shard ${shardArg}: ${r.items} items (~${r.tokens} tokens) in ${r.seconds.toFixed(1)} s → ${r.dir}\nwhen every shard is done: safekeep merge ${dirname(out)}\n`);
+      process.stdout.write(`shard ${shardArg}: ${r.items} items (~${r.tokens} tokens) in ${r.seconds.toFixed(1)} s → ${r.dir}\nwhen every shard is done: safekeep merge ${resultsDir}\n`);
       return 0;
     }
-    const rows = await runS3Items(items, evalOptions);
-    const summaries = summarizeS3(rows, m.configs);
-    const files = writeS3Tables(out, bench, name, summaries, rows, m.meta);
+    // an interrupted run resumes from its finished items (same model, template, tasks, skills and flags)
+    const resume = { file: join(out, `.log-${bench}.partial`), key: sha256Hex(JSON.stringify([opened.identity, opened.templateHash, tasks.map((t) => t.id), skills, argv])) };
+    const { samples, resumed } = await runTask(s3Task(evalOptions), items, { concurrency: evalOptions.concurrency, onProgress: evalOptions.onProgress, resume });
+    if (resumed) process.stderr.write(`s3 eval: resumed ${resumed} finished items from ${resume.file}\n`);
+    const { summaries, files } = writeS3Run(m, samples);
+    dropPartial(resume);
     const { writeS3ReportOf } = await import('../../report/s3-section.ts');
     const rep = await writeS3ReportOf(m, summaries);
     process.stdout.write(s3MarkdownTable(bench, name, summaries));
     process.stdout.write(`\nagent ${backend.name}, guard ${(guardBackend ?? backend).name}\n`);
     if (rulesFp) process.stdout.write(`\n${rulesFpMarkdown(rulesFp)}`);
-    process.stdout.write(`\nwrote ${[...Object.values(files), `${rep.figure}.{svg,png,vl.json}`, rep.html].join(', ')}\n`);
+    const { log, ...tables } = files;
+    process.stdout.write(`\nwrote ${[...Object.values(tables), `${rep.figure}.{svg,png,vl.json}`, rep.html].join(', ')}\nper-sample log: ${log}\n`);
   } finally {
-    await dispose();
+    await opened.dispose();
   }
   return 0;
 }

@@ -191,7 +191,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
   const { LocalBackend } = await import('../../guard/backends/local.ts');
   const { createLocalServer } = await import('../../guard/local-server.ts');
   const { ProbeGuard } = await import('../../guard/probe.ts');
-  const { readProbe, checkProbeFits } = await import('../../experiments/probe/file.ts');
+  const { readProbe, checkProbeFits } = await import('../../data/probe-file.ts');
   const { existsSync, statSync, readFileSync } = await import('node:fs');
   const { join } = await import('node:path');
   const modelDir = await resolveModel(requireValue(args, 'model'), hubEnv());

@@ -9,13 +9,14 @@
  * alone (plus a new merge). `--dry-run` prints the scripts and submits nothing. Flags after `--` go to every task.
  * steer: the three caches ℓ* and R̂ come from are extracted first as their own array + merge (skipped when they
  * are already in RESULTS_DIR/cache), then the steer array + merge; `--only` applies to the first array submitted.
- * guard-eval: `guard eval --model M --out RESULTS/<name>/guard` per task (flags such as --bench after `--`);
- * s3-eval: `s3 eval --model M --out RESULTS/<name>/s3` per task, the same way.
+ * guard-eval: `guard eval --model M --results RESULTS` per task (flags such as --bench after `--`; tables in
+ * RESULTS/<name>/guard); s3-eval: `s3 eval --model M --results RESULTS` per task, the same way. The stages and their
+ * job arrays are the registry's (src/eval/registry.ts).
  * `safekeep slurm status RESULTS_DIR`: shard progress from the results folder (no accounting database).
  * Assumes a shared filesystem: this repository, node, the model and the results folder at the same paths on
  * every node (the model is read in place by every task, never copied).
  */
-import { basename, join, resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { numberValue, parseArgs, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { repoRoot } from '../../data/locate.ts';
@@ -23,41 +24,20 @@ import { existsSync } from 'node:fs';
 import { looksLikeRepoId, resolveModel } from '../../hub/resolve.ts';
 import { hubEnv } from '../env.ts';
 import { modelDirFor } from '../../hub/pull.ts';
-import { stageScripts, submit, type Stage, type Submission } from '../../cluster/slurm.ts';
+import { stageScripts, submit, type Submission } from '../../cluster/slurm.ts';
+import { SHARD_STAGES } from '../../eval/registry.ts';
 import type { SlurmResources } from '../../cluster/sbatch.ts';
 import { statusLines } from '../../cluster/status.ts';
 import { isSlurmMemory, modelWeightBytes, taskMemoryRequest } from '../../cluster/memory-request.ts';
 import { RUN_FLAGS } from '../run-flags.ts';
 
-export const summary = 'reproduce/steer/guard-eval/s3-eval as Slurm job arrays + dependent merge/report jobs; `slurm status RESULTS_DIR`';
+export const summary = 'reproduce/steer/guard-eval/s3-eval (the registry\'s sharded stages) as Slurm job arrays + dependent merge/report jobs; `slurm status RESULTS_DIR`';
 
-const SUBMITTABLE = ['reproduce', 'steer', 'guard-eval', 's3-eval'] as const;
-const STEER_CACHES = ['prompt.chatbot', 'prompt.agent.schema', 'prompt.agent.flattened'];
-
-/** `--name v` or `--name=v` in a flag list */
-function flagValue(argv: readonly string[], flag: string): string | undefined {
-  for (let i = 0; i < argv.length; i++) {
-    if (argv[i] === flag) return argv[i + 1];
-    if (argv[i]!.startsWith(`${flag}=`)) return argv[i]!.slice(flag.length + 1);
-  }
-  return undefined;
-}
-
-/** The pipeline flags (RUN_FLAGS: data, limit, engine options ...) of a steer flag list, for its extraction stage. */
-function runFlagsOf(argv: readonly string[]): string[] {
-  const out: string[] = [];
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    const name = a.startsWith('--') ? a.slice(2).split('=')[0]! : '';
-    const inline = a.includes('=');
-    if ((RUN_FLAGS as readonly string[]).includes(name)) out.push(...(inline ? [a] : [a, argv[i + 1]!]));
-    if (!inline && a.startsWith('--')) i++; // every steer flag takes a value
-  }
-  return out;
-}
+/** Every sharded stage but the bare extraction (submitted as steer's first stage) */
+const SUBMITTABLE = SHARD_STAGES.filter((st) => st.command !== 'extract');
 
 export const flags: FlagTable = {
-  usage: 'slurm reproduce|steer|guard-eval|s3-eval --model M --shards N [flags] [-- FLAGS FOR THE COMMAND]  |  slurm status RESULTS_DIR',
+  usage: `slurm ${SUBMITTABLE.map((x) => x.command).join('|')} --model M --shards N [flags] [-- FLAGS FOR THE COMMAND]  |  slurm status RESULTS_DIR`,
   flags: [
     { name: 'model', value: 'M', help: 'checkpoint folder or repo id (pulled once on the submitting node; tasks read it in place)' },
     { name: 'shards', value: 'N', help: 'array tasks (one --shard i/N each)' },
@@ -137,12 +117,11 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(statusLines(resolve(a.positionals[0]!)).join('\n') + '\n');
     return 0;
   }
-  if (!(SUBMITTABLE as readonly string[]).includes(sub ?? '')) throw new SafekeepError(`usage: safekeep slurm ${SUBMITTABLE.join('|')}|status ... (got '${sub ?? ''}')`);
+  const stage = SUBMITTABLE.find((x) => x.command === sub);
+  if (!stage) throw new SafekeepError(`usage: safekeep slurm ${SUBMITTABLE.map((x) => x.command).join('|')}|status ... (got '${sub ?? ''}')`);
   const a = parseArgs(rest, flags);
   if (a.positionals.length) throw new SafekeepError(`unexpected '${a.positionals[0]}' (flags for ${sub} go after --)`);
-  // the evaluations write into RESULTS/<name>/<folder>, which the merge job reads
-  const evalFolder = sub === 'guard-eval' ? 'guard' : sub === 's3-eval' ? 's3' : undefined;
-  const owned = evalFolder ? [...OWNED, '--out'] : OWNED;
+  const owned = [...OWNED, ...stage.owned];
   for (const f of passthrough) if (owned.some((o) => f === o || f.startsWith(`${o}=`))) throw new SafekeepError(`${f} after --: set by safekeep slurm itself`);
   const shards = positiveInt(a, 'shards');
   if (!shards) throw new SafekeepError('missing required --shards N');
@@ -152,25 +131,10 @@ export async function run(argv: string[]): Promise<number> {
   const model = requireValue(a, 'model');
   const modelDir = dryRun && !existsSync(model) && looksLikeRepoId(model) ? modelDirFor(model, 'main', hubEnv().modelsDir) : await resolveModel(model, hubEnv());
   const resultsRoot = resolve(a.values.get('results') ?? 'results');
-  const name = evalFolder ? (flagValue(passthrough, '--name') ?? basename(modelDir)).replace(/[^\w.-]+/g, '_') : basename(modelDir);
+  const name = stage.resultsName(modelDir, passthrough);
   const resultsDir = join(resultsRoot, name);
   const taskMem = memValue(a, 'mem') ?? taskMemoryRequest(modelWeightBytes(modelDir));
-  const array = (label: string, argv: string[], o?: number[]): Stage => ({ kind: 'array', label, argv, shards, ...(o ? { only: o } : {}) });
-  const merge = (command: string, label = 'merge'): Stage => ({ kind: 'merge', label, command });
-  let stages: Stage[];
-  if (sub === 'reproduce') {
-    stages = [array('shards', ['reproduce', '--model', modelDir, '--results', resultsRoot, ...passthrough], only), merge('reproduce')];
-  } else if (sub === 'steer') {
-    // ℓ* and R̂ come from three caches: extract them as their own sharded stage unless they are already merged
-    const steerArgv = ['steer', '--model', modelDir, '--results', resultsRoot, ...passthrough];
-    const cached = STEER_CACHES.every((c) => existsSync(join(resultsDir, 'cache', `${c}.safetensors`)));
-    stages = cached
-      ? [array('steer', steerArgv, only), merge('steer')]
-      : [array('extract', ['extract', '--model', modelDir, '--results', resultsRoot, '--configs', 'chatbot,agent', '--repr', 'schema,flattened', ...runFlagsOf(passthrough)], only),
-        merge('extract', 'merge-extract'), array('steer', steerArgv), merge('steer')];
-  } else {
-    stages = [array('shards', [...sub!.split('-'), '--model', modelDir, '--out', join(resultsDir, evalFolder!), ...passthrough], only), merge(sub!)];
-  }
+  const stages = stage.slurm({ modelDir, resultsRoot, resultsDir, passthrough, shards, runFlags: RUN_FLAGS, ...(only ? { only } : {}) });
   const s: Submission = {
     command: sub!, resultsDir, modelName: name, stages, node: process.execPath, bin: join(repoRoot, 'bin', 'safekeep.mjs'),
     workdir: process.cwd(), resources: { ...resources(a), mem: taskMem }, mergeResources: mergeResources(a, taskMem),

@@ -16,7 +16,7 @@ import { wilsonInterval } from '../../analysis/stats.ts';
 import { loadCheckpoint } from '../../checkpoint/load.ts';
 import { writeReport, type ReportFiles } from '../../report/write-report.ts';
 import { conditionName, extractCondition, parseCondition, promptCacheName, type Condition, type ExtractContext } from '../extract.ts';
-import { checkProbeFits, type Probe } from './file.ts';
+import { checkProbeFits, type Probe } from '../../data/probe-file.ts';
 import { cachedRows } from './rows.ts';
 
 interface ProbeEvalOptions {

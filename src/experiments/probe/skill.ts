@@ -6,7 +6,7 @@
 import { copyFileSync, mkdirSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { writeFileAtomic } from '../../util/atomic.ts';
-import type { Probe } from './file.ts';
+import type { Probe } from '../../data/probe-file.ts';
 
 const PROBE_SKILL_NAME = 'refusal-probe';
 

@@ -5,7 +5,7 @@
  * - logistic: L2-regularised logistic regression on the same features hidden[ℓ] (analysis/logistic.ts).
  * ℓ: `auto` = k-fold CV over pairs of the mean-difference direction on this condition's extraction split
  * (analysis/crossval.ts), or a given layer. The threshold flags at most `target` of the benign extraction rows
- * (analysis/threshold.ts). Writes results/<model>/probe/<condition>.<kind>.{safetensors,json} (probe/file.ts).
+ * (analysis/threshold.ts). Writes results/<model>/probe/<condition>.<kind>.{safetensors,json} (data/probe-file.ts).
  */
 import { join } from 'node:path';
 import { hiddenAt } from '../../analysis/activations.ts';
@@ -17,7 +17,7 @@ import { loadCheckpoint } from '../../checkpoint/load.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { sha256Hex } from '../../util/hash.ts';
 import { conditionName, ENGINE_VERSION, extractCondition, openContext, promptCacheName, type Condition, type ContextOptions, type ExtractContext } from '../extract.ts';
-import { type Probe, type ProbeKind, readProbe, weightsFingerprint, writeProbe } from './file.ts';
+import { type Probe, type ProbeKind, readProbe, weightsFingerprint, writeProbe } from '../../data/probe-file.ts';
 import { cachedRows, type CachedRows } from './rows.ts';
 import { writeProbeSkill } from './skill.ts';
 

@@ -8,8 +8,8 @@
  */
 import type { Engine } from '../../engine/types.ts';
 import type { PromptTokenizer } from '../../prompts/tokenizer.ts';
-import type { CallFormat } from '../../experiments/outcome/types.ts';
-import { stripEndTokens } from '../../experiments/outcome/parse-calls.ts';
+import type { CallFormat } from '../../outcome/types.ts';
+import { stripEndTokens } from '../../outcome/parse-calls.ts';
 import type { ChatBackend, ChatCall, ChatMessage, ChatReply } from '../types.ts';
 
 type LocalEngine = Pick<Engine, 'generate'>;

@@ -13,7 +13,7 @@
  *   unless the model already began with it. The user sees the same opening either way.
  */
 import { SafekeepError } from '../../util/errors.ts';
-import type { CallFormat } from '../../experiments/outcome/types.ts';
+import type { CallFormat } from '../../outcome/types.ts';
 import type { ChatBackend, ChatCall, ChatMessage, ChatReply, WireToolCall } from '../types.ts';
 import { ResponseCache, requestHash } from './cache.ts';
 import { Limiter, backoffMs } from './limit.ts';

@@ -23,9 +23,9 @@ import { airTasks } from '../s3/air-tasks.ts';
 import type { S3Task } from '../s3/task.ts';
 import { AGENT_SYSTEM } from './cases.ts';
 
-export type S3Bench = 'injecagent' | 'agentharm' | 'mixed' | 'air';
-/** air: incident-response cases (src/guard/s3/air-tasks.ts), InjecAgent direct harm with an inverse action on offer */
-export const S3_BENCHES: readonly S3Bench[] = ['injecagent', 'agentharm', 'mixed', 'air'];
+import { S3_BENCHES, type S3Bench } from '../../analysis/results.ts';
+
+export { S3_BENCHES, type S3Bench };
 
 /** Python `json.dumps` text of an arguments object (the form InjecAgent's stored keys use). */
 function pyJsonDumps(v: unknown): string {

@@ -17,12 +17,13 @@
  */
 import type { MeanCI } from '../../analysis/results.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { Limiter } from '../backends/limit.ts';
+import { callTotals } from '../../eval/log.ts';
+import { runTask, type Task } from '../../eval/runner.ts';
 import { wilson, type Rate } from '../metrics.ts';
 import type { ChatBackend } from '../types.ts';
 import type { CheckEnv, CheckRegistry } from './check.ts';
 import { requireChecks, type S3Config } from './guard.ts';
-import { runTask, type Trajectory } from './loop.ts';
+import { runTask as runAgentLoop, type Trajectory } from './loop.ts';
 import { agentHarmBenignCompleted, agentHarmHarmfulCarriedOut, injecAgentAttackSucceeded, injecAgentBenignCompleted } from './score.ts';
 import type { Skill } from './skill.ts';
 import type { S3Task } from './task.ts';
@@ -111,17 +112,40 @@ export function runS3Eval(tasks: readonly S3Task[], configs: readonly S3Configur
 
 /** Runs the items (at most `concurrency` at once); one scored trajectory per item, in item order. */
 export async function runS3Items(items: readonly S3Item[], opts: S3EvalOptions): Promise<ScoredTrajectory[]> {
-  const limiter = new Limiter(opts.concurrency ?? 1);
-  const total = items.length;
-  let done = 0;
-  const env: CheckEnv = { ...opts.env, backend: opts.env?.backend ?? opts.backend };
-  return Promise.all(items.map(({ config: c, task }) => limiter.run(async () => {
-    const t = await runTask(task, { backend: opts.backend, guard: c.config ? { config: c.config, env } : null, maxSteps: opts.maxSteps, maxTokens: opts.maxTokens });
-    const scored: ScoredTrajectory = { ...t, config: c.name, ...(task.setting ? { setting: task.setting } : {}), ...scoreTrajectory(task, t) };
-    opts.onTrajectory?.(scored);
-    opts.onProgress?.(++done, total);
-    return scored;
-  })));
+  return (await runTask(s3Task(opts), items, { concurrency: opts.concurrency, onProgress: opts.onProgress })).results;
+}
+
+export const s3ItemKey = (it: S3Item): string => `${it.config.name} × ${it.task.id}`;
+
+/**
+ * S³ as a harness task: the solver is the agent loop under the item's configuration (agent and guard calls
+ * recorded), the scorers the benchmark's hazardous-component and benign-component checks.
+ */
+export function s3Task(opts: S3EvalOptions): Task<S3Item, ScoredTrajectory> {
+  return {
+    name: 's3-eval',
+    key: s3ItemKey,
+    solve: async ({ config: c, task }, rec) => {
+      const backend = rec.view(opts.backend);
+      const env: CheckEnv = { ...opts.env, backend: rec.view(opts.env?.backend ?? opts.backend) };
+      const t = await runAgentLoop(task, { backend, guard: c.config ? { config: c.config, env } : null, maxSteps: opts.maxSteps, maxTokens: opts.maxTokens });
+      const scored: ScoredTrajectory = { ...t, config: c.name, ...(task.setting ? { setting: task.setting } : {}), ...scoreTrajectory(task, t) };
+      opts.onTrajectory?.(scored);
+      return scored;
+    },
+    samples: (it, t, calls) => [{
+      format: 'safekeep-sample', id: s3ItemKey(it), sample: it.task.id, solver: it.config.name, calls,
+      scores: [
+        { scorer: 's3-hazardous', value: t.hazardous, explanation: t.executed.map((e) => e.name).join(', ') },
+        { scorer: 's3-benign', value: t.benign, explanation: t.final ? t.final.text.slice(0, 200) : 'no final answer within the step budget' },
+        { scorer: 's3-gic', value: t.gic },
+        { scorer: 's3-rsc', value: t.rsc },
+      ],
+      output: t.final?.text ?? '',
+      ...callTotals(calls),
+      row: t,
+    }],
+  };
 }
 
 /** Mean with a 95 % normal-approximation interval (the report's type: S³ rows land in results.json). */

@@ -10,9 +10,9 @@
  * Everything is recorded: messages, every stage decision, the executed calls (for scoring), tokens and latency.
  */
 import type { ToolSpec } from '../../data/types.ts';
-import { parseToolCalls } from '../../experiments/outcome/parse-calls.ts';
-import { findRefusalPhrases } from '../../experiments/outcome/refusal.ts';
-import { checkCall } from '../../experiments/outcome/validate.ts';
+import { parseToolCalls } from '../../outcome/parse-calls.ts';
+import { findRefusalPhrases } from '../../outcome/refusal.ts';
+import { checkCall } from '../../outcome/validate.ts';
 import { REFUSAL_PREFIX } from '../prompts.ts';
 import type { ChatBackend, ChatMessage } from '../types.ts';
 import type { CheckEnv } from './check.ts';

@@ -1,8 +1,8 @@
 /**
- * `s3 eval --shard i/n`: this shard's token-balanced share of the (configuration × task) items, run as usual and
- * written to results/<name>/shards/s3-eval/shard-<i>-of-<n>/rows-<bench>.jsonl; `safekeep merge` joins the rows
- * in the single-process order and writes the tables and trajectories exactly as one process does (as `guard eval`
- * does, src/guard/shard.ts, through util/shard-rows.ts).
+ * `s3 eval --shard i/n`: this shard's token-balanced share of the (configuration × task) items, run through the
+ * harness (src/eval/) and written as log lines to results/<name>/shards/s3-eval/shard-<i>-of-<n>/samples-<bench>.jsonl;
+ * `safekeep merge` joins them in the single-process order and writes the log, tables and trajectories exactly as one
+ * process does (as `guard eval` does, src/guard/shard.ts).
  * Token cost of an item is ESTIMATED from characters (≈ 4 per token: endpoints give us no tokenizer): one agent
  * turn (the request with its tool specs, plus the turn's budget), and for guarded configurations the guard's copies
  * of the request — the guard agent's call and one per LLM-checked skill — each with the same prompt. The loop's
@@ -11,11 +11,12 @@
 import { join } from 'node:path';
 import type { S3Run } from '../../analysis/results.ts';
 import type { InjecAgentSetting } from '../../data/injecagent.ts';
-import type { ShardEntry } from '../../util/shard-run.ts';
-import { mergeShardRows, runShardRows } from '../../util/shard-rows.ts';
+import { readEvalLog, writeEvalLog, type SampleLog } from '../../eval/log.ts';
+import { runShardTask } from '../../eval/shard.ts';
+import { writeSamplesPage } from '../../report/samples-page.ts';
 import type { Shard } from '../../util/shard.ts';
 import { s3Tasks, type S3Bench } from '../bench/s3-tasks.ts';
-import { runS3Items, summarizeS3, type S3EvalOptions, type S3Item, type S3Summary, type ScoredTrajectory } from './eval.ts';
+import { s3Task, summarizeS3, type S3EvalOptions, type S3Item, type S3Summary, type ScoredTrajectory } from './eval.ts';
 import { writeS3Tables, type S3Files } from './table.ts';
 import type { S3Task } from './task.ts';
 
@@ -31,6 +32,8 @@ export interface S3MergeOptions {
   /** the run's name (results/<name>) and the tables' folder (results/<name>/s3) */
   name: string;
   out: string;
+  /** where results.json, report.html and the shards go: results/<name>, or `--out DIR` itself */
+  resultsDir: string;
   maxTokens: number;
   /** writeS3Tables' meta */
   meta: Record<string, unknown>;
@@ -51,23 +54,33 @@ export function itemTokens(it: S3Item, maxTokens: number): number {
   return (prompt + maxTokens) + guardCalls * prompt;
 }
 
-const rowsFile = (bench: S3Bench): string => `rows-${bench}.jsonl`;
+/** A shard's log lines (src/eval/shard.ts). */
+export const s3SamplesFile = (bench: S3Bench): string => `samples-${bench}.jsonl`;
 const itemKey = (config: string, taskId: string): string => `${config} × ${taskId}`;
+/** The per-sample log of an S³ run, beside its tables. */
+export const s3LogFile = (out: string, bench: S3Bench): string => join(out, `log-${bench}.jsonl`);
 
 export function runS3Shard(items: readonly S3Item[], opts: S3EvalOptions, shard: Shard, m: S3MergeOptions,
   identity: Record<string, string>): Promise<{ dir: string; items: number; tokens: number; seconds: number }> {
-  return runShardRows({
-    resultsDir: join(m.out, '..'), command: 's3-eval', shard, identity, options: { ...m }, file: rowsFile(m.bench),
-    items, cost: (it) => itemTokens(it, m.maxTokens),
-    run: (mine, progress) => runS3Items(mine, { ...opts, onProgress: (done, total) => { opts.onProgress?.(done, total); progress(done); } }),
+  return runShardTask({
+    resultsDir: m.resultsDir, command: 's3-eval', shard, identity, options: { ...m }, file: s3SamplesFile(m.bench),
+    task: s3Task(opts), items, cost: (it) => itemTokens(it, m.maxTokens), concurrency: opts.concurrency, onProgress: opts.onProgress,
   });
 }
 
-/** Joins the shards' rows (each item exactly once, in the one-process order) and writes the tables and trajectories. */
-export function finishS3Eval(m: S3MergeOptions, shards: readonly ShardEntry[]): { rows: ScoredTrajectory[]; summaries: S3Summary[]; files: S3Files } {
-  const tasks = loadS3Tasks(m);
-  const expected = m.configs.flatMap((c) => tasks.map((t) => itemKey(c, t.id)));
-  const rows = mergeShardRows<ScoredTrajectory>(shards, rowsFile(m.bench), (r) => itemKey(r.config, r.taskId), expected);
+/** The end of every S³ run (one process or merged shards): the log is written, read back, and the tables computed from it. */
+export function writeS3Run(m: S3MergeOptions, samples: readonly SampleLog<ScoredTrajectory>[]): { rows: ScoredTrajectory[]; summaries: S3Summary[]; files: S3Files & { log: string } } {
+  const log = s3LogFile(m.out, m.bench);
+  writeEvalLog(log, { header: { format: 'safekeep-log', task: `s3-eval/${m.bench}`, protocol: m.meta, context: { ...m } }, samples: [...samples] });
+  const read = readEvalLog<ScoredTrajectory>(log);
+  writeSamplesPage(log.replace(/log-([^/]+)\.jsonl$/, 'samples-$1.html'), read);
+  const rows = read.samples.map((x) => x.row);
   const summaries = summarizeS3(rows, m.configs);
-  return { rows, summaries, files: writeS3Tables(m.out, m.bench, m.name, summaries, rows, m.meta) };
+  return { rows, summaries, files: { ...writeS3Tables(m.out, m.bench, m.name, summaries, rows, m.meta), log } };
+}
+
+/** The keys of a run's items in the one-process order (what merge expects from the shards). */
+export function s3ExpectedKeys(m: S3MergeOptions): string[] {
+  const tasks = loadS3Tasks(m);
+  return m.configs.flatMap((c) => tasks.map((t) => itemKey(c, t.id)));
 }

@@ -14,7 +14,7 @@
  */
 import { readFileSync } from 'node:fs';
 import type { ToolSpec } from '../../../data/types.ts';
-import { probeScore, readProbe } from '../../../experiments/probe/file.ts';
+import { probeScore, readProbe } from '../../../data/probe-file.ts';
 import { SafekeepError } from '../../../util/errors.ts';
 import { ProbeGuard } from '../../probe.ts';
 import type { ChatBackend, ChatCall, ChatMessage, ChatReply } from '../../types.ts';

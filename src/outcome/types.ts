@@ -2,7 +2,7 @@
  * Agent-output classification (steering sweep and guard evaluation alike): every generation is one of
  * refusal / valid harmful execution / invalid. See `classify.ts` for the precedence rules.
  */
-import type { Family } from '../../checkpoint/types.ts';
+import type { Family } from '../checkpoint/types.ts';
 
 /** The native tool-call syntax a model family emits. */
 export type CallFormat = 'llama3' | 'qwen' | 'mistral';

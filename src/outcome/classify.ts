@@ -13,7 +13,7 @@
  *    - a refusal phrase anywhere (case-insensitive) → **refusal**;
  *    - otherwise (prose that neither calls a tool nor refuses) → **invalid**.
  */
-import type { ToolSpec } from '../../data/types.ts';
+import type { ToolSpec } from '../data/types.ts';
 import { degenerateReason } from './degenerate.ts';
 import { parseToolCalls } from './parse-calls.ts';
 import { findRefusalPhrases } from './refusal.ts';

@@ -4,8 +4,8 @@
  * is a SafekeepError naming the tool. Validators are cached per schema text.
  */
 import { Ajv as AjvClass } from 'ajv';
-import type { ToolSpec } from '../../data/types.ts';
-import { SafekeepError } from '../../util/errors.ts';
+import type { ToolSpec } from '../data/types.ts';
+import { SafekeepError } from '../util/errors.ts';
 import type { CallCheck, ParsedCall } from './types.ts';
 
 const ajv = new AjvClass({ strict: false, allErrors: true });

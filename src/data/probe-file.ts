@@ -7,11 +7,11 @@
  */
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
-import type { Checkpoint } from '../../checkpoint/types.ts';
-import { readSafetensorsHeader, writeSafetensors } from '../../checkpoint/safetensors.ts';
-import { writeJsonAtomic } from '../../util/atomic.ts';
-import { SafekeepError } from '../../util/errors.ts';
-import { sha256Hex } from '../../util/hash.ts';
+import type { Checkpoint } from '../checkpoint/types.ts';
+import { readSafetensorsHeader, writeSafetensors } from '../checkpoint/safetensors.ts';
+import { writeJsonAtomic } from '../util/atomic.ts';
+import { SafekeepError } from '../util/errors.ts';
+import { sha256Hex } from '../util/hash.ts';
 
 export type ProbeKind = 'mean-diff' | 'logistic';
 export const PROBE_KINDS: readonly ProbeKind[] = ['mean-diff', 'logistic'];
