@@ -3,10 +3,14 @@
  * content in the family's native syntax (special tokens kept, end-of-turn tokens stripped).
  * Refusal prefill = the prefix as the content of a final assistant message rendered with
  * `continueFinalMessage` (HF semantics: the rendering stops right after the prefix), then continued.
- * Calls run one at a time (the engine is not re-entrant). `ChatCall.inspect` sees the prefill's last-prompt-token
- * hidden states of the same generate call (engine `haltAfterPrefill`): no second forward pass.
+ * Concurrent calls are batched: each call is one sequence of the engine's scheduler (`generate` with one row runs on
+ * the engine's one scheduler, src/engine/run/scheduler.ts), so N calls in flight share decode steps, prefill between them and
+ * reuse cached prompt prefixes (shared system prompts and tool specs). `ChatCall.signal` cancels the call's sequence
+ * at its next step (its KV slots freed; reply `finish: 'cancelled'` with the text so far); a call cut by
+ * `maxTokens` says `finish: 'length'`. `ChatCall.inspect` sees the prefill's last-prompt-token hidden states of the
+ * same call (engine `haltAfterPrefill`): no second forward pass.
  */
-import type { Engine } from '../../engine/types.ts';
+import type { Engine, GenerateOptions } from '../../engine/types.ts';
 import type { PromptTokenizer } from '../../prompts/tokenizer.ts';
 import type { CallFormat } from '../../experiments/outcome/types.ts';
 import { stripEndTokens } from '../../experiments/outcome/parse-calls.ts';
@@ -43,7 +47,6 @@ export class LocalBackend implements ChatBackend {
   readonly name: string;
   readonly callFormat: CallFormat;
   readonly activations = true;
-  private queue: Promise<unknown> = Promise.resolve();
 
   constructor(
     private readonly engine: LocalEngine,
@@ -65,17 +68,16 @@ export class LocalBackend implements ChatBackend {
     return this.tokenizer.render(history, { tools, addGenerationPrompt: true, templateKwargs: this.opts.templateKwargs });
   }
 
-  chat(call: ChatCall): Promise<ChatReply> {
-    const run = this.queue.then(() => this.chatNow(call));
-    this.queue = run.catch(() => undefined);
-    return run;
-  }
-
-  private async chatNow(call: ChatCall): Promise<ChatReply> {
+  async chat(call: ChatCall): Promise<ChatReply> {
     const t0 = performance.now();
     const ids = this.tokenizer.encode(this.renderCall(call));
     const inspect = call.inspect;
-    const [g] = await this.engine.generate([ids], { maxNewTokens: call.maxTokens, ...(inspect ? { haltAfterPrefill: (_row: number, h: Float32Array) => inspect(h) } : {}) });
+    const opts: GenerateOptions = {
+      maxNewTokens: call.maxTokens,
+      ...(inspect ? { haltAfterPrefill: (_row: number, h: Float32Array) => inspect(h) } : {}),
+      ...(call.signal ? { signal: call.signal } : {}),
+    };
+    const [g] = await this.engine.generate([ids], opts);
     // a call halted after its prefill (ChatCall.inspect) generated nothing
     const text = g!.generatedIds.length ? stripEndTokens(this.tokenizer.decode(g!.generatedIds, { skipSpecial: false })) : '';
     return {
