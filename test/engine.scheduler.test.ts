@@ -224,6 +224,23 @@ describe(`scheduler vs Float64 oracle (random ${family}, GQA)`, () => {
     assert.equal(store.stats.hit - h0, 0);
     check('A after eviction', A, r, { maxNewTokens: 3, stopIds: [], returnStepLogits: true });
   });
+
+  test('a memory plan bounds the sequences in flight (admission waits), results unchanged; a throwing hook rejects only its call', async () => {
+    // the engine under a plan that fits at most 2 decode rows
+    const bounded = Object.create(engine) as OnnxEngine;
+    Object.defineProperty(bounded, 'memoryFits', { value: () => (B: number) => B <= 2 });
+    const sched = new Scheduler(bounded, { prefixCacheBytes: 0 });
+    const prompts = [prompt(20, 7, V), prompt(21, 12, V), prompt(22, 4, V), prompt(23, 9, V), prompt(24, 15, V)];
+    const o: GenerateOptions = { maxNewTokens: 6, stopIds: [], returnStepLogits: true };
+    const got = await Promise.all(prompts.map((p) => sched.submit(p, o)));
+    got.forEach((r, i) => check(`bounded ${i}`, prompts[i]!, r, o));
+    assert.equal(sched.stats.peakBatch, 2, 'never more than 2 rows decoded together');
+    const bad = sched.submit(prompts[0]!, { maxNewTokens: 3, haltAfterPrefill: () => { throw new Error('hook failed'); } });
+    const good = sched.submit(prompts[1]!, o);
+    await assert.rejects(bad, /hook failed/);
+    check('next to a failing call', prompts[1]!, await good, o);
+    assert.equal(sched.inFlight, 0);
+  });
 });
 
 describe('RowKv: the decode batch buffer', () => {

@@ -182,6 +182,8 @@ export class Scheduler {
   private async loop(): Promise<void> {
     try {
       while (this.waiting.length || this.prefilling.length || this.groups.size) await this.iteration();
+    } catch (e) {
+      this.failAll(e);
     } finally {
       this.looping = false;
     }
@@ -193,6 +195,7 @@ export class Scheduler {
     this.admit();
     let decodeTokens = 0;
     for (const g of [...this.groups.values()]) {
+      if (g.seqs.length === 0) { this.groups.delete(g.key); continue; }
       decodeTokens += g.seqs.length;
       try {
         await this.decodeStep(g);
@@ -204,21 +207,25 @@ export class Scheduler {
     let budget = Math.max(1, this.stepTokens - decodeTokens);
     while (budget > 0 && this.prefilling.length) {
       const q = this.prefilling[0]!;
-      let used: number;
       try {
-        used = await this.prefillChunk(q, budget);
+        budget -= await this.prefillChunk(q, budget);
+        if (q.filled === q.ids.length) {
+          this.prefilling.shift();
+          this.endPrefill(q); // may throw: a caller's haltAfterPrefill
+        }
       } catch (e) {
-        this.prefilling.shift();
+        if (this.prefilling[0] === q) this.prefilling.shift();
         q.kv = null;
         q.reject(e);
-        continue;
-      }
-      budget -= used;
-      if (q.filled === q.ids.length) {
-        this.prefilling.shift();
-        this.endPrefill(q);
       }
     }
+  }
+
+  /** a failure outside any one sequence's step: every sequence in flight is rejected with it */
+  private failAll(e: unknown): void {
+    const all = [...this.waiting.splice(0), ...this.prefilling.splice(0), ...[...this.groups.values()].flatMap((g) => g.seqs)];
+    this.groups.clear();
+    for (const q of all) q.reject(e);
   }
 
   private reapCancelled(): void {
