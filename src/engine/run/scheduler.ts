@@ -328,7 +328,10 @@ export class Scheduler {
       this.groups.set(g.key, g);
     }
     const kv = q.kv!;
-    g.kv.addRow({ keys: kv.keys.map((t) => t.data as Float32Array), values: kv.values.map((t) => t.data as Float32Array), capacity: kvCapacity(kv), length: kv.length }, this.ahead(g, q));
+    // the admitted sequences still prefilling for this group are about to join: one re-layout makes room for them too
+    const coming = this.prefilling.filter((x) => x.decodeKey === q.decodeKey);
+    const expect = { rows: coming.length, length: Math.max(0, ...coming.map((x) => x.ids.length)) };
+    g.kv.addRow({ keys: kv.keys.map((t) => t.data as Float32Array), values: kv.values.map((t) => t.data as Float32Array), capacity: kvCapacity(kv), length: kv.length }, this.ahead(g, q), expect);
     g.seqs.push(q);
     q.kv = null;
   }

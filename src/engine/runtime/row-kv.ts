@@ -100,17 +100,18 @@ export class RowKv {
 
   /**
    * Add a sequence whose KV is `src` (its `length` slots) as row `batch`; `ahead`: slots the decode will still append
-   * (room left when the buffer is re-laid out). Returns the row index.
+   * (room left when the buffer is re-laid out). `expect`: the rows and the longest KV about to join as well, so that
+   * one re-layout makes room for them too instead of one per joiner. Returns the row index.
    */
-  addRow(src: RowSource, ahead: number): number {
+  addRow(src: RowSource, ahead: number, expect: { rows: number; length: number } = { rows: 0, length: 0 }): number {
     if (this.batch >= this.maxRows) throw new Error(`RowKv: all ${this.maxRows} rows in use`);
     const n = src.length;
     if (this.batch === 0) { this.length = 0; this.starts = []; }
     const length = Math.max(this.length, n);
     const need = this.batch + 1;
     if (need > this.rows || length > this.length || length + 1 > this.capacity) {
-      const span = Math.max(this.span(), n);
-      this.relayout(this.fitRows(need), span, span + Math.max(1, ahead));
+      const span = Math.max(this.span(), n, expect.length);
+      this.relayout(Math.max(this.fitRows(need), Math.min(this.maxRows, need + expect.rows)), span, span + Math.max(1, ahead));
     }
     const b = this.batch;
     const { kvHeads: kvH, headDim: hd } = this;
