@@ -14,11 +14,12 @@
  * scheduled run's fraction of it.
  * Results: a table on stdout and JSON in --json FILE (default <tmp>/safekeep-bench-generate.json; bench:projection
  * reads its scheduled throughput from there).
- * HF rows: `python3 bench/hf_bench.py` needs torch + transformers (pip, a developer tool); without them the rows are
- * skipped with the reason printed.
+ * HF rows (`python3 bench/hf_generate.py`, the same prompt ids): transformers `generate` at batch --hf-batches
+ * (default 16, the best of 1/8/16/32 measured before) and `generate_batch` (continuous batching, paged sdpa); they
+ * need torch + transformers (pip, a developer tool) and are skipped with the reason printed without them.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -110,18 +111,37 @@ async function main(): Promise<void> {
       await writeRandomCheckpoint(model, 'llama', SMOLLM2_SHAPE);
     }
     const base = existsSync(join(dir, 'base')) ? { root: join(dir, 'base') } : baseTree(dir, flag('base') ?? 'main');
-    const modes: { name: string; root: string; mode: string }[] = [
+    const hfOk = spawnSync('python3', ['-c', 'import torch, transformers'], { encoding: 'utf8' }).status === 0;
+    const idsFile = join(dir, 'ids.json');
+    writeFileSync(idsFile, JSON.stringify(workload(n, SMOLLM2_SHAPE.vocabSize)));
+    const hfModes = hfOk ? [
+      ...(flag('hf-batches') ?? '16').split(',').map((b) => ({ name: `HF transformers generate batch ${b}`, args: ['batch', '--batch', b] })),
+      { name: 'HF generate_batch (continuous batching, paged sdpa)', args: ['cb'] },
+    ] : [];
+    const skipped: string[] = [];
+    const modes: { name: string; root: string; mode: string; hf?: string[] }[] = [
       { name: 'safekeep, one call at a time', root: repo, mode: 'one' },
       ...('root' in base ? [{ name: `base (${flag('base') ?? 'main'}) generate batch ${n}`, root: base.root, mode: 'batch' }] : []),
+      ...hfModes.map((h) => ({ name: h.name, root: repo, mode: 'hf', hf: h.args })),
       { name: `safekeep scheduled (${n} in flight)`, root: repo, mode: 'scheduled' },
     ];
     const bestOf = new Map<string, Record<string, number | string>>();
     const loads: number[] = [];
     for (let r = 0; r < rounds; r++) {
       for (const m of r % 2 === 0 ? modes : [...modes].reverse()) {
+        if (skipped.some((x) => x.startsWith(m.name))) continue;
         process.stderr.write(`round ${r + 1}/${rounds}: ${m.name}…\n`);
-        const { json } = runChild(process.execPath, ['--import', 'tsx', here, '--child', '--root', m.root, '--mode', m.mode, '--model', model,
-          '--cache', join(dir, 'cache'), '--threads', String(threads), '--prompts', String(n), '--new-tokens', String(K)], m.name);
+        let json: Record<string, unknown>;
+        try {
+          json = m.hf
+            ? runChild('python3', [join(repo, 'bench', 'hf_generate.py'), ...m.hf, '--model', model, '--threads', String(threads), '--ids', idsFile, '--new-tokens', String(K)], m.name).json
+            : runChild(process.execPath, ['--import', 'tsx', here, '--child', '--root', m.root, '--mode', m.mode, '--model', model,
+              '--cache', join(dir, 'cache'), '--threads', String(threads), '--prompts', String(n), '--new-tokens', String(K)], m.name).json;
+        } catch (e) {
+          if (!m.hf) throw e;
+          skipped.push(`${m.name}: ${(e as Error).message.split('\n').slice(-1)[0]}`);
+          continue;
+        }
         loads.push(json.load as number);
         process.stderr.write(`  ${(json.tps as number).toFixed(1)} tok/s, ${(json.wallS as number).toFixed(1)} s, load ${json.load}\n`);
         const prev = bestOf.get(m.name);
@@ -132,7 +152,8 @@ async function main(): Promise<void> {
     const out = [`bench:generate — SmolLM2-135M shape (random), f32, ${threads} threads, ${n} prompts of 151–587 tokens, exactly ${K} new tokens, greedy; best of ${rounds} round(s), fresh processes, interleaved`, '',
       '| | tokens generated / s | decode-only tok/s | prefill tok/s | peak RSS | wall s |', '| --- | --- | --- | --- | --- | --- |'];
     for (const m of modes) {
-      const j = bestOf.get(m.name)!;
+      const j = bestOf.get(m.name);
+      if (!j) continue;
       out.push(`| ${m.name} | ${f(j.tps)} | ${f(j.decodeTps)} | ${f(j.prefillTps, 0)} | ${((j.peakRss as number) / 1e9).toFixed(2)} GB | ${f(j.wallS)} |`);
     }
     const s = bestOf.get(modes.at(-1)!.name)!;
@@ -143,8 +164,10 @@ async function main(): Promise<void> {
     const one = bestOf.get(modes[0]!.name)!;
     out.push(`scheduled / one at a time: ${f((s.tps as number) / (one.tps as number), 2)}×`);
     if ('root' in base) { const b = bestOf.get(modes[1]!.name)!; out.push(`scheduled / base batch ${n}: ${f((s.tps as number) / (b.tps as number), 2)}×`); } else out.push(`base rows skipped: ${base.skip}`);
-    const hf = spawnSync('python3', ['-c', 'import torch, transformers'], { encoding: 'utf8' });
-    out.push(hf.status === 0 ? 'HF rows: torch + transformers found, run `python3 bench/hf_bench.py` for them (not wired into this bench yet)' : 'HF rows skipped: python3 cannot import torch + transformers (pip install torch transformers safetensors to add them)');
+    if (!hfOk) out.push('HF rows skipped: python3 cannot import torch + transformers (pip install torch transformers safetensors to add them)');
+    for (const x of skipped) out.push(`row skipped (failed): ${x}`);
+    const hfBest = Math.max(...modes.filter((m) => m.hf && bestOf.has(m.name)).map((m) => bestOf.get(m.name)!.tps as number));
+    if (Number.isFinite(hfBest)) out.push(`scheduled / HF's best row: ${f((s.tps as number) / hfBest, 2)}×`);
     finishBench(flag('json') ?? join(tmpdir(), 'safekeep-bench-generate.json'), { modes: Object.fromEntries(bestOf), scheduled: s, boundTps, fraction: (s.tps as number) / boundTps }, out, loads);
   } finally {
     if (!keep) rmSync(dir, { recursive: true, force: true });
