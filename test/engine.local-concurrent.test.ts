@@ -49,7 +49,7 @@ after(async () => {
 });
 
 test('concurrent chat calls batch together and each equals the call made alone; finish length at maxTokens', async () => {
-  const lb = new LocalBackend(engine, tokenizer);
+  const lb = new LocalBackend(engine, tokenizer, { responseCache: 0 });
   const users = ['summarise the reviews', 'send the report to Bob', 'hi', 'book a flight to Paris on Monday morning', 'list files'];
   const alone: ChatReply[] = [];
   for (const u of users) alone.push(await lb.chat(call(u, 9)));
@@ -68,7 +68,7 @@ test('concurrent chat calls batch together and each equals the call made alone; 
 });
 
 test('ChatCall.signal cancels that call at its next step; the others finish unaffected', async () => {
-  const lb = new LocalBackend(engine, tokenizer);
+  const lb = new LocalBackend(engine, tokenizer, { responseCache: 0 });
   const full = await lb.chat(call('write a very long essay', 60));
   const other = await lb.chat(call('short one', 12));
   const ac = new AbortController();
@@ -84,4 +84,30 @@ test('ChatCall.signal cancels that call at its next step; the others finish unaf
   assert.equal(b.content, other.content);
   assert.equal(b.finish, 'length');
   assert.equal(engine.scheduler.inFlight, 0, 'the cancelled sequence left the scheduler');
+});
+
+test('an identical call is answered from the response cache; calls with inspect and cancelled replies are not cached', async () => {
+  const lb = new LocalBackend(engine, tokenizer, { responseCache: 2 });
+  const seqs = () => engine.scheduler.stats.sequences;
+  const first = await lb.chat(call('cache me', 6));
+  const n0 = seqs();
+  const second = await lb.chat(call('cache me', 6));
+  assert.equal(seqs(), n0, 'no generation for the identical call');
+  assert.equal(second.cached, true);
+  assert.equal(first.cached, false);
+  assert.equal(second.content, first.content);
+  await lb.chat(call('cache me', 7)); // another maxTokens: another call
+  assert.equal(seqs(), n0 + 1);
+  let seen = 0;
+  await lb.chat(call('cache me', 6, { inspect: () => { seen++; return false; } }));
+  assert.equal(seen, 1, 'the inspect hook ran: not served from the cache');
+  assert.equal(seqs(), n0 + 2);
+  const cancelled = await lb.chat(call('never cache', 6, { signal: AbortSignal.abort() }));
+  assert.equal(cancelled.finish, 'cancelled');
+  const after = await lb.chat(call('never cache', 6));
+  assert.equal(after.cached, false);
+  assert.equal(after.finish, 'length');
+  // bounded: 2 entries, least recently used dropped ('cache me'/6 was used before 'cache me'/7 and 'never cache')
+  const again = await lb.chat(call('cache me', 6));
+  assert.equal(again.cached, false, 'evicted');
 });
