@@ -1,5 +1,5 @@
 /**
- * `npm run bench:generate [-- --rounds R --prompts N --new-tokens K --threads T --base REV --keep DIR --json FILE]`: generation
+ * `npm run bench:generate [-- --rounds R --prompts N --new-tokens K --threads T --base REV --hf-batches B,… --no-hf --keep DIR --json FILE]`: generation
  * throughput on the serving workload — a SmolLM2-135M-shaped random checkpoint (f32), N = 32 prompts of 151–587
  * tokens (random ids), exactly K = 64 new tokens each (no stop ids), greedy, 2 threads — in fresh child processes,
  * the modes interleaved round by round (best of R kept, so every mode sees the same machine load):
@@ -111,7 +111,7 @@ async function main(): Promise<void> {
       await writeRandomCheckpoint(model, 'llama', SMOLLM2_SHAPE);
     }
     const base = existsSync(join(dir, 'base')) ? { root: join(dir, 'base') } : baseTree(dir, flag('base') ?? 'main');
-    const hfOk = spawnSync('python3', ['-c', 'import torch, transformers'], { encoding: 'utf8' }).status === 0;
+    const hfOk = !process.argv.includes('--no-hf') && spawnSync('python3', ['-c', 'import torch, transformers'], { encoding: 'utf8' }).status === 0;
     const idsFile = join(dir, 'ids.json');
     writeFileSync(idsFile, JSON.stringify(workload(n, SMOLLM2_SHAPE.vocabSize)));
     const hfModes = hfOk ? [
@@ -139,7 +139,9 @@ async function main(): Promise<void> {
               '--cache', join(dir, 'cache'), '--threads', String(threads), '--prompts', String(n), '--new-tokens', String(K)], m.name).json;
         } catch (e) {
           if (!m.hf) throw e;
-          skipped.push(`${m.name}: ${(e as Error).message.split('\n').slice(-1)[0]}`);
+          const lines = (e as Error).message.split('\n');
+          const why = lines.filter((l) => /error|exception/i.test(l)).at(-1) ?? '';
+          skipped.push(`${m.name}: ${lines[0]!.replace(/:.*$/, '')}${why ? ` — ${why.slice(0, 200)}` : ''}`);
           continue;
         }
         loads.push(json.load as number);
@@ -164,7 +166,8 @@ async function main(): Promise<void> {
     const one = bestOf.get(modes[0]!.name)!;
     out.push(`scheduled / one at a time: ${f((s.tps as number) / (one.tps as number), 2)}×`);
     if ('root' in base) { const b = bestOf.get(modes[1]!.name)!; out.push(`scheduled / base batch ${n}: ${f((s.tps as number) / (b.tps as number), 2)}×`); } else out.push(`base rows skipped: ${base.skip}`);
-    if (!hfOk) out.push('HF rows skipped: python3 cannot import torch + transformers (pip install torch transformers safetensors to add them)');
+    if (process.argv.includes('--no-hf')) out.push('HF rows skipped: --no-hf');
+    else if (!hfOk) out.push('HF rows skipped: python3 cannot import torch + transformers (pip install torch transformers safetensors to add them)');
     for (const x of skipped) out.push(`row skipped (failed): ${x}`);
     const hfBest = Math.max(...modes.filter((m) => m.hf && bestOf.has(m.name)).map((m) => bestOf.get(m.name)!.tps as number));
     if (Number.isFinite(hfBest)) out.push(`scheduled / HF's best row: ${f((s.tps as number) / hfBest, 2)}×`);
