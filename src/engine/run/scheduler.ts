@@ -6,8 +6,9 @@
  *
  * Each iteration runs one decode step per group of running sequences (all rows of the group, one new token each),
  * then prefill chunks of the prefilling sequences, first come first served, within the step token budget
- * (`stepTokens` minus the decode rows): a long prompt is prefilled in chunks interleaved with the decode steps of the
- * sequences already running, so they keep producing tokens while it is read. A finished sequence leaves its group's
+ * (`stepTokens` minus the decode rows; whole prompts while they fit, a longer one in even chunks, one chunk of it per
+ * iteration): a long prompt is prefilled in chunks interleaved with the decode steps of the sequences already
+ * running, so they keep producing tokens while it is read. A finished sequence leaves its group's
  * batch at once (runtime/row-kv.ts: its row is refilled by the last one), so no step computes a token nobody wants.
  *
  * Groups: the graph takes one steering/intervention row set per step, so sequences whose decode interventions are
@@ -204,15 +205,21 @@ export class Scheduler {
         for (const q of g.seqs) q.reject(e);
       }
     }
-    let budget = Math.max(1, this.stepTokens - decodeTokens);
-    while (budget > 0 && this.prefilling.length) {
+    // prefill: chunks of the prefilling sequences in order while they fit the budget left (the first always runs);
+    // a sequence whose prompt is not done after its chunk waits for the next iteration, so decode steps interleave
+    const full = Math.max(1, this.stepTokens - decodeTokens);
+    let budget = full;
+    while (this.prefilling.length) {
       const q = this.prefilling[0]!;
+      if (q.chain === null && q.filled === 0) this.startPrefill(q); // a prefix hit shortens what is left
+      const T = this.chunkTokens(q, full);
+      if (budget < full && T > budget) break;
       try {
-        budget -= await this.prefillChunk(q, budget);
-        if (q.filled === q.ids.length) {
-          this.prefilling.shift();
-          this.endPrefill(q); // may throw: a caller's haltAfterPrefill
-        }
+        await this.prefillChunk(q, T);
+        budget -= T;
+        if (q.filled < q.ids.length) break;
+        this.prefilling.shift();
+        this.endPrefill(q); // may throw: a caller's haltAfterPrefill
       } catch (e) {
         if (this.prefilling[0] === q) this.prefilling.shift();
         q.kv = null;
@@ -259,11 +266,18 @@ export class Scheduler {
     }
   }
 
-  /** Run the next prefill chunk of q (at most `budget` tokens); returns the tokens computed. */
-  private async prefillChunk(q: Seq, budget: number): Promise<number> {
+  /**
+   * The next chunk of q's prompt under a per-iteration budget: the rest when it fits, else even chunks (700 tokens in
+   * a 512 budget: 350 + 350, not 512 + 188, so no chunk is a short tail; causalChunk in chunked.ts measured why).
+   */
+  private chunkTokens(q: Seq, budget: number): number {
+    const rest = q.ids.length - q.filled;
+    return rest <= budget ? rest : Math.ceil(rest / Math.ceil(rest / budget));
+  }
+
+  /** Run the next T tokens of q's prefill. */
+  private async prefillChunk(q: Seq, T: number): Promise<void> {
     const n = q.ids.length;
-    if (q.chain === null && q.filled === 0) this.startPrefill(q);
-    const T = Math.min(n - q.filled, budget);
     const last = q.filled + T === n;
     const ids = BigInt64Array.from(q.ids.slice(q.filled, q.filled + T), (x) => BigInt(x));
     const out = await this.s.prefill({
@@ -286,7 +300,6 @@ export class Scheduler {
       }
     }
     if (last) this.prefillOut.set(q, out);
-    return T;
   }
 
   /** the last prefill step's outputs, until endPrefill reads them */
