@@ -10,12 +10,12 @@
  * Measured earlier (src/engine/README.md, "Measured"): our prefill runs at 72 % of the raw GEMM rate of its
  * hardware; batched decode here is bound by reading the weights once per step.
  * ASSUMED (no GPU has run this code; every constant is printed and is a flag): the GPU's raw f16 GEMM rate and
- * memory bandwidth, that the 72 % carries over to ORT's CUDA kernels, decode at a fraction of the bandwidth with 8
- * sequences per step, every generation running to its max new tokens (an upper bound), each task loading the f16
+ * memory bandwidth, that the 72 % carries over to ORT's CUDA kernels, decode at a fraction of the bandwidth with as many
+ * sequences per step as the scheduler measured per weight read on the CPU (bench:generate; 8 assumed without it), every generation running to its max new tokens (an upper bound), each task loading the f16
  * model from the shared filesystem at a given rate, and the per-stage Slurm overhead measured on the local cluster.
  * Sharding is token-balanced, so a stage's wall time is its work / N plus overhead, until N exceeds its work items.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
@@ -34,6 +34,7 @@ const opt = (name: string, fallback: string): string => {
   const i = args.indexOf(`--${name}`);
   return i >= 0 ? args[i + 1]! : fallback;
 };
+let decodeBatchSource = 'given by --decode-batch';
 const A = {
   gpus: opt('gpus', '1,8,32,64').split(',').map(Number),
   /** raw dense f16 GEMM rate of one GPU, TFLOP/s (H100 SXM cuBLAS on large GEMMs: ~600) */
@@ -43,8 +44,11 @@ const A = {
   /** HBM bandwidth TB/s (H100 SXM 3.35) and the fraction decode reaches */
   bandwidthTBs: Number(opt('bandwidth-tbs', '3.35')),
   bandwidthFraction: Number(opt('bandwidth-fraction', '0.5')),
-  /** sequences decoded together (steer's generation batch) */
-  decodeBatch: Number(opt('decode-batch', '8')),
+  /**
+   * sequences decoded per weight read: measured (bench:generate's scheduled decode-only rate ÷ its one-at-a-time
+   * decode-only rate, read from --generate-json) unless given; 8 assumed when neither is there
+   */
+  decodeBatch: measuredDecodeBatch(),
   /** reading the f16 weights from the shared filesystem, GB/s per task */
   loadGBs: Number(opt('load-gbs', '1')),
   /** Slurm overhead per stage (queue + node start + merge job), seconds — from npm run bench:slurm */
@@ -54,6 +58,29 @@ const A = {
   judgeMaxTokens: 8,
 };
 
+/**
+ * The effective decode batch of the scheduler as measured by `npm run bench:generate` (its JSON, --generate-json
+ * FILE, default where that bench writes it): decode-only tokens/s with every call in flight ÷ one call at a time —
+ * how many sequences one decode step's weight read serves. On the CPU it measured decode steps turn compute-bound
+ * at a few rows, so this is a lower bound for a GPU, whose steps stay bandwidth-bound to far larger batches.
+ */
+function measuredDecodeBatch(): number {
+  if (args.includes('--decode-batch')) return Number(opt('decode-batch', '8'));
+  const file = opt('generate-json', join(tmpdir(), 'safekeep-bench-generate.json'));
+  try {
+    const j = JSON.parse(readFileSync(file, 'utf8')) as { modes: Record<string, { mode: string; decodeTps: number }> };
+    const by = (m: string) => Object.values(j.modes).find((x) => x.mode === m);
+    const one = by('one');
+    const sched = by('scheduled');
+    if (one && sched && one.decodeTps > 0 && sched.decodeTps > 0) {
+      const b = sched.decodeTps / one.decodeTps;
+      decodeBatchSource = `measured by bench:generate (${file}): scheduled decode ${sched.decodeTps.toFixed(1)} tok/s ÷ one at a time ${one.decodeTps.toFixed(1)} = ${b.toFixed(2)} sequences per weight read`;
+      return b;
+    }
+  } catch { /* no measurement */ }
+  decodeBatchSource = `ASSUMED 8 (no bench:generate result at ${file}; run npm run bench:generate first or pass --decode-batch)`;
+  return 8;
+}
 const MODELS: Array<{ name: string; tokenizer: NpmTokenizer; family: 'llama' | 'qwen3'; vocab: number; params: number; proxy?: string }> = [
   { name: 'Llama-3.1-8B-Instruct', tokenizer: 'llama3', family: 'llama', vocab: 128256, params: 8.03e9 },
   { name: 'Qwen3-8B', tokenizer: 'qwen3', family: 'qwen3', vocab: 151936, params: 8.19e9 },
@@ -116,6 +143,7 @@ try {
   console.log(`Table 4: ${cases.length} cases${ah && ia ? '' : ' (../shared data missing: partial)'} × ${GUARD_METHODS.length} methods = ${items.length} items, ~${guardPrompt} prompt tokens (char estimate)`);
 
   console.log('\nassumptions (flags):', JSON.stringify(A));
+  console.log(`decode batch: ${decodeBatchSource}`);
   const rows: string[] = [];
   let total1 = 0;
   const perStage: Array<{ work: number; items: number; load: number }> = [];
@@ -131,9 +159,9 @@ try {
       rows.push(`| ${m.name}${m.proxy ? ` (${m.proxy})` : ''} | ${stage} | ${(w.prefill / 1e6).toFixed(2)} M | ${w.decodeSteps} | ${(s / 60).toFixed(1)} min |`);
     }
   }
-  console.log('\n| model | stage | prompt tokens | decode steps (batch 8) | 1-GPU compute |\n| --- | --- | --- | --- | --- |');
+  console.log(`\n| model | stage | prompt tokens | decode steps (batch ${A.decodeBatch.toFixed(1)}) | 1-GPU compute |\n| --- | --- | --- | --- | --- |`);
   console.log(rows.join('\n'));
-  console.log(`\n1 GPU, compute only: ${(total1 / 3600).toFixed(2)} h`);
+  console.log(`\n1 GPU, compute only: ${(total1 / 3600).toFixed(2)} h (H100-class at the flags above; an H200's 4.8 TB/s would shorten the decode share by ${(1 - A.bandwidthTBs / 4.8).toFixed(2)} of it)`);
   console.log('\n| GPUs (array tasks per stage) | projected wall time, 9 stages one after another | if the 3 models run side by side (N/3 GPUs each) |\n| --- | --- | --- |');
   for (const n of A.gpus) {
     // stages run one after another on all N GPUs: each = max(work/N, one item) + model load + overhead

@@ -22,6 +22,7 @@ import { callInterventions, interventionInputs, positionIds } from './run/batch.
 import { memoryFits, prefill } from './run/chunked.ts';
 import { checkIds, forward } from './run/forward.ts';
 import { generate } from './run/generate.ts';
+import { Scheduler, type SchedulerOptions } from './run/scheduler.ts';
 import { firstTokenShared, forwardShared } from './run/prefix.ts';
 import type { StepInput, StepOutput, Stepper } from './run/step.ts';
 import { appendKv, capacityBias, emptyKv, kvCapacity, KV_CHUNK, type KvCache } from './runtime/kv.ts';
@@ -50,6 +51,11 @@ export class OnnxEngine implements Engine, Stepper {
   readonly memoryPlan: MemoryPlan | null;
   /** attention kernel of the session (for the memory model) */
   readonly attention: AttentionImpl;
+  /**
+   * The continuous-batching loop every generation goes through (run/scheduler.ts): its knobs (`stepTokens`,
+   * `maxRunning`), its `stats` and the automatic prefix cache (`prefixStore`).
+   */
+  readonly scheduler: Scheduler;
 
   /** the sliding window of the windowed layers (one size per config), null when every layer attends fully */
   readonly window: number | null;
@@ -64,7 +70,7 @@ export class OnnxEngine implements Engine, Stepper {
   private readonly hookSessions = new Map<string, Promise<ort.InferenceSession>>();
 
   constructor(readonly checkpoint: Checkpoint, private readonly session: ort.InferenceSession, graphCached: boolean,
-    run: { attention: AttentionImpl; memoryPlan?: MemoryPlan | null; maxBatchTokens?: number; profiling?: boolean; engineConfig?: EngineConfig }) {
+    run: { attention: AttentionImpl; memoryPlan?: MemoryPlan | null; maxBatchTokens?: number; profiling?: boolean; engineConfig?: EngineConfig; scheduler?: SchedulerOptions }) {
     this.engineConfig = run.engineConfig ?? null;
     this.attention = run.attention;
     this.profiling = run.profiling ?? false;
@@ -80,6 +86,7 @@ export class OnnxEngine implements Engine, Stepper {
     this.eosIds = [...this.config.eosTokenIds];
     this.graphCached = graphCached;
     this.noProjection = { dir: new Float32Array((this.numLayers + 1) * this.dModel), value: new Float32Array(this.numLayers + 1) };
+    this.scheduler = new Scheduler(this, run.scheduler);
   }
 
   /** [B, hd/2] inverse frequencies, row b for a sequence of lengths[b] tokens (only dynamic NTK looks at it) */
@@ -238,8 +245,17 @@ export class OnnxEngine implements Engine, Stepper {
     return firstTokenShared(this, inputIds, interventionInputs(this.numLayers, this.dModel, callInterventions(opts)), opts);
   }
 
+  /** every row a sequence of the scheduler: batched continuously with each other and with concurrent calls */
   async generate(inputIds: number[][], opts: GenerateOptions): Promise<GenerateResult[]> {
-    return generate(this, inputIds, opts);
+    return generate(this, this.scheduler, inputIds, opts);
+  }
+
+  /**
+   * One prompt into the scheduler; resolves when it finishes. Concurrent submits (and generate calls) share decode
+   * steps; `opts.signal` cancels this sequence alone at its next step (finish 'cancelled', its slots freed).
+   */
+  async submit(ids: number[], opts: GenerateOptions): Promise<GenerateResult> {
+    return this.scheduler.submit(ids, opts);
   }
 
   /** whether the session profiles (EngineOptions.profile): its trace is written by dispose() */

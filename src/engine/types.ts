@@ -128,6 +128,11 @@ export interface Engine extends EngineInfo {
   /** generate(maxNewTokens 1, prompt-last + first-token hidden states) with shared-prefix reuse; optional */
   firstTokenShared?(inputIds: number[][], opts?: FirstTokenSharedOptions): Promise<FirstTokenSharedResult>;
   generate(inputIds: number[][], opts: GenerateOptions): Promise<GenerateResult[]>;
+  /**
+   * One prompt, continuously batched with every other sequence in flight (concurrent calls are safe and share decode
+   * steps); `opts.signal` cancels it alone. Optional for other engines.
+   */
+  submit?(ids: number[], opts: GenerateOptions): Promise<GenerateResult>;
   dispose(): Promise<void>;
 }
 

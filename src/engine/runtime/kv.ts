@@ -149,3 +149,15 @@ export function capacityBias(batch: number, width: number, past: number, capacit
   }
   return out;
 }
+
+/** A batch-1 cache over per-layer [kvH, capacity, hd] arrays whose first `length` slots are filled. */
+export function kvOfArrays(keys: Float32Array[], values: Float32Array[], kvHeads: number, capacity: number, headDim: number, length: number): KvCache {
+  const dims = [1, kvHeads, capacity, headDim];
+  return {
+    keys: keys.map((k) => new ort.Tensor('float32', k, dims)),
+    values: values.map((v) => new ort.Tensor('float32', v, dims)),
+    batch: 1,
+    length,
+    starts: [0],
+  };
+}

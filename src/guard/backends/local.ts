@@ -3,13 +3,19 @@
  * content in the family's native syntax (special tokens kept, end-of-turn tokens stripped).
  * Refusal prefill = the prefix as the content of a final assistant message rendered with
  * `continueFinalMessage` (HF semantics: the rendering stops right after the prefix), then continued.
- * Calls run one at a time (the engine is not re-entrant). `ChatCall.inspect` sees the prefill's last-prompt-token
- * hidden states of the same generate call (engine `haltAfterPrefill`): no second forward pass.
+ * Concurrent calls are batched: each call is one sequence of the engine's scheduler (`generate` with one row runs on
+ * the engine's one scheduler, src/engine/run/scheduler.ts), so N calls in flight share decode steps, prefill between them and
+ * reuse cached prompt prefixes (shared system prompts and tool specs). `ChatCall.signal` cancels the call's sequence
+ * at its next step (its KV slots freed; reply `finish: 'cancelled'` with the text so far); a call cut by
+ * `maxTokens` says `finish: 'length'`. `ChatCall.inspect` sees the prefill's last-prompt-token hidden states of the
+ * same call (engine `haltAfterPrefill`): no second forward pass. An identical call (same prompt ids and maxTokens,
+ * no `inspect`) is answered from an in-memory response cache (`cached: true`), as the endpoint backend's disk cache does.
  */
-import type { Engine } from '../../engine/types.ts';
+import type { Engine, GenerateOptions } from '../../engine/types.ts';
 import type { PromptTokenizer } from '../../prompts/tokenizer.ts';
 import type { CallFormat } from '../../outcome/types.ts';
 import { stripEndTokens } from '../../outcome/parse-calls.ts';
+import { sha256Hex } from '../../util/hash.ts';
 import type { ChatBackend, ChatCall, ChatMessage, ChatReply } from '../types.ts';
 
 type LocalEngine = Pick<Engine, 'generate'>;
@@ -19,6 +25,12 @@ export interface LocalBackendOptions {
   /** template variables (e.g. `enable_thinking: false` for Qwen3 judges) */
   templateKwargs?: Record<string, unknown>;
   name?: string;
+  /**
+   * replies kept for identical calls (same prompt ids and maxTokens; greedy decoding makes the reply a function of
+   * them), least recently used dropped first; default 1024, 0 = off. Calls with `inspect` are never cached (the hook
+   * must see their prefill), nor cancelled replies.
+   */
+  responseCache?: number;
 }
 
 /**
@@ -43,7 +55,8 @@ export class LocalBackend implements ChatBackend {
   readonly name: string;
   readonly callFormat: CallFormat;
   readonly activations = true;
-  private queue: Promise<unknown> = Promise.resolve();
+  /** identical calls' replies (response cache), by prompt ids + maxTokens */
+  private readonly replies = new Map<string, ChatReply>();
 
   constructor(
     private readonly engine: LocalEngine,
@@ -65,20 +78,27 @@ export class LocalBackend implements ChatBackend {
     return this.tokenizer.render(history, { tools, addGenerationPrompt: true, templateKwargs: this.opts.templateKwargs });
   }
 
-  chat(call: ChatCall): Promise<ChatReply> {
-    const run = this.queue.then(() => this.chatNow(call));
-    this.queue = run.catch(() => undefined);
-    return run;
-  }
-
-  private async chatNow(call: ChatCall): Promise<ChatReply> {
+  async chat(call: ChatCall): Promise<ChatReply> {
     const t0 = performance.now();
     const ids = this.tokenizer.encode(this.renderCall(call));
     const inspect = call.inspect;
-    const [g] = await this.engine.generate([ids], { maxNewTokens: call.maxTokens, ...(inspect ? { haltAfterPrefill: (_row: number, h: Float32Array) => inspect(h) } : {}) });
+    const limit = this.opts.responseCache ?? 1024;
+    const key = !inspect && limit > 0 ? sha256Hex(`${call.maxTokens}:${ids.join(',')}`) : null;
+    const hit = key === null ? undefined : this.replies.get(key);
+    if (hit) {
+      this.replies.delete(key!);
+      this.replies.set(key!, hit);
+      return { ...hit, cached: true, latencyMs: performance.now() - t0 };
+    }
+    const opts: GenerateOptions = {
+      maxNewTokens: call.maxTokens,
+      ...(inspect ? { haltAfterPrefill: (_row: number, h: Float32Array) => inspect(h) } : {}),
+      ...(call.signal ? { signal: call.signal } : {}),
+    };
+    const [g] = await this.engine.generate([ids], opts);
     // a call halted after its prefill (ChatCall.inspect) generated nothing
     const text = g!.generatedIds.length ? stripEndTokens(this.tokenizer.decode(g!.generatedIds, { skipSpecial: false })) : '';
-    return {
+    const reply: ChatReply = {
       content: (call.prefix ?? '') + text,
       toolCalls: [],
       promptTokens: ids.length,
@@ -87,5 +107,10 @@ export class LocalBackend implements ChatBackend {
       cached: false,
       finish: g!.finish,
     };
+    if (key !== null && reply.finish !== 'cancelled') {
+      this.replies.set(key, reply);
+      for (const k of this.replies.keys()) { if (this.replies.size <= limit) break; this.replies.delete(k); }
+    }
+    return reply;
   }
 }

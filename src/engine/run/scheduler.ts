@@ -1,0 +1,442 @@
+/**
+ * Continuous batching: the engine's one generation loop, shared by every caller (`generate`, `submit`, the local
+ * chat backend's concurrent calls). Sequences join and leave at step boundaries:
+ *
+ *   waiting ──admit──▶ prefilling ──last chunk──▶ decoding (a row of its group's batch) ──stop/length/cancel──▶ done
+ *
+ * Each iteration runs one decode step per group of running sequences (all rows of the group, one new token each),
+ * then prefill chunks of the prefilling sequences, first come first served, within the step token budget
+ * (`stepTokens` minus the decode rows; whole prompts while they fit, a longer one in even chunks, one chunk of it per
+ * iteration): a long prompt is prefilled in chunks interleaved with the decode steps of the sequences already
+ * running, so they keep producing tokens while it is read. A finished sequence leaves its group's
+ * batch at once (runtime/row-kv.ts: its row is refilled by the last one), so no step computes a token nobody wants.
+ *
+ * Groups: the graph takes one steering/intervention row set per step, so sequences whose decode interventions are
+ * equal share a batch and each distinct set is its own group (its own step). The prefill of each sequence is its own
+ * batch-1 step with its own prefill interventions (positions 'generated' leave it unsteered).
+ *
+ * Prefix caching (runtime/kv-blocks.ts): when a sequence's prefill starts, the longest chain of cached full blocks
+ * of its prompt (under its prefill interventions) is copied into its KV and only the rest is computed; every full
+ * block a chunk completes is stored. The last prompt token is always computed (its logits choose the first token).
+ *
+ * Exactness: every row's arithmetic is the one-at-a-time arithmetic on other shapes (batch size, buffer width,
+ * chunk boundaries), so results agree within float rounding (tests: ≤ 1e-5 relative, greedy ids equal), not bit for
+ * bit: onnxruntime's GEMMs and softmax reductions block and vectorise by shape.
+ */
+import { createHash } from 'node:crypto';
+import { SafekeepError } from '../../util/errors.ts';
+import { KvBlockStore } from '../runtime/kv-blocks.ts';
+import { kvCapacity, kvOfArrays, KV_CHUNK, type KvCache } from '../runtime/kv.ts';
+import { RowKv } from '../runtime/row-kv.ts';
+import type { GenerateOptions, GenerateResult } from '../types.ts';
+import { argmax } from './argmax.ts';
+import { callInterventions, interventionInputs, type InterventionInputs } from './batch.ts';
+import { checkIds } from './forward.ts';
+import { generationHooks } from './hooked.ts';
+import { hiddenRows, type StepHooks, type Stepper } from './step.ts';
+
+export interface SchedulerOptions {
+  /** most tokens per iteration: the decode rows plus the prefill chunks (default 512) */
+  stepTokens?: number;
+  /** most sequences in flight (prefilling + decoding; default 64) */
+  maxRunning?: number;
+  /** bytes of prefix-cache blocks (default: the memory plan's prefix cache, else 256 MiB; 0 = off) */
+  prefixCacheBytes?: number;
+  /** tokens per prefix-cache block (default 16) */
+  blockTokens?: number;
+}
+
+export interface SchedulerStats {
+  /** sequences completed */
+  sequences: number;
+  /** decode steps run and the rows they computed */
+  decodeSteps: number;
+  decodeRows: number;
+  /** prefill chunks run and the prompt tokens they computed */
+  prefillChunks: number;
+  prefillTokens: number;
+  /** prompt tokens of admitted sequences (computed + served by the prefix cache) */
+  promptTokens: number;
+  /** most sequences decoding in one step */
+  peakBatch: number;
+}
+
+const DEFAULT_PREFIX_BYTES = 256 * 2 ** 20;
+
+/** One group's decode batch: sequences sharing the decode interventions. */
+interface Group {
+  key: string;
+  iv: InterventionInputs;
+  /** edits at hook points shared by the group's sequences (part of the key) */
+  hooks: StepHooks | undefined;
+  kv: RowKv;
+  /** row b's sequence */
+  seqs: Seq[];
+}
+
+interface Seq {
+  ids: number[];
+  maxNew: number;
+  stop: Set<number>;
+  wantStepLogits: boolean;
+  wantFirstHidden: boolean;
+  wantPromptHidden: boolean;
+  keepPromptHidden: boolean;
+  halt: ((h: Float32Array) => boolean) | undefined;
+  signal: AbortSignal | undefined;
+  prefillIv: InterventionInputs;
+  decodeIv: InterventionInputs;
+  /** edits at hook points, at every prefill and decode position */
+  hooks: StepHooks | undefined;
+  decodeKey: string;
+  prefillSalt: string;
+  /** the prefill's KV (batch 1) while prefilling */
+  kv: KvCache | null;
+  /** prompt tokens in kv */
+  filled: number;
+  /** prefix-cache keys of the prompt's full blocks (null until the prefill starts, or without a cache) */
+  chain: string[] | null;
+  /** full blocks already in the store */
+  stored: number;
+  result: GenerateResult;
+  stepLogits: Float32Array[];
+  /** no more tokens wanted (stays in its batch only for the first generated token's hidden state) */
+  finished: boolean;
+  resolve: (r: GenerateResult) => void;
+  reject: (e: unknown) => void;
+}
+
+const digest = (parts: readonly Float32Array[]): string => {
+  const h = createHash('sha256');
+  for (const p of parts) h.update(new Uint8Array(p.buffer, p.byteOffset, p.byteLength));
+  return h.digest('hex');
+};
+
+/** A hook selection and its edit inputs as a key part (names and values). */
+const hooksDigest = (h: StepHooks): string => {
+  const hash = createHash('sha256');
+  hash.update(JSON.stringify(h.selection));
+  for (const [name, f] of Object.entries(h.feeds).sort(([a], [b]) => (a < b ? -1 : 1))) {
+    hash.update(`${name}:${f.dims.join('x')}`);
+    hash.update(new Uint8Array(f.data.buffer, f.data.byteOffset, f.data.byteLength));
+  }
+  return `+hooks:${hash.digest('hex')}`;
+};
+
+export class Scheduler {
+  readonly stats: SchedulerStats = { sequences: 0, decodeSteps: 0, decodeRows: 0, prefillChunks: 0, prefillTokens: 0, promptTokens: 0, peakBatch: 0 };
+  stepTokens: number;
+  maxRunning: number;
+  /** the prefix cache (null when off: a dynamic-NTK RoPE makes a prefix's KV depend on the whole prompt's length) */
+  readonly prefixStore: KvBlockStore | null;
+  private readonly waiting: Seq[] = [];
+  private readonly prefilling: Seq[] = [];
+  private readonly groups = new Map<string, Group>();
+  private looping = false;
+
+  constructor(private readonly s: Stepper, o: SchedulerOptions = {}) {
+    this.stepTokens = positive(o.stepTokens ?? 512, 'stepTokens');
+    this.maxRunning = positive(o.maxRunning ?? 64, 'maxRunning');
+    const c = s.config;
+    const bytes = o.prefixCacheBytes ?? s.memoryPlan?.prefixCacheBytes ?? DEFAULT_PREFIX_BYTES;
+    this.prefixStore = bytes > 0 && c.rope.type !== 'dynamic'
+      ? new KvBlockStore(c.numLayers, c.numKvHeads, c.headDim, positive(o.blockTokens ?? 16, 'blockTokens'), bytes)
+      : null;
+  }
+
+  /** sequences waiting, prefilling and decoding */
+  get inFlight(): number {
+    let n = this.prefilling.length;
+    for (const g of this.groups.values()) n += g.seqs.length;
+    return n + this.waiting.length;
+  }
+
+  /**
+   * Generate for one prompt: resolves when the sequence finishes (stop id, maxNewTokens, haltAfterPrefill, or its
+   * signal: finish 'cancelled' with the tokens so far). `haltAfterPrefill` is called with row 0.
+   */
+  submit(ids: number[], opts: GenerateOptions): Promise<GenerateResult> {
+    checkIds([ids], this.s.vocabSize);
+    if (!Number.isInteger(opts.maxNewTokens) || opts.maxNewTokens < 0) {
+      throw new SafekeepError(`maxNewTokens must be a non-negative integer, got ${opts.maxNewTokens}`);
+    }
+    const { numLayers: L, dModel: d } = this.s;
+    const all = callInterventions(opts);
+    // positions 'generated': the prompt (prefill) runs without those interventions, the decode steps with all
+    const prefillIv = interventionInputs(L, d, all.filter((x) => (x.positions ?? 'all') === 'all'));
+    const decodeIv = interventionInputs(L, d, all);
+    return this.enqueue(ids, opts, prefillIv, decodeIv, undefined, generationHooks(this.s, opts.hooks));
+  }
+
+  /** `submit` with the interventions already resolved (generate() resolves a call's once for all its rows) */
+  enqueue(ids: number[], opts: GenerateOptions, prefillIv: InterventionInputs, decodeIv: InterventionInputs, halt?: (h: Float32Array) => boolean, hooks?: StepHooks): Promise<GenerateResult> {
+    // hook edits change every position's KV: they key the decode group and salt the prefix cache like interventions
+    const hookKey = hooks ? hooksDigest(hooks) : '';
+    return new Promise<GenerateResult>((resolve, reject) => {
+      const seq: Seq = {
+        ids, maxNew: opts.maxNewTokens, stop: new Set(opts.stopIds ?? this.s.eosIds),
+        wantStepLogits: !!opts.returnStepLogits,
+        wantFirstHidden: !!opts.returnFirstTokenHidden && opts.maxNewTokens > 0,
+        wantPromptHidden: !!opts.returnPromptLastHidden || !!opts.haltAfterPrefill,
+        keepPromptHidden: !!opts.returnPromptLastHidden,
+        halt: halt ?? (opts.haltAfterPrefill ? (h) => opts.haltAfterPrefill!(0, h) : undefined),
+        signal: opts.signal,
+        prefillIv, decodeIv, hooks,
+        decodeKey: digest([decodeIv.steer, decodeIv.dir, decodeIv.value]) + hookKey,
+        prefillSalt: digest([prefillIv.steer, prefillIv.dir, prefillIv.value]) + hookKey,
+        kv: null, filled: 0, chain: null, stored: 0,
+        result: { generatedIds: [], finish: 'length' }, stepLogits: [], finished: false, resolve, reject,
+      };
+      this.waiting.push(seq);
+      this.kick();
+    });
+  }
+
+  private kick(): void {
+    if (this.looping) return;
+    this.looping = true;
+    void this.loop();
+  }
+
+  private async loop(): Promise<void> {
+    try {
+      while (this.waiting.length || this.prefilling.length || this.groups.size) await this.iteration();
+    } catch (e) {
+      this.failAll(e);
+    } finally {
+      this.looping = false;
+    }
+  }
+
+  /** one scheduling round: reap cancelled, admit, a decode step per group, prefill chunks within the budget */
+  private async iteration(): Promise<void> {
+    this.reapCancelled();
+    this.admit();
+    let decodeTokens = 0;
+    for (const g of [...this.groups.values()]) {
+      if (g.seqs.length === 0) { this.groups.delete(g.key); continue; }
+      decodeTokens += g.seqs.length;
+      try {
+        await this.decodeStep(g);
+      } catch (e) {
+        this.groups.delete(g.key);
+        for (const q of g.seqs) q.reject(e);
+      }
+    }
+    // prefill: chunks of the prefilling sequences in order while they fit the budget left (the first always runs);
+    // a sequence whose prompt is not done after its chunk waits for the next iteration, so decode steps interleave
+    const full = Math.max(1, this.stepTokens - decodeTokens);
+    let budget = full;
+    while (this.prefilling.length) {
+      const q = this.prefilling[0]!;
+      if (q.chain === null && q.filled === 0) this.startPrefill(q); // a prefix hit shortens what is left
+      const T = this.chunkTokens(q, full);
+      if (budget < full && T > budget) break;
+      try {
+        await this.prefillChunk(q, T);
+        budget -= T;
+        if (q.filled < q.ids.length) break;
+        this.prefilling.shift();
+        this.endPrefill(q); // may throw: a caller's haltAfterPrefill
+      } catch (e) {
+        if (this.prefilling[0] === q) this.prefilling.shift();
+        q.kv = null;
+        q.reject(e);
+      }
+    }
+  }
+
+  /** a failure outside any one sequence's step: every sequence in flight is rejected with it */
+  private failAll(e: unknown): void {
+    const all = [...this.waiting.splice(0), ...this.prefilling.splice(0), ...[...this.groups.values()].flatMap((g) => g.seqs)];
+    this.groups.clear();
+    for (const q of all) q.reject(e);
+  }
+
+  private reapCancelled(): void {
+    const cancelled = (q: Seq) => q.signal?.aborted === true;
+    for (const list of [this.waiting, this.prefilling]) {
+      for (let i = list.length - 1; i >= 0; i--) {
+        if (cancelled(list[i]!)) { const [q] = list.splice(i, 1); q!.kv = null; this.complete(q!, 'cancelled'); }
+      }
+    }
+    for (const g of this.groups.values()) this.dropRows(g, (q) => !q.finished && cancelled(q), 'cancelled');
+  }
+
+  /** waiting → prefilling while fewer than maxRunning are in flight and (under a memory plan) the decode batch fits */
+  private admit(): void {
+    const fits = this.s.memoryFits((B, P) => [{ batch: B, width: 1, past: P, hidden: B, logits: B, present: true }]);
+    let running = this.prefilling.length;
+    let rows = 0;
+    let span = 0;
+    for (const g of this.groups.values()) { running += g.seqs.length; rows += g.seqs.length; span = Math.max(span, g.kv.slotCapacity); }
+    for (const q of this.prefilling) { rows++; span = Math.max(span, q.ids.length + q.maxNew); }
+    while (this.waiting.length && running < this.maxRunning) {
+      const q = this.waiting[0]!;
+      const past = Math.max(span, q.ids.length + q.maxNew);
+      if (fits && running > 0 && !fits(rows + 1, past)) break;
+      this.waiting.shift();
+      this.prefilling.push(q);
+      this.stats.promptTokens += q.ids.length;
+      running++;
+      rows++;
+      span = past;
+    }
+  }
+
+  /**
+   * The next chunk of q's prompt under a per-iteration budget: the rest when it fits, else even chunks (700 tokens in
+   * a 512 budget: 350 + 350, not 512 + 188, so no chunk is a short tail; causalChunk in chunked.ts measured why).
+   */
+  private chunkTokens(q: Seq, budget: number): number {
+    const rest = q.ids.length - q.filled;
+    return rest <= budget ? rest : Math.ceil(rest / Math.ceil(rest / budget));
+  }
+
+  /** Run the next T tokens of q's prefill. */
+  private async prefillChunk(q: Seq, T: number): Promise<void> {
+    const n = q.ids.length;
+    const last = q.filled + T === n;
+    const ids = BigInt64Array.from(q.ids.slice(q.filled, q.filled + T), (x) => BigInt(x));
+    const out = await this.s.prefill({
+      ids, batch: 1, width: T, starts: [0], past: q.kv, steer: q.prefillIv.steer, project: q.prefillIv, ...(q.hooks ? { hooks: q.hooks } : {}),
+      hiddenIndex: last && q.wantPromptHidden ? [T - 1] : [],
+      logitsIndex: last && q.maxNew > 0 ? [T - 1] : [],
+      ropeLength: [n], // dynamic-NTK RoPE: the whole prompt's length in every chunk, as one prefill step
+      reserve: n - q.filled - T,
+    });
+    q.kv = out.present;
+    q.filled += T;
+    this.stats.prefillChunks++;
+    this.stats.prefillTokens += T;
+    const store = this.prefixStore;
+    if (store && q.chain) {
+      const full = Math.floor(q.filled / store.blockTokens);
+      if (full > q.stored) {
+        store.write(q.chain, q.stored, full, { keys: q.kv!.keys.map((t) => t.data as Float32Array), values: q.kv!.values.map((t) => t.data as Float32Array), capacity: kvCapacity(q.kv!) });
+        q.stored = full;
+      }
+    }
+    if (last) this.prefillOut.set(q, out);
+  }
+
+  /** the last prefill step's outputs, until endPrefill reads them */
+  private readonly prefillOut = new WeakMap<Seq, { hidden: Float32Array; logits: Float32Array }>();
+
+  /** the prefix cache lookup: the cached full blocks of the prompt become the start of its KV */
+  private startPrefill(q: Seq): void {
+    const store = this.prefixStore;
+    if (!store) { q.chain = []; return; }
+    const n = q.ids.length;
+    q.chain = store.chain(q.ids, q.prefillSalt);
+    if (q.chain.length === 0) return;
+    const c = this.s.config;
+    const size = c.numKvHeads * n * c.headDim;
+    const dst = { keys: Array.from({ length: c.numLayers }, () => new Float32Array(size)), values: Array.from({ length: c.numLayers }, () => new Float32Array(size)), capacity: n };
+    const hit = store.read(q.chain, n - 1, dst);
+    if (hit === 0) return;
+    q.kv = kvOfArrays(dst.keys, dst.values, c.numKvHeads, n, c.headDim, hit);
+    q.filled = hit;
+    q.stored = hit / store.blockTokens;
+  }
+
+  /** after the last chunk: prompt hidden state / halt, the first token, then the sequence joins its decode group */
+  private endPrefill(q: Seq): void {
+    const out = this.prefillOut.get(q)!;
+    this.prefillOut.delete(q);
+    if (q.wantPromptHidden) {
+      const h = out.hidden.slice(0, (this.s.numLayers + 1) * this.s.dModel);
+      if (q.keepPromptHidden) q.result.promptLastHidden = h;
+      if (q.halt?.(h)) { q.kv = null; this.complete(q, 'halted'); return; }
+    }
+    if (q.maxNew === 0) { q.kv = null; this.complete(q, 'length'); return; }
+    this.choose(q, out.logits.subarray(0, this.s.vocabSize));
+    if (q.finished && !q.wantFirstHidden) { q.kv = null; this.complete(q, q.result.finish); return; }
+    let g = this.groups.get(q.decodeKey);
+    if (!g) {
+      const c = this.s.config;
+      g = { key: q.decodeKey, iv: q.decodeIv, hooks: q.hooks, kv: new RowKv(c.numLayers, c.numKvHeads, c.headDim, this.maxRunning), seqs: [] };
+      this.groups.set(g.key, g);
+    }
+    const kv = q.kv!;
+    // the admitted sequences still prefilling for this group are about to join: one re-layout makes room for them too
+    const coming = this.prefilling.filter((x) => x.decodeKey === q.decodeKey);
+    const expect = { rows: coming.length, length: Math.max(0, ...coming.map((x) => x.ids.length)) };
+    g.kv.addRow({ keys: kv.keys.map((t) => t.data as Float32Array), values: kv.values.map((t) => t.data as Float32Array), capacity: kvCapacity(kv), length: kv.length }, this.ahead(g, q), expect);
+    g.seqs.push(q);
+    q.kv = null;
+  }
+
+  /** slots a group's buffer should have room for when it is re-laid out: the decode steps its rows still want */
+  private ahead(g: Group, extra?: Seq): number {
+    let most = 1;
+    for (const q of extra ? [...g.seqs, extra] : g.seqs) most = Math.max(most, q.maxNew - q.result.generatedIds.length + 1);
+    return Math.min(most, KV_CHUNK);
+  }
+
+  /** greedy choice from one row of logits; marks the sequence finished at a stop id or maxNewTokens */
+  private choose(q: Seq, row: Float32Array): void {
+    const tok = argmax(row);
+    q.result.generatedIds.push(tok);
+    if (q.wantStepLogits) q.stepLogits.push(row.slice());
+    if (q.stop.has(tok)) { q.finished = true; q.result.finish = 'stop'; } else if (q.result.generatedIds.length >= q.maxNew) { q.finished = true; q.result.finish = 'length'; }
+  }
+
+  /** one new token for every row of a group (finished rows only for the first token's hidden state) */
+  private async decodeStep(g: Group): Promise<void> {
+    g.kv.reserve(this.ahead(g));
+    const B = g.seqs.length;
+    const fed = BigInt64Array.from(g.seqs, (q) => BigInt(q.result.generatedIds.at(-1)!));
+    const hiddenRowsWanted: number[] = [];
+    const logitRows: number[] = [];
+    g.seqs.forEach((q, b) => {
+      if (q.wantFirstHidden && !q.result.firstTokenHidden) hiddenRowsWanted.push(b);
+      if (!q.finished) logitRows.push(b);
+    });
+    const past = g.kv.view();
+    const out = await this.s.step({
+      ids: fed, batch: B, width: 1, starts: past.starts, past, steer: g.iv.steer, project: g.iv, ...(g.hooks ? { hooks: g.hooks } : {}),
+      hiddenIndex: hiddenRowsWanted, logitsIndex: logitRows, reserve: 0,
+    });
+    g.kv.advance(out.present!);
+    this.stats.decodeSteps++;
+    this.stats.decodeRows += B;
+    this.stats.peakBatch = Math.max(this.stats.peakBatch, B);
+    const L1 = this.s.numLayers + 1;
+    const V = this.s.vocabSize;
+    hiddenRowsWanted.forEach((b, i) => { g.seqs[b]!.result.firstTokenHidden = hiddenRows(out.hidden, L1, hiddenRowsWanted.length, this.s.dModel, i, 1); });
+    logitRows.forEach((b, i) => this.choose(g.seqs[b]!, out.logits.subarray(i * V, (i + 1) * V)));
+    this.dropRows(g, (q) => q.finished && !(q.wantFirstHidden && !q.result.firstTokenHidden), null);
+  }
+
+  /** remove the rows whose sequence `leaves` (finish as given, or its own), completing them */
+  private dropRows(g: Group, leaves: (q: Seq) => boolean, finish: GenerateResult['finish'] | null): void {
+    for (let b = g.seqs.length - 1; b >= 0; b--) {
+      const q = g.seqs[b]!;
+      if (!leaves(q)) continue;
+      const moved = g.kv.removeRow(b);
+      if (moved >= 0) g.seqs[b] = g.seqs[moved]!;
+      g.seqs.pop();
+      this.complete(q, finish ?? q.result.finish);
+    }
+    if (g.seqs.length === 0) this.groups.delete(g.key);
+  }
+
+  private complete(q: Seq, finish: GenerateResult['finish']): void {
+    q.result.finish = finish;
+    if (q.wantStepLogits) {
+      const V = this.s.vocabSize;
+      const m = new Float32Array(q.stepLogits.length * V);
+      q.stepLogits.forEach((row, k) => m.set(row, k * V));
+      q.result.stepLogits = m;
+      q.stepLogits = [];
+    }
+    this.stats.sequences++;
+    q.resolve(q.result);
+  }
+}
+
+function positive(x: number, what: string): number {
+  if (!Number.isInteger(x) || x < 1) throw new SafekeepError(`${what} must be a positive integer, got ${x}`);
+  return x;
+}

@@ -1,0 +1,127 @@
+/**
+ * Automatic prefix caching: the KV of prompt prefixes kept in blocks of `blockTokens` slots, keyed by the tokens they
+ * hold and everything before them (a hash chain: key_i = H(key_{i−1}, tokens of block i), key_{−1} = H(salt), the
+ * salt naming what else changes the KV — the prefill's interventions). A prompt reuses the longest chain of cached
+ * full blocks, so a hit ends on a block boundary even when the shared prefix ends inside a block: that block's
+ * tokens are recomputed, as they are not known to be shared.
+ *
+ * Blocks are copied into a sequence's own KV when its prefill starts (synchronously, in one call), so a block is
+ * never in use while the store evicts: the store is an LRU bounded in bytes (least recently hit or written first)
+ * and needs no reference counts.
+ */
+import { createHash } from 'node:crypto';
+
+/** One block: per layer [kvH, blockTokens, hd] keys and values. */
+interface Block {
+  keys: Float32Array[];
+  values: Float32Array[];
+}
+
+export interface BlockStats {
+  /** prompt tokens that could have been reused (every prompt token but the last) */
+  lookedUp: number;
+  /** of those, served from the store */
+  hit: number;
+  blocks: number;
+  bytes: number;
+}
+
+export class KvBlockStore {
+  private readonly blocks = new Map<string, Block>();
+  private bytes = 0;
+  readonly stats: BlockStats = { lookedUp: 0, hit: 0, blocks: 0, bytes: 0 };
+
+  constructor(readonly layers: number, readonly kvHeads: number, readonly headDim: number,
+    readonly blockTokens: number, public maxBytes: number) {
+    if (!Number.isInteger(blockTokens) || blockTokens < 1) throw new Error(`KvBlockStore: blockTokens must be a positive integer, got ${blockTokens}`);
+  }
+
+  get blockBytes(): number {
+    return 2 * this.layers * this.kvHeads * this.blockTokens * this.headDim * 4;
+  }
+
+  /** the chain of keys of a prompt's full blocks: keys[i] names tokens 0..(i+1)·blockTokens−1 under `salt` */
+  chain(ids: readonly number[], salt: string): string[] {
+    const out: string[] = [];
+    let prev = createHash('sha256').update(salt).digest('hex');
+    const n = Math.floor(ids.length / this.blockTokens);
+    for (let i = 0; i < n; i++) {
+      const toks = Int32Array.from(ids.slice(i * this.blockTokens, (i + 1) * this.blockTokens));
+      prev = createHash('sha256').update(prev).update(new Uint8Array(toks.buffer)).digest('hex');
+      out.push(prev);
+    }
+    return out;
+  }
+
+  /**
+   * The longest run of cached blocks along `chain`, at most `maxTokens` tokens, copied into `dst` (per layer
+   * [kvH, dstCapacity, hd], slots from 0). Returns the number of tokens copied. Hits move to the LRU's end.
+   */
+  read(chain: readonly string[], maxTokens: number, dst: { keys: Float32Array[]; values: Float32Array[]; capacity: number }): number {
+    const BT = this.blockTokens;
+    const { kvHeads: kvH, headDim: hd } = this;
+    let n = 0;
+    for (const key of chain) {
+      if ((n + 1) * BT > maxTokens) break;
+      const blk = this.blocks.get(key);
+      if (!blk) break;
+      this.blocks.delete(key);
+      this.blocks.set(key, blk);
+      for (let l = 0; l < this.layers; l++) {
+        for (let h = 0; h < kvH; h++) {
+          const src = h * BT * hd;
+          const to = (h * dst.capacity + n * BT) * hd;
+          dst.keys[l]!.set(blk.keys[l]!.subarray(src, src + BT * hd), to);
+          dst.values[l]!.set(blk.values[l]!.subarray(src, src + BT * hd), to);
+        }
+      }
+      n++;
+    }
+    this.stats.lookedUp += maxTokens;
+    this.stats.hit += n * BT;
+    return n * BT;
+  }
+
+  /**
+   * Store the full blocks i with from ≤ i < to along `chain` from a sequence's KV `src` (per layer [kvH, capacity, hd],
+   * slot 0 = token 0); blocks already stored are refreshed in the LRU. Evicts least recently used blocks beyond maxBytes.
+   */
+  write(chain: readonly string[], from: number, to: number, src: { keys: Float32Array[]; values: Float32Array[]; capacity: number }): void {
+    if (this.blockBytes > this.maxBytes) return;
+    const BT = this.blockTokens;
+    const { kvHeads: kvH, headDim: hd } = this;
+    for (let i = from; i < Math.min(to, chain.length); i++) {
+      const key = chain[i]!;
+      const old = this.blocks.get(key);
+      if (old) { this.blocks.delete(key); this.blocks.set(key, old); continue; }
+      const take = (bufs: Float32Array[]) => bufs.map((t) => {
+        const out = new Float32Array(kvH * BT * hd);
+        for (let h = 0; h < kvH; h++) {
+          const s = (h * src.capacity + i * BT) * hd;
+          out.set(t.subarray(s, s + BT * hd), h * BT * hd);
+        }
+        return out;
+      });
+      this.blocks.set(key, { keys: take(src.keys), values: take(src.values) });
+      this.bytes += this.blockBytes;
+    }
+    this.evict();
+  }
+
+  private evict(): void {
+    for (const key of this.blocks.keys()) {
+      if (this.bytes <= this.maxBytes) break;
+      this.blocks.delete(key);
+      this.bytes -= this.blockBytes;
+    }
+    this.stats.blocks = this.blocks.size;
+    this.stats.bytes = this.bytes;
+  }
+
+  /** drop every block (e.g. after the weights changed) */
+  clear(): void {
+    this.blocks.clear();
+    this.bytes = 0;
+    this.evict();
+  }
+}

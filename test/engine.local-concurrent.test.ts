@@ -1,0 +1,113 @@
+/**
+ * The local chat backend on the engine's scheduler: concurrent chat() calls are batched together (the scheduler
+ * decodes several at once) and each reply equals the same call made alone; `ChatCall.signal` cancels one call at
+ * its next step (finish 'cancelled', the text so far, the other calls unaffected); a reply cut by maxTokens says
+ * finish 'length'. A random checkpoint and a character tokenizer keep it small; the greedy ids themselves are checked
+ * against the Float64 oracle in test/engine.scheduler.test.ts.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
+import { createEngine, type OnnxEngine } from '../src/engine/engine.ts';
+import { LocalBackend, type LocalTokenizer } from '../src/guard/backends/local.ts';
+import type { ChatCall, ChatMessage, ChatReply } from '../src/guard/types.ts';
+import { SMALL_GQA, tempCache } from './helpers/engine.ts';
+
+let tmp = '';
+let cache: ReturnType<typeof tempCache>;
+let engine: OnnxEngine;
+const V = SMALL_GQA[0]!.opts.vocabSize!;
+
+/** one token per character (ids 1..V−1), decoded as the ids themselves so replies compare token for token */
+const tokenizer: LocalTokenizer = {
+  family: 'llama3',
+  render: (messages: readonly ChatMessage[]) => messages.map((m) => `${m.role}:${String(m.content)}`).join('|') + '|assistant:',
+  encode: (text: string) => [...text].map((ch) => 1 + (ch.codePointAt(0)! % (V - 1))),
+  decode: (ids: readonly number[]) => ids.map((i) => `<${i}>`).join(''),
+};
+
+const call = (user: string, maxTokens: number, extra: Partial<ChatCall> = {}): ChatCall => ({
+  messages: [{ role: 'system', content: 'You are an agent with a long shared system prompt.' }, { role: 'user', content: user }],
+  maxTokens, purpose: 'agent', ...extra,
+});
+
+before(async () => {
+  cache = tempCache();
+  tmp = mkdtempSync(join(tmpdir(), 'safekeep-local-conc-'));
+  await writeRandomCheckpoint(join(tmp, 'm'), 'llama', { seed: 5, ...SMALL_GQA[0]!.opts });
+  engine = await createEngine(join(tmp, 'm'), { cacheDir: cache.dir, threads: 2 });
+  // random weights: no token is an end token, so every reply runs to maxTokens
+  (engine as { eosIds: number[] }).eosIds = [];
+});
+after(async () => {
+  await engine?.dispose();
+  cache?.cleanup();
+  if (tmp) rmSync(tmp, { recursive: true, force: true });
+});
+
+test('concurrent chat calls batch together and each equals the call made alone; finish length at maxTokens', async () => {
+  const lb = new LocalBackend(engine, tokenizer, { responseCache: 0 });
+  const users = ['summarise the reviews', 'send the report to Bob', 'hi', 'book a flight to Paris on Monday morning', 'list files'];
+  const alone: ChatReply[] = [];
+  for (const u of users) alone.push(await lb.chat(call(u, 9)));
+  const peak0 = engine.scheduler.stats.peakBatch;
+  assert.equal(peak0, 1, 'calls made one at a time decode alone');
+  const together = await Promise.all(users.map((u) => lb.chat(call(u, 9))));
+  assert.ok(engine.scheduler.stats.peakBatch >= 3, `concurrent calls share decode steps (peak batch ${engine.scheduler.stats.peakBatch})`);
+  together.forEach((r, i) => {
+    assert.equal(r.content, alone[i]!.content, `call ${i}`);
+    assert.equal(r.finish, 'length');
+    assert.equal(r.completionTokens, 9);
+    assert.equal(r.promptTokens, alone[i]!.promptTokens);
+  });
+  // the shared system prompt was served from the prefix cache for the later calls
+  assert.ok(engine.scheduler.prefixStore!.stats.hit > 0, 'prefix cache hits');
+});
+
+test('ChatCall.signal cancels that call at its next step; the others finish unaffected', async () => {
+  const lb = new LocalBackend(engine, tokenizer, { responseCache: 0 });
+  const full = await lb.chat(call('write a very long essay', 60));
+  const other = await lb.chat(call('short one', 12));
+  const ac = new AbortController();
+  const steps0 = engine.scheduler.stats.decodeSteps;
+  const pa = lb.chat(call('write a very long essay', 60, { signal: ac.signal }));
+  const pb = lb.chat(call('short one', 12));
+  for (let i = 0; i < 100000 && engine.scheduler.stats.decodeSteps < steps0 + 5; i++) await new Promise((r) => setImmediate(r));
+  ac.abort();
+  const [a, b] = await Promise.all([pa, pb]);
+  assert.equal(a.finish, 'cancelled');
+  assert.ok(a.completionTokens >= 5 && a.completionTokens < 60, `${a.completionTokens} tokens before the abort`);
+  assert.ok(full.content.startsWith(a.content), 'the text so far is the uncancelled reply\'s beginning');
+  assert.equal(b.content, other.content);
+  assert.equal(b.finish, 'length');
+  assert.equal(engine.scheduler.inFlight, 0, 'the cancelled sequence left the scheduler');
+});
+
+test('an identical call is answered from the response cache; calls with inspect and cancelled replies are not cached', async () => {
+  const lb = new LocalBackend(engine, tokenizer, { responseCache: 2 });
+  const seqs = () => engine.scheduler.stats.sequences;
+  const first = await lb.chat(call('cache me', 6));
+  const n0 = seqs();
+  const second = await lb.chat(call('cache me', 6));
+  assert.equal(seqs(), n0, 'no generation for the identical call');
+  assert.equal(second.cached, true);
+  assert.equal(first.cached, false);
+  assert.equal(second.content, first.content);
+  await lb.chat(call('cache me', 7)); // another maxTokens: another call
+  assert.equal(seqs(), n0 + 1);
+  let seen = 0;
+  await lb.chat(call('cache me', 6, { inspect: () => { seen++; return false; } }));
+  assert.equal(seen, 1, 'the inspect hook ran: not served from the cache');
+  assert.equal(seqs(), n0 + 2);
+  const cancelled = await lb.chat(call('never cache', 6, { signal: AbortSignal.abort() }));
+  assert.equal(cancelled.finish, 'cancelled');
+  const after = await lb.chat(call('never cache', 6));
+  assert.equal(after.cached, false);
+  assert.equal(after.finish, 'length');
+  // bounded: 2 entries, least recently used dropped ('cache me'/6 was used before 'cache me'/7 and 'never cache')
+  const again = await lb.chat(call('cache me', 6));
+  assert.equal(again.cached, false, 'evicted');
+});

@@ -1,0 +1,297 @@
+/**
+ * The continuous-batching scheduler (src/engine/run/scheduler.ts) against the Float64 oracle (src/engine/reference.ts,
+ * one sequence at a time, no batching): sequences joining while others decode, prompts prefilled in chunks between
+ * decode steps, a sequence leaving at its own stop id, per-sequence steering and interventions in flight together,
+ * cancellation of one sequence, and automatic prefix caching (hits ending on block boundaries inside the shared
+ * prefix, the last prompt token always computed, interventions keying the blocks). Greedy ids equal; step logits,
+ * prompt-last and first-token hidden states within 1e-5 of max |value|. Plus the row-aligned KV buffer's bookkeeping.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadCheckpoint } from '../src/checkpoint/load.ts';
+import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
+import type { Checkpoint } from '../src/checkpoint/types.ts';
+import { createEngineFromCheckpoint, type OnnxEngine } from '../src/engine/engine.ts';
+import { referenceGenerate } from '../src/engine/reference.ts';
+import { Scheduler } from '../src/engine/run/scheduler.ts';
+import { RowKv } from '../src/engine/runtime/row-kv.ts';
+import type { GenerateOptions, GenerateResult, Intervention, Steering } from '../src/engine/types.ts';
+import { maxAbsDiff, SMALL_GQA, tempCache } from './helpers/engine.ts';
+
+const REL = 1e-5;
+
+function maxAbs(a: ArrayLike<number>): number {
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]!));
+  return m;
+}
+
+function rel(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  return maxAbsDiff(a, b) / Math.max(1e-12, maxAbs(b));
+}
+
+/** deterministic pseudo-random ids */
+function prompt(seed: number, n: number, vocab: number): number[] {
+  let x = seed * 7919 + 13;
+  return Array.from({ length: n }, () => { x = (x * 1103515245 + 12345) % 2 ** 31; return 1 + (x % (vocab - 1)); });
+}
+
+/** resolves once `cond()` holds (polled between the scheduler's steps) */
+async function until(cond: () => boolean): Promise<void> {
+  for (let i = 0; i < 100000 && !cond(); i++) await new Promise((r) => setImmediate(r));
+  assert.ok(cond(), 'condition never held');
+}
+
+const { family, opts: modelOpts } = SMALL_GQA[0]!;
+
+describe(`scheduler vs Float64 oracle (random ${family}, GQA)`, () => {
+  let tmp: string;
+  let cache: ReturnType<typeof tempCache>;
+  let ck: Checkpoint;
+  let engine: OnnxEngine;
+  const V = modelOpts.vocabSize!;
+  const d = modelOpts.hiddenSize!;
+  const steerVec = Array.from({ length: d }, (_, i) => Math.sin(i + 1));
+  const otherVec = Array.from({ length: d }, (_, i) => Math.cos(2 * i));
+
+  /** the engine result vs the oracle's one-at-a-time greedy decoding of the same call */
+  function check(what: string, ids: number[], got: GenerateResult, o: GenerateOptions): void {
+    const ref = referenceGenerate(ck, ids, {
+      maxNewTokens: o.maxNewTokens, stopIds: o.stopIds ?? [],
+      ...(o.steer ? { steer: o.steer } : {}), ...(o.interventions ? { interventions: o.interventions } : {}),
+    });
+    assert.deepEqual(got.generatedIds, ref.generatedIds, `${what}: greedy ids`);
+    assert.equal(got.finish, ref.finish, `${what}: finish`);
+    if (o.returnStepLogits) assert.ok(rel(got.stepLogits!, ref.stepLogits) <= REL, `${what}: step logits ${rel(got.stepLogits!, ref.stepLogits)}`);
+    if (o.returnFirstTokenHidden && ref.firstTokenHidden) assert.ok(rel(got.firstTokenHidden!, ref.firstTokenHidden!) <= REL, `${what}: first-token hidden ${rel(got.firstTokenHidden!, ref.firstTokenHidden!)}`);
+    if (o.returnPromptLastHidden) assert.ok(rel(got.promptLastHidden!, ref.promptLastHidden) <= REL, `${what}: prompt-last hidden`);
+  }
+
+  before(async () => {
+    cache = tempCache();
+    tmp = mkdtempSync(join(tmpdir(), 'safekeep-sched-'));
+    await writeRandomCheckpoint(join(tmp, 'm'), family, { seed: 11, ...modelOpts });
+    ck = await loadCheckpoint(join(tmp, 'm'));
+    engine = await createEngineFromCheckpoint(ck, { cacheDir: cache.dir, threads: 2 });
+  });
+  after(async () => {
+    await engine?.dispose();
+    cache?.cleanup();
+    if (tmp) rmSync(tmp, { recursive: true, force: true });
+  });
+
+  test('sequences joining mid-flight, chunked prefill between decode steps, one leaving at its stop id', async () => {
+    const sched = new Scheduler(engine, { stepTokens: 8, prefixCacheBytes: 0 });
+    const prompts = [prompt(1, 21, V), prompt(2, 9, V), prompt(3, 14, V), prompt(4, 30, V), prompt(5, 3, V)];
+    const full: GenerateOptions = { maxNewTokens: 10, stopIds: [], returnStepLogits: true, returnFirstTokenHidden: true, returnPromptLastHidden: true };
+    // sequence 2 stops at the first token (after the first) the oracle generates for it that it has not generated before
+    const free2 = referenceGenerate(ck, prompts[2]!, { maxNewTokens: 10, stopIds: [] }).generatedIds;
+    const k2 = free2.findIndex((t, k) => k > 0 && !free2.slice(0, k).includes(t));
+    assert.ok(k2 > 0 && k2 < 9, 'the oracle\'s tokens for sequence 2 vary');
+    const stop2 = free2[k2]!;
+    const opts: GenerateOptions[] = [full, { ...full, maxNewTokens: 6 }, { ...full, stopIds: [stop2] }, { ...full, maxNewTokens: 4 }, { ...full, maxNewTokens: 1 }];
+    const done = new Array<boolean>(5).fill(false);
+    const runs: Promise<GenerateResult>[] = [];
+    const start = (i: number) => { runs[i] = sched.submit(prompts[i]!, opts[i]!).then((r) => { done[i] = true; return r; }); };
+    start(0);
+    await until(() => sched.stats.decodeSteps >= 2);
+    assert.ok(!done[0], 'sequence 0 is still decoding when the others join');
+    start(1);
+    start(2);
+    await until(() => sched.stats.decodeSteps >= 5);
+    assert.ok(!done[0], 'sequence 0 is still decoding when the last join');
+    start(3);
+    start(4);
+    const results = await Promise.all(runs);
+    results.forEach((r, i) => check(`sequence ${i}`, prompts[i]!, r, opts[i]!));
+    assert.equal(results[2]!.finish, 'stop');
+    assert.ok(sched.stats.peakBatch >= 3, `rows decoded together: ${sched.stats.peakBatch}`);
+    // 21 + 14 + 30 tokens cannot be prefilled in one 8-token budget: chunks
+    assert.ok(sched.stats.prefillChunks > prompts.length, `${sched.stats.prefillChunks} prefill chunks`);
+    assert.equal(sched.stats.prefillTokens, prompts.reduce((s, p) => s + p.length, 0), 'every prompt token computed once');
+    assert.equal(sched.inFlight, 0);
+  });
+
+  test('per-sequence steering and interventions in flight together (each its own decode group)', async () => {
+    const p = [prompt(6, 12, V), prompt(7, 17, V)];
+    const steer: Steering = { layer: 2, vector: steerVec, alpha: 3 };
+    const ablate: Intervention[] = [{ layer: 1, kind: 'ablate', vector: otherVec }];
+    const clampGen: Intervention[] = [{ layer: 3, kind: 'clamp', vector: otherVec, alpha: 2, positions: 'generated' }];
+    const base: GenerateOptions = { maxNewTokens: 7, stopIds: [], returnStepLogits: true, returnFirstTokenHidden: true };
+    const calls: [number[], GenerateOptions][] = [
+      [p[0]!, base], [p[1]!, base],
+      [p[0]!, { ...base, steer }], [p[1]!, { ...base, steer }],
+      [p[0]!, { ...base, steer: { ...steer, positions: 'generated' } }],
+      [p[1]!, { ...base, interventions: ablate }],
+      [p[0]!, { ...base, interventions: clampGen }],
+    ];
+    const steps0 = engine.scheduler.stats.decodeSteps;
+    const results = await Promise.all(calls.map(([ids, o]) => engine.submit(ids, o)));
+    results.forEach((r, i) => check(`call ${i}`, calls[i]![0], r, calls[i]![1]));
+    assert.notDeepEqual(results[0]!.generatedIds, results[2]!.generatedIds, 'steering changes the tokens');
+    // 5 decode groups of 7 + first-token rows each: far fewer steps than 7 sequences decoded one by one
+    assert.ok(engine.scheduler.stats.decodeSteps - steps0 < 7 * 7, 'sequences with equal interventions share steps');
+  });
+
+  test('engine.generate equals the oracle row by row while another call is in flight', async () => {
+    const rows = [prompt(8, 5, V), prompt(9, 26, V), prompt(10, 11, V)];
+    const o: GenerateOptions = { maxNewTokens: 5, stopIds: [], returnStepLogits: true };
+    const other = engine.submit(prompt(11, 19, V), { maxNewTokens: 12, stopIds: [] });
+    const got = await engine.generate(rows, o);
+    got.forEach((r, i) => check(`row ${i}`, rows[i]!, r, o));
+    check('concurrent call', prompt(11, 19, V), await other, { maxNewTokens: 12, stopIds: [] });
+  });
+
+  test('cancelling one sequence: finish cancelled with the tokens so far, the others unaffected, slots freed', async () => {
+    const sched = new Scheduler(engine, { prefixCacheBytes: 0 });
+    const ac = new AbortController();
+    const a = prompt(12, 15, V);
+    const b = prompt(13, 8, V);
+    const ra = sched.submit(a, { maxNewTokens: 40, stopIds: [], signal: ac.signal });
+    const rb = sched.submit(b, { maxNewTokens: 12, stopIds: [] });
+    await until(() => sched.stats.decodeSteps >= 4);
+    ac.abort();
+    const [ga, gb] = await Promise.all([ra, rb]);
+    assert.equal(ga.finish, 'cancelled');
+    assert.ok(ga.generatedIds.length >= 4 && ga.generatedIds.length < 40, `${ga.generatedIds.length} tokens before the abort`);
+    const ref = referenceGenerate(ck, a, { maxNewTokens: ga.generatedIds.length, stopIds: [] });
+    assert.deepEqual(ga.generatedIds, ref.generatedIds, 'the tokens so far are the greedy ones');
+    check('the other sequence', b, gb, { maxNewTokens: 12, stopIds: [] });
+    assert.equal(sched.inFlight, 0);
+    // already aborted: nothing computed
+    const steps = sched.stats.prefillChunks;
+    const gc = await sched.submit(a, { maxNewTokens: 5, signal: AbortSignal.abort() });
+    assert.deepEqual(gc, { generatedIds: [], finish: 'cancelled' });
+    assert.equal(sched.stats.prefillChunks, steps);
+    // engine.generate with an aborted signal mid-way: every row still generating says cancelled
+    const ac2 = new AbortController();
+    const g = engine.generate([a, b], { maxNewTokens: 50, stopIds: [], signal: ac2.signal });
+    const s0 = engine.scheduler.stats.decodeSteps;
+    await until(() => engine.scheduler.stats.decodeSteps >= s0 + 2);
+    ac2.abort();
+    for (const r of await g) assert.equal(r.finish, 'cancelled');
+  });
+
+  test('prefix cache: hits on block boundaries inside the shared prefix, last token computed, interventions key the blocks', async () => {
+    const sched = new Scheduler(engine, { blockTokens: 4 });
+    const store = sched.prefixStore!;
+    const o: GenerateOptions = { maxNewTokens: 5, stopIds: [], returnStepLogits: true, returnFirstTokenHidden: true, returnPromptLastHidden: true };
+    const A = prompt(14, 19, V);
+    const run = async (what: string, ids: number[], opts: GenerateOptions, expectHit: number) => {
+      const hit0 = store.stats.hit;
+      const tok0 = sched.stats.prefillTokens;
+      const r = await sched.submit(ids, opts);
+      assert.equal(store.stats.hit - hit0, expectHit, `${what}: tokens served from the cache`);
+      assert.equal(sched.stats.prefillTokens - tok0, ids.length - expectHit, `${what}: tokens computed`);
+      check(what, ids, r, opts);
+    };
+    await run('A (cold)', A, o, 0);
+    // shares 10 tokens with A: blocks 0-1 (8 tokens) reused, block 2 differs in its last 2 tokens
+    await run('B (shares 10)', [...A.slice(0, 10), ...prompt(15, 7, V)], o, 8);
+    // A again: 4 full blocks (16 tokens) of its 19, the rest computed
+    await run('A (warm)', A, o, 16);
+    // A's first 12 tokens: 3 cached blocks, but the last token must be computed, so only 2 are used
+    await run('A[:12]', A.slice(0, 12), o, 8);
+    // a prompt that ends exactly on a block boundary after a cached one
+    await run('A[:8] + 1', [...A.slice(0, 8), 3], o, 8);
+    // prefill steering changes the KV: no hit; steering only the generated tokens leaves the prefill's KV: hits
+    await run('A steered', A, { ...o, steer: { layer: 1, vector: steerVec, alpha: 2 } }, 0);
+    await run('A steered (generated)', A, { ...o, steer: { layer: 1, vector: steerVec, alpha: 2, positions: 'generated' } }, 16);
+    // two prompts sharing a prefix in flight together: the second's prefill starts after the first's blocks exist
+    const C = prompt(16, 13, V);
+    const hit0 = store.stats.hit;
+    const [r1, r2] = await Promise.all([sched.submit([...C, 5, 6, 7], o), sched.submit([...C, 9, 8], o)]);
+    assert.equal(store.stats.hit - hit0, 12, 'the second prompt reuses the first one\'s 3 full blocks');
+    check('C1', [...C, 5, 6, 7], r1, o);
+    check('C2', [...C, 9, 8], r2, o);
+  });
+
+  test('prefix cache is bounded: LRU eviction keeps the bytes under the limit and results unchanged', async () => {
+    const blk = new Scheduler(engine, { blockTokens: 4 }).prefixStore!.blockBytes;
+    const sched = new Scheduler(engine, { blockTokens: 4, prefixCacheBytes: 5 * blk });
+    const store = sched.prefixStore!;
+    const A = prompt(17, 18, V);
+    const B = prompt(18, 18, V);
+    await sched.submit(A, { maxNewTokens: 2, stopIds: [] });
+    await sched.submit(B, { maxNewTokens: 2, stopIds: [] });
+    assert.ok(store.stats.bytes <= 5 * blk && store.stats.blocks === 5, `${store.stats.blocks} blocks`);
+    // A's blocks were evicted first (least recently used): A's first block is gone, so nothing of A is reused
+    const h0 = store.stats.hit;
+    const r = await sched.submit(A, { maxNewTokens: 3, stopIds: [], returnStepLogits: true });
+    assert.equal(store.stats.hit - h0, 0);
+    check('A after eviction', A, r, { maxNewTokens: 3, stopIds: [], returnStepLogits: true });
+  });
+
+  test('a memory plan bounds the sequences in flight (admission waits), results unchanged; a throwing hook rejects only its call', async () => {
+    // the engine under a plan that fits at most 2 decode rows
+    const bounded = Object.create(engine) as OnnxEngine;
+    Object.defineProperty(bounded, 'memoryFits', { value: () => (B: number) => B <= 2 });
+    const sched = new Scheduler(bounded, { prefixCacheBytes: 0 });
+    const prompts = [prompt(20, 7, V), prompt(21, 12, V), prompt(22, 4, V), prompt(23, 9, V), prompt(24, 15, V)];
+    const o: GenerateOptions = { maxNewTokens: 6, stopIds: [], returnStepLogits: true };
+    const got = await Promise.all(prompts.map((p) => sched.submit(p, o)));
+    got.forEach((r, i) => check(`bounded ${i}`, prompts[i]!, r, o));
+    assert.equal(sched.stats.peakBatch, 2, 'never more than 2 rows decoded together');
+    const bad = sched.submit(prompts[0]!, { maxNewTokens: 3, haltAfterPrefill: () => { throw new Error('hook failed'); } });
+    const good = sched.submit(prompts[1]!, o);
+    await assert.rejects(bad, /hook failed/);
+    check('next to a failing call', prompts[1]!, await good, o);
+    assert.equal(sched.inFlight, 0);
+  });
+});
+
+describe('RowKv: the decode batch buffer', () => {
+  const L = 2;
+  const kvH = 2;
+  const hd = 3;
+  /** a source of n slots (capacity cap) whose values name (seed, layer, head, slot, dim) */
+  function source(seed: number, n: number, cap: number) {
+    const fill = (kind: number) => Array.from({ length: L }, (_, l) => {
+      const a = new Float32Array(kvH * cap * hd);
+      for (let h = 0; h < kvH; h++) for (let t = 0; t < n; t++) for (let i = 0; i < hd; i++) a[(h * cap + t) * hd + i] = seed * 1e4 + kind * 1e3 + l * 100 + h * 10 + t + i / 10;
+      return a;
+    });
+    return { keys: fill(0), values: fill(1), capacity: cap, length: n };
+  }
+  function expectRow(kv: RowKv, b: number, seed: number, n: number, extra: number[]) {
+    const got = kv.rowSlots(b);
+    assert.equal(got.length, n + extra.length, `row ${b} length`);
+    const want = source(seed, n, n);
+    for (let l = 0; l < L; l++) {
+      for (let h = 0; h < kvH; h++) {
+        for (let t = 0; t < n; t++) {
+          for (let i = 0; i < hd; i++) assert.equal(got.keys[l]![(h * got.capacity + t) * hd + i], want.keys[l]![(h * n + t) * hd + i]);
+        }
+      }
+    }
+  }
+
+  test('rows of different lengths end together; removal moves the last row; re-layout keeps every slot', () => {
+    const kv = new RowKv(L, kvH, hd, 8);
+    kv.addRow(source(1, 5, 7), 2);
+    kv.addRow(source(2, 3, 3), 2);
+    assert.deepEqual(kv.starts, [0, 2]);
+    kv.addRow(source(3, 9, 9), 2); // longer than the rows so far: everything shifts right
+    assert.equal(kv.length, 9);
+    assert.deepEqual(kv.starts, [4, 6, 0]);
+    expectRow(kv, 0, 1, 5, []);
+    expectRow(kv, 1, 2, 3, []);
+    expectRow(kv, 2, 3, 9, []);
+    assert.equal(kv.removeRow(0), 2, 'the last row moves into the freed one');
+    assert.equal(kv.batch, 2);
+    expectRow(kv, 0, 3, 9, []);
+    expectRow(kv, 1, 2, 3, []);
+    assert.equal(kv.removeRow(0), 1);
+    // only the 3-slot row is left: a re-layout drops the dead slots on its left
+    kv.length = kv.slotCapacity; // as if steps had filled the room
+    const before = kv.rowSlots(0);
+    kv.reserve(4);
+    assert.equal(kv.starts[0], 0);
+    assert.ok(kv.slotCapacity >= kv.length + 1);
+    assert.deepEqual(kv.rowSlots(0), before);
+    assert.throws(() => kv.removeRow(3));
+  });
+});
