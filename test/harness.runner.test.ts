@@ -62,8 +62,15 @@ test('s3 eval --concurrency 4: 4 requests in flight at the endpoint', async (t) 
   // the guard's calls (guard agent, LLM checks) sit in each guarded sample beside the agent's; the plain loop has none
   assert.ok(full.every((s) => s.calls.some((c) => c.purpose === 'judge')), 'guard calls are logged');
   assert.ok(log.samples.filter((s) => s.solver === 'none').every((s) => s.calls.length > 0 && s.calls.every((c) => c.purpose === 'agent')));
-  // refused at input (the AgentHarm pairs): guard calls, then the refusal, no agent call
-  assert.deepEqual(full.filter((s) => s.sample.startsWith('ah-')).map((s) => s.calls.at(-1)!.purpose), ['refusal', 'refusal']);
+  // flagged at input (the AgentHarm pairs): the guard's calls come first, then input recovery rewrites the request
+  // without its harmful part and the agent carries on with the rest (no refusal)
+  const flagged = full.filter((s) => s.sample.startsWith('ah-'));
+  assert.equal(flagged.length, 2);
+  for (const s of flagged) {
+    assert.equal(s.calls[0]!.purpose, 'judge', s.sample);
+    assert.equal(s.calls.at(-1)!.purpose, 'agent', s.sample);
+    assert.ok(!s.calls.some((c) => c.purpose === 'refusal'), s.sample);
+  }
   assert.ok(full.every((s) => s.scores.some((x) => x.scorer === 's3-hazardous') && s.scores.some((x) => x.scorer === 's3-benign')));
 });
 

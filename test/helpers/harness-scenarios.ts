@@ -8,6 +8,12 @@
  *     node --import tsx test/helpers/harness-scenarios.ts /tmp/h-base test/fixtures/harness
  * where /tmp/h-base is `git archive e8d0059` of this repository with node_modules linked in; the test
  * (test/harness.tables.test.ts) runs the same scenarios on the current checkout and compares byte for byte.
+ * Two of them were generated again, the same way from the checkout itself, when changes of behaviour (not of the
+ * harness) landed after the harness had been shown equal to e8d0059 on all six:
+ * - guard-agentharm-planted.txt: the judge prompt encloses untrusted text in data boundaries (guard/judge-context.ts),
+ *   so the judge's tokens per request grew (400.5 → 487.5, 325.5 → 412.5); verdicts and rates are unchanged;
+ * - s3-mixed-endpoint.txt: S³'s filters now filter, input recovery completes the benign half of a mixed task, and
+ *   the table gained the recovery-fallback and after-remediation columns (skills/, guard/s3/).
  */
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
