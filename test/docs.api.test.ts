@@ -6,7 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -36,6 +36,32 @@ test('docs/api.md: every ts example runs; the patching example prints the oracle
       assert.ok(Math.abs(patching[k] - ref[k]) <= 1.5e-4, `${k}: printed ${patching[k]}, oracle ${ref[k]}`);
     }
     assert.ok(Math.abs(patching.patched - patching.clean) < 1e-3 && patching.corrupted < 0 && patching.clean > 0, 'the patch restores the clean difference');
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});
+
+test('README: the library example (activation patching on the planted model) runs and prints the oracle figures', async () => {
+  const [code, ...more] = apiExamples('README.md');
+  assert.ok(code !== undefined && more.length === 0, 'the README has exactly one ts example');
+  assert.ok(code.trim().split('\n').length <= 25, 'it stays a short example');
+  const tmp = mkdtempSync(join(tmpdir(), 'safekeep-readme-'));
+  try {
+    const file = join(tmp, 'readme.mts');
+    writeFileSync(file, code.replaceAll("from 'safekeep'", `from '${pathToFileURL(join(repoRoot, 'src', 'index.ts')).href}'`));
+    const out = execFileSync(process.execPath, ['--import', 'tsx', file], { cwd: repoRoot, encoding: 'utf8', timeout: 120_000 });
+    const printed = parsePatchingLine(out);
+    assert.ok(printed, `the example prints its line:\n${out}`);
+    assert.match(out, /^cached \d+ pattern \d+x\d+x\d+$/m);
+    const ref = await oraclePatching(join(tmp, 'planted'));
+    for (const k of ['clean', 'corrupted', 'patched'] as const) {
+      assert.ok(Math.abs(printed[k] - ref[k]) <= 1.5e-4, `${k}: printed ${printed[k]}, oracle ${ref[k]}`);
+    }
+    // the figures the README quotes are the ones it prints
+    const readme = readFileSync(join(repoRoot, 'README.md'), 'utf8');
+    const quoted = /`clean (\S+) corrupted (\S+) patched (\S+)`/.exec(readme);
+    assert.ok(quoted, 'the README quotes the printed line');
+    assert.deepEqual(quoted.slice(1).map(Number), [printed.clean, printed.corrupted, printed.patched]);
   } finally {
     rmSync(tmp, { recursive: true, force: true });
   }

@@ -177,8 +177,15 @@ test('engine generate: an aborted signal ends the rows at the next step (finish 
   before.abort();
   const none = await engine.generate(ids, { maxNewTokens: 6, stopIds: [], signal: before.signal });
   assert.deepEqual(none.map((r) => [r.generatedIds.length, r.finish]), [[0, 'cancelled'], [0, 'cancelled']]);
-  // aborted during the prefill (the hook runs right after it): the first token is chosen, then the loop stops
+  // aborted during the first row's prefill (the hook runs right after it): that row keeps the token its prefill
+  // chose, then stops; no row goes past its first token (the scheduler prefills rows in turn, so a row whose prefill
+  // had not begun ends with none)
   const mid = new AbortController();
   const cut = await engine.generate(ids, { maxNewTokens: 6, stopIds: [], signal: mid.signal, haltAfterPrefill: () => { mid.abort(); return false; } });
-  assert.deepEqual(cut.map((r) => [r.generatedIds, r.finish]), full.map((r) => [r.generatedIds.slice(0, 1), 'cancelled']));
+  assert.deepEqual([cut[0]!.generatedIds, cut[0]!.finish], [full[0]!.generatedIds.slice(0, 1), 'cancelled']);
+  cut.forEach((r, i) => {
+    assert.equal(r.finish, 'cancelled');
+    assert.ok(r.generatedIds.length <= 1, `row ${i}: ${r.generatedIds.length} tokens after the abort`);
+    assert.deepEqual(r.generatedIds, full[i]!.generatedIds.slice(0, r.generatedIds.length));
+  });
 });

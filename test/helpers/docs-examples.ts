@@ -11,9 +11,9 @@ import { writePlantedModel } from '../../src/experiments/planted.ts';
 import { loadPromptTokenizer } from '../../src/prompts/tokenizer.ts';
 import { repoRoot } from '../../src/data/locate.ts';
 
-/** The code of every ```ts block of docs/api.md, in order. */
-export function apiExamples(): string[] {
-  const text = readFileSync(join(repoRoot, 'docs', 'api.md'), 'utf8');
+/** The code of every ```ts block of a markdown file of the repository (default docs/api.md), in order. */
+export function apiExamples(file = join('docs', 'api.md')): string[] {
+  const text = readFileSync(join(repoRoot, file), 'utf8');
   return [...text.matchAll(/^```ts\n([\s\S]*?)^```$/gm)].map((m) => m[1]!);
 }
 
