@@ -16,6 +16,10 @@ import { evalItems, guardTask, summarizeEval, type EvalItem, type EvalOptions, t
 import { writeGuardTables, type WrittenTables } from './table.ts';
 import type { GuardMethod } from './types.ts';
 
+/** InjecAgent's agent format: its own ReAct prompt and parser (the paper's setting) or native tool calling. */
+export type InjecAgentFormat = 'react' | 'native';
+export const INJECAGENT_FORMATS: readonly InjecAgentFormat[] = ['react', 'native'];
+
 /** What merge needs to rebuild the cases and write Table 4 (equal across shards). */
 export interface GuardMergeOptions {
   bench: GuardBench;
@@ -31,6 +35,8 @@ export interface GuardMergeOptions {
   judgeMaxTokens: number;
   /** writeGuardTables' meta */
   meta: Record<string, unknown>;
+  /** InjecAgent's agent format (null for AgentHarm): shards run in different formats are not joined */
+  injecagentFormat: InjecAgentFormat | null;
   /** the backend's native call syntax (a rescoring parses the logged replies with it) */
   callFormat?: string;
 }
