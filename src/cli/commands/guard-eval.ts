@@ -168,6 +168,19 @@ function injecFormatOf(args: ParsedArgs, bench: GuardBench): InjecAgentFormat | 
   return choiceValue(args, 'injecagent-format', INJECAGENT_FORMATS, 'react');
 }
 
+/** The first located InjecAgent folder with tools.json and upstream-agent/ (a pulled data/injecagent alone has neither). */
+async function reactDataDir(): Promise<string> {
+  const { datasetCandidates } = await import('../../data/locate.ts');
+  const { existsSync } = await import('node:fs');
+  const candidates = datasetCandidates('injecagent', dataDirsEnv());
+  const dir = candidates.find((c) => existsSync(join(c, 'tools.json')) && existsSync(join(c, 'upstream-agent')));
+  if (!dir) {
+    throw new SafekeepError(`--injecagent-format react (the default) needs InjecAgent's data with its agent code (upstream-agent/); looked in ${candidates.join(', ')}: ` +
+      'give --data DIR, or pass --injecagent-format native');
+  }
+  return dir;
+}
+
 /** InjecAgent's prompts and tools from the data folder, and its cases as its agent code reads them (same ids). */
 async function reactFormatOf(dataDir: string, settings: readonly InjecSetting[], cases: readonly GuardCase[]): Promise<ReactFormat> {
   const { existsSync } = await import('node:fs');
@@ -194,9 +207,10 @@ export async function run(argv: string[]): Promise<number> {
   const limit = positiveIntValue(args, 'limit', Infinity);
   const name = (args.values.get('name') ?? target.defaultName).replace(/[^\w.-]+/g, '_');
   const out = guardOutDir(args, name);
-  const dataDir = resolve(args.values.get('data') ?? locateDataset(bench, dataDirsEnv()));
-  const settings = list<InjecSetting>('settings', args.values.get('settings') ?? 'base,enhanced', ['base', 'enhanced']);
   const injecagentFormat = injecFormatOf(args, bench);
+  // react reads InjecAgent's agent code beside its data: by default the first located copy that has it
+  const dataDir = resolve(args.values.get('data') ?? (injecagentFormat === 'react' ? await reactDataDir() : locateDataset(bench, dataDirsEnv())));
+  const settings = list<InjecSetting>('settings', args.values.get('settings') ?? 'base,enhanced', ['base', 'enhanced']);
   const cases = loadGuardCases({ bench, dataDir, settings, limit: Number.isFinite(limit) ? limit : null });
   // the prompts and tools are read before any model opens: missing agent code stops the run at once
   const react = injecagentFormat === 'react' ? await reactFormatOf(dataDir, settings, cases) : undefined;
