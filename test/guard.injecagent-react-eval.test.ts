@@ -163,3 +163,20 @@ test('guard eval --injecagent-format native: tools passed, no format line; shard
   assert.equal(agentharm.code, 2);
   assert.match(agentharm.stderr, /--injecagent-format applies to --bench injecagent/);
 });
+
+test('react shards are balanced on the prompt the agent sees: InjecAgent\'s prompt, with the judge\'s copy of the native conversation', async (t) => {
+  const data = needShared(t, 'data', 'injecagent', 'upstream-agent');
+  if (!data) return;
+  const dir = join(data, '..');
+  const { injecAgentCases } = await import('../src/guard/bench/cases.ts');
+  const { loadInjecAgentReact, readInjecAgentReactCases, renderReactPrompt } = await import('../src/guard/bench/injecagent-react.ts');
+  const { itemTokens } = await import('../src/guard/shard.ts');
+  const c = injecAgentCases(dir, ['base'], 1)[0]!;
+  const ctx = loadInjecAgentReact(dir);
+  const rc = readInjecAgentReactCases(dir, 'base').find((x) => x.id === c.id)!;
+  const react = { ctx, cases: new Map([[c.id, rc]]) };
+  const agent = Math.ceil(JSON.stringify(renderReactPrompt(ctx, rc)).length / 4), judged = Math.ceil(JSON.stringify(c.request).length / 4);
+  assert.equal(itemTokens({ c, method: 'base' }, 256, 8, react), agent + 256);
+  assert.equal(itemTokens({ c, method: 'safekeep' }, 256, 8, react), agent + 256 + judged + 8);
+  assert.equal(itemTokens({ c, method: 'safekeep' }, 256, 8), 2 * judged + 256 + 8);
+});
