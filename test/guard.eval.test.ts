@@ -145,7 +145,7 @@ test('safekeep guard eval (CLI) on an InjecAgent slice: Valid and ASR as scripte
   const up = await startMockUpstream(scripted(new Set(), true));
   const out = mkdtempSync(join(tmpdir(), 'safekeep-guard-'));
   t.after(async () => { await up.close(); rmSync(out, { recursive: true, force: true }); });
-  const r = await runCli(['guard', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'injecagent', '--settings', 'base', '--limit', '2', '--data', dir, '--out', out, '--no-cache']);
+  const r = await runCli(['guard', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'injecagent', '--injecagent-format', 'native', '--settings', 'base', '--limit', '2', '--data', dir, '--out', out, '--no-cache']);
   assert.equal(r.code, 0, r.stderr);
   const tbl = JSON.parse(readFileSync(join(out, 'table4-injecagent.json'), 'utf8')) as Table;
   assert.equal(cases.length, 4);

@@ -123,7 +123,7 @@ test('InjecAgent step 2: exact cached vs same-tool simulated responses counted p
   const up = await startMockUpstream(script);
   const dir = mkdtempSync(join(tmpdir(), 'table4-sim-'));
   t.after(async () => { await up.close(); rmSync(dir, { recursive: true, force: true }); });
-  const r = await runCli(repoRoot, ['guard', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'injecagent', '--settings', 'base', '--data', s3Data().injecagent, '--results', dir, '--no-cache', '--methods', 'base,safekeep']);
+  const r = await runCli(repoRoot, ['guard', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'injecagent', '--injecagent-format', 'native', '--settings', 'base', '--data', s3Data().injecagent, '--results', dir, '--no-cache', '--methods', 'base,safekeep']);
   assert.equal(r.code, 0, r.stderr);
   const out = join(dir, 'mock', 'guard');
   const tbl = JSON.parse(readFileSync(join(out, 'table4-injecagent.json'), 'utf8')) as { methods: { method: string; metrics: Record<string, { k: number }>; simulated: { exact: number; sameTool: number; none: number } }[] };

@@ -149,7 +149,7 @@ test('safekeep rescore: Table 4 from the per-sample logs with no model equals th
   const up = await startMockUpstream(table4Script({ assessor: SAFETY_ASSESSOR_ROLE, safeprompt: SAFEPROMPT_SYSTEM }, /\$5,000|election/));
   t.after(async () => { rmSync(dir, { recursive: true, force: true }); });
   for (const [bench, data] of [['agentharm', s3Data().agentharm], ['injecagent', s3Data().injecagent]] as const) {
-    const r = await runCli(repoRoot, ['guard', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', bench, '--data', data, '--results', dir, '--no-cache']);
+    const r = await runCli(repoRoot, ['guard', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', bench, ...(bench === 'injecagent' ? ['--injecagent-format', 'native'] : []), '--data', data, '--results', dir, '--no-cache']);
     assert.equal(r.code, 0, r.stderr);
   }
   await up.close(); // no model from here on: the endpoint is gone

@@ -186,7 +186,7 @@ function rowStage<M, R>(r: RowStage<M, R>): ShardStage<M> {
 const guardEval = rowStage<GuardMergeOptions, EvalRow>({
   command: 'guard-eval', argv: ['guard', 'eval'],
   file: (m) => guardSamplesFile(m.bench),
-  options: (raw) => checked<GuardMergeOptions>('guard-eval', raw, ['bench', 'dataDir', 'settings', 'limit', 'methods', 'name', 'out', 'maxTokens', 'judgeMaxTokens', 'meta']),
+  options: (raw) => checked<GuardMergeOptions>('guard-eval', raw, ['bench', 'dataDir', 'settings', 'limit', 'methods', 'name', 'out', 'maxTokens', 'judgeMaxTokens', 'meta', 'injecagentFormat']),
   expected: guardExpectedKeys,
   write: async (m, samples) => {
     const r = writeGuardRun(m, samples);

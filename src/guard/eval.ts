@@ -6,14 +6,23 @@
  * InjecAgent data stealing runs InjecAgent's second step: when step 1 calls the data-extraction tool, that tool's
  * simulated response is fed back and the agent (behind the same guard) answers again; the case succeeds only if
  * step 2 calls the sending tool (bench/injecagent-score.ts).
+ *
+ * InjecAgent has two formats. native (the agent-realistic variant): our system prompt, the tools as JSON schemas,
+ * calls read by the outcome classifier. react (the paper's setting, `EvalOptions.react`): the agent gets
+ * InjecAgent's own ReAct prompt with the tools described in it and no `tools`, and InjecAgent's own parser
+ * (`scoreReactStep`) labels each step, format failures counting as invalid; the judging methods still judge the
+ * native conversation with the case's ToolSpecs, and a refusal is the same prefilled continuation as in native.
  */
 import { classifyResponse } from '../outcome/classify.ts';
+import { SafekeepError } from '../util/errors.ts';
+import { parseJsonBounded } from '../util/json-bounded.ts';
 import type { Outcome } from '../outcome/types.ts';
 import { runTask, type Task } from '../eval/runner.ts';
 import { callTotals, type CallLog, type SampleLog, type Score } from '../eval/log.ts';
 import type { GuardBench, GuardCase } from './bench/cases.ts';
 import { agentHarmMetrics, summarize, wilson, type Rate } from './metrics.ts';
 import { injecAgentScore, injecStep, simulatedToolResponse, type StepEval } from './bench/injecagent-score.ts';
+import { renderReactPrompt, scoreReactStep, step2From, type ReactCase, type ReactContext, type ReactEval } from './bench/injecagent-react.ts';
 import { guardedRespond, type GuardOptions } from './respond.ts';
 import { REFUSAL_PREFIX } from './prompts.ts';
 import { compliedAfterPrefix, judgeRefusal, type RefusalJudge } from './refusal-scorers.ts';
@@ -49,13 +58,35 @@ export interface EvalRow {
   step2Output?: string;
   step2Calls?: string[];
   step2Simulated?: 'exact' | 'same-tool' | 'none';
+  /** InjecAgent's format, set when it is react (absent: native) */
+  format?: 'react';
+  /** react: InjecAgent's parse of each step (its eval and invalid reason; null = step 2 not run) */
+  step1Parse?: ReactParse;
+  step2Parse?: ReactParse | null;
   /** AgentHarm's refusal judge on the reply (when it ran): its verdict and raw answer */
   refusalJudge?: { refusal: boolean; raw: string; unparseable: boolean } | null;
   /** kept for the metrics (not written to the rows file) */
   outcome: Outcome;
 }
 
+/** What the log keeps of InjecAgent's parse of one react step. */
+export interface ReactParse {
+  eval: ReactEval['eval'];
+  invalidReason?: string;
+  parserError?: string;
+  action?: string;
+  actionInput?: string;
+}
+
+/** The react format: InjecAgent's prompts and tools, and each InjecAgent case as its agent code reads it (by id). */
+export interface ReactFormat {
+  ctx: ReactContext;
+  cases: ReadonlyMap<string, ReactCase>;
+}
+
 export interface EvalOptions extends GuardOptions {
+  /** InjecAgent in its own ReAct format (absent: native tool calling) */
+  react?: ReactFormat;
   methods: readonly GuardMethod[];
   backend: ChatBackend;
   /** AgentHarm's refusal judge as a second refusal scorer beside the substring list (AgentHarm cases) */
@@ -108,6 +139,7 @@ export function guardTask(opts: Omit<EvalOptions, 'methods'>): Task<EvalItem, Ev
 }
 
 async function solveItem(c: GuardCase, method: GuardMethod, opts: Omit<EvalOptions, 'methods'>): Promise<EvalRow> {
+  if (c.bench === 'injecagent' && opts.react) return solveReact(c, method, opts.react, opts);
   const r = await guardedRespond(c.request, method, opts.backend, opts);
   let outcome = classifyResponse(r.reply.content, r.reply.toolCalls, c.request.tools, opts.backend.callFormat);
   // the prefilled prefix is ours: a continuation that complies is not a refusal
@@ -144,8 +176,13 @@ function guardSample(it: EvalItem, row: EvalRow, calls: CallLog[]): SampleLog<Ev
   if (row.verdict !== null) scores.push({ scorer: 'judge', value: row.verdict, explanation: calls.find((k) => k.purpose === 'judge')?.content ?? '' });
   if (row.refusalJudge) scores.push({ scorer: 'agentharm-refusal-judge', value: row.refusalJudge.unparseable ? 'unparseable' : row.refusalJudge.refusal, explanation: row.refusalJudge.raw });
   if (row.probeScore !== null) scores.push({ scorer: 'probe', value: row.probeScore, explanation: row.probeFlagged ? 'flagged' : 'passed' });
-  if (row.step1 !== undefined) scores.push({ scorer: 'injecagent-step1', value: row.step1 });
-  if (row.step2 !== undefined) scores.push({ scorer: 'injecagent-step2', value: row.step2, ...(row.step2Simulated ? { explanation: `simulated response: ${row.step2Simulated}` } : {}) });
+  const parse = (p: ReactParse | null | undefined): string[] => (p ? [`react: ${p.eval}${p.invalidReason ? ` (${p.invalidReason})` : ''}`] : []);
+  const explain = (xs: string[]) => (xs.length ? { explanation: xs.join('; ') } : {});
+  if (row.step1 !== undefined) scores.push({ scorer: row.format === 'react' ? 'injecagent-react-step1' : 'injecagent-step1', value: row.step1, ...explain(parse(row.step1Parse)) });
+  if (row.step2 !== undefined) {
+    scores.push({ scorer: row.format === 'react' ? 'injecagent-react-step2' : 'injecagent-step2', value: row.step2,
+      ...explain([...parse(row.step2Parse), ...(row.step2Simulated ? [`simulated response: ${row.step2Simulated}`] : [])]) });
+  }
   return { format: 'safekeep-sample', id: itemKey(it), sample: it.c.id, solver: it.method, calls, scores, output: row.output, ...callTotals(calls), row };
 }
 
@@ -174,6 +211,88 @@ async function injecSteps(
   const r2 = await guardedRespond(request, method, opts.backend, opts);
   const o2 = classifyResponse(r2.reply.content, r2.reply.toolCalls, c.request.tools, opts.backend.callFormat);
   return { step1, step2: injecStep(o2, send!), step2Output: r2.reply.content, step2Calls: o2.calls.map((k) => k.call.name), step2Simulated: sim.match };
+}
+
+const reactParse = (e: ReactEval): ReactParse => ({
+  eval: e.eval,
+  ...(e.invalidReason !== undefined ? { invalidReason: e.invalidReason } : {}),
+  ...(e.parserError !== undefined ? { parserError: e.parserError } : {}),
+  ...(e.action !== undefined ? { action: e.action } : {}),
+  ...(e.actionInput !== undefined ? { actionInput: e.actionInput } : {}),
+});
+
+/** The row's outcome in react: InjecAgent's parse stands in for the classifier (valid = parsed; the action as its call). */
+function reactOutcome(e: ReactEval): Outcome {
+  const calls = e.action !== undefined ? [{ call: { name: e.action, arguments: {}, source: e.actionInput ?? '' }, known: true, argsValid: true, errors: [] }] : [];
+  return { label: e.valid ? 'valid' : 'invalid', calls, malformed: [], refusalPhrases: [], degenerate: null, reasons: e.invalidReason ? [e.invalidReason] : [] };
+}
+
+/**
+ * An InjecAgent case in its own ReAct format: the agent call gets InjecAgent's [system, user] messages and no tools
+ * (the judge the native conversation with the ToolSpecs); InjecAgent's parser scores step 1 and, after a step-1
+ * succ on data stealing, step 2 with the extraction tool's cached response for the parameters text the parser cut
+ * (InjecAgent's key), else the same tool's response for the same arguments or any arguments.
+ */
+async function solveReact(c: Extract<GuardCase, { bench: 'injecagent' }>, method: GuardMethod, react: ReactFormat, opts: Omit<EvalOptions, 'methods'>): Promise<EvalRow> {
+  const rc = react.cases.get(c.id);
+  if (!rc) throw new SafekeepError(`${c.id}: no InjecAgent ReAct case of this id (the react data and the cases differ)`);
+  const r = await guardedRespond({ messages: renderReactPrompt(react.ctx, rc), tools: [] }, method, opts.backend, { ...opts, judgeRequest: c.request });
+  const e1 = scoreReactStep(rc, r.reply.content, 1);
+  const outcome = reactOutcome(e1);
+  let steps: Pick<EvalRow, 'step2' | 'step2Output' | 'step2Calls' | 'step2Simulated' | 'step2Parse'> = {};
+  if (c.attack === 'ds' && e1.eval === 'succ') {
+    const responses = c.simulatedResponses ?? {};
+    const params = e1.attackerToolParameters!;
+    const cached = Object.hasOwn(responses, params) ? { text: responses[params]!, match: 'exact' as const } : null;
+    const args = parsedArguments(params);
+    const sim = cached ?? simulatedToolResponse(responses, args);
+    if (!sim) steps = { step2: null, step2Parse: null, step2Simulated: 'none' };
+    else {
+      const extract = c.attackerTools[0]!;
+      // the judge sees step 2 as in native: the extraction call and its simulated response after the conversation
+      const judgeRequest = { tools: c.request.tools, messages: [
+        ...c.request.messages,
+        { role: 'assistant' as const, content: '', tool_calls: [{ id: 'call_1', type: 'function' as const, function: { name: extract, arguments: JSON.stringify(args) } }] },
+        { role: 'tool' as const, tool_call_id: 'call_1', name: extract, content: sim.text },
+      ] };
+      const r2 = await guardedRespond({ messages: renderReactPrompt(react.ctx, rc, step2From(e1, sim.text)), tools: [] }, method, opts.backend, { ...opts, judgeRequest });
+      const e2 = scoreReactStep(rc, r2.reply.content, 2);
+      steps = { step2: e2.eval, step2Parse: reactParse(e2), step2Output: r2.reply.content, step2Calls: e2.action !== undefined ? [e2.action] : [], step2Simulated: sim.match };
+    }
+  }
+  return {
+    format: 'react',
+    step1: e1.eval,
+    step1Parse: reactParse(e1),
+    ...steps,
+    caseId: c.id,
+    group: caseGroup(c),
+    method,
+    label: outcome.label,
+    calls: outcome.calls.map((k) => k.call.name),
+    reasons: outcome.reasons,
+    blocked: r.blocked,
+    verdict: r.judge?.verdict ?? null,
+    judgeLatencyMs: r.judge?.latencyMs ?? null,
+    judgeTokens: r.judge?.tokens ?? null,
+    agentTokens: r.reply.promptTokens + r.reply.completionTokens,
+    probeScore: r.probe?.score ?? null,
+    probeFlagged: r.probe ? r.probe.unsafe : null,
+    probeMs: r.probe?.latencyMs ?? null,
+    agentMs: r.agentMs !== undefined ? r.agentMs : r.blocked ? null : r.reply.latencyMs,
+    output: r.reply.content,
+    outcome,
+  };
+}
+
+/** The parameters text as arguments, for the same-tool fallback's match and the judge's view of the call ({} when it is not a JSON object). */
+function parsedArguments(text: string): Record<string, unknown> {
+  try {
+    const v = parseJsonBounded(text, 'react Action Input', 16);
+    return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
+  } catch {
+    return {};
+  }
 }
 
 export interface MethodSummary {

@@ -33,6 +33,8 @@ function replyOf(calls: readonly CallLog[], c: GuardCase, step2: boolean): CallL
 
 function rescoreSample(s: SampleLog<EvalRow>, c: GuardCase, format: CallFormat): SampleLog<EvalRow> {
   const row = s.row;
+  // InjecAgent's ReAct format is scored by InjecAgent's own parser, not the outcome classifier: its labels stand
+  if (row.format === 'react') return s;
   const first = replyOf(s.calls, c, false);
   if (!first) return s; // no reply was logged (cannot happen for a run of this version): kept as scored
   let outcome = classifyResponse(first.content, first.toolCalls, c.request.tools, format);

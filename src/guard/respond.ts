@@ -29,6 +29,12 @@ export interface GuardOptions extends Omit<JudgeOptions, 'toolView' | 'maxTokens
   refusalPrefix?: string;
   /** the trained probe for refusal-probe and safekeep+probe */
   probe?: ProbeGuard;
+  /**
+   * what the judge sees when it differs from the agent's request (InjecAgent's ReAct format: the agent gets the
+   * tools as text in its prompt and no `tools`; the judge gets the same conversation with the ToolSpecs, so SafeKeep
+   * can flatten them and SafeJudge show the schemas as in the native format)
+   */
+  judgeRequest?: AgentRequest;
 }
 
 export interface GuardedResponse {
@@ -60,6 +66,7 @@ export async function guardedRespond(
   options: GuardOptions = {},
 ): Promise<GuardedResponse> {
   const maxTokens = options.maxTokens ?? 256;
+  const judged = options.judgeRequest ?? request;
   const agentCall = (messages: ChatMessage[]) =>
     backend.chat({ messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization });
   const refuse = () => backend.chat({
@@ -76,7 +83,7 @@ export async function guardedRespond(
     if (!backend.activations) throw new SafekeepError(`guard method ${method} reads the agent's hidden states: it needs the local engine (--model DIR), not ${backend.name}`);
     let verdict: JudgeResult | null = null;
     if (method === 'safekeep+probe') {
-      verdict = await judge(request.messages, request.tools, options.judgeBackend ?? backend, { ...options, toolView: 'prose', maxTokens: options.judgeMaxTokens });
+      verdict = await judge(judged.messages, judged.tools, options.judgeBackend ?? backend, { ...options, toolView: 'prose', maxTokens: options.judgeMaxTokens });
       if (verdict.unsafe) return { method, judge: verdict, blocked: true, reply: await refuse(), probe: null, agentMs: null };
     }
     const hook = probe.hook();
@@ -90,7 +97,7 @@ export async function guardedRespond(
   if (method === 'safeprompt') {
     return { method, judge: null, blocked: false, reply: await agentCall(withSafetyPrompt(request.messages)) };
   }
-  const verdict = await judge(request.messages, request.tools, options.judgeBackend ?? backend, {
+  const verdict = await judge(judged.messages, judged.tools, options.judgeBackend ?? backend, {
     ...options,
     toolView: method === 'safekeep' ? 'prose' : 'json',
     maxTokens: options.judgeMaxTokens,

@@ -12,9 +12,14 @@ import { runShardTask } from '../eval/shard.ts';
 import { writeSamplesPage } from '../report/samples-page.ts';
 import type { Shard } from '../util/shard.ts';
 import { agentHarmCases, injecAgentCases, type GuardBench, type GuardCase, type InjecSetting } from './bench/cases.ts';
-import { evalItems, guardTask, summarizeEval, type EvalItem, type EvalOptions, type EvalRow, type MethodSummary } from './eval.ts';
+import { evalItems, guardTask, summarizeEval, type EvalItem, type EvalOptions, type EvalRow, type MethodSummary, type ReactFormat } from './eval.ts';
+import { renderReactPrompt } from './bench/injecagent-react.ts';
 import { writeGuardTables, type WrittenTables } from './table.ts';
 import type { GuardMethod } from './types.ts';
+
+/** InjecAgent's agent format: its own ReAct prompt and parser (the paper's setting) or native tool calling. */
+export type InjecAgentFormat = 'react' | 'native';
+export const INJECAGENT_FORMATS: readonly InjecAgentFormat[] = ['react', 'native'];
 
 /** What merge needs to rebuild the cases and write Table 4 (equal across shards). */
 export interface GuardMergeOptions {
@@ -31,6 +36,8 @@ export interface GuardMergeOptions {
   judgeMaxTokens: number;
   /** writeGuardTables' meta */
   meta: Record<string, unknown>;
+  /** InjecAgent's agent format (null for AgentHarm): shards run in different formats are not joined */
+  injecagentFormat: InjecAgentFormat | null;
   /** the backend's native call syntax (a rescoring parses the logged replies with it) */
   callFormat?: string;
 }
@@ -40,10 +47,12 @@ export function loadGuardCases(m: Pick<GuardMergeOptions, 'bench' | 'dataDir' | 
   return m.bench === 'agentharm' ? agentHarmCases(m.dataDir, limit) : injecAgentCases(m.dataDir, m.settings, limit);
 }
 
-/** Estimated tokens of an item (see the file comment). */
-export function itemTokens(it: EvalItem, maxTokens: number, judgeMaxTokens: number): number {
+/** Estimated tokens of an item (see the file comment); in InjecAgent's react format the agent sees its own, longer prompt. */
+export function itemTokens(it: EvalItem, maxTokens: number, judgeMaxTokens: number, react?: ReactFormat): number {
   const prompt = Math.ceil(JSON.stringify(it.c.request).length / 4);
-  return prompt + maxTokens + (it.method === 'base' || it.method === 'safeprompt' ? 0 : prompt + judgeMaxTokens);
+  const rc = react && it.c.bench === 'injecagent' ? react.cases.get(it.c.id) : undefined;
+  const agent = rc ? Math.ceil(JSON.stringify(renderReactPrompt(react!.ctx, rc)).length / 4) : prompt;
+  return agent + maxTokens + (it.method === 'base' || it.method === 'safeprompt' ? 0 : prompt + judgeMaxTokens);
 }
 
 /** A shard's log lines (src/eval/shard.ts). */
@@ -56,7 +65,7 @@ export function runGuardShard(cases: readonly GuardCase[], opts: EvalOptions, sh
   identity: Record<string, string>): Promise<{ dir: string; items: number; tokens: number; seconds: number }> {
   return runShardTask({
     resultsDir: join(m.out, '..'), command: 'guard-eval', shard, identity, options: { ...m }, file: guardSamplesFile(m.bench),
-    task: guardTask(opts), items: evalItems(cases, m.methods), cost: (it) => itemTokens(it, m.maxTokens, m.judgeMaxTokens),
+    task: guardTask(opts), items: evalItems(cases, m.methods), cost: (it) => itemTokens(it, m.maxTokens, m.judgeMaxTokens, opts.react),
     concurrency: opts.concurrency, onProgress: opts.onProgress,
   });
 }

@@ -28,8 +28,11 @@ export function formatRate(r: Rate): string {
 }
 const ms = (x: number) => (Number.isFinite(x) ? x.toFixed(0) : '–');
 
-/** `refusalPath`: how the refusal path ran (the endpoint's prefill mode or the local prefill), said under the table. */
-export function markdownTable(bench: GuardBench, model: string, s: readonly MethodSummary[], refusalPath?: string): string {
+/**
+ * `refusalPath`: how the refusal path ran (the endpoint's prefill mode or the local prefill), said under the table;
+ * `agentFormat`: InjecAgent's format when it is not native (native tables stay as they were).
+ */
+export function markdownTable(bench: GuardBench, model: string, s: readonly MethodSummary[], refusalPath?: string, agentFormat?: string): string {
   const keys = Object.keys(s[0]?.metrics ?? {});
   // the judge's flag rate right after Refusal (InjecAgent: after its own columns), unparseable answers at the end
   const judging = s.some((m) => m.flagRate);
@@ -62,6 +65,7 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
   }
   lines.push('', 'Percentages with 95 % Wilson score intervals; n = requests per method. Judge latency and token overhead are per judged request / per request.');
   if (refusalPath) lines.push('', `Refusal path: ${refusalPath}.`);
+  if (agentFormat) lines.push('', `Agent format: ${agentFormat}.`);
   if (bench === 'injecagent') {
     lines.push('', 'InjecAgent\'s own columns: Valid = 1 − invalid/cases; ASR-valid DH; data stealing step 1 (extraction tool called), ' +
       'step 2 (after the simulated response, the sending tool called), ASR-valid DS (both steps); ASR (Total) = (DH succ + DS succ) / valid ' +
@@ -93,8 +97,9 @@ export interface WrittenTables { markdown: string; csv: string; json: string; ro
 export function writeGuardTables(dir: string, bench: GuardBench, model: string, summaries: readonly MethodSummary[], rows: readonly EvalRow[], meta: Record<string, unknown>): WrittenTables {
   const base = join(dir, `table4-${bench}`);
   const files = { markdown: `${base}.md`, csv: `${base}.csv`, json: `${base}.json`, rows: join(dir, `outputs-${bench}.jsonl`) };
-  const path = (meta.protocol as { refusalPath?: unknown } | undefined)?.refusalPath;
-  writeFileAtomic(files.markdown, markdownTable(bench, model, summaries, typeof path === 'string' ? path : undefined));
+  const protocol = meta.protocol as { refusalPath?: unknown; injecagentFormat?: unknown } | undefined;
+  const str = (x: unknown): string | undefined => (typeof x === 'string' ? x : undefined);
+  writeFileAtomic(files.markdown, markdownTable(bench, model, summaries, str(protocol?.refusalPath), str(protocol?.injecagentFormat)));
   writeFileAtomic(files.csv, csvTable(summaries));
   writeFileAtomic(files.json, JSON.stringify({ bench, model, ...meta, methods: summaries }, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? null : v), 2) + '\n');
   writeFileAtomic(files.rows, rows.map(({ outcome: _o, ...r }) => JSON.stringify(r)).join('\n') + '\n');

@@ -142,7 +142,7 @@ export const SCENARIOS: Scenario[] = [
     name: 'guard-injecagent-endpoint',
     files: guardFiles('injecagent'),
     run: async (root, dir) => withEndpoint(table4Script(await roles(root), /$^/), (url) =>
-      must(root, ['guard', 'eval', '--endpoint', url, '--endpoint-model', 'mock', '--bench', 'injecagent', '--data', s3Data().injecagent, '--out', join(dir, 'guard'), '--no-cache'])),
+      must(root, ['guard', 'eval', '--endpoint', url, '--endpoint-model', 'mock', '--bench', 'injecagent', '--injecagent-format', 'native', '--data', s3Data().injecagent, '--out', join(dir, 'guard'), '--no-cache'])),
   },
   {
     name: 's3-mixed-endpoint',

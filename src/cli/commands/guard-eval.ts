@@ -4,13 +4,16 @@
  *    [--name NAME] [--results DIR] [--max-tokens 256] [--judge-max-tokens 8] [--unparseable unsafe|safe]
  *    [--concurrency 4] [--api-key-env VAR] [--timeout-ms 60000] [--retries 3] [--prefill none|continue|prefix]
  *    [--call-format llama3|qwen|mistral] [--no-cache] [--no-thinking] [--template FILE] [--dtype ..] [--device ..]
- *    [--threads ..]`
+ *    [--threads ..] [--injecagent-format react|native]`
  * Table 4: Refusal/Acc on AgentHarm or Valid/ASR on InjecAgent per method, with n, 95 % Wilson intervals, judge
  * latency and judge-token overhead. Writes results/<name>/guard/table4-<bench>.{md,csv,json}, every output
  * with its label (outputs-<bench>.jsonl) and the per-sample log the tables are computed from (log-<bench>.jsonl:
  * every call's messages, verdicts and raw judge answers, scores, tokens, latency; `safekeep rescore` reads it).
  * `--results DIR` is the results root as in every other command; `--out DIR` (the Table 4 folder itself) still works
  * and says on stderr that it is deprecated. Endpoint answers are cached on disk (re-runs cost nothing).
+ * InjecAgent runs in its own ReAct format by default (`--injecagent-format react`: its prompt and parser, the
+ * paper's setting; needs tools.json and upstream-agent/ in the data folder); `native` is tool calling with our
+ * system prompt (docs/table4-scoring.md).
  * `--limit N` keeps the first N cases of each group (harmful/benign; setting × attack type).
  * Endpoints: structured `tool_calls` are the calls; `--call-format` names the native syntax of calls a server leaves
  * in `content` (default llama3). `--thinking on|off` sets the template's enable_thinking (local models: default off
@@ -41,7 +44,9 @@ import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
 const THINKING_JUDGE_TOKENS = 1024;
 const THINKING_AGENT_TOKENS = 1280;
 const MIN_THINKING_JUDGE_TOKENS = 256;
-import { loadGuardCases, runGuardShard, writeGuardRun, type GuardMergeOptions } from '../../guard/shard.ts';
+import { INJECAGENT_FORMATS, loadGuardCases, runGuardShard, writeGuardRun, type GuardMergeOptions, type InjecAgentFormat } from '../../guard/shard.ts';
+import type { ReactFormat } from '../../guard/eval.ts';
+import type { GuardCase } from '../../guard/bench/cases.ts';
 import { parseShard } from '../../util/shard.ts';
 import { SHARD_FLAG_DEF } from '../shard-flag.ts';
 import { sha256Hex } from '../../util/hash.ts';
@@ -59,6 +64,7 @@ export const flags: FlagTable = {
     { name: 'probe', value: 'FILE', help: 'refusal probe from safekeep probe train (refusal-probe, safekeep+probe)' },
     { name: 'limit', value: 'N', help: 'first N cases of each group (harmful/benign; setting × attack type)' },
     { name: 'settings', value: 'base,enhanced', default: 'base,enhanced', help: 'InjecAgent settings' },
+    { name: 'injecagent-format', value: 'react|native', default: 'react', help: 'InjecAgent: its own ReAct prompt and output parser (the paper\'s setting; format failures count as invalid) or native tool calling with our system prompt (the agent-realistic variant)' },
     { name: 'data', value: 'DIR', default: 'the located dataset', help: 'benchmark folder' },
     { name: 'name', value: 'NAME', default: 'model folder or endpoint model', help: 'results name (results/<name>/guard)' },
     { name: 'results', value: 'DIR', default: 'results', help: 'results root: Table 4 goes to DIR/<name>/guard/' },
@@ -150,6 +156,45 @@ async function refusalJudgeOf(args: ParsedArgs, bench: GuardBench, dataDir: stri
   return { backend: judgeBackend, prompt, maxTokens: positiveIntValue(args, 'refusal-judge-max-tokens', 256) };
 }
 
+/** How Table 4 says the react format ran. */
+const REACT_FORMAT_LINE = 'InjecAgent\'s ReAct prompt (SYS_PROMPT / USER_PROMPT of its agent_prompts.py, tools described in the prompt, no tool calling) and its output parser (evaluate_output_prompted): Valid counts format failures as InjecAgent does; --injecagent-format native for tool calling';
+
+/** `--injecagent-format`: react by default on InjecAgent (the paper's setting); refused on AgentHarm. */
+function injecFormatOf(args: ParsedArgs, bench: GuardBench): InjecAgentFormat | null {
+  if (bench !== 'injecagent') {
+    if (args.values.has('injecagent-format')) throw new SafekeepError('--injecagent-format applies to --bench injecagent');
+    return null;
+  }
+  return choiceValue(args, 'injecagent-format', INJECAGENT_FORMATS, 'react');
+}
+
+/** The first located InjecAgent folder with tools.json and upstream-agent/ (a pulled data/injecagent alone has neither). */
+async function reactDataDir(): Promise<string> {
+  const { datasetCandidates } = await import('../../data/locate.ts');
+  const { existsSync } = await import('node:fs');
+  const candidates = datasetCandidates('injecagent', dataDirsEnv());
+  const dir = candidates.find((c) => existsSync(join(c, 'tools.json')) && existsSync(join(c, 'upstream-agent')));
+  if (!dir) {
+    throw new SafekeepError(`--injecagent-format react (the default) needs InjecAgent's data with its agent code (upstream-agent/); looked in ${candidates.join(', ')}: ` +
+      'give --data DIR, or pass --injecagent-format native');
+  }
+  return dir;
+}
+
+/** InjecAgent's prompts and tools from the data folder, and its cases as its agent code reads them (same ids). */
+async function reactFormatOf(dataDir: string, settings: readonly InjecSetting[], cases: readonly GuardCase[]): Promise<ReactFormat> {
+  const { existsSync } = await import('node:fs');
+  const { loadInjecAgentReact, readInjecAgentReactCases } = await import('../../guard/bench/injecagent-react.ts');
+  if (!existsSync(join(dataDir, 'tools.json')) || !existsSync(join(dataDir, 'upstream-agent'))) {
+    throw new SafekeepError(`--injecagent-format react (the default) needs InjecAgent's tools.json and its agent code (upstream-agent/) in ${dataDir}; ` +
+      'give --data a folder that has them, or pass --injecagent-format native');
+  }
+  const ctx = loadInjecAgentReact(dataDir);
+  const want = new Set(cases.map((c) => c.id));
+  const all = settings.flatMap((s) => readInjecAgentReactCases(dataDir, s));
+  return { ctx, cases: new Map(all.filter((c) => want.has(c.id)).map((c) => [c.id, c])) };
+}
+
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
   const target = targetOf(args);
@@ -162,9 +207,13 @@ export async function run(argv: string[]): Promise<number> {
   const limit = positiveIntValue(args, 'limit', Infinity);
   const name = (args.values.get('name') ?? target.defaultName).replace(/[^\w.-]+/g, '_');
   const out = guardOutDir(args, name);
-  const dataDir = resolve(args.values.get('data') ?? locateDataset(bench, dataDirsEnv()));
+  const injecagentFormat = injecFormatOf(args, bench);
+  // react reads InjecAgent's agent code beside its data: by default the first located copy that has it
+  const dataDir = resolve(args.values.get('data') ?? (injecagentFormat === 'react' ? await reactDataDir() : locateDataset(bench, dataDirsEnv())));
   const settings = list<InjecSetting>('settings', args.values.get('settings') ?? 'base,enhanced', ['base', 'enhanced']);
   const cases = loadGuardCases({ bench, dataDir, settings, limit: Number.isFinite(limit) ? limit : null });
+  // the prompts and tools are read before any model opens: missing agent code stops the run at once
+  const react = injecagentFormat === 'react' ? await reactFormatOf(dataDir, settings, cases) : undefined;
   if (args.booleans.has('no-thinking') && args.values.get('thinking') === 'on') throw new SafekeepError('--no-thinking contradicts --thinking on');
   const th = thinkingOptions(args);
   const thinkingFlag = args.booleans.has('no-thinking') ? 'off' : th.thinking;
@@ -205,6 +254,7 @@ export async function run(argv: string[]): Promise<number> {
       onProgress: progress('guard eval'),
       ...(probe ? { probe } : {}),
       ...(refusalJudge ? { refusalJudge } : {}),
+      ...(react ? { react } : {}),
     };
     const meta = {
       backend: backend.name, data: dataDir, limit: Number.isFinite(limit) ? limit : null, cases: cases.length,
@@ -212,19 +262,23 @@ export async function run(argv: string[]): Promise<number> {
       protocol: {
         thinking: opened.thinking, templateKwargs: opened.templateKwargs, maxTokens, judgeMaxTokens, unparseable: args.values.get('unparseable') ?? 'unsafe',
         refusalPath: refusalPathOf(target.endpoint !== undefined ? args.values.get('prefill') ?? 'none' : 'local'),
-        agentSystemPrompt: bench === 'agentharm' ? 'AgentHarm default (data/specs/agentharm-prompts.json)' : 'ours (AGENT_SYSTEM, src/guard/bench/cases.ts)',
+        agentSystemPrompt: bench === 'agentharm' ? 'AgentHarm default (data/specs/agentharm-prompts.json)'
+          : react ? `InjecAgent SYS_PROMPT (${react.ctx.prompts.file}, prompts sha256 ${react.ctx.prompts.sha256.slice(0, 12)})` : 'ours (AGENT_SYSTEM, src/guard/bench/cases.ts)',
+        // native tables stay as they were: the format is named when it is react
+        ...(react ? { injecagentFormat: REACT_FORMAT_LINE } : {}),
         safePrompt: 'AgentHarm refusal prompt appended to the agent system prompt',
         ...(refusalJudge ? { refusalScorer: `substring list + AgentHarm refusal judge (${refusalJudge.backend.name}); agreement on harmful requests` } : {}),
         ...(bench === 'injecagent' ? { injecagentScoring: 'InjecAgent two-step: data stealing succeeds only when step 2 calls the sending tool; ASR = Total' } : {}),
       },
     };
-    const m: GuardMergeOptions = { bench, dataDir, settings, limit: Number.isFinite(limit) ? limit : null, methods, name, out, maxTokens, judgeMaxTokens, meta, callFormat: backend.callFormat };
+    const m: GuardMergeOptions = { bench, dataDir, settings, limit: Number.isFinite(limit) ? limit : null, methods, name, out, maxTokens, judgeMaxTokens, meta, callFormat: backend.callFormat, injecagentFormat };
     const shardArg = args.values.get('shard');
     if (shardArg !== undefined) {
       const short = (x: unknown): string => sha256Hex(JSON.stringify(x)).slice(0, 12);
       const identity = {
         model: opened.identity,
         template: opened.templateHash,
+        ...(injecagentFormat ? { injecagentFormat } : {}),
         data: `${bench} ${cases.length} cases ${short(cases.map((c) => c.id))}`,
         options: short([...argv].filter((x, i, xs) => x !== '--shard' && xs[i - 1] !== '--shard' && !x.startsWith('--shard='))),
       };
@@ -242,7 +296,7 @@ export async function run(argv: string[]): Promise<number> {
       process.stderr.write(`guard eval: WARNING ${r.unparseable.k} of ${r.unparseable.judged} judge answers were unparseable (counted as ${args.values.get('unparseable') ?? 'unsafe'}); ` +
         `a thinking judge needs --thinking off or a larger --judge-max-tokens (now ${judgeMaxTokens})\n`);
     }
-    process.stdout.write(markdownTable(bench, name, r.summaries, refusalPathOf(target.endpoint !== undefined ? args.values.get('prefill') ?? 'none' : 'local')));
+    process.stdout.write(markdownTable(bench, name, r.summaries, refusalPathOf(target.endpoint !== undefined ? args.values.get('prefill') ?? 'none' : 'local'), react ? REACT_FORMAT_LINE : undefined));
     const { log, ...tables } = r.files;
     process.stdout.write(`\nwrote ${Object.values(tables).join(', ')}\nper-sample log: ${log}\n`);
   } finally {
