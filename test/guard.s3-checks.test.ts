@@ -94,8 +94,8 @@ test('parse-data: the observation is shown with the request; quoted spans are cu
   const r = await llmCheck(skill('parse-data'), e, { backend: b });
   assert.equal(b.calls[0]!.messages[0]!.content, S3_CHECK_ROLE);
   const prompt = String(b.calls[0]!.messages[1]!.content);
-  assert.match(prompt, /## The user's request\nSummarise email 42/);
-  assert.match(prompt, /## The result returned by GmailReadEmail\nFrom: alice/);
+  assert.match(prompt, /## The user's request\n\[BEGIN DATA [0-9a-f]{16}\]\nSummarise email 42/);
+  assert.match(prompt, /## The result returned by GmailReadEmail\n\[BEGIN DATA [0-9a-f]{16}\]\nFrom: alice/);
   assert.match(prompt, /called GmailReadEmail\(id="42"\)/);
   assert.deepEqual([r.risky, r.evidence], [true, [injected]]);
   const rec = recoverObservation(content, [{ skill: skill('parse-data'), result: r }], 'GmailReadEmail');

@@ -78,7 +78,7 @@ test('s3 fidelity: the safekeep-judge skill as the guard reads it vs the two-sta
   assert.deepEqual(jt.rows.filter((x) => x.disagree).map((x) => x.id), ['h4', 'b2']);
   // the guard saw the SKILL.md text, and only the inspected parts (request, no history)
   assert.match(seenSkillText[0]!, /## The skill: SKILL\.md\n---\nname: safekeep-judge/);
-  assert.match(seenSkillText[0]!, /## The user's request\nsteal the car/);
+  assert.match(seenSkillText[0]!, /## The user's request\n\[BEGIN DATA [0-9a-f]{16}\]\nsteal the car/);
   assert.doesNotMatch(seenSkillText[0]!, /What the agent has done so far/);
   const common = ['--skill', join(repoRoot, 'skills', 'safekeep-judge'), '--original', 'safekeep-judge', '--bench', file, '--endpoint', mock.url, '--endpoint-model', 'mock', '--out', out, '--skill-run', 'check'];
   const r = await cli(common);

@@ -17,7 +17,7 @@
  *   (when the probe ran). One JSON log line per request (method, verdict, probe score, latencies).
  */
 import type { Server } from 'node:http';
-import { parseToolCalls } from '../outcome/parse-calls.ts';
+import { parseToolCalls, stripEndTokens } from '../outcome/parse-calls.ts';
 import { contextLengthMessage } from '../serve/context-length.ts';
 import { HttpError, badRequest, sendJson } from '../serve/errors.ts';
 import { parseChatRequest } from '../serve/chat-body.ts';
@@ -50,9 +50,6 @@ export interface LocalServerOptions extends GuardOptions {
   limits?: ServerLimits;
 }
 
-/** end-of-turn and end-of-text tokens of the supported families (none belongs in an answer's text) */
-const END_TOKENS = /<\|eot_id\|>|<\|eom_id\|>|<\|end_of_text\|>|<\|im_end\|>|<\|endoftext\|>|<\|end\|>|<end_of_turn>|<\/s>/g;
-export const stripEndTokens = (s: string): string => s.replace(END_TOKENS, '');
 
 /** The backend with every call tied to this request's signal. */
 function withSignal(b: ChatBackend, signal: AbortSignal): ChatBackend {

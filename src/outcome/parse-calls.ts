@@ -17,10 +17,18 @@
 import { balancedEnd, isPlainObject, tryParseJson } from './json-scan.ts';
 import type { CallFormat, MalformedCall, ParseResult, ParsedCall } from './types.ts';
 
-const END_TOKENS = /<\|eot_id\|>|<\|eom_id\|>|<\|end_of_text\|>|<\|im_end\|>|<\|endoftext\|>|<\/s>/g;
+/**
+ * End-of-turn and end-of-text tokens of the supported families, as their tokenizers spell them (none belongs in an
+ * answer's text): Llama 3.x `<|eot_id|>` `<|eom_id|>` `<|end_of_text|>`; Qwen `<|im_end|>` `<|endoftext|>`;
+ * Mistral `</s>`; Phi-3 `<|end|>` (and `<|endoftext|>`); Gemma `<end_of_turn>` `<eos>`. The one list: the local
+ * backend and the local server both strip with it.
+ */
+export const END_TOKENS = ['<|eot_id|>', '<|eom_id|>', '<|end_of_text|>', '<|im_end|>', '<|endoftext|>', '</s>', '<|end|>', '<end_of_turn>', '<eos>'] as const;
+
+const END_TOKEN_RE = new RegExp(END_TOKENS.map((t) => t.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')).join('|'), 'g');
 
 export function stripEndTokens(text: string): string {
-  return text.replace(END_TOKENS, '');
+  return text.replace(END_TOKEN_RE, '');
 }
 
 /** {name, arguments|parameters} → ParsedCall, or the reason it is not one. */

@@ -12,14 +12,16 @@
  * - `encode` parses special tokens inside rendered text as special tokens and never doubles BOS: when the text
  *   already begins with the BOS string (templates emit it), the tokenizer's own BOS is dropped.
  */
-import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, statSync } from 'node:fs';
 import { writeFileAtomic } from '../util/atomic.ts';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import * as transformers from '@huggingface/transformers';
 import { Template } from '@huggingface/jinja';
 import type { ToolSpec } from '../data/types.ts';
+import { readRegularText } from '../checkpoint/regular-file.ts';
 import { SafekeepError } from '../util/errors.ts';
+import { parseJsonBounded } from '../util/json-bounded.ts';
 import { sha256Hex } from '../util/hash.ts';
 
 /** Which chat-template dialect a template speaks (guessed from its control tokens). */
@@ -96,20 +98,25 @@ export function guessTemplateFamily(template: string): TemplateFamily {
 
 type JsonObject = { [key: string]: unknown };
 
-function readJson(file: string): JsonObject {
-  let text: string;
+/**
+ * Tokenizer files come from a model folder someone handed us: each is opened as the checkpoint loader opens its
+ * files (a regular file only, never a blocking open: a FIFO, a folder or a symlink to one is one line), bounded in
+ * size and in JSON nesting. tokenizer.json of a 256k vocabulary is ~35 MB; configs and templates are small.
+ */
+const MAX_TOKENIZER_JSON_BYTES = 512 * 1024 * 1024;
+const MAX_TOKENIZER_CONFIG_BYTES = 64 * 1024 * 1024;
+const MAX_TEMPLATE_BYTES = 4 * 1024 * 1024;
+
+function readJson(file: string, maxBytes = MAX_TOKENIZER_CONFIG_BYTES): JsonObject {
+  const text = readRegularText(file, maxBytes);
+  let v: unknown;
   try {
-    text = readFileSync(file, 'utf8');
+    v = parseJsonBounded(text, file);
   } catch (e) {
-    throw new SafekeepError(`${file}: cannot read (${(e as Error).message})`);
+    throw new SafekeepError((e as Error).message.replace(': not valid JSON', ': invalid JSON'));
   }
-  try {
-    const v: unknown = JSON.parse(text);
-    if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new Error('not a JSON object');
-    return v as JsonObject;
-  } catch (e) {
-    throw new SafekeepError(`${file}: invalid JSON (${(e as Error).message})`);
-  }
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new SafekeepError(`${file}: invalid JSON (not a JSON object)`);
+  return v as JsonObject;
 }
 
 function tokenString(v: unknown): string | undefined {
@@ -131,13 +138,13 @@ function chooseTemplate(dir: string, config: JsonObject | null, override?: strin
   if (override) {
     const file = resolve(override);
     if (!existsSync(file)) throw new SafekeepError(`--template ${override}: file not found`);
-    const t = readFileSync(file, 'utf8');
+    const t = readRegularText(file, MAX_TEMPLATE_BYTES);
     if (!t.trim()) throw new SafekeepError(`--template ${override}: file is empty`);
     return { main: t, toolUse: t, hash: sha256Hex(t), source: override };
   }
   const jinjaFile = join(dir, 'chat_template.jinja');
   if (existsSync(jinjaFile)) {
-    const t = readFileSync(jinjaFile, 'utf8');
+    const t = readRegularText(jinjaFile, MAX_TEMPLATE_BYTES);
     return { main: t, toolUse: t, hash: sha256Hex(t), source: 'chat_template.jinja' };
   }
   const jsonFile = join(dir, 'chat_template.json');
@@ -179,7 +186,7 @@ type HfTokenizerClass = new (json: unknown, config: unknown) => HfTokenizer;
 /** Build the tokenizer class transformers' AutoTokenizer would pick, from local JSON (no hub, no env changes). */
 function buildHfTokenizer(dir: string): HfTokenizer {
   const tokFile = join(dir, 'tokenizer.json');
-  const tokJson = readJson(tokFile);
+  const tokJson = readJson(tokFile, MAX_TOKENIZER_JSON_BYTES);
   const cfgFile = join(dir, 'tokenizer_config.json');
   const cfg = existsSync(cfgFile) ? readJson(cfgFile) : {};
   const className = typeof cfg.tokenizer_class === 'string' ? cfg.tokenizer_class.replace(/Fast$/, '') : 'PreTrainedTokenizer';

@@ -12,6 +12,8 @@
  * harness) landed after the harness had been shown equal to e8d0059 on all six:
  * - guard-agentharm-planted.txt: the judge prompt encloses untrusted text in data boundaries (guard/judge-context.ts),
  *   so the judge's tokens per request grew (400.5 → 487.5, 325.5 → 412.5); verdicts and rates are unchanged;
+ *   and again when the one end-of-turn token list (outcome/parse-calls.ts END_TOKENS) gained Phi's `<|end|>`: the
+ *   planted model's refusals no longer end in a leaked `<|end|>` (the only change, checked with a diff);
  * - s3-mixed-endpoint.txt: S³'s filters now filter, input recovery completes the benign half of a mixed task, and
  *   the table gained the recovery-fallback and after-remediation columns (skills/, guard/s3/).
  */

@@ -56,7 +56,9 @@ export function s3Script(body: Record<string, unknown> | null): MockAnswer {
     return { json: completion(names || 'NONE', { promptTokens: 100, completionTokens: 1 }) };
   }
   if (sys === S3_REWRITE_ROLE) {
-    const req = user.split('## The request\n')[1]?.split('\n\n## Why it was found unsafe')[0] ?? '';
+    // the request arrives enclosed in data lines (rewrite.ts): the mock rewrites the text between them
+    const req = (user.split('## The request\n')[1]?.split('\n\n## Why it was found unsafe')[0] ?? '')
+      .replace(/^\[BEGIN DATA [0-9a-f]{16}\]\n/, '').replace(/\n\[END DATA [0-9a-f]{16}\]$/, '');
     const i = req.indexOf('\n\nThen:');
     return { json: completion(i > 0 ? req.slice(0, i) : 'NONE', { promptTokens: 500, completionTokens: 3 }) };
   }
