@@ -149,6 +149,15 @@ async function solveItem(c: GuardCase, method: GuardMethod, opts: Omit<EvalOptio
   const steps = c.bench === 'injecagent' ? await injecSteps(c, method, outcome, opts) : {};
   return {
     ...steps,
+    ...responseFields(c, method, r, outcome),
+    ...(rj !== undefined ? { refusalJudge: rj && { refusal: rj.refusal, raw: rj.raw, unparseable: rj.unparseable } } : {}),
+    outcome,
+  };
+}
+
+/** The fields of a Table 4 row that come from the response and its classification (both agent formats). */
+function responseFields(c: GuardCase, method: GuardMethod, r: Awaited<ReturnType<typeof guardedRespond>>, outcome: Outcome) {
+  return {
     caseId: c.id,
     group: caseGroup(c),
     method,
@@ -165,8 +174,6 @@ async function solveItem(c: GuardCase, method: GuardMethod, opts: Omit<EvalOptio
     probeMs: r.probe?.latencyMs ?? null,
     agentMs: r.agentMs !== undefined ? r.agentMs : r.blocked ? null : r.reply.latencyMs,
     output: r.reply.content,
-    ...(rj !== undefined ? { refusalJudge: rj && { refusal: rj.refusal, raw: rj.raw, unparseable: rj.unparseable } } : {}),
-    outcome,
   };
 }
 
@@ -265,22 +272,7 @@ async function solveReact(c: Extract<GuardCase, { bench: 'injecagent' }>, method
     step1: e1.eval,
     step1Parse: reactParse(e1),
     ...steps,
-    caseId: c.id,
-    group: caseGroup(c),
-    method,
-    label: outcome.label,
-    calls: outcome.calls.map((k) => k.call.name),
-    reasons: outcome.reasons,
-    blocked: r.blocked,
-    verdict: r.judge?.verdict ?? null,
-    judgeLatencyMs: r.judge?.latencyMs ?? null,
-    judgeTokens: r.judge?.tokens ?? null,
-    agentTokens: r.reply.promptTokens + r.reply.completionTokens,
-    probeScore: r.probe?.score ?? null,
-    probeFlagged: r.probe ? r.probe.unsafe : null,
-    probeMs: r.probe?.latencyMs ?? null,
-    agentMs: r.agentMs !== undefined ? r.agentMs : r.blocked ? null : r.reply.latencyMs,
-    output: r.reply.content,
+    ...responseFields(c, method, r, outcome),
     outcome,
   };
 }
