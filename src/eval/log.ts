@@ -11,10 +11,10 @@ import { existsSync, readFileSync } from 'node:fs';
 import { writeFileAtomic } from '../util/atomic.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { parseJsonBounded } from '../util/json-bounded.ts';
-import type { WireToolCall } from '../guard/types.ts';
+import type { ChatReply } from '../guard/types.ts';
 
-/** One model call of a sample, as the system under test made it. */
-export interface CallLog {
+/** One model call of a sample, as the system under test made it: what it was asked, then the reply as it came. */
+export interface CallLog extends ChatReply {
   purpose: string;
   /** the conversation the call saw (role + content; tool calls of earlier turns included) */
   messages: ReadonlyArray<Record<string, unknown>>;
@@ -22,13 +22,6 @@ export interface CallLog {
   tools: string[];
   /** the assistant prefix the reply continued (refusals) */
   prefix?: string;
-  content: string;
-  toolCalls: WireToolCall[];
-  promptTokens: number;
-  completionTokens: number;
-  latencyMs: number;
-  cached: boolean;
-  finish: string;
 }
 
 /** One score of a sample: which scorer gave it, its value, and what it read. */
