@@ -25,7 +25,7 @@ export const LOCAL_MODEL_FLAG_DEFS: readonly FlagDef[] = [
 export const ENDPOINT_FLAG_DEFS: readonly FlagDef[] = [
   { name: 'endpoint', value: 'URL', help: 'OpenAI-compatible endpoint instead of a local model' },
   { name: 'endpoint-model', value: 'NAME', help: 'model name at the endpoint' },
-  { name: 'concurrency', value: 'N', default: '4 (endpoint), 1 (local)', help: 'calls in flight (a local backend that batches gets them together)' },
+  { name: 'concurrency', value: 'N', default: '4 (endpoint), 8 (local)', help: 'calls in flight (a local model decodes them together on its scheduler; --max-memory bounds what it admits)' },
   { name: 'api-key-env', value: 'VAR', help: 'environment variable holding the endpoint API key' },
   { name: 'timeout-ms', value: 'MS', default: '60000', help: 'endpoint timeout' },
   { name: 'retries', value: 'N', default: '3', help: 'endpoint retries' },
@@ -80,10 +80,13 @@ export interface ThinkingPlan {
   local(template: string): Promise<{ thinking: string; templateKwargs: Record<string, unknown> }>;
 }
 
+/** calls in flight on a local model by default: enough to fill a decode batch of the workloads' agent and judge calls */
+export const LOCAL_CONCURRENCY = 8;
+
 /** A model or endpoint opened once for a command: what every evaluation needs from it. */
 export interface OpenedBackend {
   backend: ChatBackend;
-  /** --concurrency: calls in flight (4 at an endpoint, 1 locally unless given) */
+  /** --concurrency: calls in flight (4 at an endpoint, 8 locally unless given) */
   concurrency: number;
   /** the chat template's hash (local) or 'none (endpoint)' */
   templateHash: string;
@@ -119,7 +122,9 @@ export async function openChatBackend(args: ParsedArgs, t: Target, out: string, 
   const engine = await openEngine(args);
   return {
     backend: new LocalBackend(engine, tokenizer, { templateKwargs: l.templateKwargs }),
-    concurrency: positiveIntValue(args, 'concurrency', 1),
+    // the scheduler decodes concurrent calls in one batch and shares their prompts' prefix blocks; a sequence it
+    // cannot admit under --max-memory waits, so more calls in flight cost memory only up to the plan
+    concurrency: positiveIntValue(args, 'concurrency', LOCAL_CONCURRENCY),
     templateHash: tokenizer.templateHash,
     identity: `${basename(resolve(t.model!))} ${args.values.get('dtype') ?? 'default dtype'}`,
     thinking: l.thinking,

@@ -9,6 +9,7 @@ import { resolveModel } from '../hub/resolve.ts';
 import { choiceValue, numberValue, positiveIntValue, requireValue, type FlagDef, type ParsedArgs } from './args.ts';
 import { THINKING_FLAG_DEFS, thinkingOptions } from './thinking-flags.ts';
 import { dataDirsEnv, hubEnv } from './env.ts';
+import { SafekeepError } from '../util/errors.ts';
 
 
 /** flag-table rows of the pipeline commands (extract, reproduce, steer) */
@@ -20,6 +21,7 @@ export const RUN_FLAG_DEFS: readonly FlagDef[] = [
   { name: 'template', value: 'FILE', help: 'chat template file instead of the model folder\'s' },
   { name: 'batch-tokens', value: 'N', default: '4096', help: 'tokens per forward batch' },
   { name: 'split-seed', value: 'N', default: '0', help: 'seed of the group-disjoint 7:3 extraction/evaluation split' },
+  { name: 'gen-concurrency', value: 'N', default: '4', help: 'generation batches of 8 prompts in flight (steer, behavioural refusal): the scheduler decodes them together' },
   ...THINKING_FLAG_DEFS,
 ];
 export const RUN_FLAGS = RUN_FLAG_DEFS.map((f) => f.name);
@@ -38,6 +40,13 @@ export function analysisOptions(a: ParsedArgs): { layerRule: 'cv' | 'peak'; sche
 }
 
 
+/** --gen-concurrency: 1..1024 (the scheduler queues what it cannot admit; beyond that nothing is gained) */
+function genConcurrencyValue(a: ParsedArgs): number {
+  const n = positiveIntValue(a, 'gen-concurrency', 4);
+  if (!(n <= 1024)) throw new SafekeepError(`--gen-concurrency must be at most 1024, got ${a.values.get('gen-concurrency')}`);
+  return n;
+}
+
 export async function runContextOptions(a: ParsedArgs): Promise<ContextOptions> {
   const template = a.values.get('template');
   return {
@@ -51,5 +60,6 @@ export async function runContextOptions(a: ParsedArgs): Promise<ContextOptions> 
     ...(a.values.has('limit') ? { limit: positiveIntValue(a, 'limit', Infinity) } : {}),
     batchTokens: numberValue(a, 'batch-tokens', 4096),
     splitSeed: numberValue(a, 'split-seed', 0),
+    ...(a.values.has('gen-concurrency') ? { genConcurrency: genConcurrencyValue(a) } : {}),
   };
 }

@@ -33,6 +33,8 @@ export interface Task<I, R, S = R> {
 export interface RunOptions {
   /** items in flight at once (default 1) */
   concurrency?: number;
+  /** a limit shared with other runs (several conditions' runs in flight together under one bound); wins over `concurrency` */
+  limiter?: Limiter;
   onProgress?: (done: number, total: number) => void;
   /** items finished by an earlier, interrupted run with the same key are not run again */
   resume?: { file: string; key: string };
@@ -70,7 +72,7 @@ function readPartial<R, S>(file: string, key: string): Map<string, PartialLine<R
 }
 
 export async function runTask<I, R, S = R>(task: Task<I, R, S>, items: readonly I[], opts: RunOptions = {}): Promise<TaskRun<R, S>> {
-  const limiter = new Limiter(opts.concurrency ?? 1);
+  const limiter = opts.limiter ?? new Limiter(opts.concurrency ?? 1);
   const total = items.length;
   const resume = opts.resume;
   const before = resume ? readPartial<R, S>(resume.file, resume.key) : new Map<string, PartialLine<R, S>>();

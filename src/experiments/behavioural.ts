@@ -16,6 +16,7 @@ import type { ExtractContext } from './extract.ts';
 import { generationBatches, generationTask } from '../eval/generation.ts';
 import { writeEvalLog } from '../eval/log.ts';
 import { runTask } from '../eval/runner.ts';
+import { Limiter } from '../guard/backends/limit.ts';
 import { callFormatOf, type CallFormat } from '../outcome/types.ts';
 
 const BEHAVIOURAL_CONFIGS = [
@@ -34,8 +35,10 @@ export async function behaviouralRefusal(ctx: ExtractContext, maxNewTokens: numb
   const format: CallFormat = t === 'llama3' || t === 'qwen' || t === 'mistral' ? t : callFormatOf[family];
   const evalSet = new Set(ctx.split.evaluation);
   const pairs = ctx.set.pairs.filter((p) => evalSet.has(p.id));
-  const rows: BehaviouralRefusalRow[] = [];
-  for (const { config, label } of BEHAVIOURAL_CONFIGS) {
+  // both configurations' batches in flight together under one bound (--gen-concurrency): the scheduler decodes them
+  // side by side; rows stay in configuration order
+  const limiter = new Limiter(ctx.genConcurrency);
+  const rows: BehaviouralRefusalRow[] = await Promise.all(BEHAVIOURAL_CONFIGS.map(async ({ config, label }): Promise<BehaviouralRefusalRow> => {
     const prompts = pairs.map((p) => ctx.builder.render(p.harmful.prompt, p.tools, config, 'schema'));
     const file = join(outDir, `generations.${config}.jsonl`);
     const key = JSON.stringify({ hashes: prompts.map((p) => p.hash), maxNewTokens, model: ctx.baseManifest.model });
@@ -52,6 +55,7 @@ export async function behaviouralRefusal(ctx: ExtractContext, maxNewTokens: numb
       });
       let shown = 0;
       const run = await runTask(task, generationBatches(pairs.map((p, i) => ({ id: p.id, text: prompts[i]!.text, ids: prompts[i]!.ids!, tools: config === 'agent' ? p.tools : [] })), 8), {
+        limiter,
         onProgress: (done) => { const n = Math.min(pairs.length, done * 8); progress.add(n - shown); shown = n; },
       });
       progress.finish();
@@ -64,7 +68,7 @@ export async function behaviouralRefusal(ctx: ExtractContext, maxNewTokens: numb
     }
     const refusals = gens.filter((g) => g.label === 'refusal').length;
     const iv = wilsonInterval(refusals, gens.length);
-    rows.push({ config, label, n: gens.length, refusals, rate: gens.length ? refusals / gens.length : 0, lo: iv.lo, hi: iv.hi });
-  }
+    return { config, label, n: gens.length, refusals, rate: gens.length ? refusals / gens.length : 0, lo: iv.lo, hi: iv.hi };
+  }));
   return { requests: `harmful requests of the evaluation split (${pairs.length})`, maxNewTokens, rows };
 }

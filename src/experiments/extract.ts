@@ -76,6 +76,8 @@ export interface ExtractContext {
   memoryPlan?: MemoryPlan | null;
   /** no progress lines (the engine option `quiet`, SAFEKEEP_QUIET at the CLI) */
   quiet: boolean;
+  /** generation batches in flight at once (steer, behavioural refusal): the engine's scheduler decodes them together */
+  genConcurrency: number;
 }
 
 export interface ContextOptions {
@@ -92,6 +94,8 @@ export interface ContextOptions {
   /** keep only n pairs: round-robin over categories in set order, so a subset still spans every category */
   limit?: number;
   batchTokens?: number;
+  /** generation batches (of 8 prompts) in flight at once, across conditions (default 4) */
+  genConcurrency?: number;
   /** --thinking: default off on templates with a thinking switch (prompts/thinking.ts) */
   thinking?: ThinkingFlag;
   /** --chat-template-kwargs */
@@ -116,6 +120,13 @@ export function stratifiedSubset<T extends { category: string }>(pairs: readonly
 }
 
 /** Opens model, tokenizer, template, data and split once for every stage of a run. */
+/**
+ * Generation batches in flight by default: 4 × 8 prompts = 32 sequences on the scheduler at once, the batch where
+ * decode throughput measured near its plateau on the SmolLM2 shape (issue-era bench: 103 / 145 / 188 tok/s at 8 /
+ * 16 / 32 rows), while a condition's results stay in pair order.
+ */
+export const GEN_CONCURRENCY = 4;
+
 export async function openContext(o: ContextOptions): Promise<ExtractContext> {
   const modelDir = resolve(o.model);
   const ckpt = await loadCheckpoint(modelDir);
@@ -142,7 +153,7 @@ export async function openContext(o: ContextOptions): Promise<ExtractContext> {
     reuse: 'none: every prompt is computed in full',
     memory: engine.memoryPlan ? planRecord(engine.memoryPlan) : 'no --max-memory budget',
   };
-  return { modelDir, modelName, engine, tok, builder, set, split, cacheDir, baseManifest, batchTokens: o.batchTokens ?? 4096, memoryPlan: engine.memoryPlan, quiet: o.engine?.quiet ?? false };
+  return { modelDir, modelName, engine, tok, builder, set, split, cacheDir, baseManifest, batchTokens: o.batchTokens ?? 4096, memoryPlan: engine.memoryPlan, quiet: o.engine?.quiet ?? false, genConcurrency: o.genConcurrency ?? GEN_CONCURRENCY };
 }
 
 /** Rows (harmful, benign per pair) rendered in one condition. */

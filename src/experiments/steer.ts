@@ -41,6 +41,7 @@ import { ItemProgress } from '../util/progress.ts';
 import { generationTask, type GeneratedRow, type GenerationBatch } from '../eval/generation.ts';
 import { writeEvalLog, type SampleLog } from '../eval/log.ts';
 import { runTask, type Task } from '../eval/runner.ts';
+import { Limiter } from '../guard/backends/limit.ts';
 import { callFormatOf, type CallFormat, type OutcomeLabel } from '../outcome/types.ts';
 import {
   extractCondition, openContext, promptCacheName, renderRows, shardIdentity, type ContextOptions, type ExtractContext, type ShardSummary,
@@ -289,8 +290,13 @@ export async function steerSweep(o: SteerOptions): Promise<SteerResult> {
     for (const kind of o.requests ?? (['harmful', 'benign'] as const)) {
       const rows: SteeringRow[] = [];
       const prompts = setup.pairs.map((p) => ctx.builder.render(p[kind].prompt, p.tools, 'agent', 'schema'));
-      for (const cond of setup.conditions) {
-        const gens = await generateAll(ctx, setup.pairs, prompts.map((p) => p.ids!), prompts.map((p) => p.text), kind, cond, layer, unit, o.maxNewTokens, setup.format, outDir, setup.positions);
+      // every condition's batches in flight together under one bound, so the scheduler decodes the sweep's α rows
+      // side by side; rows and files stay in condition order
+      const limiter = new Limiter(ctx.genConcurrency);
+      const all = await Promise.all(setup.conditions.map((cond) =>
+        generateAll(ctx, setup.pairs, prompts.map((p) => p.ids!), prompts.map((p) => p.text), kind, cond, layer, unit, o.maxNewTokens, setup.format, outDir, setup.positions, limiter)));
+      for (const [i, cond] of setup.conditions.entries()) {
+        const gens = all[i]!;
         rows.push(steeringRow(gens, cond, meanNorm));
         const counts = rows[rows.length - 1]!.counts;
         process.stderr.write(`steer ${kind} ${conditionName(cond)}: refusal ${counts.refusal}, valid ${counts.valid}, invalid ${counts.invalid} of ${gens.length}\n`);
@@ -375,7 +381,7 @@ function writeConditionLog(file: string, key: string, kind: string, cond: SteerC
 /** Generations for one (requests, condition), cached as JSONL keyed by the exact inputs, so a rerun costs nothing. */
 async function generateAll(
   ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], texts: readonly string[], kind: 'harmful' | 'benign', cond: SteerCondition, layer: number,
-  unit: Float32Array, maxNewTokens: number, format: CallFormat, outDir: string, positions: SteerPositions,
+  unit: Float32Array, maxNewTokens: number, format: CallFormat, outDir: string, positions: SteerPositions, limiter: Limiter,
 ): Promise<SteerGeneration[]> {
   const file = join(outDir, generationsFile(kind, cond, positions));
   const key = generationsKey(ctx, pairs, ids, layer, cond, maxNewTokens, unit, positions);
@@ -389,6 +395,7 @@ async function generateAll(
   const batches = Array.from({ length: Math.ceil(pairs.length / GEN_BATCH) }, (_, b) => b * GEN_BATCH)
     .map((s) => ({ ...batchOf(pairs.slice(s, s + GEN_BATCH), ids.slice(s, s + GEN_BATCH), texts.slice(s, s + GEN_BATCH), 0), start: s }));
   const r = await runTask(conditionTask(ctx, kind, cond, layer, unit, maxNewTokens, format, positions), batches, {
+    limiter,
     onProgress: (done) => { const n = Math.min(pairs.length, done * GEN_BATCH); progress.add(n - shown); shown = n; },
   });
   progress.finish();
@@ -457,10 +464,12 @@ export async function steerShard(o: SteerOptions, shard: Shard): Promise<ShardSu
     const identity = { ...shardIdentity(ctx), interventions: setsIdentity(interventionSets), steer: sha256Hex(JSON.stringify({ ...merge, table: null })).slice(0, 12) };
     const run = new ShardRun(join(ctx.cacheDir, '..'), 'steer', shard, identity, { ...merge }, { items: mine.length, tokens: mine.reduce((t, x) => t + x.cost, 0) });
     let computed = 0;
-    for (const it of mine) {
+    // the shard's batches in flight together (--gen-concurrency), each written as it finishes
+    const limiter = new Limiter(ctx.genConcurrency);
+    await Promise.all(mine.map((it) => limiter.run(async () => {
       const file = join(run.dir, chunkFile(it.kind, it.a, it.s));
       const key = keys[`${it.kind}/${it.a}`]!;
-      if (existsSync(file) && (JSON.parse(readFileSync(file, 'utf8').split('\n')[0]!) as { key?: string }).key === key) { run.add(1, it.cost); continue; }
+      if (existsSync(file) && (JSON.parse(readFileSync(file, 'utf8').split('\n')[0]!) as { key?: string }).key === key) { run.add(1, it.cost); return; }
       const { gens, samples } = await generateChunk(ctx, setup.pairs.slice(it.s, it.s + GEN_BATCH), ids[it.kind]!.slice(it.s, it.s + GEN_BATCH), texts[it.kind]!.slice(it.s, it.s + GEN_BATCH), it.kind,
         setup.conditions[it.a]!, setup.layer, setup.unit, o.maxNewTokens, setup.format, setup.positions);
       // the log lines first: a chunk file present means its log lines are too
@@ -468,7 +477,7 @@ export async function steerShard(o: SteerOptions, shard: Shard): Promise<ShardSu
       writeFileAtomic(file, [JSON.stringify({ key }), ...gens.map((g) => JSON.stringify(g))].join('\n') + '\n');
       computed += gens.length;
       run.add(1, it.cost);
-    }
+    })));
     const rec = run.finish();
     return { dir: run.dir, items: rec.items, tokens: rec.tokens, computedRows: computed, seconds: rec.seconds ?? 0 };
   } finally {
