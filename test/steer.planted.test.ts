@@ -96,3 +96,38 @@ test('steer --steer-positions generated on the planted model: the first token is
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('steer: every condition in flight together (--gen-concurrency) writes the generations and logs of one condition at a time', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'steer-conc-'));
+  process.env.SAFEKEEP_CACHE = join(dir, '.graphs');
+  process.env.SAFEKEEP_QUIET = '1';
+  try {
+    const pairs = await loadPairSet('pairs');
+    await writePlantedModel(join(dir, 'planted'), { lexiconPairs: pairs.pairs });
+    const alphas = [0, 0.8, 1.5];
+    const run = (genConcurrency: number, results: string) => steerSweep({
+      model: join(dir, 'planted'), data: 'pairs', results: join(dir, results), limit: 60, genConcurrency,
+      alphas: alphas.map((value) => ({ kind: 'absolute' as const, value })), layer: 'auto', direction: 'schema-harmful',
+      maxNewTokens: 6, requests: ['harmful'], engine: { cacheDir: join(dir, '.graphs'), quiet: true },
+    });
+    const one = await run(1, 'one');
+    const many = await run(16, 'many');
+    assert.deepEqual(many.sweeps, one.sweeps);
+    for (const alpha of alphas) {
+      const gens = (r: typeof one) => readFileSync(join(r.outDir, `generations.harmful.alpha${alpha}.jsonl`), 'utf8').trim().split('\n').slice(1).map((l) => JSON.parse(l) as { pairId: string; alpha: number; generatedIds: number[] });
+      const g = gens(many);
+      assert.ok(g.length > GEN_BATCH_IN_TEST, `more than one batch of pairs (${g.length})`);
+      assert.deepEqual(g, gens(one));
+      assert.ok(g.every((x) => x.alpha === alpha));
+      // the condition's log holds its own samples, in pair order, one per generation
+      const log = readFileSync(join(many.outDir, `log.harmful.alpha${alpha}.jsonl`), 'utf8').trim().split('\n').slice(1).map((l) => JSON.parse(l) as { solver: string; row: { pairId: string; alpha: number } });
+      assert.deepEqual(log.map((x) => x.row.pairId), g.map((x) => x.pairId));
+      assert.ok(log.every((x) => x.solver === `α=${alpha}` && x.row.alpha === alpha), JSON.stringify(log.map((x) => x.solver)));
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+/** steer's generation batch (GEN_BATCH in src/experiments/steer.ts) */
+const GEN_BATCH_IN_TEST = 8;

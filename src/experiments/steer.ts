@@ -290,11 +290,7 @@ export async function steerSweep(o: SteerOptions): Promise<SteerResult> {
     for (const kind of o.requests ?? (['harmful', 'benign'] as const)) {
       const rows: SteeringRow[] = [];
       const prompts = setup.pairs.map((p) => ctx.builder.render(p[kind].prompt, p.tools, 'agent', 'schema'));
-      // every condition's batches in flight together under one bound, so the scheduler decodes the sweep's α rows
-      // side by side; rows and files stay in condition order
-      const limiter = new Limiter(ctx.genConcurrency);
-      const all = await Promise.all(setup.conditions.map((cond) =>
-        generateAll(ctx, setup.pairs, prompts.map((p) => p.ids!), prompts.map((p) => p.text), kind, cond, layer, unit, o.maxNewTokens, setup.format, outDir, setup.positions, limiter)));
+      const all = await generateConditions(ctx, setup.pairs, prompts.map((p) => p.ids!), prompts.map((p) => p.text), kind, setup.conditions, layer, unit, o.maxNewTokens, setup.format, outDir, setup.positions);
       for (const [i, cond] of setup.conditions.entries()) {
         const gens = all[i]!;
         rows.push(steeringRow(gens, cond, meanNorm));
@@ -378,31 +374,56 @@ function writeConditionLog(file: string, key: string, kind: string, cond: SteerC
   writeEvalLog(logFileOf(file), { header: { format: 'safekeep-log', task: `steer/${kind}`, protocol: { condition: conditionName(cond) }, context: { key } }, samples: [...samples] });
 }
 
-/** Generations for one (requests, condition), cached as JSONL keyed by the exact inputs, so a rerun costs nothing. */
-async function generateAll(
-  ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], texts: readonly string[], kind: 'harmful' | 'benign', cond: SteerCondition, layer: number,
-  unit: Float32Array, maxNewTokens: number, format: CallFormat, outDir: string, positions: SteerPositions, limiter: Limiter,
-): Promise<SteerGeneration[]> {
-  const file = join(outDir, generationsFile(kind, cond, positions));
-  const key = generationsKey(ctx, pairs, ids, layer, cond, maxNewTokens, unit, positions);
-  if (existsSync(file)) {
+/**
+ * Generations for every condition of one request kind, each cached as JSONL keyed by its exact inputs (a rerun costs
+ * nothing). The conditions still to compute run as one task whose items are ordered batch-major — batch 0 of every
+ * condition, then batch 1, … — with `ctx.genConcurrency` batches in flight: the same prompts under each α are on the
+ * scheduler together, so their decode steps are shared and, with generated-only steering, their prefill blocks too.
+ */
+async function generateConditions(
+  ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], texts: readonly string[], kind: 'harmful' | 'benign', conditions: readonly SteerCondition[], layer: number,
+  unit: Float32Array, maxNewTokens: number, format: CallFormat, outDir: string, positions: SteerPositions,
+): Promise<SteerGeneration[][]> {
+  const out: (SteerGeneration[] | null)[] = conditions.map((cond) => {
+    const file = join(outDir, generationsFile(kind, cond, positions));
+    if (!existsSync(file)) return null;
     const lines = readFileSync(file, 'utf8').trim().split('\n');
     const head = JSON.parse(lines[0]!) as { key?: string };
-    if (head.key === key) return lines.slice(1).map((l) => JSON.parse(l) as SteerGeneration);
-  }
-  const progress = new ItemProgress(`steer ${kind} ${conditionName(cond)}`, pairs.length, { quiet: ctx.quiet });
-  let shown = 0;
-  const batches = Array.from({ length: Math.ceil(pairs.length / GEN_BATCH) }, (_, b) => b * GEN_BATCH)
-    .map((s) => ({ ...batchOf(pairs.slice(s, s + GEN_BATCH), ids.slice(s, s + GEN_BATCH), texts.slice(s, s + GEN_BATCH), 0), start: s }));
-  const r = await runTask(conditionTask(ctx, kind, cond, layer, unit, maxNewTokens, format, positions), batches, {
-    limiter,
-    onProgress: (done) => { const n = Math.min(pairs.length, done * GEN_BATCH); progress.add(n - shown); shown = n; },
+    return head.key === generationsKey(ctx, pairs, ids, layer, cond, maxNewTokens, unit, positions) ? lines.slice(1).map((l) => JSON.parse(l) as SteerGeneration) : null;
   });
+  const todo = conditions.flatMap((_, a) => (out[a] ? [] : [a]));
+  if (todo.length === 0) return out as SteerGeneration[][];
+  const tasks = new Map(todo.map((a) => [a, conditionTask(ctx, kind, conditions[a]!, layer, unit, maxNewTokens, format, positions)]));
+  const starts = Array.from({ length: Math.ceil(pairs.length / GEN_BATCH) }, (_, b) => b * GEN_BATCH);
+  const items = starts.flatMap((s) => todo.map((a) => ({ a, batch: { ...batchOf(pairs.slice(s, s + GEN_BATCH), ids.slice(s, s + GEN_BATCH), texts.slice(s, s + GEN_BATCH), 0), start: s } })));
+  const label = todo.length === 1 ? conditionName(conditions[todo[0]!]!) : `${todo.length} conditions`;
+  const progress = new ItemProgress(`steer ${kind} ${label}`, pairs.length * todo.length, { quiet: ctx.quiet });
+  // each finished item's log lines, kept by item so every condition writes its own log
+  const logs = new Map<(typeof items)[number], SampleLog<SteerGeneration>[]>();
+  const task: Task<(typeof items)[number], GeneratedRow<SteerGeneration>[], SteerGeneration> = {
+    name: `steer/${kind}`,
+    key: (it) => `${it.a} ${tasks.get(it.a)!.key(it.batch)}`,
+    solve: (it, rec) => tasks.get(it.a)!.solve(it.batch, rec),
+    samples: (it, r, calls) => {
+      const x = tasks.get(it.a)!.samples(it.batch, r, calls);
+      logs.set(it, x);
+      progress.add(it.batch.prompts.length);
+      return x;
+    },
+  };
+  const r = await runTask(task, items, { concurrency: ctx.genConcurrency });
   progress.finish();
-  const out = r.results.flat().map((x) => x.row);
-  writeFileAtomic(file, [JSON.stringify({ key }), ...out.map((g) => JSON.stringify(g))].join('\n') + '\n');
-  writeConditionLog(file, key, kind, cond, r.samples);
-  return out;
+  for (const a of todo) {
+    const cond = conditions[a]!;
+    const mine = items.flatMap((it, i) => (it.a === a ? [i] : []));
+    const gens = mine.flatMap((i) => r.results[i]!.map((x) => x.row));
+    const file = join(outDir, generationsFile(kind, cond, positions));
+    const key = generationsKey(ctx, pairs, ids, layer, cond, maxNewTokens, unit, positions);
+    writeFileAtomic(file, [JSON.stringify({ key }), ...gens.map((g) => JSON.stringify(g))].join('\n') + '\n');
+    writeConditionLog(file, key, kind, cond, mine.flatMap((i) => logs.get(items[i]!)!));
+    out[a] = gens;
+  }
+  return out as SteerGeneration[][];
 }
 
 /** What `merge` needs to finish a sharded sweep (recorded in every steer shard; equal across shards). */
@@ -464,9 +485,11 @@ export async function steerShard(o: SteerOptions, shard: Shard): Promise<ShardSu
     const identity = { ...shardIdentity(ctx), interventions: setsIdentity(interventionSets), steer: sha256Hex(JSON.stringify({ ...merge, table: null })).slice(0, 12) };
     const run = new ShardRun(join(ctx.cacheDir, '..'), 'steer', shard, identity, { ...merge }, { items: mine.length, tokens: mine.reduce((t, x) => t + x.cost, 0) });
     let computed = 0;
-    // the shard's batches in flight together (--gen-concurrency), each written as it finishes
+    // the shard's batches in flight together (--gen-concurrency), batch-major (the same prompts under every condition
+    // side by side, as in one process), each written as it finishes
     const limiter = new Limiter(ctx.genConcurrency);
-    await Promise.all(mine.map((it) => limiter.run(async () => {
+    const order = [...mine].sort((x, y) => kinds.indexOf(x.kind) - kinds.indexOf(y.kind) || x.s - y.s || x.a - y.a);
+    await Promise.all(order.map((it) => limiter.run(async () => {
       const file = join(run.dir, chunkFile(it.kind, it.a, it.s));
       const key = keys[`${it.kind}/${it.a}`]!;
       if (existsSync(file) && (JSON.parse(readFileSync(file, 'utf8').split('\n')[0]!) as { key?: string }).key === key) { run.add(1, it.cost); return; }
