@@ -209,7 +209,9 @@ export class Scheduler {
   private kick(): void {
     if (this.looping) return;
     this.looping = true;
-    void this.loop();
+    // from a microtask: the submits of one synchronous burst (generate's rows, Promise.all of calls) are all waiting
+    // when the first iteration admits, so they prefill together and decode from the same step
+    queueMicrotask(() => void this.loop());
   }
 
   private async loop(): Promise<void> {

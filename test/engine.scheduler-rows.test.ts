@@ -1,0 +1,197 @@
+/**
+ * Per-row interventions inside one decode step (graph/intervene.ts row sets, run/scheduler.ts): sequences with
+ * different steering vectors and alphas, an ablation, a clamp, positions 'generated' and a plain row decode in the
+ * SAME engine step — every decode step is counted by wrapping the stepper — and each row's greedy ids, step logits
+ * and first-token hidden state equal that sequence decoded alone by the Float64 oracle (src/engine/reference.ts),
+ * within 1e-5 × max|value|. Also: sequences with different steering joining a decode batch mid-flight, and one
+ * multi-token step (B = 3, T > 1, left padding, a cached past) whose rows carry their own sets, against the oracle.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadCheckpoint } from '../src/checkpoint/load.ts';
+import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
+import type { Checkpoint } from '../src/checkpoint/types.ts';
+import { createEngineFromCheckpoint, type OnnxEngine } from '../src/engine/engine.ts';
+import { referenceForward, referenceGenerate } from '../src/engine/reference.ts';
+import { callInterventions, interventionInputs, leftPad } from '../src/engine/run/batch.ts';
+import { Scheduler } from '../src/engine/run/scheduler.ts';
+import type { StepInput, Stepper } from '../src/engine/run/step.ts';
+import type { GenerateOptions, GenerateResult, Intervention } from '../src/engine/types.ts';
+import { maxAbsDiff, SMALL_GQA, tempCache } from './helpers/engine.ts';
+
+const REL = 1e-5;
+
+function maxAbs(a: ArrayLike<number>): number {
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]!));
+  return m;
+}
+
+const rel = (a: ArrayLike<number>, b: ArrayLike<number>): number => maxAbsDiff(a, b) / Math.max(1e-12, maxAbs(b));
+
+/** deterministic pseudo-random ids */
+function prompt(seed: number, n: number, vocab: number): number[] {
+  let x = seed * 7919 + 13;
+  return Array.from({ length: n }, () => { x = (x * 1103515245 + 12345) % 2 ** 31; return 1 + (x % (vocab - 1)); });
+}
+
+async function until(cond: () => boolean): Promise<void> {
+  for (let i = 0; i < 100000 && !cond(); i++) await new Promise((r) => setImmediate(r));
+  assert.ok(cond(), 'condition never held');
+}
+
+/** the engine as a Stepper whose decode steps (`step` calls) are recorded: rows and per-row set counts */
+function recording(engine: OnnxEngine): { stepper: Stepper; steps: { batch: number; width: number; steerSets: number; projectionSets: number }[] } {
+  const steps: { batch: number; width: number; steerSets: number; projectionSets: number }[] = [];
+  const per = (engine.numLayers + 1) * engine.dModel;
+  const stepper = new Proxy(engine, {
+    get(target, key) {
+      if (key === 'step') {
+        return (inp: StepInput) => {
+          steps.push({ batch: inp.batch, width: inp.width, steerSets: inp.steer.length / per, projectionSets: (inp.project?.dir.length ?? per) / per });
+          return target.step(inp);
+        };
+      }
+      const v = Reflect.get(target, key, target) as unknown;
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  }) as Stepper;
+  return { stepper, steps };
+}
+
+for (const { family, opts: modelOpts } of SMALL_GQA.slice(0, 2)) {
+  describe(`per-row interventions in one decode step vs Float64 oracle (random ${family})`, () => {
+    let tmp: string;
+    let cache: ReturnType<typeof tempCache>;
+    let ck: Checkpoint;
+    let engine: OnnxEngine;
+    const V = modelOpts.vocabSize!;
+    const d = modelOpts.hiddenSize!;
+    const L = modelOpts.numLayers!;
+    const vecA = Array.from({ length: d }, (_, i) => Math.sin(i + 1));
+    const vecB = Array.from({ length: d }, (_, i) => Math.cos(2 * i));
+    const vecC = Array.from({ length: d }, (_, i) => ((i * 37) % 11) - 5);
+
+    function check(what: string, ids: number[], got: GenerateResult, o: GenerateOptions): void {
+      const ref = referenceGenerate(ck, ids, {
+        maxNewTokens: o.maxNewTokens, stopIds: o.stopIds ?? [],
+        ...(o.steer ? { steer: o.steer } : {}), ...(o.interventions ? { interventions: o.interventions } : {}),
+      });
+      assert.deepEqual(got.generatedIds, ref.generatedIds, `${what}: greedy ids`);
+      assert.ok(rel(got.stepLogits!, ref.stepLogits) <= REL, `${what}: step logits ${rel(got.stepLogits!, ref.stepLogits)}`);
+      if (o.returnFirstTokenHidden) assert.ok(rel(got.firstTokenHidden!, ref.firstTokenHidden!) <= REL, `${what}: first-token hidden`);
+    }
+
+    before(async () => {
+      cache = tempCache();
+      tmp = mkdtempSync(join(tmpdir(), 'safekeep-rows-'));
+      await writeRandomCheckpoint(join(tmp, 'm'), family, { seed: 5, ...modelOpts });
+      ck = await loadCheckpoint(join(tmp, 'm'));
+      engine = await createEngineFromCheckpoint(ck, { cacheDir: cache.dir, threads: 2 });
+    });
+    after(async () => {
+      await engine?.dispose();
+      cache?.cleanup();
+      if (tmp) rmSync(tmp, { recursive: true, force: true });
+    });
+
+    test('steer vectors / alphas, ablate, clamp, generated-only and plain rows: every decode step serves all of them', async () => {
+      const { stepper, steps } = recording(engine);
+      const sched = new Scheduler(stepper, { prefixCacheBytes: 0 });
+      const base: GenerateOptions = { maxNewTokens: 7, stopIds: [], returnStepLogits: true, returnFirstTokenHidden: true };
+      const ablate: Intervention[] = [{ layer: 1, kind: 'ablate', vector: vecB }];
+      const clamp: Intervention[] = [{ layer: 2, kind: 'clamp', vector: vecC, alpha: 1.5 }];
+      const mixed: Intervention[] = [{ layer: 2, kind: 'add', vector: vecA, alpha: 2 }, { layer: 2, kind: 'clamp', vector: vecB, alpha: -1, positions: 'generated' }];
+      const calls: [number[], GenerateOptions][] = [
+        [prompt(1, 12, V), base],
+        [prompt(2, 17, V), { ...base, steer: { layer: 2, vector: vecA, alpha: 3 } }],
+        [prompt(3, 9, V), { ...base, steer: { layer: 2, vector: vecA, alpha: -2 } }],
+        [prompt(4, 14, V), { ...base, steer: { layer: 0, vector: vecC, alpha: 4 } }],
+        [prompt(5, 11, V), { ...base, steer: { layer: L, vector: vecB, alpha: 2, positions: 'generated' } }],
+        [prompt(6, 15, V), { ...base, interventions: ablate }],
+        [prompt(7, 10, V), { ...base, interventions: clamp }],
+        [prompt(8, 13, V), { ...base, interventions: mixed }],
+      ];
+      const results = await Promise.all(calls.map(([ids, o]) => sched.submit(ids, o)));
+      results.forEach((r, i) => check(`call ${i}`, calls[i]![0], r, calls[i]![1]));
+      const plain = referenceGenerate(ck, calls[1]![0], { maxNewTokens: 7, stopIds: [] });
+      assert.notDeepEqual(results[1]!.stepLogits!.subarray(V, 2 * V), Float32Array.from(plain.stepLogits.subarray(V, 2 * V)), 'steering changes the decode');
+      // every prompt is prefilled in the first iteration (≤ 512 tokens), so all 8 rows decode together: 6 steps of 8
+      // rows (token 1 comes from the prefill), each with one steer and one projection set per row
+      const decode = steps.filter((s) => s.width === 1);
+      assert.equal(sched.stats.decodeSteps, 6);
+      assert.deepEqual(decode.map((s) => s.batch), new Array<number>(6).fill(8), 'one decode step per iteration, all 8 rows');
+      assert.ok(decode.every((s) => s.steerSets === 8 && s.projectionSets === 8), 'per-row sets fed');
+      assert.equal(sched.inFlight, 0);
+    });
+
+    test('rows with equal sets feed one set (the plain path); only the steering differs: one projection set', async () => {
+      const { stepper, steps } = recording(engine);
+      const sched = new Scheduler(stepper, { prefixCacheBytes: 0 });
+      const o: GenerateOptions = { maxNewTokens: 4, stopIds: [], returnStepLogits: true };
+      const ps = [prompt(9, 8, V), prompt(10, 13, V), prompt(11, 6, V)];
+      const plain = await Promise.all(ps.map((p) => sched.submit(p, o)));
+      plain.forEach((r, i) => check(`plain ${i}`, ps[i]!, r, o));
+      assert.ok(steps.filter((s) => s.width === 1).every((s) => s.batch === 3 && s.steerSets === 1 && s.projectionSets === 1));
+      steps.length = 0;
+      const sweep = [1, -1, 3].map((alpha) => ({ ...o, steer: { layer: 1, vector: vecA, alpha } }));
+      const swept = await Promise.all(ps.map((p, i) => sched.submit(p, sweep[i]!)));
+      swept.forEach((r, i) => check(`alpha ${sweep[i]!.steer!.alpha}`, ps[i]!, r, sweep[i]!));
+      assert.ok(steps.filter((s) => s.width === 1).every((s) => s.batch === 3 && s.steerSets === 3 && s.projectionSets === 1));
+    });
+
+    test('sequences with different steering join a decode batch mid-flight', async () => {
+      const sched = new Scheduler(engine, { stepTokens: 8, prefixCacheBytes: 0 });
+      const first: [number[], GenerateOptions] = [prompt(12, 10, V), { maxNewTokens: 20, stopIds: [], returnStepLogits: true }];
+      const later: [number[], GenerateOptions][] = [
+        [prompt(13, 19, V), { maxNewTokens: 12, stopIds: [], returnStepLogits: true, steer: { layer: 1, vector: vecA, alpha: 2.5, positions: 'generated' } }],
+        [prompt(14, 7, V), { maxNewTokens: 10, stopIds: [], returnStepLogits: true, interventions: [{ layer: 3, kind: 'clamp', vector: vecC, alpha: 0.5, positions: 'generated' }] }],
+        [prompt(15, 12, V), { maxNewTokens: 8, stopIds: [], returnStepLogits: true, steer: { layer: 2, vector: vecB, alpha: -3 } }],
+      ];
+      const r0 = sched.submit(...first);
+      await until(() => sched.stats.decodeSteps >= 2);
+      const rs = later.map(([ids, o]) => sched.submit(ids, o));
+      const got = await Promise.all([r0, ...rs]);
+      [first, ...later].forEach(([ids, o], i) => check(`sequence ${i}`, ids, got[i]!, o));
+      assert.equal(sched.stats.peakBatch, 4, 'all four decoded in one batch');
+      // each sequence decodes its maxNew − 1 rows, none computed twice or for a finished sequence
+      assert.equal(sched.stats.decodeRows, 19 + 11 + 9 + 7);
+    });
+
+    test('one multi-token step with per-row sets (B 3, T 5 on a cached past, left padding) equals each row alone', async () => {
+      const lists: Intervention[][] = [
+        callInterventions({ steer: { layer: 1, vector: vecA, alpha: 2 } }),
+        [{ layer: 2, kind: 'ablate', vector: vecB }, { layer: 0, kind: 'add', vector: vecC, alpha: -1 }],
+        [],
+      ];
+      const sets = lists.map((l) => interventionInputs(L, d, l));
+      const per = (L + 1) * d;
+      const stack = (part: (i: number) => Float32Array, n: number) => { const o = new Float32Array(3 * n); sets.forEach((_, i) => o.set(part(i), i * n)); return o; };
+      const steer = stack((i) => sets[i]!.steer, per);
+      const project = { dir: stack((i) => sets[i]!.dir, per), value: stack((i) => sets[i]!.value, L + 1) };
+      const prompts = [prompt(16, 6, V), prompt(17, 4, V), prompt(18, 6, V)];
+      const more = [prompt(19, 5, V), prompt(20, 5, V), prompt(21, 5, V)];
+      const pb = leftPad(prompts);
+      const first = await engine.step({ ids: pb.ids, batch: 3, width: pb.width, starts: pb.pads, past: null, steer, project, hiddenIndex: [], logitsIndex: [] });
+      const ids = BigInt64Array.from(more.flat(), (x) => BigInt(x));
+      const all = Array.from({ length: 15 }, (_, i) => i);
+      const out = await engine.step({ ids, batch: 3, width: 5, starts: pb.pads, past: first.present, steer, project, hiddenIndex: all, logitsIndex: all });
+      for (let b = 0; b < 3; b++) {
+        const ref = referenceForward(ck, [...prompts[b]!, ...more[b]!], { interventions: lists[b]! });
+        const T0 = prompts[b]!.length;
+        const want = new Float64Array((L + 1) * 5 * d);
+        for (let l = 0; l <= L; l++) for (let t = 0; t < 5; t++) want.set(ref.hidden.subarray((l * (T0 + 5) + T0 + t) * d, (l * (T0 + 5) + T0 + t + 1) * d), (l * 5 + t) * d);
+        const got = new Float32Array((L + 1) * 5 * d);
+        for (let l = 0; l <= L; l++) got.set(out.hidden.subarray((l * 15 + b * 5) * d, (l * 15 + b * 5 + 5) * d), l * 5 * d);
+        assert.ok(rel(got, want) <= REL, `row ${b}: hidden ${rel(got, want)}`);
+        const logits = out.logits.subarray(b * 5 * V, (b + 1) * 5 * V);
+        assert.ok(rel(logits, ref.logits.subarray(T0 * V)) <= REL, `row ${b}: logits`);
+      }
+      // a set count that is neither 1 nor B is a programming error, not silently broadcast
+      await assert.rejects(engine.step({ ids, batch: 3, width: 5, starts: pb.pads, past: first.present, steer: steer.subarray(0, 2 * per), hiddenIndex: [], logitsIndex: [] }), /2 sets for 3 rows/);
+    });
+  });
+}
