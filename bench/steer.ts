@@ -3,7 +3,8 @@
  * the same engine, runs interleaved (off, on, off, on …), best of --reps. SmolLM2-135M-shaped random checkpoint.
  * Target: steering overhead ≤ 5 % (steering rides in an existing Gemm bias, so it should cost next to nothing).
  *
- * `npm run bench:steer -- --workload sweep [--base REV --rounds 2 --prompts 8 --alphas 4 --new 32 --threads 2]`: a
+ * `npm run bench:steer -- --workload sweep [--base REV --rounds 2 --prompts 8 --alphas 4 --new 32 --threads 2
+ *   --positions all|generated --shape tiny --plain-steps 64 --json FILE]`: a
  * steering sweep (Table 3: every prompt at every α, all submitted at once) with the engine of REV (default: the
  * merge base with main, whose scheduler decodes each distinct steering set as its own group, one step each) against
  * the working tree's (every running sequence in one decode step, each row with its own steering), fresh processes,
@@ -56,9 +57,11 @@ async function sweepChild(): Promise<void> {
   const prompts = sweepPrompts(nPrompts, c.vocabSize);
   const vector = Float32Array.from({ length: c.hiddenSize }, (_, i) => Math.sin(i));
   const alphas = Array.from({ length: nAlphas }, (_, i) => 2 * (i + 1));
+  // 'generated': the prompts' prefill is unsteered, so the α runs of a prompt share its prefix-cache blocks
+  const positions = flagOf('positions') === 'generated' ? 'generated' : 'all';
   // the sweep as `safekeep steer` submits it: one generate call per α, all in flight together
   const sweep = (maxNewTokens: number) => Promise.all(alphas.map((alpha) =>
-    engine.generate(prompts, { maxNewTokens, stopIds: [], steer: { layer: 15, vector, alpha } })));
+    engine.generate(prompts, { maxNewTokens, stopIds: [], steer: { layer: 15, vector, alpha, positions } })));
   await sweep(2); // warm-up
   let t = performance.now();
   await sweep(1); // the prefills alone (each sequence's first token comes from its prefill)
@@ -125,7 +128,7 @@ async function sweepMain(): Promise<void> {
       { name: `groups (${rev.slice(0, 7)}: a decode step per steering set)`, engine: join(old, 'src', 'engine', 'engine.ts'), cache: join(dir, 'cache-old') },
       { name: 'per-row (working tree: one decode step)', engine: resolve(repo, 'src', 'engine', 'engine.ts'), cache: join(dir, 'cache-new') },
     ];
-    const pass = ['threads', 'prompts', 'alphas', 'new', 'plain-steps'].flatMap((f) => (flagOf(f) ? [`--${f}`, flagOf(f)!] : []));
+    const pass = ['threads', 'prompts', 'alphas', 'new', 'plain-steps', 'positions'].flatMap((f) => (flagOf(f) ? [`--${f}`, flagOf(f)!] : []));
     const best = variants.map(() => null as Record<string, number> | null);
     const loads: number[] = [];
     for (let r = 0; r < rounds; r++) {
@@ -135,15 +138,15 @@ async function sweepMain(): Promise<void> {
         const m = json as Record<string, number>;
         loads.push(m.load!);
         const b = best[i];
-        // best of the rounds per figure: rates (…TokS) the largest, times the smallest
-        best[i] = b ? Object.fromEntries(Object.entries(m).map(([k, x]) => [k, /TokS$/.test(k) ? Math.max(x, b[k]!) : Math.min(x, b[k]!)])) : m;
+        // best of the rounds per figure: rates (…tokS) the largest, times the smallest
+        best[i] = b ? Object.fromEntries(Object.entries(m).map(([k, x]) => [k, /toks$/i.test(k) ? Math.max(x, b[k]!) : Math.min(x, b[k]!)])) : m;
       }
     }
     const [o, n] = best as Record<string, number>[];
     const K = flag('new', 32);
     const ratio = (a: number, b: number) => `${(a / b).toFixed(2)}×`;
     const out = [
-      `steering sweep: ${flag('prompts', 8)} prompts (40-72 tokens) × ${flag('alphas', 4)} alphas, ${K} new tokens, ${tiny ? '30 layers at d 64 (the step is its fixed cost)' : 'SmolLM2-135M shape'} (random), f32, ${flag('threads', 2)} threads, best of ${rounds} interleaved fresh processes`,
+      `steering sweep: ${flag('prompts', 8)} prompts (40-72 tokens) × ${flag('alphas', 4)} alphas, steer positions ${flagOf('positions') ?? 'all'}, ${K} new tokens, ${tiny ? '30 layers at d 64 (the step is its fixed cost)' : 'SmolLM2-135M shape'} (random), f32, ${flag('threads', 2)} threads, best of ${rounds} interleaved fresh processes`,
       '| engine | sweep s | decode steps | tok/s | decode-only tok/s | plain generate, batch: decode tok/s | plain step 1 row: ms (CPU ms) | plain step 8 rows: ms (CPU ms) |',
       '| --- | --- | --- | --- | --- | --- | --- | --- |',
       ...variants.map((v, i) => { const m = best[i]!; return `| ${v.name} | ${m.sweepS!.toFixed(2)} | ${m.steps} | ${m.tokS!.toFixed(1)} | ${m.decodeTokS!.toFixed(1)} | ${m.plainBatchDecodeTokS!.toFixed(1)} | ${m.plainStepMs!.toFixed(2)} (${m.plainStepCpuMs!.toFixed(2)}) | ${m.plain8StepMs!.toFixed(2)} (${m.plain8StepCpuMs!.toFixed(2)}) |`; }),

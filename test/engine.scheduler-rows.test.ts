@@ -3,7 +3,8 @@
  * different steering vectors and alphas, an ablation, a clamp, positions 'generated' and a plain row decode in the
  * SAME engine step — every decode step is counted by wrapping the stepper — and each row's greedy ids, step logits
  * and first-token hidden state equal that sequence decoded alone by the Float64 oracle (src/engine/reference.ts),
- * within 1e-5 × max|value|. Also: sequences with different steering joining a decode batch mid-flight, and one
+ * within 1e-5 × max|value|. Also: sequences with different steering joining a decode batch mid-flight; hook-point
+ * edits of different values at the same points sharing a step (another selection decoding apart); and one
  * multi-token step (B = 3, T > 1, left padding, a cached past) whose rows carry their own sets, against the oracle.
  */
 import { after, before, describe, test } from 'node:test';
@@ -19,7 +20,7 @@ import { referenceForward, referenceGenerate } from '../src/engine/reference.ts'
 import { callInterventions, interventionInputs, leftPad } from '../src/engine/run/batch.ts';
 import { Scheduler } from '../src/engine/run/scheduler.ts';
 import type { StepInput, Stepper } from '../src/engine/run/step.ts';
-import type { GenerateOptions, GenerateResult, Intervention } from '../src/engine/types.ts';
+import type { GenerateOptions, GenerateResult, HookIntervention, Intervention } from '../src/engine/types.ts';
 import { maxAbsDiff, SMALL_GQA, tempCache } from './helpers/engine.ts';
 
 const REL = 1e-5;
@@ -159,6 +160,30 @@ for (const { family, opts: modelOpts } of SMALL_GQA.slice(0, 2)) {
       assert.equal(sched.stats.peakBatch, 4, 'all four decoded in one batch');
       // each sequence decodes its maxNew − 1 rows, none computed twice or for a finished sequence
       assert.equal(sched.stats.decodeRows, 19 + 11 + 9 + 7);
+    });
+
+    test('hook edits at the same points with different values share a step; another selection decodes apart', async () => {
+      const { stepper, steps } = recording(engine);
+      const sched = new Scheduler(stepper, { prefixCacheBytes: 0 });
+      const o: GenerateOptions = { maxNewTokens: 5, stopIds: [], returnStepLogits: true };
+      const H = modelOpts.numHeads!;
+      const edits: HookIntervention[][] = [
+        [{ hook: 'blocks.0.attn_out', kind: 'add', vector: vecA, alpha: 2 }, { hook: 'blocks.1.z', kind: 'ablate_heads', heads: [0] }],
+        [{ hook: 'blocks.0.attn_out', kind: 'clamp', vector: vecB, alpha: 1 }, { hook: 'blocks.1.z', kind: 'ablate_heads', heads: [H - 1] }],
+        [{ hook: 'blocks.0.attn_out', kind: 'ablate', vector: vecC }, { hook: 'blocks.1.z', kind: 'ablate_heads', heads: [0, 1] }],
+        [{ hook: 'blocks.0.attn_out', kind: 'add', vector: vecA, alpha: 2 }, { hook: 'blocks.1.z', kind: 'ablate_heads', heads: [0] }],
+      ];
+      const ps = [prompt(22, 9, V), prompt(23, 14, V), prompt(24, 7, V), prompt(25, 11, V), prompt(26, 10, V)];
+      const other: HookIntervention[] = [{ hook: 'blocks.2.mlp_out', kind: 'ablate', vector: vecA }];
+      const got = await Promise.all([...edits.map((h, i) => sched.submit(ps[i]!, { ...o, hooks: h })), sched.submit(ps[4]!, { ...o, hooks: other })]);
+      [...edits, other].forEach((h, i) => {
+        const ref = referenceGenerate(ck, ps[i]!, { maxNewTokens: 5, stopIds: [], hookEdits: h });
+        assert.deepEqual(got[i]!.generatedIds, ref.generatedIds, `row ${i}: greedy ids`);
+        assert.ok(rel(got[i]!.stepLogits!, ref.stepLogits) <= REL, `row ${i}: step logits ${rel(got[i]!.stepLogits!, ref.stepLogits)}`);
+      });
+      // two selections → two decode batches per iteration: 4 steps of the 4 rows editing attn_out + z, 4 of the other
+      const decode = steps.filter((s) => s.width === 1).map((s) => s.batch).sort();
+      assert.deepEqual(decode, [1, 1, 1, 1, 4, 4, 4, 4]);
     });
 
     test('one multi-token step with per-row sets (B 3, T 5 on a cached past, left padding) equals each row alone', async () => {

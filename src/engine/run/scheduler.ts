@@ -13,8 +13,9 @@
  *
  * Interventions per row: the graph takes one steer / projection set per token row (graph/intervene.ts), so sequences
  * with different steering, ablations or clamps decode in the same step; when every row's set is the same the step
- * feeds that one set (the plain path is the step it always was). Groups remain only for edits at hook points: those
- * run another graph (its own session, graph/hook-edit.ts), so each distinct hook edit set decodes as its own batch.
+ * feeds that one set (the plain path is the step it always was). Groups remain only for hook points: a selection of
+ * edited points runs another graph (its own session, graph/hook-edit.ts), so each selection decodes as its own batch;
+ * within it the rows' edit values are per row too (keep/set/dir/value one row each).
  * The prefill of each sequence is its own batch-1 step with its own prefill interventions (positions 'generated'
  * leave it unsteered).
  *
@@ -28,6 +29,7 @@
  */
 import { createHash } from 'node:crypto';
 import { SafekeepError } from '../../util/errors.ts';
+import { HOOK_IO, hookSelectionKey } from '../graph/hooks.ts';
 import { KvBlockStore } from '../runtime/kv-blocks.ts';
 import { kvCapacity, kvOfArrays, KV_CHUNK, type KvCache } from '../runtime/kv.ts';
 import { RowKv } from '../runtime/row-kv.ts';
@@ -69,17 +71,15 @@ type Projection = Pick<InterventionInputs, 'dir' | 'value'>;
 
 const DEFAULT_PREFIX_BYTES = 256 * 2 ** 20;
 
-/** A decode batch: the running sequences that share a graph (no hook edits, or the same ones). */
+/** A decode batch: the running sequences that share a graph (no hook edits, or edits at the same hook points). */
 interface Group {
-  /** '' for the plain graph, else the digest of the hook edits */
+  /** '' for the plain graph, else the hook selection's key (graph/hooks.ts hookSelectionKey) */
   key: string;
-  /** edits at hook points shared by the group's sequences */
-  hooks: StepHooks | undefined;
   kv: RowKv;
   /** row b's sequence */
   seqs: Seq[];
   /** the per-row intervention inputs of the last step and the rows they were built for (rebuilt when rows change) */
-  rowSets: { seqs: Seq[]; steer: Float32Array | null; project: Projection | null } | null;
+  rowSets: { seqs: Seq[]; steer: Float32Array | null; project: Projection | null; hooks: StepHooks | undefined } | null;
 }
 
 interface Seq {
@@ -96,7 +96,9 @@ interface Seq {
   decodeIv: InterventionInputs;
   /** edits at hook points, at every prefill and decode position */
   hooks: StepHooks | undefined;
-  /** the decode group: '' without hook edits */
+  /** digest of each hook feed by graph input name (rows with equal ones share the feed in a step) */
+  hookKeys: Record<string, string>;
+  /** the decode group: '' without hook edits, else the hook selection's key */
   groupKey: string;
   /** digests of the decode steer rows and of the projections: rows with equal ones share one set in a step */
   steerKey: string;
@@ -182,7 +184,7 @@ export class Scheduler {
 
   /** `submit` with the interventions already resolved (generate() resolves a call's once for all its rows) */
   enqueue(ids: number[], opts: GenerateOptions, prefillIv: InterventionInputs, decodeIv: InterventionInputs, halt?: (h: Float32Array) => boolean, hooks?: StepHooks): Promise<GenerateResult> {
-    // hook edits change every position's KV: they key the decode group and salt the prefix cache like interventions
+    // hook edits change every position's KV: they salt the prefix cache like interventions; the points edited choose the graph
     const hookKey = hooks ? hooksDigest(hooks) : '';
     return new Promise<GenerateResult>((resolve, reject) => {
       const seq: Seq = {
@@ -194,7 +196,8 @@ export class Scheduler {
         halt: halt ?? (opts.haltAfterPrefill ? (h) => opts.haltAfterPrefill!(0, h) : undefined),
         signal: opts.signal,
         prefillIv, decodeIv, hooks,
-        groupKey: hookKey,
+        hookKeys: Object.fromEntries(Object.entries(hooks?.feeds ?? {}).map(([name, f]) => [name, digest([f.data])])),
+        groupKey: hooks ? hookSelectionKey(hooks.selection) : '',
         steerKey: digest([decodeIv.steer]),
         projectKey: digest([decodeIv.dir, decodeIv.value]),
         prefillSalt: digest([prefillIv.steer, prefillIv.dir, prefillIv.value]) + hookKey,
@@ -371,7 +374,7 @@ export class Scheduler {
     let g = this.groups.get(q.groupKey);
     if (!g) {
       const c = this.s.config;
-      g = { key: q.groupKey, hooks: q.hooks, kv: new RowKv(c.numLayers, c.numKvHeads, c.headDim, this.maxRunning), seqs: [], rowSets: null };
+      g = { key: q.groupKey, kv: new RowKv(c.numLayers, c.numKvHeads, c.headDim, this.maxRunning), seqs: [], rowSets: null };
       this.groups.set(g.key, g);
     }
     const kv = q.kv!;
@@ -410,9 +413,9 @@ export class Scheduler {
       if (!q.finished) logitRows.push(b);
     });
     const past = g.kv.view();
-    const { steer, project } = this.rowInterventions(g);
+    const { steer, project, hooks } = this.rowInterventions(g);
     const out = await this.s.step({
-      ids: fed, batch: B, width: 1, starts: past.starts, past, steer, project, ...(g.hooks ? { hooks: g.hooks } : {}),
+      ids: fed, batch: B, width: 1, starts: past.starts, past, steer, project, ...(hooks ? { hooks } : {}),
       hiddenIndex: hiddenRowsWanted, logitsIndex: logitRows, reserve: 0,
     });
     g.kv.advance(out.present!);
@@ -430,7 +433,7 @@ export class Scheduler {
    * The decode step's interventions: the rows' one set when they all share it (steer and projections separately),
    * else one set per row, row b's at b (run/step.ts). Built again only when the rows changed since the last step.
    */
-  private rowInterventions(g: Group): { steer: Float32Array; project: Projection } {
+  private rowInterventions(g: Group): { steer: Float32Array; project: Projection; hooks: StepHooks | undefined } {
     const seqs = g.seqs;
     const first = seqs[0]!;
     const c = g.rowSets;
@@ -449,9 +452,10 @@ export class Scheduler {
         seqs: [...seqs],
         steer: perRowSteer ? stack((q) => q.decodeIv.steer, L1 * d) : null,
         project: perRowProject ? { dir: stack((q) => q.decodeIv.dir, L1 * d), value: stack((q) => q.decodeIv.value, L1) } : null,
+        hooks: first.hooks && rowHooks(seqs, first.hooks),
       };
     }
-    return { steer: g.rowSets!.steer ?? first.decodeIv.steer, project: g.rowSets!.project ?? first.decodeIv };
+    return { steer: g.rowSets!.steer ?? first.decodeIv.steer, project: g.rowSets!.project ?? first.decodeIv, hooks: g.rowSets!.hooks };
   }
 
   /** remove the rows whose sequence `leaves` (finish as given, or its own), completing them */
@@ -479,6 +483,30 @@ export class Scheduler {
     this.stats.sequences++;
     q.resolve(q.result);
   }
+}
+
+/**
+ * The hook feeds of a decode step whose rows edit the same points: a feed shared by every row as it is ([1, w]), else
+ * one row per sequence ([B, w]); a point's direction and value go per row together (one mask for both, hook-edit.ts).
+ */
+function rowHooks(seqs: readonly Seq[], first: StepHooks): StepHooks {
+  const differs = (name: string) => seqs.some((q) => q.hookKeys[name] !== seqs[0]!.hookKeys[name]);
+  const stacked = (name: string) => {
+    const f = first.feeds[name]!;
+    const per = f.data.length;
+    const data = new Float32Array(seqs.length * per);
+    seqs.forEach((q, b) => data.set(q.hooks!.feeds[name]!.data, b * per));
+    return { data, dims: [seqs.length, ...f.dims.slice(1)] };
+  };
+  const feeds: StepHooks['feeds'] = {};
+  for (const point of first.selection.edit) {
+    const projection = differs(HOOK_IO.dir(point)) || differs(HOOK_IO.value(point));
+    for (const name of [HOOK_IO.keep(point), HOOK_IO.set(point), HOOK_IO.dir(point), HOOK_IO.value(point)]) {
+      const perRow = name === HOOK_IO.dir(point) || name === HOOK_IO.value(point) ? projection : differs(name);
+      feeds[name] = perRow ? stacked(name) : first.feeds[name]!;
+    }
+  }
+  return { selection: first.selection, feeds };
 }
 
 function positive(x: number, what: string): number {
