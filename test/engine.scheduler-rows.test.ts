@@ -21,6 +21,9 @@ import { callInterventions, interventionInputs, leftPad } from '../src/engine/ru
 import { Scheduler } from '../src/engine/run/scheduler.ts';
 import type { StepInput, Stepper } from '../src/engine/run/step.ts';
 import type { GenerateOptions, GenerateResult, HookIntervention, Intervention } from '../src/engine/types.ts';
+import onnxProto from 'onnx-proto';
+import { buildModelGraph } from '../src/engine/graph/decoder.ts';
+import { resolveWeightFiles } from '../src/engine/runtime/weight-files.ts';
 import { maxAbsDiff, SMALL_GQA, tempCache } from './helpers/engine.ts';
 
 const REL = 1e-5;
@@ -220,3 +223,30 @@ for (const { family, opts: modelOpts } of SMALL_GQA.slice(0, 2)) {
     });
   });
 }
+
+interface PNode { name: string; opType: string; input: string[] }
+const graphNodes = (bytes: Uint8Array): PNode[] =>
+  (onnxProto as unknown as { onnx: { ModelProto: { decode(b: Uint8Array): { graph: { node: PNode[] } } } } }).onnx.ModelProto.decode(bytes).graph.node;
+
+test('the plain graph pays for per-row sets one Mul per layer and one mask per step; steer rows stay in the down-projection bias', async () => {
+  const tmp = mkdtempSync(join(tmpdir(), 'safekeep-rows-graph-'));
+  try {
+    const L = 4;
+    await writeRandomCheckpoint(tmp, 'llama', { seed: 2, numLayers: L, hiddenSize: 32, numHeads: 4, numKvHeads: 2, intermediateSize: 64, vocabSize: 89 });
+    const ck = await loadCheckpoint(tmp);
+    const { realFiles } = resolveWeightFiles(ck);
+    for (const attention of ['onnx', 'mha', 'matmul'] as const) {
+      const nodes = graphNodes(buildModelGraph(ck, { dtype: 'f32', attention, fuse: true, quant: null }, realFiles));
+      const named = (suffix: string) => nodes.filter((n) => n.name.split('/').at(-1)!.replace(/_\d+$/, '') === suffix);
+      assert.equal(nodes.filter((n) => n.opType === 'EyeLike').length, 1, `${attention}: one row mask per step`);
+      assert.equal(named('to_value_own').length, L + 1, `${attention}: one mask Mul per projection (hidden[0..L])`);
+      assert.equal(named('to_value').length + named('projected').length, 2 * (L + 1), `${attention}: two Gemms per projection`);
+      assert.equal(named('steered').length, 1, `${attention}: only hidden[0]'s steer row is an Add`);
+      const down = named('down_proj_steered');
+      assert.equal(down.length, L, `${attention}: the other steer rows ride in the down projection`);
+      assert.ok(down.every((n) => n.opType === 'Gemm' && n.input.length === 3), `${attention}: as the Gemm's C input`);
+    }
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});
