@@ -10,7 +10,8 @@
  * the working tree's (every running sequence in one decode step, each row with its own steering), fresh processes,
  * old and new interleaved, best of --rounds. Each child also measures the plain path (no steering): one sequence's
  * decode step time and a batch of --prompts plain sequences, so a cost of the per-row inputs to unsteered decoding
- * shows in the same run (`--shape tiny`: 30 layers at d 64, where a step is its fixed cost). Prints the figures with the load average; results as JSON in --json FILE (default: the temp folder).
+ * shows in the same run (`--shape tiny`: 30 layers at d 64, where a step is its fixed cost). `--workload plain`: only the
+ * unsteered decode step, both engines in one process, alternating blocks of steps (the steadiest comparison). Prints the figures with the load average; results as JSON in --json FILE (default: the temp folder).
  */
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
@@ -129,6 +130,22 @@ async function sweepMain(): Promise<void> {
       { name: 'per-row (working tree: one decode step)', engine: resolve(repo, 'src', 'engine', 'engine.ts'), cache: join(dir, 'cache-new') },
     ];
     const pass = ['threads', 'prompts', 'alphas', 'new', 'plain-steps', 'positions'].flatMap((f) => (flagOf(f) ? [`--${f}`, flagOf(f)!] : []));
+    if (flagOf('workload') === 'plain') {
+      const args = ['--import', 'tsx', fileURLToPath(import.meta.url), '--plain-child', '--model', join(dir, 'm'), '--rounds', String(flag('rounds', 6)),
+        '--engine-old', variants[0]!.engine, '--cache-old', variants[0]!.cache, '--engine-new', variants[1]!.engine, '--cache-new', variants[1]!.cache, ...pass];
+      process.stderr.write(`one process, both engines, alternating blocks of ${flag('plain-steps', 64)} steps × ${flag('rounds', 6)} rounds ...\n`);
+      const m = runChild(process.execPath, args, 'plain-path child').json as Record<string, number>;
+      const out = [
+        `plain decode step (no steering), ${tiny ? '30 layers at d 64 (the step is its fixed cost)' : 'SmolLM2-135M shape'}, f32, ${flag('threads', 2)} threads: both engines in one process, alternating blocks of ${flag('plain-steps', 64)} steps, best of ${flag('rounds', 6)} blocks`,
+        '| engine | 1 row: least step ms | 1 row: CPU ms / step | 8 rows: least step ms | 8 rows: CPU ms / step |',
+        '| --- | --- | --- | --- | --- |',
+        `| ${variants[0]!.name} | ${m.old1Ms!.toFixed(3)} | ${m.old1CpuMs!.toFixed(3)} | ${m.old8Ms!.toFixed(3)} | ${m.old8CpuMs!.toFixed(3)} |`,
+        `| ${variants[1]!.name} | ${m.new1Ms!.toFixed(3)} | ${m.new1CpuMs!.toFixed(3)} | ${m.new8Ms!.toFixed(3)} | ${m.new8CpuMs!.toFixed(3)} |`,
+        `| new / old | ${(m.new1Ms! / m.old1Ms!).toFixed(3)} | ${(m.new1CpuMs! / m.old1CpuMs!).toFixed(3)} | ${(m.new8Ms! / m.old8Ms!).toFixed(3)} | ${(m.new8CpuMs! / m.old8CpuMs!).toFixed(3)} |`,
+      ];
+      finishBench(flagOf('json') ?? join(tmpdir(), 'safekeep-bench-steer-plain.json'), { base: rev, ...m }, out, [m.load!]);
+      return;
+    }
     const best = variants.map(() => null as Record<string, number> | null);
     const loads: number[] = [];
     for (let r = 0; r < rounds; r++) {
@@ -156,6 +173,54 @@ async function sweepMain(): Promise<void> {
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * `--workload plain`: the unsteered decode step of REV's engine and the working tree's in ONE process, alternating
+ * blocks of --plain-steps steps (old, new, old, new … --rounds times), so both see the same load: the least step time
+ * and the CPU time per step of each engine's best block, for 1 and 8 rows.
+ */
+async function plainChild(): Promise<void> {
+  const ck = await loadCheckpoint(flagOf('model')!);
+  const c = ck.config;
+  const engines = await Promise.all(['old', 'new'].map(async (v) => {
+    const mod = await import(pathToFileURL(flagOf(`engine-${v}`)!).href) as { createEngineFromCheckpoint: (c: unknown, o: object) => Promise<SweepEngine> };
+    return mod.createEngineFromCheckpoint(ck, { threads: flag('threads', 2), cacheDir: flagOf(`cache-${v}`)! });
+  }));
+  const prompts = sweepPrompts(8, c.vocabSize);
+  const steer = new Float32Array((c.numLayers + 1) * c.hiddenSize);
+  const steps = flag('plain-steps', 64);
+  const out: Record<string, number> = {};
+  for (const B of [1, 8]) {
+    const rows = prompts.slice(0, B);
+    const W = Math.max(...rows.map((r) => r.length));
+    const starts = rows.map((r) => W - r.length);
+    const ids = new BigInt64Array(B * W);
+    rows.forEach((r, b) => r.forEach((x, t) => { ids[b * W + starts[b]! + t] = BigInt(x); }));
+    const last = Array.from({ length: B }, (_, b) => b);
+    // each engine decodes from its own prefill; every block restarts from that past (the same context length)
+    const pasts = await Promise.all(engines.map(async (e) => {
+      const p = await e.step({ ids, batch: B, width: W, starts, past: null, steer, hiddenIndex: [], logitsIndex: last.map((b) => b * W + W - 1) });
+      return (await e.step({ ids: new BigInt64Array(B).fill(3n), batch: B, width: 1, starts, past: p.present, steer, hiddenIndex: [], logitsIndex: last })).present;
+    }));
+    const best = engines.map(() => ({ ms: Infinity, cpuMs: Infinity }));
+    for (let r = 0; r < flag('rounds', 6); r++) {
+      for (const [i, e] of engines.entries()) {
+        let past = pasts[i];
+        const cpu0 = process.cpuUsage();
+        for (let k = 0; k < steps; k++) {
+          const t = performance.now();
+          past = (await e.step({ ids: new BigInt64Array(B).fill(BigInt(4 + k)), batch: B, width: 1, starts, past, steer, hiddenIndex: [], logitsIndex: last })).present;
+          best[i]!.ms = Math.min(best[i]!.ms, performance.now() - t);
+        }
+        const cpu = process.cpuUsage(cpu0);
+        best[i]!.cpuMs = Math.min(best[i]!.cpuMs, (cpu.user + cpu.system) / 1000 / steps);
+      }
+    }
+    best.forEach((b, i) => { out[`${i ? 'new' : 'old'}${B}Ms`] = b.ms; out[`${i ? 'new' : 'old'}${B}CpuMs`] = b.cpuMs; });
+  }
+  for (const e of engines) await e.dispose();
+  process.stdout.write(`${JSON.stringify({ ...out, load: loadavg() })}\n`);
 }
 
 /** steering on vs off in one process (the original bench) */
@@ -200,5 +265,6 @@ async function overheadMain(): Promise<void> {
 }
 
 if (process.argv.includes('--sweep-child')) await sweepChild();
-else if (flagOf('workload') === 'sweep') await sweepMain();
+else if (process.argv.includes('--plain-child')) await plainChild();
+else if (flagOf('workload') === 'sweep' || flagOf('workload') === 'plain') await sweepMain();
 else await overheadMain();
