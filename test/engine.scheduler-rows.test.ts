@@ -189,6 +189,24 @@ for (const { family, opts: modelOpts } of SMALL_GQA.slice(0, 2)) {
       assert.deepEqual(decode, [1, 1, 1, 1, 4, 4, 4, 4]);
     });
 
+    test('q4 (steer rows as an Add after MatMulNBits): a batch with per-row sets equals each sequence decoded alone', async () => {
+      const q = await createEngineFromCheckpoint(ck, { cacheDir: cache.dir, threads: 2, dtype: 'q4' });
+      try {
+        const o: GenerateOptions = { maxNewTokens: 5, stopIds: [], returnStepLogits: true };
+        const calls: [number[], GenerateOptions][] = [
+          [prompt(27, 9, V), { ...o, steer: { layer: 2, vector: vecA, alpha: 3 } }],
+          [prompt(28, 12, V), { ...o, interventions: [{ layer: 1, kind: 'clamp', vector: vecB, alpha: 1 }] }],
+          [prompt(29, 7, V), o],
+        ];
+        const together = await Promise.all(calls.map(([ids, c]) => q.submit(ids, c)));
+        for (const [i, [ids, c]] of calls.entries()) {
+          const alone = await q.submit(ids, c);
+          assert.deepEqual(together[i]!.generatedIds, alone.generatedIds, `row ${i}: greedy ids`);
+          assert.ok(rel(together[i]!.stepLogits!, alone.stepLogits!) <= REL, `row ${i}: step logits ${rel(together[i]!.stepLogits!, alone.stepLogits!)}`);
+        }
+      } finally { await q.dispose(); }
+    });
+
     test('one multi-token step with per-row sets (B 3, T 5 on a cached past, left padding) equals each row alone', async () => {
       const lists: Intervention[][] = [
         callInterventions({ steer: { layer: 1, vector: vecA, alpha: 2 } }),
