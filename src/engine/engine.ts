@@ -97,6 +97,33 @@ export class OnnxEngine implements Engine, Stepper {
     return out;
   }
 
+  /**
+   * The steer / projection inputs of a step: one set (S = 1, fed as it is) or one per batch row, repeated over the
+   * row's T tokens (S = B·T; graph/intervene.ts). The steer and the projection choose independently.
+   */
+  private interventionFeeds(inp: StepInput): Record<string, ort.Tensor> {
+    const { batch: B, width: T } = inp;
+    const L1 = this.numLayers + 1;
+    const d = this.dModel;
+    const sets = (data: Float32Array, per: number, what: string): { data: Float32Array; sets: number } => {
+      if (data.length === per) return { data, sets: 1 };
+      if (data.length !== B * per) throw new Error(`step: ${what} holds ${data.length / per} sets for ${B} rows`);
+      if (T === 1) return { data, sets: B };
+      const out = new Float32Array(B * T * per);
+      for (let b = 0; b < B; b++) for (let t = 0; t < T; t++) out.set(data.subarray(b * per, (b + 1) * per), (b * T + t) * per);
+      return { data: out, sets: B * T };
+    };
+    const steer = sets(inp.steer, L1 * d, 'steer');
+    const dir = sets(inp.project?.dir ?? this.noProjection.dir, L1 * d, 'intervene_dir');
+    const value = sets(inp.project?.value ?? this.noProjection.value, L1, 'intervene_value');
+    if (dir.sets !== value.sets) throw new Error(`step: ${dir.sets} projection directions, ${value.sets} values`);
+    return {
+      [IO.steer]: new ort.Tensor('float32', steer.data, [steer.sets, L1 * d]),
+      [IO.interveneDir]: new ort.Tensor('float32', dir.data, [dir.sets, L1 * d]),
+      [IO.interveneValue]: new ort.Tensor('float32', value.data, [value.sets, L1]),
+    };
+  }
+
   emptyCache(batch: number): KvCache {
     return emptyKv(this.numLayers, batch, this.config.numKvHeads, this.config.headDim);
   }
@@ -116,9 +143,7 @@ export class OnnxEngine implements Engine, Stepper {
       [IO.positionIds]: new ort.Tensor('int64', positionIds(B, T, P, inp.starts), [B, T]),
       [IO.attnBias]: new ort.Tensor('float32', capacityBias(B, T, P, C, inp.starts), [B, T, C + T]),
       [IO.ropeInvFreq]: new ort.Tensor('float32', this.invFreqRows(B, inp.ropeLength ?? inp.starts.map((s) => P + T - s)), [B, this.config.headDim / 2]),
-      [IO.steer]: new ort.Tensor('float32', inp.steer, [this.numLayers + 1, this.dModel]),
-      [IO.interveneDir]: new ort.Tensor('float32', inp.project?.dir ?? this.noProjection.dir, [this.numLayers + 1, this.dModel]),
-      [IO.interveneValue]: new ort.Tensor('float32', inp.project?.value ?? this.noProjection.value, [this.numLayers + 1]),
+      ...this.interventionFeeds(inp),
       [IO.hiddenIndex]: new ort.Tensor('int64', i64(inp.hiddenIndex), [inp.hiddenIndex.length]),
       [IO.logitsIndex]: new ort.Tensor('int64', i64(inp.logitsIndex), [inp.logitsIndex.length]),
     };

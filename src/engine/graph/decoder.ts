@@ -67,7 +67,7 @@ export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype
   const hidden = hiddenCapture(g, io.hiddenIndex);
   const kv: string[] = []; // every layer's new keys and values, one output
 
-  const rows = interventionRows(g, io, c.numLayers);
+  const rows = interventionRows(g, io, c.numLayers, c.hiddenSize);
   const intervene = (v: string, l: number) => projectTo(g, v, rows, l);
   let x = g.scope('embed', () => intervene(addSteer(g, g.op('Reshape', [w.embedRows(io.ids), g.i64([-1, c.hiddenSize])]), rows, 0), 0)); // [BT, d]
   hidden.add(x);

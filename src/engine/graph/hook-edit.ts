@@ -1,7 +1,9 @@
 /**
  * The hook points of a selection (hooks.ts) in the graph. At an edited point x [BT, w] becomes
  *   x' = project(x ⊙ keep + set),  project(y) = y + (value − y·r̂) r̂   (a zero r̂ leaves y as it is)
- * with keep/set [BT, w] or [1, w] (broadcast over the tokens) and r̂ [1, w], value [1]: one form for every edit —
+ * with keep/set [BT, w] or [1, w] (broadcast over the tokens) and r̂ [S, w], value [S, 1], S = 1 (one projection for
+ * every token) or BT (one per token row: a decode batch whose sequences edit differently; the [S, S] identity keeps
+ * each token's own dot product, as graph/intervene.ts does for the residual stream): one form for every edit —
  * an add (keep 1, set α·r̂), a patch (keep 0 / set = the other run's values at the patched rows), a head ablation
  * (keep 0 on the head's columns of z), a directional ablation or clamp (r̂, value 0 or α). A captured point is
  * the graph output hook.<name>, the value after its edit (what flows downstream).
@@ -34,10 +36,13 @@ export function hookPoints(g: GraphBuilder, sel: HookSelection, shape: HookShape
         const w = hookWidth(p, shape);
         const keep = g.input(HOOK_IO.keep(name), F, ['hook_rows', w]);
         const set = g.input(HOOK_IO.set(name), F, ['hook_rows', w]);
-        const dir = g.input(HOOK_IO.dir(name), F, [1, w]);
-        const value = g.input(HOOK_IO.value(name), F, [1]);
+        const dir = g.input(HOOK_IO.dir(name), F, ['hook_sets', w]);
+        const value = g.input(HOOK_IO.value(name), F, ['hook_sets', 1]);
         const kept = g.op('Add', [g.op('Mul', [x, keep]), set], {}, { name: `edit_${p}` });
-        const delta = g.op('Gemm', [kept, dir, value], { transB: 1, alpha: { float: -1 } }, { name: `edit_${p}_to_value` }); // [BT, 1]
+        const s = g.op('Shape', [value], { start: 0, end: 1 }); // [S]
+        const own = g.op('EyeLike', [g.op('Expand', [g.f32([0], [1, 1]), g.op('Concat', [s, s], { axis: 0 })])], {}, { name: `edit_${p}_own` });
+        const all = g.op('Gemm', [kept, dir, value], { transB: 1, alpha: { float: -1 } }, { name: `edit_${p}_to_value` }); // [BT, S]
+        const delta = g.op('Mul', [all, own], {}, { name: `edit_${p}_to_value_own` });
         y = g.op('Gemm', [delta, dir, kept], {}, { name: `edit_${p}_projected` });
       }
       if (capture.has(name)) g.output(HOOK_IO.output(name), y, F, ['bt', hookWidth(p, shape)]);

@@ -113,8 +113,8 @@ export const HOOK_IO = {
   keep: (name: string) => `hook_keep.${name}`,
   /** f32 [BT or 1, width]: + set */
   set: (name: string) => `hook_set.${name}`,
-  /** f32 [1, width]: unit direction r̂ (zeros = no projection) */
+  /** f32 [S, width], S = 1 or one per token row: unit direction r̂ (zeros = no projection) */
   dir: (name: string) => `hook_dir.${name}`,
-  /** f32 [1]: then x·r̂ is set to value */
+  /** f32 [S, 1]: then x·r̂ is set to value */
   value: (name: string) => `hook_value.${name}`,
 } as const;

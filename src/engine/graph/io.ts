@@ -13,9 +13,10 @@ export const IO = {
   attnBias: 'attn_bias', // f32 [B, T, C + T], C = past buffer capacity; 0 = visible, large negative = masked (kv.ts capacityBias)
   attnBiasWindow: 'attn_bias_window', // f32 [B, T, C + T]: attn_bias with the sliding window too; only when a layer has one
   ropeInvFreq: 'rope_inv_freq', // f32 [B, hd/2]: RoPE inverse frequencies per row (rope.ts ropeInvFreq)
-  steer: 'steer', // f32 [L+1, d]; row l is added to hidden[l]
-  interveneDir: 'intervene_dir', // f32 [L+1, d]: unit direction r̂ per layer (zeros = none)
-  interveneValue: 'intervene_value', // f32 [L+1]: hidden[l]·r̂ is set to value[l] after the steer row is added
+  // S row sets, S = 1 (broadcast to every token) or B·T (one per token row; intervene.ts): a set is [L+1, d] row-major
+  steer: 'steer', // f32 [S, (L+1)·d]; columns l·d..(l+1)·d−1 are added to hidden[l]
+  interveneDir: 'intervene_dir', // f32 [S', (L+1)·d]: unit direction r̂ per layer (zeros = none)
+  interveneValue: 'intervene_value', // f32 [S', L+1]: hidden[l]·r̂ is set to value[l] after the steer row is added
   hiddenIndex: 'hidden_index', // int64 [N], flat indices into B*T
   logitsIndex: 'logits_index', // int64 [M]
   pastKey: (l: number) => `past_key.${l}`, // f32 [B, kvH, C, hd]: the KV buffer (slots beyond the filled ones masked)
@@ -60,9 +61,9 @@ export function declareInputs(g: GraphBuilder, c: ModelConfig): GraphInputs {
     attnBias: g.input(IO.attnBias, F, [...bt, 'total']),
     attnBiasWindow: windows.length ? g.input(IO.attnBiasWindow, F, [...bt, 'total']) : null,
     invFreq: g.input(IO.ropeInvFreq, F, ['batch', hd / 2]),
-    steer: g.input(IO.steer, F, [L + 1, d]),
-    interveneDir: g.input(IO.interveneDir, F, [L + 1, d]),
-    interveneValue: g.input(IO.interveneValue, F, [L + 1]),
+    steer: g.input(IO.steer, F, ['steer_sets', (L + 1) * d]),
+    interveneDir: g.input(IO.interveneDir, F, ['projection_sets', (L + 1) * d]),
+    interveneValue: g.input(IO.interveneValue, F, ['projection_sets', L + 1]),
     hiddenIndex: g.input(IO.hiddenIndex, DataType.INT64, ['n_hidden']),
     logitsIndex: g.input(IO.logitsIndex, DataType.INT64, ['n_logits']),
     past: Array.from({ length: L }, (_, l) => ({

@@ -74,8 +74,9 @@ function steeringIntervention(steer: Steering): Intervention {
   return { layer: steer.layer, kind: 'add', vector: steer.vector, alpha: -steer.alpha, ...(steer.positions ? { positions: steer.positions } : {}) };
 }
 
-/** The graph's intervention inputs: `steer` [L+1, d] (row l added to hidden[l]); `dir` [L+1, d] unit r̂ per layer
- * (zeros = none) and `value` [L+1]: the projection of hidden[l] on r̂ is set to value[l] after the adds. */
+/** One set of the graph's intervention inputs: `steer` [L+1, d] (row l added to hidden[l]); `dir` [L+1, d] unit r̂ per
+ * layer (zeros = none) and `value` [L+1]: the projection of hidden[l] on r̂ is set to value[l] after the adds. A step
+ * takes one set for every row or one per row (run/step.ts, graph/intervene.ts). */
 export interface InterventionInputs {
   steer: Float32Array;
   dir: Float32Array;

@@ -142,7 +142,7 @@ export function hookEditInputs(list: readonly HookIntervention[], shape: HookSha
     feeds[HOOK_IO.keep(name)] = { data: keep, dims: [rows, w] };
     feeds[HOOK_IO.set(name)] = { data: set, dims: [rows, w] };
     feeds[HOOK_IO.dir(name)] = { data: dir, dims: [1, w] };
-    feeds[HOOK_IO.value(name)] = { data: value, dims: [1] };
+    feeds[HOOK_IO.value(name)] = { data: value, dims: [1, 1] };
   }
   return { names: [...byName.keys()], feeds };
 }

@@ -4,16 +4,20 @@
  *
  *   waiting ──admit──▶ prefilling ──last chunk──▶ decoding (a row of its group's batch) ──stop/length/cancel──▶ done
  *
- * Each iteration runs one decode step per group of running sequences (all rows of the group, one new token each),
- * then prefill chunks of the prefilling sequences, first come first served, within the step token budget
+ * Each iteration runs one decode step for all running sequences (one new token each, every row with its own
+ * steering and interventions), then prefill chunks of the prefilling sequences, first come first served, within the step token budget
  * (`stepTokens` minus the decode rows; whole prompts while they fit, a longer one in even chunks, one chunk of it per
  * iteration): a long prompt is prefilled in chunks interleaved with the decode steps of the sequences already
- * running, so they keep producing tokens while it is read. A finished sequence leaves its group's
+ * running, so they keep producing tokens while it is read. A finished sequence leaves the decode
  * batch at once (runtime/row-kv.ts: its row is refilled by the last one), so no step computes a token nobody wants.
  *
- * Groups: the graph takes one steering/intervention row set per step, so sequences whose decode interventions are
- * equal share a batch and each distinct set is its own group (its own step). The prefill of each sequence is its own
- * batch-1 step with its own prefill interventions (positions 'generated' leave it unsteered).
+ * Interventions per row: the graph takes one steer / projection set per token row (graph/intervene.ts), so sequences
+ * with different steering, ablations or clamps decode in the same step; when every row's set is the same the step
+ * feeds that one set (the plain path is the step it always was). Groups remain only for hook points: a selection of
+ * edited points runs another graph (its own session, graph/hook-edit.ts), so each selection decodes as its own batch;
+ * within it the rows' edit values are per row too (keep/set/dir/value one row each).
+ * The prefill of each sequence is its own batch-1 step with its own prefill interventions (positions 'generated'
+ * leave it unsteered).
  *
  * Prefix caching (runtime/kv-blocks.ts): when a sequence's prefill starts, the longest chain of cached full blocks
  * of its prompt (under its prefill interventions) is copied into its KV and only the rest is computed; every full
@@ -25,6 +29,7 @@
  */
 import { createHash } from 'node:crypto';
 import { SafekeepError } from '../../util/errors.ts';
+import { HOOK_IO, hookSelectionKey } from '../graph/hooks.ts';
 import { KvBlockStore } from '../runtime/kv-blocks.ts';
 import { kvCapacity, kvOfArrays, KV_CHUNK, type KvCache } from '../runtime/kv.ts';
 import { RowKv } from '../runtime/row-kv.ts';
@@ -61,17 +66,20 @@ export interface SchedulerStats {
   peakBatch: number;
 }
 
+/** the projection inputs of a step (one set, or one per row) */
+type Projection = Pick<InterventionInputs, 'dir' | 'value'>;
+
 const DEFAULT_PREFIX_BYTES = 256 * 2 ** 20;
 
-/** One group's decode batch: sequences sharing the decode interventions. */
+/** A decode batch: the running sequences that share a graph (no hook edits, or edits at the same hook points). */
 interface Group {
+  /** '' for the plain graph, else the hook selection's key (graph/hooks.ts hookSelectionKey) */
   key: string;
-  iv: InterventionInputs;
-  /** edits at hook points shared by the group's sequences (part of the key) */
-  hooks: StepHooks | undefined;
   kv: RowKv;
   /** row b's sequence */
   seqs: Seq[];
+  /** the per-row intervention inputs of the last step and the rows they were built for (rebuilt when rows change) */
+  rowSets: { seqs: Seq[]; steer: Float32Array | null; project: Projection | null; hooks: StepHooks | undefined } | null;
 }
 
 interface Seq {
@@ -88,7 +96,13 @@ interface Seq {
   decodeIv: InterventionInputs;
   /** edits at hook points, at every prefill and decode position */
   hooks: StepHooks | undefined;
-  decodeKey: string;
+  /** digest of each hook feed by graph input name (rows with equal ones share the feed in a step) */
+  hookKeys: Record<string, string>;
+  /** the decode group: '' without hook edits, else the hook selection's key */
+  groupKey: string;
+  /** digests of the decode steer rows and of the projections: rows with equal ones share one set in a step */
+  steerKey: string;
+  projectKey: string;
   prefillSalt: string;
   /** the prefill's KV (batch 1) while prefilling */
   kv: KvCache | null;
@@ -170,7 +184,7 @@ export class Scheduler {
 
   /** `submit` with the interventions already resolved (generate() resolves a call's once for all its rows) */
   enqueue(ids: number[], opts: GenerateOptions, prefillIv: InterventionInputs, decodeIv: InterventionInputs, halt?: (h: Float32Array) => boolean, hooks?: StepHooks): Promise<GenerateResult> {
-    // hook edits change every position's KV: they key the decode group and salt the prefix cache like interventions
+    // hook edits change every position's KV: they salt the prefix cache like interventions; the points edited choose the graph
     const hookKey = hooks ? hooksDigest(hooks) : '';
     return new Promise<GenerateResult>((resolve, reject) => {
       const seq: Seq = {
@@ -182,7 +196,10 @@ export class Scheduler {
         halt: halt ?? (opts.haltAfterPrefill ? (h) => opts.haltAfterPrefill!(0, h) : undefined),
         signal: opts.signal,
         prefillIv, decodeIv, hooks,
-        decodeKey: digest([decodeIv.steer, decodeIv.dir, decodeIv.value]) + hookKey,
+        hookKeys: Object.fromEntries(Object.entries(hooks?.feeds ?? {}).map(([name, f]) => [name, digest([f.data])])),
+        groupKey: hooks ? hookSelectionKey(hooks.selection) : '',
+        steerKey: digest([decodeIv.steer]),
+        projectKey: digest([decodeIv.dir, decodeIv.value]),
         prefillSalt: digest([prefillIv.steer, prefillIv.dir, prefillIv.value]) + hookKey,
         kv: null, filled: 0, chain: null, stored: 0,
         result: { generatedIds: [], finish: 'length' }, stepLogits: [], finished: false, resolve, reject,
@@ -195,7 +212,9 @@ export class Scheduler {
   private kick(): void {
     if (this.looping) return;
     this.looping = true;
-    void this.loop();
+    // from a microtask: the submits of one synchronous burst (generate's rows, Promise.all of calls) are all waiting
+    // when the first iteration admits, so they prefill together and decode from the same step
+    queueMicrotask(() => void this.loop());
   }
 
   private async loop(): Promise<void> {
@@ -208,7 +227,7 @@ export class Scheduler {
     }
   }
 
-  /** one scheduling round: reap cancelled, admit, a decode step per group, prefill chunks within the budget */
+  /** one scheduling round: reap cancelled, admit, one decode step (one per hook-edit group), prefill chunks within the budget */
   private async iteration(): Promise<void> {
     this.reapCancelled();
     this.admit();
@@ -352,15 +371,15 @@ export class Scheduler {
     if (q.maxNew === 0) { q.kv = null; this.complete(q, 'length'); return; }
     this.choose(q, out.logits.subarray(0, this.s.vocabSize));
     if (q.finished && !q.wantFirstHidden) { q.kv = null; this.complete(q, q.result.finish); return; }
-    let g = this.groups.get(q.decodeKey);
+    let g = this.groups.get(q.groupKey);
     if (!g) {
       const c = this.s.config;
-      g = { key: q.decodeKey, iv: q.decodeIv, hooks: q.hooks, kv: new RowKv(c.numLayers, c.numKvHeads, c.headDim, this.maxRunning), seqs: [] };
+      g = { key: q.groupKey, kv: new RowKv(c.numLayers, c.numKvHeads, c.headDim, this.maxRunning), seqs: [], rowSets: null };
       this.groups.set(g.key, g);
     }
     const kv = q.kv!;
     // the admitted sequences still prefilling for this group are about to join: one re-layout makes room for them too
-    const coming = this.prefilling.filter((x) => x.decodeKey === q.decodeKey);
+    const coming = this.prefilling.filter((x) => x.groupKey === q.groupKey);
     const expect = { rows: coming.length, length: Math.max(0, ...coming.map((x) => x.ids.length)) };
     g.kv.addRow({ keys: kv.keys.map((t) => t.data as Float32Array), values: kv.values.map((t) => t.data as Float32Array), capacity: kvCapacity(kv), length: kv.length }, this.ahead(g, q), expect);
     g.seqs.push(q);
@@ -394,8 +413,9 @@ export class Scheduler {
       if (!q.finished) logitRows.push(b);
     });
     const past = g.kv.view();
+    const { steer, project, hooks } = this.rowInterventions(g);
     const out = await this.s.step({
-      ids: fed, batch: B, width: 1, starts: past.starts, past, steer: g.iv.steer, project: g.iv, ...(g.hooks ? { hooks: g.hooks } : {}),
+      ids: fed, batch: B, width: 1, starts: past.starts, past, steer, project, ...(hooks ? { hooks } : {}),
       hiddenIndex: hiddenRowsWanted, logitsIndex: logitRows, reserve: 0,
     });
     g.kv.advance(out.present!);
@@ -407,6 +427,35 @@ export class Scheduler {
     hiddenRowsWanted.forEach((b, i) => { g.seqs[b]!.result.firstTokenHidden = hiddenRows(out.hidden, L1, hiddenRowsWanted.length, this.s.dModel, i, 1); });
     logitRows.forEach((b, i) => this.choose(g.seqs[b]!, out.logits.subarray(i * V, (i + 1) * V)));
     this.dropRows(g, (q) => q.finished && !(q.wantFirstHidden && !q.result.firstTokenHidden), null);
+  }
+
+  /**
+   * The decode step's interventions: the rows' one set when they all share it (steer and projections separately),
+   * else one set per row, row b's at b (run/step.ts). Built again only when the rows changed since the last step.
+   */
+  private rowInterventions(g: Group): { steer: Float32Array; project: Projection; hooks: StepHooks | undefined } {
+    const seqs = g.seqs;
+    const first = seqs[0]!;
+    const c = g.rowSets;
+    const same = c !== null && c.seqs.length === seqs.length && c.seqs.every((q, b) => q === seqs[b]);
+    if (!same) {
+      const L1 = this.s.numLayers + 1;
+      const d = this.s.dModel;
+      const perRowSteer = seqs.some((q) => q.steerKey !== first.steerKey);
+      const perRowProject = seqs.some((q) => q.projectKey !== first.projectKey);
+      const stack = (part: (q: Seq) => Float32Array, per: number) => {
+        const out = new Float32Array(seqs.length * per);
+        seqs.forEach((q, b) => out.set(part(q), b * per));
+        return out;
+      };
+      g.rowSets = {
+        seqs: [...seqs],
+        steer: perRowSteer ? stack((q) => q.decodeIv.steer, L1 * d) : null,
+        project: perRowProject ? { dir: stack((q) => q.decodeIv.dir, L1 * d), value: stack((q) => q.decodeIv.value, L1) } : null,
+        hooks: first.hooks && rowHooks(seqs, first.hooks),
+      };
+    }
+    return { steer: g.rowSets!.steer ?? first.decodeIv.steer, project: g.rowSets!.project ?? first.decodeIv, hooks: g.rowSets!.hooks };
   }
 
   /** remove the rows whose sequence `leaves` (finish as given, or its own), completing them */
@@ -434,6 +483,30 @@ export class Scheduler {
     this.stats.sequences++;
     q.resolve(q.result);
   }
+}
+
+/**
+ * The hook feeds of a decode step whose rows edit the same points: a feed shared by every row as it is ([1, w]), else
+ * one row per sequence ([B, w]); a point's direction and value go per row together (one mask for both, hook-edit.ts).
+ */
+function rowHooks(seqs: readonly Seq[], first: StepHooks): StepHooks {
+  const differs = (name: string) => seqs.some((q) => q.hookKeys[name] !== seqs[0]!.hookKeys[name]);
+  const stacked = (name: string) => {
+    const f = first.feeds[name]!;
+    const per = f.data.length;
+    const data = new Float32Array(seqs.length * per);
+    seqs.forEach((q, b) => data.set(q.hooks!.feeds[name]!.data, b * per));
+    return { data, dims: [seqs.length, ...f.dims.slice(1)] };
+  };
+  const feeds: StepHooks['feeds'] = {};
+  for (const point of first.selection.edit) {
+    const projection = differs(HOOK_IO.dir(point)) || differs(HOOK_IO.value(point));
+    for (const name of [HOOK_IO.keep(point), HOOK_IO.set(point), HOOK_IO.dir(point), HOOK_IO.value(point)]) {
+      const perRow = name === HOOK_IO.dir(point) || name === HOOK_IO.value(point) ? projection : differs(name);
+      feeds[name] = perRow ? stacked(name) : first.feeds[name]!;
+    }
+  }
+  return { selection: first.selection, feeds };
 }
 
 function positive(x: number, what: string): number {

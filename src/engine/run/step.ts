@@ -16,9 +16,15 @@ export interface StepInput {
   /** where each row's real slots start (absolute, counting cached slots) */
   starts: number[];
   past: KvCache | null;
-  /** [L+1, d]: row l added to hidden[l] */
+  /**
+   * [L+1, d]: row l added to hidden[l] of every row; or one such set per batch row, [B, L+1, d] (row b's set on its T
+   * tokens: a decode step whose sequences are steered differently)
+   */
   steer: Float32Array;
-  /** projections set after the adds (ablate/clamp, run/batch.ts `interventionInputs`); absent = none */
+  /**
+   * projections set after the adds (ablate/clamp, run/batch.ts `interventionInputs`): dir [L+1, d] and value [L+1]
+   * for every row, or one set per batch row ([B, L+1, d], [B, L+1]); absent = none
+   */
   project?: { dir: Float32Array; value: Float32Array };
   /** flat indices b·T + t of the new slots whose hidden states / logits are wanted */
   hiddenIndex: number[];
