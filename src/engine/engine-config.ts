@@ -53,7 +53,10 @@ export interface EngineOptions {
   quantScheme?: QuantScheme;
   /** q8/q4: MatMulNBits accuracy level 0..4 (default `defaultQuantAccuracy`) */
   quantAccuracy?: number;
-  /** q8/q4: weights per block (default 32, as llama.cpp's q4_0/q8_0; 128 decodes faster, with a coarser grid) */
+  /**
+   * q8/q4: weights per block (default `DEFAULT_QUANT_BLOCK` = 64: symmetric with f32 scales, 4.5 / 8.5 bits per
+   * weight, the bytes of llama.cpp's Q4_0 / Q8_0; 32 is a finer grid at 5 / 9 bits, 128 coarser at 4.25 / 8.25)
+   */
   quantBlock?: QuantBlock;
   /**
    * let session workers spin within a run (stopping at its end): faster on a machine of your own, slower once other
@@ -95,13 +98,19 @@ export interface EngineConfig {
 }
 
 /**
- * Default quantization scheme: asymmetric measured closer to f32 (worst-layer hidden-state rel. error, random
- * llama/qwen2): q4 0.17–0.28 vs 0.23–0.31 symmetric; q8 with f32 activations 0.013–0.014 vs 0.010–0.017, with int8
- * activations (the q8 default) 0.017–0.021 vs 0.016–0.023 — a wash at 8 bits.
+ * Default quantization: symmetric blocks of 64 with f32 scales = 4.5 / 8.5 bits per weight, exactly the bytes per
+ * weight of llama.cpp's Q4_0 / Q8_0 (blocks of 32 with f16 scales; MatMulNBits takes f32 scales with f32
+ * activations). The former default, asymmetric blocks of 32, stores 5.125 / 9.25 bits: more bytes per decode step
+ * for a finer grid. Measured (worst-layer hidden-state rel. error vs f32, random llama/qwen2 at d 256, 4 layers):
+ * q4 sym 64 0.34–0.43 vs asym 32 0.30–0.32; q8 0.029–0.034 vs 0.025–0.028 (src/engine/README.md "q8 / q4" has the
+ * speed side). Symmetric 4-bit uses Q4_0's scale rule (quant.ts), which made it 0.21–0.25 from 0.23–0.31 at block 32
+ * on the d-64 test checkpoints.
  */
 function defaultQuantScheme(): QuantScheme {
-  return 'asym';
+  return 'sym';
 }
+
+export const DEFAULT_QUANT_BLOCK: QuantBlock = 64;
 
 /**
  * MatMulNBits accuracy level: 0 = f32 activations × dequantized weights, 4 = int8 activations (blockwise-quantized
@@ -142,7 +151,7 @@ export function resolveEngineConfig(o: EngineOptions): EngineConfig {
     cacheDir: o.cacheDir ?? defaultCacheDir(),
     attention: o.attention ?? defaultAttention(device),
     fuse: !lowMemory && (o.fuse ?? true),
-    quant: bits === null ? null : { bits, scheme: o.quantScheme ?? defaultQuantScheme(), accuracyLevel: o.quantAccuracy ?? defaultQuantAccuracy(bits), block: o.quantBlock ?? 32 },
+    quant: bits === null ? null : { bits, scheme: o.quantScheme ?? defaultQuantScheme(), accuracyLevel: o.quantAccuracy ?? defaultQuantAccuracy(bits), block: o.quantBlock ?? DEFAULT_QUANT_BLOCK },
     spin: o.spin ?? false,
     quiet: o.quiet ?? false,
     profile: o.profile ?? null,
