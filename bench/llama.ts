@@ -10,9 +10,9 @@
  *
  * Bits per weight are printed for both sides from the bytes they store (bench/llama/gguf_bpw.py: every 2-D GGUF
  * tensor's size; safekeep: its quantized store's codes + scales + zero points over every quantized matrix), so "the
- * same bits per weight" is shown: safekeep's default sym block 64 with f32 scales is 4.5 / 8.5 bits, as Q4_0 / Q8_0
- * (blocks of 32, f16 scales). `--safekeep-quant sym:64,asym:32` times several of safekeep's stores in the same run
- * (f32 once); `--safekeep-spin both` times safekeep with and without spinning workers (llama.cpp's threads always
+ * same bits per weight" is shown: safekeep sym block 64 with f32 scales is 4.5 / 8.5 bits, as Q4_0 / Q8_0 (blocks of
+ * 32, f16 scales). `--safekeep-quant` (default `sym:64,default`: that matched store, then safekeep's default store —
+ * sym block 32, 5 / 9 bits) times several of safekeep's stores in the same run (f32 once); `--safekeep-spin both` times safekeep with and without spinning workers (llama.cpp's threads always
  * busy-wait between ops). With f32 and q8/q4 in one run it also prints each side's q8/f32 and q4/f32 decode ratio.
  *
  * The checkpoint: --model DIR (a Llama-family folder), else a random one of --shape: smollm2 (default; SmolLM2-135M,
@@ -23,7 +23,7 @@
  * gguf-py, no torch) converts it to GGUF F32, Q8_0 and Q4_0 — every linear weight and the (tied) embedding at that
  * type — as llama.cpp's convert_hf_to_gguf does (the Q/K RoPE permute included).
  *
- * Pairs: safekeep f32 / q8 / q4 (its defaults: symmetric blocks of 64, f32 scales, int8 activations — engine-config.ts) against
+ * Pairs: safekeep f32 / q8 / q4 (symmetric blocks of 64 and its default 32, f32 scales, int8 activations — engine-config.ts) against
  * llama.cpp F32 / Q8_0 / Q4_0 (symmetric blocks of 32, f16 scales; llama.cpp's defaults otherwise: F16 KV cache,
  * flash attention 'auto', its threads busy-wait between ops; --llama-fa / --llama-kv change the first two).
  *
@@ -374,12 +374,12 @@ function safekeepVariants(): Variant[] {
   const spinFlag = flag('safekeep-spin') ?? (process.env.SAFEKEEP_SPIN === '1' ? 'on' : 'off');
   if (!['off', 'on', 'both'].includes(spinFlag)) throw new Error(`--safekeep-spin: off, on, both; got ${spinFlag}`);
   const spins = spinFlag === 'both' ? [false, true] : [spinFlag === 'on'];
-  const quants = (flag('safekeep-quant') ?? 'default').split(',');
+  const quants = (flag('safekeep-quant') ?? 'sym:64,default').split(',');
   for (const q of quants) if (q !== 'default' && !/^(sym|asym):(32|64|128)$/.test(q)) throw new Error(`--safekeep-quant: default or SCHEME:BLOCK (sym|asym : 32|64|128), comma-separated; got ${q}`);
   return quants.flatMap((q) => spins.map((spin): Variant => {
     const [scheme, block] = q.split(':');
     return {
-      name: `safekeep${q === 'default' ? '' : ` ${scheme} block ${block}`}${spin ? ', spinning workers' : ''}`,
+      name: `safekeep${q === 'default' ? ' (default store)' : ` ${scheme} block ${block}`}${spin ? ', spinning workers' : ''}`,
       env: { SAFEKEEP_SPIN: spin ? '1' : '0', ...(q === 'default' ? {} : { SAFEKEEP_QUANT_SCHEME: scheme!, SAFEKEEP_QUANT_BLOCK: block! }) },
       quant: q, spin,
     };

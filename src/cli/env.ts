@@ -24,7 +24,7 @@ export const ENV_VARS: readonly EnvVarDef[] = [
   { name: 'SAFEKEEP_FUSE', value: '0', help: '0: q/k/v and gate/up as separate Gemms instead of one concatenated Gemm each' },
   { name: 'SAFEKEEP_QUANT_SCHEME', value: 'sym|asym', help: 'q8/q4 block quantization (default sym)' },
   { name: 'SAFEKEEP_QUANT_ACCURACY', value: '0..4', help: 'q8/q4 MatMulNBits accuracy level (default 4: int8 activations)' },
-  { name: 'SAFEKEEP_QUANT_BLOCK', value: '32|64|128', help: 'q8/q4 weights per block (default 64: with sym, 4.5 / 8.5 bits per weight as llama.cpp\'s Q4_0 / Q8_0)' },
+  { name: 'SAFEKEEP_QUANT_BLOCK', value: '32|64|128', help: 'q8/q4 weights per block (default 32; 64 with sym = 4.5 / 8.5 bits per weight, as llama.cpp\'s Q4_0 / Q8_0)' },
   { name: 'SAFEKEEP_SPIN', value: '1', help: 'session workers spin within a run (faster on a machine of your own, slower on a shared one)' },
   { name: 'SAFEKEEP_QUIET', value: '1', help: 'no progress lines on stderr' },
   { name: 'SAFEKEEP_MODELS', value: 'DIR', help: 'where `safekeep pull` and hub ids put checkpoints (default models/)' },

@@ -54,8 +54,8 @@ export interface EngineOptions {
   /** q8/q4: MatMulNBits accuracy level 0..4 (default `defaultQuantAccuracy`) */
   quantAccuracy?: number;
   /**
-   * q8/q4: weights per block (default `DEFAULT_QUANT_BLOCK` = 64: symmetric with f32 scales, 4.5 / 8.5 bits per
-   * weight, the bytes of llama.cpp's Q4_0 / Q8_0; 32 is a finer grid at 5 / 9 bits, 128 coarser at 4.25 / 8.25)
+   * q8/q4: weights per block (default `DEFAULT_QUANT_BLOCK` = 32; symmetric with f32 scales that is 5 / 9 bits per
+   * weight, 64 is 4.5 / 8.5 — the bytes of llama.cpp's Q4_0 / Q8_0 —, 128 is 4.25 / 8.25)
    */
   quantBlock?: QuantBlock;
   /**
@@ -98,19 +98,20 @@ export interface EngineConfig {
 }
 
 /**
- * Default quantization: symmetric blocks of 64 with f32 scales = 4.5 / 8.5 bits per weight, exactly the bytes per
- * weight of llama.cpp's Q4_0 / Q8_0 (blocks of 32 with f16 scales; MatMulNBits takes f32 scales with f32
- * activations). The former default, asymmetric blocks of 32, stores 5.125 / 9.25 bits: more bytes per decode step
- * for a finer grid. Measured (worst-layer hidden-state rel. error vs f32, random llama/qwen2 at d 256, 4 layers):
- * q4 sym 64 0.34–0.43 vs asym 32 0.30–0.32; q8 0.029–0.034 vs 0.025–0.028 (src/engine/README.md "q8 / q4" has the
- * speed side). Symmetric 4-bit uses Q4_0's scale rule (quant.ts), which made it 0.21–0.25 from 0.23–0.31 at block 32
- * on the d-64 test checkpoints.
+ * Default quantization: symmetric blocks of 32 with f32 scales (5 / 9 bits per weight). Symmetric 4-bit uses
+ * llama.cpp Q4_0's scale rule (quant.ts). Measured against the other stores (src/engine/README.md "q8 / q4"): the
+ * fastest decode at 1 thread — MatMulNBits' int8 kernels run block 32 faster than 64 (Llama-3.2-1B shape, one
+ * process, interleaved, CPU ms per step: q4 sym 32 92.9, sym 128 93.6, asym 32 101.8, sym 64 106.3; q8 sym 32 182,
+ * sym 64 190, asym 32 204), equal at 2 threads — and a finer grid than 64 (worst-layer hidden-state rel. error vs
+ * f32 on the d-64 test checkpoints: q4 sym 32 0.21–0.25, sym 64 0.24–0.30, asym 32 0.17–0.28). Block 64 has exactly
+ * the bytes per weight of Q4_0 / Q8_0 (4.5 / 8.5: their blocks of 32 carry f16 scales, MatMulNBits' scales are f32
+ * with f32 activations); `bench:llama` times both against llama.cpp.
  */
 function defaultQuantScheme(): QuantScheme {
   return 'sym';
 }
 
-export const DEFAULT_QUANT_BLOCK: QuantBlock = 64;
+export const DEFAULT_QUANT_BLOCK: QuantBlock = 32;
 
 /**
  * MatMulNBits accuracy level: 0 = f32 activations × dequantized weights, 4 = int8 activations (blockwise-quantized
