@@ -39,8 +39,8 @@
  * under load, 1 thread, same-run ratios): Llama-3.2-1B shape q4 sym 64 (4.5 bits, as Q4_0) 1.08× llama.cpp in one
  * run (load 1.1–3.2) and 0.95× in another (load 4.4–5.4), q8 sym 64 (8.5 bits) 1.01× / 0.73× (1.02× by CPU time in
  * both), the default store (sym 32) 1.09× / 1.10×; SmolLM2 shape q4 0.90–0.97×, q8 0.70×, and safekeep's q4 decode
- * 3.10× (sym 64) / 3.33× (default) its f32 decode. 2 threads were not measurable here: llama.cpp's busy-waiting
- * workers stalled for minutes per figure on the shared cores.
+ * 3.10× (sym 64) / 3.33× (default) its f32 decode. At 2 threads (load 3.1–5.3, one run) the 1B shape's q4 was 0.87×
+ * and q8 0.61×, with the processes getting unequal shares of the shared cores (see the CPU column).
  *
  * Correctness first (unless --no-check): at f32 both sides must compute the same function on the same ids — the
  * next-token log-probabilities at all 128 prompt positions (llama.cpp: `controlledEvaluate` with the full
