@@ -1,20 +1,29 @@
 /**
- * `npm run bench:llama [-- --threads 1,2 --dtypes f32,q8,q4 --rounds R --reps R --rows prefill,decode --model DIR
- *    --std S --python PATH --keep DIR --check-only --no-check --llama-fa auto|on|off --llama-kv default|f32]`: llama.cpp (through node-llama-cpp 3.21.1's prebuilt CPU
+ * `npm run bench:llama [-- --shape smollm2|llama3.2-1b --threads 1,2 --dtypes f32,q8,q4 --rounds R --reps R
+ *    --rows prefill,decode --model DIR --safekeep-quant default|SCHEME:BLOCK,... --safekeep-spin off|on|both --std S
+ *    --python PATH --keep DIR --check-only --no-check --llama-fa auto|on|off --llama-kv default|f32]`: llama.cpp (through node-llama-cpp 3.21.1's prebuilt CPU
  * binary, installed into .cache/llama-node/ by `npm run bench:llama:setup` or on first use) and safekeep side by
  * side, in the same run, on the same checkpoint, at the same bits and threads. One fresh process per figure, the two
  * sides interleaved (order alternating), best of --rounds kept (default 3), each figure printed with the 1-minute
  * load average its process saw and the process's CPU time / wall time over the timed runs (how many cores it kept
  * busy), ratios safekeep / llama.cpp. Writes bench/llama-results.json (git-ignored).
  *
- * The checkpoint: --model DIR (a Llama-family folder), else the SmolLM2-135M-shaped random f32 checkpoint
- * (bench/common.ts SMOLLM2_SHAPE, weights std --std, default 0.03, written to a temp folder or --keep DIR: at 0.1
+ * Bits per weight are printed for both sides from the bytes they store (bench/llama/gguf_bpw.py: every 2-D GGUF
+ * tensor's size; safekeep: its quantized store's codes + scales + zero points over every quantized matrix), so "the
+ * same bits per weight" is shown: safekeep sym block 64 with f32 scales is 4.5 / 8.5 bits, as Q4_0 / Q8_0 (blocks of
+ * 32, f16 scales). `--safekeep-quant` (default `sym:64,default`: that matched store, then safekeep's default store —
+ * sym block 32, 5 / 9 bits) times several of safekeep's stores in the same run (f32 once); `--safekeep-spin both` times safekeep with and without spinning workers (llama.cpp's threads always
+ * busy-wait between ops). With f32 and q8/q4 in one run it also prints each side's q8/f32 and q4/f32 decode ratio.
+ *
+ * The checkpoint: --model DIR (a Llama-family folder), else a random one of --shape: smollm2 (default; SmolLM2-135M,
+ * bench/common.ts SMOLLM2_SHAPE, f32) or llama3.2-1b (Llama-3.2-1B: d 2048, 16 layers, 32/8 heads, ffn 8192, vocab
+ * 128256, tied, BF16 as released); weights std --std, default 0.03, written to a temp folder or --keep DIR: at 0.1
  * thirty random layers amplify f32 rounding to ~1e-3 in log p, at 0.02 attention is too flat for the negative control
  * to fail; speed does not depend on the values). bench/llama/to_gguf.py (numpy +
  * gguf-py, no torch) converts it to GGUF F32, Q8_0 and Q4_0 — every linear weight and the (tied) embedding at that
  * type — as llama.cpp's convert_hf_to_gguf does (the Q/K RoPE permute included).
  *
- * Pairs: safekeep f32 / q8 / q4 (its defaults: asymmetric blocks of 32, int8 activations — engine-config.ts) against
+ * Pairs: safekeep f32 / q8 / q4 (symmetric blocks of 64 and its default 32, f32 scales, int8 activations — engine-config.ts) against
  * llama.cpp F32 / Q8_0 / Q4_0 (symmetric blocks of 32, f16 scales; llama.cpp's defaults otherwise: F16 KV cache,
  * flash attention 'auto', its threads busy-wait between ops; --llama-fa / --llama-kv change the first two).
  *
@@ -25,6 +34,13 @@
  *   decode steps, the steps t(48 new) − t(2 new) counts, measured inside one run; see decodeFigure): safekeep
  *   `generate([p128], {maxNewTokens: 48, stopIds: []})` (the plain path: no steering, no step logits); llama.cpp
  *   `sequence.evaluate(p128, {temperature: 0})` (greedy, sampling in C++), stopped after 48 tokens.
+ *
+ * Measured (src/engine/README.md "Decode against llama.cpp at the same bits per weight"; shared 2-vCPU AVX2 EPYC
+ * under load, 1 thread, same-run ratios): Llama-3.2-1B shape q4 sym 64 (4.5 bits, as Q4_0) 1.08× llama.cpp in one
+ * run (load 1.1–3.2) and 0.95× in another (load 4.4–5.4), q8 sym 64 (8.5 bits) 1.01× / 0.73× (1.02× by CPU time in
+ * both), the default store (sym 32) 1.09× / 1.10×; SmolLM2 shape q4 0.90–0.97×, q8 0.70×, and safekeep's q4 decode
+ * 3.10× (sym 64) / 3.33× (default) its f32 decode. At 2 threads (load 3.1–5.3, one run) the 1B shape's q4 was 0.87×
+ * and q8 0.61×, with the processes getting unequal shares of the shared cores (see the CPU column).
  *
  * Correctness first (unless --no-check): at f32 both sides must compute the same function on the same ids — the
  * next-token log-probabilities at all 128 prompt positions (llama.cpp: `controlledEvaluate` with the full
@@ -46,12 +62,30 @@ import { ensureLlamaNode, loadLlamaCpp, NODE_LLAMA_CPP_VERSION, type NlcSequence
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngineFromCheckpoint } from '../src/engine/engine.ts';
+import { resolveEngineConfig } from '../src/engine/engine-config.ts';
+import { quantizedWeights } from '../src/engine/runtime/quant-store.ts';
 import type { ComputeDType } from '../src/engine/graph/precision.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const me = fileURLToPath(import.meta.url);
 const python = flag('python') ?? 'python3';
 const toGguf = join(here, 'llama', 'to_gguf.py');
+const ggufBpw = join(here, 'llama', 'gguf_bpw.py');
+
+/**
+ * Llama-3.2-1B's shape (random weights, BF16 as the released checkpoint): 16 layers, d 2048, 32 / 8 heads, head_dim
+ * 64, ffn 8192, vocab 128256, tied, llama3 RoPE scaling (factor 32).
+ */
+const LLAMA32_1B_SHAPE = {
+  numLayers: 16, hiddenSize: 2048, numHeads: 32, numKvHeads: 8, headDim: 64, intermediateSize: 8192, vocabSize: 128256,
+  tieWordEmbeddings: true, ropeTheta: 500000, seed: 1, maxPositionEmbeddings: 131072, dtype: 'BF16',
+  ropeScaling: { factor: 32, lowFreqFactor: 1, highFreqFactor: 4, originalMaxPositionEmbeddings: 8192 },
+} as const;
+const SHAPES = {
+  smollm2: { shape: SMOLLM2_SHAPE, what: 'SmolLM2-135M shape (30 layers, d 576, 9/3 heads, head_dim 64, ffn 1536, vocab 49152, tied), random f32 weights' },
+  'llama3.2-1b': { shape: LLAMA32_1B_SHAPE, what: 'Llama-3.2-1B shape (16 layers, d 2048, 32/8 heads, head_dim 64, ffn 8192, vocab 128256, tied), random BF16 weights' },
+} as const;
+type ShapeName = keyof typeof SHAPES;
 
 type Dtype = 'f32' | 'q8' | 'q4';
 const GGUF_TYPE: Record<Dtype, string> = { f32: 'f32', q8: 'q8_0', q4: 'q4_0' };
@@ -82,6 +116,10 @@ interface Timing {
   prefillCpuTps?: number; decodeCpuMs?: number;
   /** llama.cpp: the context's thread count after the runs */
   threadsSeen?: number;
+  /** q8/q4: bits per weight of the matrices as stored (safekeep's quantized store; llama.cpp's GGUF) */
+  bpw?: number;
+  /** safekeep q8/q4: the store's scheme and block, e.g. `sym, block 64` */
+  quant?: string;
 }
 
 /** time `f`: best wall s and least CPU s per call over `reps`, and the CPU/wall ratio over all its runs */
@@ -139,11 +177,28 @@ async function safekeepEngine(dir: string, dtype: Dtype, threads: number, cacheD
   return { engine, vocab: ck.config.vocabSize };
 }
 
+/**
+ * safekeep q8/q4: bits per weight of every quantized matrix (the linears, lm_head included) from the bytes its store
+ * holds — codes, scales and zero points — in the store this engine config reads (the one the timing child opened)
+ */
+async function storeBits(dir: string, dtype: Dtype, cacheDir: string): Promise<Pick<Timing, 'bpw' | 'quant'>> {
+  const q = resolveEngineConfig({ ...engineEnv(), dtype: dtype as ComputeDType, cacheDir }).quant;
+  if (!q) return {};
+  const store = quantizedWeights(await loadCheckpoint(dir), q.bits, q.scheme, q.block, cacheDir, true);
+  let bytes = 0;
+  let weights = 0;
+  for (const [name, [n, k]] of Object.entries(store.index.linears)) {
+    for (const part of ['codes', 'scales', 'zp']) bytes += store.index.tensors[`${name}.${part}`]?.length ?? 0;
+    weights += n * k;
+  }
+  return { bpw: (8 * bytes) / weights, quant: `${q.scheme}, block ${q.block}` };
+}
+
 async function safekeepTime(dir: string, dtype: Dtype, threads: number, reps: number, cacheDir: string, rows: string[]): Promise<Timing> {
   const { engine, vocab } = await safekeepEngine(dir, dtype, threads, cacheDir);
   const ids = promptIds(PREFILL_T, vocab);
   const p128 = ids.slice(0, DECODE_PROMPT);
-  const r: Timing = { prefillTps: NaN, decodeTps: NaN, prefillLoad: NaN, decodeLoad: NaN, prefillCpu: NaN, decodeCpu: NaN };
+  const r: Timing = { prefillTps: NaN, decodeTps: NaN, prefillLoad: NaN, decodeLoad: NaN, prefillCpu: NaN, decodeCpu: NaN, ...(await storeBits(dir, dtype, cacheDir)) };
   if (rows.includes('prefill')) {
     await engine.forward([ids.slice(0, 64)], { hiddenAt: 'none', logitsAt: 'last' });
     await engine.forward([ids], { hiddenAt: 'none', logitsAt: 'last' });
@@ -314,6 +369,33 @@ const fmt = (x: number, digits = 1) => (Number.isFinite(x) ? x.toFixed(digits) :
 /** a / b as `1.23×`, or — when a row was not run */
 const ratio = (a: number | undefined, b: number | undefined) => fmt((a ?? NaN) / (b ?? NaN), 2) + (Number.isFinite((a ?? NaN) / (b ?? NaN)) ? '×' : '');
 
+/** one way of running safekeep's side: a name, the SAFEKEEP_* environment it adds, its quant store and spin setting */
+interface Variant { name: string; env: Record<string, string>; quant: string; spin: boolean }
+
+/**
+ * safekeep's sides: the configured engine (SAFEKEEP_* environment) by default; `--safekeep-quant sym:64,asym:32`
+ * times each quantized store in the same run (q8/q4 rows; f32 once), `--safekeep-spin both` each with and without
+ * spinning workers (llama.cpp's threads always busy-wait between ops)
+ */
+function safekeepVariants(): Variant[] {
+  const spinFlag = flag('safekeep-spin') ?? (process.env.SAFEKEEP_SPIN === '1' ? 'on' : 'off');
+  if (!['off', 'on', 'both'].includes(spinFlag)) throw new Error(`--safekeep-spin: off, on, both; got ${spinFlag}`);
+  const spins = spinFlag === 'both' ? [false, true] : [spinFlag === 'on'];
+  const quants = (flag('safekeep-quant') ?? 'sym:64,default').split(',');
+  for (const q of quants) if (q !== 'default' && !/^(sym|asym):(32|64|128)$/.test(q)) throw new Error(`--safekeep-quant: default or SCHEME:BLOCK (sym|asym : 32|64|128), comma-separated; got ${q}`);
+  return quants.flatMap((q) => spins.map((spin): Variant => {
+    const [scheme, block] = q.split(':');
+    return {
+      name: `safekeep${q === 'default' ? ' (default store)' : ` ${scheme} block ${block}`}${spin ? ', spinning workers' : ''}`,
+      env: { SAFEKEEP_SPIN: spin ? '1' : '0', ...(q === 'default' ? {} : { SAFEKEEP_QUANT_SCHEME: scheme!, SAFEKEEP_QUANT_BLOCK: block! }) },
+      quant: q, spin,
+    };
+  }));
+}
+
+/** the variants timed for width d: f32 has no quant store, so one per spin setting */
+const variantsFor = (vs: Variant[], d: Dtype): Variant[] => (d === 'f32' ? vs.filter((v) => v.quant === vs[0]!.quant) : vs);
+
 async function main(): Promise<void> {
   const mode = flag('mode');
   if (mode) {
@@ -357,11 +439,15 @@ async function main(): Promise<void> {
   try {
     const info = node(['--mode', 'llama-info'], 'llama.cpp info') as { release: { repo: string; release: string }; buildType: string; systemInfo: string };
     const std = Number(flag('std') ?? 0.03);
-    const modelDir = flag('model') ? resolve(flag('model')!) : join(work, `smollm2-shape-std${std}`);
+    const shapeName = (flag('shape') ?? 'smollm2') as ShapeName;
+    if (!(shapeName in SHAPES)) throw new Error(`--shape: ${Object.keys(SHAPES).join(', ')}; got ${shapeName}`);
+    const modelDir = flag('model') ? resolve(flag('model')!) : join(work, `${shapeName}-shape-std${std}`);
+    const modelWhat = flag('model') ? modelDir : `${SHAPES[shapeName].what}, std ${std}`;
     if (!flag('model') && !existsSync(join(modelDir, 'model.safetensors'))) {
-      process.stderr.write(`writing a SmolLM2-135M-shaped random checkpoint (std ${std}) to ${modelDir} ...\n`);
-      await writeRandomCheckpoint(modelDir, 'llama', { ...SMOLLM2_SHAPE, std });
+      process.stderr.write(`writing a random checkpoint, ${modelWhat}, to ${modelDir} ...\n`);
+      await writeRandomCheckpoint(modelDir, 'llama', { ...SHAPES[shapeName].shape, std });
     }
+    const variants = safekeepVariants();
     const vocab = (JSON.parse(readFileSync(join(modelDir, 'config.json'), 'utf8')) as { vocab_size: number }).vocab_size;
     const gguf = (d: Dtype, control = false) => join(work, `model-${GGUF_TYPE[d]}${control ? '-no-permute' : ''}.gguf`);
     const convert = (d: Dtype, control = false) => {
@@ -373,7 +459,7 @@ async function main(): Promise<void> {
     const head = `bench:llama — llama.cpp (${info.release.repo} ${info.release.release}, node-llama-cpp ${NODE_LLAMA_CPP_VERSION} ${info.buildType} CPU binary) vs safekeep (onnxruntime), fresh process per figure, interleaved, best of ${rounds} rounds × ${reps} reps`;
     out.push(head);
     process.stderr.write(`${head}\n`);
-    const results: Record<string, unknown> = { date: new Date().toISOString(), llamaCpp: info, nodeLlamaCpp: NODE_LLAMA_CPP_VERSION, rounds, reps, model: flag('model') ?? `SmolLM2-135M shape, random f32, std ${std}`, llamaContext: llamaOpts() };
+    const results: Record<string, unknown> = { date: new Date().toISOString(), llamaCpp: info, nodeLlamaCpp: NODE_LLAMA_CPP_VERSION, rounds, reps, model: modelWhat, llamaContext: llamaOpts(), safekeepVariants: variants.map((v) => v.name) };
 
     // correctness: the same function at f32 (and, for information, the quantized pairs)
     if (!process.argv.includes('--no-check')) {
@@ -431,11 +517,24 @@ async function main(): Promise<void> {
     }
     if (process.argv.includes('--check-only')) { process.stdout.write(out.join('\n') + '\n'); return; }
 
-    // safekeep's quantized weights and graphs cached before any timing (a first q8/q4 run quantizes)
-    for (const d of dtypes) node(['--mode', 'safekeep-time', '--model', modelDir, '--dtype', d, '--cache', cacheDir, '--threads', '1', '--reps', '1', '--rows', 'none'], `safekeep warm-up ${d}`);
+    // safekeep's quantized weights and graphs cached before any timing (a first q8/q4 run quantizes), and the bits
+    // per weight each side stores: "the same bits per weight" shown from the bytes, not assumed
+    const skEnv = (v: Variant) => ({ ...env, ...v.env });
+    const llamaBits: Partial<Record<Dtype, { bpw: number; types: string }>> = {};
+    const skBits = new Map<string, { bpw?: number; quant?: string }>();
+    const bitsKey = (d: Dtype, v: Variant) => `${d}:${v.quant}`;
+    for (const d of dtypes) {
+      const g = run(python, [ggufBpw, gguf(d)], 'gguf_bpw.py') as { bpw: number; types: Record<string, number> };
+      llamaBits[d] = { bpw: g.bpw, types: Object.entries(g.types).map(([t, n]) => `${n} ${t}`).join(', ') };
+      for (const v of variantsFor(variants, d)) {
+        if (skBits.has(bitsKey(d, v))) continue;
+        const w = run(process.execPath, ['--import', 'tsx', me, '--mode', 'safekeep-time', '--model', modelDir, '--dtype', d, '--cache', cacheDir, '--threads', '1', '--reps', '1', '--rows', 'none'], `safekeep warm-up ${d}`, skEnv(v)) as unknown as Timing;
+        skBits.set(bitsKey(d, v), { ...(w.bpw !== undefined ? { bpw: w.bpw } : {}), ...(w.quant ? { quant: w.quant } : {}) });
+      }
+    }
+    results.bitsPerWeight = { llama: llamaBits, safekeep: Object.fromEntries(skBits) };
 
-    type Side = 'llama' | 'safekeep';
-    const bestOf: Record<string, Record<Side, Timing | null>> = {};
+    const bestOf: Record<string, Record<string, Timing | null>> = {};
     const keyOf = (d: Dtype, t: number) => `${d}@${t}`;
     const keepBest = (prev: Timing | null, m: Timing): Timing => !prev ? m : {
       prefillTps: Math.max(prev.prefillTps, m.prefillTps) || prev.prefillTps,
@@ -453,36 +552,63 @@ async function main(): Promise<void> {
       for (const d of dtypes) {
         for (const t of threadsList) {
           const k = keyOf(d, t);
-          bestOf[k] ??= { llama: null, safekeep: null };
-          const sides: Side[] = (r + flip++) % 2 === 0 ? ['llama', 'safekeep'] : ['safekeep', 'llama'];
-          for (const side of sides) {
-            process.stderr.write(`round ${r + 1}/${rounds}, ${d}, ${t} thread(s): ${side === 'llama' ? `llama.cpp ${LLAMA_NAME[d]}` : `safekeep ${d}`} (load ${loadavg()}) ...\n`);
-            const m = (side === 'llama'
+          bestOf[k] ??= {};
+          const all: (Variant | 'llama')[] = ['llama', ...variantsFor(variants, d)];
+          const sides = (r + flip++) % 2 === 0 ? all : [...all].reverse();
+          for (const v of sides) {
+            const side = v === 'llama' ? 'llama' : v.name;
+            process.stderr.write(`round ${r + 1}/${rounds}, ${d}, ${t} thread(s): ${v === 'llama' ? `llama.cpp ${LLAMA_NAME[d]}` : `${side} ${d}`} (load ${loadavg()}) ...\n`);
+            const m = (v === 'llama'
               ? node(['--mode', 'llama-time', '--gguf', gguf(d), '--vocab', String(vocab), '--threads', String(t), '--reps', String(reps), '--rows', rows.join(','), ...llamaOptArgs(llamaOpts())], `llama.cpp ${d}`)
-              : node(['--mode', 'safekeep-time', '--model', modelDir, '--dtype', d, '--cache', cacheDir, '--threads', String(t), '--reps', String(reps), '--rows', rows.join(',')], `safekeep ${d}`)) as unknown as Timing;
+              : run(process.execPath, ['--import', 'tsx', me, '--mode', 'safekeep-time', '--model', modelDir, '--dtype', d, '--cache', cacheDir, '--threads', String(t), '--reps', String(reps), '--rows', rows.join(',')], `${side} ${d}`, skEnv(v))) as unknown as Timing;
             for (const x of [m.prefillLoad, m.decodeLoad]) if (Number.isFinite(x)) loads.push(x);
             if (m.threadsSeen !== undefined && m.threadsSeen !== t) process.stderr.write(`  warning: llama.cpp context ran ${m.threadsSeen} threads, asked ${t}\n`);
-            bestOf[k]![side] = keepBest(bestOf[k]![side], m);
+            bestOf[k]![side] = keepBest(bestOf[k]![side] ?? null, m);
           }
         }
       }
     }
     const lopts = llamaOpts();
-    out.push('', `speed: ${flag('model') ? modelDir : 'SmolLM2-135M shape (30 layers, d 576, 9/3 heads, head_dim 64, ffn 1536, vocab 49152, tied), random weights'}; llama.cpp flash attention ${lopts.fa}, ${lopts.kvF32 ? 'F32' : 'F16'} KV cache; CPU = process CPU time / wall time over the timed runs`);
-    out.push('| row | threads | llama.cpp | safekeep | safekeep / llama.cpp | CPU (llama / safekeep) | load (llama / safekeep) |', '| --- | --- | --- | --- | --- | --- | --- |');
+    const bpwCell = (d: Dtype, v: Variant) => (d === 'f32' ? '32 / 32' : `${fmt(llamaBits[d]!.bpw, 2)} / ${fmt(skBits.get(bitsKey(d, v))?.bpw ?? NaN, 2)}`);
+    const rowName = (d: Dtype, v: Variant) => (d === 'f32' ? v.name.replace(/ (sym|asym) block \d+/, '') : v.name);
+    out.push('', `speed: ${modelWhat}; llama.cpp flash attention ${lopts.fa}, ${lopts.kvF32 ? 'F32' : 'F16'} KV cache; CPU = process CPU time / wall time over the timed runs; bits/weight from the stored bytes of every matrix (GGUF tensor sizes; safekeep's codes + scales + zero points)`);
+    for (const d of dtypes.filter((x) => x !== 'f32')) {
+      const sk = variantsFor(variants, d).map((v) => `${v.quant === 'default' ? `safekeep ${d} (${skBits.get(bitsKey(d, v))?.quant})` : `safekeep ${d} ${v.quant}`} ${fmt(skBits.get(bitsKey(d, v))?.bpw ?? NaN, 3)}`);
+      out.push(`bits/weight, ${d}: llama.cpp ${LLAMA_NAME[d]} ${fmt(llamaBits[d]!.bpw, 3)} (${llamaBits[d]!.types}); ${[...new Set(sk)].join('; ')}`);
+    }
+    out.push('| row | threads | safekeep as | bits/weight (llama / safekeep) | llama.cpp | safekeep | safekeep / llama.cpp | CPU (llama / safekeep) | load (llama / safekeep) |', '| --- | --- | --- | --- | --- | --- | --- | --- | --- |');
     for (const d of dtypes) {
       for (const t of threadsList) {
-        const { llama: l, safekeep: s } = bestOf[keyOf(d, t)]!;
-        if (rows.includes('prefill')) out.push(`| ${d} / ${LLAMA_NAME[d]} prefill 1×${PREFILL_T} (tok/s) | ${t} | ${fmt(l!.prefillTps, 0)} | ${fmt(s!.prefillTps, 0)} | ${(s!.prefillTps / l!.prefillTps).toFixed(2)}× | ${fmt(l!.prefillCpu, 2)} / ${fmt(s!.prefillCpu, 2)} | ${l!.prefillLoad} / ${s!.prefillLoad} |`);
-        if (rows.includes('decode')) out.push(`| ${d} / ${LLAMA_NAME[d]} decode, prompt ${DECODE_PROMPT} (tok/s; ms/step) | ${t} | ${fmt(l!.decodeTps)}; ${fmt(1000 / l!.decodeTps, 2)} | ${fmt(s!.decodeTps)}; ${fmt(1000 / s!.decodeTps, 2)} | ${(s!.decodeTps / l!.decodeTps).toFixed(2)}× | ${fmt(l!.decodeCpu, 2)} / ${fmt(s!.decodeCpu, 2)} | ${l!.decodeLoad} / ${s!.decodeLoad} |`);
+        for (const v of variantsFor(variants, d)) {
+          const { llama: l, [v.name]: s } = bestOf[keyOf(d, t)]!;
+          const head = `| ${d} / ${LLAMA_NAME[d]}`;
+          const mid = `| ${t} | ${rowName(d, v)} | ${bpwCell(d, v)} |`;
+          if (rows.includes('prefill')) out.push(`${head} prefill 1×${PREFILL_T} (tok/s) ${mid} ${fmt(l!.prefillTps, 0)} | ${fmt(s!.prefillTps, 0)} | ${ratio(s!.prefillTps, l!.prefillTps)} | ${fmt(l!.prefillCpu, 2)} / ${fmt(s!.prefillCpu, 2)} | ${l!.prefillLoad} / ${s!.prefillLoad} |`);
+          if (rows.includes('decode')) out.push(`${head} decode, prompt ${DECODE_PROMPT} (tok/s; ms/step) ${mid} ${fmt(l!.decodeTps)}; ${fmt(1000 / l!.decodeTps, 2)} | ${fmt(s!.decodeTps)}; ${fmt(1000 / s!.decodeTps, 2)} | ${ratio(s!.decodeTps, l!.decodeTps)} | ${fmt(l!.decodeCpu, 2)} / ${fmt(s!.decodeCpu, 2)} | ${l!.decodeLoad} / ${s!.decodeLoad} |`);
+        }
+      }
+    }
+    if (rows.includes('decode') && dtypes.includes('f32') && dtypes.some((d) => d !== 'f32')) {
+      out.push('', 'decode speed-up of each width over f32 on its own side (the same run):');
+      out.push('| threads | side | q8 / f32 | q4 / f32 |', '| --- | --- | --- | --- |');
+      /** decode tok/s of `side` at width d over its f32 twin (the same spin setting) */
+      const over = (d: Dtype, t: number, side: string, f32Side: string) => (dtypes.includes(d) ? ratio(bestOf[keyOf(d, t)]![side]?.decodeTps, bestOf[keyOf('f32', t)]![f32Side]?.decodeTps) : '—');
+      for (const t of threadsList) {
+        out.push(`| ${t} | llama.cpp | ${over('q8', t, 'llama', 'llama')} | ${over('q4', t, 'llama', 'llama')} |`);
+        for (const v of variants) {
+          const f = variantsFor(variants, 'f32').find((x) => x.spin === v.spin)!.name;
+          out.push(`| ${t} | ${v.name} | ${over('q8', t, v.name, f)} | ${over('q4', t, v.name, f)} |`);
+        }
       }
     }
     if (threadsList.includes(1)) {
       out.push('', '1 thread by CPU time (least process CPU time per call; the compute itself, which the load hardly moves):');
-      out.push('| bits | prefill 1×512, tok per CPU s (llama.cpp / safekeep) | safekeep / llama.cpp | decode CPU ms/step (llama.cpp / safekeep) | safekeep / llama.cpp (speed) |', '| --- | --- | --- | --- | --- |');
+      out.push('| bits | safekeep as | prefill 1×512, tok per CPU s (llama.cpp / safekeep) | safekeep / llama.cpp | decode CPU ms/step (llama.cpp / safekeep) | safekeep / llama.cpp (speed) |', '| --- | --- | --- | --- | --- | --- |');
       for (const d of dtypes) {
-        const { llama: l, safekeep: s } = bestOf[keyOf(d, 1)]!;
-        out.push(`| ${d} / ${LLAMA_NAME[d]} | ${fmt(l!.prefillCpuTps ?? NaN, 0)} / ${fmt(s!.prefillCpuTps ?? NaN, 0)} | ${ratio(s!.prefillCpuTps, l!.prefillCpuTps)} | ${fmt(l!.decodeCpuMs ?? NaN, 2)} / ${fmt(s!.decodeCpuMs ?? NaN, 2)} | ${ratio(l!.decodeCpuMs, s!.decodeCpuMs)} |`);
+        for (const v of variantsFor(variants, d)) {
+          const { llama: l, [v.name]: s } = bestOf[keyOf(d, 1)]!;
+          out.push(`| ${d} / ${LLAMA_NAME[d]} | ${rowName(d, v)} | ${fmt(l!.prefillCpuTps ?? NaN, 0)} / ${fmt(s!.prefillCpuTps ?? NaN, 0)} | ${ratio(s!.prefillCpuTps, l!.prefillCpuTps)} | ${fmt(l!.decodeCpuMs ?? NaN, 2)} / ${fmt(s!.decodeCpuMs ?? NaN, 2)} | ${ratio(l!.decodeCpuMs, s!.decodeCpuMs)} |`);
+        }
       }
     }
     results.speed = bestOf;

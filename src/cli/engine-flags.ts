@@ -29,7 +29,7 @@ export const ENGINE_FLAGS = ENGINE_FLAG_DEFS.map((f) => f.name);
 /** what each --dtype means (precision.ts, session.ts) */
 const DTYPE_HELP = 'f32: f32 weights and math (default on cpu); bf16: bf16-rounded weights, f32 math; '
   + 'f16: f16 weights on the device, linear layers in f16, residual stream/norms/softmax/outputs f32 (default on cuda; '
-  + 'on cpu: f16-rounded weights, f32 math); bf16w: the same with bf16 (cuda only); q8/q4: MatMulNBits block-32 weights.';
+  + 'on cpu: f16-rounded weights, f32 math); bf16w: the same with bf16 (cuda only); q8/q4: MatMulNBits block-quantized weights (default symmetric blocks of 32: 5 / 9 bits per weight).';
 
 export function engineOptions(args: ParsedArgs): EngineOptions {
   const device = args.values.get('device') ?? 'cpu';

@@ -53,7 +53,10 @@ export interface EngineOptions {
   quantScheme?: QuantScheme;
   /** q8/q4: MatMulNBits accuracy level 0..4 (default `defaultQuantAccuracy`) */
   quantAccuracy?: number;
-  /** q8/q4: weights per block (default 32, as llama.cpp's q4_0/q8_0; 128 decodes faster, with a coarser grid) */
+  /**
+   * q8/q4: weights per block (default `DEFAULT_QUANT_BLOCK` = 32; symmetric with f32 scales that is 5 / 9 bits per
+   * weight, 64 is 4.5 / 8.5 — the bytes of llama.cpp's Q4_0 / Q8_0 —, 128 is 4.25 / 8.25)
+   */
   quantBlock?: QuantBlock;
   /**
    * let session workers spin within a run (stopping at its end): faster on a machine of your own, slower once other
@@ -95,13 +98,20 @@ export interface EngineConfig {
 }
 
 /**
- * Default quantization scheme: asymmetric measured closer to f32 (worst-layer hidden-state rel. error, random
- * llama/qwen2): q4 0.17–0.28 vs 0.23–0.31 symmetric; q8 with f32 activations 0.013–0.014 vs 0.010–0.017, with int8
- * activations (the q8 default) 0.017–0.021 vs 0.016–0.023 — a wash at 8 bits.
+ * Default quantization: symmetric blocks of 32 with f32 scales (5 / 9 bits per weight). Symmetric 4-bit uses
+ * llama.cpp Q4_0's scale rule (quant.ts). Measured against the other stores (src/engine/README.md "q8 / q4"): the
+ * fastest decode at 1 thread — MatMulNBits' int8 kernels run block 32 faster than 64 (Llama-3.2-1B shape, one
+ * process, interleaved, CPU ms per step: q4 sym 32 92.9, sym 128 93.6, asym 32 101.8, sym 64 106.3; q8 sym 32 182,
+ * sym 64 190, asym 32 204), equal at 2 threads — and a finer grid than 64 (worst-layer hidden-state rel. error vs
+ * f32 on the d-64 test checkpoints: q4 sym 32 0.21–0.25, sym 64 0.24–0.30, asym 32 0.17–0.28). Block 64 has exactly
+ * the bytes per weight of Q4_0 / Q8_0 (4.5 / 8.5: their blocks of 32 carry f16 scales, MatMulNBits' scales are f32
+ * with f32 activations); `bench:llama` times both against llama.cpp.
  */
 function defaultQuantScheme(): QuantScheme {
-  return 'asym';
+  return 'sym';
 }
+
+export const DEFAULT_QUANT_BLOCK: QuantBlock = 32;
 
 /**
  * MatMulNBits accuracy level: 0 = f32 activations × dequantized weights, 4 = int8 activations (blockwise-quantized
@@ -142,7 +152,7 @@ export function resolveEngineConfig(o: EngineOptions): EngineConfig {
     cacheDir: o.cacheDir ?? defaultCacheDir(),
     attention: o.attention ?? defaultAttention(device),
     fuse: !lowMemory && (o.fuse ?? true),
-    quant: bits === null ? null : { bits, scheme: o.quantScheme ?? defaultQuantScheme(), accuracyLevel: o.quantAccuracy ?? defaultQuantAccuracy(bits), block: o.quantBlock ?? 32 },
+    quant: bits === null ? null : { bits, scheme: o.quantScheme ?? defaultQuantScheme(), accuracyLevel: o.quantAccuracy ?? defaultQuantAccuracy(bits), block: o.quantBlock ?? DEFAULT_QUANT_BLOCK },
     spin: o.spin ?? false,
     quiet: o.quiet ?? false,
     profile: o.profile ?? null,

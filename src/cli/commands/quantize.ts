@@ -2,7 +2,7 @@
  * `safekeep quantize --model M --dtype q8|q4 [--scheme sym|asym] [--block 32|64|128] [--report] [--ids IDS.json] [--out REPORT.json]
  *  [--threads N]`
  *
- * Makes (or finds) the block-32 MatMulNBits weights of a checkpoint in the cache ($SAFEKEEP_CACHE/quant/…; the
+ * Makes (or finds) the block-quantized MatMulNBits weights (default symmetric blocks of 32, 5 / 9 bits per weight) of a checkpoint in the cache ($SAFEKEEP_CACHE/quant/…; the
  * checkpoint folder is never written). `--report`: per-layer error of the quantized model's hidden states against
  * f32 on a reference prompt (all positions): relative L2 error ‖h_q − h‖/‖h‖ and cosine — what directions computed
  * from quantized activations lose. The reference prompt is IDS.json's first sequence, else a fixed English sentence
@@ -29,7 +29,7 @@ export const flags: FlagTable = {
   flags: [
     { name: 'model', value: 'M', help: 'checkpoint folder or Hugging Face repo id' },
     { name: 'dtype', value: 'q8|q4', help: 'quantized weight type' },
-    { name: 'scheme', value: 'sym|asym', default: 'per dtype (session.ts)', help: 'quantization scheme' },
+    { name: 'scheme', value: 'sym|asym', default: 'sym (SAFEKEEP_QUANT_SCHEME)', help: 'quantization scheme' },
     { name: 'block', value: '32|64|128', default: '32 (SAFEKEEP_QUANT_BLOCK)', help: 'weights per block; other commands use the store of SAFEKEEP_QUANT_BLOCK' },
     { name: 'threads', value: 'N', default: 'one per physical core', help: 'intra-op threads' },
     { name: 'ids', value: 'IDS.json', help: 'reference prompt for --report (first sequence)' },

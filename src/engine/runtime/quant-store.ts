@@ -23,7 +23,7 @@ import type { QuantIndex, QuantStore, StoredTensor } from '../graph/quant-index.
 import { quantizeBlockwise, type QuantBits } from './quant.ts';
 import { resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
 
-const QUANT_VERSION = 1;
+const QUANT_VERSION = 2;
 
 /** Groups of HF weights quantized as one row-concatenated matrix: stored name → parts */
 function linearGroups(ckpt: Checkpoint): Map<string, string[]> {

@@ -5,7 +5,10 @@
  *
  *   W[n, k] ≈ (q[n, k] − z[n, b]) · s[n, b],   b = ⌊k / block⌋
  *
- * symmetric:  z = 2^(bits−1) (onnxruntime's default when no zero point is given), s = max|w| / (2^(bits−1) − 1)
+ * symmetric:  z = 2^(bits−1) (onnxruntime's default when no zero point is given); 8-bit s = max|w| / 127 (codes
+ *             1..255, llama.cpp's Q8_0 rule); 4-bit s = m / −8 with m the block's value of largest magnitude, sign
+ *             kept (llama.cpp's Q4_0 rule): m lands exactly on code 0 and all 16 codes are used, a step 7/8 the size
+ *             of max|w| / 7, at the price of clamping the far side's values that would round to code 16 onto 15
  * asymmetric: s = (max − min) / (2^bits − 1), z = round(−min / s) clamped to the code range (min ≤ 0 ≤ max forced)
  *
  * Layout (MatMulNBits inputs): codes `B` uint8 [N, kBlocks, block·bits/8], packed low-first along K (4-bit: code
@@ -54,9 +57,9 @@ export function quantizeBlockwise(w: Float32Array, n: number, k: number, bits: Q
       let scale: number;
       let zp: number;
       if (symmetric) {
-        let amax = 0;
-        for (let i = k0; i < k1; i++) amax = Math.max(amax, Math.abs(w[row + i]!));
-        scale = Math.fround(amax / (mid - 1));
+        let m = 0;
+        for (let i = k0; i < k1; i++) if (Math.abs(w[row + i]!) > Math.abs(m)) m = w[row + i]!;
+        scale = Math.fround(bits === 4 ? m / -mid : Math.abs(m) / (mid - 1));
         zp = mid;
       } else {
         let lo = 0;
@@ -65,7 +68,7 @@ export function quantizeBlockwise(w: Float32Array, n: number, k: number, bits: Q
         scale = Math.fround((hi - lo) / qmax);
         zp = scale > 0 ? Math.min(qmax, Math.max(0, Math.round(-lo / scale))) : mid;
       }
-      const inv = scale > 0 ? 1 / scale : 0;
+      const inv = scale !== 0 ? 1 / scale : 0;
       for (let i = 0; i < block; i++) {
         const v = k0 + i < k1 ? w[row + k0 + i]! : 0;
         q[i] = Math.min(qmax, Math.max(0, Math.round(v * inv) + zp));
@@ -107,7 +110,8 @@ export function dequantizeBlockwise(m: QuantizedMatrix): Float32Array {
   for (let r = 0; r < m.n; r++) {
     for (let c = 0; c < m.k; c++) {
       const b = Math.floor(c / m.block);
-      out[r * m.k + c] = Math.fround((code(m, r, c) - zeroPoint(m, r, b)) * m.scales[r * m.kBlocks + b]!);
+      // + 0: a zero code-offset times a negative scale is −0 here, +0 in onnxruntime's sums
+      out[r * m.k + c] = Math.fround((code(m, r, c) - zeroPoint(m, r, b)) * m.scales[r * m.kBlocks + b]!) + 0;
     }
   }
   return out;
