@@ -176,12 +176,12 @@ export async function table4Main(script: string): Promise<void> {
     const [lo, hi] = n.promptLengths as number[];
     const out = [`bench:generate --workload table4 — ${n.cases} AgentHarm cases (half harmful, half benign) × 4 methods = ${n.items} items, ${n.calls} chat calls of ${lo}–${hi} prompt tokens `
       + `(Llama-3.1 template with tools), agent budget ${K}, judge budget 8, greedy with the model's stop ids; random SmolLM2-135M shape with Llama-3.1's vocabulary (128,256), f32, ${threads} threads; best of ${rounds} round(s), fresh processes, interleaved`, '',
-      '| | wall s | calls / s | answer tokens / s | prompt tokens computed | prefill tok/s | peak RSS | decode attention slots masked: left of start / all | left-masked share of decode multiply-adds |',
-      '| --- | --- | --- | --- | --- | --- | --- | --- | --- |'];
+      '| | wall s | calls / s | answer tokens / s | prompt tokens computed | prefill tok/s | peak RSS | decode attention slots masked: left of start / all | left-masked share of decode multiply-adds | 1-min load |',
+      '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |'];
     for (const m of modes) {
       const j = best.get(m.name);
       if (!j) continue;
-      out.push(`| ${m.name} | ${fmt(j.wallS)} | ${fmt(j.callsPerS, 2)} | ${fmt(j.tps, 2)} | ${j.prefillComputed} of ${j.promptTokens} | ${fmt(j.prefillTps, 0)} | ${((j.peakRss as number) / 1e9).toFixed(2)} GB | ${maskedCells(j)} |`);
+      out.push(`| ${m.name} | ${fmt(j.wallS)} | ${fmt(j.callsPerS, 2)} | ${fmt(j.tps, 2)} | ${j.prefillComputed} of ${j.promptTokens} | ${fmt(j.prefillTps, 0)} | ${((j.peakRss as number) / 1e9).toFixed(2)} GB | ${maskedCells(j)} | ${j.load} |`);
     }
     const speedup = (b.wallS as number) / (n.wallS as number);
     out.push('', `new / base one at a time: ${fmt(speedup, 2)}× (same calls; target ≥ 4×: ${speedup >= 4 ? 'met' : 'NOT met'})`);

@@ -181,12 +181,12 @@ async function servingMain(): Promise<void> {
     const loads: number[] = [];
     const { best, skipped } = interleave(modes, rounds, loads);
     const out = [`bench:generate — SmolLM2-135M shape (random), f32, ${threads} threads, ${n} prompts of 151–587 tokens, exactly ${K} new tokens, greedy; best of ${rounds} round(s), fresh processes, interleaved`, '',
-      '| | tokens generated / s | decode-only tok/s | prefill tok/s | peak RSS | wall s | decode attention slots masked: left of start / all | left-masked share of decode multiply-adds |',
-      '| --- | --- | --- | --- | --- | --- | --- | --- |'];
+      '| | tokens generated / s | decode-only tok/s | prefill tok/s | peak RSS | wall s | decode attention slots masked: left of start / all | left-masked share of decode multiply-adds | 1-min load |',
+      '| --- | --- | --- | --- | --- | --- | --- | --- | --- |'];
     for (const m of modes) {
       const j = best.get(m.name);
       if (!j) continue;
-      out.push(`| ${m.name} | ${fmt(j.tps)} | ${fmt(j.decodeTps)} | ${fmt(j.prefillTps, 0)} | ${((j.peakRss as number) / 1e9).toFixed(2)} GB | ${fmt(j.wallS)} | ${maskedCells(j)} |`);
+      out.push(`| ${m.name} | ${fmt(j.tps)} | ${fmt(j.decodeTps)} | ${fmt(j.prefillTps, 0)} | ${((j.peakRss as number) / 1e9).toFixed(2)} GB | ${fmt(j.wallS)} | ${maskedCells(j)} | ${j.load} |`);
     }
     const s = best.get(SCHED)!;
     const tps = (name: string) => best.get(name)?.tps as number | undefined;
