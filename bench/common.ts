@@ -127,7 +127,7 @@ export function runChild(cmd: string, args: string[], what: string, env: NodeJS.
   const r = spawnSync(cmd, args, { encoding: 'utf8', env, maxBuffer: 64 << 20 });
   const wallS = (performance.now() - t) / 1000;
   const line = r.stdout?.trim().split('\n').filter((l) => l.startsWith('{')).at(-1);
-  if (r.status !== 0 || !line) throw new Error(`${what} failed (exit ${r.status}): ${(r.stderr ?? '').trim().split('\n').slice(-8).join('\n')}`);
+  if (r.status !== 0 || !line) throw new Error(`${what} failed (exit ${r.status ?? `signal ${r.signal}`}): ${(r.stderr ?? '').trim().split('\n').slice(-8).join('\n')}`);
   return { json: JSON.parse(line) as Record<string, unknown>, wallS };
 }
 

@@ -14,6 +14,14 @@
  * sequences per step as the scheduler measured per weight read on the CPU (bench:generate; 8 assumed without it), every generation running to its max new tokens (an upper bound), each task loading the f16
  * model from the shared filesystem at a given rate, and the per-stage Slurm overhead measured on the local cluster.
  * Sharding is token-balanced, so a stage's wall time is its work / N plus overhead, until N exceeds its work items.
+ *
+ * One GPU, the whole run (the last table): the three models one after another, every stage on one H100 SXM (80 GB,
+ * 3.35 TB/s) or H200 (141 GB, 4.8 TB/s), no Slurm. A decode step of B sequences costs the larger of reading the f16
+ * weights plus the B sequences' f16 KV once (at the bandwidth fraction) and its 2·params·B multiply-adds (at the
+ * prefill's GEMM efficiency) — so it is bandwidth-bound up to B ≈ GEMM rate / bandwidth. B is shown twice: the
+ * scheduler's measured sequences per weight read on the CPU (a lower bound: CPU steps turn compute-bound at a few
+ * rows) and --gpu-batch (ASSUMED 32: the sequences bench:generate's scheduler keeps in flight on its workload, each
+ * step one weight read on a GPU). Every figure comes from the counted tokens and the printed assumptions.
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -56,6 +64,8 @@ const A = {
   alphas: Number(opt('alphas', '4')),
   maxNewTokens: Number(opt('max-new-tokens', '256')),
   judgeMaxTokens: 8,
+  /** ASSUMED sequences per decode step on a GPU: the scheduler's in-flight count on bench:generate's workload */
+  gpuBatch: Number(opt('gpu-batch', '32')),
 };
 
 /**
@@ -81,13 +91,24 @@ function measuredDecodeBatch(): number {
   decodeBatchSource = `ASSUMED 8 (no bench:generate result at ${file}; run npm run bench:generate first or pass --decode-batch)`;
   return 8;
 }
-const MODELS: Array<{ name: string; tokenizer: NpmTokenizer; family: 'llama' | 'qwen3'; vocab: number; params: number; proxy?: string }> = [
-  { name: 'Llama-3.1-8B-Instruct', tokenizer: 'llama3', family: 'llama', vocab: 128256, params: 8.03e9 },
-  { name: 'Qwen3-8B', tokenizer: 'qwen3', family: 'qwen3', vocab: 151936, params: 8.19e9 },
-  { name: 'Mistral-7B-Instruct-v0.3', tokenizer: 'llama3', family: 'llama', vocab: 128256, params: 7.25e9, proxy: 'Llama-3.1 token counts' },
+/** kvBytes: f16 K and V per token, all layers (layers × kv heads × head_dim × 2 × 2 B), from each model's config */
+const MODELS: Array<{ name: string; tokenizer: NpmTokenizer; family: 'llama' | 'qwen3'; vocab: number; params: number; kvBytes: number; proxy?: string }> = [
+  { name: 'Llama-3.1-8B-Instruct', tokenizer: 'llama3', family: 'llama', vocab: 128256, params: 8.03e9, kvBytes: 32 * 8 * 128 * 4 },
+  { name: 'Qwen3-8B', tokenizer: 'qwen3', family: 'qwen3', vocab: 151936, params: 8.19e9, kvBytes: 36 * 8 * 128 * 4 },
+  { name: 'Mistral-7B-Instruct-v0.3', tokenizer: 'llama3', family: 'llama', vocab: 128256, params: 7.25e9, kvBytes: 32 * 8 * 128 * 4, proxy: 'Llama-3.1 token counts' },
 ];
 
-interface Work { prefill: number; decodeSteps: number; items: number }
+/** the one-GPU rows: ASSUMED peak figures (dense f16 GEMM as for the N-GPU table; HBM per the data sheets) */
+const GPUS = [
+  { name: 'H100 SXM 80 GB', bandwidthTBs: 3.35, memGB: 80 },
+  { name: 'H200 141 GB', bandwidthTBs: 4.8, memGB: 141 },
+];
+
+/**
+ * A stage's work: prompt tokens, generated tokens (each one sequence-step of decode), decode steps at the run's
+ * decode batch, work items, and the mean context a decode step reads (prompt + half the new tokens).
+ */
+interface Work { prefill: number; decodeSteps: number; items: number; generated: number; meanContext: number }
 
 const dir = mkdtempSync(join(tmpdir(), 'bench-projection-'));
 const engine = { ...engineEnv(), cacheDir: process.env.SAFEKEEP_CACHE ?? join(dir, '.graphs'), quiet: true };
@@ -102,7 +123,7 @@ try {
     const template = sharedPath('templates', tk === 'llama3' ? 'llama-3.1-instruct.jinja' : 'qwen3.jinja');
     const ctx = await openContext({ model, data: 'pairs', results: join(dir, 'results'), engine, ...(template ? { template } : {}) });
     const seen = new Set<string>();
-    const reproduce: Work = { prefill: 0, decodeSteps: 0, items: 0 };
+    const reproduce: Work = { prefill: 0, decodeSteps: 0, items: 0, generated: 0, meanContext: 0 };
     let steerPrompt = { harmful: 0, benign: 0 };
     for (const c of [{ config: 'chatbot', repr: null } as const, ...TABLE1.map((x) => x.c), ...TABLE2.map((x) => x.c)]) {
       if (seen.has(conditionName(c))) continue;
@@ -111,7 +132,7 @@ try {
       reproduce.prefill += rows.reduce((s, r) => s + r.ids.length, 0);
       reproduce.items += rows.length;
       // agent.schema / agent.flattened also decode the first generated token (one step per batch of rows)
-      if (c.config === 'agent' && c.repr !== 'pseudoword') reproduce.decodeSteps += Math.ceil(rows.length / A.decodeBatch);
+      if (c.config === 'agent' && c.repr !== 'pseudoword') { reproduce.decodeSteps += Math.ceil(rows.length / A.decodeBatch); reproduce.generated += rows.length; }
       if (c.config === 'agent' && c.repr === 'schema') {
         const ev = new Set(ctx.split.evaluation);
         for (const r of rows) if (ev.has(r.key.slice(0, r.key.lastIndexOf(':')))) steerPrompt[r.key.endsWith(':harmful') ? 'harmful' : 'benign'] += r.ids.length;
@@ -119,10 +140,13 @@ try {
     }
     const evalPairs = ctx.split.evaluation.length;
     await ctx.engine.dispose();
+    reproduce.meanContext = reproduce.prefill / Math.max(1, reproduce.items);
     const steer: Work = {
       prefill: A.alphas * (steerPrompt.harmful + steerPrompt.benign),
       decodeSteps: A.alphas * 2 * Math.ceil(evalPairs / A.decodeBatch) * A.maxNewTokens,
       items: A.alphas * 2 * Math.ceil(evalPairs / A.decodeBatch),
+      generated: A.alphas * 2 * evalPairs * A.maxNewTokens,
+      meanContext: (steerPrompt.harmful + steerPrompt.benign) / Math.max(1, 2 * evalPairs) + A.maxNewTokens / 2,
     };
     counted.set(tk, { reproduce, steer });
     console.log(`${tk}: reproduce ${reproduce.items} prompts, ${reproduce.prefill} prompt tokens; steer ${evalPairs} eval pairs × 2 × ${A.alphas} α: ${steer.prefill} prompt tokens + ≤ ${A.maxNewTokens} new tokens each`);
@@ -139,6 +163,8 @@ try {
     // agent outputs (≤ max tokens) for every item, judge verdicts (≤ 8 tokens) for judged ones, in batches of 8
     decodeSteps: Math.ceil(items.length / A.decodeBatch) * A.maxNewTokens + Math.ceil(judged / A.decodeBatch) * A.judgeMaxTokens,
     items: items.length,
+    generated: items.length * A.maxNewTokens + judged * A.judgeMaxTokens,
+    meanContext: guardPrompt / Math.max(1, items.length + judged) + A.maxNewTokens / 2,
   };
   console.log(`Table 4: ${cases.length} cases${ah && ia ? '' : ' (../shared data missing: partial)'} × ${GUARD_METHODS.length} methods = ${items.length} items, ~${guardPrompt} prompt tokens (char estimate)`);
 
@@ -170,6 +196,39 @@ try {
     const side = Math.max(...[0, 1, 2].map((k) => perStage.slice(3 * k, 3 * k + 3).reduce((s, st) => s + st.work / Math.min(per, st.items) + st.load + A.stageOverheadS, 0)));
     console.log(`| ${n} | ${(seq / 60).toFixed(1)} min | ${n >= 3 ? `${(side / 60).toFixed(1)} min` : '–'} |`);
   }
+
+  // one GPU, the whole run: the three models one after another, each stage's model load once, no Slurm
+  console.log(`\nOne GPU, the whole paper run (3 models × reproduce + extraction, steer sweep ${A.alphas} α, Table 4 with ${A.maxNewTokens}-token answers), stages in turn, no Slurm; `
+    + `decode step of B sequences = max((2·params + B·context·KV bytes) / (${A.bandwidthFraction} × bandwidth), 2·params·B / (${A.efficiency} × ${A.gemmTflops} TFLOP/s)):`);
+  console.log('\n| GPU | decode sequences per step (B) | reproduce + extraction | steer | Table 4 | model loads | whole run | decode step bound by | peak KV at B (GB, 8B f16 weights 16 GB) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |');
+  const oneGpu: Record<string, number> = {};
+  for (const g of GPUS) {
+    for (const [label, B] of [[`${A.decodeBatch.toFixed(1)} (measured on the CPU)`, A.decodeBatch], [`${A.gpuBatch} (ASSUMED: the scheduler's in-flight count)`, A.gpuBatch]] as const) {
+      const byStage = { reproduce: 0, steer: 0, guard: 0, load: 0 };
+      let bound = { bandwidth: 0, compute: 0 };
+      let peakKv = 0;
+      for (const m of MODELS) {
+        const c = counted.get(m.tokenizer)!;
+        const prefillS = (tokens: number): number => (tokens * 2 * m.params) / (A.efficiency * A.gemmTflops * 1e12);
+        for (const [stage, w] of [['reproduce', c.reproduce], ['steer', c.steer], ['guard', guard]] as const) {
+          const bw = (2 * m.params + B * w.meanContext * m.kvBytes) / (A.bandwidthFraction * g.bandwidthTBs * 1e12);
+          const fl = (2 * m.params * B) / (A.efficiency * A.gemmTflops * 1e12);
+          const steps = w.generated / B;
+          bound[bw >= fl ? 'bandwidth' : 'compute'] += steps;
+          byStage[stage] += prefillS(w.prefill) + steps * Math.max(bw, fl);
+          byStage.load += (2 * m.params) / 1e9 / A.loadGBs;
+          peakKv = Math.max(peakKv, (B * (w.meanContext + A.maxNewTokens / 2) * m.kvBytes) / 1e9);
+        }
+      }
+      const total = byStage.reproduce + byStage.steer + byStage.guard + byStage.load;
+      oneGpu[`${g.name} B=${B.toFixed(1)}`] = total;
+      const h = (x: number) => (x >= 3600 ? `${(x / 3600).toFixed(2)} h` : `${(x / 60).toFixed(1)} min`);
+      console.log(`| ${g.name} | ${label} | ${h(byStage.reproduce)} | ${h(byStage.steer)} | ${h(byStage.guard)} | ${h(byStage.load)} | **${h(total)}** | ${bound.bandwidth >= bound.compute ? 'bandwidth' : 'compute'} | ${peakKv.toFixed(1)}${peakKv + 16.4 > g.memGB ? ' (does NOT fit)' : ''} |`);
+    }
+  }
+  console.log('\nAssumptions of the one-GPU table (flags): GEMM rate, efficiency, bandwidth fraction and load rate as above; every generation runs to its budget (no early stop: an upper bound); '
+    + 'no prefix-cache or response-cache savings counted (the Table 4 prompts share system prompts and tool specs, and Base\'s agent call equals SafeKeep\'s execution call when the judge passes: both lower the figure); '
+    + 'InjecAgent\'s data-stealing step 2 calls not counted (they run only after a step-1 success). Measured: the token counts above (our tokenizers and templates), and the CPU decode batch.');
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }
