@@ -111,3 +111,31 @@ test('an identical call is answered from the response cache; calls with inspect 
   const again = await lb.chat(call('cache me', 6));
   assert.equal(again.cached, false, 'evicted');
 });
+
+test('identical calls in flight together share one generation; a call with its own signal or a cancelled twin generates itself', async () => {
+  const lb = new LocalBackend(engine, tokenizer, { responseCache: 8 });
+  const seqs = () => engine.scheduler.stats.sequences;
+  const n0 = seqs();
+  const [a, b, c] = await Promise.all([lb.chat(call('twin calls', 7)), lb.chat(call('twin calls', 7)), lb.chat(call('twin calls', 7))]);
+  assert.equal(seqs(), n0 + 1, 'one generation for three identical calls in flight');
+  assert.deepEqual([a.cached, b.cached, c.cached], [false, true, true]);
+  assert.equal(b.content, a.content);
+  assert.equal(c.completionTokens, a.completionTokens);
+  // a twin cancelled mid-flight is not handed to the call waiting on it: that call generates on its own
+  const ac = new AbortController();
+  const n1 = seqs();
+  const leader = lb.chat(call('cancelled twin', 40, { signal: ac.signal }));
+  const follower = lb.chat(call('cancelled twin', 40));
+  const steps0 = engine.scheduler.stats.decodeSteps;
+  for (let i = 0; i < 100000 && engine.scheduler.stats.decodeSteps < steps0 + 3; i++) await new Promise((r) => setImmediate(r));
+  ac.abort();
+  const [l, f] = await Promise.all([leader, follower]);
+  assert.equal(l.finish, 'cancelled');
+  assert.equal(f.finish, 'length');
+  assert.equal(f.completionTokens, 40);
+  assert.equal(seqs(), n1 + 2);
+  // a call with its own signal never waits on a twin
+  const n2 = seqs();
+  await Promise.all([lb.chat(call('own signal', 5)), lb.chat(call('own signal', 5, { signal: new AbortController().signal }))]);
+  assert.equal(seqs(), n2 + 2);
+});

@@ -9,7 +9,8 @@
  * at its next step (its KV slots freed; reply `finish: 'cancelled'` with the text so far); a call cut by
  * `maxTokens` says `finish: 'length'`. `ChatCall.inspect` sees the prefill's last-prompt-token hidden states of the
  * same call (engine `haltAfterPrefill`): no second forward pass. An identical call (same prompt ids and maxTokens,
- * no `inspect`) is answered from an in-memory response cache (`cached: true`), as the endpoint backend's disk cache does.
+ * no `inspect`) is answered from an in-memory response cache (`cached: true`), as the endpoint backend's disk cache does;
+ * one made while its twin is still generating waits for that generation instead of running a second one.
  */
 import type { Engine, GenerateOptions } from '../../engine/types.ts';
 import type { PromptTokenizer } from '../../prompts/tokenizer.ts';
@@ -57,6 +58,8 @@ export class LocalBackend implements ChatBackend {
   readonly activations = true;
   /** identical calls' replies (response cache), by prompt ids + maxTokens */
   private readonly replies = new Map<string, ChatReply>();
+  /** generations still running, by the same key: an identical call made meanwhile waits for it instead of generating */
+  private readonly running = new Map<string, Promise<ChatReply>>();
 
   constructor(
     private readonly engine: LocalEngine,
@@ -90,6 +93,27 @@ export class LocalBackend implements ChatBackend {
       this.replies.set(key!, hit);
       return { ...hit, cached: true, latencyMs: performance.now() - t0 };
     }
+    // an identical call still generating (Base's agent call and SafeKeep's execution call of one case, in flight
+    // together): share its reply. A call with its own signal generates itself, so it can be cancelled alone; a shared
+    // reply that was cancelled is not reused.
+    const pending = key === null || call.signal ? undefined : this.running.get(key);
+    if (pending) {
+      const r = await pending.catch(() => null);
+      if (r && r.finish !== 'cancelled') return { ...r, cached: true, latencyMs: performance.now() - t0 };
+    }
+    if (key === null || this.running.has(key)) return this.generate(call, ids, key, t0);
+    const p = this.generate(call, ids, key, t0);
+    this.running.set(key, p);
+    try {
+      return await p;
+    } finally {
+      this.running.delete(key);
+    }
+  }
+
+  private async generate(call: ChatCall, ids: number[], key: string | null, t0: number): Promise<ChatReply> {
+    const inspect = call.inspect;
+    const limit = this.opts.responseCache ?? 1024;
     const opts: GenerateOptions = {
       maxNewTokens: call.maxTokens,
       ...(inspect ? { haltAfterPrefill: (_row: number, h: Float32Array) => inspect(h) } : {}),
