@@ -189,8 +189,11 @@ for (const { family, opts: modelOpts } of SMALL_GQA.slice(0, 2)) {
       assert.deepEqual(decode, [1, 1, 1, 1, 4, 4, 4, 4]);
     });
 
-    test('q4 (steer rows as an Add after MatMulNBits): a batch with per-row sets equals each sequence decoded alone', async () => {
-      const q = await createEngineFromCheckpoint(ck, { cacheDir: cache.dir, threads: 2, dtype: 'q4' });
+    // q4 at accuracy level 0 (f32 activations): batch = alone within float rounding. At the default level 4 the
+    // activations are rounded to int8 per block, so a 1e-7 difference in a row's input (another buffer width) can move
+    // one activation by a whole int8 step: greedy ids equal, logits within that step's effect (measured up to 5e-3)
+    for (const [accuracy, tol] of [[0, REL], [4, 2e-2]] as const) test(`q4 at accuracy level ${accuracy} (steer rows as an Add after MatMulNBits): a batch with per-row sets equals each sequence decoded alone`, async () => {
+      const q = await createEngineFromCheckpoint(ck, { cacheDir: cache.dir, threads: 2, dtype: 'q4', quantAccuracy: accuracy });
       try {
         const o: GenerateOptions = { maxNewTokens: 5, stopIds: [], returnStepLogits: true };
         const calls: [number[], GenerateOptions][] = [
@@ -202,7 +205,7 @@ for (const { family, opts: modelOpts } of SMALL_GQA.slice(0, 2)) {
         for (const [i, [ids, c]] of calls.entries()) {
           const alone = await q.submit(ids, c);
           assert.deepEqual(together[i]!.generatedIds, alone.generatedIds, `row ${i}: greedy ids`);
-          assert.ok(rel(together[i]!.stepLogits!, alone.stepLogits!) <= REL, `row ${i}: step logits ${rel(together[i]!.stepLogits!, alone.stepLogits!)}`);
+          assert.ok(rel(together[i]!.stepLogits!, alone.stepLogits!) <= tol, `row ${i}: step logits ${rel(together[i]!.stepLogits!, alone.stepLogits!)}`);
         }
       } finally { await q.dispose(); }
     });
