@@ -24,28 +24,10 @@ import type { GenerateOptions, GenerateResult, HookIntervention, Intervention } 
 import onnxProto from 'onnx-proto';
 import { buildModelGraph } from '../src/engine/graph/decoder.ts';
 import { resolveWeightFiles } from '../src/engine/runtime/weight-files.ts';
-import { maxAbsDiff, SMALL_GQA, tempCache } from './helpers/engine.ts';
+import { SMALL_GQA, tempCache } from './helpers/engine.ts';
+import { prompt, rel, until } from './helpers/scheduler.ts';
 
 const REL = 1e-5;
-
-function maxAbs(a: ArrayLike<number>): number {
-  let m = 0;
-  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]!));
-  return m;
-}
-
-const rel = (a: ArrayLike<number>, b: ArrayLike<number>): number => maxAbsDiff(a, b) / Math.max(1e-12, maxAbs(b));
-
-/** deterministic pseudo-random ids */
-function prompt(seed: number, n: number, vocab: number): number[] {
-  let x = seed * 7919 + 13;
-  return Array.from({ length: n }, () => { x = (x * 1103515245 + 12345) % 2 ** 31; return 1 + (x % (vocab - 1)); });
-}
-
-async function until(cond: () => boolean): Promise<void> {
-  for (let i = 0; i < 100000 && !cond(); i++) await new Promise((r) => setImmediate(r));
-  assert.ok(cond(), 'condition never held');
-}
 
 /** the engine as a Stepper whose decode steps (`step` calls) are recorded: rows and per-row set counts */
 function recording(engine: OnnxEngine): { stepper: Stepper; steps: { batch: number; width: number; steerSets: number; projectionSets: number }[] } {

@@ -19,31 +19,10 @@ import { referenceGenerate } from '../src/engine/reference.ts';
 import { Scheduler } from '../src/engine/run/scheduler.ts';
 import { RowKv } from '../src/engine/runtime/row-kv.ts';
 import type { GenerateOptions, GenerateResult, Intervention, Steering } from '../src/engine/types.ts';
-import { maxAbsDiff, SMALL_GQA, tempCache } from './helpers/engine.ts';
+import { SMALL_GQA, tempCache } from './helpers/engine.ts';
+import { prompt, rel, until } from './helpers/scheduler.ts';
 
 const REL = 1e-5;
-
-function maxAbs(a: ArrayLike<number>): number {
-  let m = 0;
-  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]!));
-  return m;
-}
-
-function rel(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  return maxAbsDiff(a, b) / Math.max(1e-12, maxAbs(b));
-}
-
-/** deterministic pseudo-random ids */
-function prompt(seed: number, n: number, vocab: number): number[] {
-  let x = seed * 7919 + 13;
-  return Array.from({ length: n }, () => { x = (x * 1103515245 + 12345) % 2 ** 31; return 1 + (x % (vocab - 1)); });
-}
-
-/** resolves once `cond()` holds (polled between the scheduler's steps) */
-async function until(cond: () => boolean): Promise<void> {
-  for (let i = 0; i < 100000 && !cond(); i++) await new Promise((r) => setImmediate(r));
-  assert.ok(cond(), 'condition never held');
-}
 
 const { family, opts: modelOpts } = SMALL_GQA[0]!;
 
