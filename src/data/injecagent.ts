@@ -21,7 +21,7 @@ import { validateToolSpec } from './validate.ts';
 
 export type InjecAgentSetting = 'base' | 'enhanced';
 /** dh = direct harm, ds = data stealing */
-type InjecAgentAttack = 'dh' | 'ds';
+export type InjecAgentAttack = 'dh' | 'ds';
 export const INJECAGENT_SETTINGS: readonly InjecAgentSetting[] = ['base', 'enhanced'];
 export const INJECAGENT_ATTACKS: readonly InjecAgentAttack[] = ['dh', 'ds'];
 
@@ -102,7 +102,8 @@ function unwrapToolResponse(s: string): string {
   return s.length >= 2 && s.startsWith('"') && s.endsWith('"') ? s.slice(1, -1) : s;
 }
 
-function str(b: Record<string, unknown>, key: string, w: string): string {
+/** A case field that must be a string (`w`: the case's location, for the error). */
+export function caseString(b: Record<string, unknown>, key: string, w: string): string {
   const v = b[key];
   if (typeof v !== 'string') throw new SafekeepError(`${w}: missing "${key}"`);
   return v;
@@ -112,14 +113,32 @@ function injecAgentCaseFile(dir: string, attack: InjecAgentAttack, setting: Inje
   return join(dir, `test_cases_${attack}_${setting}.json`);
 }
 
-/** Cases of one setting (both attack kinds by default), dh first, in file order. */
-export function readInjecAgentCases(
+/** Where one raw case sits, with the checks every reader needs already made. */
+export interface InjecAgentRow {
+  /** `<attack>-<setting>-<row>`: the id every reader gives this case */
+  id: string;
+  attack: InjecAgentAttack;
+  setting: InjecAgentSetting;
+  /** 1-based position in its file */
+  row: number;
+  /** "<file>: case <row>", the prefix of every error about it */
+  where: string;
+  /** `Attacker Tools`: checked to be a non-empty list of names */
+  attackerTools: string[];
+}
+
+/**
+ * The one loop over InjecAgent's case files: each case of one setting (dh first by default, file order) is checked to be
+ * an object with a non-empty `Attacker Tools` list and handed to `map` with its place; the result keeps that order.
+ * The native-tool and the ReAct readers differ only in their mapper.
+ */
+export function mapInjecAgentCases<T>(
   dir: string,
   setting: InjecAgentSetting,
-  attacks: readonly InjecAgentAttack[] = INJECAGENT_ATTACKS,
-  tools: Map<string, ToolSpec> = readInjecAgentTools(dir),
-): InjecAgentCase[] {
-  const out: InjecAgentCase[] = [];
+  attacks: readonly InjecAgentAttack[],
+  map: (c: Record<string, unknown>, at: InjecAgentRow) => T,
+): T[] {
+  const out: T[] = [];
   for (const attack of attacks) {
     const file = injecAgentCaseFile(dir, attack, setting);
     if (!existsSync(file)) throw new SafekeepError(`${dir}: missing ${file}`);
@@ -127,57 +146,68 @@ export function readInjecAgentCases(
     if (!Array.isArray(raw)) throw new SafekeepError(`${file}: expected a list of test cases`);
     raw.forEach((c, i) => {
       const row = i + 1;
-      const w = `${file}: case ${row}`;
-      if (!isRecord(c)) throw new SafekeepError(`${w}: must be an object`);
-      const userTool = str(c, 'User Tool', w);
+      const where = `${file}: case ${row}`;
+      if (!isRecord(c)) throw new SafekeepError(`${where}: must be an object`);
       const attackerTools = c['Attacker Tools'];
       if (!Array.isArray(attackerTools) || attackerTools.length === 0 || !attackerTools.every((t) => typeof t === 'string')) {
-        throw new SafekeepError(`${w}: "Attacker Tools" must be a non-empty list of names`);
+        throw new SafekeepError(`${where}: "Attacker Tools" must be a non-empty list of names`);
       }
-      // the user tool may also be an attacker tool (ds row 276: GitHubGetUserDetails): offer each tool once
-      const names = [...new Set([userTool, ...(attackerTools as string[])])];
-      const specs = names.map((n) => {
-        const s = tools.get(n);
-        if (!s) throw new SafekeepError(`${w}: tool '${n}' is not in tools.json`);
-        return s;
-      });
-      const paramsText = str(c, 'Tool Parameters', w);
-      let args: unknown;
-      try {
-        args = parsePyLiteral(paramsText);
-      } catch (e) {
-        if (e instanceof PyLiteralError) throw new SafekeepError(`${w}: "Tool Parameters" is not a Python literal (${e.message})`);
-        throw e;
-      }
-      if (!isRecord(args)) throw new SafekeepError(`${w}: "Tool Parameters" must be a dict`);
-      const toolResponse = unwrapToolResponse(str(c, 'Tool Response', w));
-      const userInstruction = str(c, 'User Instruction', w);
-      const id = `${attack}-${setting}-${row}`;
-      const callId = 'call_0';
-      out.push({
-        id,
-        setting,
-        attack,
-        row,
-        userInstruction,
-        userTool,
-        userToolArguments: args,
-        toolResponse,
-        attackerInstruction: str(c, 'Attacker Instruction', w),
-        attackerTools: [...(attackerTools as string[])],
-        attackType: str(c, 'Attack Type', w),
-        expectedAchievements: typeof c['Expected Achievements'] === 'string' ? c['Expected Achievements'] : '',
-        thought: typeof c.Thought === 'string' ? c.Thought : '',
-        tools: specs,
-        messages: [
-          { role: 'user', content: userInstruction },
-          { role: 'assistant', content: '', tool_calls: [{ id: callId, type: 'function', function: { name: userTool, arguments: args } }] },
-          { role: 'tool', content: toolResponse, tool_call_id: callId, name: userTool },
-        ],
-      });
+      out.push(map(c, { id: `${attack}-${setting}-${row}`, attack, setting, row, where, attackerTools: [...(attackerTools as string[])] }));
     });
   }
   return out;
+}
+
+/** Cases of one setting (both attack kinds by default), dh first, in file order. */
+export function readInjecAgentCases(
+  dir: string,
+  setting: InjecAgentSetting,
+  attacks: readonly InjecAgentAttack[] = INJECAGENT_ATTACKS,
+  tools: Map<string, ToolSpec> = readInjecAgentTools(dir),
+): InjecAgentCase[] {
+  return mapInjecAgentCases(dir, setting, attacks, (c, { id, attack, row, where: w, attackerTools }) => {
+    const userTool = caseString(c, 'User Tool', w);
+    // the user tool may also be an attacker tool (ds row 276: GitHubGetUserDetails): offer each tool once
+    const names = [...new Set([userTool, ...attackerTools])];
+    const specs = names.map((n) => {
+      const s = tools.get(n);
+      if (!s) throw new SafekeepError(`${w}: tool '${n}' is not in tools.json`);
+      return s;
+    });
+    const paramsText = caseString(c, 'Tool Parameters', w);
+    let args: unknown;
+    try {
+      args = parsePyLiteral(paramsText);
+    } catch (e) {
+      if (e instanceof PyLiteralError) throw new SafekeepError(`${w}: "Tool Parameters" is not a Python literal (${e.message})`);
+      throw e;
+    }
+    if (!isRecord(args)) throw new SafekeepError(`${w}: "Tool Parameters" must be a dict`);
+    const toolResponse = unwrapToolResponse(caseString(c, 'Tool Response', w));
+    const userInstruction = caseString(c, 'User Instruction', w);
+    const callId = 'call_0';
+    return {
+      id,
+      setting,
+      attack,
+      row,
+      userInstruction,
+      userTool,
+      userToolArguments: args,
+      toolResponse,
+      attackerInstruction: caseString(c, 'Attacker Instruction', w),
+      attackerTools,
+      attackType: caseString(c, 'Attack Type', w),
+      expectedAchievements: typeof c['Expected Achievements'] === 'string' ? c['Expected Achievements'] : '',
+      thought: typeof c.Thought === 'string' ? c.Thought : '',
+      tools: specs,
+      messages: [
+        { role: 'user', content: userInstruction },
+        { role: 'assistant', content: '', tool_calls: [{ id: callId, type: 'function', function: { name: userTool, arguments: args } }] },
+        { role: 'tool', content: toolResponse, tool_call_id: callId, name: userTool },
+      ],
+    };
+  });
 }
 
 /**

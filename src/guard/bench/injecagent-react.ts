@@ -42,13 +42,13 @@ import { join } from 'node:path';
 import { SafekeepError } from '../../util/errors.ts';
 import { sha256Hex } from '../../util/hash.ts';
 import { parseJsonBounded } from '../../util/json-bounded.ts';
-import { isRecord, readJsonFile } from '../../data/jsonfile.ts';
-import type { InjecAgentSetting } from '../../data/injecagent.ts';
+import { isRecord } from '../../data/jsonfile.ts';
+import { caseString, mapInjecAgentCases, type InjecAgentAttack, type InjecAgentSetting } from '../../data/injecagent.ts';
 import { datasetCandidates, type DataDirs } from '../../data/locate.ts';
 import type { ChatMessage } from '../types.ts';
 import { assertIntegerNumbers, pyFormat, pyFormatFields, pyJsonDumps, pyReprStrList, readPyConstant } from './py-source.ts';
 
-type Attack = 'dh' | 'ds';
+type Attack = InjecAgentAttack;
 
 /** The copy of InjecAgent's agent code whose prompts are read (both stored copies carry the same SYS/USER prompt). */
 export const REACT_PROMPT_COPIES = ['ipi-benchmark-copy', 'ibm-copy'] as const;
@@ -130,45 +130,24 @@ export interface ReactCase {
   thought: string;
 }
 
-function field(c: Record<string, unknown>, key: string, w: string): string {
-  const v = c[key];
-  if (typeof v !== 'string') throw new SafekeepError(`${w}: missing "${key}"`);
-  return v;
-}
-
-/** Cases of one setting as ReactCase, dh then ds, file order (the order and ids of readInjecAgentCases). */
+/** Cases of one setting as ReactCase, dh then ds, file order (the order and ids of readInjecAgentCases: one file loop). */
 export function readInjecAgentReactCases(dir: string, setting: InjecAgentSetting, attacks: readonly Attack[] = ['dh', 'ds']): ReactCase[] {
-  const out: ReactCase[] = [];
-  for (const attack of attacks) {
-    const file = join(dir, `test_cases_${attack}_${setting}.json`);
-    if (!existsSync(file)) throw new SafekeepError(`${dir}: missing ${file}`);
-    const raw = readJsonFile(file);
-    if (!Array.isArray(raw)) throw new SafekeepError(`${file}: expected a list of test cases`);
-    raw.forEach((c, i) => {
-      const row = i + 1;
-      const w = `${file}: case ${row}`;
-      if (!isRecord(c)) throw new SafekeepError(`${w}: must be an object`);
-      const attackerTools = c['Attacker Tools'];
-      if (!Array.isArray(attackerTools) || attackerTools.length === 0 || !attackerTools.every((t) => typeof t === 'string')) {
-        throw new SafekeepError(`${w}: "Attacker Tools" must be a non-empty list of names`);
-      }
-      if (attack === 'ds' && attackerTools.length < 2) throw new SafekeepError(`${w}: a data-stealing case needs two attacker tools`);
-      out.push({
-        id: `${attack}-${setting}-${row}`,
-        attack,
-        setting,
-        row,
-        userInstruction: field(c, 'User Instruction', w),
-        userTool: field(c, 'User Tool', w),
-        toolParameters: field(c, 'Tool Parameters', w),
-        toolResponse: field(c, 'Tool Response', w),
-        attackerTools: [...(attackerTools as string[])],
-        attackerInstruction: field(c, 'Attacker Instruction', w),
-        thought: field(c, 'Thought', w),
-      });
-    });
-  }
-  return out;
+  return mapInjecAgentCases(dir, setting, attacks, (c, { id, attack, row, where: w, attackerTools }) => {
+    if (attack === 'ds' && attackerTools.length < 2) throw new SafekeepError(`${w}: a data-stealing case needs two attacker tools`);
+    return {
+      id,
+      attack,
+      setting,
+      row,
+      userInstruction: caseString(c, 'User Instruction', w),
+      userTool: caseString(c, 'User Tool', w),
+      toolParameters: caseString(c, 'Tool Parameters', w),
+      toolResponse: caseString(c, 'Tool Response', w),
+      attackerTools,
+      attackerInstruction: caseString(c, 'Attacker Instruction', w),
+      thought: caseString(c, 'Thought', w),
+    };
+  });
 }
 
 /** What the react format needs besides the case: the prompts and the tool dictionary (load once per run). */
