@@ -1,6 +1,7 @@
 /**
- * `npm run bench:profile [-- --dtype f32|q8|q4 --threads N --prompt P --new N --model DIR --keep DIR]`: where a decode
- * step's time goes. Runs one greedy `generate` (prompt P, default 128; N new tokens, default 32) with onnxruntime's
+ * `npm run bench:profile [-- --dtype f32|q8|q4 --threads N --prompt P --new N --batch B --model DIR --keep DIR]`: where a
+ * decode step's time goes. Runs one greedy `generate` (B rows, default 1, of prompt length P, default 128; N new tokens,
+ * default 32; B·P within the scheduler's step budget, so the B prefills come first and every decode step has B rows) with onnxruntime's
  * per-node profiler on, then sums the trace per op type and per node (layer numbers folded) over the decode steps:
  * ms per step, nodes per step, µs per node. An `If` node's own cost (entering the subgraph, binding its outer values,
  * copying its output) is its time minus the nodes that ran inside it, shown as "If (own)".
@@ -24,9 +25,9 @@ import { SMOLLM2_SHAPE, flag, loadavg } from './common.ts';
 interface TraceEvent { cat?: string; name: string; ts: number; dur: number; args?: { op_name?: string } }
 
 /** Per op type and per node name (digits folded to N): total µs over the decode runs, and counts. */
-function summarizeTrace(events: TraceEvent[]) {
+function summarizeTrace(events: TraceEvent[], prefills: number) {
   const runs = events.filter((e) => e.cat === 'Session' && e.name === 'model_run').sort((a, b) => a.ts - b.ts);
-  const decode = runs.slice(1); // the first run is the prefill
+  const decode = runs.slice(prefills); // the first runs are the prefills
   const inRun = (e: TraceEvent) => decode.some((r) => e.ts >= r.ts && e.ts <= r.ts + r.dur);
   const nodes = events.filter((e) => e.cat === 'Node' && e.name.endsWith('_kernel_time') && inRun(e));
   const ifs = nodes.filter((e) => e.args?.op_name === 'If');
@@ -61,6 +62,7 @@ async function main(): Promise<void> {
   const threads = Number(flag('threads') ?? 1);
   const P = Number(flag('prompt') ?? 128);
   const N = Number(flag('new') ?? 32);
+  const B = Number(flag('batch') ?? 1);
   const work = flag('keep') ?? mkdtempSync(join(tmpdir(), 'safekeep-profile-'));
   const dir = flag('model') ?? join(work, 'model');
   if (!flag('model') && !existsSync(join(dir, 'config.json'))) {
@@ -69,32 +71,33 @@ async function main(): Promise<void> {
   }
   const ck = await loadCheckpoint(dir);
   const V = ck.config.vocabSize;
-  const prompt = Array.from({ length: P }, (_, i) => 3 + ((i * 7919) % (V - 3)));
+  const prompts = Array.from({ length: B }, (_, b) => Array.from({ length: P }, (_, i) => 3 + ((i * 7919 + b * 104729) % (V - 3))));
   const base = { ...engineEnv(), dtype, threads, cacheDir: join(work, 'cache'), quiet: true };
 
   // an unprofiled step for reference (best of 3)
   const plain = await createEngineFromCheckpoint(ck, base);
-  await plain.generate([prompt], { maxNewTokens: 4, stopIds: [] });
+  if (B * P > plain.scheduler.stepTokens) throw new Error(`--batch ${B} × --prompt ${P} exceeds the step budget (${plain.scheduler.stepTokens}): prefills would interleave with decode steps`);
+  await plain.generate(prompts, { maxNewTokens: 4, stopIds: [] });
   let stepMs = Infinity;
   for (let r = 0; r < 3; r++) {
     const t0 = performance.now();
-    await plain.generate([prompt], { maxNewTokens: 2, stopIds: [] });
+    await plain.generate(prompts, { maxNewTokens: 2, stopIds: [] });
     const t1 = performance.now();
-    await plain.generate([prompt], { maxNewTokens: N, stopIds: [] });
+    await plain.generate(prompts, { maxNewTokens: N, stopIds: [] });
     stepMs = Math.min(stepMs, (performance.now() - t1 - (t1 - t0)) / (N - 2));
   }
   await plain.dispose();
 
   const prefix = join(work, 'ort-profile');
   const engine = await createEngineFromCheckpoint(ck, { ...base, profile: prefix });
-  await engine.generate([prompt], { maxNewTokens: N, stopIds: [] });
+  await engine.generate(prompts, { maxNewTokens: N, stopIds: [] });
   await engine.dispose();
   const file = readdirSync(work).filter((f) => f.startsWith('ort-profile') && f.endsWith('.json')).map((f) => join(work, f)).at(-1);
   if (!file) throw new Error(`no profile trace under ${work}`);
-  const s = summarizeTrace(JSON.parse(readFileSync(file, 'utf8')) as TraceEvent[]);
+  const s = summarizeTrace(JSON.parse(readFileSync(file, 'utf8')) as TraceEvent[], B);
   const perStep = (us: number) => (us / s.steps / 1000).toFixed(3);
   const out: string[] = [];
-  out.push(`decode, ${dtype}, ${threads} thread(s), prompt ${P}, ${s.steps} profiled steps; load ${loadavg()}`);
+  out.push(`decode, ${dtype}, ${threads} thread(s), ${B} row(s) of prompt ${P}, ${s.steps} profiled steps; load ${loadavg()}`);
   out.push(`unprofiled step: ${stepMs.toFixed(2)} ms; profiled step: ${perStep(s.runUs)} ms; nodes per step: ${s.nodesPerStep.toFixed(0)}`);
   out.push('', '| op | ms/step | nodes/step | µs/node |', '| --- | --- | --- | --- |');
   for (const [op, v] of [...s.byOp].sort((a, b) => b[1].us - a[1].us)) {

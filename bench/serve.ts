@@ -12,6 +12,13 @@
  * failed request is counted and the level goes on; the server is stopped at the end (SIGTERM).
  * Prints requests/s, p50/p95 latency, completion tokens/s (from each answer's `usage`) and errors per level, best of
  * R rounds by requests/s, and whether 8 clients reach ≥ 4× one client's requests/s. JSON to --json FILE.
+ * Then where the time goes (`--no-engine` skips it): a fresh child process runs the same requests in process — the
+ * server's LocalBackend on the same engine (response cache off), no HTTP — at 1 and at the largest client count, R
+ * rounds, every engine step timed (bench/step-timer.ts), and prints per level requests/s, the prefill and decode
+ * seconds per request and decode rows per step. From them the ceiling for C clients / 1 client when prefill does
+ * not speed up with concurrency (a prompt's prefill is compute-bound GEMMs already at batch 1, so C prompts cost C
+ * times one): C·(P₁ + D₁) / (C·P₁ + D_C), P₁ / D₁ the prefill / decode seconds of one request alone, D_C the decode
+ * seconds of C requests decoding together; and the served ratio's share of it (what HTTP, JSON and scheduling cost).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -21,7 +28,8 @@ import { fileURLToPath } from 'node:url';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { installTokenizer } from '../src/prompts/tokenizer.ts';
 import { sharedPath } from '../test/helpers/shared.ts';
-import { finishBench, flag, loadavg } from './common.ts';
+import { finishBench, flag, loadavg, runChild } from './common.ts';
+import { emptyTimes, timeSteps } from './step-timer.ts';
 import { T4_SHAPE, T4_TEMPLATE } from './generate-table4.ts';
 
 const repo = resolve(fileURLToPath(import.meta.url), '..', '..');
@@ -96,6 +104,48 @@ async function level(url: string, clients: number, requests: number, first: numb
   };
 }
 
+/** child: the same requests in process (LocalBackend on the engine, no HTTP), every step timed, at each --levels count */
+async function engineChild(): Promise<Record<string, unknown>> {
+  const { createEngine } = await import('../src/engine/engine.ts');
+  const { loadPromptTokenizer } = await import('../src/prompts/tokenizer.ts');
+  const { LocalBackend } = await import('../src/guard/backends/local.ts');
+  const model = flag('model')!;
+  const requests = Number(flag('requests'));
+  const words = Number(flag('words'));
+  const maxTokens = Number(flag('max-tokens'));
+  const rounds = Number(flag('rounds'));
+  const levels = flag('levels')!.split(',').map(Number);
+  const engine = await createEngine(model, { threads: Number(flag('threads')), cacheDir: flag('cache')!, quiet: true });
+  const backend = new LocalBackend(engine, await loadPromptTokenizer(model), { responseCache: 0 });
+  const times = timeSteps(engine);
+  const ask1 = (i: number) => backend.chat({ messages: [{ role: 'user', content: promptOf(i, words) }], maxTokens, purpose: 'agent' });
+  await ask1(1e6); // warm-up, as the served rounds do
+  let first = 2e6;
+  const best = new Map<number, Record<string, number>>();
+  for (let r = 0; r < rounds; r++) {
+    for (const c of r % 2 === 0 ? levels : [...levels].reverse()) {
+      Object.assign(times, emptyTimes());
+      let next = 0;
+      let tokens = 0;
+      const base = first;
+      first += requests;
+      const t0 = performance.now();
+      await Promise.all(Array.from({ length: c }, async () => {
+        while (next < requests) { const reply = await ask1(base + next++); tokens += reply.completionTokens; }
+      }));
+      const wallS = (performance.now() - t0) / 1000;
+      const rows = times.decodeSteps.reduce((a, x) => a + x.batch, 0);
+      const m = { clients: c, wallS, rps: requests / wallS, prefillPerReq: times.prefillS / requests, decodePerReq: times.decodeS / requests,
+        otherPerReq: (wallS - times.prefillS - times.decodeS) / requests, rowsPerStep: rows / Math.max(1, times.decodeSteps.length), tokens, load: loadavg() };
+      process.stderr.write(`  in process, ${c} caller(s): ${m.rps.toFixed(2)} req/s, prefill ${m.prefillPerReq.toFixed(3)} s + decode ${m.decodePerReq.toFixed(3)} s per request, ${m.rowsPerStep.toFixed(1)} rows/step (load ${m.load})\n`);
+      const prev = best.get(c);
+      if (!prev || m.rps > prev.rps!) best.set(c, m);
+    }
+  }
+  await engine.dispose();
+  return { levels: Object.fromEntries(best) };
+}
+
 async function main(): Promise<void> {
   const clientsList = (flag('clients') ?? '1,4,8').split(',').map(Number);
   const requests = Number(flag('requests') ?? 24);
@@ -147,7 +197,29 @@ async function main(): Promise<void> {
     }
     const eight = best.get(8);
     if (one && eight) out.push('', `8 clients / 1 client: ${fmt(eight.rps / one.rps, 2)}× requests/s (target ≥ 4×: ${eight.rps / one.rps >= 4 ? 'met' : 'NOT met'})`);
-    finishBench(flag('json') ?? join(tmpdir(), 'safekeep-bench-serve.json'), { levels: Object.fromEntries(best), method, requests, maxTokens }, out, loads);
+    const most = Math.max(...clientsList);
+    let engineLevels: Record<string, Record<string, number>> | undefined;
+    if (process.argv.includes('--no-engine') || most === 1) {
+      out.push('', 'in-process breakdown: skipped (--no-engine or one client level)');
+    } else {
+      process.stderr.write(`in process (fresh child: LocalBackend on the engine, no HTTP), 1 and ${most} caller(s), ${rounds} round(s)…\n`);
+      const r = runChild(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--child', 'engine', '--model', model, '--cache', join(dir, 'cache'),
+        '--requests', String(requests), '--words', String(words), '--max-tokens', String(maxTokens), '--rounds', String(rounds), '--threads', String(threads), '--levels', `1,${most}`], 'in-process child');
+      engineLevels = (r.json as { levels: Record<string, Record<string, number>> }).levels;
+      const e1 = engineLevels['1']!;
+      const eC = engineLevels[String(most)]!;
+      loads.push(e1.load!, eC.load!);
+      out.push('', `Where the time goes: the same requests in process (LocalBackend on the engine, response cache off, no HTTP; fresh child, best of ${rounds}):`, '',
+        '| callers | requests/s | prefill s / request | decode s / request | other s / request | decode rows / step | × 1 caller |', '| --- | --- | --- | --- | --- | --- | --- |');
+      for (const m of [e1, eC]) out.push(`| ${m.clients} | ${fmt(m.rps, 2)} | ${fmt(m.prefillPerReq, 3)} | ${fmt(m.decodePerReq, 3)} | ${fmt(m.otherPerReq, 3)} | ${fmt(m.rowsPerStep)} | ${fmt(m.rps! / e1.rps!, 2)}× |`);
+      // C requests: prefill C·P₁ (compute-bound, no gain from concurrency), decode what C rows together measured
+      const ceiling = (most * (e1.prefillPerReq! + e1.decodePerReq!)) / (most * e1.prefillPerReq! + most * eC.decodePerReq!);
+      const served = best.get(most) && one ? best.get(most)!.rps / one.rps : NaN;
+      out.push('', `Ceiling for ${most} clients / 1 with prefill not sped up by concurrency: ${most}·(P₁ + D₁) / (${most}·P₁ + D_${most}) = ${fmt(ceiling, 2)}× `
+        + `(P₁ ${fmt(e1.prefillPerReq, 3)} s, D₁ ${fmt(e1.decodePerReq, 3)} s per request alone; D_${most} ${fmt(most * eC.decodePerReq!, 3)} s for ${most} requests decoding together); `
+        + `in process ${fmt(eC.rps! / e1.rps!, 2)}×, served ${fmt(served, 2)}× (${fmt(served / ceiling * 100, 0)} % of the ceiling). Prefill is ${fmt(e1.prefillPerReq! / (e1.prefillPerReq! + e1.decodePerReq!) * 100, 0)} % of a lone request's engine time.`);
+    }
+    finishBench(flag('json') ?? join(tmpdir(), 'safekeep-bench-serve.json'), { levels: Object.fromEntries(best), engine: engineLevels, method, requests, maxTokens }, out, loads);
   } finally {
     if (proc) proc.kill('SIGTERM');
     if (!keep) rmSync(dir, { recursive: true, force: true });
@@ -156,4 +228,5 @@ async function main(): Promise<void> {
 
 const fmt = (x: unknown, d = 1): string => (typeof x === 'number' && Number.isFinite(x) ? x.toFixed(d) : '—');
 
-await main();
+if (flag('child') === 'engine') process.stdout.write(JSON.stringify(await engineChild()) + '\n');
+else await main();
