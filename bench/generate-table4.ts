@@ -62,8 +62,11 @@ export async function table4NewChild(): Promise<Record<string, unknown>> {
     return out;
   };
   // LocalBackend encodes each call's rendered prompt once, synchronously inside chat(): the record's ids
-  const tokenizer = { family: tok.family, render: tok.render.bind(tok), decode: tok.decode.bind(tok),
-    encode: (text: string) => { const ids = tok.encode(text); calls.at(-1)!.ids = ids; return ids; } };
+  // render and encode run on the event loop between model steps: timed, as part of the time outside steps
+  const js = { renderS: 0, encodeS: 0 };
+  const timed = <A extends unknown[], R>(f: (...a: A) => R, key: keyof typeof js) => (...a: A): R => { const t = performance.now(); try { return f(...a); } finally { js[key] += (performance.now() - t) / 1000; } };
+  const tokenizer = { family: tok.family, render: timed(tok.render.bind(tok), 'renderS'), decode: tok.decode.bind(tok),
+    encode: timed((text: string) => { const ids = tok.encode(text); calls.at(-1)!.ids = ids; return ids; }, 'encodeS') };
   const backend = new LocalBackend(engine, tokenizer);
   const chat = backend.chat.bind(backend);
   backend.chat = async (call) => {
@@ -90,7 +93,7 @@ export async function table4NewChild(): Promise<Record<string, unknown>> {
   const answerTokens = calls.reduce((s, c) => s + (c.generated?.length ?? 0), 0);
   const decodeRowsTimed = times.decodeSteps.reduce((s, x) => s + x.batch, 0);
   const out = {
-    ...sharedPrefixes(calls.map((c) => c.ids)), decodeTps: decodeRowsTimed / Math.max(1e-9, times.decodeS), prefillS: times.prefillS, decodeS: times.decodeS,
+    ...sharedPrefixes(calls.map((c) => c.ids)), ...js, decodeTps: decodeRowsTimed / Math.max(1e-9, times.decodeS), prefillS: times.prefillS, decodeS: times.decodeS,
     items: items.length, cases: cases.length, calls: calls.length, cachedCalls: calls.filter((c) => c.cached).length,
     promptTokens: calls.reduce((s, c) => s + c.ids.length, 0), answerTokens, wallS, tps: answerTokens / wallS, callsPerS: calls.length / wallS,
     prefillComputed: st.prefillTokens, prefixHitTokens: engine.scheduler.prefixStore?.stats.hit ?? 0, peakBatch: st.peakBatch,
@@ -228,7 +231,7 @@ export async function table4Main(script: string): Promise<void> {
     const bb = b as Record<string, number>;
     const total = nn.sharedTokens! + nn.uniqueTokens!;
     out.push(`prompt tokens: ${nn.sharedTokens} (${fmt((100 * nn.sharedTokens!) / total, 1)} %) a prefix shared with an earlier call, ${nn.uniqueTokens} unique to their call (the least any prefix cache leaves to compute)`,
-      `time inside steps (new): prefill ${fmt(nn.prefillS)} s at ${fmt(nn.prefillTps, 0)} tok/s, decode ${fmt(nn.decodeS)} s at ${fmt(nn.decodeTps, 1)} rows/s; outside steps ${fmt(nn.wallS! - nn.prefillS! - nn.decodeS!)} s of ${fmt(nn.wallS)} s`,
+      `time inside steps (new): prefill ${fmt(nn.prefillS)} s at ${fmt(nn.prefillTps, 0)} tok/s, decode ${fmt(nn.decodeS)} s at ${fmt(nn.decodeTps, 1)} rows/s; outside steps ${fmt(nn.wallS! - nn.prefillS! - nn.decodeS!)} s of ${fmt(nn.wallS)} s (template rendering ${fmt(nn.renderS, 2)} s, tokenising ${fmt(nn.encodeS, 2)} s)`,
       `time inside steps (base): prefill ${fmt(bb.prefillS)} s at ${fmt(bb.prefillTps, 0)} tok/s, decode ${fmt(bb.decodeS)} s at ${fmt(bb.decodeTps, 1)} tok/s; outside steps ${fmt(bb.wallS! - bb.prefillS! - bb.decodeS!)} s`,
       `ceiling new/base (base wall ÷ [computed prompt tokens ÷ prefill rate + answer tokens ÷ new batched decode rate]): `
       + `${fmt(ceiling(bb.wallS!, nn.prefillComputed!, nn.prefillTps!, nn.answerTokens!, nn.decodeTps!), 2)}× at the new path's prefill rate and its computed tokens; `
