@@ -62,8 +62,11 @@ export async function table4NewChild(): Promise<Record<string, unknown>> {
     return out;
   };
   // LocalBackend encodes each call's rendered prompt once, synchronously inside chat(): the record's ids
-  const tokenizer = { family: tok.family, render: tok.render.bind(tok), decode: tok.decode.bind(tok),
-    encode: (text: string) => { const ids = tok.encode(text); calls.at(-1)!.ids = ids; return ids; } };
+  // render and encode run on the event loop between model steps: timed, as part of the time outside steps
+  const js = { renderS: 0, encodeS: 0 };
+  const timed = <A extends unknown[], R>(f: (...a: A) => R, key: keyof typeof js) => (...a: A): R => { const t = performance.now(); try { return f(...a); } finally { js[key] += (performance.now() - t) / 1000; } };
+  const tokenizer = { family: tok.family, render: timed(tok.render.bind(tok), 'renderS'), decode: tok.decode.bind(tok),
+    encode: timed((text: string) => { const ids = tok.encode(text); calls.at(-1)!.ids = ids; return ids; }, 'encodeS') };
   const backend = new LocalBackend(engine, tokenizer);
   const chat = backend.chat.bind(backend);
   backend.chat = async (call) => {
@@ -88,7 +91,9 @@ export async function table4NewChild(): Promise<Record<string, unknown>> {
   if (record) writeFileSync(record, JSON.stringify(calls));
   const st = engine.scheduler.stats;
   const answerTokens = calls.reduce((s, c) => s + (c.generated?.length ?? 0), 0);
+  const decodeRowsTimed = times.decodeSteps.reduce((s, x) => s + x.batch, 0);
   const out = {
+    ...sharedPrefixes(calls.map((c) => c.ids)), ...js, decodeTps: decodeRowsTimed / Math.max(1e-9, times.decodeS), prefillS: times.prefillS, decodeS: times.decodeS,
     items: items.length, cases: cases.length, calls: calls.length, cachedCalls: calls.filter((c) => c.cached).length,
     promptTokens: calls.reduce((s, c) => s + c.ids.length, 0), answerTokens, wallS, tps: answerTokens / wallS, callsPerS: calls.length / wallS,
     prefillComputed: st.prefillTokens, prefixHitTokens: engine.scheduler.prefixStore?.stats.hit ?? 0, peakBatch: st.peakBatch,
@@ -98,6 +103,38 @@ export async function table4NewChild(): Promise<Record<string, unknown>> {
   };
   await engine.dispose();
   return out;
+}
+
+/**
+ * How much of the calls' prompt tokens a prefix cache could ever serve: each prompt's longest common prefix with any
+ * earlier prompt (the slots it shares) against the rest (unique to it); the first prompt of each kind is all unique.
+ */
+export function sharedPrefixes(prompts: readonly number[][]): { sharedTokens: number; uniqueTokens: number } {
+  let shared = 0;
+  let unique = 0;
+  prompts.forEach((p, i) => {
+    let most = 0;
+    for (let j = 0; j < i; j++) {
+      const q = prompts[j]!;
+      let k = 0;
+      while (k < p.length && k < q.length && p[k] === q[k]) k++;
+      most = Math.max(most, k);
+    }
+    // the last token is always computed (its logits choose the first answer token)
+    most = Math.min(most, p.length - 1);
+    shared += most;
+    unique += p.length - most;
+  });
+  return { sharedTokens: shared, uniqueTokens: unique };
+}
+
+/**
+ * The most new/base could reach on this workload from the same run's rates: base wall time ÷ (the prompt tokens the
+ * new path must compute at a prefill rate + its answer tokens at its batched decode rate), i.e. the new path with no
+ * idle time and no cost outside its steps.
+ */
+export function ceiling(baseWallS: number, computeTokens: number, prefillTps: number, answerTokens: number, decodeTps: number): number {
+  return baseWallS / (computeTokens / prefillTps + answerTokens / decodeTps);
 }
 
 /** child: the base code replaying the recorded calls one at a time (--root: its tree) */
@@ -122,6 +159,7 @@ export async function table4BaseChild(): Promise<Record<string, unknown>> {
   const out = {
     calls: calls.length, greedyEqual: equal, promptTokens: calls.reduce((s, c) => s + c.ids.length, 0), answerTokens, wallS,
     tps: answerTokens / wallS, callsPerS: calls.length / wallS, prefillComputed: times.prefillTokens, prefillTps: times.prefillTokens / times.prefillS,
+    decodeTps: times.decodeSteps.length / Math.max(1e-9, times.decodeS), prefillS: times.prefillS, decodeS: times.decodeS,
     slots: times.slots, maskedFlops: maskedFlopShare(T4_SHAPE, times.slots), peakRss: peakRss(), load: loadavg(),
   };
   await engine.dispose();
@@ -189,6 +227,16 @@ export async function table4Main(script: string): Promise<void> {
     if (one) out.push(`new --concurrency ${concurrency} / new --concurrency 1: ${fmt((one.wallS as number) / (n.wallS as number), 2)}×; new --concurrency 1 / base: ${fmt((b.wallS as number) / (one.wallS as number), 2)}×`);
     out.push(`new: ${n.cachedCalls} of ${n.calls} calls answered by the response cache, ${n.prefixHitTokens} prompt tokens served by the prefix cache, decode ${fmt(n.decodeRowsPerStep, 1)} rows per step on average (peak ${n.peakBatch})`,
       `greedy ids: the base code's equal the new code's in ${b.greedyEqual} of ${b.calls} calls; answer tokens ${n.answerTokens} (new) / ${b.answerTokens} (base)`);
+    const nn = n as Record<string, number>;
+    const bb = b as Record<string, number>;
+    const total = nn.sharedTokens! + nn.uniqueTokens!;
+    out.push(`prompt tokens: ${nn.sharedTokens} (${fmt((100 * nn.sharedTokens!) / total, 1)} %) a prefix shared with an earlier call, ${nn.uniqueTokens} unique to their call (the least any prefix cache leaves to compute)`,
+      `time inside steps (new): prefill ${fmt(nn.prefillS)} s at ${fmt(nn.prefillTps, 0)} tok/s, decode ${fmt(nn.decodeS)} s at ${fmt(nn.decodeTps, 1)} rows/s; outside steps ${fmt(nn.wallS! - nn.prefillS! - nn.decodeS!)} s of ${fmt(nn.wallS)} s (template rendering ${fmt(nn.renderS, 2)} s, tokenising ${fmt(nn.encodeS, 2)} s)`,
+      `time inside steps (base): prefill ${fmt(bb.prefillS)} s at ${fmt(bb.prefillTps, 0)} tok/s, decode ${fmt(bb.decodeS)} s at ${fmt(bb.decodeTps, 1)} tok/s; outside steps ${fmt(bb.wallS! - bb.prefillS! - bb.decodeS!)} s`,
+      `ceiling new/base (base wall ÷ [computed prompt tokens ÷ prefill rate + answer tokens ÷ new batched decode rate]): `
+      + `${fmt(ceiling(bb.wallS!, nn.prefillComputed!, nn.prefillTps!, nn.answerTokens!, nn.decodeTps!), 2)}× at the new path's prefill rate and its computed tokens; `
+      + `${fmt(ceiling(bb.wallS!, nn.prefillComputed!, bb.prefillTps!, nn.answerTokens!, nn.decodeTps!), 2)}× at the base code's one-prompt prefill rate; `
+      + `${fmt(ceiling(bb.wallS!, nn.uniqueTokens!, bb.prefillTps!, nn.answerTokens!, nn.decodeTps!), 2)}× if only the unique tokens were computed (perfect prefix cache, no response cache)`);
     finishBench(flag('json') ?? join(tmpdir(), 'safekeep-bench-generate-table4.json'), { modes: Object.fromEntries(best), speedup, base: rev }, out, loads);
   } finally {
     if (!keep) rmSync(dir, { recursive: true, force: true });
