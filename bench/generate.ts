@@ -31,7 +31,7 @@
  * bench:projection reads the serving workload's from there). Progress on stderr.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -61,6 +61,7 @@ async function servingChild(): Promise<Record<string, unknown>> {
   const engine = await createEngine(flag('model')!, { threads: Number(flag('threads') ?? 2), cacheDir: flag('cache')!, quiet: true });
   const prompts = workload(n, engine.vocabSize);
   const times = timeSteps(engine);
+  const memLog = flag('mem-log') ? memSampler(engine) : null;
   // warm-up (graph load, first-run allocations) outside the timed part, then the step times reset
   await engine.generate([prompts[0]!.slice(0, 32)], { maxNewTokens: 2, stopIds: [] });
   Object.assign(times, emptyTimes());
@@ -77,6 +78,7 @@ async function servingChild(): Promise<Record<string, unknown>> {
   const wallS = (performance.now() - t0) / 1000;
   const full = times.decodeSteps.filter((x) => x.batch === n).map((x) => x.s).sort((a, b) => a - b);
   const fullStepS = full.length ? full[Math.floor(full.length / 2)]! : NaN;
+  if (memLog) writeFileSync(flag('mem-log')!, memLog.map((r) => JSON.stringify(r)).join('\n') + '\n');
   const out = {
     mode, wallS, generated, promptTokens: prompts.reduce((s, p) => s + p.length, 0),
     tps: generated / wallS, decodeTps: n * (K - 1) / times.decodeS, prefillTps: times.prefillTokens / times.prefillS,
@@ -85,6 +87,32 @@ async function servingChild(): Promise<Record<string, unknown>> {
   };
   await engine.dispose();
   return out;
+}
+
+/**
+ * `--mem-log FILE` (scheduled/batch children): after every engine step one line of what holds memory then — VmRSS /
+ * VmHWM, V8's arrayBuffers / external, and the scheduler's own buffers (decode rows' KV, prefix-store blocks, the
+ * batch-1 prefill caches alive) — so the peak can be attributed.
+ */
+function memSampler(engine: { step(inp: never): Promise<unknown>; scheduler?: unknown }): Record<string, number | string>[] {
+  const rows: Record<string, number | string>[] = [];
+  const step = engine.step.bind(engine) as (inp: unknown) => Promise<unknown>;
+  const kb = (re: RegExp) => Number(re.exec(readFileSync('/proc/self/status', 'utf8'))?.[1] ?? NaN) * 1024;
+  (engine as { step: (inp: unknown) => Promise<unknown> }).step = async (inp: unknown) => {
+    const out = await step(inp);
+    const sch = engine.scheduler as undefined | { groups?: Map<string, { kv: { allocatedFloats: number } }>; prefixStore?: { stats: { bytes: number } } | null; prefilling?: { kv: { keys: { data: Float32Array }[] } | null }[] };
+    const m = process.memoryUsage();
+    const i = inp as { width: number; batch: number };
+    rows.push({
+      kind: i.width === 1 ? 'decode' : 'prefill', batch: i.batch, width: i.width,
+      rss: kb(/VmRSS:\s+(\d+) kB/), hwm: kb(/VmHWM:\s+(\d+) kB/), arrayBuffers: m.arrayBuffers, external: m.external, heapUsed: m.heapUsed,
+      rowKv: [...(sch?.groups?.values() ?? [])].reduce((a, g) => a + 4 * g.kv.allocatedFloats, 0),
+      prefixStore: sch?.prefixStore?.stats.bytes ?? 0,
+      prefillCaches: (sch?.prefilling ?? []).reduce((a, q) => a + (q.kv ? 2 * q.kv.keys.reduce((b, t) => b + t.data.byteLength, 0) : 0), 0),
+    });
+    return out;
+  };
+  return rows;
 }
 
 /** child: llama.cpp with N parallel sequences on the GGUF F32 of the same checkpoint */
@@ -162,22 +190,28 @@ async function servingMain(): Promise<void> {
       }
     }
     const node = (args: string[], what: string) => runChild(process.execPath, ['--import', 'tsx', here, '--child', ...args], what).json;
+    const memLog = (mode: string, extra: string[]) => flag('mem-log') ? ['--mem-log', `${flag('mem-log')}.${mode}${extra.at(-1) ?? ''}.jsonl`] : [];
     const sk = (root: string, mode: string, cache: string, extra: string[] = []) => () =>
-      node(['--root', root, '--mode', mode, '--model', model, '--cache', join(dir, cache), '--threads', String(threads), '--prompts', String(n), '--new-tokens', String(K), ...extra], mode);
+      node(['--root', root, '--mode', mode, '--model', model, '--cache', join(dir, cache), '--threads', String(threads), '--prompts', String(n), '--new-tokens', String(K), ...extra, ...memLog(mode, extra)], mode);
     const hf = (args: string[], name: string) => () =>
       runChild('python3', [join(repo, 'bench', 'hf_generate.py'), ...args, '--model', model, '--threads', String(threads), '--ids', idsFile, '--new-tokens', String(K)], name).json;
     const baseName = (b: number) => `base (${rev}) generate batch ${b}`;
     const hfNames = (flag('hf-batches') ?? '16').split(',').map((b) => ({ name: `HF transformers generate batch ${b}`, b }));
     const LLAMA = `llama.cpp parallel (${n} sequences, F32)`;
     const SCHED = `safekeep scheduled (${n} in flight)`;
+    const ONE = 'safekeep, one call at a time';
     const modes: Mode[] = [
-      { name: 'safekeep, one call at a time', run: sk(repo, 'one', 'cache') },
+      { name: ONE, run: sk(repo, 'one', 'cache') },
       ...('root' in base ? baseBatches.map((b) => ({ name: baseName(b), run: sk(base.root, 'batch', 'cache-base', ['--batch', String(b)]) })) : []),
       ...(hfOk ? [...hfNames.map((h) => ({ name: h.name, run: hf(['batch', '--batch', h.b], h.name), optional: true })),
         { name: 'HF generate_batch (continuous batching, paged sdpa)', run: hf(['cb'], 'HF cb'), optional: true }] : []),
       ...(llamaWhy === null ? [{ name: LLAMA, run: () => node(['--mode', 'llama', '--gguf', gguf, '--vocab', String(SMOLLM2_SHAPE.vocabSize), '--threads', String(threads), '--prompts', String(n), '--new-tokens', String(K), ...(flag('llama-batch') ? ['--llama-batch', flag('llama-batch')!] : [])], 'llama.cpp'), optional: true }] : []),
       { name: SCHED, run: sk(repo, 'scheduled', 'cache') },
     ];
+    // --modes one,scheduled,base8,…: only those rows (base<B> for a base batch; hf, llama for theirs)
+    const only = flag('modes')?.split(',');
+    const keyOf = (m: Mode) => m.name === SCHED ? 'scheduled' : m.name === ONE ? 'one' : m.name.startsWith('base') ? `base${m.name.split(' ').at(-1)}` : m.name.startsWith('HF') ? 'hf' : 'llama';
+    if (only) modes.splice(0, modes.length, ...modes.filter((m) => only.includes(keyOf(m))));
     const loads: number[] = [];
     const { best, skipped } = interleave(modes, rounds, loads);
     const out = [`bench:generate — SmolLM2-135M shape (random), f32, ${threads} threads, ${n} prompts of 151–587 tokens, exactly ${K} new tokens, greedy; best of ${rounds} round(s), fresh processes, interleaved`, '',
@@ -200,7 +234,7 @@ async function servingMain(): Promise<void> {
       const r = (s.tps as number) / other;
       out.push(`scheduled / ${what}: ${fmt(r, 2)}×${target !== undefined ? ` (target ≥ ${target}×: ${r >= target ? 'met' : 'NOT met'})` : ''}`);
     };
-    ratio('one at a time', tps(modes[0]!.name));
+    ratio('one at a time', tps(ONE));
     if ('root' in base) for (const b of baseBatches) ratio(`base batch ${b}`, tps(baseName(b)));
     else notes.push(`base rows skipped: ${base.skip}`);
     const hfRows = modes.filter((m) => m.name.startsWith('HF') && best.has(m.name));
