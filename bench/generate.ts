@@ -1,6 +1,6 @@
 /**
  * `npm run bench:generate [-- --rounds R --prompts N --new-tokens K --threads T --base REV --base-batches 8,32
- *    --hf-batches B,… --no-hf --no-llama --llama-batch 512 --keep DIR --json FILE]`: generation throughput on the
+ *    --hf-batches B,… --no-hf --no-llama --llama-batch 512 --modes M,… --mem-log PREFIX --keep DIR --json FILE]`: generation throughput on the
  * serving workload — a SmolLM2-135M-shaped random checkpoint (f32), N = 32 prompts of 151–587 tokens (random ids),
  * exactly K = 64 new tokens each (no stop ids), greedy, 2 threads — in fresh child processes, the modes interleaved
  * round by round (order reversed every other round; best of R kept, so every mode sees the same machine load):
@@ -26,6 +26,10 @@
  * decode token at its measured full-batch decode rate (its steps with all N rows) — tokens/s at that time, and the
  * scheduled run's fraction of it (target ≥ 0.8); ratios against one at a time, the base rows, HF's best batched row
  * and llama.cpp parallel.
+ * `--modes one,scheduled,base8,hf,llama`: only those rows (base<B> for base batch B), e.g. `--modes scheduled,base8`
+ * for the peak-RSS comparison without the slow one-at-a-time row. `--mem-log PREFIX`: each safekeep child writes
+ * PREFIX.<mode>.jsonl, one line after every engine step: VmRSS / VmHWM, V8's arrayBuffers / external / heap, and the
+ * scheduler's decode-row KV, prefix-store and prefill-cache bytes (what holds memory at the peak).
  * `--workload table4`: the Table-4-like workload of bench/generate-table4.ts instead.
  * Results: a table on stdout and JSON in --json FILE (default <tmp>/safekeep-bench-generate[-table4].json;
  * bench:projection reads the serving workload's from there). Progress on stderr.

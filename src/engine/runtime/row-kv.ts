@@ -131,10 +131,12 @@ export class RowKv {
 
   /**
    * Add a sequence whose KV is `src` (its `length` slots) as row `batch`; `ahead`: slots the decode will still append
-   * (room left when the buffer is re-laid out). `expect`: the rows and the longest KV about to join as well, so that
-   * one re-layout makes room for them too instead of one per joiner. Returns the row index.
+   * (room left when the buffer is re-laid out). `expect`: the rows and the longest KV about to join as well, and the
+   * decode steps likely to run before the last of them joins (`steps`: the filled length moves on by that much while
+   * they prefill), so that one re-layout makes room for them all instead of a re-layout per joiner or mid-decode.
+   * Returns the row index.
    */
-  addRow(src: RowSource, ahead: number, expect: { rows: number; length: number } = { rows: 0, length: 0 }): number {
+  addRow(src: RowSource, ahead: number, expect: { rows: number; length: number; steps?: number } = { rows: 0, length: 0 }): number {
     if (this.batch >= this.maxRows) throw new Error(`RowKv: all ${this.maxRows} rows in use`);
     const n = src.length;
     if (this.batch === 0) { this.length = 0; this.starts = []; }
@@ -142,7 +144,7 @@ export class RowKv {
     const need = this.batch + 1;
     if (need > this.rows || length > this.length || length + 1 > this.capacity) {
       const span = Math.max(this.span(), n, expect.length);
-      this.relayout(Math.max(this.fitRows(need), Math.min(this.maxRows, need + expect.rows)), span, span + Math.max(1, ahead));
+      this.relayout(Math.max(this.fitRows(need), Math.min(this.maxRows, need + expect.rows)), span, span + Math.max(1, ahead) + (expect.steps ?? 0));
     }
     const b = this.batch;
     const { kvHeads: kvH, headDim: hd } = this;
