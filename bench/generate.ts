@@ -1,6 +1,6 @@
 /**
  * `npm run bench:generate [-- --rounds R --prompts N --new-tokens K --threads T --base REV --base-batches 8,32
- *    --hf-batches B,… --no-hf --no-llama --llama-batch 512 --keep DIR --json FILE]`: generation throughput on the
+ *    --hf-batches B,… --no-hf --no-llama --llama-batch 512 --modes M,… --mem-log PREFIX --keep DIR --json FILE]`: generation throughput on the
  * serving workload — a SmolLM2-135M-shaped random checkpoint (f32), N = 32 prompts of 151–587 tokens (random ids),
  * exactly K = 64 new tokens each (no stop ids), greedy, 2 threads — in fresh child processes, the modes interleaved
  * round by round (order reversed every other round; best of R kept, so every mode sees the same machine load):
@@ -26,12 +26,16 @@
  * decode token at its measured full-batch decode rate (its steps with all N rows) — tokens/s at that time, and the
  * scheduled run's fraction of it (target ≥ 0.8); ratios against one at a time, the base rows, HF's best batched row
  * and llama.cpp parallel.
+ * `--modes one,scheduled,base8,hf,llama`: only those rows (base<B> for base batch B), e.g. `--modes scheduled,base8`
+ * for the peak-RSS comparison without the slow one-at-a-time row. `--mem-log PREFIX`: each safekeep child writes
+ * PREFIX.<mode>.jsonl, one line after every engine step: VmRSS / VmHWM, V8's arrayBuffers / external / heap, and the
+ * scheduler's decode-row KV, prefix-store and prefill-cache bytes (what holds memory at the peak).
  * `--workload table4`: the Table-4-like workload of bench/generate-table4.ts instead.
  * Results: a table on stdout and JSON in --json FILE (default <tmp>/safekeep-bench-generate[-table4].json;
  * bench:projection reads the serving workload's from there). Progress on stderr.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -61,6 +65,7 @@ async function servingChild(): Promise<Record<string, unknown>> {
   const engine = await createEngine(flag('model')!, { threads: Number(flag('threads') ?? 2), cacheDir: flag('cache')!, quiet: true });
   const prompts = workload(n, engine.vocabSize);
   const times = timeSteps(engine);
+  const memLog = flag('mem-log') ? memSampler(engine) : null;
   // warm-up (graph load, first-run allocations) outside the timed part, then the step times reset
   await engine.generate([prompts[0]!.slice(0, 32)], { maxNewTokens: 2, stopIds: [] });
   Object.assign(times, emptyTimes());
@@ -77,6 +82,7 @@ async function servingChild(): Promise<Record<string, unknown>> {
   const wallS = (performance.now() - t0) / 1000;
   const full = times.decodeSteps.filter((x) => x.batch === n).map((x) => x.s).sort((a, b) => a - b);
   const fullStepS = full.length ? full[Math.floor(full.length / 2)]! : NaN;
+  if (memLog) writeFileSync(flag('mem-log')!, memLog.map((r) => JSON.stringify(r)).join('\n') + '\n');
   const out = {
     mode, wallS, generated, promptTokens: prompts.reduce((s, p) => s + p.length, 0),
     tps: generated / wallS, decodeTps: n * (K - 1) / times.decodeS, prefillTps: times.prefillTokens / times.prefillS,
@@ -85,6 +91,32 @@ async function servingChild(): Promise<Record<string, unknown>> {
   };
   await engine.dispose();
   return out;
+}
+
+/**
+ * `--mem-log FILE` (scheduled/batch children): after every engine step one line of what holds memory then — VmRSS /
+ * VmHWM, V8's arrayBuffers / external, and the scheduler's own buffers (decode rows' KV, prefix-store blocks, the
+ * batch-1 prefill caches alive) — so the peak can be attributed.
+ */
+function memSampler(engine: { step(inp: never): Promise<unknown>; scheduler?: unknown }): Record<string, number | string>[] {
+  const rows: Record<string, number | string>[] = [];
+  const step = engine.step.bind(engine) as (inp: unknown) => Promise<unknown>;
+  const kb = (re: RegExp) => Number(re.exec(readFileSync('/proc/self/status', 'utf8'))?.[1] ?? NaN) * 1024;
+  (engine as { step: (inp: unknown) => Promise<unknown> }).step = async (inp: unknown) => {
+    const out = await step(inp);
+    const sch = engine.scheduler as undefined | { groups?: Map<string, { kv: { allocatedFloats: number } }>; prefixStore?: { stats: { bytes: number } } | null; prefilling?: { kv: { keys: { data: Float32Array }[] } | null }[] };
+    const m = process.memoryUsage();
+    const i = inp as { width: number; batch: number };
+    rows.push({
+      kind: i.width === 1 ? 'decode' : 'prefill', batch: i.batch, width: i.width,
+      rss: kb(/VmRSS:\s+(\d+) kB/), hwm: kb(/VmHWM:\s+(\d+) kB/), arrayBuffers: m.arrayBuffers, external: m.external, heapUsed: m.heapUsed,
+      rowKv: [...(sch?.groups?.values() ?? [])].reduce((a, g) => a + 4 * g.kv.allocatedFloats, 0),
+      prefixStore: sch?.prefixStore?.stats.bytes ?? 0,
+      prefillCaches: (sch?.prefilling ?? []).reduce((a, q) => a + (q.kv ? 2 * q.kv.keys.reduce((b, t) => b + t.data.byteLength, 0) : 0), 0),
+    });
+    return out;
+  };
+  return rows;
 }
 
 /** child: llama.cpp with N parallel sequences on the GGUF F32 of the same checkpoint */
@@ -162,22 +194,28 @@ async function servingMain(): Promise<void> {
       }
     }
     const node = (args: string[], what: string) => runChild(process.execPath, ['--import', 'tsx', here, '--child', ...args], what).json;
+    const memLog = (mode: string, extra: string[]) => flag('mem-log') ? ['--mem-log', `${flag('mem-log')}.${mode}${extra.at(-1) ?? ''}.jsonl`] : [];
     const sk = (root: string, mode: string, cache: string, extra: string[] = []) => () =>
-      node(['--root', root, '--mode', mode, '--model', model, '--cache', join(dir, cache), '--threads', String(threads), '--prompts', String(n), '--new-tokens', String(K), ...extra], mode);
+      node(['--root', root, '--mode', mode, '--model', model, '--cache', join(dir, cache), '--threads', String(threads), '--prompts', String(n), '--new-tokens', String(K), ...extra, ...memLog(mode, extra)], mode);
     const hf = (args: string[], name: string) => () =>
       runChild('python3', [join(repo, 'bench', 'hf_generate.py'), ...args, '--model', model, '--threads', String(threads), '--ids', idsFile, '--new-tokens', String(K)], name).json;
     const baseName = (b: number) => `base (${rev}) generate batch ${b}`;
     const hfNames = (flag('hf-batches') ?? '16').split(',').map((b) => ({ name: `HF transformers generate batch ${b}`, b }));
     const LLAMA = `llama.cpp parallel (${n} sequences, F32)`;
     const SCHED = `safekeep scheduled (${n} in flight)`;
+    const ONE = 'safekeep, one call at a time';
     const modes: Mode[] = [
-      { name: 'safekeep, one call at a time', run: sk(repo, 'one', 'cache') },
+      { name: ONE, run: sk(repo, 'one', 'cache') },
       ...('root' in base ? baseBatches.map((b) => ({ name: baseName(b), run: sk(base.root, 'batch', 'cache-base', ['--batch', String(b)]) })) : []),
       ...(hfOk ? [...hfNames.map((h) => ({ name: h.name, run: hf(['batch', '--batch', h.b], h.name), optional: true })),
         { name: 'HF generate_batch (continuous batching, paged sdpa)', run: hf(['cb'], 'HF cb'), optional: true }] : []),
       ...(llamaWhy === null ? [{ name: LLAMA, run: () => node(['--mode', 'llama', '--gguf', gguf, '--vocab', String(SMOLLM2_SHAPE.vocabSize), '--threads', String(threads), '--prompts', String(n), '--new-tokens', String(K), ...(flag('llama-batch') ? ['--llama-batch', flag('llama-batch')!] : [])], 'llama.cpp'), optional: true }] : []),
       { name: SCHED, run: sk(repo, 'scheduled', 'cache') },
     ];
+    // --modes one,scheduled,base8,…: only those rows (base<B> for a base batch; hf, llama for theirs)
+    const only = flag('modes')?.split(',');
+    const keyOf = (m: Mode) => m.name === SCHED ? 'scheduled' : m.name === ONE ? 'one' : m.name.startsWith('base') ? `base${m.name.split(' ').at(-1)}` : m.name.startsWith('HF') ? 'hf' : 'llama';
+    if (only) modes.splice(0, modes.length, ...modes.filter((m) => only.includes(keyOf(m))));
     const loads: number[] = [];
     const { best, skipped } = interleave(modes, rounds, loads);
     const out = [`bench:generate — SmolLM2-135M shape (random), f32, ${threads} threads, ${n} prompts of 151–587 tokens, exactly ${K} new tokens, greedy; best of ${rounds} round(s), fresh processes, interleaved`, '',
@@ -200,7 +238,7 @@ async function servingMain(): Promise<void> {
       const r = (s.tps as number) / other;
       out.push(`scheduled / ${what}: ${fmt(r, 2)}×${target !== undefined ? ` (target ≥ ${target}×: ${r >= target ? 'met' : 'NOT met'})` : ''}`);
     };
-    ratio('one at a time', tps(modes[0]!.name));
+    ratio('one at a time', tps(ONE));
     if ('root' in base) for (const b of baseBatches) ratio(`base batch ${b}`, tps(baseName(b)));
     else notes.push(`base rows skipped: ${base.skip}`);
     const hfRows = modes.filter((m) => m.name.startsWith('HF') && best.has(m.name));

@@ -273,4 +273,55 @@ describe('RowKv: the decode batch buffer', () => {
     assert.deepEqual(kv.rowSlots(0), before);
     assert.throws(() => kv.removeRow(3));
   });
+
+  test('re-layouts in the buffer already allocated keep every row\'s slots through decode steps, joins and removals', () => {
+    const kv = new RowKv(L, kvH, hd, 4);
+    /** row b's seed and its slots so far (the source's formula continued by every step) */
+    const rows: { seed: number; n: number }[] = [];
+    const val = (seed: number, kind: number, l: number, h: number, t: number, i: number) => seed * 1e4 + kind * 1e3 + l * 100 + h * 10 + t + i / 10;
+    const check = (what: string) => rows.forEach((r, b) => {
+      const got = kv.rowSlots(b);
+      assert.equal(got.length, r.n, `${what}: row ${b} length`);
+      for (let l = 0; l < L; l++) for (let h = 0; h < kvH; h++) for (let t = 0; t < r.n; t++) for (let i = 0; i < hd; i++) {
+        const at = (h * r.n + t) * hd + i;
+        assert.equal(got.keys[l]![at], Math.fround(val(r.seed, 0, l, h, t, i)), `${what}: row ${b} key l${l} h${h} t${t}`);
+        assert.equal(got.values[l]![at], Math.fround(val(r.seed, 1, l, h, t, i)), `${what}: row ${b} value l${l} h${h} t${t}`);
+      }
+    });
+    /** one decode step as the graph does it: every row's new slot written at `length` in place */
+    const step = () => {
+      const v = kv.view();
+      const C = kv.slotCapacity;
+      rows.forEach((r, b) => {
+        for (let l = 0; l < L; l++) for (let h = 0; h < kvH; h++) for (let i = 0; i < hd; i++) {
+          const at = ((b * kvH + h) * C + kv.length) * hd + i;
+          (v.keys[l]!.data as Float32Array)[at] = val(r.seed, 0, l, h, r.n, i);
+          (v.values[l]!.data as Float32Array)[at] = val(r.seed, 1, l, h, r.n, i);
+        }
+        r.n++;
+      });
+      kv.advance({ ...v, length: kv.length + 1 });
+    };
+    const add = (seed: number, n: number) => { kv.addRow(source(seed, n, n + 1), 2); rows.push({ seed, n }); };
+    const remove = (b: number) => { const moved = kv.removeRow(b); if (moved >= 0) rows[b] = rows[moved]!; rows.pop(); };
+    add(1, 5); add(2, 3); add(3, 6);
+    check('joined');
+    let inPlace = 0;
+    let fresh = 0;
+    for (let k = 0; k < 24; k++) {
+      if (k === 3) remove(1);
+      if (k === 5) add(4, 4); // shorter than the rows: no shift
+      if (k === 9) add(5, kv.length + 2); // longer: every row shifts right
+      if (k === 14) remove(0);
+      if (k === 17) remove(rows.length - 1);
+      const buf = (kv.view().keys[0]!.data as Float32Array).buffer;
+      const C = kv.slotCapacity;
+      kv.reserve(3);
+      if (kv.slotCapacity !== C) { if ((kv.view().keys[0]!.data as Float32Array).buffer === buf) inPlace++; else fresh++; }
+      check(`step ${k} after reserve`);
+      step();
+      check(`step ${k}`);
+    }
+    assert.ok(inPlace > 0, `some re-layout ran in place (${inPlace} in place, ${fresh} new)`);
+  });
 });

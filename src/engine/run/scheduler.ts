@@ -380,7 +380,11 @@ export class Scheduler {
     const kv = q.kv!;
     // the admitted sequences still prefilling for this group are about to join: one re-layout makes room for them too
     const coming = this.prefilling.filter((x) => x.groupKey === q.groupKey);
-    const expect = { rows: coming.length, length: Math.max(0, ...coming.map((x) => x.ids.length)) };
+    // and the decode steps until the last of them joins: at most one per prefill chunk they still need (an iteration
+    // runs one decode step and at least one chunk), so the buffer is not re-laid out mid-decode when they have
+    const chunk = Math.max(1, this.stepTokens - g.seqs.length - 1 - coming.length);
+    const steps = coming.reduce((a, x) => a + Math.ceil((x.ids.length - x.filled) / chunk), 0);
+    const expect = { rows: coming.length, length: Math.max(0, ...coming.map((x) => x.ids.length)), steps };
     g.kv.addRow({ keys: kv.keys.map((t) => t.data as Float32Array), values: kv.values.map((t) => t.data as Float32Array), capacity: kvCapacity(kv), length: kv.length }, this.ahead(g, q), expect);
     g.seqs.push(q);
     q.kv = null;

@@ -40,37 +40,63 @@ export class RowKv {
 
   constructor(readonly layers: number, readonly kvHeads: number, readonly headDim: number, private readonly maxRows: number) {}
 
-  /** floats allocated (both K and V, every layer) */
+  /** floats allocated (both K and V, every layer; a buffer re-laid out in place may be longer than rows × capacity) */
   get allocatedFloats(): number {
-    return 2 * this.layers * this.rows * this.kvHeads * this.capacity * this.headDim;
+    return 2 * this.layers * (this.keys[0]?.length ?? 0);
   }
 
   get slotCapacity(): number {
     return this.capacity;
   }
 
+  /** whether `rows` × `capacity` slots fit the buffers already allocated, using at least half of them (else a new
+   * buffer releases the rest) */
+  private fitsInPlace(rows: number, capacity: number): boolean {
+    const have = this.keys[0]?.length ?? 0;
+    const need = rows * this.kvHeads * capacity * this.headDim;
+    return need <= have && 2 * need >= have;
+  }
+
   /**
    * Re-lay the buffer out with `rows` rows, the rows' slots ending at `length`, capacity `capacity` (copies the real
-   * slots of every row; the old buffer is released).
+   * slots of every row). In the buffers already allocated when the new layout fits them (`fitsInPlace`), so a
+   * re-layout during decode needs no second buffer: a new one would be alive next to the old one until V8 collects
+   * it, twice the decode KV at the peak. Otherwise into new buffers (the old ones released).
    */
   private relayout(rows: number, length: number, capacity: number): void {
     const { kvHeads: kvH, headDim: hd } = this;
     const shift = length - this.length;
-    const alloc = () => new Float32Array(rows * kvH * capacity * hd);
-    const move = (src: Float32Array, dst: Float32Array) => {
-      for (let b = 0; b < this.batch; b++) {
-        const s = this.starts[b]!;
-        const n = this.length - s;
-        for (let h = 0; h < kvH; h++) {
-          const from = ((b * kvH + h) * this.capacity + s) * hd;
-          dst.set(src.subarray(from, from + n * hd), ((b * kvH + h) * capacity + s + shift) * hd);
-        }
+    /** row b head h's real slots: [from, from + n) in the old layout, [to, to + n) in the new one (floats) */
+    const blocks: { from: number; to: number; n: number }[] = [];
+    for (let b = 0; b < this.batch; b++) {
+      const s = this.starts[b]!;
+      for (let h = 0; h < kvH; h++) {
+        blocks.push({ from: ((b * kvH + h) * this.capacity + s) * hd, to: ((b * kvH + h) * capacity + s + shift) * hd, n: (this.length - s) * hd });
       }
-    };
-    const keys = this.keys.length ? this.keys.map((src) => { const d = alloc(); move(src, d); return d; }) : Array.from({ length: this.layers }, alloc);
-    const values = this.values.length ? this.values.map((src) => { const d = alloc(); move(src, d); return d; }) : Array.from({ length: this.layers }, alloc);
-    this.keys = keys;
-    this.values = values;
+    }
+    if (this.keys.length && this.fitsInPlace(rows, capacity)) {
+      // blocks keep their order and stay disjoint, so moving the left-moving ones first to last, then the
+      // right-moving ones last to first, never writes over a block not yet moved
+      for (const t of [...this.keys, ...this.values]) {
+        for (const k of blocks) if (k.to < k.from) t.copyWithin(k.to, k.from, k.from + k.n);
+        for (let i = blocks.length - 1; i >= 0; i--) { const k = blocks[i]!; if (k.to > k.from) t.copyWithin(k.to, k.from, k.from + k.n); }
+      }
+    } else {
+      const alloc = () => new Float32Array(rows * kvH * capacity * hd);
+      const move = (src: Float32Array) => {
+        const dst = alloc();
+        for (const k of blocks) dst.set(src.subarray(k.from, k.from + k.n), k.to);
+        return dst;
+      };
+      // one layer at a time, each old layer unreferenced as soon as it is copied (collectable before the next)
+      const relay = (bufs: Float32Array[]) => {
+        if (!bufs.length) return Array.from({ length: this.layers }, alloc);
+        for (let l = 0; l < bufs.length; l++) bufs[l] = move(bufs[l]!);
+        return bufs;
+      };
+      this.keys = relay(this.keys);
+      this.values = relay(this.values);
+    }
     this.starts = this.starts.map((s) => s + shift);
     this.rows = rows;
     this.capacity = capacity;
@@ -89,7 +115,12 @@ export class RowKv {
   reserve(ahead: number): void {
     if (this.length + 1 <= this.capacity) return;
     const span = this.span();
-    this.relayout(this.fitRows(this.batch), span, span + Math.max(1, ahead));
+    const capacity = span + Math.max(1, ahead);
+    // the rows in use only, when that fits the buffer in place and the usual row count would not (a join later
+    // re-lays out again, but no decode step ever holds two buffers)
+    let rows = this.fitRows(this.batch);
+    if (!this.fitsInPlace(rows, capacity) && this.fitsInPlace(this.batch, capacity)) rows = this.batch;
+    this.relayout(rows, span, capacity);
   }
 
   /** rows to allocate for `n` rows in use: doubling, at most maxRows, and shrunk when far fewer are in use */
@@ -100,10 +131,12 @@ export class RowKv {
 
   /**
    * Add a sequence whose KV is `src` (its `length` slots) as row `batch`; `ahead`: slots the decode will still append
-   * (room left when the buffer is re-laid out). `expect`: the rows and the longest KV about to join as well, so that
-   * one re-layout makes room for them too instead of one per joiner. Returns the row index.
+   * (room left when the buffer is re-laid out). `expect`: the rows and the longest KV about to join as well, and the
+   * decode steps likely to run before the last of them joins (`steps`: the filled length moves on by that much while
+   * they prefill), so that one re-layout makes room for them all instead of a re-layout per joiner or mid-decode.
+   * Returns the row index.
    */
-  addRow(src: RowSource, ahead: number, expect: { rows: number; length: number } = { rows: 0, length: 0 }): number {
+  addRow(src: RowSource, ahead: number, expect: { rows: number; length: number; steps?: number } = { rows: 0, length: 0 }): number {
     if (this.batch >= this.maxRows) throw new Error(`RowKv: all ${this.maxRows} rows in use`);
     const n = src.length;
     if (this.batch === 0) { this.length = 0; this.starts = []; }
@@ -111,7 +144,7 @@ export class RowKv {
     const need = this.batch + 1;
     if (need > this.rows || length > this.length || length + 1 > this.capacity) {
       const span = Math.max(this.span(), n, expect.length);
-      this.relayout(Math.max(this.fitRows(need), Math.min(this.maxRows, need + expect.rows)), span, span + Math.max(1, ahead));
+      this.relayout(Math.max(this.fitRows(need), Math.min(this.maxRows, need + expect.rows)), span, span + Math.max(1, ahead) + (expect.steps ?? 0));
     }
     const b = this.batch;
     const { kvHeads: kvH, headDim: hd } = this;
