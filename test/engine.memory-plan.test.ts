@@ -16,7 +16,7 @@ import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import type { ModelConfig } from '../src/checkpoint/types.ts';
 import {
   ACTIVATION_UNITS, ARENA_SLACK, chunkTokens, kvBytesPerToken, linearParams, normParams, otherParams, parseBytes, planMemory, PREFIX_CACHE_MAX,
-  PREFIX_CACHE_SHARE, quantLinearBytes, quantStoreBytes, RUNTIME_BYTES, SCORE_COPIES, STEP_FIXED, stepBytes, WEIGHT_PEAK, weightBytes,
+  DEFAULT_QUANT_LAYOUT, PREFIX_CACHE_SHARE, quantLinearBytes, quantStoreBytes, RUNTIME_BYTES, SCORE_COPIES, STEP_FIXED, stepBytes, WEIGHT_PEAK, weightBytes,
 } from '../src/engine/runtime/memory.ts';
 import { quantizedWeights } from '../src/engine/runtime/quant-store.ts';
 import { SafekeepError } from '../src/util/errors.ts';
@@ -145,16 +145,23 @@ describe('against a real quantized store and the CLI', () => {
   });
   after(() => { if (tmp) rmSync(tmp, { recursive: true, force: true }); });
 
+  // every layout the engine can store (the default first: symmetric blocks of 32), against the bytes quant-store.ts writes
   for (const bits of [4, 8] as const) {
-    test(`q${bits}: quantStoreBytes = the linear tensors quant-store.ts writes (codes + scales + zero points)`, async () => {
-      const ck = await loadCheckpoint(dir);
-      const store = quantizedWeights(ck, bits, 'asym', 32, join(tmp, 'cache'));
-      let written = 0;
-      for (const name of Object.keys(store.index.linears)) {
-        for (const part of ['codes', 'scales', 'zp']) written += store.index.tensors[`${name}.${part}`]!.length;
-      }
-      assert.equal(quantStoreBytes(ck.config, bits), written);
-    });
+    for (const layout of [undefined, { scheme: 'asym', block: 32 }, { scheme: 'sym', block: 64 }, { scheme: 'asym', block: 128 }] as const) {
+      const what = layout ? `${layout.scheme} ${layout.block}` : 'default (sym 32)';
+      test(`q${bits} ${what}: quantStoreBytes = the linear tensors quant-store.ts writes (codes + scales + zero points)`, async () => {
+        const ck = await loadCheckpoint(dir);
+        const l = layout ?? DEFAULT_QUANT_LAYOUT;
+        const store = quantizedWeights(ck, bits, l.scheme, l.block, join(tmp, 'cache'));
+        let written = 0;
+        for (const name of Object.keys(store.index.linears)) {
+          for (const part of ['codes', 'scales', 'zp']) written += store.index.tensors[`${name}.${part}`]?.length ?? 0;
+        }
+        assert.equal(quantStoreBytes(ck.config, bits, layout), written);
+        const other = (normParams(ck.config) + ck.config.vocabSize * ck.config.hiddenSize) * 4;
+        assert.equal(weightBytes(ck.config, bits === 4 ? 'q4' : 'q8', layout ? { quant: layout } : {}), WEIGHT_PEAK.quant * written + other);
+      });
+    }
   }
 
   const cli = (args: string[]) => spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), ...args], {

@@ -300,6 +300,7 @@ export async function createEngineFromCheckpoint(ckpt: Checkpoint, opts: EngineO
   const plan = opts.maxMemory === undefined ? null : planMemory(ckpt.config, cfg.dtype, opts.maxMemory, {
     storage: ckpt.tensors.get(tensorName('down', 0))?.dtype ?? 'F32',
     lowMemory: cfg.lowMemory, attention: cfg.attention,
+    ...(cfg.quant ? { quant: { scheme: cfg.quant.scheme, block: cfg.quant.block } } : {}),
     runtimeBytes: opts.runtimeBytes ?? process.memoryUsage().rss + RUNTIME_MARGIN,
   });
   if (opts.maxBatchTokens !== undefined && (!Number.isInteger(opts.maxBatchTokens) || opts.maxBatchTokens < 1)) {

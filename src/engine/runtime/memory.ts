@@ -22,7 +22,7 @@
  */
 import type { DType, ModelConfig } from '../../checkpoint/types.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import type { AttentionImpl } from '../engine-config.ts';
+import { DEFAULT_QUANT_BLOCK, type AttentionImpl, type QuantBlock, type QuantScheme } from '../engine-config.ts';
 import type { ComputeDType } from '../graph/precision.ts';
 
 const F32 = 4;
@@ -109,8 +109,8 @@ export function otherParams(c: ModelConfig): number {
 }
 
 /**
- * Bytes of a linear [N, K] in the quantized store: codes N·K·bits/8, f32 scales N·⌈K/32⌉·4, asymmetric zero points
- * N·⌈⌈K/32⌉·bits/8⌉ (packed per row, quant.ts).
+ * Bytes of a linear [N, K] in the quantized store, blocks of `block` along K: codes N·⌈K/block⌉·block·bits/8, f32
+ * scales N·⌈K/block⌉·4, asymmetric zero points N·⌈⌈K/block⌉·bits/8⌉ (packed per row, quant.ts; none when symmetric).
  */
 export function quantLinearBytes([N, K]: [number, number], bits: 4 | 8, asym = true, block = 32): number {
   const blocks = Math.ceil(K / block);
@@ -120,8 +120,17 @@ export function quantLinearBytes([N, K]: [number, number], bits: 4 | 8, asym = t
   return codes + scales + zp;
 }
 
-export const quantStoreBytes = (c: ModelConfig, bits: 4 | 8, asym = true): number =>
-  linearShapes(c).reduce((s, x) => s + quantLinearBytes(x.shape, bits, asym), 0);
+/** The store's layout (engine-config.ts: symmetric blocks of 32 unless SAFEKEEP_QUANT_SCHEME / _BLOCK say otherwise). */
+export interface QuantLayout {
+  scheme: QuantScheme;
+  block: QuantBlock;
+}
+
+/** what the engine stores by default (engine-config.ts: symmetric, DEFAULT_QUANT_BLOCK) */
+export const DEFAULT_QUANT_LAYOUT: QuantLayout = { scheme: 'sym', block: DEFAULT_QUANT_BLOCK };
+
+export const quantStoreBytes = (c: ModelConfig, bits: 4 | 8, layout: QuantLayout = DEFAULT_QUANT_LAYOUT): number =>
+  linearShapes(c).reduce((s, x) => s + quantLinearBytes(x.shape, bits, layout.scheme === 'asym', layout.block), 0);
 
 /** parameters resident outside the linear layers: norms and q/k/v biases (embedding rows are gathered from the mapped file as touched) */
 export const normParams = (c: ModelConfig): number => otherParams(c) - (c.tieWordEmbeddings ? 0 : c.vocabSize * c.hiddenSize);
@@ -131,6 +140,8 @@ interface WeightOptions {
   storage?: DType;
   /** weights only in the mmapped files (f32/bf16 only; q8/q4 are always packed) */
   lowMemory?: boolean;
+  /** q8/q4: the store's scheme and block (default DEFAULT_QUANT_LAYOUT) */
+  quant?: QuantLayout;
 }
 
 const storageBytes = (s: DType | undefined): number => (s === 'BF16' || s === 'F16' ? 2 : 4);
@@ -143,7 +154,7 @@ const storageBytes = (s: DType | undefined): number => (s === 'BF16' || s === 'F
 export function weightBytes(c: ModelConfig, dtype: ComputeDType, o: WeightOptions = {}): number {
   const sb = storageBytes(o.storage);
   const other = (normParams(c) + c.vocabSize * c.hiddenSize) * sb;
-  if (dtype === 'q8' || dtype === 'q4') return WEIGHT_PEAK.quant * quantStoreBytes(c, dtype === 'q8' ? 8 : 4) + other;
+  if (dtype === 'q8' || dtype === 'q4') return WEIGHT_PEAK.quant * quantStoreBytes(c, dtype === 'q8' ? 8 : 4, o.quant) + other;
   const lin = linearParams(c);
   if (o.lowMemory) return WEIGHT_PEAK.lowMemory * lin * sb + other;
   // f32 Gemm weights (storage cast to f32 and folded), plus the stored pages read once when they are not f32
