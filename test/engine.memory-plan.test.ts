@@ -81,6 +81,9 @@ describe('memory model arithmetic', () => {
     // the present KV, when copied out, adds 2·B·S·kv (onnxruntime's outputs and their JS copies) + B·T·kv (the new
     // slots stacked into the one new_kv output)
     assert.ok(Math.abs(stepBytes(TINY, { ...shape, present: true }, 'mha') - stepBytes(TINY, shape, 'mha') - (2 * 2 * S * kv + 2 * 3 * kv)) < 1e-6);
+    // sets fed one per row: stacked steer and projection dirs [S, (L+1)·d] and values [S, L+1], f32 (L 2, d 8)
+    assert.equal(stepBytes(TINY, { ...shape, sets: 4 }) - stepBytes(TINY, shape), 4 * (2 * 3 * 8 + 3) * 4);
+    assert.equal(stepBytes(TINY, { ...shape, sets: 0 }), stepBytes(TINY, shape));
   });
 
   test('plan: base, prefix share, step bytes; the largest batch and chunk that fit', () => {

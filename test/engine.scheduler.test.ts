@@ -220,6 +220,27 @@ describe(`scheduler vs Float64 oracle (random ${family}, GQA)`, () => {
     check('next to a failing call', prompts[1]!, await good, o);
     assert.equal(sched.inFlight, 0);
   });
+
+  test('admission counts per-row intervention sets in the decode step only when the rows steer differently', async () => {
+    const seen: [number, number | undefined][] = [];
+    const probing = Object.create(engine) as OnnxEngine;
+    Object.defineProperty(probing, 'memoryFits', {
+      value: (shapes: (B: number, P: number) => { sets?: number }[]) => (B: number, P: number) => { seen.push([B, shapes(B, P)[0]!.sets]); return true; },
+    });
+    const sched = new Scheduler(probing, { prefixCacheBytes: 0 });
+    const vector = new Float32Array(engine.dModel).fill(0.1);
+    const o: GenerateOptions = { maxNewTokens: 2, stopIds: [] };
+    await Promise.all([sched.submit(prompt(30, 5, V), o), sched.submit(prompt(31, 6, V), o), sched.submit(prompt(32, 7, V), o)]);
+    assert.ok(seen.length > 0 && seen.every(([, sets]) => sets === 0), `one broadcast set for plain rows: ${JSON.stringify(seen)}`);
+    seen.length = 0;
+    await Promise.all([
+      sched.submit(prompt(30, 5, V), o),
+      sched.submit(prompt(31, 6, V), { ...o, steer: { layer: 1, vector, alpha: 2 } }),
+      sched.submit(prompt(32, 7, V), { ...o, steer: { layer: 1, vector, alpha: -1 } }),
+    ]);
+    // a mixed batch of B rows is counted with B stacked sets
+    assert.ok(seen.length > 0 && seen.every(([B, sets]) => sets === B), `per-row sets counted: ${JSON.stringify(seen)}`);
+  });
 });
 
 describe('RowKv: the decode batch buffer', () => {

@@ -284,7 +284,11 @@ export class Scheduler {
 
   /** waiting → prefilling while fewer than maxRunning are in flight and (under a memory plan) the decode batch fits */
   private admit(): void {
-    const fits = this.s.memoryFits((B, P) => [{ batch: B, width: 1, past: P, hidden: B, logits: B, present: true }]);
+    // rows whose decode sets differ are fed one set each (stacked per row): counted in the step when any differ
+    const keys = new Set<string>();
+    for (const q of [...this.waiting, ...this.prefilling, ...[...this.groups.values()].flatMap((g) => g.seqs)]) keys.add(`${q.steerKey}|${q.projectKey}`);
+    const perRow = keys.size > 1;
+    const fits = this.s.memoryFits((B, P) => [{ batch: B, width: 1, past: P, hidden: B, logits: B, present: true, sets: perRow ? B : 0 }]);
     let running = this.prefilling.length;
     let rows = 0;
     let span = 0;

@@ -175,6 +175,11 @@ export interface StepShape {
   logits: number;
   /** the present KV is copied out (generate, prefix steps, chunked prefill) */
   present?: boolean;
+  /**
+   * intervention sets fed one per row (0: one set broadcast): the scheduler's stacked steer [S, (L+1)·d],
+   * projection dirs [S, (L+1)·d] and values [S, L+1], when the rows of a decode step steer or project differently
+   */
+  sets?: number;
 }
 
 /** per-new-token activation bytes of one decoder block (ACTIVATION_UNITS × widths × 4) */
@@ -204,7 +209,8 @@ export function stepBytes(c: ModelConfig, s: StepShape, attention: AttentionImpl
   const arena = B * T * activationBytesPerToken(c) + scores + B * T * S * F32 + windowBias + 2 * B * c.numKvHeads * S * hd * F32;
   const kvBytes = B * P * kv + (s.present ? 2 * B * S * kv + B * T * kv : 0);
   const outputs = 3 * (c.numLayers + 1) * s.hidden * c.hiddenSize * F32 + 2 * s.logits * c.vocabSize * F32;
-  return STEP_FIXED + ARENA_SLACK * arena + kvBytes + outputs;
+  const sets = (s.sets ?? 0) * (2 * (c.numLayers + 1) * c.hiddenSize + (c.numLayers + 1)) * F32;
+  return STEP_FIXED + ARENA_SLACK * arena + kvBytes + outputs + sets;
 }
 
 export interface MemoryPlan {
