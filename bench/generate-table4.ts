@@ -28,7 +28,7 @@ import { installTokenizer } from '../src/prompts/tokenizer.ts';
 import { sharedPath } from '../test/helpers/shared.ts';
 import { SMOLLM2_SHAPE, finishBench, flag, loadavg, peakRss, runChild } from './common.ts';
 import { baseRev, baseTree, fmt, interleave, maskedCells, type Mode } from './generate-rounds.ts';
-import { emptyTimes, maskedFlopShare, timeSteps } from './step-timer.ts';
+import { decodeRows, emptyTimes, maskedFlopShare, timeSteps } from './step-timer.ts';
 
 /** the random checkpoint's shape: SmolLM2-135M with Llama-3.1's vocabulary */
 export const T4_SHAPE = { ...SMOLLM2_SHAPE, vocabSize: 128256 } as const;
@@ -91,9 +91,8 @@ export async function table4NewChild(): Promise<Record<string, unknown>> {
   if (record) writeFileSync(record, JSON.stringify(calls));
   const st = engine.scheduler.stats;
   const answerTokens = calls.reduce((s, c) => s + (c.generated?.length ?? 0), 0);
-  const decodeRowsTimed = times.decodeSteps.reduce((s, x) => s + x.batch, 0);
   const out = {
-    ...sharedPrefixes(calls.map((c) => c.ids)), ...js, decodeTps: decodeRowsTimed / Math.max(1e-9, times.decodeS), prefillS: times.prefillS, decodeS: times.decodeS,
+    ...sharedPrefixes(calls.map((c) => c.ids)), ...js, decodeTps: decodeRows(times) / Math.max(1e-9, times.decodeS), prefillS: times.prefillS, decodeS: times.decodeS,
     items: items.length, cases: cases.length, calls: calls.length, cachedCalls: calls.filter((c) => c.cached).length,
     promptTokens: calls.reduce((s, c) => s + c.ids.length, 0), answerTokens, wallS, tps: answerTokens / wallS, callsPerS: calls.length / wallS,
     prefillComputed: st.prefillTokens, prefixHitTokens: engine.scheduler.prefixStore?.stats.hit ?? 0, peakBatch: st.peakBatch,
@@ -159,7 +158,7 @@ export async function table4BaseChild(): Promise<Record<string, unknown>> {
   const out = {
     calls: calls.length, greedyEqual: equal, promptTokens: calls.reduce((s, c) => s + c.ids.length, 0), answerTokens, wallS,
     tps: answerTokens / wallS, callsPerS: calls.length / wallS, prefillComputed: times.prefillTokens, prefillTps: times.prefillTokens / times.prefillS,
-    decodeTps: times.decodeSteps.length / Math.max(1e-9, times.decodeS), prefillS: times.prefillS, decodeS: times.decodeS,
+    decodeTps: decodeRows(times) / Math.max(1e-9, times.decodeS), prefillS: times.prefillS, decodeS: times.decodeS,
     slots: times.slots, maskedFlops: maskedFlopShare(T4_SHAPE, times.slots), peakRss: peakRss(), load: loadavg(),
   };
   await engine.dispose();

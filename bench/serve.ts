@@ -29,7 +29,7 @@ import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { installTokenizer } from '../src/prompts/tokenizer.ts';
 import { sharedPath } from '../test/helpers/shared.ts';
 import { finishBench, flag, loadavg, runChild } from './common.ts';
-import { emptyTimes, timeSteps } from './step-timer.ts';
+import { decodeRows, emptyTimes, timeSteps } from './step-timer.ts';
 import { T4_SHAPE, T4_TEMPLATE } from './generate-table4.ts';
 
 const repo = resolve(fileURLToPath(import.meta.url), '..', '..');
@@ -81,17 +81,19 @@ async function ask(url: string, prompt: string, maxTokens: number): Promise<Answ
   }
 }
 
-/** `requests` requests from `clients` clients (each sends its next request when its answer arrives) */
-async function level(url: string, clients: number, requests: number, first: number, words: number, maxTokens: number) {
+/** requests 0..requests−1 sent by `clients` clients, each sending its next request when its answer arrives */
+async function clientLoop(clients: number, requests: number, one: (i: number) => Promise<void>): Promise<void> {
   let next = 0;
+  await Promise.all(Array.from({ length: clients }, async () => {
+    while (next < requests) await one(next++);
+  }));
+}
+
+/** `requests` requests from `clients` clients over HTTP */
+async function level(url: string, clients: number, requests: number, first: number, words: number, maxTokens: number) {
   const answers: Answer[] = [];
   const t0 = performance.now();
-  await Promise.all(Array.from({ length: clients }, async () => {
-    while (next < requests) {
-      const i = next++;
-      answers.push(await ask(url, promptOf(first + i, words), maxTokens));
-    }
-  }));
+  await clientLoop(clients, requests, async (i) => { answers.push(await ask(url, promptOf(first + i, words), maxTokens)); });
   const wallS = (performance.now() - t0) / 1000;
   const good = answers.filter((a) => a.ok);
   const ms = good.map((a) => a.ms).sort((a, b) => a - b);
@@ -125,16 +127,13 @@ async function engineChild(): Promise<Record<string, unknown>> {
   for (let r = 0; r < rounds; r++) {
     for (const c of r % 2 === 0 ? levels : [...levels].reverse()) {
       Object.assign(times, emptyTimes());
-      let next = 0;
       let tokens = 0;
       const base = first;
       first += requests;
       const t0 = performance.now();
-      await Promise.all(Array.from({ length: c }, async () => {
-        while (next < requests) { const reply = await ask1(base + next++); tokens += reply.completionTokens; }
-      }));
+      await clientLoop(c, requests, async (i) => { tokens += (await ask1(base + i)).completionTokens; });
       const wallS = (performance.now() - t0) / 1000;
-      const rows = times.decodeSteps.reduce((a, x) => a + x.batch, 0);
+      const rows = decodeRows(times);
       const m = { clients: c, wallS, rps: requests / wallS, prefillPerReq: times.prefillS / requests, decodePerReq: times.decodeS / requests,
         otherPerReq: (wallS - times.prefillS - times.decodeS) / requests, rowsPerStep: rows / Math.max(1, times.decodeSteps.length), tokens, load: loadavg() };
       process.stderr.write(`  in process, ${c} caller(s): ${m.rps.toFixed(2)} req/s, prefill ${m.prefillPerReq.toFixed(3)} s + decode ${m.decodePerReq.toFixed(3)} s per request, ${m.rowsPerStep.toFixed(1)} rows/step (load ${m.load})\n`);

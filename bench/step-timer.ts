@@ -22,6 +22,9 @@ interface StepLike {
   past: { length: number; keys: { dims: readonly number[] }[] } | null;
 }
 
+/** rows the timed decode steps produced (one token each) */
+export const decodeRows = (t: StepTimes): number => t.decodeSteps.reduce((a, x) => a + x.batch, 0);
+
 export const emptyTimes = (): StepTimes => ({ prefillS: 0, prefillTokens: 0, decodeS: 0, decodeSteps: [], slots: { computed: 0, leftMasked: 0, rightUnused: 0, rows: 0 } });
 
 /** Wrap `engine.step` so every call adds to the returned `times` (reset with `Object.assign(times, emptyTimes())`). */

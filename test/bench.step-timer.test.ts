@@ -2,7 +2,7 @@
 // multiply-add share against the formula written out for a small shape.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { emptyTimes, maskedFlopShare, timeSteps } from '../bench/step-timer.ts';
+import { decodeRows, emptyTimes, maskedFlopShare, timeSteps } from '../bench/step-timer.ts';
 
 const past = (length: number, capacity: number) => ({ length, keys: [{ dims: [3, 1, capacity, 4] }] });
 
@@ -20,6 +20,7 @@ test('timeSteps: decode steps count computed, left-masked and unused slots; pref
   assert.equal(times.prefillTokens, 7);
   assert.equal(times.decodeSteps.length, 2);
   assert.deepEqual(times.decodeSteps.map((s) => s.batch), [3, 2]);
+  assert.equal(decodeRows(times), 3 + 2);
   // computed: 3·17 + 2·17; left: (0+4+9) + (2+2); unused right of the length: 3·6 + 2·5
   assert.deepEqual(times.slots, { computed: 85, leftMasked: 17, rightUnused: 28, rows: 5 });
   Object.assign(times, emptyTimes());

@@ -284,6 +284,7 @@ export class Scheduler {
 
   /** waiting → prefilling while fewer than maxRunning are in flight and (under a memory plan) the decode batch fits */
   private admit(): void {
+    if (this.waiting.length === 0) return;
     // rows whose decode sets differ are fed one set each (stacked per row): counted in the step when any differ
     const keys = new Set<string>();
     for (const q of [...this.waiting, ...this.prefilling, ...[...this.groups.values()].flatMap((g) => g.seqs)]) keys.add(`${q.steerKey}|${q.projectKey}`);
