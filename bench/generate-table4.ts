@@ -97,11 +97,22 @@ export async function table4NewChild(): Promise<Record<string, unknown>> {
     promptTokens: calls.reduce((s, c) => s + c.ids.length, 0), answerTokens, wallS, tps: answerTokens / wallS, callsPerS: calls.length / wallS,
     prefillComputed: st.prefillTokens, prefixHitTokens: engine.scheduler.prefixStore?.stats.hit ?? 0, peakBatch: st.peakBatch,
     decodeRowsPerStep: st.decodeRows / Math.max(1, st.decodeSteps), prefillTps: times.prefillTokens / times.prefillS,
+    schedulerS: st.seconds,
     slots: times.slots, maskedFlops: maskedFlopShare(T4_SHAPE, times.slots), peakRss: peakRss(), load: loadavg(),
     promptLengths: [Math.min(...calls.map((c) => c.ids.length)), Math.max(...calls.map((c) => c.ids.length))],
   };
   await engine.dispose();
   return out;
+}
+
+type SchedulerSeconds = { loop: number; steps: number; prefixCache: number; rowKv: number; choose: number };
+
+/** The new path's time outside model steps split by the scheduler's own clocks (run/scheduler.ts stats.seconds). */
+export function outsideSteps(wallS: number, s: SchedulerSeconds, templateS: number): string {
+  const js = s.loop - s.steps - s.prefixCache - s.rowKv - s.choose;
+  return `outside steps (new), by the scheduler's clocks: ${fmt(wallS - s.loop)} s with nothing to run (the runner between calls, waits on dependent calls, `
+    + `of it ${fmt(templateS, 2)} s rendering + tokenising), inside its loop ${fmt(s.prefixCache, 2)} s prefix-cache lookups and block copies, `
+    + `${fmt(s.rowKv, 2)} s decode-buffer joins / re-layouts / removals, ${fmt(s.choose, 2)} s choosing tokens (argmax over the logits), ${fmt(js, 2)} s other scheduler JS`;
 }
 
 /**
@@ -231,6 +242,7 @@ export async function table4Main(script: string): Promise<void> {
     const total = nn.sharedTokens! + nn.uniqueTokens!;
     out.push(`prompt tokens: ${nn.sharedTokens} (${fmt((100 * nn.sharedTokens!) / total, 1)} %) a prefix shared with an earlier call, ${nn.uniqueTokens} unique to their call (the least any prefix cache leaves to compute)`,
       `time inside steps (new): prefill ${fmt(nn.prefillS)} s at ${fmt(nn.prefillTps, 0)} tok/s, decode ${fmt(nn.decodeS)} s at ${fmt(nn.decodeTps, 1)} rows/s; outside steps ${fmt(nn.wallS! - nn.prefillS! - nn.decodeS!)} s of ${fmt(nn.wallS)} s (template rendering ${fmt(nn.renderS, 2)} s, tokenising ${fmt(nn.encodeS, 2)} s)`,
+      ...(n.schedulerS ? [outsideSteps(nn.wallS!, n.schedulerS as SchedulerSeconds, nn.renderS! + nn.encodeS!)] : []),
       `time inside steps (base): prefill ${fmt(bb.prefillS)} s at ${fmt(bb.prefillTps, 0)} tok/s, decode ${fmt(bb.decodeS)} s at ${fmt(bb.decodeTps, 1)} tok/s; outside steps ${fmt(bb.wallS! - bb.prefillS! - bb.decodeS!)} s`,
       `ceiling new/base (base wall ÷ [computed prompt tokens ÷ prefill rate + answer tokens ÷ new batched decode rate]): `
       + `${fmt(ceiling(bb.wallS!, nn.prefillComputed!, nn.prefillTps!, nn.answerTokens!, nn.decodeTps!), 2)}× at the new path's prefill rate and its computed tokens; `

@@ -38,7 +38,7 @@ import { argmax } from './argmax.ts';
 import { callInterventions, interventionInputs, type InterventionInputs } from './batch.ts';
 import { checkIds } from './forward.ts';
 import { generationHooks } from './hooked.ts';
-import { hiddenRows, type StepHooks, type Stepper } from './step.ts';
+import { hiddenRows, type StepHooks, type StepOutput, type Stepper } from './step.ts';
 
 export interface SchedulerOptions {
   /** most tokens per iteration: the decode rows plus the prefill chunks (default 512) */
@@ -64,6 +64,13 @@ export interface SchedulerStats {
   promptTokens: number;
   /** most sequences decoding in one step */
   peakBatch: number;
+  /**
+   * wall seconds: `loop` while the scheduler had work (the rest of a caller's time it was idle, waiting for
+   * submits); of it, awaiting model steps (`steps`), the prefix cache's lookups and block copies (`prefixCache`),
+   * the decode buffer's row joins, re-layouts and removals (`rowKv`), and choosing tokens from logits (`choose`);
+   * loop − the four = the rest of the scheduler's JS (admission, feeds, intervention sets)
+   */
+  seconds: { loop: number; steps: number; prefixCache: number; rowKv: number; choose: number };
 }
 
 /** the projection inputs of a step (one set, or one per row) */
@@ -138,7 +145,10 @@ const hooksDigest = (h: StepHooks): string => {
 };
 
 export class Scheduler {
-  readonly stats: SchedulerStats = { sequences: 0, decodeSteps: 0, decodeRows: 0, prefillChunks: 0, prefillTokens: 0, promptTokens: 0, peakBatch: 0 };
+  readonly stats: SchedulerStats = {
+    sequences: 0, decodeSteps: 0, decodeRows: 0, prefillChunks: 0, prefillTokens: 0, promptTokens: 0, peakBatch: 0,
+    seconds: { loop: 0, steps: 0, prefixCache: 0, rowKv: 0, choose: 0 },
+  };
   stepTokens: number;
   maxRunning: number;
   /** the prefix cache (null when off: a dynamic-NTK RoPE makes a prefix's KV depend on the whole prompt's length) */
@@ -218,12 +228,33 @@ export class Scheduler {
   }
 
   private async loop(): Promise<void> {
+    const t0 = performance.now();
     try {
       while (this.waiting.length || this.prefilling.length || this.groups.size) await this.iteration();
     } catch (e) {
       this.failAll(e);
     } finally {
       this.looping = false;
+      this.stats.seconds.loop += (performance.now() - t0) / 1000;
+    }
+  }
+
+  /** f() with its wall time added to stats.seconds[key] */
+  private timed<R>(key: Exclude<keyof SchedulerStats['seconds'], 'loop'>, f: () => R): R {
+    const t = performance.now();
+    try {
+      return f();
+    } finally {
+      this.stats.seconds[key] += (performance.now() - t) / 1000;
+    }
+  }
+
+  private async timedStep(f: () => Promise<StepOutput>): Promise<StepOutput> {
+    const t = performance.now();
+    try {
+      return await f();
+    } finally {
+      this.stats.seconds.steps += (performance.now() - t) / 1000;
     }
   }
 
@@ -248,7 +279,7 @@ export class Scheduler {
     let budget = full;
     while (this.prefilling.length) {
       const q = this.prefilling[0]!;
-      if (q.chain === null && q.filled === 0) this.startPrefill(q); // a prefix hit shortens what is left
+      if (q.chain === null && q.filled === 0) this.timed('prefixCache', () => this.startPrefill(q)); // a prefix hit shortens what is left
       const T = this.chunkTokens(q, full);
       if (budget < full && T > budget) break;
       try {
@@ -322,13 +353,13 @@ export class Scheduler {
     const n = q.ids.length;
     const last = q.filled + T === n;
     const ids = BigInt64Array.from(q.ids.slice(q.filled, q.filled + T), (x) => BigInt(x));
-    const out = await this.s.prefill({
+    const out = await this.timedStep(() => this.s.prefill({
       ids, batch: 1, width: T, starts: [0], past: q.kv, steer: q.prefillIv.steer, project: q.prefillIv, ...(q.hooks ? { hooks: q.hooks } : {}),
       hiddenIndex: last && q.wantPromptHidden ? [T - 1] : [],
       logitsIndex: last && q.maxNew > 0 ? [T - 1] : [],
       ropeLength: [n], // dynamic-NTK RoPE: the whole prompt's length in every chunk, as one prefill step
       reserve: n - q.filled - T,
-    });
+    }));
     q.kv = out.present;
     q.filled += T;
     this.stats.prefillChunks++;
@@ -337,7 +368,8 @@ export class Scheduler {
     if (store && q.chain) {
       const full = Math.floor(q.filled / store.blockTokens);
       if (full > q.stored) {
-        store.write(q.chain, q.stored, full, { keys: q.kv!.keys.map((t) => t.data as Float32Array), values: q.kv!.values.map((t) => t.data as Float32Array), capacity: kvCapacity(q.kv!) });
+        const kv = q.kv!;
+        this.timed('prefixCache', () => store.write(q.chain!, q.stored, full, { keys: kv.keys.map((t) => t.data as Float32Array), values: kv.values.map((t) => t.data as Float32Array), capacity: kvCapacity(kv) }));
         q.stored = full;
       }
     }
@@ -390,7 +422,7 @@ export class Scheduler {
     const chunk = Math.max(1, this.stepTokens - g.seqs.length - 1 - coming.length);
     const steps = coming.reduce((a, x) => a + Math.ceil((x.ids.length - x.filled) / chunk), 0);
     const expect = { rows: coming.length, length: Math.max(0, ...coming.map((x) => x.ids.length)), steps };
-    g.kv.addRow({ keys: kv.keys.map((t) => t.data as Float32Array), values: kv.values.map((t) => t.data as Float32Array), capacity: kvCapacity(kv), length: kv.length }, this.ahead(g, q), expect);
+    this.timed('rowKv', () => g.kv.addRow({ keys: kv.keys.map((t) => t.data as Float32Array), values: kv.values.map((t) => t.data as Float32Array), capacity: kvCapacity(kv), length: kv.length }, this.ahead(g, q), expect));
     g.seqs.push(q);
     q.kv = null;
   }
@@ -404,15 +436,17 @@ export class Scheduler {
 
   /** greedy choice from one row of logits; marks the sequence finished at a stop id or maxNewTokens */
   private choose(q: Seq, row: Float32Array): void {
+    const t = performance.now();
     const tok = argmax(row);
     q.result.generatedIds.push(tok);
     if (q.wantStepLogits) q.stepLogits.push(row.slice());
     if (q.stop.has(tok)) { q.finished = true; q.result.finish = 'stop'; } else if (q.result.generatedIds.length >= q.maxNew) { q.finished = true; q.result.finish = 'length'; }
+    this.stats.seconds.choose += (performance.now() - t) / 1000;
   }
 
   /** one new token for every row of a group (finished rows only for the first token's hidden state) */
   private async decodeStep(g: Group): Promise<void> {
-    g.kv.reserve(this.ahead(g));
+    this.timed('rowKv', () => g.kv.reserve(this.ahead(g)));
     const B = g.seqs.length;
     const fed = BigInt64Array.from(g.seqs, (q) => BigInt(q.result.generatedIds.at(-1)!));
     const hiddenRowsWanted: number[] = [];
@@ -423,11 +457,11 @@ export class Scheduler {
     });
     const past = g.kv.view();
     const { steer, project, hooks } = this.rowInterventions(g);
-    const out = await this.s.step({
+    const out = await this.timedStep(() => this.s.step({
       ids: fed, batch: B, width: 1, starts: past.starts, past, steer, project, ...(hooks ? { hooks } : {}),
       hiddenIndex: hiddenRowsWanted, logitsIndex: logitRows, reserve: 0,
-    });
-    g.kv.advance(out.present!);
+    }));
+    this.timed('rowKv', () => g.kv.advance(out.present!));
     this.stats.decodeSteps++;
     this.stats.decodeRows += B;
     this.stats.peakBatch = Math.max(this.stats.peakBatch, B);
@@ -472,7 +506,7 @@ export class Scheduler {
     for (let b = g.seqs.length - 1; b >= 0; b--) {
       const q = g.seqs[b]!;
       if (!leaves(q)) continue;
-      const moved = g.kv.removeRow(b);
+      const moved = this.timed('rowKv', () => g.kv.removeRow(b));
       if (moved >= 0) g.seqs[b] = g.seqs[moved]!;
       g.seqs.pop();
       this.complete(q, finish ?? q.result.finish);

@@ -170,9 +170,13 @@ export class RowKv {
     if (b < 0 || b > last) throw new Error(`RowKv: no row ${b}`);
     let moved = -1;
     if (b !== last) {
-      const stride = this.kvHeads * this.capacity * this.headDim;
+      // only the last row's real slots move (per head): its masked left part and the room right of length are never read
+      const { kvHeads: kvH, headDim: hd, capacity: C } = this;
+      const s = this.starts[last]!;
       for (const bufs of [this.keys, this.values]) {
-        for (const t of bufs) t.copyWithin(b * stride, last * stride, (last + 1) * stride);
+        for (const t of bufs) {
+          for (let h = 0; h < kvH; h++) t.copyWithin(((b * kvH + h) * C + s) * hd, ((last * kvH + h) * C + s) * hd, ((last * kvH + h) * C + this.length) * hd);
+        }
       }
       this.starts[b] = this.starts[last]!;
       moved = last;
