@@ -188,6 +188,49 @@ describe(`scheduler vs Float64 oracle (random ${family}, GQA)`, () => {
     check('C2', [...C, 9, 8], r2, o);
   });
 
+  test('packed prefill: short prompts arriving together prefill as the rows of one step, exact against the oracle', async () => {
+    const o: GenerateOptions = { maxNewTokens: 4, stopIds: [], returnStepLogits: true, returnFirstTokenHidden: true, returnPromptLastHidden: true };
+    const P22 = prompt(40, 22, V);
+    const B3 = prompt(43, 7, V);
+    const calls = [
+      [...P22, ...prompt(41, 6, V)], // hit 20 of 28: 8 to compute (the pack's width)
+      [...P22, ...prompt(42, 3, V)], // hit 20 of 25: 5 to compute, 3 cached tokens recomputed beside it
+      B3, // no past: its empty past would mask most of what it attends next to the first two — the next pack
+      prompt(44, 5, V), // packs with B3, left-padded by 2
+      [...B3.slice(0, 4), 7, 9], // its first block is B3's: waits for B3 to store it, then hits 4
+    ];
+    const run = async (packTokens: number) => {
+      const sched = new Scheduler(engine, { blockTokens: 4, packTokens });
+      await sched.submit([...P22, ...prompt(45, 5, V)], o); // stores P22's first 5 blocks
+      const hit0 = sched.prefixStore!.stats.hit;
+      const got = await Promise.all(calls.map((ids) => sched.submit(ids, o)));
+      return { got, stats: sched.stats, hit: sched.prefixStore!.stats.hit - hit0 };
+    };
+    const packed = await run(128);
+    packed.got.forEach((r, i) => check(`packed ${i}`, calls[i]!, r, o));
+    assert.equal(packed.stats.packedSteps, 2, 'two packs: the two prompts on P22, then the two without a past');
+    assert.equal(packed.stats.packedRows, 4);
+    assert.equal(packed.stats.packWaste, 3 + 2, '3 recomputed, 2 pads');
+    assert.equal(packed.hit, 20 + 20 + 4, 'the prefix cache serves the packed rows and the one that waited');
+    const alone = await run(0);
+    assert.equal(alone.stats.packedSteps, 0, 'packTokens 0: one step per prefill');
+    assert.equal(alone.hit, packed.hit);
+    alone.got.forEach((r, i) => assert.deepEqual(r.generatedIds, packed.got[i]!.generatedIds, `call ${i}: same ids packed or not`));
+    // the prefill's interventions key the pack: steered prompts pack together, apart from unsteered ones; a throwing
+    // haltAfterPrefill rejects only its own call
+    const sched = new Scheduler(engine, { prefixCacheBytes: 0 });
+    const steer: Steering = { layer: 1, vector: steerVec, alpha: 2 };
+    const ps = [prompt(50, 6, V), prompt(51, 7, V), prompt(52, 6, V), prompt(53, 7, V), prompt(54, 6, V)];
+    const opts: GenerateOptions[] = [{ ...o, steer }, o, { ...o, steer }, o, { ...o, haltAfterPrefill: () => { throw new Error('halt hook failed'); } }];
+    const runs = ps.map((ids, i) => sched.submit(ids, opts[i]!));
+    await assert.rejects(runs[4]!, /halt hook failed/);
+    const rs = await Promise.all(runs.slice(0, 4));
+    rs.forEach((r, i) => check(`steered pack ${i}`, ps[i]!, r, opts[i]!));
+    assert.equal(sched.stats.packedSteps, 2, 'the steered pair, then the three unsteered');
+    assert.equal(sched.stats.packedRows, 5);
+    assert.equal(sched.inFlight, 0);
+  });
+
   test('prefix cache is bounded: LRU eviction keeps the bytes under the limit and results unchanged', async () => {
     const blk = new Scheduler(engine, { blockTokens: 4 }).prefixStore!.blockBytes;
     const sched = new Scheduler(engine, { blockTokens: 4, prefixCacheBytes: 5 * blk });
@@ -225,7 +268,12 @@ describe(`scheduler vs Float64 oracle (random ${family}, GQA)`, () => {
     const seen: [number, number | undefined][] = [];
     const probing = Object.create(engine) as OnnxEngine;
     Object.defineProperty(probing, 'memoryFits', {
-      value: (shapes: (B: number, P: number) => { sets?: number }[]) => (B: number, P: number) => { seen.push([B, shapes(B, P)[0]!.sets]); return true; },
+      // decode-step shapes only (width 1): packed prefill steps ask for their own shape too
+      value: (shapes: (B: number, P: number) => { sets?: number; width: number }[]) => (B: number, P: number) => {
+        const s = shapes(B, P)[0]!;
+        if (s.width === 1) seen.push([B, s.sets]);
+        return true;
+      },
     });
     const sched = new Scheduler(probing, { prefixCacheBytes: 0 });
     const vector = new Float32Array(engine.dModel).fill(0.1);

@@ -31,12 +31,14 @@ import { createHash } from 'node:crypto';
 import { SafekeepError } from '../../util/errors.ts';
 import { HOOK_IO, hookSelectionKey } from '../graph/hooks.ts';
 import { KvBlockStore } from '../runtime/kv-blocks.ts';
-import { kvCapacity, kvOfArrays, KV_CHUNK, type KvCache } from '../runtime/kv.ts';
+import * as ort from 'onnxruntime-node';
+import { appendKv, kvCapacity, kvOfArrays, KV_CHUNK, type KvCache } from '../runtime/kv.ts';
 import { RowKv } from '../runtime/row-kv.ts';
 import type { GenerateOptions, GenerateResult } from '../types.ts';
 import { argmax } from './argmax.ts';
 import { callInterventions, interventionInputs, type InterventionInputs } from './batch.ts';
 import { checkIds } from './forward.ts';
+import { choosePack, packLayout, type PackLayout } from './prefill-pack.ts';
 import { generationHooks } from './hooked.ts';
 import { hiddenRows, type StepHooks, type StepOutput, type Stepper } from './step.ts';
 
@@ -49,6 +51,11 @@ export interface SchedulerOptions {
   prefixCacheBytes?: number;
   /** tokens per prefix-cache block (default 16) */
   blockTokens?: number;
+  /**
+   * most tokens per row of a packed prefill step (run/prefill-pack.ts: the last chunks of several prompts as the rows
+   * of one step; default 128, 0 = every prefill chunk its own step)
+   */
+  packTokens?: number;
 }
 
 export interface SchedulerStats {
@@ -64,6 +71,10 @@ export interface SchedulerStats {
   promptTokens: number;
   /** most sequences decoding in one step */
   peakBatch: number;
+  /** packed prefill steps, the sequences they prefilled, and their slots computed but not kept (pads, recomputed) */
+  packedSteps: number;
+  packedRows: number;
+  packWaste: number;
   /**
    * wall seconds: `loop` while the scheduler had work (the rest of a caller's time it was idle, waiting for
    * submits); of it, awaiting model steps (`steps`), the prefix cache's lookups and block copies (`prefixCache`),
@@ -77,6 +88,10 @@ export interface SchedulerStats {
 type Projection = Pick<InterventionInputs, 'dir' | 'value'>;
 
 const DEFAULT_PREFIX_BYTES = 256 * 2 ** 20;
+/** a pack computes at most this share of its slots for nothing (pads, recomputed cached tokens) */
+const PACK_MAX_WASTE = 0.25;
+/** and masks at most this share of the past slots its rows attend (rows whose past is shorter than the longest) */
+const PACK_MAX_MASKED_PAST = 0.25;
 
 /** A decode batch: the running sequences that share a graph (no hook edits, or edits at the same hook points). */
 interface Group {
@@ -117,6 +132,8 @@ interface Seq {
   filled: number;
   /** prefix-cache keys of the prompt's full blocks (null until the prefill starts, or without a cache) */
   chain: string[] | null;
+  /** the same keys, computed once (before the prefill starts when a pack looks at the sequence) */
+  keys: string[] | null;
   /** full blocks already in the store */
   stored: number;
   result: GenerateResult;
@@ -146,11 +163,12 @@ const hooksDigest = (h: StepHooks): string => {
 
 export class Scheduler {
   readonly stats: SchedulerStats = {
-    sequences: 0, decodeSteps: 0, decodeRows: 0, prefillChunks: 0, prefillTokens: 0, promptTokens: 0, peakBatch: 0,
+    sequences: 0, decodeSteps: 0, decodeRows: 0, prefillChunks: 0, prefillTokens: 0, promptTokens: 0, peakBatch: 0, packedSteps: 0, packedRows: 0, packWaste: 0,
     seconds: { loop: 0, steps: 0, prefixCache: 0, rowKv: 0, choose: 0 },
   };
   stepTokens: number;
   maxRunning: number;
+  packTokens: number;
   /** the prefix cache (null when off: a dynamic-NTK RoPE makes a prefix's KV depend on the whole prompt's length) */
   readonly prefixStore: KvBlockStore | null;
   private readonly waiting: Seq[] = [];
@@ -161,6 +179,8 @@ export class Scheduler {
   constructor(private readonly s: Stepper, o: SchedulerOptions = {}) {
     this.stepTokens = positive(o.stepTokens ?? 512, 'stepTokens');
     this.maxRunning = positive(o.maxRunning ?? 64, 'maxRunning');
+    this.packTokens = o.packTokens ?? 128;
+    if (!Number.isInteger(this.packTokens) || this.packTokens < 0) throw new SafekeepError(`packTokens must be a non-negative integer, got ${this.packTokens}`);
     const c = s.config;
     const bytes = o.prefixCacheBytes ?? s.memoryPlan?.prefixCacheBytes ?? DEFAULT_PREFIX_BYTES;
     this.prefixStore = bytes > 0 && c.rope.type !== 'dynamic'
@@ -211,7 +231,7 @@ export class Scheduler {
         steerKey: digest([decodeIv.steer]),
         projectKey: digest([decodeIv.dir, decodeIv.value]),
         prefillSalt: digest([prefillIv.steer, prefillIv.dir, prefillIv.value]) + hookKey,
-        kv: null, filled: 0, chain: null, stored: 0,
+        kv: null, filled: 0, chain: null, keys: null, stored: 0,
         result: { generatedIds: [], finish: 'length' }, stepLogits: [], finished: false, resolve, reject,
       };
       this.waiting.push(seq);
@@ -282,6 +302,12 @@ export class Scheduler {
       if (q.chain === null && q.filled === 0) this.timed('prefixCache', () => this.startPrefill(q)); // a prefix hit shortens what is left
       const T = this.chunkTokens(q, full);
       if (budget < full && T > budget) break;
+      const pack = T === q.ids.length - q.filled ? this.packWith(q, budget) : null;
+      if (pack) {
+        budget -= pack.seqs.length * pack.layout.width;
+        await this.runPack(pack.seqs, pack.layout);
+        continue;
+      }
       try {
         await this.prefillChunk(q, T);
         budget -= T;
@@ -339,6 +365,143 @@ export class Scheduler {
     }
   }
 
+  /** q's prefix-cache keys (computed once; [] without a cache) */
+  private keysOf(q: Seq): string[] {
+    return (q.keys ??= this.prefixStore ? this.prefixStore.chain(q.ids, q.prefillSalt) : []);
+  }
+
+  /**
+   * The prefilling sequences whose whole rest joins q's in one packed step (prefill-pack.ts), or null for q alone.
+   * Candidates: no hook edits (their captures and per-step feeds stay one sequence per step), q's prefill
+   * interventions, and not waiting for a prefix a pack member is about to compute — a prompt whose first uncached
+   * block is one of a member's computes it once, in a later step, from the member's stored blocks instead of twice.
+   */
+  private packWith(q: Seq, budget: number): { seqs: Seq[]; layout: PackLayout } | null {
+    if (this.packTokens === 0 || q.hooks || this.prefilling.length < 2 || q.ids.length - q.filled > this.packTokens) return null;
+    const store = this.prefixStore;
+    const claimed = new Set(this.keysOf(q));
+    const seqs = [q];
+    const limits = { maxWidth: this.packTokens, budget, maxWaste: PACK_MAX_WASTE, maxMaskedPast: PACK_MAX_MASKED_PAST };
+    const chunkOf = (y: Seq) => ({ filled: y.filled, end: y.ids.length });
+    for (const x of this.prefilling.slice(1)) {
+      if (x.hooks || x.prefillSalt !== q.prefillSalt) continue;
+      // a sequence not started is looked at by what its prefix lookup would give now, and started only when it joins
+      // (one left out stays unstarted: its lookup, later, finds what this pack stores)
+      let chunk = chunkOf(x);
+      const fresh = x.chain === null && x.filled === 0;
+      if (fresh) {
+        const keys = this.keysOf(x);
+        const hit = store ? store.cachedBlocks(keys, x.ids.length - 1) : 0;
+        if (hit < keys.length && claimed.has(keys[hit]!)) continue;
+        chunk = { filled: hit * (store?.blockTokens ?? 0), end: x.ids.length };
+      }
+      const chunks = [...seqs.map(chunkOf), chunk];
+      const lay = packLayout(chunks);
+      const fits = this.s.memoryFits((B, W) => [{ batch: B, width: W, past: lay.past, hidden: B, logits: B, present: true }]);
+      if (choosePack(chunks, limits, fits ? (l) => fits(chunks.length, l.width) : undefined).length < chunks.length) continue;
+      if (fresh) this.timed('prefixCache', () => this.startPrefill(x));
+      seqs.push(x);
+      for (const k of this.keysOf(x)) claimed.add(k);
+    }
+    return seqs.length > 1 ? { seqs, layout: packLayout(seqs.map((y) => ({ filled: y.filled, end: y.ids.length }))) } : null;
+  }
+
+  /**
+   * Prefill the rest of every sequence of a pack in one step (layout: prefill-pack.ts), then each joins its decode
+   * group. A failed step rejects the pack's sequences; a caller's haltAfterPrefill throwing rejects only its own.
+   */
+  private async runPack(seqs: Seq[], lay: PackLayout): Promise<void> {
+    for (const q of seqs) this.prefilling.splice(this.prefilling.indexOf(q), 1);
+    const c = this.s.config;
+    const { numKvHeads: kvH, headDim: hd, numLayers: L } = c;
+    const B = seqs.length;
+    const W = lay.width;
+    const C = lay.past + W; // the past's buffer with room for the new slots: the step appends them in place
+    let out: StepOutput;
+    try {
+      const ids = new BigInt64Array(B * W);
+      seqs.forEach((q, b) => {
+        const r = lay.rows[b]!;
+        const toks = q.ids.slice(r.from, q.ids.length);
+        ids.set(BigInt64Array.from(toks, (x) => BigInt(x)), b * W + W - toks.length);
+      });
+      let past: KvCache | null = null;
+      if (lay.past > 0) {
+        const keys: Float32Array[] = [];
+        const values: Float32Array[] = [];
+        this.timed('rowKv', () => {
+          for (let l = 0; l < L; l++) {
+            const k = new Float32Array(B * kvH * C * hd);
+            const v = new Float32Array(B * kvH * C * hd);
+            seqs.forEach((q, b) => {
+              const n = lay.rows[b]!.pastLen;
+              if (n === 0) return;
+              const cap = kvCapacity(q.kv!);
+              const sk = q.kv!.keys[l]!.data as Float32Array;
+              const sv = q.kv!.values[l]!.data as Float32Array;
+              for (let h = 0; h < kvH; h++) {
+                const to = ((b * kvH + h) * C + lay.past - n) * hd;
+                k.set(sk.subarray(h * cap * hd, (h * cap + n) * hd), to);
+                v.set(sv.subarray(h * cap * hd, (h * cap + n) * hd), to);
+              }
+            });
+            keys.push(k);
+            values.push(v);
+          }
+        });
+        const dims = [B, kvH, C, hd];
+        const tensor = (x: Float32Array) => new ort.Tensor('float32', x, dims);
+        past = { keys: keys.map(tensor), values: values.map(tensor), batch: B, length: lay.past, starts: lay.rows.map((r) => r.start) };
+      }
+      const hiddenRowsWanted = seqs.flatMap((q, b) => (q.wantPromptHidden ? [b] : []));
+      const logitRows = seqs.flatMap((q, b) => (q.maxNew > 0 ? [b] : []));
+      const q0 = seqs[0]!;
+      out = await this.timedStep(() => this.s.step({
+        ids, batch: B, width: W, starts: lay.rows.map((r) => r.start), past, steer: q0.prefillIv.steer, project: q0.prefillIv,
+        hiddenIndex: hiddenRowsWanted.map((b) => b * W + W - 1), logitsIndex: logitRows.map((b) => b * W + W - 1),
+        ropeLength: seqs.map((q) => q.ids.length), reserve: 0,
+      }));
+      const V = this.s.vocabSize;
+      const L1 = L + 1;
+      const present = out.present!;
+      const PC = kvCapacity(present);
+      seqs.forEach((q, b) => {
+        const kept = lay.rows[b]!.kept;
+        const slots = (t: ort.Tensor) => {
+          const data = t.data as Float32Array;
+          const o = new Float32Array(kvH * kept * hd);
+          for (let h = 0; h < kvH; h++) {
+            const from = ((b * kvH + h) * PC + present.length - kept) * hd;
+            o.set(data.subarray(from, from + kept * hd), h * kept * hd);
+          }
+          return o;
+        };
+        q.kv = this.timed('rowKv', () => appendKv(q.kv, present.keys.map(slots), present.values.map(slots), { batch: 1, width: kept, kvHeads: kvH, headDim: hd, starts: [0], reserve: 0 }));
+        const hi = hiddenRowsWanted.indexOf(b);
+        const li = logitRows.indexOf(b);
+        this.prefillOut.set(q, {
+          hidden: hi >= 0 ? hiddenRows(out.hidden, L1, hiddenRowsWanted.length, this.s.dModel, hi, 1) : new Float32Array(0),
+          logits: li >= 0 ? out.logits.subarray(li * V, (li + 1) * V) : new Float32Array(0),
+        });
+        this.afterChunk(q, kept);
+      });
+      this.stats.packedSteps++;
+      this.stats.packedRows += B;
+      this.stats.packWaste += lay.waste;
+    } catch (e) {
+      for (const q of seqs) { q.kv = null; this.prefillOut.delete(q); q.reject(e); }
+      return;
+    }
+    for (const q of seqs) {
+      try {
+        this.endPrefill(q);
+      } catch (e) {
+        q.kv = null;
+        q.reject(e);
+      }
+    }
+  }
+
   /**
    * The next chunk of q's prompt under a per-iteration budget: the rest when it fits, else even chunks (700 tokens in
    * a 512 budget: 350 + 350, not 512 + 188, so no chunk is a short tail; causalChunk in chunked.ts measured why).
@@ -361,6 +524,12 @@ export class Scheduler {
       reserve: n - q.filled - T,
     }));
     q.kv = out.present;
+    this.afterChunk(q, T);
+    if (last) this.prefillOut.set(q, out);
+  }
+
+  /** q's KV now holds T more prompt tokens: count them and store the full blocks they completed */
+  private afterChunk(q: Seq, T: number): void {
     q.filled += T;
     this.stats.prefillChunks++;
     this.stats.prefillTokens += T;
@@ -373,7 +542,6 @@ export class Scheduler {
         q.stored = full;
       }
     }
-    if (last) this.prefillOut.set(q, out);
   }
 
   /** the last prefill step's outputs, until endPrefill reads them */
@@ -384,7 +552,7 @@ export class Scheduler {
     const store = this.prefixStore;
     if (!store) { q.chain = []; return; }
     const n = q.ids.length;
-    q.chain = store.chain(q.ids, q.prefillSalt);
+    q.chain = this.keysOf(q);
     if (q.chain.length === 0) return;
     const c = this.s.config;
     const size = c.numKvHeads * n * c.headDim;

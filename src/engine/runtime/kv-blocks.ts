@@ -53,6 +53,13 @@ export class KvBlockStore {
     return out;
   }
 
+  /** how many blocks `read` would copy now (the cached run along `chain` within maxTokens), touching nothing */
+  cachedBlocks(chain: readonly string[], maxTokens: number): number {
+    let n = 0;
+    while (n < chain.length && (n + 1) * this.blockTokens <= maxTokens && this.blocks.has(chain[n]!)) n++;
+    return n;
+  }
+
   /**
    * The longest run of cached blocks along `chain`, at most `maxTokens` tokens, copied into `dst` (per layer
    * [kvH, dstCapacity, hd], slots from 0). Returns the number of tokens copied. Hits move to the LRU's end.
