@@ -1,5 +1,5 @@
 /**
- * `npm run bench:generate -- --workload table4 [--cases 8 --concurrency 16 --new-tokens 64 --rounds R --threads T
+ * `npm run bench:generate -- --workload table4 [--cases 8 --concurrency 16 --new-tokens 64 --rounds R --threads T --pack-tokens N
  *    --base REV --t4-one --keep DIR --json FILE]`: a Table-4-like workload — the first --cases AgentHarm cases (half
  * harmful, half benign; test_public, as `guard eval --bench agentharm --limit cases/2` loads them) × the four
  * methods (base, safejudge, safeprompt, safekeep), with AgentHarm's agent system prompt and tools, rendered with the
@@ -52,6 +52,7 @@ export async function table4NewChild(): Promise<Record<string, unknown>> {
   const K = Number(flag('new-tokens') ?? 64);
   const cases = agentHarmCases(flag('data')!, Math.max(1, Math.floor(Number(flag('cases') ?? 8) / 2)));
   const engine = await createEngine(model, { threads: Number(flag('threads') ?? 2), cacheDir: flag('cache')!, quiet: true });
+  if (flag('pack-tokens') !== undefined) engine.scheduler.packTokens = Number(flag('pack-tokens'));
   const tok = await loadPromptTokenizer(model, { template: flag('template')! });
   const calls: CallRecord[] = [];
   const byPrompt = new Map<string, number[]>();
@@ -97,7 +98,7 @@ export async function table4NewChild(): Promise<Record<string, unknown>> {
     promptTokens: calls.reduce((s, c) => s + c.ids.length, 0), answerTokens, wallS, tps: answerTokens / wallS, callsPerS: calls.length / wallS,
     prefillComputed: st.prefillTokens, prefixHitTokens: engine.scheduler.prefixStore?.stats.hit ?? 0, peakBatch: st.peakBatch,
     decodeRowsPerStep: st.decodeRows / Math.max(1, st.decodeSteps), prefillTps: times.prefillTokens / times.prefillS,
-    schedulerS: st.seconds,
+    schedulerS: st.seconds, packedSteps: st.packedSteps, packedRows: st.packedRows, packWaste: st.packWaste,
     slots: times.slots, maskedFlops: maskedFlopShare(T4_SHAPE, times.slots), peakRss: peakRss(), load: loadavg(),
     promptLengths: [Math.min(...calls.map((c) => c.ids.length)), Math.max(...calls.map((c) => c.ids.length))],
   };
@@ -207,7 +208,9 @@ export async function table4Main(script: string): Promise<void> {
     rmSync(record, { force: true });
     const common = ['--workload', 'table4', '--model', model, '--threads', String(threads), '--new-tokens', String(K)];
     const node = (args: string[], what: string) => runChild(process.execPath, ['--import', 'tsx', script, '--child', ...common, ...args], what).json;
-    const newArgs = (c: number) => ['--mode', 't4-new', '--data', data!, '--template', template, '--cases', String(nCases), '--concurrency', String(c), '--cache', join(dir, 'cache')];
+    const pack = flag('pack-tokens');
+    const newArgs = (c: number) => ['--mode', 't4-new', '--data', data!, '--template', template, '--cases', String(nCases), '--concurrency', String(c), '--cache', join(dir, 'cache'),
+      ...(pack !== undefined ? ['--pack-tokens', pack] : [])];
     const NEW = `new, guard eval --concurrency ${concurrency} (runner + LocalBackend: scheduler, prefix cache, response cache)`;
     const BASE = `base (${rev}), one call at a time (the same calls replayed)`;
     const ONE = 'new, guard eval --concurrency 1';
@@ -235,7 +238,7 @@ export async function table4Main(script: string): Promise<void> {
     out.push('', `new / base one at a time: ${fmt(speedup, 2)}× (same calls; target ≥ 4×: ${speedup >= 4 ? 'met' : 'NOT met'})`);
     const one = best.get(ONE);
     if (one) out.push(`new --concurrency ${concurrency} / new --concurrency 1: ${fmt((one.wallS as number) / (n.wallS as number), 2)}×; new --concurrency 1 / base: ${fmt((b.wallS as number) / (one.wallS as number), 2)}×`);
-    out.push(`new: ${n.cachedCalls} of ${n.calls} calls answered by the response cache, ${n.prefixHitTokens} prompt tokens served by the prefix cache, decode ${fmt(n.decodeRowsPerStep, 1)} rows per step on average (peak ${n.peakBatch})`,
+    out.push(`new: ${n.cachedCalls} of ${n.calls} calls answered by the response cache, ${n.prefixHitTokens} prompt tokens served by the prefix cache, decode ${fmt(n.decodeRowsPerStep, 1)} rows per step on average (peak ${n.peakBatch}); packed prefill: ${n.packedRows} sequences in ${n.packedSteps} steps, ${n.packWaste} slots computed for nothing`,
       `greedy ids: the base code's equal the new code's in ${b.greedyEqual} of ${b.calls} calls; answer tokens ${n.answerTokens} (new) / ${b.answerTokens} (base)`);
     const nn = n as Record<string, number>;
     const bb = b as Record<string, number>;

@@ -1,9 +1,10 @@
 /**
- * `node --import tsx bench/prefill-probe.ts [--len 1000 --threads 2 --rounds 3]`: one prompt's prefill rate on the
+ * `node --import tsx bench/prefill-probe.ts [--len 1000 --threads 2 --rounds 3 --burst 8 --burst-len 48]`: one prompt's prefill rate on the
  * Table-4 shape (SmolLM2-135M with Llama-3.1's vocabulary, f32, random weights), four ways, in one process, best of
  * --rounds: (a) alone, one submit; (b) inside the scheduler while 8 sequences decode (stepTokens 512: chunks
  * interleaved with decode steps; only its prefill steps timed); (c) after a prefix hit (the last --suffix tokens
- * computed over the cached blocks); plus raw steps by width T and past length P. Prints tokens/s and the 1-min load.
+ * computed over the cached blocks); (d) --burst prompts of --burst-len tokens submitted together, packed prefill
+ * against one step per prompt (`packTokens` 0); plus raw steps by width T and past length P. Prints tokens/s and the 1-min load.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -56,6 +57,25 @@ try {
     `(a) alone, one submit: ${a.toFixed(0)} tok/s`,
     `(b) in the scheduler beside 8 decoding rows (chunks of stepTokens − rows): ${b.toFixed(0)} tok/s`,
     `(c) after a prefix hit, ${suffix} tokens over ${len - suffix} cached: ${c.toFixed(0)} tok/s`];
+  // (d) a burst of short prompts submitted together (concurrent clients' requests): packed prefill (run/prefill-pack.ts)
+  // against one step per prompt, interleaved, best of rounds, wall time from submit to the last first token
+  const burst = Number(flag('burst') ?? 8);
+  const burstLen = Number(flag('burst-len') ?? 48);
+  const packDefault = sch.packTokens;
+  const burstWall = { packed: Infinity, alone: Infinity };
+  for (let r = 0; r < rounds; r++) {
+    for (const mode of r % 2 ? (['alone', 'packed'] as const) : (['packed', 'alone'] as const)) {
+      sch.packTokens = mode === 'packed' ? packDefault : 0;
+      const ps = Array.from({ length: burst }, () => prompt(burstLen));
+      const t = performance.now();
+      await Promise.all(ps.map((p) => sch.submit(p, { maxNewTokens: 1, stopIds: [] })));
+      burstWall[mode] = Math.min(burstWall[mode], (performance.now() - t) / 1000);
+    }
+  }
+  sch.packTokens = packDefault;
+  const burstTps = (s: number) => ((burst * burstLen) / s).toFixed(0);
+  out.push(`(d) ${burst} prompts of ${burstLen} tokens submitted together: packed ${burstTps(burstWall.packed)} tok/s, one step each ${burstTps(burstWall.alone)} tok/s `
+    + `(${(burstWall.alone / burstWall.packed).toFixed(2)}×; wall to the last first token, interleaved)`);
   // raw steps: T new tokens on a past of P (batch 1), best of rounds
   const ids = (T: number) => BigInt64Array.from(prompt(T), (x) => BigInt(x));
   const L = engine.numLayers; const d = engine.dModel;

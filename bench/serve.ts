@@ -127,6 +127,7 @@ async function engineChild(): Promise<Record<string, unknown>> {
   for (let r = 0; r < rounds; r++) {
     for (const c of r % 2 === 0 ? levels : [...levels].reverse()) {
       Object.assign(times, emptyTimes());
+      const packed0 = engine.scheduler.stats.packedRows;
       let tokens = 0;
       const base = first;
       first += requests;
@@ -135,7 +136,7 @@ async function engineChild(): Promise<Record<string, unknown>> {
       const wallS = (performance.now() - t0) / 1000;
       const rows = decodeRows(times);
       const m = { clients: c, wallS, rps: requests / wallS, prefillPerReq: times.prefillS / requests, decodePerReq: times.decodeS / requests,
-        otherPerReq: (wallS - times.prefillS - times.decodeS) / requests, rowsPerStep: rows / Math.max(1, times.decodeSteps.length), tokens, load: loadavg() };
+        otherPerReq: (wallS - times.prefillS - times.decodeS) / requests, rowsPerStep: rows / Math.max(1, times.decodeSteps.length), packedShare: (engine.scheduler.stats.packedRows - packed0) / requests, tokens, load: loadavg() };
       process.stderr.write(`  in process, ${c} caller(s): ${m.rps.toFixed(2)} req/s, prefill ${m.prefillPerReq.toFixed(3)} s + decode ${m.decodePerReq.toFixed(3)} s per request, ${m.rowsPerStep.toFixed(1)} rows/step (load ${m.load})\n`);
       const prev = best.get(c);
       if (!prev || m.rps > prev.rps!) best.set(c, m);
@@ -209,8 +210,8 @@ async function main(): Promise<void> {
       const eC = engineLevels[String(most)]!;
       loads.push(e1.load!, eC.load!);
       out.push('', `Where the time goes: the same requests in process (LocalBackend on the engine, response cache off, no HTTP; fresh child, best of ${rounds}):`, '',
-        '| callers | requests/s | prefill s / request | decode s / request | other s / request | decode rows / step | × 1 caller |', '| --- | --- | --- | --- | --- | --- | --- |');
-      for (const m of [e1, eC]) out.push(`| ${m.clients} | ${fmt(m.rps, 2)} | ${fmt(m.prefillPerReq, 3)} | ${fmt(m.decodePerReq, 3)} | ${fmt(m.otherPerReq, 3)} | ${fmt(m.rowsPerStep)} | ${fmt(m.rps! / e1.rps!, 2)}× |`);
+        '| callers | requests/s | prefill s / request | decode s / request | other s / request | decode rows / step | prompts prefilled in a pack | × 1 caller |', '| --- | --- | --- | --- | --- | --- | --- | --- |');
+      for (const m of [e1, eC]) out.push(`| ${m.clients} | ${fmt(m.rps, 2)} | ${fmt(m.prefillPerReq, 3)} | ${fmt(m.decodePerReq, 3)} | ${fmt(m.otherPerReq, 3)} | ${fmt(m.rowsPerStep)} | ${fmt(100 * (m.packedShare ?? 0), 0)} % | ${fmt(m.rps! / e1.rps!, 2)}× |`);
       // C requests: prefill C·P₁ (compute-bound, no gain from concurrency), decode what C rows together measured
       const ceiling = (most * (e1.prefillPerReq! + e1.decodePerReq!)) / (most * e1.prefillPerReq! + most * eC.decodePerReq!);
       const served = best.get(most) && one ? best.get(most)!.rps / one.rps : NaN;
