@@ -19,7 +19,6 @@ interface StepLike {
   width: number;
   batch: number;
   starts: number[];
-  gaps?: ({ from: number; to: number } | null)[];
   past: { length: number; keys: { dims: readonly number[] }[] } | null;
 }
 
@@ -44,8 +43,7 @@ export function timeSteps<I extends StepLike, O>(engine: { step(inp: I): Promise
       const P = past.length;
       times.slots.computed += inp.batch * (C + 1);
       times.slots.rightUnused += inp.batch * (C - P);
-      // slots masked inside a row's span (runtime/row-kv.ts gaps) count with those left of its start
-      times.slots.leftMasked += inp.starts.reduce((a, x) => a + x, 0) + (inp.gaps ?? []).reduce((a, g) => a + (g ? g.to - g.from : 0), 0);
+      times.slots.leftMasked += inp.starts.reduce((a, x) => a + x, 0);
       times.slots.rows += inp.batch;
     } else {
       times.prefillS += s;

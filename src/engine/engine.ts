@@ -25,7 +25,7 @@ import { generate } from './run/generate.ts';
 import { Scheduler, type SchedulerOptions } from './run/scheduler.ts';
 import { firstTokenShared, forwardShared } from './run/prefix.ts';
 import type { StepInput, StepOutput, Stepper } from './run/step.ts';
-import { appendKv, capacityBias, emptyKv, gapSlots, kvCapacity, KV_CHUNK, type KvCache } from './runtime/kv.ts';
+import { appendKv, capacityBias, emptyKv, kvCapacity, KV_CHUNK, type KvCache } from './runtime/kv.ts';
 import { planMemory, RUNTIME_MARGIN, type MemoryPlan, type StepShape } from './runtime/memory.ts';
 import { openSession } from './runtime/session.ts';
 import type { Engine, FirstTokenSharedOptions, FirstTokenSharedResult, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, SharedForwardOptions, SharedForwardResult } from './types.ts';
@@ -140,14 +140,14 @@ export class OnnxEngine implements Engine, Stepper {
     const C = kvCapacity(past);
     const feeds: Record<string, ort.Tensor> = {
       [IO.inputIds]: new ort.Tensor('int64', inp.ids, [B, T]),
-      [IO.positionIds]: new ort.Tensor('int64', positionIds(B, T, P, inp.starts, inp.gaps), [B, T]),
-      [IO.attnBias]: new ort.Tensor('float32', capacityBias(B, T, P, C, inp.starts, null, inp.gaps), [B, T, C + T]),
-      [IO.ropeInvFreq]: new ort.Tensor('float32', this.invFreqRows(B, inp.ropeLength ?? inp.starts.map((s, b) => P + T - s - gapSlots(inp.gaps, b))), [B, this.config.headDim / 2]),
+      [IO.positionIds]: new ort.Tensor('int64', positionIds(B, T, P, inp.starts), [B, T]),
+      [IO.attnBias]: new ort.Tensor('float32', capacityBias(B, T, P, C, inp.starts), [B, T, C + T]),
+      [IO.ropeInvFreq]: new ort.Tensor('float32', this.invFreqRows(B, inp.ropeLength ?? inp.starts.map((s) => P + T - s)), [B, this.config.headDim / 2]),
       ...this.interventionFeeds(inp),
       [IO.hiddenIndex]: new ort.Tensor('int64', i64(inp.hiddenIndex), [inp.hiddenIndex.length]),
       [IO.logitsIndex]: new ort.Tensor('int64', i64(inp.logitsIndex), [inp.logitsIndex.length]),
     };
-    if (this.window !== null) feeds[IO.attnBiasWindow] = new ort.Tensor('float32', capacityBias(B, T, P, C, inp.starts, this.window, inp.gaps), [B, T, C + T]);
+    if (this.window !== null) feeds[IO.attnBiasWindow] = new ort.Tensor('float32', capacityBias(B, T, P, C, inp.starts, this.window), [B, T, C + T]);
     for (let l = 0; l < this.numLayers; l++) {
       feeds[IO.pastKey(l)] = past.keys[l]!;
       feeds[IO.pastValue(l)] = past.values[l]!;

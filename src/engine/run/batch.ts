@@ -5,7 +5,6 @@
  */
 import { SafekeepError } from '../../util/errors.ts';
 import { MASKED } from '../graph/io.ts';
-import { gapSlots, type SlotGap } from '../runtime/kv.ts';
 import { INTERVENTION_KINDS, STEER_POSITIONS, type Intervention, type PositionSelector, type Steering } from '../types.ts';
 
 interface PaddedBatch {
@@ -30,13 +29,12 @@ export function leftPad(seqs: readonly (readonly number[])[], padId = 0): Padded
 
 /**
  * Position ids [B, T] for T new slots after `past` cached slots; row b's first real slot is `starts[b]`
- * (position = slot - start, less the row's gap: masked slots inside its past; pad slots get 0).
+ * (position = slot - start; pad slots get 0).
  */
-export function positionIds(batch: number, width: number, past: number, starts: readonly number[], gaps?: readonly (SlotGap | null)[]): BigInt64Array {
+export function positionIds(batch: number, width: number, past: number, starts: readonly number[]): BigInt64Array {
   const out = new BigInt64Array(batch * width);
   for (let b = 0; b < batch; b++) {
-    const skip = gapSlots(gaps, b);
-    for (let t = 0; t < width; t++) out[b * width + t] = BigInt(Math.max(0, past + t - starts[b]! - skip));
+    for (let t = 0; t < width; t++) out[b * width + t] = BigInt(Math.max(0, past + t - starts[b]!));
   }
   return out;
 }

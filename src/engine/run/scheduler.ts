@@ -579,8 +579,7 @@ export class Scheduler {
     let g = this.groups.get(q.groupKey);
     if (!g) {
       const c = this.s.config;
-      const gaps = c.attentionWindows.every((w) => w === null);
-      g = { key: q.groupKey, kv: new RowKv(c.numLayers, c.numKvHeads, c.headDim, this.maxRunning, gaps), seqs: [], rowSets: null };
+      g = { key: q.groupKey, kv: new RowKv(c.numLayers, c.numKvHeads, c.headDim, this.maxRunning), seqs: [], rowSets: null };
       this.groups.set(g.key, g);
     }
     const kv = q.kv!;
@@ -627,7 +626,7 @@ export class Scheduler {
     const past = g.kv.view();
     const { steer, project, hooks } = this.rowInterventions(g);
     const out = await this.timedStep(() => this.s.step({
-      ids: fed, batch: B, width: 1, starts: past.starts, ...(past.gaps ? { gaps: past.gaps } : {}), past, steer, project, ...(hooks ? { hooks } : {}),
+      ids: fed, batch: B, width: 1, starts: past.starts, past, steer, project, ...(hooks ? { hooks } : {}),
       hiddenIndex: hiddenRowsWanted, logitsIndex: logitRows, reserve: 0,
     }));
     this.timed('rowKv', () => g.kv.advance(out.present!));

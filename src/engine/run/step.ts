@@ -5,7 +5,7 @@
  */
 import type { ModelConfig } from '../../checkpoint/types.ts';
 import type { HookSelection } from '../graph/hooks.ts';
-import type { KvCache, SlotGap } from '../runtime/kv.ts';
+import type { KvCache } from '../runtime/kv.ts';
 import type { MemoryPlan, StepShape } from '../runtime/memory.ts';
 
 export interface StepInput {
@@ -15,11 +15,6 @@ export interface StepInput {
   width: number;
   /** where each row's real slots start (absolute, counting cached slots) */
   starts: number[];
-  /**
-   * per row, past slots inside its span that hold nothing (runtime/row-kv.ts leaves one when a longer row joins instead
-   * of moving every row): masked, and the row's positions skip them. Not with a sliding window.
-   */
-  gaps?: (SlotGap | null)[];
   past: KvCache | null;
   /**
    * [L+1, d]: row l added to hidden[l] of every row; or one such set per batch row, [B, L+1, d] (row b's set on its T

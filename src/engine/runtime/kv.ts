@@ -29,21 +29,7 @@ export interface KvCache {
   batch: number;
   length: number;
   starts: number[];
-  /** per row, masked slots inside its real span (row-kv.ts: a longer row joined); absent or null = none */
-  gaps?: (SlotGap | null)[];
 }
-
-/** Slots from..to−1 of a row that hold nothing (masked like padding; positions skip them). */
-export interface SlotGap {
-  from: number;
-  to: number;
-}
-
-/** slots inside row b's span that a gap masks */
-export const gapSlots = (gaps: readonly (SlotGap | null)[] | undefined, b: number): number => {
-  const g = gaps?.[b];
-  return g ? g.to - g.from : 0;
-};
 
 /** slots allocated per row (the tensors' dim 2) */
 export function kvCapacity(kv: KvCache): number {
@@ -144,24 +130,20 @@ export function compactKv(kv: KvCache): { keys: Float32Array[]; values: Float32A
 /**
  * Additive attention bias [B, T, C + T] for T new slots on a buffer of capacity C holding P filled slots: column
  * j < C is buffer slot j, visible iff starts[b] ≤ j < P; column C + u is new slot P + u, visible to new slot P + t
- * iff u ≤ t and P + u ≥ starts[b]; a row's gap (from..to−1, inside its past) is masked too. With C = P this is `attentionBias(B, T, P, starts)` (batch.ts). Query rows on pad
+ * iff u ≤ t and P + u ≥ starts[b]. With C = P this is `attentionBias(B, T, P, starts)` (batch.ts). Query rows on pad
  * slots see nothing (a uniform softmax over MASKED, finite, ignored by callers). `window` W (sliding-window layers):
  * additionally only slots within W − 1 of the query (transformers' `kv_idx > q_idx - sliding_window`; real slots are
  * contiguous, so slot distance = position distance).
  */
-export function capacityBias(batch: number, width: number, past: number, capacity: number, starts: readonly number[], window: number | null = null,
-  gaps?: readonly (SlotGap | null)[]): Float32Array {
-  if (window !== null && gaps?.some((g) => g)) throw new Error('capacityBias: gaps with a sliding window (slot distance would not be position distance)');
+export function capacityBias(batch: number, width: number, past: number, capacity: number, starts: readonly number[], window: number | null = null): Float32Array {
   const S = capacity + width;
   const out = new Float32Array(batch * width * S).fill(MASKED);
   for (let b = 0; b < batch; b++) {
     const s = starts[b]!;
-    const gap = gaps?.[b];
     for (let t = 0; t < width; t++) {
       const row = (b * width + t) * S;
       const from = window === null ? s : Math.max(s, past + t - window + 1);
       for (let j = from; j < past; j++) out[row + j] = 0;
-      if (gap) out.fill(MASKED, row + gap.from, row + gap.to);
       for (let u = Math.max(0, from - past); u <= t; u++) out[row + capacity + u] = 0;
     }
   }

@@ -6,9 +6,7 @@
  * step writes the new slot P of every row in place.
  *
  * Sequences join and leave between steps: `addRow` copies a finished prefill's KV into row B so that it ends at P
- * (when it is longer than P, P moves to its length and every other row gets a masked gap at its end instead of being
- * moved: one gap per row, widened by later joins, the step's bias masks it and positions skip it; the buffer is
- * re-laid out, gaps closed, only when it lacks rows or room, or with a sliding window), `removeRow` moves the last row into
+ * (when it is longer than P the rows are re-laid out first, all shifted right), `removeRow` moves the last row into
  * the freed one (one row's slots copied) so rows 0..B−1 stay contiguous. `reserve` re-lays the buffer out when a
  * step has no room: dead slots left of the smallest start are dropped and room for the decode steps still wanted is
  * added, so the buffer never grows with the number of sequences that passed through it.
@@ -17,7 +15,7 @@
  * slots on its left, which only the attention scores of that row touch.
  */
 import * as ort from 'onnxruntime-node';
-import type { KvCache, SlotGap } from './kv.ts';
+import type { KvCache } from './kv.ts';
 
 /** One sequence's KV as a batch-1 cache holds it: per layer [1, kvH, cap, hd] with `length` filled slots. */
 export interface RowSource {
@@ -35,32 +33,12 @@ export class RowKv {
   length = 0;
   /** first real slot per row in use */
   starts: number[] = [];
-  /** per row in use, slots inside its span that hold nothing (null: none; see addRow) */
-  gaps: (SlotGap | null)[] = [];
   private rows = 0;
   private capacity = 0;
   private keys: Float32Array[] = [];
   private values: Float32Array[] = [];
 
-  /**
-   * `gapsAllowed`: a longer row joining leaves the other rows a masked gap instead of moving them all (false with a
-   * sliding window, whose bias needs slot distance = position distance)
-   */
-  constructor(readonly layers: number, readonly kvHeads: number, readonly headDim: number, private readonly maxRows: number,
-    private readonly gapsAllowed = true) {}
-
-  /** row b's real slots (its span less its gap) */
-  private real(b: number): number {
-    const g = this.gaps[b];
-    return this.length - this.starts[b]! - (g ? g.to - g.from : 0);
-  }
-
-  /** row b's real slots as runs [from, to) of slots, in order */
-  private runs(b: number): [number, number][] {
-    const s = this.starts[b]!;
-    const g = this.gaps[b];
-    return g ? [[s, g.from], [g.to, this.length]] : [[s, this.length]];
-  }
+  constructor(readonly layers: number, readonly kvHeads: number, readonly headDim: number, private readonly maxRows: number) {}
 
   /** floats allocated (both K and V, every layer; a buffer re-laid out in place may be longer than rows × capacity) */
   get allocatedFloats(): number {
@@ -87,20 +65,13 @@ export class RowKv {
    */
   private relayout(rows: number, length: number, capacity: number): void {
     const { kvHeads: kvH, headDim: hd } = this;
-    /** row b head h's real slots: [from, from + n) in the old layout, [to, to + n) in the new one (floats); a row
-     * with a gap moves as two runs, which the new layout joins (every row contiguous again, ending at `length`) */
+    const shift = length - this.length;
+    /** row b head h's real slots: [from, from + n) in the old layout, [to, to + n) in the new one (floats) */
     const blocks: { from: number; to: number; n: number }[] = [];
-    const starts: number[] = [];
     for (let b = 0; b < this.batch; b++) {
-      const start = length - this.real(b);
-      starts.push(start);
-      const runs = this.runs(b);
+      const s = this.starts[b]!;
       for (let h = 0; h < kvH; h++) {
-        let at = start;
-        for (const [f, t] of runs) {
-          if (t > f) blocks.push({ from: ((b * kvH + h) * this.capacity + f) * hd, to: ((b * kvH + h) * capacity + at) * hd, n: (t - f) * hd });
-          at += t - f;
-        }
+        blocks.push({ from: ((b * kvH + h) * this.capacity + s) * hd, to: ((b * kvH + h) * capacity + s + shift) * hd, n: (this.length - s) * hd });
       }
     }
     if (this.keys.length && this.fitsInPlace(rows, capacity)) {
@@ -126,18 +97,15 @@ export class RowKv {
       this.keys = relay(this.keys);
       this.values = relay(this.values);
     }
-    this.starts = starts;
-    this.gaps = starts.map(() => null);
+    this.starts = this.starts.map((s) => s + shift);
     this.rows = rows;
     this.capacity = capacity;
     this.length = length;
   }
 
-  /** the smallest length the rows in use fit in (the most real slots of a row) */
+  /** the smallest length the rows in use fit in (their longest real span) */
   private span(): number {
-    let most = 0;
-    for (let b = 0; b < this.batch; b++) most = Math.max(most, this.real(b));
-    return most;
+    return this.batch === 0 ? 0 : this.length - Math.min(...this.starts);
   }
 
   /**
@@ -171,12 +139,10 @@ export class RowKv {
   addRow(src: RowSource, ahead: number, expect: { rows: number; length: number; steps?: number } = { rows: 0, length: 0 }): number {
     if (this.batch >= this.maxRows) throw new Error(`RowKv: all ${this.maxRows} rows in use`);
     const n = src.length;
-    if (this.batch === 0) { this.length = 0; this.starts = []; this.gaps = []; }
+    if (this.batch === 0) { this.length = 0; this.starts = []; }
     const length = Math.max(this.length, n);
     const need = this.batch + 1;
-    if (this.gapsAllowed && this.batch > 0 && need <= this.rows && length > this.length && length + 1 <= this.capacity) {
-      this.openGaps(length - this.length);
-    } else if (need > this.rows || length > this.length || length + 1 > this.capacity) {
+    if (need > this.rows || length > this.length || length + 1 > this.capacity) {
       const span = Math.max(this.span(), n, expect.length);
       this.relayout(Math.max(this.fitRows(need), Math.min(this.maxRows, need + expect.rows)), span, span + Math.max(1, ahead) + (expect.steps ?? 0));
     }
@@ -194,34 +160,8 @@ export class RowKv {
     copy(src.keys, this.keys);
     copy(src.values, this.values);
     this.starts.push(start);
-    this.gaps.push(null);
     this.batch++;
     return b;
-  }
-
-  /**
-   * Make every row end δ slots later without moving its slots: a row without a gap gets the gap [length, length + δ);
-   * a row with one moves only its slots after the gap (those decoded since it opened) δ to the right, widening it.
-   * The rows' masked slots grow by δ either way, as a re-layout shifting them all would make them; only the copy of
-   * every row's whole span is saved (B rows × span slots × layers, the cost of a long prompt joining).
-   */
-  private openGaps(delta: number): void {
-    const { kvHeads: kvH, headDim: hd, capacity: C } = this;
-    const P = this.length;
-    for (let b = 0; b < this.batch; b++) {
-      const g = this.gaps[b];
-      if (!g) { this.gaps[b] = { from: P, to: P + delta }; continue; }
-      if (P > g.to) {
-        for (const t of [...this.keys, ...this.values]) {
-          for (let h = 0; h < kvH; h++) {
-            const row = (b * kvH + h) * C;
-            t.copyWithin((row + g.to + delta) * hd, (row + g.to) * hd, (row + P) * hd);
-          }
-        }
-      }
-      this.gaps[b] = { from: g.from, to: g.to + delta };
-    }
-    this.length = P + delta;
   }
 
   /** Free row b: the last row moves into it (returns the index that moved, or −1 when b was the last). */
@@ -230,7 +170,7 @@ export class RowKv {
     if (b < 0 || b > last) throw new Error(`RowKv: no row ${b}`);
     let moved = -1;
     if (b !== last) {
-      // only the last row's span moves (per head): its masked left part and the room right of length are never read
+      // only the last row's real slots move (per head): its masked left part and the room right of length are never read
       const { kvHeads: kvH, headDim: hd, capacity: C } = this;
       const s = this.starts[last]!;
       for (const bufs of [this.keys, this.values]) {
@@ -239,13 +179,11 @@ export class RowKv {
         }
       }
       this.starts[b] = this.starts[last]!;
-      this.gaps[b] = this.gaps[last]!;
       moved = last;
     }
     this.starts.pop();
-    this.gaps.pop();
     this.batch--;
-    if (this.batch === 0) { this.length = 0; this.starts = []; this.gaps = []; }
+    if (this.batch === 0) { this.length = 0; this.starts = []; }
     return moved;
   }
 
@@ -259,7 +197,6 @@ export class RowKv {
       batch: this.batch,
       length: this.length,
       starts: this.starts.slice(),
-      ...(this.gaps.some((g) => g) ? { gaps: this.gaps.map((g) => (g ? { ...g } : null)) } : {}),
     };
   }
 
@@ -273,18 +210,13 @@ export class RowKv {
 
   /** Row b's real slots as a batch-1 source (a copy): what a one-at-a-time cache would hold. For tests. */
   rowSlots(b: number): RowSource {
-    const n = this.real(b);
+    const n = this.length - this.starts[b]!;
     const { kvHeads: kvH, headDim: hd } = this;
-    const runs = this.runs(b);
     const take = (bufs: Float32Array[]) => bufs.map((t) => {
       const out = new Float32Array(kvH * n * hd);
       for (let h = 0; h < kvH; h++) {
-        let at = h * n * hd;
-        for (const [f, e] of runs) {
-          const from = ((b * kvH + h) * this.capacity + f) * hd;
-          out.set(t.subarray(from, from + (e - f) * hd), at);
-          at += (e - f) * hd;
-        }
+        const from = ((b * kvH + h) * this.capacity + this.starts[b]!) * hd;
+        out.set(t.subarray(from, from + n * hd), h * n * hd);
       }
       return out;
     });
