@@ -56,7 +56,7 @@ export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, 
    * and the new keys; one f32 softmax over the C + T scores (bias masks unused capacity, padding and the future);
    * probabilities split back at C for the two value products.
    */
-  const withPattern: AttendWithPattern = (q, kNew, vNew, kBuf, vBuf, bias) => {
+  const onBufferAnd = (q: string, kNew: string, vNew: string, kBuf: string, vBuf: string, bias: string, oneSlot: boolean) => {
     const q4 = g.op('Reshape', [q, g.i64([0, kvH, -1, hd])]); // [B, kvH, rep·T, hd]: the rep query heads of a KV head
     // Transpose and the scale on the product are folded by onnxruntime into one FusedMatMul (transB, alpha)
     const scale = g.f32([1 / Math.sqrt(hd)], []);
@@ -67,11 +67,17 @@ export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, 
     const probs = g.op('Softmax', [scores], { axis: -1 }, { name: 'probs' }); // [B, kvH, rep·T, C + T]
     const [pBuf, pNew] = g.opN('Split', [probs, bufferAndNew(bias)], { axis: 3 }, { outputs: 2, name: 'probs_split' });
     const o = g.op('Add', [g.op('MatMul', [pBuf!, vBuf]), g.op('MatMul', [pNew!, vNew])], {}, { name: 'attn' }); // [B, kvH, rep·T, hd]
-    const out = g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [o, g.i64([0, H, -1, hd])])], { perm: [0, 2, 1, 3] }), g.i64([-1, H * hd])]);
+    // [B, kvH, rep·T, hd] → [BT, H·hd]; with one new slot (T = 1) the rows are already b, then head h = kvH-head·rep + r:
+    // one Reshape instead of Reshape, Transpose, Reshape (a decode step's nodes each cost their dispatch)
+    const out = oneSlot ? g.op('Reshape', [o, g.i64([-1, H * hd])], {}, { name: 'attn_heads' })
+      : g.op('Reshape', [g.op('Transpose', [g.op('Reshape', [o, g.i64([0, H, -1, hd])])], { perm: [0, 2, 1, 3] }), g.i64([-1, H * hd])]);
     // [B, kvH, rep·T, S] → [B, H, T, S]: query head h = kvH-head h // rep, row (h % rep)·T + t
     return { out, get pattern() { return g.op('Reshape', [probs, g.i64([0, H, -1, 0])], {}, { name: 'pattern' }); } };
   };
+  const withPattern: AttendWithPattern = (...a) => onBufferAnd(...a, false);
   const buffered: Attend = (...a) => withPattern(...a).out;
+  /** `buffered` for a step of one new slot per row (the If's decode branch) */
+  const bufferedOneSlot: Attend = (...a) => onBufferAnd(...a, true).out;
   /**
    * ONNX Attention (opset 23) on the buffer as past: K/V heads shared by their rep query heads without a copy, the
    * bias preloaded into the score GEMM. Its present outputs (buffer + new slots) are required with a past and unused.
@@ -96,7 +102,7 @@ export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, 
     const fusedBranch = g.subgraph('fused_attention', () => out(impl === 'onnx'
       ? onnxAttention(q, kNew, vNew, kBuf, vBuf, bias)
       : fused(q, joined(kBuf, kNew), joined(vBuf, vNew), bias)));
-    const onBuffer = g.subgraph('buffered_attention', () => out(buffered(q, kNew, vNew, kBuf, vBuf, bias)));
+    const onBuffer = g.subgraph('buffered_attention', () => out(bufferedOneSlot(q, kNew, vNew, kBuf, vBuf, bias)));
     return g.op('If', [multi], { then_branch: { graph: fusedBranch }, else_branch: { graph: onBuffer } }, { name: 'attention' });
   }, { withPattern });
 }

@@ -35,7 +35,7 @@ import { NO_HOOKS, type HookSelection } from './hooks.ts';
 import { addSteer, interventionRows, projectTo, type InterventionRows } from './intervene.ts';
 import { declareInputs, outputKv, outputResults, type GraphInputs } from './io.ts';
 import { swigluMlp } from './mlp.ts';
-import { rmsnorm } from './norm.ts';
+import { addRmsnorm, rmsnorm } from './norm.ts';
 import { GraphBuilder } from './onnx/builder.ts';
 import { isQuantized } from './precision.ts';
 import { rope, ropeTables, type RopeTables } from './rope.ts';
@@ -122,8 +122,12 @@ function decoderLayer({ g, c, w, io, tables, attend, attendWithPattern, hooks, h
     z = a.out;
   } else z = attend(q, kNew, vNew, past.k, past.v, bias);
   const attnOut = hooks.at(l, 'attn_out', w.linear(hooks.at(l, 'z', z), lw.o));
-  const r = hooks.at(l, 'resid_mid', g.op('Add', [x, attnOut], {}, { name: 'resid_attn' }));
-  const h = norm(r, lw.mlpNorm);
+  // resid_mid neither read nor edited: the residual add and the MLP's norm are one node
+  let r: string, h: string; // [BT, d]: hidden after attention, its norm
+  if (hooks.touches(l, 'resid_mid')) {
+    r = hooks.at(l, 'resid_mid', g.op('Add', [x, attnOut], {}, { name: 'resid_attn' }));
+    h = norm(r, lw.mlpNorm);
+  } else ({ sum: r, normed: h } = addRmsnorm(g, x, attnOut, w.f32(lw.mlpNorm), c.rmsNormEps));
   if (!hooks.touches(l, 'mlp_out')) {
     // steering row l+1 rides in the down projection's bias: hidden[l+1] = r + (down(act) + steer[l+1])
     const mlp = swigluMlp(g, w, lw, h, c.intermediateSize, tensorName('gateUp', l), rows.steer[l + 1]!);

@@ -1,0 +1,65 @@
+/**
+ * What a decode step runs, counted on the built graph (a decode step is per-node cost on small shapes: every node
+ * costs its dispatch, so the count is what this test pins down). For each attention kernel with an If on T > 1:
+ * one If per layer whose decode branch (T = 1) ends in a single Reshape to [BT, H·hd] (no Transpose back from heads);
+ * the residual add after attention and the MLP's RMSNorm are one SkipSimplifiedLayerNormalization per layer unless
+ * resid_mid is hooked (then the sum is its own Add, read or edited before the norm). The values themselves are
+ * checked against the Float64 oracle in engine.oracle.test.ts (decode and multi-token steps, all three kernels)
+ * and against HF in engine.hf*-parity / hooks tests.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import onnxProto from 'onnx-proto';
+import { loadCheckpoint } from '../src/checkpoint/load.ts';
+import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
+import { buildModelGraph } from '../src/engine/graph/decoder.ts';
+import { resolveWeightFiles } from '../src/engine/runtime/weight-files.ts';
+import { TINY_MODELS } from './helpers/engine.ts';
+
+interface PAttr { name: string; g?: PGraph }
+interface PNode { name: string; opType: string; input: string[]; output: string[]; attribute: PAttr[] }
+interface PGraph { node: PNode[] }
+const decodeGraph = (bytes: Uint8Array): PGraph =>
+  (onnxProto as unknown as { onnx: { ModelProto: { decode(b: Uint8Array): { graph: PGraph } } } }).onnx.ModelProto.decode(bytes).graph;
+const count = (nodes: PNode[], op: string) => nodes.filter((n) => n.opType === op).length;
+const branch = (n: PNode, name: string): PNode[] => n.attribute.find((a) => a.name === name)!.g!.node;
+
+test('decode step: one If per layer, its decode branch ends in one Reshape; residual add + MLP norm are one node', async () => {
+  const tmp = mkdtempSync(join(tmpdir(), 'safekeep-graph-nodes-'));
+  try {
+    await writeRandomCheckpoint(tmp, 'llama', { ...TINY_MODELS.llama, seed: 3 });
+    const ck = await loadCheckpoint(tmp);
+    const L = ck.config.numLayers;
+    const { realFiles } = resolveWeightFiles(ck);
+    for (const attention of ['onnx', 'mha', 'matmul'] as const) {
+      const build = (hooks?: Parameters<typeof buildModelGraph>[4]) =>
+        decodeGraph(buildModelGraph(ck, { dtype: 'f32', attention, fuse: true, quant: null }, realFiles, undefined, hooks)).node;
+      const main = build();
+      assert.equal(count(main, 'SkipSimplifiedLayerNormalization'), L, `${attention}: one add + norm per layer`);
+      assert.equal(count(main, 'SimplifiedLayerNormalization'), L + 1, `${attention}: attention norms + the final norm`);
+      assert.equal(main.filter((n) => /resid_attn/.test(n.name)).length, 0, `${attention}: no separate residual Add`);
+      const ifs = main.filter((n) => n.opType === 'If');
+      assert.equal(ifs.length, attention === 'matmul' ? 0 : L, `${attention}: Ifs`);
+      for (const f of ifs) {
+        const dec = branch(f, 'else_branch');
+        const last = dec.at(-1)!;
+        assert.equal(last.opType, 'Reshape', `${attention}: the decode branch's output is one Reshape`);
+        assert.equal(count(dec, 'Reshape'), 2, `${attention}: q to [B, kvH, rep, hd] and the output`);
+        // the two Transposes are the keys' (onnxruntime folds them into the score MatMuls); none back from heads
+        assert.equal(count(dec, 'Transpose'), 2, `${attention}: only the keys' Transposes`);
+        // q Reshape; per score block Transpose, MatMul, Mul; Concat, Add, Softmax, Split; two MatMuls, Add; output Reshape
+        assert.equal(dec.length, 15, `${attention}: decode-branch nodes`);
+      }
+      // resid_mid hooked at layer 1: that layer's sum is an Add the hook reads, its norm a plain RMSNorm
+      const hooked = build({ capture: ['blocks.1.resid_mid'], edit: [] });
+      assert.equal(count(hooked, 'SkipSimplifiedLayerNormalization'), L - 1, `${attention}: hooked layer unfused`);
+      assert.equal(count(hooked, 'SimplifiedLayerNormalization'), L + 2, `${attention}: hooked layer's own norm`);
+      assert.equal(hooked.filter((n) => /resid_attn/.test(n.name)).length, 1, `${attention}: the hooked sum`);
+    }
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});
