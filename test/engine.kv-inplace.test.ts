@@ -22,7 +22,7 @@ import type { Checkpoint, Family } from '../src/checkpoint/types.ts';
 import { attentionBias, steeringMatrix } from '../src/engine/run/batch.ts';
 import { createEngineFromCheckpoint, type OnnxEngine } from '../src/engine/engine.ts';
 import { MASKED } from '../src/engine/graph/io.ts';
-import { appendKv, canAppendInPlace, capacityBias, compactKv, KV_CHUNK, kvCapacity, type KvCache } from '../src/engine/runtime/kv.ts';
+import { appendKv, canAppendInPlace, capacityBias, compactKv, KV_CHUNK, kvCapacity, packRowsKv, rowSlotsKv, type KvCache } from '../src/engine/runtime/kv.ts';
 import { referenceGenerate } from '../src/engine/reference.ts';
 import { TINY_MODELS, maxAbsDiff, tempCache } from './helpers/engine.ts';
 
@@ -115,6 +115,34 @@ describe('kv.ts helpers', () => {
     const next = appendKv(c, [new Float32Array(kvH * hd).fill(1)], [new Float32Array(kvH * hd)], { batch: 1, width: 1, kvHeads: kvH, headDim: hd, starts: [0], reserve: 0 });
     assert.ok((keys[0]!.data as Float32Array).every((x) => x === 7));
     assert.equal(kvCapacity(next), 3);
+  });
+
+  test('packRowsKv right-aligns each row\'s first slots with room after them; rowSlotsKv reads a row\'s slots back', () => {
+    /** a batch-1 cache of `cap` slots, slot t of head h holding seed·100 + h·10 + t (keys) and its negation (values) */
+    const one = (seed: number, n: number, cap: number): KvCache => {
+      const k = new Float32Array(kvH * cap * hd);
+      for (let h = 0; h < kvH; h++) for (let t = 0; t < n; t++) k.fill(seed * 100 + h * 10 + t, (h * cap + t) * hd, (h * cap + t + 1) * hd);
+      const dims = [1, kvH, cap, hd];
+      return { keys: [new ort.Tensor('float32', k, dims)], values: [new ort.Tensor('float32', k.map((x) => -x), dims)], batch: 1, length: n, starts: [0] };
+    };
+    const srcs = [one(1, 5, 8), null, one(3, 3, 3)];
+    // row 0 feeds its first 4 of 5 slots, row 1 none (a fresh prompt), row 2 all 3; room for 2 new slots
+    const kv = packRowsKv(srcs, [4, 0, 3], 2, [0, 5, 1], kvH, hd, 1);
+    assert.equal(kv.length, 4);
+    assert.equal(kvCapacity(kv), 6);
+    assert.deepEqual(kv.starts, [0, 5, 1]);
+    assert.ok(canAppendInPlace(kv, 2), 'the step appends its new slots in place');
+    const at = (b: number, h: number, t: number) => (kv.keys[0]!.data as Float32Array)[((b * kvH + h) * 6 + t) * hd]!;
+    for (let h = 0; h < kvH; h++) {
+      assert.deepEqual([0, 1, 2, 3].map((t) => at(0, h, t)), [0, 1, 2, 3].map((t) => 100 + h * 10 + t));
+      assert.deepEqual([0, 1, 2, 3].map((t) => at(1, h, t)), [0, 0, 0, 0]);
+      assert.deepEqual([1, 2, 3].map((t) => at(2, h, t)), [0, 1, 2].map((t) => 300 + h * 10 + t));
+    }
+    const back = rowSlotsKv(kv, 2, 2, 2); // row 2's slots 2..3 = its own slots 1..2
+    for (let h = 0; h < kvH; h++) {
+      assert.deepEqual([0, 1].map((t) => back.keys[0]![(h * 2 + t) * hd]), [301 + h * 10, 302 + h * 10]);
+      assert.deepEqual([0, 1].map((t) => back.values[0]![(h * 2 + t) * hd]), [-(301 + h * 10), -(302 + h * 10)]);
+    }
   });
 });
 

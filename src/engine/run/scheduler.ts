@@ -31,8 +31,7 @@ import { createHash } from 'node:crypto';
 import { SafekeepError } from '../../util/errors.ts';
 import { HOOK_IO, hookSelectionKey } from '../graph/hooks.ts';
 import { KvBlockStore } from '../runtime/kv-blocks.ts';
-import * as ort from 'onnxruntime-node';
-import { appendKv, kvCapacity, kvOfArrays, KV_CHUNK, type KvCache } from '../runtime/kv.ts';
+import { appendKv, kvCapacity, kvOfArrays, KV_CHUNK, packRowsKv, rowSlotsKv, type KvCache } from '../runtime/kv.ts';
 import { RowKv } from '../runtime/row-kv.ts';
 import type { GenerateOptions, GenerateResult } from '../types.ts';
 import { argmax } from './argmax.ts';
@@ -416,7 +415,6 @@ export class Scheduler {
     const { numKvHeads: kvH, headDim: hd, numLayers: L } = c;
     const B = seqs.length;
     const W = lay.width;
-    const C = lay.past + W; // the past's buffer with room for the new slots: the step appends them in place
     let out: StepOutput;
     try {
       const ids = new BigInt64Array(B * W);
@@ -425,58 +423,25 @@ export class Scheduler {
         const toks = q.ids.slice(r.from, q.ids.length);
         ids.set(BigInt64Array.from(toks, (x) => BigInt(x)), b * W + W - toks.length);
       });
-      let past: KvCache | null = null;
-      if (lay.past > 0) {
-        const keys: Float32Array[] = [];
-        const values: Float32Array[] = [];
-        this.timed('rowKv', () => {
-          for (let l = 0; l < L; l++) {
-            const k = new Float32Array(B * kvH * C * hd);
-            const v = new Float32Array(B * kvH * C * hd);
-            seqs.forEach((q, b) => {
-              const n = lay.rows[b]!.pastLen;
-              if (n === 0) return;
-              const cap = kvCapacity(q.kv!);
-              const sk = q.kv!.keys[l]!.data as Float32Array;
-              const sv = q.kv!.values[l]!.data as Float32Array;
-              for (let h = 0; h < kvH; h++) {
-                const to = ((b * kvH + h) * C + lay.past - n) * hd;
-                k.set(sk.subarray(h * cap * hd, (h * cap + n) * hd), to);
-                v.set(sv.subarray(h * cap * hd, (h * cap + n) * hd), to);
-              }
-            });
-            keys.push(k);
-            values.push(v);
-          }
-        });
-        const dims = [B, kvH, C, hd];
-        const tensor = (x: Float32Array) => new ort.Tensor('float32', x, dims);
-        past = { keys: keys.map(tensor), values: values.map(tensor), batch: B, length: lay.past, starts: lay.rows.map((r) => r.start) };
-      }
+      const starts = lay.rows.map((r) => r.start);
+      const past = lay.past > 0
+        ? this.timed('rowKv', () => packRowsKv(seqs.map((q) => q.kv), lay.rows.map((r) => r.pastLen), W, starts, kvH, hd, L))
+        : null;
       const hiddenRowsWanted = seqs.flatMap((q, b) => (q.wantPromptHidden ? [b] : []));
       const logitRows = seqs.flatMap((q, b) => (q.maxNew > 0 ? [b] : []));
       const q0 = seqs[0]!;
       out = await this.timedStep(() => this.s.step({
-        ids, batch: B, width: W, starts: lay.rows.map((r) => r.start), past, steer: q0.prefillIv.steer, project: q0.prefillIv,
+        ids, batch: B, width: W, starts, past, steer: q0.prefillIv.steer, project: q0.prefillIv,
         hiddenIndex: hiddenRowsWanted.map((b) => b * W + W - 1), logitsIndex: logitRows.map((b) => b * W + W - 1),
         ropeLength: seqs.map((q) => q.ids.length), reserve: 0,
       }));
       const V = this.s.vocabSize;
       const L1 = L + 1;
       const present = out.present!;
-      const PC = kvCapacity(present);
       seqs.forEach((q, b) => {
         const kept = lay.rows[b]!.kept;
-        const slots = (t: ort.Tensor) => {
-          const data = t.data as Float32Array;
-          const o = new Float32Array(kvH * kept * hd);
-          for (let h = 0; h < kvH; h++) {
-            const from = ((b * kvH + h) * PC + present.length - kept) * hd;
-            o.set(data.subarray(from, from + kept * hd), h * kept * hd);
-          }
-          return o;
-        };
-        q.kv = this.timed('rowKv', () => appendKv(q.kv, present.keys.map(slots), present.values.map(slots), { batch: 1, width: kept, kvHeads: kvH, headDim: hd, starts: [0], reserve: 0 }));
+        const fresh = rowSlotsKv(present, b, present.length - kept, kept);
+        q.kv = this.timed('rowKv', () => appendKv(q.kv, fresh.keys, fresh.values, { batch: 1, width: kept, kvHeads: kvH, headDim: hd, starts: [0], reserve: 0 }));
         const hi = hiddenRowsWanted.indexOf(b);
         const li = logitRows.indexOf(b);
         this.prefillOut.set(q, {

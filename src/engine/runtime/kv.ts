@@ -161,3 +161,42 @@ export function kvOfArrays(keys: Float32Array[], values: Float32Array[], kvHeads
     starts: [0],
   };
 }
+
+/**
+ * Rows of several batch-1 caches as one batched past for a step: row b holds the first lens[b] slots of srcs[b],
+ * right-aligned so every row ends at P = max(lens) (kv.ts's layout: row b's real slots start at P − lens[b]); per
+ * layer [B, kvH, P + room, hd], the room left for the step's new slots to be appended in place. `starts` are the
+ * rows' first real slots (a caller may put them later, e.g. on pads among the new slots).
+ */
+export function packRowsKv(srcs: readonly (KvCache | null)[], lens: readonly number[], room: number, starts: readonly number[], kvHeads: number, headDim: number, layers: number): KvCache {
+  const B = srcs.length;
+  const P = Math.max(0, ...lens);
+  const C = P + room;
+  const dims = [B, kvHeads, C, headDim];
+  const pack = (side: 'keys' | 'values', l: number) => {
+    const out = new Float32Array(B * kvHeads * C * headDim);
+    srcs.forEach((src, b) => {
+      const n = lens[b]!;
+      if (n === 0 || !src) return;
+      copySlots(src[side][l]!.data as Float32Array, kvCapacity(src), 0, out.subarray(b * kvHeads * C * headDim), C, P - n, kvHeads, n, headDim);
+    });
+    return new ort.Tensor('float32', out, dims);
+  };
+  return {
+    keys: Array.from({ length: layers }, (_, l) => pack('keys', l)),
+    values: Array.from({ length: layers }, (_, l) => pack('values', l)),
+    batch: B, length: P, starts: [...starts],
+  };
+}
+
+/** Row b's slots from..from+n of a batched cache, per layer as [kvH, n, hd] arrays (copies). */
+export function rowSlotsKv(kv: KvCache, b: number, from: number, n: number): { keys: Float32Array[]; values: Float32Array[] } {
+  const C = kvCapacity(kv);
+  const take = (t: ort.Tensor) => {
+    const [, kvH, , hd] = t.dims as [number, number, number, number];
+    const out = new Float32Array(kvH * n * hd);
+    copySlots((t.data as Float32Array).subarray(b * kvH * C * hd), C, from, out, n, 0, kvH, n, hd);
+    return out;
+  };
+  return { keys: kv.keys.map(take), values: kv.values.map(take) };
+}
