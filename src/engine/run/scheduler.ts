@@ -249,7 +249,13 @@ export class Scheduler {
   private async loop(): Promise<void> {
     const t0 = performance.now();
     try {
-      while (this.waiting.length || this.prefilling.length || this.groups.size) await this.iteration();
+      while (this.waiting.length || this.prefilling.length || this.groups.size) {
+        // one turn of the event loop first: onnxruntime-node runs a step synchronously on the main thread (inside a
+        // setImmediate), so a request that reached a server during the last step is read only in the loop's poll
+        // phase; without this turn it would be admitted one step later, its row missing from that decode step
+        await new Promise<void>((r) => setImmediate(r));
+        await this.iteration();
+      }
     } catch (e) {
       this.failAll(e);
     } finally {
