@@ -53,7 +53,8 @@ export class OnnxEngine implements Engine, Stepper {
   readonly attention: AttentionImpl;
   /**
    * The continuous-batching loop every generation goes through (run/scheduler.ts): its knobs (`stepTokens`,
-   * `maxRunning`), its `stats` and the automatic prefix cache (`prefixStore`).
+   * `maxRunning`, `packTokens`), its `stats` (with its own clocks, `stats.seconds`) and the automatic prefix cache
+   * (`prefixStore`).
    */
   readonly scheduler: Scheduler;
 
