@@ -111,7 +111,8 @@ type SchedulerSeconds = { loop: number; steps: number; prefixCache: number; rowK
 /** The new path's time outside model steps split by the scheduler's own clocks (run/scheduler.ts stats.seconds). */
 export function outsideSteps(wallS: number, s: SchedulerSeconds, templateS: number): string {
   const js = s.loop - s.steps - s.prefixCache - s.rowKv - s.choose;
-  return `outside steps (new), by the scheduler's clocks: ${fmt(wallS - s.loop)} s with nothing to run (the runner between calls, waits on dependent calls, `
+  // wall and loop come from two clocks started a few µs apart: a loop that never idled reads as 0, not −0.0
+  return `outside steps (new), by the scheduler's clocks: ${fmt(Math.max(0, wallS - s.loop))} s with nothing to run (the runner between calls, waits on dependent calls, `
     + `of it ${fmt(templateS, 2)} s rendering + tokenising), inside its loop ${fmt(s.prefixCache, 2)} s prefix-cache lookups and block copies, `
     + `${fmt(s.rowKv, 2)} s decode-buffer joins / re-layouts / removals, ${fmt(s.choose, 2)} s choosing tokens (argmax over the logits), ${fmt(js, 2)} s other scheduler JS`;
 }
