@@ -10,6 +10,7 @@
  * and needs no reference counts.
  */
 import { createHash } from 'node:crypto';
+import { copySlots } from './kv.ts';
 
 /** One block: per layer [kvH, blockTokens, hd] keys and values. */
 interface Block {
@@ -67,22 +68,16 @@ export class KvBlockStore {
   read(chain: readonly string[], maxTokens: number, dst: { keys: Float32Array[]; values: Float32Array[]; capacity: number }): number {
     const BT = this.blockTokens;
     const { kvHeads: kvH, headDim: hd } = this;
-    let n = 0;
-    for (const key of chain) {
-      if ((n + 1) * BT > maxTokens) break;
-      const blk = this.blocks.get(key);
-      if (!blk) break;
+    const n = this.cachedBlocks(chain, maxTokens);
+    for (let i = 0; i < n; i++) {
+      const key = chain[i]!;
+      const blk = this.blocks.get(key)!;
       this.blocks.delete(key);
       this.blocks.set(key, blk);
       for (let l = 0; l < this.layers; l++) {
-        for (let h = 0; h < kvH; h++) {
-          const src = h * BT * hd;
-          const to = (h * dst.capacity + n * BT) * hd;
-          dst.keys[l]!.set(blk.keys[l]!.subarray(src, src + BT * hd), to);
-          dst.values[l]!.set(blk.values[l]!.subarray(src, src + BT * hd), to);
-        }
+        copySlots(blk.keys[l]!, BT, 0, dst.keys[l]!, dst.capacity, i * BT, kvH, BT, hd);
+        copySlots(blk.values[l]!, BT, 0, dst.values[l]!, dst.capacity, i * BT, kvH, BT, hd);
       }
-      n++;
     }
     this.stats.lookedUp += maxTokens;
     this.stats.hit += n * BT;
@@ -103,10 +98,7 @@ export class KvBlockStore {
       if (old) { this.blocks.delete(key); this.blocks.set(key, old); continue; }
       const take = (bufs: Float32Array[]) => bufs.map((t) => {
         const out = new Float32Array(kvH * BT * hd);
-        for (let h = 0; h < kvH; h++) {
-          const s = (h * src.capacity + i * BT) * hd;
-          out.set(t.subarray(s, s + BT * hd), h * BT * hd);
-        }
+        copySlots(t, src.capacity, i * BT, out, BT, 0, kvH, BT, hd);
         return out;
       });
       this.blocks.set(key, { keys: take(src.keys), values: take(src.values) });

@@ -67,7 +67,7 @@ export function emptyKv(layers: number, batch: number, kvHeads: number, headDim:
  * Copy `rows` [B·kvH] of `slots` slots each (hd floats per slot) from src (capacity srcCap, starting at slot
  * srcFrom) to dst (capacity dstCap, starting at slot dstFrom).
  */
-function copySlots(src: Float32Array, srcCap: number, srcFrom: number, dst: Float32Array, dstCap: number, dstFrom: number,
+export function copySlots(src: Float32Array, srcCap: number, srcFrom: number, dst: Float32Array, dstCap: number, dstFrom: number,
   rows: number, slots: number, hd: number): void {
   if (slots === 0) return;
   for (let r = 0; r < rows; r++) {

@@ -15,7 +15,7 @@
  * slots on its left, which only the attention scores of that row touch.
  */
 import * as ort from 'onnxruntime-node';
-import type { KvCache } from './kv.ts';
+import { copySlots, rowSlotsKv, type KvCache } from './kv.ts';
 
 /** One sequence's KV as a batch-1 cache holds it: per layer [1, kvH, cap, hd] with `length` filled slots. */
 export interface RowSource {
@@ -147,15 +147,10 @@ export class RowKv {
       this.relayout(Math.max(this.fitRows(need), Math.min(this.maxRows, need + expect.rows)), span, span + Math.max(1, ahead) + (expect.steps ?? 0));
     }
     const b = this.batch;
-    const { kvHeads: kvH, headDim: hd } = this;
     const start = this.length - n;
+    const row = this.rowFloats(b);
     const copy = (from: Float32Array[], to: Float32Array[]) => {
-      for (let l = 0; l < this.layers; l++) {
-        for (let h = 0; h < kvH; h++) {
-          const s = h * src.capacity * hd;
-          to[l]!.set(from[l]!.subarray(s, s + n * hd), ((b * kvH + h) * this.capacity + start) * hd);
-        }
-      }
+      for (let l = 0; l < this.layers; l++) copySlots(from[l]!, src.capacity, 0, to[l]!.subarray(row), this.capacity, start, this.kvHeads, n, this.headDim);
     };
     copy(src.keys, this.keys);
     copy(src.values, this.values);
@@ -171,12 +166,9 @@ export class RowKv {
     let moved = -1;
     if (b !== last) {
       // only the last row's real slots move (per head): its masked left part and the room right of length are never read
-      const { kvHeads: kvH, headDim: hd, capacity: C } = this;
       const s = this.starts[last]!;
-      for (const bufs of [this.keys, this.values]) {
-        for (const t of bufs) {
-          for (let h = 0; h < kvH; h++) t.copyWithin(((b * kvH + h) * C + s) * hd, ((last * kvH + h) * C + s) * hd, ((last * kvH + h) * C + this.length) * hd);
-        }
+      for (const t of [...this.keys, ...this.values]) {
+        copySlots(t.subarray(this.rowFloats(last)), this.capacity, s, t.subarray(this.rowFloats(b)), this.capacity, s, this.kvHeads, this.length - s, this.headDim);
       }
       this.starts[b] = this.starts[last]!;
       moved = last;
@@ -211,15 +203,11 @@ export class RowKv {
   /** Row b's real slots as a batch-1 source (a copy): what a one-at-a-time cache would hold. For tests. */
   rowSlots(b: number): RowSource {
     const n = this.length - this.starts[b]!;
-    const { kvHeads: kvH, headDim: hd } = this;
-    const take = (bufs: Float32Array[]) => bufs.map((t) => {
-      const out = new Float32Array(kvH * n * hd);
-      for (let h = 0; h < kvH; h++) {
-        const from = ((b * kvH + h) * this.capacity + this.starts[b]!) * hd;
-        out.set(t.subarray(from, from + n * hd), h * n * hd);
-      }
-      return out;
-    });
-    return { keys: take(this.keys), values: take(this.values), capacity: n, length: n };
+    return { ...rowSlotsKv(this.view(), b, this.starts[b]!, n), capacity: n, length: n };
+  }
+
+  /** where row b starts in a layer's buffer (floats) */
+  private rowFloats(b: number): number {
+    return b * this.kvHeads * this.capacity * this.headDim;
   }
 }
