@@ -1,8 +1,8 @@
 /**
  * `npm run bench:decode-step [-- --threads 1,2 --dtypes f32,q4 --rounds 4 --prompt 128 --new 34 --model DIR
- *   --base DIR --spin]`: the unprofiled decode step of each dtype and q4 over f32 (the "q4 ≥ 3× f32 decode" target),
- * optionally against another checkout of this repo (`--base`, e.g. `git archive main | tar -x -C /tmp/base`, with
- * node_modules linked): fresh child processes, this tree and the base alternating, one child per (side, threads)
+ *   --base REV|DIR --spin]`: the unprofiled decode step of each dtype and q4 over f32 (the "q4 ≥ 3× f32 decode" target),
+ * optionally against another version of this repo (`--base REV`: a git revision, checked out once under the work
+ * folder as bench:generate's base is; or a folder holding a checkout): fresh child processes, this tree and the base alternating, one child per (side, threads)
  * holding an engine per dtype. A step = (best N-token − best 2-token greedy generate) / (N − 2), so the prefill cancels;
  * best of 3 in a child and of `--rounds` children. Without --model the SmolLM2-135M-shaped random checkpoint (written
  * once under --keep, default a temp dir); pass a 30-layer d-64 checkpoint for the per-step fixed cost (arithmetic ≈ 0).
@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { SMOLLM2_SHAPE, flag, loadavg, runChild } from './common.ts';
+import { archiveTree } from './generate-rounds.ts';
 
 interface ChildResult { ms: Record<string, number>; load: number }
 
@@ -60,7 +61,13 @@ async function main(): Promise<void> {
   const dtypes = flag('dtypes') ?? 'f32,q4';
   const rounds = Number(flag('rounds') ?? 4);
   const base = flag('base');
-  const sides: [string, string][] = [['this tree', resolve('.')], ...(base ? [['base', resolve(base)] as [string, string]] : [])];
+  let baseRoot: string | null = null;
+  if (base) {
+    const tree = existsSync(join(base, 'src')) ? { root: resolve(base) } : archiveTree(work, base);
+    if (!('root' in tree)) throw new Error(`--base ${base}: ${tree.skip}`);
+    baseRoot = tree.root;
+  }
+  const sides: [string, string][] = [['this tree', resolve('.')], ...(baseRoot ? [['base', baseRoot] as [string, string]] : [])];
   const spin = process.argv.includes('--spin') ? ['--spin'] : [];
   const out: string[] = [`decode step, prompt ${flag('prompt') ?? 128}, model ${model}, best of 3 in a child × ${rounds} children${spin.length ? ', spinning workers' : ''}`,
     '', `| side | threads | ${dtypes.split(',').map((d) => `${d} ms/step`).join(' | ')} | q4 / f32 | load |`, `| --- | --- | ${dtypes.split(',').map(() => '---').join(' | ')} | --- | --- |`];

@@ -15,10 +15,15 @@ export const PRE_SCHEDULER_REV = 'fccaa3b^';
 
 /** a copy of `rev`'s src/ (and package.json) to run the code before continuous batching, or null with the reason */
 export function baseTree(dir: string, rev: string): { root: string } | { skip: string } {
+  if (spawnSync('git', ['-C', repo, 'cat-file', '-e', `${rev}:src/engine/run/scheduler.ts`]).status === 0) {
+    return { skip: `base '${rev}' already has the scheduler; pass --base REV (a commit before it, e.g. ${PRE_SCHEDULER_REV})` };
+  }
+  return archiveTree(dir, rev);
+}
+
+/** The code of `rev` (src/ and package.json, node_modules linked) in DIR/base, made once: the other side of an A/B. */
+export function archiveTree(dir: string, rev: string): { root: string } | { skip: string } {
   try {
-    if (spawnSync('git', ['-C', repo, 'cat-file', '-e', `${rev}:src/engine/run/scheduler.ts`]).status === 0) {
-      return { skip: `base '${rev}' already has the scheduler; pass --base REV (a commit before it, e.g. ${PRE_SCHEDULER_REV})` };
-    }
     const root = join(dir, 'base');
     if (existsSync(join(root, 'src'))) return { root };
     mkdirSync(root, { recursive: true });

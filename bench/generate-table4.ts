@@ -24,6 +24,7 @@ import { pathToFileURL } from 'node:url';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { dataDirsEnv } from '../src/cli/env.ts';
 import { locateDataset } from '../src/data/locate.ts';
+import type { SchedulerStats } from '../src/engine/run/scheduler.ts';
 import { installTokenizer } from '../src/prompts/tokenizer.ts';
 import { sharedPath } from '../test/helpers/shared.ts';
 import { SMOLLM2_SHAPE, finishBench, flag, loadavg, peakRss, runChild } from './common.ts';
@@ -106,7 +107,7 @@ export async function table4NewChild(): Promise<Record<string, unknown>> {
   return out;
 }
 
-type SchedulerSeconds = { loop: number; steps: number; prefixCache: number; rowKv: number; choose: number };
+type SchedulerSeconds = SchedulerStats['seconds'];
 
 /** The new path's time outside model steps split by the scheduler's own clocks (run/scheduler.ts stats.seconds). */
 export function outsideSteps(wallS: number, s: SchedulerSeconds, templateS: number): string {
@@ -114,7 +115,7 @@ export function outsideSteps(wallS: number, s: SchedulerSeconds, templateS: numb
   // wall and loop come from two clocks started a few µs apart: a loop that never idled reads as 0, not −0.0
   return `outside steps (new), by the scheduler's clocks: ${fmt(Math.max(0, wallS - s.loop))} s with nothing to run (the runner between calls, waits on dependent calls, `
     + `of it ${fmt(templateS, 2)} s rendering + tokenising), inside its loop ${fmt(s.prefixCache, 2)} s prefix-cache lookups and block copies, `
-    + `${fmt(s.rowKv, 2)} s decode-buffer joins / re-layouts / removals, ${fmt(s.choose, 2)} s choosing tokens (argmax over the logits), ${fmt(js, 2)} s other scheduler JS`;
+    + `${fmt(s.rowKv, 2)} s KV copies (decode-buffer joins / re-layouts / removals, packed pasts), ${fmt(s.choose, 2)} s choosing tokens (argmax over the logits), ${fmt(js, 2)} s other scheduler JS`;
 }
 
 /**

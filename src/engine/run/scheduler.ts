@@ -77,7 +77,8 @@ export interface SchedulerStats {
   /**
    * wall seconds: `loop` while the scheduler had work (the rest of a caller's time it was idle, waiting for
    * submits); of it, awaiting model steps (`steps`), the prefix cache's lookups and block copies (`prefixCache`),
-   * the decode buffer's row joins, re-layouts and removals (`rowKv`), and choosing tokens from logits (`choose`);
+   * KV copied between caches (`rowKv`: the decode buffer's row joins, re-layouts and removals, a packed prefill's
+   * past and its rows' new slots), and choosing tokens from logits (`choose`);
    * loop − the four = the rest of the scheduler's JS (admission, feeds, intervention sets)
    */
   seconds: { loop: number; steps: number; prefixCache: number; rowKv: number; choose: number };
@@ -274,6 +275,7 @@ export class Scheduler {
     }
   }
 
+  /** a model step, its wall time added to stats.seconds.steps */
   private async timedStep(f: () => Promise<StepOutput>): Promise<StepOutput> {
     const t = performance.now();
     try {
@@ -408,7 +410,7 @@ export class Scheduler {
       seqs.push(x);
       for (const k of this.keysOf(x)) claimed.add(k);
     }
-    return seqs.length > 1 ? { seqs, layout: packLayout(seqs.map((y) => ({ filled: y.filled, end: y.ids.length }))) } : null;
+    return seqs.length > 1 ? { seqs, layout: packLayout(seqs.map(chunkOf)) } : null;
   }
 
   /**
