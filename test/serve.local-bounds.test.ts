@@ -163,6 +163,21 @@ test('answers: finish_reason length, end tokens stripped, usage in streams when 
   }
 });
 
+test('stop: a string or up to 4 of 1..128 characters, passed to the agent call; anything else → 400', async (t) => {
+  const b = fakeBackend();
+  const url = await serve(t, b);
+  assert.equal((await post(url, { messages: ask(3), stop: 'END' })).status, 200);
+  assert.equal((await post(url, { messages: ask(3), stop: ['a', 'b', 'c', 'd'] })).status, 200);
+  assert.equal((await post(url, { messages: ask(3), stop: null })).status, 200);
+  assert.deepEqual(b.calls.map((c) => c.stop ?? []), [['END'], ['a', 'b', 'c', 'd'], []]);
+  for (const stop of [['a', 'b', 'c', 'd', 'e'], [''], ['x'.repeat(129)], [3], 3, { s: 'x' }]) {
+    const r = await post(url, { messages: ask(3), stop });
+    assert.equal(r.status, 400, JSON.stringify(stop).slice(0, 40));
+    assert.match(((await r.json()) as { error: { message: string } }).error.message, /^"stop"/);
+  }
+  assert.equal(b.calls.length, 3, 'nothing generated for a bad stop');
+});
+
 test('engine generate: an aborted signal ends the rows at the next step (finish cancelled)', async (t) => {
   const cache = tempCache();
   const tmp = mkdtempSync(join(tmpdir(), 'safekeep-cancel-'));

@@ -7,7 +7,8 @@
  * - `POST /v1/chat/completions` with tools: guarded; without tools: the plain agent call. Calls the model wrote in
  *   its native syntax are also returned as `tool_calls`; end-of-turn tokens are stripped from the content.
  *   `stream: true` gets the finished content as SSE (with a usage chunk when `stream_options.include_usage`).
- *   `finish_reason`: `tool_calls`, `length` (cut by max_tokens) or `stop`.
+ *   `finish_reason`: `tool_calls`, `length` (cut by max_tokens) or `stop`. `stop` (at most 4 strings of at most 128
+ *   characters) ends each request's own generation at its first stop string, which the answer does not include.
  * - `GET /v1/models` lists the one model. Anything else → 404 JSON.
  * - Bounded: prompt + max_tokens above the context length → 400 in vLLM's wording, before any generation (the
  *   prompt is counted by rendering and encoding, stopped once past the context); at most `maxQueue` requests are
@@ -51,6 +52,23 @@ export interface LocalServerOptions extends GuardOptions {
 }
 
 
+/** OpenAI's bound on `stop` strings; each at most this many characters (its tail is decoded at every step) */
+export const MAX_STOP_STRINGS = 4;
+export const MAX_STOP_CHARS = 128;
+
+/** `stop`: a string or up to MAX_STOP_STRINGS of them, each 1..MAX_STOP_CHARS characters (absent or null: none). */
+export function stopStrings(b: Record<string, unknown>): string[] {
+  const v = b.stop;
+  if (v === undefined || v === null) return [];
+  const list = typeof v === 'string' ? [v] : v;
+  if (!Array.isArray(list)) throw badRequest('"stop" must be a string or an array of strings');
+  if (list.length > MAX_STOP_STRINGS) throw badRequest(`"stop": at most ${MAX_STOP_STRINGS} strings, got ${list.length}`);
+  list.forEach((x, i) => {
+    if (typeof x !== 'string' || x === '' || x.length > MAX_STOP_CHARS) throw badRequest(`"stop"[${i}] must be a string of 1 to ${MAX_STOP_CHARS} characters`);
+  });
+  return list as string[];
+}
+
 /** The backend with every call tied to this request's signal. */
 function withSignal(b: ChatBackend, signal: AbortSignal): ChatBackend {
   return { name: b.name, callFormat: b.callFormat, activations: b.activations, chat: (c) => b.chat({ ...c, signal }) };
@@ -82,6 +100,7 @@ export function createLocalServer(o: LocalServerOptions): Server {
     const c = parseChatRequest(await x.body());
     if (c.nonTextParts.length > 0) throw badRequest(`${c.nonTextParts[0]}: this server reads text only`);
     const { messages, tools } = c;
+    const stop = stopStrings(c.body);
     let maxTokens = c.maxTokens ?? o.defaultMaxTokens ?? 256;
     const N = o.contextLength;
     if (N !== undefined && o.countPromptTokens) {
@@ -95,7 +114,7 @@ export function createLocalServer(o: LocalServerOptions): Server {
     const method: GuardMethod = tools.length ? o.method : 'base';
     let r: Awaited<ReturnType<typeof guardedRespond>> | null = null;
     try {
-      r = await guardedRespond({ messages, tools }, method, withSignal(o.backend, signal), { ...o, maxTokens });
+      r = await guardedRespond({ messages, tools }, method, withSignal(o.backend, signal), { ...o, maxTokens, stop });
     } catch (e) {
       // a backend may end a cancelled call by throwing: the cancellation is the answer then
       if (!signal.aborted) throw e;

@@ -35,6 +35,8 @@ export interface GuardOptions extends Omit<JudgeOptions, 'toolView' | 'maxTokens
    * can flatten them and SafeJudge show the schemas as in the native format)
    */
   judgeRequest?: AgentRequest;
+  /** stop strings of the agent's answer (the client's `stop`): the agent and refusal calls, not the judge's */
+  stop?: readonly string[];
 }
 
 export interface GuardedResponse {
@@ -67,8 +69,9 @@ export async function guardedRespond(
 ): Promise<GuardedResponse> {
   const maxTokens = options.maxTokens ?? 256;
   const judged = options.judgeRequest ?? request;
+  const stop = options.stop?.length ? { stop: options.stop } : {};
   const agentCall = (messages: ChatMessage[]) =>
-    backend.chat({ messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization });
+    backend.chat({ messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, ...stop });
   const refuse = () => backend.chat({
     messages: request.messages,
     prefix: options.refusalPrefix ?? REFUSAL_PREFIX,
@@ -76,6 +79,7 @@ export async function guardedRespond(
     purpose: 'refusal',
     model: options.model,
     authorization: options.authorization,
+    ...stop,
   });
   if (method === 'refusal-probe' || method === 'safekeep+probe') {
     const probe = options.probe;
@@ -87,7 +91,7 @@ export async function guardedRespond(
       if (verdict.unsafe) return { method, judge: verdict, blocked: true, reply: await refuse(), probe: null, agentMs: null };
     }
     const hook = probe.hook();
-    const reply = await backend.chat({ messages: request.messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, inspect: hook.inspect });
+    const reply = await backend.chat({ messages: request.messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, inspect: hook.inspect, ...stop });
     const pv = hook.verdict();
     if (!pv) throw new SafekeepError(`${backend.name}: the agent call ran without reporting its prefill hidden states`);
     if (!pv.unsafe) return { method, judge: verdict, blocked: false, reply, probe: pv, agentMs: reply.latencyMs };
