@@ -19,6 +19,7 @@ import { messageText } from '../src/guard/judge-context.ts';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngineFromCheckpoint } from '../src/engine/engine.ts';
+import { SafekeepError } from '../src/util/errors.ts';
 import { tempCache } from './helpers/engine.ts';
 
 /** one token per whitespace-separated word of the messages' text */
@@ -176,6 +177,36 @@ test('stop: a string or up to 4 of 1..128 characters, passed to the agent call; 
     assert.match(((await r.json()) as { error: { message: string } }).error.message, /^"stop"/);
   }
   assert.equal(b.calls.length, 3, 'nothing generated for a bad stop');
+});
+
+test('fail closed: a judge or backend that throws is a 500 without its message and nothing is executed; a template refusal is a 400 without the server\'s paths', async (t) => {
+  const tools = [{ type: 'function', function: { name: 'send_email', parameters: { type: 'object', properties: {} } } }];
+  for (const err of [new Error('judge exploded at /models/secret-dir'), new SafekeepError('/models/secret-dir/model.safetensors: not a regular file')]) {
+    const purposes: string[] = [];
+    const backend: ChatBackend = {
+      name: 'fake', callFormat: 'llama3',
+      async chat(c) {
+        purposes.push(c.purpose);
+        if (c.purpose === 'judge') throw err;
+        return { content: 'sent', toolCalls: [], promptTokens: 1, completionTokens: 1, latencyMs: 1, cached: false, finish: 'stop' };
+      },
+    };
+    const url = await serve(t, backend, { method: 'safekeep' });
+    const r = await post(url, { messages: ask(3), tools });
+    assert.equal(r.status, 500, err.message);
+    const j = (await r.json()) as { error: { message: string; type: string }; choices?: unknown };
+    assert.equal(j.error.type, 'internal_error');
+    assert.ok(!j.error.message.includes('secret-dir'), j.error.message);
+    assert.equal(j.choices, undefined);
+    assert.deepEqual(purposes, ['judge'], 'no agent call after the judge failed');
+  }
+  const url = await serve(t, fakeBackend(), {
+    hidden: ['/models/secret-dir'],
+    countPromptTokens: () => { throw new SafekeepError('/models/secret-dir: chat template rendering failed (Conversation roles must alternate)'); },
+  });
+  const r = await post(url, { messages: ask(3) });
+  assert.equal(r.status, 400);
+  assert.equal(((await r.json()) as { error: { message: string } }).error.message, '***: chat template rendering failed (Conversation roles must alternate)');
 });
 
 test('engine generate: an aborted signal ends the rows at the next step (finish cancelled)', async (t) => {

@@ -2,7 +2,8 @@
  * The local server over HTTP on the real engine (a small random checkpoint, a character tokenizer): several clients
  * in one decode batch, each with its own max_tokens, stop strings and streaming, each answered as if alone (same
  * greedy ids); a client that leaves mid-generation has its row dropped at the next step boundary while the others
- * go on unchanged.
+ * go on unchanged; a step that fails for one sequence is that request's JSON 5xx (no path or engine message in it),
+ * the others are answered and the server keeps serving.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -13,10 +14,12 @@ import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngine, type OnnxEngine } from '../src/engine/engine.ts';
+import type { StepInput } from '../src/engine/run/step.ts';
 import { LocalBackend, type LocalTokenizer } from '../src/guard/backends/local.ts';
 import { createLocalServer } from '../src/guard/local-server.ts';
 import type { ChatMessage } from '../src/guard/types.ts';
 import { countTokensUpTo } from '../src/serve/context-length.ts';
+import { SafekeepError } from '../src/util/errors.ts';
 import { SMALL_GQA, tempCache } from './helpers/engine.ts';
 
 let tmp = '';
@@ -125,4 +128,29 @@ test('a client that leaves mid-generation: its row leaves at the next step, the 
   assert.ok(extraRows <= 3, `the leaving client's row was computed ${extraRows} more times`);
   while (logs.filter((l) => l.status === 499).length === 0) await settle();
   assert.equal(engine.scheduler.inFlight, 0, 'nothing left in the scheduler');
+});
+
+test('a step that fails for one sequence: that request is a JSON 5xx without internals; the others and later ones are served', async () => {
+  const alone = await chat(ask('the healthy one', { max_tokens: 20 }));
+  const poison = tokenizer.encode('☠')[0]!;
+  const e0 = engine as unknown as { prefill: (inp: StepInput) => Promise<unknown>; scheduler: { packTokens: number } };
+  const prefill = e0.prefill;
+  const pack = e0.scheduler.packTokens;
+  // each prompt its own prefill step, so the failure belongs to one sequence
+  e0.scheduler.packTokens = 0;
+  e0.prefill = async function (this: unknown, inp: StepInput) {
+    if (inp.ids.includes(BigInt(poison))) throw new SafekeepError(`${join(tmp, 'm', 'model.safetensors')}: weights could not be read`);
+    return prefill.call(this, inp);
+  };
+  try {
+    const [bad, good] = await Promise.all([chat(ask('☠ this one fails', { max_tokens: 20 })), chat(ask('the healthy one', { max_tokens: 20 }))]);
+    assert.ok(bad.status >= 500 && bad.status < 600, `status ${bad.status}`);
+    assert.equal(bad.content, '', 'no answer');
+    assert.ok(bad.error && !bad.error.message.includes(tmp) && !bad.error.message.includes('safetensors'), bad.error?.message);
+    assert.deepEqual(good, alone);
+  } finally {
+    e0.prefill = prefill;
+    e0.scheduler.packTokens = pack;
+  }
+  assert.deepEqual(await chat(ask('the healthy one', { max_tokens: 20 })), alone, 'still serving');
 });

@@ -14,16 +14,20 @@
  *   prompt is counted by rendering and encoding, stopped once past the context); at most `maxQueue` requests are
  *   admitted at once (running or waiting), more → 429 with `Retry-After`; each request has a deadline
  *   (`requestTimeoutMs`, → 504) and is cancelled — generation stops at the next step — when its client leaves.
+ * - Fails closed: an error while the model runs (a step, the judge, the probe) is that request's 500 with no answer
+ *   and no internals (the log has the message); the others are answered.
  * - Headers: `x-safekeep-action: forward|refuse`, `x-safekeep-verdict` (judge, when one ran), `x-safekeep-probe-score`
  *   (when the probe ran). One JSON log line per request (method, verdict, probe score, latencies).
  */
 import type { Server } from 'node:http';
 import { parseToolCalls, stripEndTokens } from '../outcome/parse-calls.ts';
 import { contextLengthMessage } from '../serve/context-length.ts';
-import { HttpError, badRequest, sendJson } from '../serve/errors.ts';
+import { HttpError, badRequest, capMessage, sendJson } from '../serve/errors.ts';
 import { parseChatRequest } from '../serve/chat-body.ts';
 import { createHttpServer, type Exchange, type ServerLimits } from '../serve/server.ts';
 import { sendSse, usageOf } from '../serve/sse.ts';
+import { redactSecrets } from '../serve/upstream.ts';
+import { isSafekeepError } from '../util/errors.ts';
 import { guardedRespond, type GuardOptions } from './respond.ts';
 import type { ChatBackend, ChatCall, GuardMethod } from './types.ts';
 
@@ -49,6 +53,8 @@ export interface LocalServerOptions extends GuardOptions {
   corsOrigins?: readonly string[];
   allowedHosts?: readonly string[];
   limits?: ServerLimits;
+  /** text never shown to a client (the model folder, the template file): *** in the messages of its 400s */
+  hidden?: readonly string[];
 }
 
 
@@ -67,6 +73,17 @@ export function stopStrings(b: Record<string, unknown>): string[] {
     if (typeof x !== 'string' || x === '' || x.length > MAX_STOP_CHARS) throw badRequest(`"stop"[${i}] must be a string of 1 to ${MAX_STOP_CHARS} characters`);
   });
   return list as string[];
+}
+
+/**
+ * A failure while the model ran (a step, the judge, the probe): the request fails closed — a 500 and no answer, the
+ * other requests go on — and the client learns nothing internal (engine messages name files, devices, shapes); the
+ * log line keeps the message.
+ */
+function generationFailed(e: unknown, x: Exchange): HttpError {
+  if (e instanceof HttpError) return e;
+  x.entry.internal = capMessage(String((e as Error)?.message ?? e), 300);
+  return new HttpError(500, 'internal_error', `generation failed (request ${x.id}); the server log has the details`);
 }
 
 /** The backend with every call tied to this request's signal. */
@@ -104,7 +121,14 @@ export function createLocalServer(o: LocalServerOptions): Server {
     let maxTokens = c.maxTokens ?? o.defaultMaxTokens ?? 256;
     const N = o.contextLength;
     if (N !== undefined && o.countPromptTokens) {
-      const p = o.countPromptTokens({ messages, tools, maxTokens, purpose: 'agent' }, N);
+      let p: { tokens: number; exact: boolean };
+      try {
+        p = o.countPromptTokens({ messages, tools, maxTokens, purpose: 'agent' }, N);
+      } catch (e) {
+        // the chat template refusing this conversation is the client's 400, in its words, but not the server's paths
+        if (isSafekeepError(e)) throw badRequest(redactSecrets(e.message, o.hidden ?? []));
+        throw e;
+      }
       x.entry.promptTokens = p.tokens;
       if (c.maxTokens === undefined && p.exact && p.tokens < N) maxTokens = Math.min(maxTokens, N - p.tokens);
       if (p.tokens + maxTokens > N) throw badRequest(contextLengthMessage(N, p.tokens, maxTokens, p.exact));
@@ -117,7 +141,7 @@ export function createLocalServer(o: LocalServerOptions): Server {
       r = await guardedRespond({ messages, tools }, method, withSignal(o.backend, signal), { ...o, maxTokens, stop });
     } catch (e) {
       // a backend may end a cancelled call by throwing: the cancellation is the answer then
-      if (!signal.aborted) throw e;
+      if (!signal.aborted) throw generationFailed(e, x);
     }
     if (deadline.aborted) throw new HttpError(504, 'timeout', `the request did not finish within ${deadlineMs} ms`);
     if (r === null || x.signal.aborted || r.reply.finish === 'cancelled') {

@@ -193,7 +193,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
   const { ProbeGuard } = await import('../../guard/probe.ts');
   const { readProbe, checkProbeFits } = await import('../../data/probe-file.ts');
   const { existsSync, statSync, readFileSync } = await import('node:fs');
-  const { join } = await import('node:path');
+  const { join, resolve } = await import('node:path');
   const modelDir = await resolveModel(requireValue(args, 'model'), hubEnv());
   // --probe: a probe file, or a refusal-probe skill folder (SKILL.md with check: probe; probe train writes one)
   let probe: InstanceType<typeof ProbeGuard> | undefined;
@@ -211,7 +211,8 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
   } else if (probeFile !== undefined) {
     probeFileToCheck = probeFile;
   }
-  const tokenizer = await loadPromptTokenizer(modelDir, { template: args.values.get('template') });
+  const template = args.values.get('template');
+  const tokenizer = await loadPromptTokenizer(modelDir, { template });
   const engine = await openEngine(args);
   try {
     if (probeFileToCheck !== undefined) {
@@ -247,6 +248,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
       corsOrigins: access.corsOrigins,
       allowedHosts: access.allowedHosts,
       limits: access.limits,
+      hidden: [modelDir, ...(template !== undefined ? [template, resolve(template)] : [])],
     });
     await listenUntilStopped(server, access.host, access.port, `${modelDir} (local engine, guard ${method}${probe ? `, ${probeLabel}` : ''})`);
   } finally {
