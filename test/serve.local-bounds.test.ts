@@ -209,6 +209,39 @@ test('fail closed: a judge or backend that throws is a 500 without its message a
   assert.equal(((await r.json()) as { error: { message: string } }).error.message, '***: chat template rendering failed (Conversation roles must alternate)');
 });
 
+test('bounds: max_tokens at most the server\'s limit, 2048 messages, 128 tools; greedy-only fields at their no-op value, sampling ranges checked, unknown fields ignored', async (t) => {
+  const b = fakeBackend();
+  let counted = 0;
+  const url = await serve(t, b, { maxTokensLimit: 20, countPromptTokens: (c, limit) => { counted++; return countTokensUpTo(promptText(c), words, limit); } });
+  const status = async (extra: Record<string, unknown>) => {
+    const r = await post(url, { messages: ask(3), ...extra });
+    const j = (await r.json()) as { error?: { message: string } };
+    return r.status === 200 ? 200 : `${r.status} ${j.error?.message}`;
+  };
+  assert.equal(await status({ max_tokens: 20 }), 200);
+  assert.match(String(await status({ max_tokens: 21 })), /^400 "max_tokens" 21 is above this server's limit of 20 tokens$/);
+  assert.match(String(await status({ max_completion_tokens: 500 })), /^400 "max_completion_tokens" 500 is above/);
+  assert.equal(await status({}), 200);
+  assert.equal(b.calls.at(-1)!.maxTokens, 16, 'the default when none is given');
+  for (const ok of [{ n: 1 }, { logprobs: false }, { top_logprobs: 0 }, { temperature: 0.7, top_p: 0.9 }, { temperature: 0 }, { tool_choice: 'auto' },
+    { response_format: { type: 'text' } }, { frequency_penalty: 0, presence_penalty: 0, logit_bias: {} }, { seed: 3, user: 'u', some_future_field: [1] }]) {
+    assert.equal(await status(ok), 200, JSON.stringify(ok));
+  }
+  for (const [bad, field] of [[{ n: 2 }, 'n'], [{ logprobs: true }, 'logprobs'], [{ top_logprobs: 3 }, 'top_logprobs'], [{ temperature: 2.5 }, 'temperature'],
+    [{ temperature: 'hot' }, 'temperature'], [{ top_p: 1.5 }, 'top_p'], [{ top_p: -0.1 }, 'top_p'], [{ tool_choice: 'required' }, 'tool_choice'],
+    [{ response_format: { type: 'json_object' } }, 'response_format'], [{ logit_bias: { 5: 100 } }, 'logit_bias'], [{ presence_penalty: 1 }, 'presence_penalty']] as const) {
+    assert.match(String(await status(bad)), new RegExp(`^400 "${field}"`), JSON.stringify(bad));
+  }
+  const calls = b.calls.length;
+  counted = 0;
+  const many = Array.from({ length: 2049 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: 'x' }));
+  assert.match(String(await status({ messages: many })), /^400 "messages": at most 2048 messages, got 2049$/);
+  const tool = (i: number) => ({ type: 'function', function: { name: `f${i}`, parameters: { type: 'object', properties: {} } } });
+  assert.match(String(await status({ tools: Array.from({ length: 129 }, (_, i) => tool(i)) })), /^400 "tools": at most 128 tools/);
+  assert.deepEqual([counted, b.calls.length], [0, calls], 'refused before rendering or generating');
+  assert.match(String(await status({ messages: many.slice(0, 2048), max_tokens: 1 })), /maximum context length is 100 tokens/, '2048 messages are counted');
+});
+
 test('engine generate: an aborted signal ends the rows at the next step (finish cancelled)', async (t) => {
   const cache = tempCache();
   const tmp = mkdtempSync(join(tmpdir(), 'safekeep-cancel-'));

@@ -9,8 +9,11 @@
  *   `stream: true` gets the finished content as SSE (with a usage chunk when `stream_options.include_usage`).
  *   `finish_reason`: `tool_calls`, `length` (cut by max_tokens) or `stop`. `stop` (at most 4 strings of at most 128
  *   characters) ends each request's own generation at its first stop string, which the answer does not include.
+ *   Decoding is greedy: `temperature`/`top_p` are range-checked; `n`, `logprobs`, `top_logprobs`, `logit_bias`,
+ *   penalties, `response_format` and `tool_choice` are refused unless at their no-op value; other fields ignored.
  * - `GET /v1/models` lists the one model. Anything else → 404 JSON.
- * - Bounded: prompt + max_tokens above the context length → 400 in vLLM's wording, before any generation (the
+ * - Bounded: at most 2048 messages and 128 tools (OpenAI's bounds); max_tokens at most `maxTokensLimit`; prompt +
+ *   max_tokens above the context length → 400 in vLLM's wording, before any generation (the
  *   prompt is counted by rendering and encoding, stopped once past the context); at most `maxQueue` requests are
  *   admitted at once (running or waiting), more → 429 with `Retry-After`; each request has a deadline
  *   (`requestTimeoutMs`, → 504) and is cancelled — generation stops at the next step — when its client leaves.
@@ -38,6 +41,8 @@ export interface LocalServerOptions extends GuardOptions {
   modelName: string;
   /** default agent answer budget when the client gives none (default 256) */
   defaultMaxTokens?: number;
+  /** the most tokens a client may ask for (`max_tokens` / `max_completion_tokens` above it → 400); none = the context bounds it */
+  maxTokensLimit?: number;
   log?: (line: string) => void;
   /** default 16 MiB */
   maxBodyBytes?: number;
@@ -86,6 +91,47 @@ function generationFailed(e: unknown, x: Exchange): HttpError {
   return new HttpError(500, 'internal_error', `generation failed (request ${x.id}); the server log has the details`);
 }
 
+/**
+ * OpenAI's bounds on a request's arrays (its API refuses longer ones). The chat template renders every message before
+ * the prompt can be counted, so without them a 16 MiB body of tiny messages holds the event loop — and with it every
+ * client's decoding — for seconds.
+ */
+export const MAX_MESSAGES = 2048;
+export const MAX_TOOLS = 128;
+
+const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+const show = (v: unknown) => JSON.stringify(v)?.slice(0, 40) ?? String(v);
+
+/** Fields that change the answer in ways this engine does not do: accepted at their no-op value only. */
+const NO_OP: Readonly<Record<string, { ok: (v: unknown) => boolean; says: string }>> = {
+  n: { ok: (v) => v === 1, says: 'returns one choice (n = 1)' },
+  logprobs: { ok: (v) => v === false, says: 'returns no log probabilities' },
+  top_logprobs: { ok: (v) => v === 0, says: 'returns no log probabilities' },
+  logit_bias: { ok: (v) => isObject(v) && Object.keys(v).length === 0, says: 'applies no logit bias' },
+  frequency_penalty: { ok: (v) => v === 0, says: 'applies no penalties' },
+  presence_penalty: { ok: (v) => v === 0, says: 'applies no penalties' },
+  response_format: { ok: (v) => isObject(v) && v.type === 'text', says: 'answers in text (response_format text)' },
+  tool_choice: { ok: (v) => v === 'auto', says: 'lets the model choose its tool calls (tool_choice auto)' },
+};
+
+/**
+ * The sampling fields of a request. This engine decodes greedily, one choice, without log probabilities:
+ * `temperature` (0..2) and `top_p` (0..1) are range-checked and decoding stays greedy (their limit; a guard's
+ * verdict must not vary from one call to the next); the fields of NO_OP are refused unless at their no-op value (an
+ * answer the client did not ask for is worse than a clear 400). Other fields are ignored, as the one request parser
+ * (serve/chat-body.ts) ignores them for the proxy.
+ */
+export function checkSampling(b: Record<string, unknown>): void {
+  for (const [key, lo, hi] of [['temperature', 0, 2], ['top_p', 0, 1]] as const) {
+    const v = b[key];
+    if (v !== undefined && v !== null && (typeof v !== 'number' || !(v >= lo && v <= hi))) throw badRequest(`"${key}" must be a number from ${lo} to ${hi}, got ${show(v)}`);
+  }
+  for (const [key, r] of Object.entries(NO_OP)) {
+    const v = b[key];
+    if (v !== undefined && v !== null && !r.ok(v)) throw badRequest(`"${key}": this server ${r.says}, got ${show(v)}`);
+  }
+}
+
 /** The backend with every call tied to this request's signal. */
 function withSignal(b: ChatBackend, signal: AbortSignal): ChatBackend {
   return { name: b.name, callFormat: b.callFormat, activations: b.activations, chat: (c) => b.chat({ ...c, signal }) };
@@ -117,8 +163,16 @@ export function createLocalServer(o: LocalServerOptions): Server {
     const c = parseChatRequest(await x.body());
     if (c.nonTextParts.length > 0) throw badRequest(`${c.nonTextParts[0]}: this server reads text only`);
     const { messages, tools } = c;
+    if (messages.length > MAX_MESSAGES) throw badRequest(`"messages": at most ${MAX_MESSAGES} messages, got ${messages.length}`);
+    if (tools.length > MAX_TOOLS) throw badRequest(`"tools": at most ${MAX_TOOLS} tools (functions included), got ${tools.length}`);
+    checkSampling(c.body);
     const stop = stopStrings(c.body);
-    let maxTokens = c.maxTokens ?? o.defaultMaxTokens ?? 256;
+    const limit = o.maxTokensLimit;
+    if (limit !== undefined && c.maxTokens !== undefined && c.maxTokens > limit) {
+      const field = c.body.max_completion_tokens !== undefined && c.body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens';
+      throw badRequest(`"${field}" ${c.maxTokens} is above this server's limit of ${limit} tokens`);
+    }
+    let maxTokens = c.maxTokens ?? Math.min(o.defaultMaxTokens ?? 256, limit ?? Infinity);
     const N = o.contextLength;
     if (N !== undefined && o.countPromptTokens) {
       let p: { tokens: number; exact: boolean };
