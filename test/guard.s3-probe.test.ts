@@ -116,6 +116,7 @@ test('the probe check and the probe guard fail closed: hidden states that are no
   const r = await probeCheck(skill, { stage: 'input', messages: benign, tools }, { backend: new LocalBackend(engine, tok), hidden });
   assert.ok(Number.isNaN(r.score));
   assert.equal(r.risky, true);
+  assert.match(r.reason, /not a number/);
   const hook = probeGuardFromSkill(skill).hook();
   assert.equal(hook.inspect(new Float32Array((L + 1) * d).fill(Number.NaN)), true, 'the prefill halts');
   assert.equal(hook.verdict()!.unsafe, true);

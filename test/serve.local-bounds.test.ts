@@ -16,6 +16,8 @@ import { createLocalServer, type LocalServerOptions } from '../src/guard/local-s
 import { countTokensUpTo } from '../src/serve/context-length.ts';
 import type { ChatBackend, ChatCall, ChatReply } from '../src/guard/types.ts';
 import { messageText } from '../src/guard/judge-context.ts';
+import { judgeCall } from '../src/guard/judge.ts';
+import { withSafetyPrompt } from '../src/guard/respond.ts';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngineFromCheckpoint } from '../src/engine/engine.ts';
@@ -179,6 +181,35 @@ test('stop: a string or up to 4 of 1..128 characters, passed to the agent call; 
   assert.equal(b.calls.length, 3, 'nothing generated for a bad stop');
 });
 
+test('context length: the guard\'s own calls are counted too — a judge context or SafePrompt prompt that does not fit is the client\'s 400 before anything runs', async (t) => {
+  const tools = [{ type: 'function', function: { name: 'send_email', description: 'Send an email to a recipient.', parameters: { type: 'object', properties: { to: { type: 'string' } } } } }];
+  const messages = ask(20);
+  const agentWords = 20;
+  const specs = tools.map((x) => ({ type: 'function' as const, function: { ...x.function } }));
+  // what the judge and the SafePrompt agent call hold, counted the way the server counts (words of the messages)
+  const judgeWords = words(promptText(judgeCall(messages, specs, { toolView: 'prose' })));
+  const safePromptWords = words(promptText({ messages: withSafetyPrompt(messages), maxTokens: 1, purpose: 'agent' }));
+  const N = agentWords + 16 + 4; // the agent call fits with max_tokens 16; neither guard prompt does
+  assert.ok(judgeWords + 8 > N && safePromptWords + 16 > N, `judge ${judgeWords}, safeprompt ${safePromptWords} words`);
+  for (const method of ['safekeep', 'safejudge', 'safeprompt'] as const) {
+    const b = fakeBackend();
+    const url = await serve(t, b, { method, contextLength: N });
+    const r = await post(url, { messages, tools, max_tokens: 16 });
+    const j = (await r.json()) as { error: { message: string } };
+    assert.equal(r.status, 400, method);
+    assert.match(j.error.message, new RegExp(`^the guard's ${method === 'safeprompt' ? 'agent' : 'judge'} call for this request does not fit: This model's maximum context length is ${N} tokens`), method);
+    assert.equal(b.calls.length, 0, `${method}: nothing ran`);
+    // base (and any method without tools) makes only the agent call, which fits
+    const ok = await post(await serve(t, b, { method: 'base', contextLength: N }), { messages, tools, max_tokens: 16 });
+    assert.equal(ok.status, 200);
+  }
+  // with room for every call the guarded request runs: judge, then the agent (the fake's judge answer is no verdict → refusal)
+  const b = fakeBackend();
+  const r = await post(await serve(t, b, { method: 'safekeep', contextLength: judgeWords + 100 }), { messages, tools, max_tokens: 16 });
+  assert.equal(r.status, 200);
+  assert.equal(b.calls[0]!.purpose, 'judge');
+});
+
 test('fail closed: a judge or backend that throws is a 500 without its message and nothing is executed; a template refusal is a 400 without the server\'s paths', async (t) => {
   const tools = [{ type: 'function', function: { name: 'send_email', parameters: { type: 'object', properties: {} } } }];
   for (const err of [new Error('judge exploded at /models/secret-dir'), new SafekeepError('/models/secret-dir/model.safetensors: not a regular file')]) {
@@ -191,7 +222,7 @@ test('fail closed: a judge or backend that throws is a 500 without its message a
         return { content: 'sent', toolCalls: [], promptTokens: 1, completionTokens: 1, latencyMs: 1, cached: false, finish: 'stop' };
       },
     };
-    const url = await serve(t, backend, { method: 'safekeep' });
+    const url = await serve(t, backend, { method: 'safekeep', contextLength: 4096 });
     const r = await post(url, { messages: ask(3), tools });
     assert.equal(r.status, 500, err.message);
     const j = (await r.json()) as { error: { message: string; type: string }; choices?: unknown };

@@ -31,7 +31,7 @@ import { createHttpServer, type Exchange, type ServerLimits } from '../serve/ser
 import { sendSse, usageOf } from '../serve/sse.ts';
 import { redactSecrets } from '../serve/upstream.ts';
 import { isSafekeepError } from '../util/errors.ts';
-import { guardedRespond, type GuardOptions } from './respond.ts';
+import { guardedRespond, plannedCalls, type GuardOptions } from './respond.ts';
 import type { ChatBackend, ChatCall, GuardMethod } from './types.ts';
 
 export interface LocalServerOptions extends GuardOptions {
@@ -173,23 +173,32 @@ export function createLocalServer(o: LocalServerOptions): Server {
       throw badRequest(`"${field}" ${c.maxTokens} is above this server's limit of ${limit} tokens`);
     }
     let maxTokens = c.maxTokens ?? Math.min(o.defaultMaxTokens ?? 256, limit ?? Infinity);
+    const method: GuardMethod = tools.length ? o.method : 'base';
     const N = o.contextLength;
-    if (N !== undefined && o.countPromptTokens) {
-      let p: { tokens: number; exact: boolean };
-      try {
-        p = o.countPromptTokens({ messages, tools, maxTokens, purpose: 'agent' }, N);
-      } catch (e) {
-        // the chat template refusing this conversation is the client's 400, in its words, but not the server's paths
-        if (isSafekeepError(e)) throw badRequest(redactSecrets(e.message, o.hidden ?? []));
-        throw e;
-      }
+    const count = o.countPromptTokens;
+    if (N !== undefined && count) {
+      const counted = (call: ChatCall) => {
+        try {
+          return count(call, N);
+        } catch (e) {
+          // the chat template refusing this conversation is the client's 400, in its words, but not the server's paths
+          if (isSafekeepError(e)) throw badRequest(redactSecrets(e.message, o.hidden ?? []));
+          throw e;
+        }
+      };
+      const p = counted({ messages, tools, maxTokens, purpose: 'agent' });
       x.entry.promptTokens = p.tokens;
       if (c.maxTokens === undefined && p.exact && p.tokens < N) maxTokens = Math.min(maxTokens, N - p.tokens);
       if (p.tokens + maxTokens > N) throw badRequest(contextLengthMessage(N, p.tokens, maxTokens, p.exact));
+      // the guard's own calls (the SafePrompt agent prompt, the judge's context, the refusal) must fit too
+      for (const call of plannedCalls({ messages, tools }, method, { ...o, maxTokens, stop })) {
+        if (call.purpose === 'agent' && method !== 'safeprompt') continue;
+        const q = counted(call);
+        if (q.tokens + call.maxTokens > N) throw badRequest(`the guard's ${call.purpose} call for this request does not fit: ${contextLengthMessage(N, q.tokens, call.maxTokens, q.exact)}`);
+      }
     }
     const deadline = AbortSignal.timeout(deadlineMs);
     const signal = AbortSignal.any([x.signal, deadline]);
-    const method: GuardMethod = tools.length ? o.method : 'base';
     let r: Awaited<ReturnType<typeof guardedRespond>> | null = null;
     try {
       r = await guardedRespond({ messages, tools }, method, withSignal(o.backend, signal), { ...o, maxTokens, stop });

@@ -99,7 +99,9 @@ export const probeCheck: CheckFn = async (skill, event, env) => {
   const risky = !(score <= p.threshold);
   return {
     risky,
-    reason: risky
+    reason: Number.isNaN(score)
+      ? `the refusal probe's score at layer ${p.layer} is not a number (non-finite hidden states): flagged, failing closed`
+      : risky
       ? `the refusal probe scores the request ${score.toFixed(3)} at layer ${p.layer}, above its threshold ${p.threshold.toFixed(3)}`
       : `probe score ${score.toFixed(3)} ≤ threshold ${p.threshold.toFixed(3)}`,
     evidence: [],
