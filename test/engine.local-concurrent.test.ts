@@ -139,3 +139,25 @@ test('identical calls in flight together share one generation; a call with its o
   await Promise.all([lb.chat(call('own signal', 5)), lb.chat(call('own signal', 5, { signal: new AbortController().signal }))]);
   assert.equal(seqs(), n2 + 2);
 });
+
+test('stop strings: the call ends at the token that completes one (finish stop), cut before it; a stopWhen that throws fails its own sequence only', async () => {
+  const lb = new LocalBackend(engine, tokenizer, { responseCache: 4 });
+  const full = await lb.chat(call('stop strings here', 20));
+  const toks = [...(full.content.match(/<\d+>/g) ?? [])];
+  const at = toks.indexOf(toks[6]!);
+  const cut = await lb.chat(call('stop strings here', 20, { stop: ['<never>', toks[6]!] }));
+  assert.deepEqual([cut.content, cut.finish, cut.completionTokens, cut.cached], [toks.slice(0, at).join(''), 'stop', at + 1, false], 'stop is part of the response-cache key');
+  // a stop string spanning two tokens
+  const two = await lb.chat(call('stop strings here', 20, { stop: [toks[11]! + toks[12]!] }));
+  assert.equal(two.content, full.content.slice(0, full.content.indexOf(toks[11]! + toks[12]!)));
+  const ids = [...'stop strings here'].map((ch) => 1 + (ch.codePointAt(0)! % (V - 1)));
+  const [bad, good] = await Promise.allSettled([
+    engine.submit!(ids, { maxNewTokens: 10, stopWhen: (g) => { if (g.length === 3) throw new Error('stopWhen failed'); return false; } }),
+    engine.submit!(ids, { maxNewTokens: 10 }),
+  ]);
+  assert.equal(bad.status, 'rejected');
+  assert.match(String((bad as PromiseRejectedResult).reason), /stopWhen failed/);
+  assert.equal(good.status, 'fulfilled');
+  assert.equal((good as PromiseFulfilledResult<{ generatedIds: number[] }>).value.generatedIds.length, 10);
+  assert.equal(engine.scheduler.inFlight, 0);
+});

@@ -89,6 +89,12 @@ test('refusal-probe: safe → the agent call alone; above threshold → halted p
   // the boundary: score exactly at the threshold is not flagged
   const edge = await guardedRespond(req(0.75), 'refusal-probe', backend('NO'), { probe: g });
   assert.equal(edge.blocked, false);
+  // hidden states that are no numbers (an f16 overflow) give no score: refused, not passed through
+  const nan = backend('NO');
+  const r3 = await guardedRespond(req(Number.NaN), 'refusal-probe', nan, { probe: g });
+  assert.ok(Number.isNaN(r3.probe!.score));
+  assert.equal(r3.blocked, true);
+  assert.deepEqual(nan.calls.map((c) => c.purpose), ['agent', 'refusal']);
 });
 
 test('safekeep+probe: refused if either flags; the judge refusing first means no agent call', async () => {

@@ -108,6 +108,20 @@ test('S³ loop: the probe skill reads the agent\'s own prefill — one engine ca
   assert.equal(b.calls, b.tr.executed.length > 0 ? 2 : 1);
 });
 
+test('the probe check and the probe guard fail closed: hidden states that are no numbers (an f16 overflow) flag the request', async () => {
+  const skill = loadSkill(skillDir);
+  const L = engine.numLayers;
+  const d = engine.dModel;
+  const hidden = { lastTokenHidden: async () => ({ numLayers: L, dModel: d, hidden: new Float32Array((L + 1) * d).fill(Number.NaN) }) };
+  const r = await probeCheck(skill, { stage: 'input', messages: benign, tools }, { backend: new LocalBackend(engine, tok), hidden });
+  assert.ok(Number.isNaN(r.score));
+  assert.equal(r.risky, true);
+  assert.match(r.reason, /not a number/);
+  const hook = probeGuardFromSkill(skill).hook();
+  assert.equal(hook.inspect(new Float32Array((L + 1) * d).fill(Number.NaN)), true, 'the prefill halts');
+  assert.equal(hook.verdict()!.unsafe, true);
+});
+
 test('guardedRespond with the skill decides exactly as with the probe file', async () => {
   const skill = loadSkill(skillDir);
   const local = new LocalBackend(engine, tok);

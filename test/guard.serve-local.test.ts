@@ -94,7 +94,7 @@ test('serve --model: the probe refuses the harmful request, passes the benign on
   assert.ok(text.trim().endsWith('data: [DONE]'));
 });
 
-test('serve --model: bounded — a prompt beyond the context is a 400 in vLLM\'s wording before any generation; bad max_tokens 400', async () => {
+test('serve --model: bounded — a prompt beyond the context is a 400 in vLLM\'s wording before any generation; max_tokens above --max-tokens or bad 400', async () => {
   const models = await (await fetch(`${url}/models`)).json() as { data: { max_model_len: number }[] };
   const N = models.data[0]!.max_model_len;
   assert.ok(Number.isInteger(N) && N > 0);
@@ -102,7 +102,7 @@ test('serve --model: bounded — a prompt beyond the context is a 400 in vLLM\'s
   const r = await post({ model: 'planted', messages: [{ role: 'user', content: words }], max_tokens: 1 });
   assert.equal(r.status, 400);
   assert.match(((await r.json()) as { error: { message: string } }).error.message, new RegExp(`^This model's maximum context length is ${N} tokens\\. However, you requested (more than )?\\d+ tokens \\(`));
-  for (const max_tokens of [0, 'abc']) assert.equal((await post({ messages: harmful, max_tokens })).status, 400);
+  for (const max_tokens of [0, 'abc', 9]) assert.equal((await post({ messages: harmful, max_tokens })).status, 400, `max_tokens ${max_tokens} (--max-tokens 8)`);
   const role = await post({ messages: [{ role: 'User', content: 'x' }] });
   assert.equal(role.status, 400);
 });

@@ -16,9 +16,12 @@ import { createLocalServer, type LocalServerOptions } from '../src/guard/local-s
 import { countTokensUpTo } from '../src/serve/context-length.ts';
 import type { ChatBackend, ChatCall, ChatReply } from '../src/guard/types.ts';
 import { messageText } from '../src/guard/judge-context.ts';
+import { judgeCall } from '../src/guard/judge.ts';
+import { withSafetyPrompt } from '../src/guard/respond.ts';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngineFromCheckpoint } from '../src/engine/engine.ts';
+import { SafekeepError } from '../src/util/errors.ts';
 import { tempCache } from './helpers/engine.ts';
 
 /** one token per whitespace-separated word of the messages' text */
@@ -161,6 +164,113 @@ test('answers: finish_reason length, end tokens stripped, usage in streams when 
     const r = await post(url, { messages: ask(3), max_tokens });
     assert.equal(r.status, 400, String(max_tokens));
   }
+});
+
+test('stop: a string or up to 4 of 1..128 characters, passed to the agent call; anything else → 400', async (t) => {
+  const b = fakeBackend();
+  const url = await serve(t, b);
+  assert.equal((await post(url, { messages: ask(3), stop: 'END' })).status, 200);
+  assert.equal((await post(url, { messages: ask(3), stop: ['a', 'b', 'c', 'd'] })).status, 200);
+  assert.equal((await post(url, { messages: ask(3), stop: null })).status, 200);
+  assert.deepEqual(b.calls.map((c) => c.stop ?? []), [['END'], ['a', 'b', 'c', 'd'], []]);
+  for (const stop of [['a', 'b', 'c', 'd', 'e'], [''], ['x'.repeat(129)], [3], 3, { s: 'x' }]) {
+    const r = await post(url, { messages: ask(3), stop });
+    assert.equal(r.status, 400, JSON.stringify(stop).slice(0, 40));
+    assert.match(((await r.json()) as { error: { message: string } }).error.message, /^"stop"/);
+  }
+  assert.equal(b.calls.length, 3, 'nothing generated for a bad stop');
+});
+
+test('context length: the guard\'s own calls are counted too — a judge context or SafePrompt prompt that does not fit is the client\'s 400 before anything runs', async (t) => {
+  const tools = [{ type: 'function', function: { name: 'send_email', description: 'Send an email to a recipient.', parameters: { type: 'object', properties: { to: { type: 'string' } } } } }];
+  const messages = ask(20);
+  const agentWords = 20;
+  const specs = tools.map((x) => ({ type: 'function' as const, function: { ...x.function } }));
+  // what the judge and the SafePrompt agent call hold, counted the way the server counts (words of the messages)
+  const judgeWords = words(promptText(judgeCall(messages, specs, { toolView: 'prose' })));
+  const safePromptWords = words(promptText({ messages: withSafetyPrompt(messages), maxTokens: 1, purpose: 'agent' }));
+  const N = agentWords + 16 + 4; // the agent call fits with max_tokens 16; neither guard prompt does
+  assert.ok(judgeWords + 8 > N && safePromptWords + 16 > N, `judge ${judgeWords}, safeprompt ${safePromptWords} words`);
+  for (const method of ['safekeep', 'safejudge', 'safeprompt'] as const) {
+    const b = fakeBackend();
+    const url = await serve(t, b, { method, contextLength: N });
+    const r = await post(url, { messages, tools, max_tokens: 16 });
+    const j = (await r.json()) as { error: { message: string } };
+    assert.equal(r.status, 400, method);
+    assert.match(j.error.message, new RegExp(`^the guard's ${method === 'safeprompt' ? 'agent' : 'judge'} call for this request does not fit: This model's maximum context length is ${N} tokens`), method);
+    assert.equal(b.calls.length, 0, `${method}: nothing ran`);
+    // base (and any method without tools) makes only the agent call, which fits
+    const ok = await post(await serve(t, b, { method: 'base', contextLength: N }), { messages, tools, max_tokens: 16 });
+    assert.equal(ok.status, 200);
+  }
+  // with room for every call the guarded request runs: judge, then the agent (the fake's judge answer is no verdict → refusal)
+  const b = fakeBackend();
+  const r = await post(await serve(t, b, { method: 'safekeep', contextLength: judgeWords + 100 }), { messages, tools, max_tokens: 16 });
+  assert.equal(r.status, 200);
+  assert.equal(b.calls[0]!.purpose, 'judge');
+});
+
+test('fail closed: a judge or backend that throws is a 500 without its message and nothing is executed; a template refusal is a 400 without the server\'s paths', async (t) => {
+  const tools = [{ type: 'function', function: { name: 'send_email', parameters: { type: 'object', properties: {} } } }];
+  for (const err of [new Error('judge exploded at /models/secret-dir'), new SafekeepError('/models/secret-dir/model.safetensors: not a regular file')]) {
+    const purposes: string[] = [];
+    const backend: ChatBackend = {
+      name: 'fake', callFormat: 'llama3',
+      async chat(c) {
+        purposes.push(c.purpose);
+        if (c.purpose === 'judge') throw err;
+        return { content: 'sent', toolCalls: [], promptTokens: 1, completionTokens: 1, latencyMs: 1, cached: false, finish: 'stop' };
+      },
+    };
+    const url = await serve(t, backend, { method: 'safekeep', contextLength: 4096 });
+    const r = await post(url, { messages: ask(3), tools });
+    assert.equal(r.status, 500, err.message);
+    const j = (await r.json()) as { error: { message: string; type: string }; choices?: unknown };
+    assert.equal(j.error.type, 'internal_error');
+    assert.ok(!j.error.message.includes('secret-dir'), j.error.message);
+    assert.equal(j.choices, undefined);
+    assert.deepEqual(purposes, ['judge'], 'no agent call after the judge failed');
+  }
+  const url = await serve(t, fakeBackend(), {
+    hidden: ['/models/secret-dir'],
+    countPromptTokens: () => { throw new SafekeepError('/models/secret-dir: chat template rendering failed (Conversation roles must alternate)'); },
+  });
+  const r = await post(url, { messages: ask(3) });
+  assert.equal(r.status, 400);
+  assert.equal(((await r.json()) as { error: { message: string } }).error.message, '***: chat template rendering failed (Conversation roles must alternate)');
+});
+
+test('bounds: max_tokens at most the server\'s limit, 2048 messages, 128 tools; greedy-only fields at their no-op value, sampling ranges checked, unknown fields ignored', async (t) => {
+  const b = fakeBackend();
+  let counted = 0;
+  const url = await serve(t, b, { maxTokensLimit: 20, countPromptTokens: (c, limit) => { counted++; return countTokensUpTo(promptText(c), words, limit); } });
+  const status = async (extra: Record<string, unknown>) => {
+    const r = await post(url, { messages: ask(3), ...extra });
+    const j = (await r.json()) as { error?: { message: string } };
+    return r.status === 200 ? 200 : `${r.status} ${j.error?.message}`;
+  };
+  assert.equal(await status({ max_tokens: 20 }), 200);
+  assert.match(String(await status({ max_tokens: 21 })), /^400 "max_tokens" 21 is above this server's limit of 20 tokens$/);
+  assert.match(String(await status({ max_completion_tokens: 500 })), /^400 "max_completion_tokens" 500 is above/);
+  assert.equal(await status({}), 200);
+  assert.equal(b.calls.at(-1)!.maxTokens, 16, 'the default when none is given');
+  for (const ok of [{ n: 1 }, { logprobs: false }, { top_logprobs: 0 }, { temperature: 0.7, top_p: 0.9 }, { temperature: 0 }, { tool_choice: 'auto' },
+    { response_format: { type: 'text' } }, { frequency_penalty: 0, presence_penalty: 0, logit_bias: {} }, { seed: 3, user: 'u', some_future_field: [1] }]) {
+    assert.equal(await status(ok), 200, JSON.stringify(ok));
+  }
+  for (const [bad, field] of [[{ n: 2 }, 'n'], [{ logprobs: true }, 'logprobs'], [{ top_logprobs: 3 }, 'top_logprobs'], [{ temperature: 2.5 }, 'temperature'],
+    [{ temperature: 'hot' }, 'temperature'], [{ top_p: 1.5 }, 'top_p'], [{ top_p: -0.1 }, 'top_p'], [{ tool_choice: 'required' }, 'tool_choice'],
+    [{ response_format: { type: 'json_object' } }, 'response_format'], [{ logit_bias: { 5: 100 } }, 'logit_bias'], [{ presence_penalty: 1 }, 'presence_penalty']] as const) {
+    assert.match(String(await status(bad)), new RegExp(`^400 "${field}"`), JSON.stringify(bad));
+  }
+  const calls = b.calls.length;
+  counted = 0;
+  const many = Array.from({ length: 2049 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: 'x' }));
+  assert.match(String(await status({ messages: many })), /^400 "messages": at most 2048 messages, got 2049$/);
+  const tool = (i: number) => ({ type: 'function', function: { name: `f${i}`, parameters: { type: 'object', properties: {} } } });
+  assert.match(String(await status({ tools: Array.from({ length: 129 }, (_, i) => tool(i)) })), /^400 "tools": at most 128 tools/);
+  assert.deepEqual([counted, b.calls.length], [0, calls], 'refused before rendering or generating');
+  assert.match(String(await status({ messages: many.slice(0, 2048), max_tokens: 1 })), /maximum context length is 100 tokens/, '2048 messages are counted');
 });
 
 test('engine generate: an aborted signal ends the rows at the next step (finish cancelled)', async (t) => {

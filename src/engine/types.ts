@@ -95,6 +95,12 @@ export interface GenerateOptions {
   /** checked at every step boundary: once aborted, generation ends there and the rows left say finish 'cancelled' */
   signal?: AbortSignal;
   /**
+   * Called after each generated token with the row's tokens so far; `true` ends the row there (finish 'stop'), as a
+   * stop id does. Stop strings are checked this way: the text they match spans tokens. A callback that throws fails
+   * its own row only.
+   */
+  stopWhen?: (generatedIds: readonly number[]) => boolean;
+  /**
    * edits at named hook points (graph/hooks.ts) at every prompt position and every generated token: add / ablate /
    * clamp / ablate_heads without `positions` (patch and positions belong to runWithCache, whose positions are fixed)
    */

@@ -5,7 +5,7 @@
 import type { ToolSpec } from '../data/types.ts';
 import { flattenTools } from '../prompts/flatten.ts';
 import { judgeMessages, type ToolView } from './judge-context.ts';
-import type { ChatBackend, ChatMessage, Flattener, JudgeResult, UnparseablePolicy } from './types.ts';
+import type { ChatBackend, ChatCall, ChatMessage, Flattener, JudgeResult, UnparseablePolicy } from './types.ts';
 import { isUnsafe, parseVerdict } from './verdict.ts';
 
 export interface JudgeOptions {
@@ -22,6 +22,22 @@ export interface JudgeOptions {
   signal?: AbortSignal;
 }
 
+/** The judge's chat call for this request, unsent (a server checks its length against the context first). */
+export function judgeCall(request: readonly ChatMessage[], tools: readonly ToolSpec[], options: JudgeOptions = {}): ChatCall {
+  const messages = judgeMessages(
+    { messages: [...request], tools: [...tools] },
+    { toolView: options.toolView ?? 'prose', flatten: options.flatten ?? flattenTools },
+  );
+  return {
+    messages,
+    maxTokens: options.maxTokens ?? 8,
+    purpose: 'judge',
+    model: options.model,
+    authorization: options.authorization,
+    signal: options.signal,
+  };
+}
+
 /**
  * @param request the agent conversation (system = role/instructions, user = request, tool = observations)
  * @param tools   the agent's tools (JSON schemas; shown to the judge as prose unless toolView = 'json')
@@ -32,19 +48,8 @@ export async function judge(
   backend: ChatBackend,
   options: JudgeOptions = {},
 ): Promise<JudgeResult> {
-  const messages = judgeMessages(
-    { messages: [...request], tools: [...tools] },
-    { toolView: options.toolView ?? 'prose', flatten: options.flatten ?? flattenTools },
-  );
   const t0 = performance.now();
-  const reply = await backend.chat({
-    messages,
-    maxTokens: options.maxTokens ?? 8,
-    purpose: 'judge',
-    model: options.model,
-    authorization: options.authorization,
-    signal: options.signal,
-  });
+  const reply = await backend.chat(judgeCall(request, tools, options));
   const latencyMs = reply.cached ? reply.latencyMs : performance.now() - t0;
   const verdict = parseVerdict(reply.content);
   return {

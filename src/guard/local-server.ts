@@ -7,23 +7,31 @@
  * - `POST /v1/chat/completions` with tools: guarded; without tools: the plain agent call. Calls the model wrote in
  *   its native syntax are also returned as `tool_calls`; end-of-turn tokens are stripped from the content.
  *   `stream: true` gets the finished content as SSE (with a usage chunk when `stream_options.include_usage`).
- *   `finish_reason`: `tool_calls`, `length` (cut by max_tokens) or `stop`.
+ *   `finish_reason`: `tool_calls`, `length` (cut by max_tokens) or `stop`. `stop` (at most 4 strings of at most 128
+ *   characters) ends each request's own generation at its first stop string, which the answer does not include.
+ *   Decoding is greedy: `temperature`/`top_p` are range-checked; `n`, `logprobs`, `top_logprobs`, `logit_bias`,
+ *   penalties, `response_format` and `tool_choice` are refused unless at their no-op value; other fields ignored.
  * - `GET /v1/models` lists the one model. Anything else → 404 JSON.
- * - Bounded: prompt + max_tokens above the context length → 400 in vLLM's wording, before any generation (the
+ * - Bounded: at most 2048 messages and 128 tools (OpenAI's bounds); max_tokens at most `maxTokensLimit`; prompt +
+ *   max_tokens above the context length → 400 in vLLM's wording, before any generation (the
  *   prompt is counted by rendering and encoding, stopped once past the context); at most `maxQueue` requests are
  *   admitted at once (running or waiting), more → 429 with `Retry-After`; each request has a deadline
  *   (`requestTimeoutMs`, → 504) and is cancelled — generation stops at the next step — when its client leaves.
+ * - Fails closed: an error while the model runs (a step, the judge, the probe) is that request's 500 with no answer
+ *   and no internals (the log has the message); the others are answered.
  * - Headers: `x-safekeep-action: forward|refuse`, `x-safekeep-verdict` (judge, when one ran), `x-safekeep-probe-score`
  *   (when the probe ran). One JSON log line per request (method, verdict, probe score, latencies).
  */
 import type { Server } from 'node:http';
 import { parseToolCalls, stripEndTokens } from '../outcome/parse-calls.ts';
 import { contextLengthMessage } from '../serve/context-length.ts';
-import { HttpError, badRequest, sendJson } from '../serve/errors.ts';
+import { HttpError, badRequest, capMessage, sendJson } from '../serve/errors.ts';
 import { parseChatRequest } from '../serve/chat-body.ts';
 import { createHttpServer, type Exchange, type ServerLimits } from '../serve/server.ts';
 import { sendSse, usageOf } from '../serve/sse.ts';
-import { guardedRespond, type GuardOptions } from './respond.ts';
+import { redactSecrets } from '../serve/upstream.ts';
+import { isSafekeepError } from '../util/errors.ts';
+import { guardedRespond, plannedCalls, type GuardOptions } from './respond.ts';
 import type { ChatBackend, ChatCall, GuardMethod } from './types.ts';
 
 export interface LocalServerOptions extends GuardOptions {
@@ -33,6 +41,8 @@ export interface LocalServerOptions extends GuardOptions {
   modelName: string;
   /** default agent answer budget when the client gives none (default 256) */
   defaultMaxTokens?: number;
+  /** the most tokens a client may ask for (`max_tokens` / `max_completion_tokens` above it → 400); none = the context bounds it */
+  maxTokensLimit?: number;
   log?: (line: string) => void;
   /** default 16 MiB */
   maxBodyBytes?: number;
@@ -48,8 +58,79 @@ export interface LocalServerOptions extends GuardOptions {
   corsOrigins?: readonly string[];
   allowedHosts?: readonly string[];
   limits?: ServerLimits;
+  /** text never shown to a client (the model folder, the template file): *** in the messages of its 400s */
+  hidden?: readonly string[];
 }
 
+
+/** OpenAI's bound on `stop` strings; each at most this many characters (its tail is decoded at every step) */
+export const MAX_STOP_STRINGS = 4;
+export const MAX_STOP_CHARS = 128;
+
+/** `stop`: a string or up to MAX_STOP_STRINGS of them, each 1..MAX_STOP_CHARS characters (absent or null: none). */
+export function stopStrings(b: Record<string, unknown>): string[] {
+  const v = b.stop;
+  if (v === undefined || v === null) return [];
+  const list = typeof v === 'string' ? [v] : v;
+  if (!Array.isArray(list)) throw badRequest('"stop" must be a string or an array of strings');
+  if (list.length > MAX_STOP_STRINGS) throw badRequest(`"stop": at most ${MAX_STOP_STRINGS} strings, got ${list.length}`);
+  list.forEach((x, i) => {
+    if (typeof x !== 'string' || x === '' || x.length > MAX_STOP_CHARS) throw badRequest(`"stop"[${i}] must be a string of 1 to ${MAX_STOP_CHARS} characters`);
+  });
+  return list as string[];
+}
+
+/**
+ * A failure while the model ran (a step, the judge, the probe): the request fails closed — a 500 and no answer, the
+ * other requests go on — and the client learns nothing internal (engine messages name files, devices, shapes); the
+ * log line keeps the message.
+ */
+function generationFailed(e: unknown, x: Exchange): HttpError {
+  if (e instanceof HttpError) return e;
+  x.entry.internal = capMessage(String((e as Error)?.message ?? e), 300);
+  return new HttpError(500, 'internal_error', `generation failed (request ${x.id}); the server log has the details`);
+}
+
+/**
+ * OpenAI's bounds on a request's arrays (its API refuses longer ones). The chat template renders every message before
+ * the prompt can be counted, so without them a 16 MiB body of tiny messages holds the event loop — and with it every
+ * client's decoding — for seconds.
+ */
+export const MAX_MESSAGES = 2048;
+export const MAX_TOOLS = 128;
+
+const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+const show = (v: unknown) => JSON.stringify(v)?.slice(0, 40) ?? String(v);
+
+/** Fields that change the answer in ways this engine does not do: accepted at their no-op value only. */
+const NO_OP: Readonly<Record<string, { ok: (v: unknown) => boolean; says: string }>> = {
+  n: { ok: (v) => v === 1, says: 'returns one choice (n = 1)' },
+  logprobs: { ok: (v) => v === false, says: 'returns no log probabilities' },
+  top_logprobs: { ok: (v) => v === 0, says: 'returns no log probabilities' },
+  logit_bias: { ok: (v) => isObject(v) && Object.keys(v).length === 0, says: 'applies no logit bias' },
+  frequency_penalty: { ok: (v) => v === 0, says: 'applies no penalties' },
+  presence_penalty: { ok: (v) => v === 0, says: 'applies no penalties' },
+  response_format: { ok: (v) => isObject(v) && v.type === 'text', says: 'answers in text (response_format text)' },
+  tool_choice: { ok: (v) => v === 'auto', says: 'lets the model choose its tool calls (tool_choice auto)' },
+};
+
+/**
+ * The sampling fields of a request. This engine decodes greedily, one choice, without log probabilities:
+ * `temperature` (0..2) and `top_p` (0..1) are range-checked and decoding stays greedy (their limit; a guard's
+ * verdict must not vary from one call to the next); the fields of NO_OP are refused unless at their no-op value (an
+ * answer the client did not ask for is worse than a clear 400). Other fields are ignored, as the one request parser
+ * (serve/chat-body.ts) ignores them for the proxy.
+ */
+export function checkSampling(b: Record<string, unknown>): void {
+  for (const [key, lo, hi] of [['temperature', 0, 2], ['top_p', 0, 1]] as const) {
+    const v = b[key];
+    if (v !== undefined && v !== null && (typeof v !== 'number' || !(v >= lo && v <= hi))) throw badRequest(`"${key}" must be a number from ${lo} to ${hi}, got ${show(v)}`);
+  }
+  for (const [key, r] of Object.entries(NO_OP)) {
+    const v = b[key];
+    if (v !== undefined && v !== null && !r.ok(v)) throw badRequest(`"${key}": this server ${r.says}, got ${show(v)}`);
+  }
+}
 
 /** The backend with every call tied to this request's signal. */
 function withSignal(b: ChatBackend, signal: AbortSignal): ChatBackend {
@@ -82,23 +163,48 @@ export function createLocalServer(o: LocalServerOptions): Server {
     const c = parseChatRequest(await x.body());
     if (c.nonTextParts.length > 0) throw badRequest(`${c.nonTextParts[0]}: this server reads text only`);
     const { messages, tools } = c;
-    let maxTokens = c.maxTokens ?? o.defaultMaxTokens ?? 256;
+    if (messages.length > MAX_MESSAGES) throw badRequest(`"messages": at most ${MAX_MESSAGES} messages, got ${messages.length}`);
+    if (tools.length > MAX_TOOLS) throw badRequest(`"tools": at most ${MAX_TOOLS} tools (functions included), got ${tools.length}`);
+    checkSampling(c.body);
+    const stop = stopStrings(c.body);
+    const limit = o.maxTokensLimit;
+    if (limit !== undefined && c.maxTokens !== undefined && c.maxTokens > limit) {
+      const field = c.body.max_completion_tokens !== undefined && c.body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens';
+      throw badRequest(`"${field}" ${c.maxTokens} is above this server's limit of ${limit} tokens`);
+    }
+    let maxTokens = c.maxTokens ?? Math.min(o.defaultMaxTokens ?? 256, limit ?? Infinity);
+    const method: GuardMethod = tools.length ? o.method : 'base';
     const N = o.contextLength;
-    if (N !== undefined && o.countPromptTokens) {
-      const p = o.countPromptTokens({ messages, tools, maxTokens, purpose: 'agent' }, N);
+    const count = o.countPromptTokens;
+    if (N !== undefined && count) {
+      const counted = (call: ChatCall) => {
+        try {
+          return count(call, N);
+        } catch (e) {
+          // the chat template refusing this conversation is the client's 400, in its words, but not the server's paths
+          if (isSafekeepError(e)) throw badRequest(redactSecrets(e.message, o.hidden ?? []));
+          throw e;
+        }
+      };
+      const p = counted({ messages, tools, maxTokens, purpose: 'agent' });
       x.entry.promptTokens = p.tokens;
       if (c.maxTokens === undefined && p.exact && p.tokens < N) maxTokens = Math.min(maxTokens, N - p.tokens);
       if (p.tokens + maxTokens > N) throw badRequest(contextLengthMessage(N, p.tokens, maxTokens, p.exact));
+      // the guard's own calls (the SafePrompt agent prompt, the judge's context, the refusal) must fit too
+      for (const call of plannedCalls({ messages, tools }, method, { ...o, maxTokens, stop })) {
+        if (call.purpose === 'agent' && method !== 'safeprompt') continue;
+        const q = counted(call);
+        if (q.tokens + call.maxTokens > N) throw badRequest(`the guard's ${call.purpose} call for this request does not fit: ${contextLengthMessage(N, q.tokens, call.maxTokens, q.exact)}`);
+      }
     }
     const deadline = AbortSignal.timeout(deadlineMs);
     const signal = AbortSignal.any([x.signal, deadline]);
-    const method: GuardMethod = tools.length ? o.method : 'base';
     let r: Awaited<ReturnType<typeof guardedRespond>> | null = null;
     try {
-      r = await guardedRespond({ messages, tools }, method, withSignal(o.backend, signal), { ...o, maxTokens });
+      r = await guardedRespond({ messages, tools }, method, withSignal(o.backend, signal), { ...o, maxTokens, stop });
     } catch (e) {
       // a backend may end a cancelled call by throwing: the cancellation is the answer then
-      if (!signal.aborted) throw e;
+      if (!signal.aborted) throw generationFailed(e, x);
     }
     if (deadline.aborted) throw new HttpError(504, 'timeout', `the request did not finish within ${deadlineMs} ms`);
     if (r === null || x.signal.aborted || r.reply.finish === 'cancelled') {

@@ -1,7 +1,7 @@
 /**
  * The refusal-probe guard: a trained probe (src/experiments/probe/) reads hidden[ℓ] at the last prompt position of
  * the agent's OWN prefill (ChatCall.inspect → engine haltAfterPrefill), so judging the request costs one dot product
- * and no model call. score = w·hidden[ℓ] + bias; score > threshold → unsafe, generation stops after the prefill and
+ * and no model call. score = w·hidden[ℓ] + bias; score > threshold (or NaN) → unsafe, generation stops after the prefill and
  * the request takes SafeKeep's refusal path.
  */
 import { probeScore, type Probe } from '../data/probe-file.ts';
@@ -27,7 +27,8 @@ export class ProbeGuard {
       inspect: (h) => {
         const t0 = performance.now();
         const score = probeScore(this.probe, h);
-        const unsafe = score > this.probe.threshold.value;
+        // a score that is no number (NaN hidden states: an f16 overflow) is unsafe: the guard fails closed
+        const unsafe = !(score <= this.probe.threshold.value);
         v = { score, threshold: this.probe.threshold.value, unsafe, latencyMs: performance.now() - t0 };
         return unsafe;
       },

@@ -15,10 +15,10 @@
  */
 import { SafekeepError } from '../util/errors.ts';
 import type { ProbeGuard, ProbeVerdict } from './probe.ts';
-import { judge, type JudgeOptions } from './judge.ts';
+import { judge, judgeCall, type JudgeOptions } from './judge.ts';
 import { REFUSAL_PREFIX, SAFEPROMPT_SYSTEM } from './prompts.ts';
 import { agentHarmPrompts } from '../data/agentharm-prompts.ts';
-import type { AgentRequest, ChatBackend, ChatMessage, ChatReply, GuardMethod, JudgeResult } from './types.ts';
+import type { AgentRequest, ChatBackend, ChatCall, ChatMessage, ChatReply, GuardMethod, JudgeResult } from './types.ts';
 
 export interface GuardOptions extends Omit<JudgeOptions, 'toolView' | 'maxTokens'> {
   /** agent answer budget (default 256) */
@@ -35,6 +35,8 @@ export interface GuardOptions extends Omit<JudgeOptions, 'toolView' | 'maxTokens
    * can flatten them and SafeJudge show the schemas as in the native format)
    */
   judgeRequest?: AgentRequest;
+  /** stop strings of the agent's answer (the client's `stop`): the agent and refusal calls, not the judge's */
+  stop?: readonly string[];
 }
 
 export interface GuardedResponse {
@@ -59,6 +61,27 @@ export function withSafetyPrompt(messages: readonly ChatMessage[]): ChatMessage[
   return out;
 }
 
+/** the tool view each judging method shows its judge (null: the method makes no judge call) */
+const JUDGE_VIEW: Record<GuardMethod, 'prose' | 'json' | null> = {
+  base: null, safeprompt: null, 'refusal-probe': null, safekeep: 'prose', 'safekeep+probe': 'prose', safejudge: 'json',
+};
+
+/**
+ * The chat calls `guardedRespond` may make for this request (the agent call, the judge's unless it has its own
+ * backend, the refusal), unsent: a server checks each against the model's context before any runs, so an input
+ * too long for one of them is the client's 400, not a failure halfway through.
+ */
+export function plannedCalls(request: AgentRequest, method: GuardMethod, options: GuardOptions = {}): ChatCall[] {
+  const maxTokens = options.maxTokens ?? 256;
+  const judged = options.judgeRequest ?? request;
+  const messages = method === 'safeprompt' ? withSafetyPrompt(request.messages) : request.messages;
+  const calls: ChatCall[] = [{ messages, tools: request.tools, maxTokens, purpose: 'agent' }];
+  const view = JUDGE_VIEW[method];
+  if (view !== null && !options.judgeBackend) calls.push(judgeCall(judged.messages, judged.tools, { ...options, toolView: view, maxTokens: options.judgeMaxTokens }));
+  if (method !== 'base' && method !== 'safeprompt') calls.push({ messages: request.messages, prefix: options.refusalPrefix ?? REFUSAL_PREFIX, maxTokens, purpose: 'refusal' });
+  return calls;
+}
+
 export async function guardedRespond(
   request: AgentRequest,
   method: GuardMethod,
@@ -67,8 +90,9 @@ export async function guardedRespond(
 ): Promise<GuardedResponse> {
   const maxTokens = options.maxTokens ?? 256;
   const judged = options.judgeRequest ?? request;
+  const stop = options.stop?.length ? { stop: options.stop } : {};
   const agentCall = (messages: ChatMessage[]) =>
-    backend.chat({ messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization });
+    backend.chat({ messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, ...stop });
   const refuse = () => backend.chat({
     messages: request.messages,
     prefix: options.refusalPrefix ?? REFUSAL_PREFIX,
@@ -76,6 +100,7 @@ export async function guardedRespond(
     purpose: 'refusal',
     model: options.model,
     authorization: options.authorization,
+    ...stop,
   });
   if (method === 'refusal-probe' || method === 'safekeep+probe') {
     const probe = options.probe;
@@ -87,7 +112,7 @@ export async function guardedRespond(
       if (verdict.unsafe) return { method, judge: verdict, blocked: true, reply: await refuse(), probe: null, agentMs: null };
     }
     const hook = probe.hook();
-    const reply = await backend.chat({ messages: request.messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, inspect: hook.inspect });
+    const reply = await backend.chat({ messages: request.messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, inspect: hook.inspect, ...stop });
     const pv = hook.verdict();
     if (!pv) throw new SafekeepError(`${backend.name}: the agent call ran without reporting its prefill hidden states`);
     if (!pv.unsafe) return { method, judge: verdict, blocked: false, reply, probe: pv, agentMs: reply.latencyMs };

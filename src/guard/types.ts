@@ -61,6 +61,8 @@ export interface ChatCall {
   inspect?: (promptLastHidden: Float32Array) => boolean;
   /** aborted when the caller no longer wants the reply (a client that disconnected): a backend stops at its next step */
   signal?: AbortSignal;
+  /** the reply ends before the first of these strings in the model's own text (OpenAI's `stop`; finish 'stop') */
+  stop?: readonly string[];
 }
 
 export interface ChatReply {

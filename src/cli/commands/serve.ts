@@ -63,7 +63,7 @@ export const flags: FlagTable = {
     { name: 'judge-max-tokens', value: 'N', default: '8', help: 'judge generation budget' },
     { name: 'model', value: 'DIR', help: 'serve the local engine itself instead of an upstream (guarded by --method; no --upstream)' },
     { name: 'probe', value: 'FILE|DIR', help: 'local: a probe file or the refusal-probe skill folder from safekeep probe train (--method refusal-probe, safekeep+probe)' },
-    { name: 'max-tokens', value: 'N', default: '256', help: 'local: answer budget when the client gives none' },
+    { name: 'max-tokens', value: 'N', default: '256', help: 'local: answer budget when the client gives none, and the most it may ask for (above → 400)' },
     { name: 'template', value: 'FILE', help: 'local: chat template file instead of the model folder\'s' },
     { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda', help: 'local: model precision' },
     { name: 'device', value: 'cpu|cuda', default: 'cpu', help: 'local: model device' },
@@ -193,7 +193,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
   const { ProbeGuard } = await import('../../guard/probe.ts');
   const { readProbe, checkProbeFits } = await import('../../data/probe-file.ts');
   const { existsSync, statSync, readFileSync } = await import('node:fs');
-  const { join } = await import('node:path');
+  const { join, resolve } = await import('node:path');
   const modelDir = await resolveModel(requireValue(args, 'model'), hubEnv());
   // --probe: a probe file, or a refusal-probe skill folder (SKILL.md with check: probe; probe train writes one)
   let probe: InstanceType<typeof ProbeGuard> | undefined;
@@ -211,7 +211,8 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
   } else if (probeFile !== undefined) {
     probeFileToCheck = probeFile;
   }
-  const tokenizer = await loadPromptTokenizer(modelDir, { template: args.values.get('template') });
+  const template = args.values.get('template');
+  const tokenizer = await loadPromptTokenizer(modelDir, { template });
   const engine = await openEngine(args);
   try {
     if (probeFileToCheck !== undefined) {
@@ -237,6 +238,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
       backend, method, modelName: basename(modelDir),
       ...(probe ? { probe } : {}),
       defaultMaxTokens,
+      maxTokensLimit: defaultMaxTokens,
       judgeMaxTokens,
       onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'),
       contextLength: maxModelLenFlag ?? modelLen,
@@ -247,6 +249,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
       corsOrigins: access.corsOrigins,
       allowedHosts: access.allowedHosts,
       limits: access.limits,
+      hidden: [modelDir, ...(template !== undefined ? [template, resolve(template)] : [])],
     });
     await listenUntilStopped(server, access.host, access.port, `${modelDir} (local engine, guard ${method}${probe ? `, ${probeLabel}` : ''})`);
   } finally {

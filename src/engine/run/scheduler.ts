@@ -114,6 +114,9 @@ interface Seq {
   keepPromptHidden: boolean;
   halt: ((h: Float32Array) => boolean) | undefined;
   signal: AbortSignal | undefined;
+  stopWhen: ((generatedIds: readonly number[]) => boolean) | undefined;
+  /** what the caller's stopWhen threw: the sequence ends rejected with it */
+  failed: { error: unknown } | null;
   prefillIv: InterventionInputs;
   decodeIv: InterventionInputs;
   /** edits at hook points, at every prefill and decode position */
@@ -196,8 +199,8 @@ export class Scheduler {
   }
 
   /**
-   * Generate for one prompt: resolves when the sequence finishes (stop id, maxNewTokens, haltAfterPrefill, or its
-   * signal: finish 'cancelled' with the tokens so far). `haltAfterPrefill` is called with row 0.
+   * Generate for one prompt: resolves when the sequence finishes (stop id, stopWhen, maxNewTokens, haltAfterPrefill,
+   * or its signal: finish 'cancelled' with the tokens so far). `haltAfterPrefill` is called with row 0.
    */
   submit(ids: number[], opts: GenerateOptions): Promise<GenerateResult> {
     checkIds([ids], this.s.vocabSize);
@@ -225,6 +228,8 @@ export class Scheduler {
         keepPromptHidden: !!opts.returnPromptLastHidden,
         halt: halt ?? (opts.haltAfterPrefill ? (h) => opts.haltAfterPrefill!(0, h) : undefined),
         signal: opts.signal,
+        stopWhen: opts.stopWhen,
+        failed: null,
         prefillIv, decodeIv, hooks,
         hookKeys: Object.fromEntries(Object.entries(hooks?.feeds ?? {}).map(([name, f]) => [name, digest([f.data])])),
         groupKey: hooks ? hookSelectionKey(hooks.selection) : '',
@@ -575,14 +580,24 @@ export class Scheduler {
     return Math.min(most, KV_CHUNK);
   }
 
-  /** greedy choice from one row of logits; marks the sequence finished at a stop id or maxNewTokens */
+  /** greedy choice from one row of logits; marks the sequence finished at a stop id, its stopWhen or maxNewTokens */
   private choose(q: Seq, row: Float32Array): void {
     const t = performance.now();
     const tok = argmax(row);
     q.result.generatedIds.push(tok);
     if (q.wantStepLogits) q.stepLogits.push(row.slice());
-    if (q.stop.has(tok)) { q.finished = true; q.result.finish = 'stop'; } else if (q.result.generatedIds.length >= q.maxNew) { q.finished = true; q.result.finish = 'length'; }
+    if (q.stop.has(tok) || (q.stopWhen && this.stopsHere(q))) { q.finished = true; q.result.finish = 'stop'; } else if (q.result.generatedIds.length >= q.maxNew) { q.finished = true; q.result.finish = 'length'; }
     this.stats.seconds.choose += (performance.now() - t) / 1000;
+  }
+
+  /** the caller's stopWhen; one that throws ends its own sequence (rejected at completion), not the step's batch */
+  private stopsHere(q: Seq): boolean {
+    try {
+      return q.stopWhen!(q.result.generatedIds);
+    } catch (e) {
+      q.failed = { error: e };
+      return true;
+    }
   }
 
   /** one new token for every row of a group (finished rows only for the first token's hidden state) */
@@ -665,7 +680,8 @@ export class Scheduler {
       q.stepLogits = [];
     }
     this.stats.sequences++;
-    q.resolve(q.result);
+    if (q.failed) q.reject(q.failed.error);
+    else q.resolve(q.result);
   }
 }
 

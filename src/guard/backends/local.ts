@@ -7,8 +7,9 @@
  * the engine's one scheduler, src/engine/run/scheduler.ts), so N calls in flight share decode steps, prefill between them and
  * reuse cached prompt prefixes (shared system prompts and tool specs). `ChatCall.signal` cancels the call's sequence
  * at its next step (its KV slots freed; reply `finish: 'cancelled'` with the text so far); a call cut by
- * `maxTokens` says `finish: 'length'`. `ChatCall.inspect` sees the prefill's last-prompt-token hidden states of the
- * same call (engine `haltAfterPrefill`): no second forward pass. An identical call (same prompt ids and maxTokens,
+ * `maxTokens` says `finish: 'length'`; `ChatCall.stop` ends it once the text holds one of the strings (engine
+ * `stopWhen`) and the reply is cut before the first (`finish: 'stop'`). `ChatCall.inspect` sees the prefill's
+ * last-prompt-token hidden states of the same call (engine `haltAfterPrefill`): no second forward pass. An identical call (same prompt ids, maxTokens and stop,
  * no `inspect`) is answered from an in-memory response cache (`cached: true`), as the endpoint backend's disk cache does;
  * one made while its twin is still generating waits for that generation instead of running a second one.
  */
@@ -86,7 +87,7 @@ export class LocalBackend implements ChatBackend {
     const ids = this.tokenizer.encode(this.renderCall(call));
     const inspect = call.inspect;
     const limit = this.opts.responseCache ?? 1024;
-    const key = !inspect && limit > 0 ? sha256Hex(`${call.maxTokens}:${ids.join(',')}`) : null;
+    const key = !inspect && limit > 0 ? sha256Hex(`${call.maxTokens}:${JSON.stringify(call.stop ?? [])}:${ids.join(',')}`) : null;
     const hit = key === null ? undefined : this.replies.get(key);
     if (hit) {
       this.replies.delete(key!);
@@ -111,17 +112,37 @@ export class LocalBackend implements ChatBackend {
     }
   }
 
+  /**
+   * Ends a generation once its latest tokens' text holds a stop string. Only the tail is decoded: a token is at least
+   * one byte and a UTF-16 unit at most 3 UTF-8 bytes, so 3 tokens per unit of the longest string cover any match that
+   * ends in the newest token, and a few more keep the tail's first (possibly partial) character out of the match.
+   */
+  private stopWhen(stops: readonly string[]): (ids: readonly number[]) => boolean {
+    const tail = 3 * Math.max(...stops.map((x) => x.length)) + 4;
+    return (ids) => {
+      const t = this.tokenizer.decode(ids.slice(-tail), { skipSpecial: false });
+      return stops.some((x) => t.includes(x));
+    };
+  }
+
   private async generate(call: ChatCall, ids: number[], key: string | null, t0: number): Promise<ChatReply> {
     const inspect = call.inspect;
     const limit = this.opts.responseCache ?? 1024;
+    const stops = (call.stop ?? []).filter((x) => x !== '');
     const opts: GenerateOptions = {
       maxNewTokens: call.maxTokens,
       ...(inspect ? { haltAfterPrefill: (_row: number, h: Float32Array) => inspect(h) } : {}),
       ...(call.signal ? { signal: call.signal } : {}),
+      ...(stops.length ? { stopWhen: this.stopWhen(stops) } : {}),
     };
     const [g] = await this.engine.generate([ids], opts);
     // a call halted after its prefill (ChatCall.inspect) generated nothing
-    const text = g!.generatedIds.length ? stripEndTokens(this.tokenizer.decode(g!.generatedIds, { skipSpecial: false })) : '';
+    let text = g!.generatedIds.length ? this.tokenizer.decode(g!.generatedIds, { skipSpecial: false }) : '';
+    let finish = g!.finish;
+    // the answer ends before the first stop string in the whole text (stopWhen only ends the generation early)
+    const cut = Math.min(...stops.map((x) => text.indexOf(x)).filter((i) => i >= 0));
+    if (Number.isFinite(cut)) { text = text.slice(0, cut); if (finish === 'length') finish = 'stop'; }
+    text = stripEndTokens(text);
     const reply: ChatReply = {
       content: (call.prefix ?? '') + text,
       toolCalls: [],
@@ -129,7 +150,7 @@ export class LocalBackend implements ChatBackend {
       completionTokens: g!.generatedIds.length,
       latencyMs: performance.now() - t0,
       cached: false,
-      finish: g!.finish,
+      finish,
     };
     if (key !== null && reply.finish !== 'cancelled') {
       this.replies.set(key, reply);

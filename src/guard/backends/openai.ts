@@ -123,6 +123,7 @@ export class OpenAIBackend implements ChatBackend {
       ...extra,
     };
     if (call.tools && call.tools.length > 0) body.tools = call.tools;
+    if (call.stop && call.stop.length > 0) body.stop = call.stop;
     return body;
   }
 

@@ -1,6 +1,6 @@
 /**
  * `check: probe` — the refusal-probe skill (stage `input`): a trained refusal probe (src/experiments/probe/) reads
- * hidden[ℓ] at the last prompt position of the request and flags it when w·hidden[ℓ] + bias > threshold.
+ * hidden[ℓ] at the last prompt position of the request and flags it when w·hidden[ℓ] + bias > threshold (or is NaN).
  *
  * - The skill's `direction:` resource is either a probe file written by `safekeep probe train` (format
  *   "safekeep-probe"; its weights file must be a resource too) or `{"vector": [d numbers]}` (a plain direction: the
@@ -89,16 +89,19 @@ export const probeCheck: CheckFn = async (skill, event, env) => {
     const s0 = performance.now();
     score = probeScore(p, h);
     scoreMs = performance.now() - s0;
-    return score > p.threshold;
+    // a score that is no number (NaN hidden states: an f16 overflow) is risky: the check fails closed
+    return !(score <= p.threshold);
   };
   const provider = env.hidden as DecidingHiddenStateProvider;
   const r = await provider.lastTokenHidden(event.messages, event.tools, decide);
   if (r.dModel !== p.dModel || p.layer > r.numLayers) throw new SafekeepError(`skill ${skill.name}: probe for d_model ${p.dModel} at layer ${p.layer}, model has d_model ${r.dModel} and ${r.numLayers} layers`);
   if (Number.isNaN(score)) decide(r.hidden);
-  const risky = score > p.threshold;
+  const risky = !(score <= p.threshold);
   return {
     risky,
-    reason: risky
+    reason: Number.isNaN(score)
+      ? `the refusal probe's score at layer ${p.layer} is not a number (non-finite hidden states): flagged, failing closed`
+      : risky
       ? `the refusal probe scores the request ${score.toFixed(3)} at layer ${p.layer}, above its threshold ${p.threshold.toFixed(3)}`
       : `probe score ${score.toFixed(3)} ≤ threshold ${p.threshold.toFixed(3)}`,
     evidence: [],
