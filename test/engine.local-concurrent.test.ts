@@ -161,3 +161,24 @@ test('stop strings: the call ends at the token that completes one (finish stop),
   assert.equal((good as PromiseFulfilledResult<{ generatedIds: number[] }>).value.generatedIds.length, 10);
   assert.equal(engine.scheduler.inFlight, 0);
 });
+
+test('onText streams the reply as it is generated: the pieces join to the content, with and without stop strings, the prefix first', async () => {
+  const lb = new LocalBackend(engine, tokenizer, { responseCache: 0 });
+  const full = await lb.chat(call('stream this one', 16));
+  const toks = [...(full.content.match(/<\d+>/g) ?? [])];
+  for (const extra of [{}, { stop: [toks[9]! + toks[10]!] }, { prefix: 'I cannot' }] as Partial<ChatCall>[]) {
+    const pieces: string[] = [];
+    let done = false;
+    const p = lb.chat(call('stream this one', 16, { ...extra, onText: (d) => { assert.equal(done, false, 'no piece after the reply'); pieces.push(d); } }));
+    const r = await p.then((x) => { done = true; return x; });
+    assert.ok(pieces.length > (extra.stop ? 1 : 8), `${pieces.length} pieces for ${r.completionTokens} tokens`);
+    assert.equal(pieces.join(''), r.content, JSON.stringify(extra));
+    if (extra.stop) assert.equal(r.content, full.content.slice(0, full.content.indexOf(toks[9]! + toks[10]!)));
+    if (extra.prefix) assert.equal(pieces[0], 'I cannot');
+  }
+  // the stop string's first token is held back until the next token shows it is not the stop string's start
+  const held: string[] = [];
+  await lb.chat(call('stream this one', 16, { stop: [toks[4]! + '<never>'], onText: (d) => held.push(d) }));
+  assert.equal(held.join(''), full.content);
+  assert.ok(!held.includes(toks[4]!), 'the token that begins the stop string came out joined to the next one');
+});

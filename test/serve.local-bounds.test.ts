@@ -299,3 +299,54 @@ test('engine generate: an aborted signal ends the rows at the next step (finish 
     assert.deepEqual(r.generatedIds, full[i]!.generatedIds.slice(0, r.generatedIds.length));
   });
 });
+
+test('stream without tools: text goes out as it is generated; an error after the first chunk ends the stream with an error event and no [DONE]; with tools the finished answer', { timeout: 30_000 }, async (t) => {
+  let release = () => {};
+  let fail = false;
+  const backend: ChatBackend = {
+    name: 'fake', callFormat: 'llama3',
+    async chat(c) {
+      c.onText?.('Hel');
+      c.onText?.('lo');
+      await new Promise<void>((r) => { release = r; });
+      if (fail) throw new Error('step failed at /models/secret-dir');
+      return { content: 'Hello world<|eot_id|>', toolCalls: [], promptTokens: 3, completionTokens: 4, latencyMs: 1, cached: false, finish: 'stop' };
+    },
+  };
+  const url = await serve(t, backend);
+  const contentOf = (sse: string) => sse.split('\n\n').filter((e) => e.startsWith('data: {')).map((e) => JSON.parse(e.slice(6)) as { choices?: { delta: { content?: string } }[]; error?: { message: string } });
+  for (const failing of [false, true]) {
+    fail = failing;
+    const r = await post(url, { messages: ask(3), stream: true });
+    assert.equal(r.status, 200);
+    assert.equal(r.headers.get('content-type'), 'text/event-stream');
+    const reader = r.body!.getReader();
+    let got = '';
+    // the first pieces arrive while the model is still generating (the backend waits for release)
+    while (!got.includes('"lo"')) got += new TextDecoder().decode((await reader.read()).value);
+    assert.deepEqual(contentOf(got).flatMap((e) => e.choices?.map((ch) => ch.delta.content ?? '') ?? []).join(''), 'Hello');
+    release();
+    for (;;) { const { value, done } = await reader.read(); if (done) break; got += new TextDecoder().decode(value); }
+    const events = contentOf(got);
+    if (!failing) {
+      assert.equal(events.flatMap((e) => e.choices?.map((ch) => ch.delta.content ?? '') ?? []).join(''), 'Hello world', 'the rest of the answer, end token stripped');
+      assert.ok(got.endsWith('data: [DONE]\n\n'));
+    } else {
+      assert.equal(events.at(-1)!.error!.message.includes('secret-dir'), false);
+      assert.match(events.at(-1)!.error!.message, /generation failed/);
+      assert.ok(!got.includes('[DONE]'), 'a broken stream is not a whole answer');
+    }
+  }
+  // with tools the answer is parsed for calls first: nothing is streamed before the backend finishes
+  fail = false;
+  const tools = [{ type: 'function', function: { name: 'send_email', parameters: { type: 'object', properties: {} } } }];
+  const pending = post(url, { messages: ask(3), tools, stream: true });
+  let answered = false;
+  void pending.then(() => { answered = true; });
+  await new Promise((r) => setTimeout(r, 200));
+  assert.equal(answered, false, 'no headers before the answer is finished');
+  release();
+  const r = await pending;
+  assert.equal(r.status, 200);
+  assert.match(await r.text(), /"content":"Hello world"[\s\S]*data: \[DONE\]/);
+});

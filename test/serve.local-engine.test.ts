@@ -104,6 +104,7 @@ test('clients in one batch: each its own max_tokens, stop strings and stream, ea
   assert.equal(events.at(-1), '[DONE]');
   const chunks = events.slice(0, -1).map((e) => JSON.parse(e) as { choices: { delta: { content?: string }; finish_reason: string | null }[]; usage?: { completion_tokens: number } });
   assert.equal(chunks.map((k) => k.choices[0]?.delta.content ?? '').join(''), alone.c.content);
+  assert.ok(chunks.filter((k) => k.choices[0]?.delta.content).length >= 6, 'sent as it was generated, not in one piece');
   assert.equal(chunks.at(-2)!.choices[0]!.finish_reason, 'length');
   assert.equal(chunks.at(-1)!.usage!.completion_tokens, 12);
   assert.equal(engine.scheduler.inFlight, 0);

@@ -6,7 +6,9 @@
  *
  * - `POST /v1/chat/completions` with tools: guarded; without tools: the plain agent call. Calls the model wrote in
  *   its native syntax are also returned as `tool_calls`; end-of-turn tokens are stripped from the content.
- *   `stream: true` gets the finished content as SSE (with a usage chunk when `stream_options.include_usage`).
+ *   `stream: true`: without tools the text as it is generated (SSE chunks; an error after the first chunk ends the
+ *   stream with an `error` event and no [DONE]); with tools the finished answer, its calls parsed, as SSE (with a
+ *   usage chunk when `stream_options.include_usage`).
  *   `finish_reason`: `tool_calls`, `length` (cut by max_tokens) or `stop`. `stop` (at most 4 strings of at most 128
  *   characters) ends each request's own generation at its first stop string, which the answer does not include.
  *   Decoding is greedy: `temperature`/`top_p` are range-checked; `n`, `logprobs`, `top_logprobs`, `logit_bias`,
@@ -28,7 +30,7 @@ import { contextLengthMessage } from '../serve/context-length.ts';
 import { HttpError, badRequest, capMessage, sendJson } from '../serve/errors.ts';
 import { parseChatRequest } from '../serve/chat-body.ts';
 import { createHttpServer, type Exchange, type ServerLimits } from '../serve/server.ts';
-import { sendSse, usageOf } from '../serve/sse.ts';
+import { SseStream, sendSse, usageOf } from '../serve/sse.ts';
 import { redactSecrets } from '../serve/upstream.ts';
 import { isSafekeepError } from '../util/errors.ts';
 import { guardedRespond, plannedCalls, type GuardOptions } from './respond.ts';
@@ -199,17 +201,33 @@ export function createLocalServer(o: LocalServerOptions): Server {
     }
     const deadline = AbortSignal.timeout(deadlineMs);
     const signal = AbortSignal.any([x.signal, deadline]);
+    // without tools the answer is the model's text as it comes (with tools it is parsed for calls when finished)
+    const live = c.stream && tools.length === 0 ? new SseStream(x.res, x.id, o.modelName, { 'x-safekeep-action': 'forward', 'x-safekeep-method': method }) : null;
     let r: Awaited<ReturnType<typeof guardedRespond>> | null = null;
     try {
-      r = await guardedRespond({ messages, tools }, method, withSignal(o.backend, signal), { ...o, maxTokens, stop });
+      r = await guardedRespond({ messages, tools }, method, withSignal(o.backend, signal), { ...o, maxTokens, stop, ...(live ? { onText: (d: string) => live.write(d) } : {}) });
     } catch (e) {
       // a backend may end a cancelled call by throwing: the cancellation is the answer then
-      if (!signal.aborted) throw generationFailed(e, x);
+      if (!signal.aborted) {
+        const err = generationFailed(e, x);
+        if (!live?.started) throw err;
+        // the status line is gone: the stream ends with an error event and no [DONE]
+        x.entry.status = err.status;
+        live.fail(err.message, err.type);
+        return;
+      }
     }
-    if (deadline.aborted) throw new HttpError(504, 'timeout', `the request did not finish within ${deadlineMs} ms`);
+    if (deadline.aborted) {
+      const err = new HttpError(504, 'timeout', `the request did not finish within ${deadlineMs} ms`);
+      if (!live?.started) throw err;
+      x.entry.status = 504;
+      live.fail(err.message, err.type);
+      return;
+    }
     if (r === null || x.signal.aborted || r.reply.finish === 'cancelled') {
       x.entry.status = 499;
       x.entry.action = 'cancelled';
+      if (live?.started) live.fail('cancelled', 'cancelled');
       return;
     }
     const action = r.blocked ? 'refuse' : 'forward';
@@ -226,6 +244,10 @@ export function createLocalServer(o: LocalServerOptions): Server {
     const finish = toolCalls.length ? 'tool_calls' : r.reply.finish === 'length' ? 'length' : 'stop';
     const usage = usageOf(r.reply.promptTokens, r.reply.completionTokens);
     x.entry.status = 200;
+    if (live) {
+      if (!live.finish({ content, toolCalls, finish, usage: c.includeUsage ? usage : undefined }, headers)) x.entry.status = 500;
+      return;
+    }
     if (c.stream) {
       sendSse(x.res, { id: x.id, model: o.modelName, content, toolCalls, finish, usage: c.includeUsage ? usage : undefined }, headers);
       return;

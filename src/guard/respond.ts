@@ -37,6 +37,8 @@ export interface GuardOptions extends Omit<JudgeOptions, 'toolView' | 'maxTokens
   judgeRequest?: AgentRequest;
   /** stop strings of the agent's answer (the client's `stop`): the agent and refusal calls, not the judge's */
   stop?: readonly string[];
+  /** the agent call's text as it is generated (ChatCall.onText): a server streams it; not the judge's or the refusal's */
+  onText?: (delta: string) => void;
 }
 
 export interface GuardedResponse {
@@ -92,7 +94,7 @@ export async function guardedRespond(
   const judged = options.judgeRequest ?? request;
   const stop = options.stop?.length ? { stop: options.stop } : {};
   const agentCall = (messages: ChatMessage[]) =>
-    backend.chat({ messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, ...stop });
+    backend.chat({ messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, ...stop, ...(options.onText ? { onText: options.onText } : {}) });
   const refuse = () => backend.chat({
     messages: request.messages,
     prefix: options.refusalPrefix ?? REFUSAL_PREFIX,

@@ -63,6 +63,11 @@ export interface ChatCall {
   signal?: AbortSignal;
   /** the reply ends before the first of these strings in the model's own text (OpenAI's `stop`; finish 'stop') */
   stop?: readonly string[];
+  /**
+   * Local engine: called with each new piece of the reply's text as it is generated (the prefix first), before the
+   * reply resolves; the pieces join to the reply's `content`. Not called for a cached reply or by an endpoint backend.
+   */
+  onText?: (delta: string) => void;
 }
 
 export interface ChatReply {

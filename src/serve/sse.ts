@@ -1,7 +1,7 @@
 /**
- * The SSE writer for a finished completion: OpenAI's `chat.completion.chunk` events (role, content, tool calls,
- * finish reason), the usage chunk (`choices: []`) when the client asked with `stream_options.include_usage`, then
- * `data: [DONE]`.
+ * The SSE writers: OpenAI's `chat.completion.chunk` events (role, content, tool calls, finish reason), the usage
+ * chunk (`choices: []`) when the client asked with `stream_options.include_usage`, then `data: [DONE]` — for a
+ * finished completion (`sendSse`) or as the text is generated (`SseStream`).
  */
 import type { ServerResponse } from 'node:http';
 
@@ -23,17 +23,77 @@ export interface SseCompletion {
 
 export const SSE_HEADERS = { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' } as const;
 
-export function completionToSse(c: SseCompletion): string {
+/** one completion's chunk events: the same id, model and creation time on every chunk */
+function chunks(id: string, model: string) {
   const created = Math.floor(Date.now() / 1000);
-  const event = (o: Record<string, unknown>) => `data: ${JSON.stringify({ id: c.id, object: 'chat.completion.chunk', created, model: c.model, ...o })}\n\n`;
+  const event = (o: Record<string, unknown>) => `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, ...o })}\n\n`;
   const chunk = (delta: Record<string, unknown>, finishReason: string | null) => event({ choices: [{ index: 0, delta, finish_reason: finishReason }] });
-  let out = chunk({ role: 'assistant', content: '' }, null);
-  if (c.content) out += chunk({ content: c.content }, null);
-  const calls = c.toolCalls ?? [];
-  if (calls.length) out += chunk({ tool_calls: calls.map((t, index) => ({ index, id: t.id, type: 'function', function: t.function })) }, null);
-  out += chunk({}, c.finish ?? 'stop');
-  if (c.usage) out += event({ choices: [], usage: c.usage });
-  return `${out}data: [DONE]\n\n`;
+  return {
+    start: () => chunk({ role: 'assistant', content: '' }, null),
+    content: (text: string) => (text ? chunk({ content: text }, null) : ''),
+    /** tool calls, the finish reason, the usage chunk when asked, [DONE] */
+    end: (c: Omit<SseCompletion, 'id' | 'model' | 'content'>) => {
+      const calls = c.toolCalls ?? [];
+      let out = calls.length ? chunk({ tool_calls: calls.map((t, index) => ({ index, id: t.id, type: 'function', function: t.function })) }, null) : '';
+      out += chunk({}, c.finish ?? 'stop');
+      if (c.usage) out += event({ choices: [], usage: c.usage });
+      return `${out}data: [DONE]\n\n`;
+    },
+  };
+}
+
+export function completionToSse(c: SseCompletion): string {
+  const k = chunks(c.id, c.model);
+  return k.start() + k.content(c.content) + k.end(c);
+}
+
+/**
+ * A completion streamed as it is generated: the headers and the role chunk go out with the first piece of text, each
+ * piece as a content chunk, then `finish` sends what the finished completion holds beyond the pieces sent (its
+ * content must start with them), its tool calls, finish reason, usage and [DONE]. `fail` ends a stream that broke
+ * after its headers were sent: an `error` event and no [DONE], so a client cannot take the text for a whole answer.
+ */
+export class SseStream {
+  private readonly k: ReturnType<typeof chunks>;
+  private sent = '';
+
+  constructor(private readonly res: ServerResponse, id: string, model: string, private readonly headers: Record<string, string> = {}) {
+    this.k = chunks(id, model);
+  }
+
+  /** true once the headers went out: errors can no longer be a status code */
+  get started(): boolean {
+    return this.res.headersSent;
+  }
+
+  write(text: string): void {
+    if (!text || this.res.writableEnded) return;
+    if (!this.started) {
+      this.res.writeHead(200, { ...this.headers, ...SSE_HEADERS });
+      this.res.write(this.k.start());
+    }
+    this.res.write(this.k.content(text));
+    this.sent += text;
+  }
+
+  /** false (and the stream failed) when the finished content does not start with the text already sent */
+  finish(c: Omit<SseCompletion, 'id' | 'model'>, headers: Record<string, string> = {}): boolean {
+    if (!c.content.startsWith(this.sent)) {
+      this.fail('the streamed text is not the start of the finished answer');
+      return false;
+    }
+    if (!this.started) {
+      this.res.writeHead(200, { ...this.headers, ...headers, ...SSE_HEADERS });
+      this.res.write(this.k.start());
+    }
+    this.res.end(this.k.content(c.content.slice(this.sent.length)) + this.k.end(c));
+    return true;
+  }
+
+  fail(message: string, type = 'internal_error'): void {
+    if (this.res.writableEnded) return;
+    this.res.end(`data: ${JSON.stringify({ error: { message, type } })}\n\n`);
+  }
 }
 
 export function sendSse(res: ServerResponse, c: SseCompletion, headers: Record<string, string> = {}): void {

@@ -8,7 +8,8 @@
  * reuse cached prompt prefixes (shared system prompts and tool specs). `ChatCall.signal` cancels the call's sequence
  * at its next step (its KV slots freed; reply `finish: 'cancelled'` with the text so far); a call cut by
  * `maxTokens` says `finish: 'length'`; `ChatCall.stop` ends it once the text holds one of the strings (engine
- * `stopWhen`) and the reply is cut before the first (`finish: 'stop'`). `ChatCall.inspect` sees the prefill's
+ * `stopWhen`) and the reply is cut before the first (`finish: 'stop'`). `ChatCall.onText` receives the answer's text as it is
+ * generated (only text no later token can take back: settled-text.ts); the pieces join to the reply's content. `ChatCall.inspect` sees the prefill's
  * last-prompt-token hidden states of the same call (engine `haltAfterPrefill`): no second forward pass. An identical call (same prompt ids, maxTokens and stop,
  * no `inspect`) is answered from an in-memory response cache (`cached: true`), as the endpoint backend's disk cache does;
  * one made while its twin is still generating waits for that generation instead of running a second one.
@@ -18,6 +19,7 @@ import type { PromptTokenizer } from '../../prompts/tokenizer.ts';
 import type { CallFormat } from '../../outcome/types.ts';
 import { stripEndTokens } from '../../outcome/parse-calls.ts';
 import { sha256Hex } from '../../util/hash.ts';
+import { settledText } from './settled-text.ts';
 import type { ChatBackend, ChatCall, ChatMessage, ChatReply } from '../types.ts';
 
 type LocalEngine = Pick<Engine, 'generate'>;
@@ -125,15 +127,42 @@ export class LocalBackend implements ChatBackend {
     };
   }
 
+  /**
+   * Sends each generated token's settled text (settled-text.ts) to `onText` as it comes, and ends the generation at a
+   * stop string. The whole text so far is decoded at every token (a stream's answer is at most --max-tokens long).
+   */
+  private streamText(stops: readonly string[], onText: (delta: string) => void) {
+    let sent = '';
+    const send = (text: string) => {
+      if (text.length > sent.length && text.startsWith(sent)) {
+        onText(text.slice(sent.length));
+        sent = text;
+      }
+    };
+    return {
+      perToken: (ids: readonly number[]): boolean => {
+        const { settled, stopped } = settledText(this.tokenizer.decode([...ids], { skipSpecial: false }), stops);
+        send(settled);
+        return stopped;
+      },
+      /** what was held back until the end (the last tokens could have begun a stop string or an end token) */
+      flush: send,
+    };
+  }
+
   private async generate(call: ChatCall, ids: number[], key: string | null, t0: number): Promise<ChatReply> {
     const inspect = call.inspect;
     const limit = this.opts.responseCache ?? 1024;
     const stops = (call.stop ?? []).filter((x) => x !== '');
+    const stream = call.onText ? this.streamText(stops, call.onText) : null;
+    if (call.prefix) call.onText?.(call.prefix);
+    // the engine's per-token callback: streams the settled text, or only checks the stop strings
+    const perToken = stream ? stream.perToken : stops.length ? this.stopWhen(stops) : undefined;
     const opts: GenerateOptions = {
       maxNewTokens: call.maxTokens,
       ...(inspect ? { haltAfterPrefill: (_row: number, h: Float32Array) => inspect(h) } : {}),
       ...(call.signal ? { signal: call.signal } : {}),
-      ...(stops.length ? { stopWhen: this.stopWhen(stops) } : {}),
+      ...(perToken ? { stopWhen: perToken } : {}),
     };
     const [g] = await this.engine.generate([ids], opts);
     // a call halted after its prefill (ChatCall.inspect) generated nothing
@@ -143,6 +172,7 @@ export class LocalBackend implements ChatBackend {
     const cut = Math.min(...stops.map((x) => text.indexOf(x)).filter((i) => i >= 0));
     if (Number.isFinite(cut)) { text = text.slice(0, cut); if (finish === 'length') finish = 'stop'; }
     text = stripEndTokens(text);
+    stream?.flush(text);
     const reply: ChatReply = {
       content: (call.prefix ?? '') + text,
       toolCalls: [],
