@@ -67,7 +67,8 @@ export class SseStream {
   }
 
   write(text: string): void {
-    if (!text || this.res.writableEnded) return;
+    // a client that left: nothing to write to
+    if (!text || this.res.writableEnded || this.res.destroyed) return;
     if (!this.started) {
       this.res.writeHead(200, { ...this.headers, ...SSE_HEADERS });
       this.res.write(this.k.start());
@@ -91,7 +92,7 @@ export class SseStream {
   }
 
   fail(message: string, type = 'internal_error'): void {
-    if (this.res.writableEnded) return;
+    if (this.res.writableEnded || this.res.destroyed) return;
     this.res.end(`data: ${JSON.stringify({ error: { message, type } })}\n\n`);
   }
 }

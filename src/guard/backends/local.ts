@@ -129,10 +129,16 @@ export class LocalBackend implements ChatBackend {
 
   /**
    * Sends each generated token's settled text (settled-text.ts) to `onText` as it comes, and ends the generation at a
-   * stop string. The whole text so far is decoded at every token (a stream's answer is at most --max-tokens long).
+   * stop string. The text grows by incremental detokenisation, as vLLM's: decode the ids from a prefix offset with and
+   * without the newest ones and keep the difference, once it does not end in a partial character (U+FFFD) — a few
+   * ids per token instead of the whole answer, and the boundary effects of decoding a slice (a dropped leading space)
+   * cancel out.
    */
   private streamText(stops: readonly string[], onText: (delta: string) => void) {
     let sent = '';
+    let text = '';
+    let prefixAt = 0;
+    let readAt = 0;
     const send = (text: string) => {
       if (text.length > sent.length && text.startsWith(sent)) {
         onText(text.slice(sent.length));
@@ -141,7 +147,15 @@ export class LocalBackend implements ChatBackend {
     };
     return {
       perToken: (ids: readonly number[]): boolean => {
-        const { settled, stopped } = settledText(this.tokenizer.decode([...ids], { skipSpecial: false }), stops);
+        // (a tokenizer may refuse to decode no ids)
+        const before = readAt > prefixAt ? this.tokenizer.decode(ids.slice(prefixAt, readAt), { skipSpecial: false }) : '';
+        const now = this.tokenizer.decode(ids.slice(prefixAt), { skipSpecial: false });
+        if (now.length > before.length && now.startsWith(before) && !now.endsWith('\uFFFD')) {
+          text += now.slice(before.length);
+          prefixAt = readAt;
+          readAt = ids.length;
+        }
+        const { settled, stopped } = settledText(text, stops);
         send(settled);
         return stopped;
       },
