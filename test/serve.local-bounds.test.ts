@@ -127,6 +127,24 @@ test('a client that leaves cancels its call at the next step and frees the serve
   assert.equal(next.status, 200, 'the slot was freed');
 });
 
+test('a client that leaves cancels a judge on its own backend too', async (t) => {
+  const judge = fakeBackend({}, true);
+  const agent = fakeBackend();
+  const url = await serve(t, agent, { method: 'safekeep', contextLength: 4096, judgeBackend: judge });
+  const tools = [{ type: 'function', function: { name: 'send_email', parameters: { type: 'object', properties: {} } } }];
+  const ac = new AbortController();
+  const pending = post(url, { messages: ask(3), tools }, ac.signal).catch(() => null);
+  while (judge.calls.length === 0) await new Promise((r) => setTimeout(r, 5));
+  assert.equal(judge.calls[0]!.purpose, 'judge');
+  const t0 = performance.now();
+  ac.abort();
+  await pending;
+  while (judge.aborted.length === 0 && performance.now() - t0 < 3000) await new Promise((r) => setTimeout(r, 5));
+  assert.equal(judge.aborted.length, 1, 'the judge saw the abort');
+  assert.equal(agent.calls.length, 0, 'no agent call after the client left');
+  judge.release();
+});
+
 test('a full queue → 429 with Retry-After; the deadline → 504', async (t) => {
   const b = fakeBackend({}, true);
   const url = await serve(t, b, { maxQueue: 2 });

@@ -7,6 +7,7 @@ import { flattenTools } from '../prompts/flatten.ts';
 import { judgeMessages, type ToolView } from './judge-context.ts';
 import type { ChatBackend, ChatCall, ChatMessage, Flattener, JudgeResult, UnparseablePolicy } from './types.ts';
 import { isUnsafe, parseVerdict } from './verdict.ts';
+import { SafekeepError } from '../util/errors.ts';
 
 export interface JudgeOptions {
   /** 'prose' = SafeKeep, 'json' = SafeJudge (default 'prose') */
@@ -50,6 +51,8 @@ export async function judge(
 ): Promise<JudgeResult> {
   const t0 = performance.now();
   const reply = await backend.chat(judgeCall(request, tools, options));
+  // a judge cut off by its caller judged nothing: no verdict (not an unparseable one, which would go on to a refusal)
+  if (reply.finish === 'cancelled') throw new SafekeepError('the judge call was cancelled');
   const latencyMs = reply.cached ? reply.latencyMs : performance.now() - t0;
   const verdict = parseVerdict(reply.content);
   return {

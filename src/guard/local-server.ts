@@ -205,7 +205,12 @@ export function createLocalServer(o: LocalServerOptions): Server {
     const live = c.stream && tools.length === 0 ? new SseStream(x.res, x.id, o.modelName, { 'x-safekeep-action': 'forward', 'x-safekeep-method': method }) : null;
     let r: Awaited<ReturnType<typeof guardedRespond>> | null = null;
     try {
-      r = await guardedRespond({ messages, tools }, method, withSignal(o.backend, signal), { ...o, maxTokens, stop, ...(live ? { onText: (d: string) => live.write(d) } : {}) });
+      r = await guardedRespond({ messages, tools }, method, withSignal(o.backend, signal), {
+        ...o, maxTokens, stop,
+        // a judge on its own backend is cancelled with the request too
+        ...(o.judgeBackend ? { judgeBackend: withSignal(o.judgeBackend, signal) } : {}),
+        ...(live ? { onText: (d: string) => live.write(d) } : {}),
+      });
     } catch (e) {
       // a backend may end a cancelled call by throwing: the cancellation is the answer then
       if (!signal.aborted) {
