@@ -12,22 +12,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngine, type OnnxEngine } from '../src/engine/engine.ts';
-import { LocalBackend, type LocalTokenizer } from '../src/guard/backends/local.ts';
-import type { ChatCall, ChatMessage, ChatReply } from '../src/guard/types.ts';
+import { LocalBackend } from '../src/guard/backends/local.ts';
+import type { ChatCall, ChatReply } from '../src/guard/types.ts';
 import { SMALL_GQA, tempCache } from './helpers/engine.ts';
+import { charTokenizer } from './helpers/char-tokenizer.ts';
 
 let tmp = '';
 let cache: ReturnType<typeof tempCache>;
 let engine: OnnxEngine;
 const V = SMALL_GQA[0]!.opts.vocabSize!;
 
-/** one token per character (ids 1..V−1), decoded as the ids themselves so replies compare token for token */
-const tokenizer: LocalTokenizer = {
-  family: 'llama3',
-  render: (messages: readonly ChatMessage[]) => messages.map((m) => `${m.role}:${String(m.content)}`).join('|') + '|assistant:',
-  encode: (text: string) => [...text].map((ch) => 1 + (ch.codePointAt(0)! % (V - 1))),
-  decode: (ids: readonly number[]) => ids.map((i) => `<${i}>`).join(''),
-};
+const tokenizer = charTokenizer(V);
 
 const call = (user: string, maxTokens: number, extra: Partial<ChatCall> = {}): ChatCall => ({
   messages: [{ role: 'system', content: 'You are an agent with a long shared system prompt.' }, { role: 'user', content: user }],

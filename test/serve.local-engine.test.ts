@@ -15,12 +15,12 @@ import type { Server } from 'node:http';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngine, type OnnxEngine } from '../src/engine/engine.ts';
 import type { StepInput } from '../src/engine/run/step.ts';
-import { LocalBackend, type LocalTokenizer } from '../src/guard/backends/local.ts';
+import { LocalBackend } from '../src/guard/backends/local.ts';
 import { createLocalServer } from '../src/guard/local-server.ts';
-import type { ChatMessage } from '../src/guard/types.ts';
 import { countTokensUpTo } from '../src/serve/context-length.ts';
 import { SafekeepError } from '../src/util/errors.ts';
 import { SMALL_GQA, tempCache } from './helpers/engine.ts';
+import { charTokenizer } from './helpers/char-tokenizer.ts';
 
 let tmp = '';
 let cache: ReturnType<typeof tempCache>;
@@ -30,13 +30,7 @@ let url = '';
 const logs: Record<string, unknown>[] = [];
 const V = SMALL_GQA[0]!.opts.vocabSize!;
 
-/** one token per character (ids 1..V−1), decoded as `<id>` so contents compare token for token */
-const tokenizer: LocalTokenizer = {
-  family: 'llama3',
-  render: (messages: readonly ChatMessage[]) => messages.map((m) => `${m.role}:${String(m.content)}`).join('|') + '|assistant:',
-  encode: (text: string) => [...text].map((ch) => 1 + (ch.codePointAt(0)! % (V - 1))),
-  decode: (ids: readonly number[]) => ids.map((i) => `<${i}>`).join(''),
-};
+const tokenizer = charTokenizer(V);
 
 before(async () => {
   cache = tempCache();
