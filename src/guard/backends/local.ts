@@ -19,7 +19,7 @@ import type { PromptTokenizer } from '../../prompts/tokenizer.ts';
 import type { CallFormat } from '../../outcome/types.ts';
 import { stripEndTokens } from '../../outcome/parse-calls.ts';
 import { sha256Hex } from '../../util/hash.ts';
-import { settledText } from './settled-text.ts';
+import { cutAtStop, settledText } from './settled-text.ts';
 import type { ChatBackend, ChatCall, ChatMessage, ChatReply } from '../types.ts';
 
 type LocalEngine = Pick<Engine, 'generate'>;
@@ -115,34 +115,21 @@ export class LocalBackend implements ChatBackend {
   }
 
   /**
-   * Ends a generation once its latest tokens' text holds a stop string. Only the tail is decoded: a token is at least
-   * one byte and a UTF-16 unit at most 3 UTF-8 bytes, so 3 tokens per unit of the longest string cover any match that
-   * ends in the newest token, and a few more keep the tail's first (possibly partial) character out of the match.
-   */
-  private stopWhen(stops: readonly string[]): (ids: readonly number[]) => boolean {
-    const tail = 3 * Math.max(...stops.map((x) => x.length)) + 4;
-    return (ids) => {
-      const t = this.tokenizer.decode(ids.slice(-tail), { skipSpecial: false });
-      return stops.some((x) => t.includes(x));
-    };
-  }
-
-  /**
-   * Sends each generated token's settled text (settled-text.ts) to `onText` as it comes, and ends the generation at a
-   * stop string. The text grows by incremental detokenisation, as vLLM's: decode the ids from a prefix offset with and
+   * Sends each generated token's settled text (settled-text.ts) to `onText` as it comes (none: only the stop strings
+   * are checked), and ends the generation at a stop string. The text grows by incremental detokenisation, as vLLM's: decode the ids from a prefix offset with and
    * without the newest ones and keep the difference, once it does not end in a partial character (U+FFFD) — a few
    * ids per token instead of the whole answer, and the boundary effects of decoding a slice (a dropped leading space)
    * cancel out.
    */
-  private streamText(stops: readonly string[], onText: (delta: string) => void) {
+  private streamText(stops: readonly string[], onText?: (delta: string) => void) {
     let sent = '';
     let text = '';
     let prefixAt = 0;
     let readAt = 0;
-    const send = (text: string) => {
-      if (text.length > sent.length && text.startsWith(sent)) {
-        onText(text.slice(sent.length));
-        sent = text;
+    const send = (settled: string) => {
+      if (onText && settled.length > sent.length && settled.startsWith(sent)) {
+        onText(settled.slice(sent.length));
+        sent = settled;
       }
     };
     return {
@@ -168,24 +155,21 @@ export class LocalBackend implements ChatBackend {
     const inspect = call.inspect;
     const limit = this.opts.responseCache ?? 1024;
     const stops = (call.stop ?? []).filter((x) => x !== '');
-    const stream = call.onText ? this.streamText(stops, call.onText) : null;
+    // the engine's per-token callback: streams the settled text and checks the stop strings
+    const stream = call.onText || stops.length ? this.streamText(stops, call.onText) : null;
     if (call.prefix) call.onText?.(call.prefix);
-    // the engine's per-token callback: streams the settled text, or only checks the stop strings
-    const perToken = stream ? stream.perToken : stops.length ? this.stopWhen(stops) : undefined;
     const opts: GenerateOptions = {
       maxNewTokens: call.maxTokens,
       ...(inspect ? { haltAfterPrefill: (_row: number, h: Float32Array) => inspect(h) } : {}),
       ...(call.signal ? { signal: call.signal } : {}),
-      ...(perToken ? { stopWhen: perToken } : {}),
+      ...(stream ? { stopWhen: stream.perToken } : {}),
     };
     const [g] = await this.engine.generate([ids], opts);
     // a call halted after its prefill (ChatCall.inspect) generated nothing
-    let text = g!.generatedIds.length ? this.tokenizer.decode(g!.generatedIds, { skipSpecial: false }) : '';
-    let finish = g!.finish;
     // the answer ends before the first stop string in the whole text (stopWhen only ends the generation early)
-    const cut = Math.min(...stops.map((x) => text.indexOf(x)).filter((i) => i >= 0));
-    if (Number.isFinite(cut)) { text = text.slice(0, cut); if (finish === 'length') finish = 'stop'; }
-    text = stripEndTokens(text);
+    const cut = cutAtStop(g!.generatedIds.length ? this.tokenizer.decode(g!.generatedIds, { skipSpecial: false }) : '', stops);
+    const finish = cut.stopped && g!.finish === 'length' ? 'stop' : g!.finish;
+    const text = stripEndTokens(cut.text);
     stream?.flush(text);
     const reply: ChatReply = {
       content: (call.prefix ?? '') + text,

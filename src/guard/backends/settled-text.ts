@@ -27,9 +27,15 @@ function pendingLength(text: string, pieces: readonly string[]): number {
  * @returns settled: what the reply's text will start with whatever comes next; stopped: a stop string is complete
  *   (then settled is the final text and generation should end)
  */
-export function settledText(text: string, stops: readonly string[]): { settled: string; stopped: boolean } {
+/** the text before the first stop string in it (OpenAI's `stop`: the answer does not include it), and whether one was there */
+export function cutAtStop(text: string, stops: readonly string[]): { text: string; stopped: boolean } {
   const cut = Math.min(...stops.map((x) => text.indexOf(x)).filter((i) => i >= 0));
-  if (Number.isFinite(cut)) return { settled: stripEndTokens(text.slice(0, cut)), stopped: true };
+  return Number.isFinite(cut) ? { text: text.slice(0, cut), stopped: true } : { text, stopped: false };
+}
+
+export function settledText(text: string, stops: readonly string[]): { settled: string; stopped: boolean } {
+  const c = cutAtStop(text, stops);
+  if (c.stopped) return { settled: stripEndTokens(c.text), stopped: true };
   let t = text;
   while (t.endsWith('\uFFFD')) t = t.slice(0, -1);
   t = t.slice(0, t.length - pendingLength(t, [...stops, ...END_TOKENS]));
