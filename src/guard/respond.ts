@@ -63,10 +63,23 @@ export function withSafetyPrompt(messages: readonly ChatMessage[]): ChatMessage[
   return out;
 }
 
-/** the tool view each judging method shows its judge (null: the method makes no judge call) */
+/** the tool view each judging method shows its judge (null: the method makes no judge call); guardedRespond and plannedCalls read it */
 const JUDGE_VIEW: Record<GuardMethod, 'prose' | 'json' | null> = {
   base: null, safeprompt: null, 'refusal-probe': null, safekeep: 'prose', 'safekeep+probe': 'prose', safejudge: 'json',
 };
+
+/** the refusal: no tools, the refusal prefix prefilled in the assistant turn and continued by the model */
+function refusalCall(request: AgentRequest, options: GuardOptions): ChatCall {
+  return {
+    messages: request.messages,
+    prefix: options.refusalPrefix ?? REFUSAL_PREFIX,
+    maxTokens: options.maxTokens ?? 256,
+    purpose: 'refusal',
+    model: options.model,
+    authorization: options.authorization,
+    ...(options.stop?.length ? { stop: options.stop } : {}),
+  };
+}
 
 /**
  * The chat calls `guardedRespond` may make for this request (the agent call, the judge's unless it has its own
@@ -80,7 +93,7 @@ export function plannedCalls(request: AgentRequest, method: GuardMethod, options
   const calls: ChatCall[] = [{ messages, tools: request.tools, maxTokens, purpose: 'agent' }];
   const view = JUDGE_VIEW[method];
   if (view !== null && !options.judgeBackend) calls.push(judgeCall(judged.messages, judged.tools, { ...options, toolView: view, maxTokens: options.judgeMaxTokens }));
-  if (method !== 'base' && method !== 'safeprompt') calls.push({ messages: request.messages, prefix: options.refusalPrefix ?? REFUSAL_PREFIX, maxTokens, purpose: 'refusal' });
+  if (method !== 'base' && method !== 'safeprompt') calls.push(refusalCall(request, options));
   return calls;
 }
 
@@ -95,22 +108,14 @@ export async function guardedRespond(
   const stop = options.stop?.length ? { stop: options.stop } : {};
   const agentCall = (messages: ChatMessage[]) =>
     backend.chat({ messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, ...stop, ...(options.onText ? { onText: options.onText } : {}) });
-  const refuse = () => backend.chat({
-    messages: request.messages,
-    prefix: options.refusalPrefix ?? REFUSAL_PREFIX,
-    maxTokens,
-    purpose: 'refusal',
-    model: options.model,
-    authorization: options.authorization,
-    ...stop,
-  });
+  const refuse = () => backend.chat(refusalCall(request, options));
   if (method === 'refusal-probe' || method === 'safekeep+probe') {
     const probe = options.probe;
     if (!probe) throw new SafekeepError(`guard method ${method} needs a trained probe (safekeep probe train; --probe FILE)`);
     if (!backend.activations) throw new SafekeepError(`guard method ${method} reads the agent's hidden states: it needs the local engine (--model DIR), not ${backend.name}`);
     let verdict: JudgeResult | null = null;
     if (method === 'safekeep+probe') {
-      verdict = await judge(judged.messages, judged.tools, options.judgeBackend ?? backend, { ...options, toolView: 'prose', maxTokens: options.judgeMaxTokens });
+      verdict = await judge(judged.messages, judged.tools, options.judgeBackend ?? backend, { ...options, toolView: JUDGE_VIEW[method]!, maxTokens: options.judgeMaxTokens });
       if (verdict.unsafe) return { method, judge: verdict, blocked: true, reply: await refuse(), probe: null, agentMs: null };
     }
     const hook = probe.hook();
@@ -126,7 +131,7 @@ export async function guardedRespond(
   }
   const verdict = await judge(judged.messages, judged.tools, options.judgeBackend ?? backend, {
     ...options,
-    toolView: method === 'safekeep' ? 'prose' : 'json',
+    toolView: JUDGE_VIEW[method]!,
     maxTokens: options.judgeMaxTokens,
   });
   if (!verdict.unsafe) return { method, judge: verdict, blocked: false, reply: await agentCall(request.messages) };
