@@ -40,12 +40,12 @@ const judgeUp = await startMockUpstream((b) => {
   const isJudge = ((b?.messages ?? []) as Msg[])[0]?.content === SAFETY_ASSESSOR_ROLE;
   return { delayMs: judgeMs, json: completion(isJudge && text.includes('harmful') ? 'YES' : 'NO') };
 });
-const proxy = createGuardProxy({ upstream: upstream.url, judgeUpstream: judgeUp.url, log: () => {} });
+const proxy = createGuardProxy({ upstream: upstream.url, judgeUpstream: judgeUp.url, judgeModel: 'judge-m', log: () => {} });
 await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
 const proxyUrl = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}/v1`;
 const skills = loadSkills([join(repoRoot, 'skills')]);
-const s3Rules = createGuardProxy({ upstream: upstream.url, judgeUpstream: judgeUp.url, log: () => {}, guardDecision: false, skills: skills.filter((x) => x.check === 'rules') });
-const s3All = createGuardProxy({ upstream: upstream.url, judgeUpstream: judgeUp.url, log: () => {}, skills });
+const s3Rules = createGuardProxy({ upstream: upstream.url, judgeUpstream: judgeUp.url, judgeModel: 'judge-m', log: () => {}, guardDecision: false, skills: skills.filter((x) => x.check === 'rules') });
+const s3All = createGuardProxy({ upstream: upstream.url, judgeUpstream: judgeUp.url, judgeModel: 'judge-m', log: () => {}, skills });
 for (const p of [s3Rules, s3All]) await new Promise<void>((r) => p.listen(0, '127.0.0.1', r));
 const urlOf = (p: typeof proxy) => `http://127.0.0.1:${(p.address() as AddressInfo).port}/v1`;
 

@@ -35,7 +35,7 @@ function agent(body: Record<string, unknown> | null): MockAnswer {
 async function setup(t: import('node:test').TestContext, extra: Partial<ProxyOptions> = {}, script = agent): Promise<{ up: MockUpstream; url: string; logs: Record<string, unknown>[] }> {
   const up = await startMockUpstream(script);
   const logs: Record<string, unknown>[] = [];
-  const server: Server = createGuardProxy({ upstream: up.url, timeoutMs: 10_000, retries: 0, skills, log: (l) => logs.push(JSON.parse(l) as Record<string, unknown>), ...extra });
+  const server: Server = createGuardProxy({ upstream: up.url, judgeModel: 'judge-m', timeoutMs: 10_000, retries: 0, skills, log: (l) => logs.push(JSON.parse(l) as Record<string, unknown>), ...extra });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.after(async () => {
     server.closeAllConnections();
@@ -213,7 +213,7 @@ test('proxy credentials: a client\'s Authorization header only reaches its upstr
 test('serve CLI: --skills runs S³; --method and --skills together exit 2', async (t) => {
   const up = await startMockUpstream(agent);
   t.after(() => up.close());
-  const serve = await startServeCli(['--upstream', up.url, '--port', '0', '--skills', join(repoRoot, 'skills')]);
+  const serve = await startServeCli(['--upstream', up.url, '--judge-model', 'judge-m', '--port', '0', '--skills', join(repoRoot, 'skills')]);
   const url = serve.url;
   const r = await post(url, { model: 'm', messages: turn2, tools });
   assert.equal(r.headers.get('x-safekeep-stages'), 'input=pass,tool_observation=recover,tool_selection=recover,output=pass');

@@ -28,7 +28,7 @@ function script(body: Record<string, unknown> | null): MockAnswer {
 async function setup(t: import('node:test').TestContext, extra: Partial<ProxyOptions> = {}, s = script): Promise<{ up: MockUpstream; url: string; logs: Record<string, unknown>[] }> {
   const up = await startMockUpstream(s);
   const logs: Record<string, unknown>[] = [];
-  const server: Server = createGuardProxy({ upstream: up.url, timeoutMs: 10_000, retries: 0, log: (l) => logs.push(JSON.parse(l) as Record<string, unknown>), ...extra });
+  const server: Server = createGuardProxy({ upstream: up.url, judgeModel: 'judge-m', timeoutMs: 10_000, retries: 0, log: (l) => logs.push(JSON.parse(l) as Record<string, unknown>), ...extra });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.after(async () => {
     server.closeAllConnections();
@@ -177,7 +177,7 @@ test('serve: malformed client bodies get a clear 4xx, and the server keeps servi
 test('serve CLI: listens, guards, stops on SIGTERM; bad flags exit 2', async (t) => {
   const up = await startMockUpstream(script);
   t.after(() => up.close());
-  const serve = await startServeCli(['--upstream', up.url, '--port', '0']);
+  const serve = await startServeCli(['--upstream', up.url, '--judge-model', 'judge-m', '--port', '0']);
   const url = serve.url;
   const r = await post(url, { model: 'm', messages: [{ role: 'user', content: 'fake' }], tools });
   assert.equal(r.headers.get('x-safekeep-action'), 'refuse');

@@ -18,7 +18,7 @@ const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'H
 
 async function setup(t: import('node:test').TestContext, extra: Partial<ProxyOptions> = {}): Promise<{ up: MockUpstream; port: number }> {
   const up = await startMockUpstream(() => ({ json: completion('hi') }));
-  const server: Server = createGuardProxy({ upstream: up.url, timeoutMs: 5000, retries: 0, log: () => undefined, ...extra });
+  const server: Server = createGuardProxy({ upstream: up.url, judgeModel: 'judge-m', timeoutMs: 5000, retries: 0, log: () => undefined, ...extra });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.after(async () => {
     server.closeAllConnections();

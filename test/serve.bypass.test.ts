@@ -36,7 +36,7 @@ function script(body: Record<string, unknown> | null): MockAnswer {
 async function setup(t: import('node:test').TestContext, extra: Partial<ProxyOptions> = {}, s = script): Promise<{ up: MockUpstream; port: number; url: string; logs: string[] }> {
   const up = await startMockUpstream(s);
   const logs: string[] = [];
-  const server: Server = createGuardProxy({ upstream: up.url, timeoutMs: 5000, retries: 0, log: (l) => logs.push(l), ...extra });
+  const server: Server = createGuardProxy({ upstream: up.url, judgeModel: 'judge-m', timeoutMs: 5000, retries: 0, log: (l) => logs.push(l), ...extra });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.after(async () => {
     server.closeAllConnections();
@@ -208,7 +208,7 @@ test('an upstream redirect is a clean 502 that says so (never followed)', async 
 });
 
 test('credentials in an upstream URL are refused without printing them; bad numbers exit 2 at start', async () => {
-  assert.throws(() => createGuardProxy({ upstream: 'http://user:hunter2@127.0.0.1:9/v1' }), (e: Error) => /credentials in the URL/.test(e.message) && !e.message.includes('hunter2'));
+  assert.throws(() => createGuardProxy({ upstream: 'http://user:hunter2@127.0.0.1:9/v1', judgeModel: 'judge-m' }), (e: Error) => /credentials in the URL/.test(e.message) && !e.message.includes('hunter2'));
   const cases: [string[], RegExp][] = [
     [['--upstream', 'http://user:hunter2@127.0.0.1:9/v1'], /credentials in the URL/],
     [['--upstream', 'http://127.0.0.1:9/v1', '--judge-upstream', 'http://:hunter2@127.0.0.1:9/v1'], /--judge-upstream: credentials/],

@@ -13,7 +13,11 @@
 import { createHash } from 'node:crypto';
 import type { ToolSpec } from '../data/types.ts';
 import { JUDGE_QUESTION, NO_AGENT_INSTRUCTIONS, SAFETY_ASSESSOR_ROLE } from './prompts.ts';
+import { proseCall, proseKey, proseValue } from './prose-value.ts';
+import { proseToolView } from './tool-view.ts';
 import type { AgentRequest, ChatMessage, Flattener } from './types.ts';
+
+export { proseCall };
 
 export type ToolView = 'prose' | 'json';
 
@@ -32,22 +36,32 @@ interface RequestParts {
   observations: string[];
 }
 
-function proseValue(v: unknown): string {
-  return typeof v === 'string' ? JSON.stringify(v) : Array.isArray(v) ? `[${v.map(proseValue).join(', ')}]` : String(v);
-}
-
-/** `send_email(to="a", n=3)` — call arguments without JSON object syntax. */
-export function proseCall(name: string, args: Record<string, unknown>): string {
-  return `${name}(${Object.entries(args).map(([k, v]) => `${k}=${typeof v === 'object' && v !== null && !Array.isArray(v) ? '…' : proseValue(v)}`).join(', ')})`;
-}
-
 /** Message content as text: a string, or OpenAI content parts (their `text` fields joined). */
 export function messageText(content: unknown): string {
   if (typeof content === 'string') return content;
   if (Array.isArray(content)) {
-    return content.map((p) => (p && typeof p === 'object' && typeof (p as { text?: unknown }).text === 'string' ? (p as { text: string }).text : '')).join('');
+    return content.map((p) => {
+      const q = (p ?? {}) as { text?: unknown; refusal?: unknown };
+      return typeof q.text === 'string' ? q.text : typeof q.refusal === 'string' ? q.refusal : '';
+    }).join('');
   }
   return '';
+}
+
+/** `(from NAME) ` for a message that names its author (templates print the name; so does the judge's view) */
+const from = (m: ChatMessage) => (typeof m.name === 'string' && m.name !== '' ? `(from ${JSON.stringify(m.name)}) ` : '');
+
+/** a wire call's arguments as an object (JSON text parsed; text that is not a JSON object kept whole) */
+function callArgs(args: unknown): Record<string, unknown> {
+  if (typeof args === 'string') {
+    try {
+      const v = JSON.parse(args) as unknown;
+      return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : { arguments: args };
+    } catch {
+      return { arguments: args };
+    }
+  }
+  return args !== null && typeof args === 'object' && !Array.isArray(args) ? (args as Record<string, unknown>) : {};
 }
 
 export function splitRequest(messages: readonly ChatMessage[]): RequestParts {
@@ -56,20 +70,18 @@ export function splitRequest(messages: readonly ChatMessage[]): RequestParts {
   const actions: string[] = [];
   const observations: string[] = [];
   for (const m of messages) {
-    const content = messageText(m.content);
+    const content = `${from(m)}${messageText(m.content)}`;
     if (m.role === 'system' || m.role === 'developer') instructions.push(content);
     else if (m.role === 'user') request.push(content);
     else if (m.role === 'tool' || m.role === 'ipython' || m.role === 'function') observations.push(content);
     else if (m.role === 'assistant') {
+      if (typeof m.reasoning_content === 'string' && m.reasoning_content.trim()) actions.push(`reasoned: ${JSON.stringify(m.reasoning_content)}`);
       if (content.trim()) actions.push(content.trim());
+      if (typeof m.refusal === 'string' && m.refusal.trim()) actions.push(`refused: ${JSON.stringify(m.refusal)}`);
       const calls = Array.isArray(m.tool_calls) ? (m.tool_calls as { function?: { name?: unknown; arguments?: unknown } }[]) : [];
-      for (const c of calls) {
-        const name = String(c.function?.name ?? '?');
-        let args: unknown = c.function?.arguments ?? {};
-        if (typeof args === 'string') {
-          try { args = JSON.parse(args) as unknown; } catch { args = { arguments: args }; }
-        }
-        actions.push(`called ${proseCall(name, (args ?? {}) as Record<string, unknown>)}`);
+      const legacy = m.function_call as { name?: unknown; arguments?: unknown } | undefined;
+      for (const f of [...calls.map((c) => c.function), ...(legacy ? [legacy] : [])]) {
+        actions.push(`called ${proseCall(String(f?.name ?? '?'), callArgs(f?.arguments ?? {}))}`);
       }
     }
   }
@@ -85,7 +97,12 @@ function toolsText(tools: readonly ToolSpec[], opts: JudgeContextOptions): strin
   if (tools.length === 0) return '(no tools)';
   if (opts.toolView === 'json') return JSON.stringify(tools, null, 2);
   if (!opts.flatten) throw new Error('judge context: toolView "prose" needs a flatten function');
-  return opts.flatten(tools);
+  return proseToolView(tools, opts.flatten);
+}
+
+/** The request's other settings that carry text (stop strings, a JSON-schema response format …), one per line. */
+function settingsText(settings: Readonly<Record<string, unknown>>): string {
+  return Object.entries(settings).map(([k, v]) => `${proseKey(k)}: ${proseValue(v)}`).join('\n');
 }
 
 /** A 16-hex-digit code that none of `texts` contains, determined by them. */
@@ -113,6 +130,7 @@ export function judgeMessages(req: AgentRequest, opts: JudgeContextOptions): Cha
   ];
   if (p.actions.length > 0) parts.push(['## What the agent has done so far', p.actions.join('\n')]);
   if (p.observations.length > 0) parts.push(['## What the tools returned', p.observations.join('\n\n')]);
+  if (req.settings && Object.keys(req.settings).length > 0) parts.push(['## Other settings of the request', settingsText(req.settings)]);
   const code = boundaryCode(parts.map(([, text]) => text));
   const sections = parts.map(([heading, text]) => `${heading}\n${enclose(text, code)}`);
   sections.push(JUDGE_QUESTION);

@@ -21,12 +21,14 @@ export interface JudgeOptions {
   authorization?: string;
   /** the caller no longer wants the verdict (a client that left) */
   signal?: AbortSignal;
+  /** a server's request settings that carry client text (AgentRequest.settings): shown to the judge */
+  settings?: Readonly<Record<string, unknown>>;
 }
 
 /** The judge's chat call for this request, unsent (a server checks its length against the context first). */
 export function judgeCall(request: readonly ChatMessage[], tools: readonly ToolSpec[], options: JudgeOptions = {}): ChatCall {
   const messages = judgeMessages(
-    { messages: [...request], tools: [...tools] },
+    { messages: [...request], tools: [...tools], ...(options.settings ? { settings: options.settings } : {}) },
     { toolView: options.toolView ?? 'prose', flatten: options.flatten ?? flattenTools },
   );
   return {
@@ -49,8 +51,13 @@ export async function judge(
   backend: ChatBackend,
   options: JudgeOptions = {},
 ): Promise<JudgeResult> {
+  return judgeWith(judgeCall(request, tools, options), backend, options);
+}
+
+/** `judge` with its call already built (a server builds it first, to refuse a request it cannot show the judge). */
+export async function judgeWith(call: ChatCall, backend: ChatBackend, options: Pick<JudgeOptions, 'onUnparseable'> = {}): Promise<JudgeResult> {
   const t0 = performance.now();
-  const reply = await backend.chat(judgeCall(request, tools, options));
+  const reply = await backend.chat(call);
   // a judge cut off by its caller judged nothing: no verdict (not an unparseable one, which would go on to a refusal)
   if (reply.finish === 'cancelled') throw new SafekeepError('the judge call was cancelled');
   const latencyMs = reply.cached ? reply.latencyMs : performance.now() - t0;

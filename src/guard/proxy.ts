@@ -42,9 +42,10 @@ import type { AccessPolicy } from '../serve/policy.ts';
 import { createHttpServer, type Exchange, type Route, type ServerLimits } from '../serve/server.ts';
 import { sendSse, usageOf } from '../serve/sse.ts';
 import { failureDetail, hasCredentials, MAX_UPSTREAM_ANSWER, readUpstreamJson, readUpstreamText, redactSecrets, redactUrl, upstreamFetch, UpstreamError } from '../serve/upstream.ts';
-import { parseChatRequest, type ChatRequest } from '../serve/chat-body.ts';
+import { canonicalBytes, parseChatRequest, type ChatRequest } from '../serve/chat-body.ts';
+import { SchemaBoundError } from '../prompts/flatten.ts';
 import { BackendError, OpenAIBackend, type PrefillMode } from './backends/openai.ts';
-import { judge } from './judge.ts';
+import { judgeCall, judgeWith } from './judge.ts';
 import { REFUSAL_PREFIX } from './prompts.ts';
 import type { ChatMessage, Flattener, JudgeResult, UnparseablePolicy, WireToolCall } from './types.ts';
 import type { CheckRegistry } from './s3/check.ts';
@@ -60,8 +61,11 @@ export interface ProxyOptions {
   upstream: string;
   /** judge endpoint base URL (default: the upstream) */
   judgeUpstream?: string;
-  /** judge model (default: the client's model) */
-  judgeModel?: string;
+  /**
+   * the judge's model: the server's choice, never the client's (a client naming a weak model would pick its own
+   * judge)
+   */
+  judgeModel: string;
   method?: 'safekeep' | 'safejudge';
   flatten?: Flattener;
   /** the upstream's key; when unset, the client's Authorization header is forwarded (unless `clientKey` is set) */
@@ -136,9 +140,20 @@ function isWireCall(c: unknown): c is WireToolCall {
   return !!f && typeof f.name === 'string' && (typeof f.arguments === 'string' || (typeof f.arguments === 'object' && f.arguments !== null));
 }
 
+/** The judge's call for a request, built before anything is sent: a schema beyond the flattener's bounds is the client's 400. */
+function judgeView<T>(build: () => T): T {
+  try {
+    return build();
+  } catch (e) {
+    if (e instanceof SchemaBoundError) throw badRequest(e.message);
+    throw e;
+  }
+}
+
 export function createGuardProxy(opts: ProxyOptions): Server {
   checkUpstreamUrl(opts.upstream, '--upstream');
   if (opts.judgeUpstream !== undefined) checkUpstreamUrl(opts.judgeUpstream, '--judge-upstream');
+  if (typeof opts.judgeModel !== 'string' || opts.judgeModel === '') throw new SafekeepError('the guard proxy needs its judge model (--judge-model): the judge is the server\'s choice, never the client\'s');
   const upstream = opts.upstream.replace(/\/+$/, '');
   const timeoutMs = opts.timeoutMs ?? 60_000;
   const method = opts.method ?? 'safekeep';
@@ -244,6 +259,7 @@ export function createGuardProxy(opts: ProxyOptions): Server {
   }
 
   const guardFailed = (e: unknown, what: string): never => {
+    if (e instanceof SchemaBoundError) throw badRequest(e.message);
     if (e instanceof BackendError) throw new HttpError(e.status === -1 ? 504 : 502, 'judge_error', `${what} failed, request not executed: ${e.message}`);
     throw e;
   };
@@ -256,21 +272,25 @@ export function createGuardProxy(opts: ProxyOptions): Server {
     const guarded = opts.skills !== undefined || c.tools.length > 0;
     if (guarded && c.nonTextParts.length > 0) throw badRequest(`${c.nonTextParts[0]}: the guard reads text only and cannot judge this content part; send text`);
     if (opts.skills) return chatS3(x, c, model);
+    // the upstream gets the parsed request re-serialised, never the client's bytes: what was judged is what runs
+    const body = canonicalBytes(c.body);
     if (c.tools.length === 0) {
       x.entry.action = 'passthrough';
-      return forward(x, '/chat/completions', 'POST', raw, { 'x-safekeep-action': 'passthrough', 'x-safekeep-verdict': 'skipped' });
+      return forward(x, '/chat/completions', 'POST', body, { 'x-safekeep-action': 'passthrough', 'x-safekeep-verdict': 'skipped' });
     }
+    const judgeOptions = {
+      toolView: method === 'safekeep' ? 'prose' as const : 'json' as const,
+      flatten: opts.flatten ?? flattenTools,
+      onUnparseable: opts.onUnparseable,
+      maxTokens: opts.judgeMaxTokens,
+      model: opts.judgeModel,
+      authorization: judgeAuthFor(x.req),
+      signal: x.signal,
+      settings: c.settings,
+    };
     let verdict: JudgeResult;
     try {
-      verdict = await judge(c.messages, c.tools, judgeBackend, {
-        toolView: method === 'safekeep' ? 'prose' : 'json',
-        flatten: opts.flatten ?? flattenTools,
-        onUnparseable: opts.onUnparseable,
-        maxTokens: opts.judgeMaxTokens,
-        model: opts.judgeModel ?? model,
-        authorization: judgeAuthFor(x.req),
-        signal: x.signal,
-      });
+      verdict = await judgeWith(judgeView(() => judgeCall(c.messages, c.tools, judgeOptions)), judgeBackend, judgeOptions);
     } catch (e) {
       return guardFailed(e, 'guard judge');
     }
@@ -278,7 +298,7 @@ export function createGuardProxy(opts: ProxyOptions): Server {
     const guardHeaders = { 'x-safekeep-verdict': verdict.verdict };
     if (!verdict.unsafe) {
       x.entry.action = 'forward';
-      return forward(x, '/chat/completions', 'POST', raw, { ...guardHeaders, 'x-safekeep-action': 'forward' });
+      return forward(x, '/chat/completions', 'POST', body, { ...guardHeaders, 'x-safekeep-action': 'forward' });
     }
     x.entry.action = 'refuse';
     const r = await refusal(x, c.messages, model, c.maxTokens ?? 256);
@@ -321,7 +341,7 @@ export function createGuardProxy(opts: ProxyOptions): Server {
     try {
       result = await s3ProxyFlow(c.messages, c.tools as ToolSpec[], {
         config: { skills: opts.skills!, guardDecision: opts.guardDecision ?? true, mitigation: opts.mitigation ?? 'skill', checks: opts.checks },
-        env: { backend: judgeBackend, model: opts.judgeModel ?? model, authorization: judgeAuthFor(x.req), onUnparseable: opts.onUnparseable },
+        env: { backend: judgeBackend, model: opts.judgeModel, authorization: judgeAuthFor(x.req), onUnparseable: opts.onUnparseable },
         upstream: (m) => upstreamTurn(x, c.body, m),
         refuse: (m) => refusal(x, m, model, maxTokens),
         maxRounds: opts.maxRounds,

@@ -38,6 +38,11 @@ export interface AgentRequest {
   messages: ChatMessage[];
   /** the tools the agent may call (JSON schemas) */
   tools: ToolSpec[];
+  /**
+   * a server's request settings that carry client text besides messages and tools (`stop`, `user`, a named
+   * `tool_choice`, a JSON-schema `response_format`): the judge is shown them too
+   */
+  settings?: Readonly<Record<string, unknown>>;
 }
 
 /** One chat call to a backend. */
