@@ -286,10 +286,13 @@ function checkSettings(b: Record<string, unknown>, toolNames: readonly string[])
   checkTemplateKwargs(b);
 }
 
-/** The settings that carry client text besides messages and tools (what the judge is shown of them). */
+/**
+ * The settings that carry client text besides messages and tools (what the judge is shown of them). The model name
+ * is one: it never enters a prompt, but it is a string the upstream receives, and the rule has no exceptions.
+ */
 function textSettings(b: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const k of ['stop', 'user', 'tool_choice', 'function_call', 'response_format'] as const) {
+  for (const k of ['model', 'stop', 'user', 'tool_choice', 'function_call', 'response_format'] as const) {
     const v = b[k];
     if (!given(v)) continue;
     if ((k === 'tool_choice' || k === 'function_call') && typeof v === 'string') continue;
@@ -325,9 +328,11 @@ export function parseChatRequest(raw: Buffer | string): ChatRequest {
   // the canonical value: the fields as parsed, null ones dropped (one spelling each, in a fixed order)
   const body: Record<string, unknown> = {};
   for (const k of KNOWN_FIELDS) if (given(b[k])) body[k] = b[k];
+  const messages = canonicalCallIds(b.messages as ChatMessage[]);
+  body.messages = messages;
   return {
     body,
-    messages: b.messages as ChatMessage[],
+    messages,
     tools: [...tools, ...functions],
     legacyFunctions: functions.length > 0,
     maxTokens: maxCompletion ?? maxTokensField,
@@ -336,6 +341,29 @@ export function parseChatRequest(raw: Buffer | string): ChatRequest {
     nonTextParts,
     settings: textSettings(body),
   };
+}
+
+/**
+ * The history with every tool-call id replaced by `call` + 5 digits, in order of first appearance, consistently
+ * between an assistant's `tool_calls` and the `tool_call_id` of the results. Ids only pair calls with results, yet
+ * templates print them (Mistral's does): an id the client chose would be prompt text the judge is not shown. Nine
+ * alphanumeric characters, as Mistral's template requires.
+ */
+export function canonicalCallIds(messages: readonly ChatMessage[]): ChatMessage[] {
+  const ids = new Map<string, string>();
+  const idOf = (id: unknown): string => {
+    const k = typeof id === 'string' ? id : `\0missing${ids.size}`;
+    let v = ids.get(k);
+    if (v === undefined) ids.set(k, (v = `call${String(ids.size).padStart(5, '0')}`));
+    return v;
+  };
+  return messages.map((m) => {
+    if (m.role === 'assistant' && Array.isArray(m.tool_calls)) {
+      return { ...m, tool_calls: (m.tool_calls as Record<string, unknown>[]).map((c) => ({ ...c, id: idOf(c.id), type: 'function' })) };
+    }
+    if (m.role === 'tool') return { ...m, tool_call_id: idOf(m.tool_call_id) };
+    return m;
+  });
 }
 
 /** The canonical request's bytes: what an upstream receives. */
