@@ -134,3 +134,20 @@ test('OpenAIBackend: refusal prefill modes', async (t) => {
   assert.deepEqual(up.requests[2]!.body!.messages, [{ role: 'system', content: `Agent.\n\n${refusalFallbackInstruction(REFUSAL_PREFIX)}` }, msgs[1]]);
   assert.equal(up.requests[2]!.body!.tools, undefined);
 });
+
+test('OpenAIBackend: deadlineMs bounds a call — attempts, retries and backoff together; a deadline on the call\'s signal is a timeout, not a cancellation', async (t) => {
+  const up = await startMockUpstream(() => ({ delayMs: 1500, json: completion('late') }));
+  t.after(() => up.close());
+  // 6 attempts of 300 ms would take about 2 s
+  const b = new OpenAIBackend({ baseUrl: up.url, model: 'm', retries: 5, backoffBaseMs: 50, backoffCapMs: 100, timeoutMs: 300, deadlineMs: 500 });
+  let t0 = performance.now();
+  await assert.rejects(b.chat({ messages: msgs, maxTokens: 1, purpose: 'agent' }), (e: unknown) => e instanceof BackendError && e.status === -1 && /deadline/.test(e.message));
+  assert.ok(performance.now() - t0 < 1000, `gave up after ${Math.round(performance.now() - t0)} ms`);
+  const plain = new OpenAIBackend({ baseUrl: up.url, model: 'm', retries: 5, backoffBaseMs: 50, backoffCapMs: 100, timeoutMs: 300 });
+  t0 = performance.now();
+  await assert.rejects(plain.chat({ messages: msgs, maxTokens: 1, purpose: 'agent', signal: AbortSignal.timeout(400) }), (e: unknown) => e instanceof BackendError && e.status === -1 && /deadline/.test(e.message));
+  assert.ok(performance.now() - t0 < 1000);
+  const left = new AbortController();
+  setTimeout(() => left.abort(), 100);
+  await assert.rejects(plain.chat({ messages: msgs, maxTokens: 1, purpose: 'agent', signal: left.signal }), (e: unknown) => e instanceof BackendError && e.status === 0 && /cancelled/.test(e.message));
+});

@@ -94,6 +94,11 @@ export interface ProxyOptions {
   maxFreshObservations?: number;
   /** upstream timeout until response headers (default 60 s) */
   timeoutMs?: number;
+  /**
+   * one request from its arrival until its answer begins — the judge or guard calls with all their retries, and the
+   * upstream call (default 2 × timeoutMs); past it → 504, nothing executed
+   */
+  requestTimeoutMs?: number;
   /** retries of judge/refusal calls (default 2) */
   retries?: number;
   prefill?: PrefillMode;
@@ -341,7 +346,8 @@ export function createGuardProxy(opts: ProxyOptions): Server {
     try {
       result = await s3ProxyFlow(c.messages, c.tools as ToolSpec[], {
         config: { skills: opts.skills!, guardDecision: opts.guardDecision ?? true, mitigation: opts.mitigation ?? 'skill', checks: opts.checks },
-        env: { backend: judgeBackend, model: opts.judgeModel, authorization: judgeAuthFor(x.req), onUnparseable: opts.onUnparseable },
+        // the guard's calls stop with the request (its deadline, a client that left)
+        env: { backend: { name: judgeBackend.name, callFormat: judgeBackend.callFormat, chat: (call) => judgeBackend.chat({ ...call, signal: call.signal ?? x.signal }) }, model: opts.judgeModel, authorization: judgeAuthFor(x.req), onUnparseable: opts.onUnparseable },
         upstream: (m) => upstreamTurn(x, c.body, m),
         refuse: (m) => refusal(x, m, model, maxTokens),
         maxRounds: opts.maxRounds,
@@ -387,5 +393,5 @@ export function createGuardProxy(opts: ProxyOptions): Server {
     };
   }
   const policy: AccessPolicy = { clientKey: opts.clientKey, corsOrigins: opts.corsOrigins, allowedHosts: opts.allowedHosts };
-  return createHttpServer({ routes, policy, limits: { ...opts.limits, ...(opts.maxBodyBytes !== undefined ? { maxBodyBytes: opts.maxBodyBytes } : {}) }, log });
+  return createHttpServer({ routes, policy, limits: { deadlineMs: opts.requestTimeoutMs ?? 2 * timeoutMs, ...opts.limits, ...(opts.maxBodyBytes !== undefined ? { maxBodyBytes: opts.maxBodyBytes } : {}) }, log });
 }

@@ -1,8 +1,9 @@
 /**
  * Reading a request body with a size limit: a declared `content-length` above the limit is refused before a byte is
  * read; a body that grows past it is refused at that byte. Either way the client gets its 413 and the connection is
- * closed after the answer (the rest is discarded, never buffered). How long a client may take to send the body is
- * the server's request timeout (`server.ts`).
+ * closed after the answer, once the rest has been read and discarded (never buffered) up to the server's drain bound
+ * (`server.ts`), so that a client still sending reads the 413. How long a client may take to send the body is the
+ * server's request timeout.
  */
 import type { IncomingMessage } from 'node:http';
 import { HttpError } from './errors.ts';

@@ -5,15 +5,27 @@
  *
  * Bounds (a slow or hostile client holds nothing for long): the request's headers must arrive within
  * `headersTimeoutMs`, the whole request (headers and body) within `requestTimeoutMs` (checked every second), an idle
- * keep-alive connection is closed after `idleTimeoutMs`, at most `maxConnections` sockets are open at once (more
- * are dropped on accept), bodies are capped at `maxBodyBytes`. A handler gets an AbortSignal that fires when the
- * client goes away before its answer is complete, so upstream calls and generation stop with it.
+ * keep-alive connection is closed after `idleTimeoutMs`, bodies are capped at `maxBodyBytes`. A handler gets an
+ * AbortSignal that fires when the client goes away before its answer is complete, so upstream calls and generation
+ * stop with it; with `deadlineMs` it also fires (reason: a `TimeoutError`) when the answer has not begun by then, and
+ * a handler that does not stop within a second of it is answered for (504).
+ *
+ * Over the cap (`maxConnections` sockets served at once) the longest-idle keep-alive connection is closed to make
+ * room; when none is idle, the new connection's request is answered 503 with `Retry-After` and the connection closed
+ * — a client is never just reset (a reset leaves a pooled client holding sockets it thinks are fine). Past twice the
+ * cap, connections are dropped on accept (a flood).
+ *
+ * An answer that closes the connection while the request body is still arriving (a 413, a 503) is written whole,
+ * then the rest of the body is read and discarded — at most `DRAIN_MAX_BYTES`, within `requestTimeoutMs` — and only
+ * then is the connection closed: closing on unread data resets it, and a client still writing (Node's fetch) gets
+ * EPIPE instead of the answer.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { isSafekeepError } from '../util/errors.ts';
 import { readBody } from './body.ts';
-import { HttpError, capMessage, sendError } from './errors.ts';
+import { HttpError, capMessage, errorBody, sendError } from './errors.ts';
 import { apiPath, canonicalPath } from './path.ts';
 import { checkAccess, checkJsonContentType, type AccessPolicy } from './policy.ts';
 
@@ -26,8 +38,13 @@ export interface ServerLimits {
   requestTimeoutMs?: number;
   /** keep-alive idle, default 5 s */
   idleTimeoutMs?: number;
-  /** open sockets at once, default 256 */
+  /** connections served at once, default 256 (over it: an idle one is closed, else 503) */
   maxConnections?: number;
+  /**
+   * from a request's arrival until its answer begins — every upstream call and retry included; past it the handler's
+   * signal fires and the client gets a 504. Default none (the handler keeps its own).
+   */
+  deadlineMs?: number;
 }
 
 /** One request as a handler sees it. */
@@ -39,7 +56,10 @@ export interface Exchange {
   route: string;
   /** fields of this request's log line (the handler adds its own) */
   entry: Record<string, unknown>;
-  /** aborted when the client leaves before the answer is complete */
+  /**
+   * aborted when the client leaves before the answer is complete, or (reason: a `TimeoutError` DOMException) when the
+   * server's deadline passes before the answer has begun
+   */
   signal: AbortSignal;
   /** the body, size-capped; a POST route's body is checked to be declared JSON first */
   body(): Promise<Buffer>;
@@ -59,13 +79,23 @@ export interface HttpServerOptions {
   log?: (line: string) => void;
 }
 
-export const DEFAULT_LIMITS: Required<ServerLimits> = {
+export const DEFAULT_LIMITS: Required<Omit<ServerLimits, 'deadlineMs'>> = {
   maxBodyBytes: 16 * 1024 * 1024,
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 60_000,
   idleTimeoutMs: 5_000,
   maxConnections: 256,
 };
+
+/** the most of a refused body read before its connection is closed (beyond: closed on unread data, a reset) */
+export const DRAIN_MAX_BYTES = 64 * 1024 * 1024;
+/** how long a handler may take to stop after the deadline before the server answers for it */
+const DEADLINE_GRACE_MS = 1000;
+/** what a client refused at the connection cap is told to wait, in seconds */
+const RETRY_AFTER_S = 1;
+
+/** The deadline's abort reason: a TimeoutError, which the upstream client reports as a timeout, not a cancellation. */
+const deadlineReason = (ms: number) => new DOMException(`the request's deadline (${ms} ms) passed`, 'TimeoutError');
 
 /** What the client is told about an error the handler did not classify: nothing internal beyond one line. */
 function asHttpError(e: unknown, id: string): HttpError {
@@ -84,20 +114,90 @@ function rawError(socket: Duplex, status: number, reason: string, message: strin
   setTimeout(() => socket.destroy(), 1000).unref();
 }
 
+/**
+ * The error answer, then the connection closed — after the rest of the request body has been read (to a bound), so
+ * that a client still sending it reads the answer instead of a reset.
+ */
+function answerThenClose(req: IncomingMessage, res: ServerResponse, err: HttpError, headers: Record<string, string>, drainMs: number): void {
+  const text = JSON.stringify(errorBody(err));
+  res.writeHead(err.status, { ...headers, ...err.headers, connection: 'close', 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  if (req.complete) {
+    res.end(text);
+    return;
+  }
+  // the answer goes out now (its length is declared, so the client has it whole); ending the response closes the
+  // socket, which waits until nothing more of the request is coming
+  res.write(text);
+  let read = 0;
+  let ended = false;
+  const done = () => {
+    if (ended) return;
+    ended = true;
+    clearTimeout(timer);
+    req.off('data', count);
+    res.end();
+  };
+  const count = (c: Buffer) => { read += c.length; if (read > DRAIN_MAX_BYTES) done(); };
+  const timer = setTimeout(done, drainMs);
+  req.on('data', count);
+  req.once('end', done);
+  req.once('close', done);
+  req.once('error', done);
+  req.resume();
+}
+
+interface Conn {
+  /** requests of this connection whose answer is not complete */
+  inFlight: number;
+  /** it has answered a request (a kept-alive connection, not one whose first request is still arriving) */
+  served: boolean;
+  idleSince: number;
+  /** bytes read when it went idle: more since then means a new request is arriving */
+  bytesAtIdle: number;
+}
+
 export function createHttpServer(o: HttpServerOptions): Server {
   const limits = { ...DEFAULT_LIMITS, ...o.limits };
   const log = o.log ?? ((l: string) => process.stderr.write(`${l}\n`));
   const policy = o.policy ?? {};
   let counter = 0;
+  /** the connections being served (at most maxConnections) */
+  const conns = new Map<Socket, Conn>();
 
-  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const admit = (s: Socket): Conn => {
+    const c: Conn = { inFlight: 0, served: false, idleSince: 0, bytesAtIdle: 0 };
+    conns.set(s, c);
+    s.once('close', () => conns.delete(s));
+    return c;
+  };
+  /** Close the longest-idle kept-alive connection to make room; false when none is idle. */
+  const closeIdle = (): boolean => {
+    let oldest: [Socket, Conn] | undefined;
+    for (const e of conns) {
+      const [s, c] = e;
+      if (c.served && c.inFlight === 0 && s.bytesRead === c.bytesAtIdle && (!oldest || c.idleSince < oldest[1].idleSince)) oldest = e;
+    }
+    if (!oldest) return false;
+    conns.delete(oldest[0]);
+    oldest[0].destroy();
+    return true;
+  };
+
+  async function handle(req: IncomingMessage, res: ServerResponse, overCap: boolean): Promise<void> {
     const t0 = performance.now();
     const id = `sk-${Date.now().toString(36)}-${(++counter).toString(36)}`;
     const path = canonicalPath(req.url ?? '');
     const entry: Record<string, unknown> = { ts: new Date().toISOString(), id, method: req.method, path: path ?? capMessage(String(req.url), 200) };
     const ac = new AbortController();
     res.on('close', () => { if (!res.writableFinished) ac.abort(); });
+    let deadlinePassed = false;
+    let deadlineTimer: NodeJS.Timeout | undefined;
+    const deadlineMs = limits.deadlineMs;
+    const timedOut = () => new HttpError(504, 'timeout', `the request did not finish within its deadline of ${deadlineMs} ms; nothing further was done`);
     try {
+      if (overCap) {
+        throw new HttpError(503, 'server_overloaded', `server busy: all ${limits.maxConnections} connections are in use; retry after ${RETRY_AFTER_S} s`, {}, { 'retry-after': String(RETRY_AFTER_S), connection: 'close' });
+      }
       const cors = checkAccess(req, policy);
       for (const [k, v] of Object.entries(cors)) res.setHeader(k, v);
       if (path === null) throw new HttpError(400, 'invalid_request_error', 'malformed request path (a bad percent-escape or a control character)');
@@ -121,17 +221,36 @@ export function createHttpServer(o: HttpServerOptions): Server {
           return readBody(req, limits.maxBodyBytes);
         },
       };
-      await route.handle(x);
+      if (deadlineMs === undefined) {
+        await route.handle(x);
+      } else {
+        const handled = route.handle(x);
+        // a handler that has lost the race below may still fail later: nobody is waiting for it then
+        handled.catch(() => undefined);
+        await Promise.race([handled, new Promise<never>((_, reject) => {
+          deadlineTimer = setTimeout(() => {
+            // an answer that has begun (a stream) is bounded by its own timeouts, not cut here
+            if (res.headersSent) return;
+            deadlinePassed = true;
+            ac.abort(deadlineReason(deadlineMs));
+            deadlineTimer = setTimeout(() => reject(timedOut()), DEADLINE_GRACE_MS);
+          }, deadlineMs);
+        })]);
+      }
       entry.status ??= res.statusCode;
     } catch (e) {
-      const err = asHttpError(e, id);
+      let err = asHttpError(e, id);
+      // whatever the abort made the handler throw (a cancelled call, a cut-off answer), the client is told the cause
+      if (deadlinePassed && err.status !== 504) err = timedOut();
       entry.status = err.status;
       entry.action ??= 'error';
       entry.error = capMessage(err.message, 300);
       if (!(e instanceof HttpError) && !isSafekeepError(e)) entry.internal = capMessage(String((e as Error)?.message ?? e), 300);
       if (res.headersSent) res.end();
+      else if (err.headers.connection === 'close') answerThenClose(req, res, err, { 'x-safekeep-action': 'error' }, limits.requestTimeoutMs);
       else sendError(res, err, { 'x-safekeep-action': 'error' });
     } finally {
+      clearTimeout(deadlineTimer);
       entry.ms = Math.round(performance.now() - t0);
       log(JSON.stringify(entry));
     }
@@ -144,9 +263,26 @@ export function createHttpServer(o: HttpServerOptions): Server {
     connectionsCheckingInterval: Math.min(1000, limits.headersTimeoutMs),
   }, (req, res) => {
     res.on('error', () => undefined);
-    void handle(req, res);
+    const socket = req.socket;
+    // a connection refused at accept may be let in once there is room again
+    const c = conns.get(socket) ?? (conns.size < limits.maxConnections || closeIdle() ? admit(socket) : undefined);
+    if (c) {
+      c.inFlight++;
+      res.once('close', () => {
+        c.inFlight--;
+        c.served = true;
+        c.idleSince = performance.now();
+        c.bytesAtIdle = socket.bytesRead;
+      });
+    }
+    void handle(req, res, c === undefined);
   });
-  server.maxConnections = limits.maxConnections;
+  // room for the cap's worth of connections that are only told 503; beyond that a flood is dropped on accept
+  server.maxConnections = 2 * limits.maxConnections;
+  server.on('connection', (socket: Socket) => {
+    if (conns.size >= limits.maxConnections) closeIdle();
+    if (conns.size < limits.maxConnections) admit(socket);
+  });
   // a socket that never sends a full request line is timed out by headersTimeout; one that opens and sends nothing at
   // all too (node starts the headers clock at connect)
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {

@@ -43,8 +43,16 @@ export interface UpstreamCall {
   body?: string | Uint8Array;
   /** until the answer's headers arrive (a buffered read has its own, `readUpstreamText`) */
   timeoutMs: number;
-  /** the caller's own cancellation (a client that left) */
+  /**
+   * the caller's own cancellation (a client that left), or its deadline: a signal aborted with a `TimeoutError`
+   * (`AbortSignal.timeout`, the server's request deadline) is reported as a timeout
+   */
   signal?: AbortSignal;
+}
+
+/** The signal was aborted by a deadline (a `TimeoutError` reason), not by a client that left. */
+export function abortedByDeadline(signal: AbortSignal | undefined): boolean {
+  return !!signal?.aborted && (signal.reason as { name?: unknown } | undefined)?.name === 'TimeoutError';
 }
 
 /** The answer's headers (status any), or an UpstreamError for a timeout, a network failure or a redirect. */
@@ -58,6 +66,7 @@ export async function upstreamFetch(c: UpstreamCall): Promise<Response> {
   try {
     res = await fetch(c.url, { method: c.method ?? 'POST', headers: c.headers, body: c.body, signal, redirect: 'manual' });
   } catch (e) {
+    if (abortedByDeadline(c.signal)) throw new UpstreamError('timeout', `${where}: no response before the deadline`);
     if (c.signal?.aborted) throw new UpstreamError('cancelled', `${where}: cancelled (the client left)`);
     if (deadline.signal.aborted) throw new UpstreamError('timeout', `${where}: no response within ${c.timeoutMs} ms`);
     const err = e as Error & { cause?: Error & { code?: string } };

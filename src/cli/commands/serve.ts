@@ -1,7 +1,7 @@
 /**
  * `safekeep serve --upstream URL [--port 8080] [--host 127.0.0.1] [--judge-model M] [--judge-upstream URL]
  *    [--method safekeep|safejudge | --skills DIR[,DIR] [--no-guard-decision] [--mitigation recover|block]]
- *    [--api-key-env VAR] [--judge-api-key-env VAR] [--timeout-ms 60000] [--prefill none|continue|prefix]
+ *    [--api-key-env VAR] [--judge-api-key-env VAR] [--timeout-ms 60000] [--request-timeout-ms MS] [--prefill none|continue|prefix]
  *    [--unparseable unsafe|safe] [--judge-max-tokens 8]`
  * `safekeep serve --model DIR [--method base|safekeep|refusal-probe|safekeep+probe] [--probe FILE] [--max-tokens 256]
  *    [--thinking on|off] [--template FILE] [--dtype ..] [--device ..] [--threads N] [--max-memory ..] [--port ..] [--host ..]
@@ -10,7 +10,9 @@
  * prefill, so it guards without an extra model call; bounded by [--max-model-len N] [--max-queue N]
  * [--request-timeout-ms MS].
  * Both forms: [--client-key-env VAR] [--cors ORIGIN,…] [--allowed-hosts NAME,…] [--max-connections N]
- * [--headers-timeout-ms MS] [--body-timeout-ms MS]; --host beyond loopback needs --client-key-env (src/serve/).
+ * [--headers-timeout-ms MS] [--body-timeout-ms MS] [--request-timeout-ms MS]; --host beyond loopback needs
+ * --client-key-env (src/serve/). --request-timeout-ms is one request's whole deadline (→ 504): for the proxy until its
+ * answer begins, judge retries included (default 2 × --timeout-ms); for the local engine the whole answer (10 min).
  *
  * The --upstream form: an OpenAI-compatible proxy applying the SafeKeep guard — or, with `--skills`, S³ stage-specific skills at every stage
  * (input, tool observations, tool calls, final answer) — in front of any chat-completions endpoint
@@ -55,7 +57,7 @@ export const flags: FlagTable = {
     { name: 'cors', value: 'ORIGIN[,ORIGIN]', help: 'browser origins allowed to call the server (default: cross-origin requests refused)' },
     { name: 'allowed-hosts', value: 'NAME[,NAME]', help: 'Host names served besides localhost/127.0.0.1/[::1] while bound to loopback (DNS-rebinding check)' },
     { name: 'allow-unguarded', value: 'completions,responses', help: 'upstream: forward these endpoints unjudged (default: 404 — the guard cannot judge them)' },
-    { name: 'max-connections', value: 'N', default: '256', help: 'open connections at once (more are dropped)' },
+    { name: 'max-connections', value: 'N', default: '256', help: 'connections served at once (over it an idle keep-alive one is closed, else 503 with Retry-After)' },
     { name: 'headers-timeout-ms', value: 'MS', default: '10000', help: 'a request\'s headers must arrive within this' },
     { name: 'body-timeout-ms', value: 'MS', default: '60000', help: 'a whole request (headers and body) must arrive within this' },
     { name: 'prefill', value: 'none|continue|prefix', default: 'none', help: 'how the judge verdict is prefilled' },
@@ -71,14 +73,14 @@ export const flags: FlagTable = {
     { name: 'max-memory', value: 'BYTES', help: 'local: memory budget, e.g. 6GB' },
     { name: 'max-model-len', value: 'N', default: 'max_position_embeddings', help: 'local: context length; prompt + max_tokens above it → 400' },
     { name: 'max-queue', value: 'N', default: '8', help: 'local: requests admitted at once (running or waiting); more → 429' },
-    { name: 'request-timeout-ms', value: 'MS', default: '600000', help: 'local: per-request deadline (→ 504)' },
+    { name: 'request-timeout-ms', value: 'MS', default: 'upstream: 2 × --timeout-ms; local: 600000', help: 'per-request deadline, judge/guard retries included (→ 504, nothing executed)' },
     ...THINKING_FLAG_DEFS,
   ],
   example: 'serve --upstream http://localhost:8000/v1 --port 8080',
 };
 
 /** flags of the local-engine form only */
-const LOCAL_ONLY = ['probe', 'max-tokens', 'template', 'dtype', 'device', 'threads', 'max-memory', 'thinking', 'chat-template-kwargs', 'max-model-len', 'max-queue', 'request-timeout-ms'];
+const LOCAL_ONLY = ['probe', 'max-tokens', 'template', 'dtype', 'device', 'threads', 'max-memory', 'thinking', 'chat-template-kwargs', 'max-model-len', 'max-queue'];
 
 const list = (v: string | undefined) => (v === undefined ? undefined : v.split(',').map((x) => x.trim()).filter(Boolean));
 
@@ -127,6 +129,7 @@ export async function run(argv: string[]): Promise<number> {
   }
   const access = accessFlags(args);
   const unguarded = list(args.values.get('allow-unguarded')) ?? [];
+  const timeoutMs = positiveIntValue(args, 'timeout-ms', 60_000);
   for (const u of unguarded) {
     if (!(UNGUARDED_ENDPOINTS as readonly string[]).includes(u)) throw new SafekeepError(`--allow-unguarded: unknown endpoint '${u}' (one of ${UNGUARDED_ENDPOINTS.join(', ')})`);
   }
@@ -145,7 +148,8 @@ export async function run(argv: string[]): Promise<number> {
     skills,
     guardDecision: !args.booleans.has('no-guard-decision'),
     mitigation: choiceValue(args, 'mitigation', ['recover', 'block'] as const, 'recover') === 'block' ? 'block' : 'skill',
-    timeoutMs: positiveIntValue(args, 'timeout-ms', 60_000),
+    timeoutMs,
+    requestTimeoutMs: positiveIntValue(args, 'request-timeout-ms', 2 * timeoutMs),
     prefill: choiceValue<PrefillMode>(args, 'prefill', ['none', 'continue', 'prefix'], 'none'),
     onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'),
     judgeMaxTokens: positiveIntValue(args, 'judge-max-tokens', 8),

@@ -17,7 +17,7 @@ import type { CallFormat } from '../../outcome/types.ts';
 import type { ChatBackend, ChatCall, ChatMessage, ChatReply, WireToolCall } from '../types.ts';
 import { ResponseCache, requestHash } from './cache.ts';
 import { Limiter, backoffMs } from './limit.ts';
-import { failureDetail, MAX_UPSTREAM_ANSWER, readUpstreamJson, readUpstreamText, redactSecrets, redactUrl, upstreamFetch, UpstreamError } from '../../serve/upstream.ts';
+import { abortedByDeadline, failureDetail, MAX_UPSTREAM_ANSWER, readUpstreamJson, readUpstreamText, redactSecrets, redactUrl, upstreamFetch, UpstreamError } from '../../serve/upstream.ts';
 
 const bearer = (h: string | undefined) => h?.replace(/^bearer\s+/i, '');
 
@@ -34,6 +34,12 @@ export interface OpenAIBackendOptions {
   apiKey?: string;
   /** per attempt (default 60 s) */
   timeoutMs?: number;
+  /**
+   * one call in all — the wait for a slot, every attempt and the backoff between them (default none: up to
+   * retries × timeout); past it the call fails as a timeout. A call's own `signal` aborted with a `TimeoutError` (a
+   * server's request deadline) ends it the same way.
+   */
+  deadlineMs?: number;
   /** extra attempts after the first (default 3) */
   retries?: number;
   backoffBaseMs?: number;
@@ -75,6 +81,7 @@ interface WireResponse {
 }
 
 const sleep = (ms: number, signal?: AbortSignal) => new Promise<void>((r) => {
+  if (signal?.aborted) { r(); return; }
   const t = setTimeout(r, ms);
   signal?.addEventListener('abort', () => { clearTimeout(t); r(); }, { once: true });
 });
@@ -133,7 +140,9 @@ export class OpenAIBackend implements ChatBackend {
     const hit = this.cache?.get(hash) as { response: WireResponse; latencyMs: number } | undefined;
     if (hit) return this.reply(call, hit.response, hit.latencyMs, true);
     const t0 = performance.now();
-    const response = await this.limiter.run(() => this.post(body, call.authorization, call.signal));
+    const deadline = this.opts.deadlineMs !== undefined ? AbortSignal.timeout(this.opts.deadlineMs) : undefined;
+    const signal = deadline && call.signal ? AbortSignal.any([call.signal, deadline]) : deadline ?? call.signal;
+    const response = await this.limiter.run(() => this.post(body, call.authorization, signal));
     const latencyMs = performance.now() - t0;
     // never cache an answer we cannot use
     if (!response?.choices?.[0]?.message) throw new BackendError(`${redactUrl(this.url)}: response has no choices[0].message`, 200);
@@ -175,7 +184,12 @@ export class OpenAIBackend implements ChatBackend {
     if (auth) headers.authorization = auth;
     const where = redactUrl(this.url);
     let last: BackendError | null = null;
+    /** the caller's signal ended the call: its deadline (a timeout, -1) or a client that left (0) */
+    const stopped = (attempts: number) => (abortedByDeadline(signal)
+      ? new BackendError(`${where}: no answer before the deadline (${attempts} attempt${attempts === 1 ? '' : 's'})`, -1)
+      : new BackendError(`${where}: cancelled`, 0));
     for (let attempt = 0; attempt <= retries; attempt++) {
+      if (signal?.aborted) throw stopped(attempt);
       let retryAfter: number | undefined;
       try {
         const res = await upstreamFetch({ url: this.url, method: 'POST', headers, body: JSON.stringify(body), timeoutMs, signal });
@@ -191,11 +205,12 @@ export class OpenAIBackend implements ChatBackend {
       } catch (e) {
         if (e instanceof BackendError) throw e;
         if (!(e instanceof UpstreamError)) throw e;
+        if (abortedByDeadline(signal)) throw stopped(attempt + 1);
         if (e.kind === 'redirect' || e.kind === 'cancelled' || e.kind === 'too_large' || e.kind === 'bad_answer') throw new BackendError(e.message, e.upstreamStatus ?? 0);
         last = new BackendError(e.message, e.kind === 'timeout' ? -1 : 0);
       }
       if (attempt < retries) await sleep(backoffMs(attempt, this.opts.backoffBaseMs ?? 500, this.opts.backoffCapMs ?? 8000, retryAfter), signal);
-      if (signal?.aborted) throw new BackendError(`${where}: cancelled`, 0);
+      if (signal?.aborted) throw stopped(attempt + 1);
     }
     throw new BackendError(`${last!.message} (after ${retries + 1} attempts)`, last!.status);
   }
