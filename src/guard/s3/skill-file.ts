@@ -26,8 +26,9 @@
  * The checking procedure in prose.
  * ```
  */
-import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, realpathSync, statSync } from 'node:fs';
 import { basename, join, resolve, sep } from 'node:path';
+import { readRegularText } from '../../checkpoint/regular-file.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { readRuleMemory } from './memory.ts';
 import { parseRules } from './rules-lang.ts';
@@ -48,6 +49,17 @@ const FIELDS = ['name', 'stage', 'description', 'inspection', 'filter', 'resourc
 const FILTER_FIELDS = ['tools', 'patterns', 'roles'] as const;
 /** fields that belong to one check kind only */
 const CHECK_FIELDS: Record<string, CheckKind> = { prompt: 'llm', memory: 'llm', max_tokens: 'llm', rules: 'rules', direction: 'probe', layer: 'probe', threshold: 'probe' };
+
+/** The most a SKILL.md, prompt or rule file may hold: a procedure is prose, not megabytes. */
+export const MAX_SKILL_FILE_BYTES = 1024 * 1024;
+
+/**
+ * A skill file's text: a regular file only (a FIFO would block start-up, a device never end) of at most
+ * MAX_SKILL_FILE_BYTES, checked on the opened descriptor before anything is read.
+ */
+export function readSkillFile(path: string): string {
+  return readRegularText(path, MAX_SKILL_FILE_BYTES);
+}
 
 export const DEFAULT_GUIDANCE = 'Safety note from the guard ({{skill}}): {{reason}} Do not try to do this again; continue with the rest of the user\'s request.';
 
@@ -183,7 +195,7 @@ export function parseSkill(text: string, file: string, dir: string): Skill {
       skill.prompt = { builtin: b as BuiltinPrompt };
     } else {
       const f = resource('prompt', true)!;
-      const t = readFileSync(f, 'utf8');
+      const t = readSkillFile(f);
       for (const m of t.matchAll(/\{\{\s*(\w+)\s*\}\}/g)) {
         if (!(PROMPT_VARS as readonly string[]).includes(m[1]!)) throw err('prompt', `${f} uses unknown placeholder {{${m[1]}}}`, `use only ${PROMPT_VARS.map((v) => `{{${v}}}`).join(', ')}`);
         const part = PLACEHOLDER_PART[m[1]!] ?? null;
@@ -208,7 +220,7 @@ export function parseSkill(text: string, file: string, dir: string): Skill {
     }
   } else if (check === 'rules') {
     const f = resource('rules', true)!;
-    skill.rules = { text: readFileSync(f, 'utf8'), file: f };
+    skill.rules = { text: readSkillFile(f), file: f };
     let parsedRules;
     try {
       parsedRules = parseRules(skill.rules.text, f);
@@ -237,7 +249,7 @@ export function parseSkill(text: string, file: string, dir: string): Skill {
 export function loadSkill(dir: string): Skill {
   const file = join(dir, 'SKILL.md');
   if (!existsSync(file)) throw new SkillFileError(file, '(file)', 'no SKILL.md in the skill folder', `add ${file} or remove the folder from --skills`);
-  return parseSkill(readFileSync(file, 'utf8'), file, dir);
+  return parseSkill(readSkillFile(file), file, dir);
 }
 
 /**
