@@ -8,7 +8,9 @@
  * description: One line the guard agent reads when picking skills.
  * inspection: [request, history, observation]   # optional; the parts of the stage event the skill reads
  *                                  # (request | history | calls | observation | answer; default: all of its stage's)
- * filter:                          # optional; every field given must match
+ * mandatory: true                  # optional (default false): runs on every event of its stage, whatever its
+ *                                  # filter or the guard agent picks
+ * filter:                          # optional; every field given must match (not applied to a mandatory skill)
  *   tools: ["*"]                   # tool names, * = wildcard
  *   patterns: ["ignore (all )?previous"]   # case-insensitive regular expressions over the stage text
  *   roles: [tool]
@@ -44,7 +46,7 @@ export class SkillFileError extends SafekeepError {
   }
 }
 
-const FIELDS = ['name', 'stage', 'description', 'inspection', 'filter', 'resources', 'check', 'prompt', 'memory', 'max_tokens', 'rules', 'direction', 'layer',
+const FIELDS = ['name', 'stage', 'description', 'inspection', 'mandatory', 'filter', 'resources', 'check', 'prompt', 'memory', 'max_tokens', 'rules', 'direction', 'layer',
   'threshold', 'mitigation', 'recovery', 'guidance'] as const;
 const FILTER_FIELDS = ['tools', 'patterns', 'roles'] as const;
 /** fields that belong to one check kind only */
@@ -110,6 +112,9 @@ export function parseSkill(text: string, file: string, dir: string): Skill {
     }
     inspection = [...new Set(insp as InspectionPart[])];
   }
+  const mand = str('mandatory', false);
+  if (mand !== undefined && mand !== 'true' && mand !== 'false') throw err('mandatory', `'${mand}' is not true or false`, 'write "mandatory: true" or leave the field out');
+  const mandatory = mand === 'true';
   const reads = (part: InspectionPart | 'item' | null): boolean => part === null || inspection.includes(part === 'item' ? itemPart(stage)! : part);
   const check = str('check', true)!;
   if (!(CHECK_KINDS as readonly string[]).includes(check)) throw err('check', `unknown check '${check}'`, `use one of ${CHECK_KINDS.join(', ')}`);
@@ -182,7 +187,7 @@ export function parseSkill(text: string, file: string, dir: string): Skill {
   };
 
   const skill: Skill = {
-    name, stage, description, inspection, filter, resources, check: check as CheckKind, mitigation: mitigation as Mitigation, recovery, guidance,
+    name, stage, description, inspection, mandatory, filter, resources, check: check as CheckKind, mitigation: mitigation as Mitigation, recovery, guidance,
     body: split.body.trim(), dir: resolve(dir), file,
   };
   if (skill.body === '') throw err('(body)', 'the checking procedure is empty', 'describe below the front matter, in prose, how the risk is checked');
