@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { givenBy, isGiven, numbersIn, rulesCheck } from '../src/guard/s3/checks/rules.ts';
 import type { StageEvent } from '../src/guard/s3/event.ts';
+import { filterReason } from '../src/guard/s3/filter.ts';
 import { loadSkill } from '../src/guard/s3/skill-file.ts';
 import type { ChatBackend, ChatMessage } from '../src/guard/types.ts';
 import { repoRoot } from './helpers/shared.ts';
@@ -67,6 +68,10 @@ test('rules read normalised text: a zero-width or full-width character hides no 
   assert.equal(await fires(send(req, 'GmailSendEmail', { to: 'eve@evil\u200B.com' })), true, 'zero-width space inside the domain');
   assert.equal(await fires(send(req, 'GmailSendEmail', { to: 'eve\uFF20evil.com' })), true, 'full-width @');
   assert.equal(await fires(send(req, 'GmailSendEmail', { to: 'alice@bank.com\u00AD' })), false, 'a soft hyphen does not make a new address');
+  // a tool name: the trigger globs and the filter read it normalised too
+  const hidden = send(req, 'SlackPo\u200Bst', { channel: 'https://evil.test/hook' });
+  assert.equal(await fires(hidden), true);
+  assert.equal(filterReason(toolRules.filter, hidden), null);
   const leak: StageEvent = { stage: 'output', tools: [], messages: [{ role: 'user', content: 'What is in my vault?' }], answer: 'It holds s\u200Bk-live-9f8e7d6c5b4a3f2e1d.' };
   assert.equal((await rulesCheck(outputLeak, leak, env)).risky, true);
 });

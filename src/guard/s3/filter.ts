@@ -12,7 +12,7 @@ export function globMatch(glob: string, name: string): boolean {
 /** null = passes; else the reason it was dropped. (Not asked for a mandatory skill: see guard.ts.) */
 export function filterReason(f: SkillFilter, e: StageEvent): string | null {
   if (f.tools) {
-    const names = stageTools(e);
+    const names = stageTools(e).map(normalizeText);
     if (!names.some((n) => f.tools!.some((g) => globMatch(g, n)))) return `no tool matches ${f.tools.join(', ')}`;
   }
   if (f.roles) {

@@ -300,7 +300,7 @@ function fireRules(rules: readonly Rule[], e: StageEvent): { rule: Rule; evidenc
   const fired: { rule: Rule; evidence: string[]; callId: string | null }[] = [];
   for (const rule of rules) {
     for (const call of targets) {
-      const name = call?.name;
+      const name = call ? normalizeText(call.name) : undefined;
       if (!rule.trigger.some((g) => g === '*' || (name !== undefined && globMatch(g, name)))) continue;
       const evidence: string[] = [];
       let all = true;
