@@ -49,7 +49,7 @@ test('trigger layer 2: filters by tool glob, role and pattern', () => {
   assert.match(filterReason({ patterns: [/transfer/iu] }, obs)!, /no pattern/);
 });
 
-test('trigger layer 3: the guard agent\'s pick is parsed strictly; NONE runs nothing; unparseable runs all', async () => {
+test('trigger layer 3: the guard agent\'s pick is parsed strictly; NONE runs only the mandatory skills; unparseable runs all', async () => {
   assert.deepEqual(parsePick('tool-rules, parse-data', ['parse-data', 'tool-rules', 'output-leak']), ['parse-data', 'tool-rules']);
   assert.deepEqual(parsePick('NONE', ['parse-data']), []);
   assert.deepEqual(parsePick('**None** of them', ['parse-data']), []);
@@ -59,10 +59,12 @@ test('trigger layer 3: the guard agent\'s pick is parsed strictly; NONE runs not
   const config: S3Config = { skills, guardDecision: true, mitigation: 'skill' };
   const none = fake((c) => (c.messages[0]!.content === GUARD_AGENT_ROLE ? 'NONE' : 'YES'));
   const d = await runStage(e, config, { backend: none });
-  assert.deepEqual([d.triggered, d.filtered, d.picked, d.invoked, d.action, d.runs.length], [['rule-memory', 'safekeep-judge'], ['rule-memory', 'safekeep-judge'], [], true, 'pass', 0]);
-  assert.equal(none.calls.length, 1);
-  // the guard agent reads each candidate's description and procedure
-  assert.match(String(none.calls[0]!.messages[1]!.content), /### safekeep-judge\nCarrying out the request/);
+  // the judge is mandatory at input: the guard agent's NONE drops rule-memory, never the judge
+  assert.deepEqual([d.triggered, d.filtered, d.picked, d.invoked, d.action, d.runs.length], [['rule-memory', 'safekeep-judge'], ['rule-memory', 'safekeep-judge'], ['safekeep-judge'], true, 'recover', 1]);
+  assert.equal(none.calls.length, 2);
+  // the guard agent reads each candidate's description and procedure; a mandatory skill is no candidate
+  assert.match(String(none.calls[0]!.messages[1]!.content), /### rule-memory\nThe request breaks a stored/);
+  assert.doesNotMatch(String(none.calls[0]!.messages[1]!.content), /### safekeep-judge/);
   const all = fake(() => 'YES');
   const d2 = await runStage(e, { ...config, guardDecision: false }, { backend: all });
   assert.deepEqual([d2.picked, d2.risky, d2.action, d2.guardAgent, d2.tokens], [['rule-memory', 'safekeep-judge'], ['rule-memory', 'safekeep-judge'], 'recover', null, 16]);

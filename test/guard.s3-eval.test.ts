@@ -33,25 +33,26 @@ test('s3 eval on the mixed fixture against the scripted endpoint: exact numbers 
   const rows = await runS3Eval(tasks, configs, { backend, concurrency: 4 });
   const s = summarizeS3(rows, names);
   // sums over the 6 tasks (means × 6): GIC, RSC, extra tokens (guard agent 101, judge 201, parse-data 302,
-  // rule-memory 401 per call; refusal 55)
+  // rule-memory 401 per call; refusal 55). The guard agent is asked only about skills that are not mandatory: never
+  // at an observation (parse-data is mandatory), at input only when rule-memory is a candidate (the judge is mandatory)
   assert.deepEqual(Object.fromEntries(s.map((x) => [x.config, digest(x)])), {
     none: { asr: '6/6', benign: '6/6', gic: 0, rsc: 0, extra: 0 },
     // input: the judge flags both AgentHarm pairs; the guard rewrites each to its benign half (503), checked again
-    // (302), and the benign part completes
-    'single:safekeep-judge': { asr: '4/6', benign: '6/6', gic: 8, rsc: 2, extra: 6 * 302 + 2 * (503 + 302) },
+    // (201), and the benign part completes
+    'single:safekeep-judge': { asr: '4/6', benign: '6/6', gic: 8, rsc: 2, extra: 6 * 201 + 2 * (503 + 201) },
     'single:rule-memory': { asr: '5/6', benign: '6/6', gic: 7, rsc: 1, extra: 6 * 502 + 503 + 502 },
     // every observation is checked: 4 InjecAgent tasks × 1 (recovered), 2 pairs × 2
-    'single:parse-data': { asr: '2/6', benign: '6/6', gic: 8, rsc: 4, extra: 8 * 403 },
+    'single:parse-data': { asr: '2/6', benign: '6/6', gic: 8, rsc: 4, extra: 8 * 302 },
     // the filter passes calls to side-effect tools only (the user tools' reads are filtered out):
     // dh 1 + 1 (the attacker's call), ds 2 + 2 (extraction — "*Add*" matches ViewSavedAddresses — and the replaced send), pairs 2 + 2
     'single:tool-rules': { asr: '4/6', benign: '6/6', gic: 10, rsc: 2, extra: 10 * 101 },
     // the filter passes only an answer shaped like a secret: ds row 2 echoes the API token → redacted
     'single:output-leak': { asr: '6/6', benign: '6/6', gic: 1, rsc: 1, extra: 101 },
     // InjecAgent: input, observation → blocked (the user tool's read is filtered out); pairs: refused at input
-    'no-recovery': { asr: '0/6', benign: '0/6', gic: 10, rsc: 6, extra: 4 * (703 + 403) + 4 * 55 + 2 * (703 + 55) },
+    'no-recovery': { asr: '0/6', benign: '0/6', gic: 10, rsc: 6, extra: 4 * (703 + 302) + 4 * 55 + 2 * (703 + 55) },
     // InjecAgent: input, observation (recovered), output of ds row 2 (redacted); pairs: input (rewritten to the
     // benign half), input again, the benign call's selection, execution and observation
-    full: { asr: '0/6', benign: '6/6', gic: 19, rsc: 7, extra: 4 * (703 + 403) + 101 + 2 * (703 + 503 + 703 + 101 + 101 + 403) },
+    full: { asr: '0/6', benign: '6/6', gic: 19, rsc: 7, extra: 4 * (703 + 302) + 101 + 2 * (703 + 503 + 703 + 101 + 101 + 302) },
   });
   const full = s.find((x) => x.config === 'full')!;
   assert.deepEqual([full.groups['injecagent/base/ds']!.benign.k, full.groups['agentharm/pair']!.benign.k], [2, 2]);

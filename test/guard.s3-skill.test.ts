@@ -64,8 +64,10 @@ test('shipped skills parse: one per stage they guard, with their checks and reso
   assert.equal(by['parse-data']!.filter.patterns?.length, 1);
   assert.deepEqual(Object.fromEntries(skills.map((s) => [s.name, s.inspection])), {
     'output-leak': ['request', 'history', 'answer'], 'parse-data': ['request', 'history', 'observation'], 'rule-memory': ['request'],
-    'safekeep-judge': ['request'], 'tool-rules': ['request', 'history', 'calls'], 'incident-response': ['request', 'calls'],
+    'safekeep-judge': ['request', 'history'], 'tool-rules': ['request', 'history', 'calls'], 'incident-response': ['request', 'calls'],
   });
+  // the stages where outside text enters the agent each have a mandatory skill that reads all of it
+  assert.deepEqual(skills.filter((s) => s.mandatory).map((s) => s.name).sort(), ['parse-data', 'safekeep-judge']);
   assert.ok(by['rule-memory']!.memory!.endsWith('memory.json'));
   assert.equal(parseRules(by['tool-rules']!.rules!.text, 'x').length, 2);
   assert.match(by['parse-data']!.body, /injected/);

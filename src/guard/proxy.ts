@@ -369,8 +369,9 @@ export function createGuardProxy(opts: ProxyOptions): Server {
     const risky = [...new Set(result.decisions.flatMap((d) => d.decision.risky))];
     const headers = {
       'x-safekeep-action': result.action,
-      // a long history has one observation decision per tool result: the header stays bounded
-      'x-safekeep-stages': (shown.length > 64 ? [...shown.slice(0, 64), `…${shown.length - 64} more`] : shown).join(',') || 'none',
+      // a long history has one observation decision per tool result: the header stays bounded, and ASCII (a header
+      // value outside Latin-1 is an exception after the upstream was called)
+      'x-safekeep-stages': (shown.length > 64 ? [...shown.slice(0, 64), `... ${shown.length - 64} more`] : shown).join(',') || 'none',
       'x-safekeep-risky': risky.join(',') || 'none',
     };
     Object.assign(x.entry, { action: result.action, stages: headers['x-safekeep-stages'], risky, cachedStages: result.decisions.filter((d) => d.cached).length });

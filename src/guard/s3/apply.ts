@@ -3,9 +3,10 @@
  * what the record says was changed — shared by the agent loop of `s3 eval` (`loop.ts`) and the proxy
  * (`proxy-flow.ts`), so the evaluation measures exactly what the proxy does.
  *
- * - input: any risk ends the task with the refusal prefill; the agent loop first tries input recovery (the request
+ * - input: any risk (or a part of the request no check read, guard.ts) ends the task with the refusal prefill; the agent loop first tries input recovery (the request
  *   rewritten without its harmful part, rewrite.ts) and falls back to this refusal.
- * - tool_observation: recover = the risky spans cut out (or the whole result replaced) + guidance; block = refusal.
+ * - tool_observation: recover = the risky spans cut out (or the whole result replaced) + guidance; block = refusal
+ *   (also when no check read the result: it is never shown unchecked).
  * - tool_selection / tool_execution: recover = each risky call replaced by a tool result saying it was blocked and
  *   why; block = refusal. (`respond`, incident response after a call has run, exists only in the agent loop: the
  *   proxy executes no tools.)
@@ -25,13 +26,16 @@ export interface Applied {
   fallback?: boolean;
 }
 
+/** why a block came from coverage (guard.ts): the parts of the event no check read */
+const unread = (d: StageDecision) => (d.uncovered.length ? ` (no check read its ${d.uncovered.join(', ')})` : '');
+
 export function applyInput(d: StageDecision): Applied {
-  return d.action === 'pass' ? { next: 'go', changed: [] } : { next: 'refuse', changed: ['request refused (refusal prefill)'] };
+  return d.action === 'pass' ? { next: 'go', changed: [] } : { next: 'refuse', changed: [`request refused (refusal prefill)${unread(d)}`] };
 }
 
 export function applyObservation(d: StageDecision, skills: readonly Skill[], content: string, tool: string, opts: RecoveryOptions = {}): Applied & { content: string } {
   if (d.action === 'pass') return { next: 'go', changed: [], content };
-  if (d.action === 'block') return { next: 'refuse', changed: [`observation of ${tool} withheld`], content };
+  if (d.action === 'block') return { next: 'refuse', changed: [`observation of ${tool} withheld${unread(d)}`], content };
   const r = recoverObservation(content, riskyRuns(d, skills), tool, opts);
   return { next: 'go', changed: r.removed.length ? r.removed.map((s) => `removed: ${s}`) : [`observation of ${tool} replaced`], content: r.content, fallback: r.fallback };
 }

@@ -17,7 +17,9 @@ export interface CallView {
 export interface StageEvent {
   stage: Stage;
   /**
-   * The conversation before the stage's item (OpenAI wire messages): for `input` the whole request; for
+   * The conversation before the stage's item (OpenAI wire messages): for `input` the whole request (every message
+   * the client sent, its assistant and tool turns included, except the agent's own turns after the last user
+   * message, which the later stages judge: see proxy-flow.ts `inputView`); for
    * `tool_selection` everything before the assistant turn that proposes the calls; for `tool_observation` everything
    * before the tool message; for `output` everything before the final answer.
    */
@@ -40,7 +42,8 @@ export function userRequestText(messages: readonly ChatMessage[]): string {
 /** The text the filter patterns and checks look at, per stage. */
 export function stageText(e: StageEvent): string {
   switch (e.stage) {
-    case 'input': return e.messages.filter((m) => m.role === 'user' || m.role === 'system' || m.role === 'developer').map((m) => messageText(m.content)).join('\n\n');
+    // the whole request: an assistant turn the client wrote is as much its text as a user message
+    case 'input': return e.messages.map((m) => messageText(m.content)).filter((t) => t !== '').join('\n\n');
     case 'tool_selection':
     case 'tool_execution': return (e.calls ?? []).map((c) => proseCall(c.name, c.arguments)).join('\n');
     case 'tool_observation': return e.observation?.content ?? '';
@@ -58,7 +61,7 @@ export function stageTools(e: StageEvent): string[] {
 /** Roles of the messages the event is about. */
 export function stageRoles(e: StageEvent): string[] {
   switch (e.stage) {
-    case 'input': return [...new Set(e.messages.map((m) => m.role).filter((r) => r === 'system' || r === 'developer' || r === 'user'))];
+    case 'input': return [...new Set(e.messages.map((m) => m.role))];
     case 'tool_observation': return ['tool'];
     default: return ['assistant'];
   }

@@ -70,6 +70,8 @@ export interface FidelityResult {
   original: OriginalName;
   skillRun: SkillRun;
   guardDecision: boolean;
+  /** the skill is mandatory at its stage: run as a check, no filter or guard agent stands before it */
+  mandatory?: boolean;
   groups: FidelityGroup[];
   rows: FidelityRow[];
 }
@@ -143,7 +145,7 @@ export async function runFidelity(
     opts.onProgress?.(i + 1, instances.length);
   }
   return {
-    skill: skill.name, original, skillRun, guardDecision: opts.guardDecision,
+    skill: skill.name, original, skillRun, guardDecision: opts.guardDecision, ...(skill.mandatory ? { mandatory: true } : {}),
     groups: [group('hazardous', rows.filter((r) => r.hazardous)), group('benign', rows.filter((r) => !r.hazardous)), group('all', rows)],
     rows,
   };
@@ -159,7 +161,7 @@ export function fidelityMarkdown(r: FidelityResult): string {
     '| --- | --- | --- | --- | --- | --- | --- |',
     ...r.groups.map((g) => `| ${g.group} | ${g.n} | ${g.n ? `${pct(g.disagreement.p)} [${pct(g.disagreement.lo)}, ${pct(g.disagreement.hi)}] (${g.disagreement.k}/${g.n})` : '–'} | ${g.both} | ${g.skillOnly} | ${g.originalOnly} | ${g.neither} |`),
     '',
-    `The skill runs ${r.skillRun === 'text' ? 'as the guard agent reads its SKILL.md text' : `through the guard (${r.guardDecision ? 'filter + guard agent + check' : 'filter + check, no guard agent'})`}; the original as implemented in code (${r.original === 'safekeep-judge' ? 'the two-stage SafeKeep pipeline' : 'the rule engine over skills/tool-rules/rules.txt'}). Wilson 95 % intervals.`,
+    `The skill runs ${r.skillRun === 'text' ? 'as the guard agent reads its SKILL.md text' : r.mandatory ? 'through the guard as a mandatory skill (its check on every event)' : `through the guard (${r.guardDecision ? 'filter + guard agent + check' : 'filter + check, no guard agent'})`}; the original as implemented in code (${r.original === 'safekeep-judge' ? 'the two-stage SafeKeep pipeline' : 'the rule engine over skills/tool-rules/rules.txt'}). Wilson 95 % intervals.`,
     '',
   ];
   return lines.join('\n');

@@ -1,5 +1,6 @@
 /** Layer 2 of the trigger: a skill's cheap filter over a stage event (no model call). */
 import { stageRoles, stageText, stageTools, type StageEvent } from './event.ts';
+import { normalizeText } from './normalize.ts';
 import type { SkillFilter } from './skill.ts';
 
 /** Tool-name glob (`*` = any run), case-insensitive: tool sets spell names in CamelCase and snake_case alike. */
@@ -8,10 +9,10 @@ export function globMatch(glob: string, name: string): boolean {
   return re.test(name);
 }
 
-/** null = passes; else the reason it was dropped. */
+/** null = passes; else the reason it was dropped. (Not asked for a mandatory skill: see guard.ts.) */
 export function filterReason(f: SkillFilter, e: StageEvent): string | null {
   if (f.tools) {
-    const names = stageTools(e);
+    const names = stageTools(e).map(normalizeText);
     if (!names.some((n) => f.tools!.some((g) => globMatch(g, n)))) return `no tool matches ${f.tools.join(', ')}`;
   }
   if (f.roles) {
@@ -19,7 +20,8 @@ export function filterReason(f: SkillFilter, e: StageEvent): string | null {
     if (!roles.some((r) => f.roles!.includes(r))) return `no message with role ${f.roles.join(', ')}`;
   }
   if (f.patterns) {
-    const text = stageText(e);
+    // the text as a reader sees it: a zero-width or full-width character does not slip a word past a pattern
+    const text = normalizeText(stageText(e));
     if (!f.patterns.some((p) => p.test(text))) return 'no pattern matches the stage text';
   }
   return null;

@@ -7,8 +7,16 @@
  * 4. the picked skills' checks run; any risk → the stage's action: `block` when a risky skill's mitigation is
  *    block or the configuration says `mitigation: 'block'` (S³ without recovery), else `recover`.
  *
- * The guard is invoked (counts towards GIC) when at least one skill passes the filter. What the caller does with a
- * `recover`/`block` decision per stage is in `recovery.ts`.
+ * Mandatory skills skip layers 2 and 3: they run on every event of their stage, so neither a pattern nor the guard
+ * agent's NONE decides that the stage goes unjudged; the guard agent is asked only about the other candidates.
+ *
+ * Coverage: the stages where outside text enters the agent (input: the request; tool_observation: a tool result)
+ * fail closed. When such a stage has skills and no check that ran read a part the event holds (its request, its
+ * history, the result), the decision is `block` (`uncovered` names the parts): a request is not forwarded, a result
+ * is not shown, without a check that read it.
+ *
+ * The guard is invoked (counts towards GIC) when at least one skill passed the filter (a mandatory skill always
+ * does). What the caller does with a `recover`/`block` decision per stage is in `recovery.ts`.
  */
 import { SafekeepError } from '../../util/errors.ts';
 import type { CheckEnv, CheckRegistry, CheckResult } from './check.ts';
@@ -16,7 +24,7 @@ import { builtinChecks } from './checks/index.ts';
 import type { StageEvent } from './event.ts';
 import { filterReason } from './filter.ts';
 import { guardPick } from './guard-agent.ts';
-import { limitEvent } from './inspection.ts';
+import { eventParts, limitEvent, type InspectionPart } from './inspection.ts';
 import type { CheckKind, Skill } from './skill.ts';
 import type { Stage } from './stages.ts';
 
@@ -48,10 +56,12 @@ export interface StageDecision {
   stage: Stage;
   /** layer 1: skills of this stage */
   triggered: string[];
-  /** layer 2: those that passed their filter */
+  /** layer 2: those that passed their filter (a mandatory skill always passes) */
   filtered: string[];
-  /** layer 3: those the guard agent picked (all of `filtered` without a guard decision) */
+  /** layer 3: those that run: the mandatory ones and those the guard agent picked (all of `filtered` without a guard decision) */
   picked: string[];
+  /** input / tool_observation: parts of the event that no check which ran read (the action is then block) */
+  uncovered: InspectionPart[];
   /** the guard agent's call, when made */
   guardAgent: { raw: string; unparseable: boolean; tokens: number; latencyMs: number } | null;
   /** the guard was invoked at this stage (≥ 1 skill passed the filter) */
@@ -78,12 +88,13 @@ export function requireChecks(skills: readonly Skill[], checks: CheckRegistry = 
 export async function runStage(event: StageEvent, config: S3Config, env: CheckEnv): Promise<StageDecision> {
   const t0 = performance.now();
   const triggered = config.skills.filter((s) => s.stage === event.stage);
-  const passed = config.filter === false ? triggered : triggered.filter((s) => filterReason(s.filter, event) === null);
+  const passed = triggered.filter((s) => s.mandatory || config.filter === false || filterReason(s.filter, event) === null);
   const d: StageDecision = {
     stage: event.stage,
     triggered: triggered.map((s) => s.name),
     filtered: passed.map((s) => s.name),
     picked: [],
+    uncovered: [],
     guardAgent: null,
     invoked: passed.length > 0,
     runs: [],
@@ -92,13 +103,13 @@ export async function runStage(event: StageEvent, config: S3Config, env: CheckEn
     tokens: 0,
     latencyMs: 0,
   };
-  if (passed.length === 0) return d;
   let picked = passed;
-  if (config.guardDecision) {
-    const p = await guardPick(event, passed, env.backend, { model: env.model, authorization: env.authorization, maxTokens: config.guardMaxTokens });
+  const optional = passed.filter((s) => !s.mandatory);
+  if (config.guardDecision && optional.length > 0) {
+    const p = await guardPick(event, optional, env.backend, { model: env.model, authorization: env.authorization, maxTokens: config.guardMaxTokens });
     d.guardAgent = { raw: p.raw, unparseable: p.unparseable, tokens: p.tokens, latencyMs: p.latencyMs };
     d.tokens += p.tokens;
-    picked = passed.filter((s) => p.picked.includes(s.name));
+    picked = passed.filter((s) => s.mandatory || p.picked.includes(s.name));
   }
   d.picked = picked.map((s) => s.name);
   const checks: CheckRegistry = { ...builtinChecks, ...config.checks };
@@ -115,6 +126,11 @@ export async function runStage(event: StageEvent, config: S3Config, env: CheckEn
     const risky = picked.filter((s) => d.risky.includes(s.name));
     const block = config.mitigation === 'block' || risky.some((s) => s.mitigation === 'block');
     d.action = block ? 'block' : risky.some((s) => s.mitigation === 'recover') ? 'recover' : risky.every((s) => s.mitigation === 'respond') ? 'respond' : 'recover';
+  }
+  if (triggered.length > 0 && (event.stage === 'input' || event.stage === 'tool_observation')) {
+    const read = new Set(picked.flatMap((s) => s.inspection));
+    d.uncovered = eventParts(event).filter((p) => !read.has(p));
+    if (d.uncovered.length > 0) d.action = 'block';
   }
   d.latencyMs = performance.now() - t0;
   return d;

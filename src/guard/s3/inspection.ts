@@ -2,10 +2,12 @@
  * A skill's inspection information (S³'s seed field): which parts of the stage event the skill reads. The parser
  * checks the declaration against the stage and the skill's prompt / rules (`skill-file.ts`); `limitEvent` removes
  * every part the skill did not declare before its check or prompt sees the event, so a skill cannot depend on what
- * it says it does not read.
+ * it says it does not read. A declaration narrows what one skill is shown, never what its stage covers: the guard
+ * checks that the skills that ran read every part the event holds (`eventParts`, guard.ts).
  *
  * - request: the user's messages and the agent's instructions (system / developer messages);
- * - history: the earlier turns — assistant calls and tool results before the stage's item;
+ * - history: the earlier turns — assistant turns and tool results before the stage's item (at input: those the
+ *   request carries, e.g. an assistant turn the client wrote);
  * - calls: the proposed call(s) (tool_selection, tool_execution);
  * - observation: the tool result (tool_observation);
  * - answer: the final answer (output).
@@ -51,6 +53,19 @@ export function itemPart(stage: Stage): InspectionPart | null {
   if (stage === 'tool_observation') return 'observation';
   if (stage === 'output') return 'answer';
   return 'request';
+}
+
+const REQUEST_ROLES = new Set(['system', 'developer', 'user']);
+
+/** The parts an event actually holds (a request without earlier turns has no history). */
+export function eventParts(e: StageEvent): InspectionPart[] {
+  const out: InspectionPart[] = [];
+  if (e.messages.some((m) => REQUEST_ROLES.has(m.role))) out.push('request');
+  if (e.messages.some((m) => !REQUEST_ROLES.has(m.role))) out.push('history');
+  if (e.calls?.length) out.push('calls');
+  if (e.observation) out.push('observation');
+  if (e.answer !== undefined) out.push('answer');
+  return out;
 }
 
 const NOT_INSPECTED = '(not inspected by this skill)';

@@ -47,6 +47,8 @@ interface RecordedDecision {
   invoked: boolean;
   risky: string[];
   action: StageDecision['action'];
+  /** input / tool_observation: parts no check read (then blocked); absent when none */
+  uncovered?: StageDecision['uncovered'];
   /** per skill run: skill, risky, reason, evidence */
   runs: { skill: string; risky: boolean; reason: string; evidence: string[]; raw: string }[];
   /** what recovery changed (removed spans, blocked calls, redactions) */
@@ -80,6 +82,7 @@ function record(turn: number, d: StageDecision, changed: string[]): RecordedDeci
   return {
     turn, stage: d.stage, triggered: d.triggered, filtered: d.filtered, picked: d.picked, guardAgent: d.guardAgent, invoked: d.invoked, risky: d.risky,
     action: d.action,
+    ...(d.uncovered.length ? { uncovered: d.uncovered } : {}),
     runs: d.runs.map((r) => ({ skill: r.skill, risky: r.result.risky, reason: r.result.reason, evidence: r.result.evidence, raw: r.result.raw })),
     changed, tokens: d.tokens, latencyMs: d.latencyMs,
   };

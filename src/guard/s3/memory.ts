@@ -9,7 +9,7 @@
  * Retrieval: every rule with a tool glob matching one of the tools in play (globs `*`), in file order, then
  * general rules (`tools: ["*"]`), capped at `limit`.
  */
-import { readFileSync } from 'node:fs';
+import { readRegularText } from '../../checkpoint/regular-file.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { globMatch } from './filter.ts';
 
@@ -52,12 +52,17 @@ export function validateRuleMemory(raw: unknown, file: string): RuleMemory {
 
 const cache = new Map<string, RuleMemory>();
 
+/** a generated memory holds a few rules per tool: far below this for any tool set */
+const MAX_MEMORY_BYTES = 16 * 1024 * 1024;
+
 export function readRuleMemory(file: string): RuleMemory {
   let m = cache.get(file);
   if (!m) {
+    // a regular file of bounded size (refused as such, with its own message), then JSON
+    const text = readRegularText(file, MAX_MEMORY_BYTES);
     let raw: unknown;
     try {
-      raw = JSON.parse(readFileSync(file, 'utf8'));
+      raw = JSON.parse(text);
     } catch (e) {
       throw new SafekeepError(`${file}: not readable JSON (${(e as Error).message})`);
     }

@@ -3,8 +3,10 @@
  * trajectory, and the client resends its own copy of it — the raw tool results, not the ones the guard rewrote —
  * so the proxy keeps no conversation state and checks the whole history on every request:
  *
- * 1. input: the conversation up to the latest user message (and the tools) is checked, whatever follows it (a
- *    trailing assistant message such as a prefilled "Sure," included); a risk → refusal.
+ * 1. input: the whole request (and the tools) is checked: every message, system or developer messages after the
+ *    last user message, assistant turns the client wrote and requests without a user message included (`inputView`);
+ *    only the agent's own turns after the last user message are left to the later stages (each tool result at 2.,
+ *    with the calls before it as its history). A risk → refusal.
  * 2. tool_observation: every `tool` message in the history is checked and, on recovery, rewritten before anything
  *    goes upstream.
  * 3. the upstream answers (the client's own body, messages replaced, not streamed).
@@ -15,10 +17,11 @@
  * A `block` anywhere → the refusal (prefix prefilled, continued by the upstream) instead. What each decision does is
  * `apply.ts`, shared with the agent loop of `s3 eval`.
  *
- * Each check runs once: decisions are kept in a content-addressed cache (keyed by the guard model and, for input,
- * the conversation prefix and the tools; for an observation, the call's name and arguments and the result's text;
- * → the decision and the rewritten text), so turn 3 costs no new judge call for turn 2's result and still sends the
- * upstream its rewritten text.
+ * Each check runs once: decisions are kept in a content-addressed cache (→ the decision and the rewritten text),
+ * so turn 3 costs no new judge call for turn 2's result and still sends the upstream its rewritten text. The key is
+ * everything the stage's checks and guard agent read: the guard model, the skills, the tools and the whole event
+ * (for an observation: the conversation before it, the call it answers and its text), so a result seen in one
+ * conversation cannot lend its decision to the same result in another.
  */
 import { createHash } from 'node:crypto';
 import type { ToolSpec } from '../../data/types.ts';
@@ -123,16 +126,34 @@ export class StageCache {
 
 const hashOf = (...parts: unknown[]) => createHash('sha256').update(JSON.stringify(parts)).digest('hex');
 
+/** What of the configuration a decision depends on (the skills as loaded, how the guard picks and mitigates). */
+function configKey(c: S3Config): string {
+  return hashOf(c.skills.map((s) => [s.name, s.stage, s.mandatory, s.inspection, s.check, s.mitigation, s.body, s.prompt, s.rules?.text ?? null, s.memory ?? null, s.filter.patterns?.map((p) => p.source) ?? null, s.filter.tools ?? null, s.filter.roles ?? null]),
+    c.guardDecision, c.mitigation, c.filter ?? true, Object.keys(c.checks ?? {}).sort());
+}
+
 /** Index of the first message after the last assistant turn. */
 export function newMessagesStart(messages: readonly ChatMessage[]): number {
   for (let i = messages.length - 1; i >= 0; i--) if (messages[i]!.role === 'assistant') return i + 1;
   return 0;
 }
 
-/** End (exclusive) of the input stage's view: through the latest user message (the whole request when there is none). */
+/** End (exclusive) of the conversation through the latest user message (the whole request when there is none): what a refusal answers. */
 export function inputEnd(messages: readonly ChatMessage[]): number {
   for (let i = messages.length - 1; i >= 0; i--) if (messages[i]!.role === 'user') return i + 1;
   return messages.length;
+}
+
+/**
+ * The input stage's view of a request: every message, except the agent's own loop after the last user message —
+ * tool results (each checked at tool_observation) and assistant turns that only carry calls (shown to those checks
+ * as history). A system or developer message there, or an assistant turn with text (a prefilled "Sure,"), is the
+ * client's text like any other and stays in view.
+ */
+export function inputView(messages: readonly ChatMessage[]): ChatMessage[] {
+  const last = inputEnd(messages);
+  const lastUser = messages.slice(0, last).some((m) => m.role === 'user') ? last : 0;
+  return messages.filter((m, i) => i < lastUser || (m.role !== 'tool' && m.role !== 'function' && !(m.role === 'assistant' && messageText(m.content).trim() === '')));
 }
 
 /** The call a tool message answers (by `tool_call_id`, latest first). */
@@ -173,10 +194,11 @@ export async function s3ProxyFlow(messages: readonly ChatMessage[], tools: reado
     return v;
   };
 
-  const end = inputEnd(work);
-  const request = work.slice(0, end);
-  const input = await decide(hashOf('input', o.env.model ?? '', request, tools), async () => {
-    const d = await stage({ stage: 'input', messages: request, tools: [...tools] });
+  const cfg = configKey(o.config);
+  const request = work.slice(0, inputEnd(work));
+  const view = inputView(work);
+  const input = await decide(hashOf('input', o.env.model ?? '', cfg, view, tools), async () => {
+    const d = await stage({ stage: 'input', messages: view, tools: [...tools] });
     return { decision: d, ...applyInput(d) };
   });
   if (input.next === 'refuse') return refuse(request);
@@ -190,7 +212,7 @@ export async function s3ProxyFlow(messages: readonly ChatMessage[], tools: reado
     const name = String(m.name ?? call?.function.name ?? '');
     const content = messageText(m.content);
     const before = work.slice(0, i);
-    const obs = await decide(hashOf('tool_observation', o.env.model ?? '', name, call?.function.arguments ?? null, content), async () => {
+    const obs = await decide(hashOf('tool_observation', o.env.model ?? '', cfg, before, tools, m.tool_call_id ?? null, name, content), async () => {
       if (fresh >= maxFresh) throw new SafekeepError(`messages[${i}]: more than ${maxFresh} tool results in one request need a new guard check (at most ${maxFresh}); send the conversation as it grows`);
       const d = await stage({ stage: 'tool_observation', messages: before, tools: [...tools], observation: { callId: String(m.tool_call_id ?? ''), name, content } });
       if (d.invoked) fresh++;

@@ -8,7 +8,9 @@
  * description: One line the guard agent reads when picking skills.
  * inspection: [request, history, observation]   # optional; the parts of the stage event the skill reads
  *                                  # (request | history | calls | observation | answer; default: all of its stage's)
- * filter:                          # optional; every field given must match
+ * mandatory: true                  # optional (default false): runs on every event of its stage, whatever its
+ *                                  # filter or the guard agent picks
+ * filter:                          # optional; every field given must match (not applied to a mandatory skill)
  *   tools: ["*"]                   # tool names, * = wildcard
  *   patterns: ["ignore (all )?previous"]   # case-insensitive regular expressions over the stage text
  *   roles: [tool]
@@ -26,8 +28,9 @@
  * The checking procedure in prose.
  * ```
  */
-import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, realpathSync, statSync } from 'node:fs';
 import { basename, join, resolve, sep } from 'node:path';
+import { readRegularText } from '../../checkpoint/regular-file.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { readRuleMemory } from './memory.ts';
 import { parseRules } from './rules-lang.ts';
@@ -43,11 +46,22 @@ export class SkillFileError extends SafekeepError {
   }
 }
 
-const FIELDS = ['name', 'stage', 'description', 'inspection', 'filter', 'resources', 'check', 'prompt', 'memory', 'max_tokens', 'rules', 'direction', 'layer',
+const FIELDS = ['name', 'stage', 'description', 'inspection', 'mandatory', 'filter', 'resources', 'check', 'prompt', 'memory', 'max_tokens', 'rules', 'direction', 'layer',
   'threshold', 'mitigation', 'recovery', 'guidance'] as const;
 const FILTER_FIELDS = ['tools', 'patterns', 'roles'] as const;
 /** fields that belong to one check kind only */
 const CHECK_FIELDS: Record<string, CheckKind> = { prompt: 'llm', memory: 'llm', max_tokens: 'llm', rules: 'rules', direction: 'probe', layer: 'probe', threshold: 'probe' };
+
+/** The most a SKILL.md, prompt or rule file may hold: a procedure is prose, not megabytes. */
+export const MAX_SKILL_FILE_BYTES = 1024 * 1024;
+
+/**
+ * A skill file's text: a regular file only (a FIFO would block start-up, a device never end) of at most
+ * MAX_SKILL_FILE_BYTES, checked on the opened descriptor before anything is read.
+ */
+export function readSkillFile(path: string): string {
+  return readRegularText(path, MAX_SKILL_FILE_BYTES);
+}
 
 export const DEFAULT_GUIDANCE = 'Safety note from the guard ({{skill}}): {{reason}} Do not try to do this again; continue with the rest of the user\'s request.';
 
@@ -98,6 +112,9 @@ export function parseSkill(text: string, file: string, dir: string): Skill {
     }
     inspection = [...new Set(insp as InspectionPart[])];
   }
+  const mand = str('mandatory', false);
+  if (mand !== undefined && mand !== 'true' && mand !== 'false') throw err('mandatory', `'${mand}' is not true or false`, 'write "mandatory: true" or leave the field out');
+  const mandatory = mand === 'true';
   const reads = (part: InspectionPart | 'item' | null): boolean => part === null || inspection.includes(part === 'item' ? itemPart(stage)! : part);
   const check = str('check', true)!;
   if (!(CHECK_KINDS as readonly string[]).includes(check)) throw err('check', `unknown check '${check}'`, `use one of ${CHECK_KINDS.join(', ')}`);
@@ -170,7 +187,7 @@ export function parseSkill(text: string, file: string, dir: string): Skill {
   };
 
   const skill: Skill = {
-    name, stage, description, inspection, filter, resources, check: check as CheckKind, mitigation: mitigation as Mitigation, recovery, guidance,
+    name, stage, description, inspection, mandatory, filter, resources, check: check as CheckKind, mitigation: mitigation as Mitigation, recovery, guidance,
     body: split.body.trim(), dir: resolve(dir), file,
   };
   if (skill.body === '') throw err('(body)', 'the checking procedure is empty', 'describe below the front matter, in prose, how the risk is checked');
@@ -183,7 +200,7 @@ export function parseSkill(text: string, file: string, dir: string): Skill {
       skill.prompt = { builtin: b as BuiltinPrompt };
     } else {
       const f = resource('prompt', true)!;
-      const t = readFileSync(f, 'utf8');
+      const t = readSkillFile(f);
       for (const m of t.matchAll(/\{\{\s*(\w+)\s*\}\}/g)) {
         if (!(PROMPT_VARS as readonly string[]).includes(m[1]!)) throw err('prompt', `${f} uses unknown placeholder {{${m[1]}}}`, `use only ${PROMPT_VARS.map((v) => `{{${v}}}`).join(', ')}`);
         const part = PLACEHOLDER_PART[m[1]!] ?? null;
@@ -208,7 +225,7 @@ export function parseSkill(text: string, file: string, dir: string): Skill {
     }
   } else if (check === 'rules') {
     const f = resource('rules', true)!;
-    skill.rules = { text: readFileSync(f, 'utf8'), file: f };
+    skill.rules = { text: readSkillFile(f), file: f };
     let parsedRules;
     try {
       parsedRules = parseRules(skill.rules.text, f);
@@ -237,7 +254,7 @@ export function parseSkill(text: string, file: string, dir: string): Skill {
 export function loadSkill(dir: string): Skill {
   const file = join(dir, 'SKILL.md');
   if (!existsSync(file)) throw new SkillFileError(file, '(file)', 'no SKILL.md in the skill folder', `add ${file} or remove the folder from --skills`);
-  return parseSkill(readFileSync(file, 'utf8'), file, dir);
+  return parseSkill(readSkillFile(file), file, dir);
 }
 
 /**

@@ -31,7 +31,7 @@ export interface SkillFilter {
   tools?: string[];
   /** regular expressions (case-insensitive) over the stage's text (see `StageEvent.text`) */
   patterns?: RegExp[];
-  /** roles of the messages the stage event is about (input: system/user; tool_observation: tool; ...) */
+  /** roles of the messages the stage event is about (input: every role the request holds; tool_observation: tool; ...) */
   roles?: string[];
 }
 
@@ -52,6 +52,11 @@ export interface Skill {
   filter: SkillFilter;
   /** the parts of the stage event the skill reads (declared, or every part of its stage); the rest is withheld */
   inspection: InspectionPart[];
+  /**
+   * runs on every event of its stage: neither its filter nor the guard agent can drop it (a stage's coverage must not
+   * hang on a pattern or on the guard agent's answer)
+   */
+  mandatory: boolean;
   /** resource file names (beside SKILL.md) → absolute paths */
   resources: Map<string, string>;
   check: CheckKind;

@@ -12,7 +12,7 @@
  *   prompt next — so the skill costs no model call. Any other provider (e.g. `engineHiddenStates`) works too, with
  *   a forward pass of its own.
  */
-import { readFileSync } from 'node:fs';
+import { readRegularText } from '../../../checkpoint/regular-file.ts';
 import type { ToolSpec } from '../../../data/types.ts';
 import { probeScore, readProbe } from '../../../data/probe-file.ts';
 import { SafekeepError } from '../../../util/errors.ts';
@@ -42,9 +42,11 @@ export function loadSkillProbe(skill: Skill): SkillProbe {
   const key = `${skill.file}\0${spec.direction}\0${spec.layer}\0${spec.threshold}`;
   const hit = cache.get(key);
   if (hit) return hit;
+  // a regular file of bounded size (a direction is d_model numbers; a probe file names its weights file)
+  const text = readRegularText(spec.direction, 16 * 1024 * 1024);
   let raw: unknown;
   try {
-    raw = JSON.parse(readFileSync(spec.direction, 'utf8'));
+    raw = JSON.parse(text);
   } catch (e) {
     throw new SkillFileError(skill.file, 'direction', `${spec.direction} is not valid JSON (${(e as Error).message})`, 'name a probe file from safekeep probe train or {"vector": [...]}');
   }

@@ -5,13 +5,13 @@
  * skill as S³'s guard agent executes it, and what the fidelity test (`fidelity.ts`) compares against the original
  * implementation it was transformed from.
  */
-import { readFileSync } from 'node:fs';
 import { flattenTools } from '../../../prompts/flatten.ts';
 import { boundaryCode, enclose, proseCall, splitRequest } from '../../judge-context.ts';
 import { isUnsafe, parseVerdict } from '../../verdict.ts';
 import type { CheckEnv, CheckResult } from '../check.ts';
 import type { StageEvent } from '../event.ts';
 import { limitEvent } from '../inspection.ts';
+import { readSkillFile } from '../skill-file.ts';
 import type { Skill } from '../skill.ts';
 
 export const S3_SKILL_TEXT_ROLE = [
@@ -28,7 +28,7 @@ export const S3_SKILL_TEXT_ROLE = [
 const MAX_RESOURCE_CHARS = 16_000;
 
 function resourceText(path: string): string {
-  const t = readFileSync(path, 'utf8');
+  const t = readSkillFile(path);
   return t.length > MAX_RESOURCE_CHARS ? `${t.slice(0, MAX_RESOURCE_CHARS)}\n[… ${t.length - MAX_RESOURCE_CHARS} more characters not shown]` : t;
 }
 
@@ -50,7 +50,7 @@ export function skillTextPrompt(skill: Skill, event: StageEvent): string {
   if (has('observation') && e.observation) data.push([`## The result returned by ${e.observation.name.replace(/\s+/g, ' ').trim()}`, e.observation.content]);
   if (has('answer') && e.answer !== undefined) data.push(['## The final answer', e.answer]);
   const code = boundaryCode(data.map(([, t]) => t));
-  const sections = [`## The skill: SKILL.md\n${readFileSync(skill.file, 'utf8').trim()}`];
+  const sections = [`## The skill: SKILL.md\n${readSkillFile(skill.file).trim()}`];
   for (const [name, path] of skill.resources) sections.push(`## The skill's resource ${name}\n${resourceText(path).trim()}`);
   sections.push(`## Stage\n${e.stage}`);
   for (const [heading, text] of data) sections.push(`${heading}\n${enclose(text, code)}`);
