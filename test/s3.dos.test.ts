@@ -48,7 +48,7 @@ test('rules: a 40 KB adversarial tool argument is scanned in linear time (no pat
 
 test('proxy (S³): more than 64 stage decisions → 200 with an ASCII stage header, not a 500 after the upstream was called', async (t) => {
   const up = await startMockUpstream(s3Script);
-  const server: Server = createGuardProxy({ upstream: up.url, timeoutMs: 10_000, retries: 0, skills: loadSkills([join(repoRoot, 'skills')]), maxFreshObservations: 100, log: () => {} });
+  const server: Server = createGuardProxy({ upstream: up.url, judgeModel: 'judge-m', timeoutMs: 10_000, retries: 0, skills: loadSkills([join(repoRoot, 'skills')]), maxFreshObservations: 100, log: () => {} });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.after(async () => {
     server.closeAllConnections();

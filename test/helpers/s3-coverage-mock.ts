@@ -39,7 +39,7 @@ export function coverageScript(guardAgent: 'none' | 'all'): (body: Record<string
 
 export async function coverageProxy(t: import('node:test').TestContext, guardAgent: 'none' | 'all'): Promise<{ up: MockUpstream; post: (messages: unknown[]) => Promise<Response> }> {
   const up = await startMockUpstream(coverageScript(guardAgent));
-  const server: Server = createGuardProxy({ upstream: up.url, timeoutMs: 10_000, retries: 0, skills: loadSkills([join(repoRoot, 'skills')]), log: () => {} });
+  const server: Server = createGuardProxy({ upstream: up.url, judgeModel: 'judge-m', timeoutMs: 10_000, retries: 0, skills: loadSkills([join(repoRoot, 'skills')]), log: () => {} });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.after(async () => {
     server.closeAllConnections();
