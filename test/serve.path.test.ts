@@ -99,7 +99,7 @@ test('parseChatRequest: nesting beyond 64 levels is a 400 naming the depth, at a
   fc.assert(fc.property(fc.integer({ min: 1, max: 5000 }), (d) => {
     // inside a tool's schema (a field that takes any JSON; unknown message keys are refused before depth matters)
     const body = `{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"x":${'['.repeat(d)}${']'.repeat(d)}}}}]}`;
-    if (d + 4 <= 64) assert.equal(parseChatRequest(body).messages.length, 1);
-    else assert.throws(() => parseChatRequest(body), (e: unknown) => isHttp400(e) && new RegExp(`nested ${d + 4} levels`).test((e as Error).message));
+    if (d + 5 <= 64) assert.equal(parseChatRequest(body).messages.length, 1);
+    else assert.throws(() => parseChatRequest(body), (e: unknown) => isHttp400(e) && new RegExp(`nested ${d + 5} levels`).test((e as Error).message));
   }), { numRuns: 300 });
 });
