@@ -18,6 +18,12 @@ import fc from 'fast-check';
 import { createGuardProxy, type ProxyOptions } from '../src/guard/proxy.ts';
 import { createLocalServer } from '../src/guard/local-server.ts';
 import { SAFETY_ASSESSOR_ROLE } from '../src/guard/prompts.ts';
+import { GUARD_AGENT_ROLE } from '../src/guard/s3/guard-agent.ts';
+import { S3_CHECK_ROLE } from '../src/guard/s3/checks/llm.ts';
+import { S3_REWRITE_ROLE } from '../src/guard/s3/rewrite.ts';
+import { loadSkills } from '../src/guard/s3/skill-file.ts';
+import { repoRoot } from './helpers/shared.ts';
+import { join } from 'node:path';
 import type { ChatBackend, ChatCall, ChatReply } from '../src/guard/types.ts';
 import { loadPromptTokenizer, npmTokenizerDir } from '../src/prompts/tokenizer.ts';
 import { parseChatRequest } from '../src/serve/chat-body.ts';
@@ -82,6 +88,54 @@ for (const method of ['safekeep', 'safejudge'] as const) {
     assert.ok(outcomes.judgedMarker > 150, `judged ${outcomes.judgedMarker} of 300, refused ${outcomes.refused400}`);
   });
 }
+
+const GUARD_ROLES = [SAFETY_ASSESSOR_ROLE, GUARD_AGENT_ROLE, S3_CHECK_ROLE, S3_REWRITE_ROLE];
+const isGuard = (b: Record<string, unknown> | null) => GUARD_ROLES.includes(String((b?.messages as Msg[] | undefined)?.[0]?.content ?? ''));
+
+/**
+ * S³ endpoint: every guard call answers "risky" exactly when it is shown the marker; the guard agent picks nothing
+ * (so only the skills that are mandatory at their stage run: the input judge and the tool-result check); a rewrite
+ * finds nothing safe to keep; the agent calls a tool.
+ */
+function s3MarkerScript(body: Record<string, unknown> | null) {
+  const sys = String((body?.messages as Msg[] | undefined)?.[0]?.content ?? '');
+  const saw = seesMarker(body?.messages);
+  if (sys === GUARD_AGENT_ROLE || sys === S3_REWRITE_ROLE) return { json: completion('NONE') };
+  if (sys === SAFETY_ASSESSOR_ROLE) return { json: completion(saw ? 'YES' : 'NO') };
+  if (sys === S3_CHECK_ROLE) return { json: completion(saw ? `YES\nEVIDENCE: ${MARKER}` : 'NO') };
+  return script(body);
+}
+
+test('property (S³ proxy, the shipped skills): a marker anywhere in the request is seen by a guard check before any upstream call carries it', async (t) => {
+  const up = await startMockUpstream(s3MarkerScript);
+  const server: Server = createGuardProxy({ upstream: up.url, judgeModel: 'judge-m', timeoutMs: 5000, retries: 0, skills: loadSkills([join(repoRoot, 'skills')]), log: () => undefined });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.after(async () => {
+    server.closeAllConnections();
+    await new Promise<void>((r) => server.close(() => r()));
+    await up.close();
+  });
+  const port = (server.address() as AddressInfo).port;
+  let seen = 0;
+  await fc.assert(
+    fc.asyncProperty(markedRequest, async ({ body, slot }) => {
+      const { value, at } = markAt(body, slot);
+      const before = up.requests.length;
+      const r = await post(port, JSON.stringify(value));
+      const calls = up.requests.slice(before);
+      assert.ok([200, 400].includes(r.status), `status ${r.status} for a marker at ${at}: ${r.body.slice(0, 200)}`);
+      // in order: no call of the agent's carries the marker before a guard call has shown it
+      let guardSaw = false;
+      for (const q of calls) {
+        if (isGuard(q.body)) guardSaw ||= seesMarker(q.body);
+        else assert.ok(guardSaw || !seesMarker(q.body), `the marker at ${at} reached the upstream before any guard check saw it`);
+      }
+      if (guardSaw) seen++;
+    }),
+    { numRuns: 200, seed: 20261202 },
+  );
+  assert.ok(seen > 100, `a guard saw ${seen} of 200`);
+});
 
 /** A scripted local backend: the agent's prompt is Qwen3's real template over the call; the judge answers on the marker. */
 async function templateBackend(): Promise<{ backend: ChatBackend; log: { judgeSaw: boolean; promptHasMarker: boolean }[]; count: (c: ChatCall) => { tokens: number; exact: boolean } }> {

@@ -346,6 +346,7 @@ export function createGuardProxy(opts: ProxyOptions): Server {
     try {
       result = await s3ProxyFlow(c.messages, c.tools as ToolSpec[], {
         config: { skills: opts.skills!, guardDecision: opts.guardDecision ?? true, mitigation: opts.mitigation ?? 'skill', checks: opts.checks },
+        settings: c.settings,
         // the guard's calls stop with the request (its deadline, a client that left)
         env: { backend: { name: judgeBackend.name, callFormat: judgeBackend.callFormat, chat: (call) => judgeBackend.chat({ ...call, signal: call.signal ?? x.signal }) }, model: opts.judgeModel, authorization: judgeAuthFor(x.req), onUnparseable: opts.onUnparseable },
         upstream: (m) => upstreamTurn(x, c.body, m),

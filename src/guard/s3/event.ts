@@ -32,6 +32,11 @@ export interface StageEvent {
   observation?: { callId: string; name: string; content: string };
   /** output: the final answer */
   answer?: string;
+  /**
+   * input, behind a server: the request's settings that carry client text besides messages and tools (`stop`,
+   * `user`, the model name, a JSON-schema `response_format`): the upstream receives them, so the input judge sees them
+   */
+  settings?: Readonly<Record<string, unknown>>;
 }
 
 /** The user's request text (all user messages). */

@@ -80,5 +80,6 @@ export function limitEvent(e: StageEvent, parts: readonly InspectionPart[]): Sta
   if (e.calls) out.calls = has('calls') ? e.calls : [];
   if (e.observation) out.observation = has('observation') ? e.observation : { ...e.observation, content: NOT_INSPECTED };
   if (e.answer !== undefined) out.answer = has('answer') ? e.answer : NOT_INSPECTED;
+  if (e.settings && has('request')) out.settings = e.settings;
   return out;
 }

@@ -64,6 +64,8 @@ interface ProxyFlowResult {
 
 interface ProxyFlowOptions {
   config: S3Config;
+  /** the request's text-bearing settings the upstream also receives (shown at input; `ChatRequest.settings`) */
+  settings?: Readonly<Record<string, unknown>>;
   env: CheckEnv;
   /** one upstream call with these messages (the client's body otherwise) */
   upstream: (messages: ChatMessage[]) => Promise<UpstreamTurn>;
@@ -197,8 +199,9 @@ export async function s3ProxyFlow(messages: readonly ChatMessage[], tools: reado
   const cfg = configKey(o.config);
   const request = work.slice(0, inputEnd(work));
   const view = inputView(work);
-  const input = await decide(hashOf('input', o.env.model ?? '', cfg, view, tools), async () => {
-    const d = await stage({ stage: 'input', messages: view, tools: [...tools] });
+  const settings = o.settings && Object.keys(o.settings).length > 0 ? o.settings : undefined;
+  const input = await decide(hashOf('input', o.env.model ?? '', cfg, view, tools, settings ?? null), async () => {
+    const d = await stage({ stage: 'input', messages: view, tools: [...tools], ...(settings ? { settings } : {}) });
     return { decision: d, ...applyInput(d) };
   });
   if (input.next === 'refuse') return refuse(request);

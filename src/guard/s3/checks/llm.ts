@@ -108,6 +108,7 @@ export async function llmCheck(skill: Skill, e: StageEvent, env: CheckEnv): Prom
       maxTokens: skill.maxTokens ?? 8,
       model: env.model,
       authorization: env.authorization,
+      ...(e.settings ? { settings: e.settings } : {}),
     });
     return {
       risky: j.unsafe,
