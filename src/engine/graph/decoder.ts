@@ -46,7 +46,7 @@ import { checkpointWeights, quantStoreWeights, type WeightSource } from './weigh
  * path, all in one folder; with `quant` every weight comes from the quantized store instead. `hooks`: the hook
  * points captured / edited (hooks.ts; none by default, and then no node differs). → ONNX ModelProto bytes
  */
-export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype' | 'attention' | 'fuse' | 'quant'>,
+export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype' | 'attention' | 'fuse' | 'quant'> & Partial<Pick<EngineConfig, 'device'>>,
   realFiles: ReadonlyMap<string, string>, quant?: QuantStore, hooks: HookSelection = NO_HOOKS): Uint8Array {
   if (isQuantized(cfg.dtype) && !quant) throw new Error(`graph: dtype ${cfg.dtype} needs the quantized weights`);
   const c = ckpt.config;
@@ -57,7 +57,7 @@ export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype
     : checkpointWeights(g, ckpt, cfg.dtype, realFiles, cfg.fuse);
   const shapeBT = g.op('Shape', [io.ids], {}, { name: 'shape_bt' }); // [B, T]
   const heads = (n: number) => g.op('Concat', [shapeBT, g.i64([n, c.headDim])], { axis: 0 }, { name: `shape_bt_${n}_hd` });
-  const attend = attention(g, c, cfg.attention, io.past[0]!.k);
+  const attend = attention(g, c, cfg.attention, io.past[0]!.k, cfg.device === 'webgpu');
   const ctx: Layers = {
     g, c, w, io, headsQ: heads(c.numHeads), headsKV: heads(c.numKvHeads),
     tables: ropeTables(g, io.positions, io.invFreq, ropeAttentionScaling(c.rope), shapeBT, c.headDim),
