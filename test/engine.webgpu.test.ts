@@ -1,0 +1,252 @@
+/**
+ * --device webgpu (onnxruntime-node's bundled WebGPU provider; on Linux Dawn on Vulkan, in CI Mesa's lavapipe) against
+ * Hugging Face transformers (../shared/fixtures/hf-reference) and against the CPU path: f32 hidden states, logits,
+ * greedy and steered ids within 1e-3 of HF; every hook point, patching and head ablation, per-row steering and
+ * interventions in one decode step, chunked prefill and prefix-cache hits in the continuous-batching scheduler equal
+ * the CPU engine's (ids exactly, values within 1e-4 of max |value|); f16 weights within the f16 rounding bound of the
+ * CPU's f16 path; q4 equal to the CPU's at the accuracy level webgpu computes; the graphs that crashed the process
+ * (a value product on an empty KV buffer) run; bf16w and MultiHeadAttention refused by name. Skips, naming what to
+ * install, where no WebGPU adapter is found.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadCheckpoint } from '../src/checkpoint/load.ts';
+import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
+import type { Checkpoint } from '../src/checkpoint/types.ts';
+import { createEngine, createEngineFromCheckpoint, type OnnxEngine } from '../src/engine/engine.ts';
+import type { EngineOptions } from '../src/engine/engine-config.ts';
+import { Scheduler } from '../src/engine/run/scheduler.ts';
+import type { HookIntervention } from '../src/engine/run/hooked.ts';
+import type { GenerateOptions, GenerateResult, Intervention, Steering } from '../src/engine/types.ts';
+import { isSafekeepError } from '../src/util/errors.ts';
+import { SMALL_GQA, TINY_MODELS, maxAbsDiff, readAllF32, tempCache } from './helpers/engine.ts';
+import { prompt, rel } from './helpers/scheduler.ts';
+import { sharedPath } from './helpers/shared.ts';
+import { webgpuSkipReason } from './helpers/webgpu.ts';
+
+const skip = await webgpuSkipReason();
+const HF_TOL = 1e-3;
+/** webgpu vs the CPU engine, same dtype: relative to max |value| (f32 summation order differs, nothing else) */
+const REL = 1e-4;
+const hfRoot = sharedPath('fixtures', 'hf-reference');
+const GPU: EngineOptions = { device: 'webgpu', dtype: 'f32', threads: 1 };
+
+interface Inputs { seqs: number[][]; steer_v: number[]; steer_alpha: number; steer_layer: number; max_new_tokens: number }
+
+for (const tag of ['llama3-tiny-f32', 'qwen3-tiny-f32']) {
+  describe(`webgpu f32 vs HF: ${tag}`, { skip: skip || (hfRoot ? false : 'needs ../shared/fixtures/hf-reference (set SAFEKEEP_SHARED)') }, () => {
+    let engine: OnnxEngine;
+    let cpu: OnnxEngine;
+    let refs: Map<string, { shape: number[]; data: Float32Array }>;
+    let meta: { gen: { new_ids: number[] }; steer: { new_ids: number[] } };
+    let inputs: Inputs;
+    let cache: ReturnType<typeof tempCache>;
+    const ref = (n: string) => refs.get(n)!.data;
+    const expectedHidden = (hs: Float32Array, lo: Float32Array, rows: number) => {
+      const e = new Float32Array((engine.numLayers + 1) * rows * engine.dModel);
+      e.set(hs.subarray(0, rows * engine.dModel), 0);
+      e.set(lo, rows * engine.dModel);
+      return e;
+    };
+    before(async () => {
+      cache = tempCache();
+      inputs = JSON.parse(readFileSync(join(hfRoot!, 'inputs.json'), 'utf8')) as Inputs;
+      refs = readAllF32(join(hfRoot!, 'refs', `${tag}.safetensors`));
+      meta = JSON.parse(readFileSync(join(hfRoot!, 'refs', `${tag}.json`), 'utf8'));
+      engine = await createEngine(join(hfRoot!, 'models', tag), { ...GPU, cacheDir: cache.dir });
+      cpu = await createEngine(join(hfRoot!, 'models', tag), { cacheDir: cache.dir, threads: 1 });
+    });
+    after(async () => {
+      await engine?.dispose();
+      await cpu?.dispose();
+      cache?.cleanup();
+    });
+
+    test('forward (7, 19, 33 tokens: the query and key lengths past 32 too) and a left-padded batch: hidden states and logits', async (t) => {
+      const batched = await engine.forward(inputs.seqs);
+      for (let i = 0; i < inputs.seqs.length; i++) {
+        const [r] = await engine.forward([inputs.seqs[i]!]);
+        const hd = maxAbsDiff(r!.hidden, expectedHidden(ref(`seq${i}.hidden_states`), ref(`seq${i}.layer_outputs`), r!.length));
+        const ld = maxAbsDiff(r!.logits, ref(`seq${i}.logits`));
+        assert.ok(hd <= HF_TOL && ld <= HF_TOL, `seq${i}: hidden ${hd}, logits ${ld}`);
+        t.diagnostic(`seq${i} (${r!.length} tokens) vs HF: hidden ${hd.toExponential(2)}, logits ${ld.toExponential(2)}`);
+        assert.ok(maxAbsDiff(batched[i]!.logits, r!.logits) <= 1e-4, `seq${i}: batched vs unbatched`);
+      }
+    });
+
+    test('greedy and steered generation: ids, step logits', async () => {
+      const [g] = await engine.generate([inputs.seqs[0]!], { maxNewTokens: inputs.max_new_tokens, stopIds: [], returnStepLogits: true, returnFirstTokenHidden: true });
+      assert.deepEqual(g!.generatedIds, meta.gen.new_ids);
+      assert.ok(maxAbsDiff(g!.stepLogits!, ref('gen.step_logits')) <= HF_TOL, 'step logits');
+      assert.ok(maxAbsDiff(g!.firstTokenHidden!, expectedHidden(ref('gen.step1.hidden_states'), ref('gen.step1.layer_outputs'), 1)) <= HF_TOL, 'first token hidden');
+      const steer = { layer: inputs.steer_layer + 1, vector: inputs.steer_v, alpha: inputs.steer_alpha };
+      const [s] = await engine.generate([inputs.seqs[0]!], { maxNewTokens: inputs.max_new_tokens, stopIds: [], steer, returnStepLogits: true });
+      assert.deepEqual(s!.generatedIds, meta.steer.new_ids);
+      assert.ok(maxAbsDiff(s!.stepLogits!, ref('steer.step_logits')) <= HF_TOL, 'steered step logits');
+    });
+
+    test('the graphs that crashed the process run: runWithCache on resid_post, attn_out, pattern; a one-token prompt', async () => {
+      // both read the buffer's values with an empty buffer (a pattern step on the whole prompt, a one-token prefill)
+      const names = ['blocks.*.resid_post', 'blocks.1.attn_out', 'blocks.1.pattern'];
+      const ids = inputs.seqs[1]!;
+      const a = await engine.runWithCache(ids, { names });
+      const b = await cpu.runWithCache(ids, { names });
+      assert.deepEqual(a.cache.names, b.cache.names);
+      for (const n of b.cache.names) assert.ok(rel(a.cache.get(n).data, b.cache.get(n).data) <= REL, n);
+      assert.ok(rel(a.logits, b.logits) <= REL, 'logits');
+      const [one] = await engine.generate([[ids[0]!]], { maxNewTokens: 3, stopIds: [], returnStepLogits: true });
+      const [oneCpu] = await cpu.generate([[ids[0]!]], { maxNewTokens: 3, stopIds: [], returnStepLogits: true });
+      assert.deepEqual(one!.generatedIds, oneCpu!.generatedIds);
+      assert.ok(rel(one!.stepLogits!, oneCpu!.stepLogits!) <= REL, 'one-token prompt step logits');
+    });
+  });
+}
+
+const direction = (n: number, phase: number) => Array.from({ length: n }, (_, i) => Math.sin(i * 0.7 + phase));
+
+describe('webgpu vs cpu on a random llama (GQA 3:1): hook points, patching, dtypes, refusals', { skip }, () => {
+  let tmp: string;
+  let cache: ReturnType<typeof tempCache>;
+  let ck: Checkpoint;
+  let gpu: OnnxEngine;
+  let cpu: OnnxEngine;
+  let L: number;
+  let d: number;
+  const clean = [5, 17, 3, 29, 11, 8, 2];
+  const corrupt = [5, 17, 3, 41, 11, 8, 2];
+  before(async () => {
+    cache = tempCache();
+    tmp = mkdtempSync(join(tmpdir(), 'safekeep-webgpu-'));
+    await writeRandomCheckpoint(join(tmp, 'm'), 'llama', { ...TINY_MODELS.llama, seed: 23, std: 0.2 });
+    ck = await loadCheckpoint(join(tmp, 'm'));
+    gpu = await createEngineFromCheckpoint(ck, { ...GPU, cacheDir: cache.dir });
+    cpu = await createEngineFromCheckpoint(ck, { cacheDir: cache.dir, threads: 1 });
+    L = ck.config.numLayers;
+    d = ck.config.hiddenSize;
+  });
+  after(async () => {
+    await gpu?.dispose();
+    await cpu?.dispose();
+    cache?.cleanup();
+    if (tmp) rmSync(tmp, { recursive: true, force: true });
+  });
+
+  test('every hook point of every layer, and edits (patch, ablate_heads, add, ablate, clamp) = the CPU engine', async () => {
+    const all = await gpu.runWithCache(clean, { names: ['blocks.*.*'] });
+    const allCpu = await cpu.runWithCache(clean, { names: ['blocks.*.*'] });
+    for (const n of allCpu.cache.names) assert.ok(rel(all.cache.get(n).data, allCpu.cache.get(n).data) <= REL, n);
+    const { numHeads: H } = ck.config;
+    const sets: [string, HookIntervention[]][] = [
+      ['patch resid_post of block 1 at the last position', [{ hook: 'blocks.1.resid_post', kind: 'patch', from: allCpu.cache, positions: [-1] }]],
+      ['patch z of every block at positions 3 and 4', [{ hook: 'blocks.*.z', kind: 'patch', from: allCpu.cache, positions: [3, 4] }]],
+      ['ablate heads 0 and the last of block 0', [{ hook: 'blocks.0.z', kind: 'ablate_heads', heads: [0, H - 1] }]],
+      ['add at attn_out, clamp at mlp_out, ablate at resid_mid', [
+        { hook: 'blocks.0.attn_out', kind: 'add', vector: direction(d, 1), alpha: 2 },
+        { hook: `blocks.${L - 1}.mlp_out`, kind: 'clamp', vector: direction(d, 2), alpha: -1.5 },
+        { hook: 'blocks.1.resid_mid', kind: 'ablate', vector: direction(d, 3) },
+      ]],
+    ];
+    const names = ['blocks.*.attn_out', `blocks.${L - 1}.resid_post`, 'blocks.1.pattern'];
+    for (const [what, hooks] of sets) {
+      const a = await gpu.runWithCache(corrupt, { names, hooks });
+      const b = await cpu.runWithCache(corrupt, { names, hooks });
+      assert.ok(rel(a.logits, b.logits) <= REL, `${what}: logits`);
+      for (const n of b.cache.names) assert.ok(rel(a.cache.get(n).data, b.cache.get(n).data) <= REL, `${what}: ${n}`);
+    }
+    // generate with edits at hook points: prefill and decode steps
+    const hooks: HookIntervention[] = [{ hook: 'blocks.0.z', kind: 'ablate_heads', heads: [H - 1] }, { hook: 'blocks.*.attn_out', kind: 'add', vector: direction(d, 7), alpha: 1.5 }];
+    const o = { maxNewTokens: 4, stopIds: [], hooks, returnStepLogits: true };
+    const [g] = await gpu.generate([clean], o);
+    const [c] = await cpu.generate([clean], o);
+    assert.deepEqual(g!.generatedIds, c!.generatedIds);
+    assert.ok(rel(g!.stepLogits!, c!.stepLogits!) <= REL, 'generate with hook edits: step logits');
+  });
+
+  test('f16 weights: within the f16 rounding bound of the CPU\'s f16 path; q4 = the CPU\'s q4 at accuracy level 0', async (t) => {
+    const ids = [clean, corrupt.slice(0, 5)];
+    const open = (o: EngineOptions) => createEngineFromCheckpoint(ck, { cacheDir: cache.dir, threads: 1, quiet: true, ...o });
+    const [g16, c16, cSim, g4, c4] = [await open({ device: 'webgpu', dtype: 'f16' }), await open({ dtype: 'f16' }), await open({ dtype: 'f16sim' }),
+      await open({ device: 'webgpu', dtype: 'q4' }), await open({ dtype: 'q4', quantAccuracy: 0 })];
+    try {
+      const [a, b, s, q, r] = await Promise.all([g16, c16, cSim, g4, c4].map((e) => e.forward(ids)));
+      for (let i = 0; i < ids.length; i++) {
+        // The bound is 3× the f16 rounding the CPU's f16 path leaves out. That path keeps f32 activations; f16sim adds,
+        // on the CPU, the f16 rounding of every linear layer's input and output (what a GPU's f16 Gemm does with f32
+        // accumulation), so |f16sim − cpu f16| is the size of the f16 activation error. WebGPU's f16 Gemm rounds inside
+        // its tiles as well (measured: as far from f16sim as from the CPU's f16, a few f16 ulps per linear layer on
+        // these weights), the same order again: measured 1.8–2.1× the f16sim gap here, 3e-3 of max |hidden|.
+        const bound = (cpu16: Float32Array, sim: Float32Array) => 3 * maxAbsDiff(sim, cpu16);
+        const hd = maxAbsDiff(a[i]!.hidden, b[i]!.hidden);
+        assert.ok(hd <= bound(b[i]!.hidden, s[i]!.hidden), `f16 row ${i}: hidden ${hd} vs bound ${bound(b[i]!.hidden, s[i]!.hidden)}`);
+        const ld = maxAbsDiff(a[i]!.logits, b[i]!.logits);
+        t.diagnostic(`f16 row ${i}: |webgpu − cpu f16| hidden ${hd.toExponential(2)} (|f16sim − cpu f16| ${maxAbsDiff(s[i]!.hidden, b[i]!.hidden).toExponential(2)}), logits ${ld.toExponential(2)} (${maxAbsDiff(s[i]!.logits, b[i]!.logits).toExponential(2)}); |webgpu − f16sim| hidden ${maxAbsDiff(a[i]!.hidden, s[i]!.hidden).toExponential(2)}, max |hidden| ${Math.max(...Array.from(b[i]!.hidden, Math.abs)).toFixed(2)}; q4 rel ${rel(q[i]!.hidden, r[i]!.hidden).toExponential(2)}`);
+        assert.ok(ld <= bound(b[i]!.logits, s[i]!.logits), `f16 row ${i}: logits ${ld} vs bound ${bound(b[i]!.logits, s[i]!.logits)}`);
+        assert.ok(rel(q[i]!.hidden, r[i]!.hidden) <= REL, `q4 row ${i}: hidden ${rel(q[i]!.hidden, r[i]!.hidden)}`);
+      }
+    } finally {
+      for (const e of [g16, c16, cSim, g4, c4]) await e.dispose();
+    }
+  });
+
+  test('refused by name: bf16w and MultiHeadAttention on webgpu', async () => {
+    await assert.rejects(createEngineFromCheckpoint(ck, { ...GPU, dtype: 'bf16w', cacheDir: cache.dir }), (e) => isSafekeepError(e) && /bf16w.*WebGPU/.test((e as Error).message));
+    await assert.rejects(createEngineFromCheckpoint(ck, { ...GPU, attention: 'mha', cacheDir: cache.dir }), (e) => isSafekeepError(e) && /mha.*webgpu/.test((e as Error).message));
+  });
+});
+
+describe('webgpu scheduler = the CPU engine\'s (random llama, GQA)', { skip }, () => {
+  const { family, opts: modelOpts } = SMALL_GQA[0]!;
+  let tmp: string;
+  let cache: ReturnType<typeof tempCache>;
+  let gpu: OnnxEngine;
+  let cpu: OnnxEngine;
+  const V = modelOpts.vocabSize!;
+  const d = modelOpts.hiddenSize!;
+  before(async () => {
+    cache = tempCache();
+    tmp = mkdtempSync(join(tmpdir(), 'safekeep-webgpu-sched-'));
+    await writeRandomCheckpoint(join(tmp, 'm'), family, { seed: 11, ...modelOpts });
+    const ck = await loadCheckpoint(join(tmp, 'm'));
+    gpu = await createEngineFromCheckpoint(ck, { ...GPU, cacheDir: cache.dir });
+    cpu = await createEngineFromCheckpoint(ck, { cacheDir: cache.dir, threads: 1 });
+  });
+  after(async () => {
+    await gpu?.dispose();
+    await cpu?.dispose();
+    cache?.cleanup();
+    if (tmp) rmSync(tmp, { recursive: true, force: true });
+  });
+  const same = (what: string, a: GenerateResult, b: GenerateResult) => {
+    assert.deepEqual(a.generatedIds, b.generatedIds, `${what}: ids`);
+    assert.equal(a.finish, b.finish, `${what}: finish`);
+    if (b.stepLogits) assert.ok(rel(a.stepLogits!, b.stepLogits) <= REL, `${what}: step logits ${rel(a.stepLogits!, b.stepLogits)}`);
+    if (b.firstTokenHidden) assert.ok(rel(a.firstTokenHidden!, b.firstTokenHidden) <= REL, `${what}: first-token hidden`);
+  };
+
+  test('joins mid-flight with chunked prefill, per-row steering and interventions in one decode batch, prefix-cache hits', async () => {
+    const steer: Steering = { layer: 2, vector: Array.from({ length: d }, (_, i) => Math.sin(i + 1)), alpha: 3 };
+    const ablate: Intervention[] = [{ layer: 1, kind: 'ablate', vector: Array.from({ length: d }, (_, i) => Math.cos(2 * i)) }];
+    const base: GenerateOptions = { maxNewTokens: 6, stopIds: [], returnStepLogits: true, returnFirstTokenHidden: true };
+    const shared = prompt(1, 40, V);
+    const calls: [number[], GenerateOptions][] = [
+      [prompt(2, 21, V), base], [prompt(3, 9, V), { ...base, steer }], [prompt(4, 30, V), { ...base, interventions: ablate }],
+      [[...shared, ...prompt(5, 3, V)], base], [[...shared, ...prompt(6, 5, V)], { ...base, steer: { ...steer, positions: 'generated' } }],
+    ];
+    const run = async (e: OnnxEngine) => {
+      const sched = new Scheduler(e, { stepTokens: 8, blockTokens: 4 });
+      const together = await Promise.all(calls.slice(0, 4).map((c) => sched.submit(...c)));
+      // the last call shares 40 tokens with the fourth, whose blocks are now cached
+      const last = await sched.submit(...calls[4]!);
+      return { results: [...together, last], stats: sched.stats, hits: sched.prefixStore!.stats.hit };
+    };
+    const g = await run(gpu);
+    const c = await run(cpu);
+    g.results.forEach((r, i) => same(`call ${i}`, r, c.results[i]!));
+    assert.ok(g.stats.peakBatch >= 2, `rows decoded together: ${g.stats.peakBatch}`);
+    assert.ok(g.stats.prefillChunks > calls.length, 'chunked prefill');
+    assert.ok(g.hits >= 40, `prefix-cache hits: ${g.hits} tokens`);
+  });
+});
