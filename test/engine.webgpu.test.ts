@@ -175,9 +175,10 @@ describe('webgpu vs cpu on a random llama (GQA 3:1): hook points, patching, dtyp
       for (let i = 0; i < ids.length; i++) {
         // The bound is 3× the f16 rounding the CPU's f16 path leaves out. That path keeps f32 activations; f16sim adds,
         // on the CPU, the f16 rounding of every linear layer's input and output (what a GPU's f16 Gemm does with f32
-        // accumulation), so |f16sim − cpu f16| is the size of the f16 activation error. WebGPU's f16 Gemm rounds inside
-        // its tiles as well (measured: as far from f16sim as from the CPU's f16, a few f16 ulps per linear layer on
-        // these weights), the same order again: measured 1.8–2.1× the f16sim gap here, 3e-3 of max |hidden|.
+        // accumulation), so |f16sim − cpu f16| is the size of the f16 activation error. WebGPU's f16 Gemm also
+        // accumulates in f16 (measured on one Gemm against f32 math on the same f16 inputs: 1.9e-3 of max |y| at
+        // K = 256, 6.5e-3 at K = 2048, one output rounding being 4.9e-4), an error of the same order at these models'
+        // K ≤ 96: measured 1.8–2.1× the f16sim gap here, 3e-3 of max |hidden|. (It grows with K: docs/engine.md, GPU.)
         const bound = (cpu16: Float32Array, sim: Float32Array) => 3 * maxAbsDiff(sim, cpu16);
         const hd = maxAbsDiff(a[i]!.hidden, b[i]!.hidden);
         assert.ok(hd <= bound(b[i]!.hidden, s[i]!.hidden), `f16 row ${i}: hidden ${hd} vs bound ${bound(b[i]!.hidden, s[i]!.hidden)}`);
