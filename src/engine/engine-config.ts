@@ -32,6 +32,11 @@ export const QUANT_BLOCKS: readonly QuantBlock[] = [32, 64, 128];
 
 export interface EngineOptions {
   dtype?: ComputeDType;
+  /**
+   * execution provider (default 'cpu'): 'cuda' (a separate install, `npm run install:cuda`) or 'webgpu' (bundled with
+   * onnxruntime-node; Dawn on Vulkan on Linux). On either GPU the nodes the provider lacks (int64 shape arithmetic)
+   * run on the CPU provider.
+   */
   device?: Device;
   /** intra-op threads (default: one per physical core within the CPU quota, threads.ts) */
   threads?: number;
@@ -43,7 +48,8 @@ export interface EngineOptions {
   lowMemory?: boolean;
   /**
    * multi-token attention kernel: 'onnx' (the ONNX Attention op; default on cpu), 'mha' (onnxruntime's
-   * MultiHeadAttention; default on cuda, whose Attention-op support is untested here) or 'matmul' (standard ops)
+   * MultiHeadAttention; default on cuda, whose Attention-op support is untested here; refused on webgpu) or 'matmul'
+   * (standard ops; default on webgpu)
    */
   attention?: AttentionImpl;
   /**

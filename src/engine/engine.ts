@@ -27,7 +27,7 @@ import { firstTokenShared, forwardShared } from './run/prefix.ts';
 import type { StepInput, StepOutput, Stepper } from './run/step.ts';
 import { appendKv, capacityBias, emptyKv, kvCapacity, KV_CHUNK, type KvCache } from './runtime/kv.ts';
 import { planMemory, RUNTIME_MARGIN, type MemoryPlan, type StepShape } from './runtime/memory.ts';
-import { openSession } from './runtime/session.ts';
+import { openSession, webgpuError } from './runtime/session.ts';
 import type { Engine, FirstTokenSharedOptions, FirstTokenSharedResult, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, SharedForwardOptions, SharedForwardResult } from './types.ts';
 
 const i64 = (xs: readonly number[]) => BigInt64Array.from(xs, (x) => BigInt(x));
@@ -166,6 +166,10 @@ export class OnnxEngine implements Engine, Stepper {
     try {
       const session = inp.hooks ? await this.hookSession(inp.hooks.selection) : this.session;
       out = await session.run(feeds, fetches);
+    } catch (e) {
+      // a WebGPU failure mid-run (out of device memory, a kernel the provider cannot run) as one line
+      if (this.engineConfig?.device === 'webgpu' && !(e instanceof SafekeepError)) throw webgpuError(String((e as Error).message ?? e).split('\n')[0]!.slice(0, 300));
+      throw e;
     } finally {
       if (hookKey !== null) this.hookRuns.set(hookKey, this.hookRuns.get(hookKey)! - 1);
     }
