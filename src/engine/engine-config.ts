@@ -7,6 +7,7 @@
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { defaultDType, type ComputeDType } from './graph/precision.ts';
+import { KV_DTYPES, type KvDType } from './runtime/kv.ts';
 import { machineThreads } from './runtime/threads.ts';
 import { SafekeepError } from '../util/errors.ts';
 
@@ -86,6 +87,11 @@ export interface EngineOptions {
   maxMemory?: number;
   /** bytes the budget leaves to the rest of the process (default: its RSS now + memory.ts RUNTIME_MARGIN) */
   runtimeBytes?: number;
+  /**
+   * the KV cache's element type: 'f32' (default on cpu) or 'f16' (default on cuda and webgpu: half the bytes held and
+   * moved per step; the attention math stays f32, only the stored keys and values are rounded)
+   */
+  kvDType?: KvDType;
 }
 
 /** What the session and the graph are made from: every choice resolved. */
@@ -103,6 +109,7 @@ export interface EngineConfig {
   quiet: boolean;
   /** trace path prefix, or null: no profiling */
   profile: string | null;
+  kvDType: KvDType;
 }
 
 /**
@@ -157,6 +164,7 @@ function defaultCacheDir(): string {
 export function resolveEngineConfig(o: EngineOptions): EngineConfig {
   const device = o.device ?? 'cpu';
   if (!DEVICES.includes(device)) throw new SafekeepError(`device must be one of ${DEVICES.join(', ')}, got '${String(device)}'`);
+  if (o.kvDType !== undefined && !KV_DTYPES.includes(o.kvDType)) throw new SafekeepError(`kvDType must be one of ${KV_DTYPES.join(', ')}, got '${String(o.kvDType)}'`);
   if (device === 'webgpu' && o.attention === 'mha') {
     throw new SafekeepError("attention 'mha' is refused on webgpu: onnxruntime 1.30's WebGPU MultiHeadAttention is wrong once the query and key lengths reach 32 (use 'matmul', the webgpu default)");
   }
@@ -174,11 +182,12 @@ export function resolveEngineConfig(o: EngineOptions): EngineConfig {
     spin: o.spin ?? false,
     quiet: o.quiet ?? false,
     profile: o.profile ?? null,
+    kvDType: o.kvDType ?? (device === 'cpu' ? 'f32' : 'f16'),
   };
 }
 
 /** The fields of a config that change the graph's bytes (the graph-cache key's share of it). */
 export function graphConfigKey(c: EngineConfig): string {
   // webgpu graphs differ (attention.ts joinValues); the other devices' keys stay as they were
-  return `${c.dtype}\n${c.attention}\n${c.fuse}\n${c.device === 'webgpu' ? 'webgpu\n' : ''}`;
+  return `${c.dtype}\n${c.attention}\n${c.fuse}\n${c.device === 'webgpu' ? 'webgpu\n' : ''}${c.kvDType === 'f16' ? 'kv f16\n' : ''}`;
 }

@@ -67,6 +67,7 @@ export const flags: FlagTable = {
     { name: 'template', value: 'FILE', help: 'local: chat template file instead of the model folder\'s' },
     { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda and webgpu', help: 'local: model precision' },
     { name: 'device', value: 'cpu|cuda|webgpu', default: 'cpu', help: 'local: model device' },
+    { name: 'kv-dtype', value: 'f32|f16', default: 'f32 on cpu, f16 on cuda and webgpu', help: 'local: KV cache element type' },
     { name: 'threads', value: 'N', default: 'one per physical core', help: 'local: intra-op threads' },
     { name: 'max-memory', value: 'BYTES', help: 'local: memory budget, e.g. 6GB' },
     { name: 'max-model-len', value: 'N', default: 'max_position_embeddings', help: 'local: context length; prompt + max_tokens above it → 400' },
@@ -78,7 +79,7 @@ export const flags: FlagTable = {
 };
 
 /** flags of the local-engine form only */
-const LOCAL_ONLY = ['probe', 'max-tokens', 'template', 'dtype', 'device', 'threads', 'max-memory', 'thinking', 'chat-template-kwargs', 'max-model-len', 'max-queue', 'request-timeout-ms'];
+const LOCAL_ONLY = ['probe', 'max-tokens', 'template', 'dtype', 'device', 'kv-dtype', 'threads', 'max-memory', 'thinking', 'chat-template-kwargs', 'max-model-len', 'max-queue', 'request-timeout-ms'];
 
 const list = (v: string | undefined) => (v === undefined ? undefined : v.split(',').map((x) => x.trim()).filter(Boolean));
 
