@@ -20,6 +20,7 @@ import type { Checkpoint } from '../src/checkpoint/types.ts';
 import { createEngine, createEngineFromCheckpoint, type OnnxEngine } from '../src/engine/engine.ts';
 import type { EngineOptions } from '../src/engine/engine-config.ts';
 import { Scheduler } from '../src/engine/run/scheduler.ts';
+import { planMemory, RUNTIME_BYTES } from '../src/engine/runtime/memory.ts';
 import type { HookIntervention } from '../src/engine/run/hooked.ts';
 import type { GenerateOptions, GenerateResult, Intervention, Steering } from '../src/engine/types.ts';
 import { isSafekeepError } from '../src/util/errors.ts';
@@ -217,7 +218,7 @@ describe('webgpu vs cpu on a random llama (GQA 3:1): hook points, patching, dtyp
   });
 });
 
-describe('webgpu scheduler = the CPU engine\'s (random llama, GQA)', { skip }, () => {
+describe('webgpu scheduler, shared-prefix reuse and budgeted chunks = the CPU engine\'s (random llama, GQA)', { skip }, () => {
   const { family, opts: modelOpts } = SMALL_GQA[0]!;
   let tmp: string;
   let cache: ReturnType<typeof tempCache>;
@@ -227,11 +228,12 @@ describe('webgpu scheduler = the CPU engine\'s (random llama, GQA)', { skip }, (
   let cpu16: OnnxEngine;
   const V = modelOpts.vocabSize!;
   const d = modelOpts.hiddenSize!;
+  let ck: Checkpoint;
   before(async () => {
     cache = tempCache();
     tmp = mkdtempSync(join(tmpdir(), 'safekeep-webgpu-sched-'));
     await writeRandomCheckpoint(join(tmp, 'm'), family, { seed: 11, ...modelOpts });
-    const ck = await loadCheckpoint(join(tmp, 'm'));
+    ck = await loadCheckpoint(join(tmp, 'm'));
     gpu = await createEngineFromCheckpoint(ck, { ...GPU, cacheDir: cache.dir });
     cpu = await createEngineFromCheckpoint(ck, { cacheDir: cache.dir, threads: 1 });
     gpu16 = await createEngineFromCheckpoint(ck, { ...GPU, kvDType: 'f16', cacheDir: cache.dir });
@@ -248,6 +250,30 @@ describe('webgpu scheduler = the CPU engine\'s (random llama, GQA)', { skip }, (
     if (b.stepLogits) assert.ok(rel(a.stepLogits!, b.stepLogits) <= tol, `${what}: step logits ${rel(a.stepLogits!, b.stepLogits)}`);
     if (b.firstTokenHidden) assert.ok(rel(a.firstTokenHidden!, b.firstTokenHidden) <= tol, `${what}: first-token hidden`);
   };
+
+  test('shared-prefix reuse (forwardShared) and a memory budget\'s chunked steps (maxMemory) = the CPU engine', async () => {
+    const shared = prompt(20, 30, V);
+    const prompts = [[...shared, ...prompt(21, 4, V)], [...shared, ...prompt(22, 7, V)], prompt(23, 12, V)];
+    const o = { hiddenAt: 'last' as const, logitsAt: 'last' as const };
+    const [g, c] = [await gpu.forwardShared(prompts, o), await cpu.forward(prompts, o)];
+    assert.ok(g.stats.computedTokens < prompts.reduce((n, p) => n + p.length, 0), 'a prefix was reused');
+    g.results.forEach((r, i) => assert.ok(rel(r.hidden, c[i]!.hidden) <= REL && rel(r.logits, c[i]!.logits) <= REL, `forwardShared ${i}`));
+    // the smallest budget the plan accepts (+ 512 KiB): prompts longer than one step are prefilled in chunks
+    let lo = 1;
+    let hi = 2 ** 40;
+    const fits = (b: number) => { try { planMemory(ck.config, 'f32', b, { runtimeBytes: RUNTIME_BYTES }); return true; } catch { return false; } };
+    while (hi - lo > 1024) { const mid = Math.floor((lo + hi) / 2); if (fits(mid)) hi = mid; else lo = mid; }
+    const budgeted = await createEngineFromCheckpoint(ck, { ...GPU, cacheDir: cache.dir, maxMemory: hi + 512 * 1024, runtimeBytes: RUNTIME_BYTES });
+    try {
+      const C = budgeted.memoryPlan!.maxChunkTokens;
+      const long = [prompt(24, Math.round(1.5 * C), V), prompt(25, 7, V)];
+      const opts = { maxNewTokens: 3, stopIds: [], returnStepLogits: true };
+      const [a, b] = [await budgeted.generate(long, opts), await cpu.generate(long, opts)];
+      a.forEach((r, i) => same(`budgeted ${i}`, r, b[i]!));
+    } finally {
+      await budgeted.dispose();
+    }
+  });
 
   test('joins mid-flight with chunked prefill, per-row steering and interventions in one decode batch, prefix-cache hits', async () => {
     const steer: Steering = { layer: 2, vector: Array.from({ length: d }, (_, i) => Math.sin(i + 1)), alpha: 3 };
