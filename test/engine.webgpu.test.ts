@@ -5,9 +5,10 @@
  * interventions in one decode step, chunked prefill and prefix-cache hits in the continuous-batching scheduler equal
  * the CPU engine's (ids exactly, values within 1e-4 of max |value|), with an f32 KV and with the f16 KV (webgpu's
  * default, also within 2e-3 of the f32-KV path on the HF fixtures); f16 weights within the f16 rounding bound of the
- * CPU's f16 path; q4 equal to the CPU's at the accuracy level webgpu computes; the graphs that crashed the process
- * (a value product on an empty KV buffer) run; bf16w and MultiHeadAttention refused by name. Skips, naming what to
- * install, where no WebGPU adapter is found.
+ * CPU's f16 path; q4 and q8 equal to the CPU's at the accuracy level webgpu computes; sliding windows and RoPE
+ * variants, shared-prefix reuse and a memory budget's chunks equal to the CPU's; the graphs that crashed the process
+ * (a value product on an empty KV buffer) run, and so does every dtype × attention kernel × KV type; bf16w and
+ * MultiHeadAttention refused by name. Skips, naming what to install, where no WebGPU adapter is found.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -16,7 +17,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
-import type { Checkpoint } from '../src/checkpoint/types.ts';
+import type { RandomCheckpointOptions } from '../src/checkpoint/random.ts';
+import type { Checkpoint, Family } from '../src/checkpoint/types.ts';
 import { createEngine, createEngineFromCheckpoint, type OnnxEngine } from '../src/engine/engine.ts';
 import type { EngineOptions } from '../src/engine/engine-config.ts';
 import { Scheduler } from '../src/engine/run/scheduler.ts';
@@ -215,6 +217,64 @@ describe('webgpu vs cpu on a random llama (GQA 3:1): hook points, patching, dtyp
   test('refused by name: bf16w and MultiHeadAttention on webgpu', async () => {
     await assert.rejects(createEngineFromCheckpoint(ck, { ...GPU, dtype: 'bf16w', cacheDir: cache.dir }), (e) => isSafekeepError(e) && /bf16w.*WebGPU/.test((e as Error).message));
     await assert.rejects(createEngineFromCheckpoint(ck, { ...GPU, attention: 'mha', cacheDir: cache.dir }), (e) => isSafekeepError(e) && /mha.*webgpu/.test((e as Error).message));
+  });
+});
+
+describe('webgpu vs cpu: sliding windows and RoPE variants (yarn, dynamic NTK, linear), every family, each dtype\'s graph', { skip }, () => {
+  const CASES: [Family, RandomCheckpointOptions][] = [
+    ['mistral', { ...TINY_MODELS.mistral, config: { sliding_window: 5, rope_theta: undefined, rope_parameters: { rope_type: 'yarn', rope_theta: 10000, factor: 4, original_max_position_embeddings: 8 } } }],
+    ['qwen2', { ...TINY_MODELS.qwen2, maxPositionEmbeddings: 12, config: { use_sliding_window: true, sliding_window: 6, max_window_layers: 1, rope_scaling: { type: 'dynamic', factor: 3 } } }],
+    ['qwen3', { ...TINY_MODELS.qwen3, config: { use_sliding_window: true, sliding_window: 4, layer_types: ['sliding_attention', 'full_attention', 'sliding_attention'], rope_parameters: { rope_type: 'linear', factor: 2.5 }, rope_scaling: undefined } }],
+  ];
+  let tmp: string;
+  let cache: ReturnType<typeof tempCache>;
+  before(() => {
+    cache = tempCache();
+    tmp = mkdtempSync(join(tmpdir(), 'safekeep-webgpu-window-'));
+  });
+  after(() => {
+    cache?.cleanup();
+    if (tmp) rmSync(tmp, { recursive: true, force: true });
+  });
+  for (const [family, opts] of CASES) {
+    test(`${family}: forward and generation past the window and the original length = the CPU engine`, async () => {
+      const dir = join(tmp, family);
+      await writeRandomCheckpoint(dir, family, { ...opts, seed: 7, std: 0.2 });
+      const ck = await loadCheckpoint(dir);
+      const [gpu, cpu] = [await createEngineFromCheckpoint(ck, { ...GPU, cacheDir: cache.dir }), await createEngineFromCheckpoint(ck, { cacheDir: cache.dir, threads: 1 })];
+      try {
+        const ids = [prompt(30, 14, ck.config.vocabSize), prompt(31, 6, ck.config.vocabSize)];
+        const [a, b] = [await gpu.forward(ids), await cpu.forward(ids)];
+        a.forEach((r, i) => assert.ok(rel(r.hidden, b[i]!.hidden) <= REL && rel(r.logits, b[i]!.logits) <= REL, `forward ${i}: ${rel(r.hidden, b[i]!.hidden)}`));
+        const o = { maxNewTokens: 8, stopIds: [], returnStepLogits: true };
+        const [g, c] = [await gpu.generate(ids, o), await cpu.generate(ids, o)];
+        g.forEach((r, i) => {
+          assert.deepEqual(r.generatedIds, c[i]!.generatedIds, `generate ${i}: ids`);
+          assert.ok(rel(r.stepLogits!, c[i]!.stepLogits!) <= REL, `generate ${i}: step logits`);
+        });
+      } finally {
+        await gpu.dispose();
+        await cpu.dispose();
+      }
+    });
+  }
+  test('no graph crashes the process: each dtype × attention kernel × KV type runs forward, generate and every hook point', async () => {
+    const dir = join(tmp, 'sweep');
+    await writeRandomCheckpoint(dir, 'qwen2', { ...TINY_MODELS.qwen2, seed: 5 });
+    for (const dtype of ['f32', 'bf16', 'f16', 'q8', 'q4'] as const) {
+      for (const attention of ['matmul', 'onnx'] as const) {
+        for (const kvDType of ['f32', 'f16'] as const) {
+          const e = await createEngine(dir, { ...GPU, dtype, attention, kvDType, cacheDir: cache.dir, quiet: true });
+          try {
+            await e.forward([[5], [3, 4, 5, 6, 7, 8, 9, 10, 11]]);
+            await e.generate([[5], [3, 4, 5, 6]], { maxNewTokens: 2, stopIds: [] });
+            await e.runWithCache([3, 4, 5, 6, 7], { names: ['blocks.*.*'] });
+          } finally {
+            await e.dispose();
+          }
+        }
+      }
+    }
   });
 });
 
