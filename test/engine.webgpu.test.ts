@@ -185,14 +185,15 @@ describe('webgpu vs cpu on a random llama (GQA 3:1): hook points, patching, dtyp
     assert.ok(rel(g!.stepLogits!, c!.stepLogits!) <= REL, 'generate with hook edits: step logits');
   });
 
-  test('f16 weights: within the f16 rounding bound of the CPU\'s f16 path; q4 and q8 = the CPU\'s at accuracy level 0', async (t) => {
+  test('f16 weights: within the f16 rounding bound of the CPU\'s f16 path; q4 and q8 = the CPU\'s at accuracy level 0; bf16 = the CPU\'s', async (t) => {
     const ids = [clean, corrupt.slice(0, 5)];
     const open = (o: EngineOptions) => createEngineFromCheckpoint(ck, { cacheDir: cache.dir, threads: 1, quiet: true, kvDType: 'f32', ...o });
-    const [g16, c16, cSim, g4, c4, g8, c8] = [await open({ device: 'webgpu', dtype: 'f16' }), await open({ dtype: 'f16' }), await open({ dtype: 'f16sim' }),
+    const [g16, c16, cSim, g4, c4, g8, c8, gb, cb] = [await open({ device: 'webgpu', dtype: 'f16' }), await open({ dtype: 'f16' }), await open({ dtype: 'f16sim' }),
       await open({ device: 'webgpu', dtype: 'q4' }), await open({ dtype: 'q4', quantAccuracy: 0 }),
-      await open({ device: 'webgpu', dtype: 'q8' }), await open({ dtype: 'q8', quantAccuracy: 0 })];
+      await open({ device: 'webgpu', dtype: 'q8' }), await open({ dtype: 'q8', quantAccuracy: 0 }),
+      await open({ device: 'webgpu', dtype: 'bf16' }), await open({ dtype: 'bf16' })];
     try {
-      const [a, b, s, q, r, q8, r8] = await Promise.all([g16, c16, cSim, g4, c4, g8, c8].map((e) => e.forward(ids)));
+      const [a, b, s, q, r, q8, r8, bf, cbf] = await Promise.all([g16, c16, cSim, g4, c4, g8, c8, gb, cb].map((e) => e.forward(ids)));
       for (let i = 0; i < ids.length; i++) {
         // The bound is 3× the f16 rounding the CPU's f16 path leaves out. That path keeps f32 activations; f16sim adds,
         // on the CPU, the f16 rounding of every linear layer's input and output (what a GPU's f16 Gemm does with f32
@@ -208,9 +209,11 @@ describe('webgpu vs cpu on a random llama (GQA 3:1): hook points, patching, dtyp
         assert.ok(ld <= bound(b[i]!.logits, s[i]!.logits), `f16 row ${i}: logits ${ld} vs bound ${bound(b[i]!.logits, s[i]!.logits)}`);
         assert.ok(rel(q[i]!.hidden, r[i]!.hidden) <= REL, `q4 row ${i}: hidden ${rel(q[i]!.hidden, r[i]!.hidden)}`);
         assert.ok(rel(q8[i]!.hidden, r8[i]!.hidden) <= REL, `q8 row ${i}: hidden ${rel(q8[i]!.hidden, r8[i]!.hidden)}`);
+        // bf16: bf16-rounded weights, f32 math (the rounding folded at session creation): the CPU's numbers
+        assert.ok(rel(bf[i]!.hidden, cbf[i]!.hidden) <= REL, `bf16 row ${i}: hidden ${rel(bf[i]!.hidden, cbf[i]!.hidden)}`);
       }
     } finally {
-      for (const e of [g16, c16, cSim, g4, c4, g8, c8]) await e.dispose();
+      for (const e of [g16, c16, cSim, g4, c4, g8, c8, gb, cb]) await e.dispose();
     }
   });
 
