@@ -1,29 +1,34 @@
 /**
- * `npm run check:gpu [-- --dtypes f16,f32,bf16w] [--no-speed]`: the GPU checklist a user runs on their CUDA host
- * (nothing here can test it; see docs/engine.md, "GPU"). One run prints one line per check, each `ok`, `FAIL` or `info`:
+ * `npm run check:gpu [-- --device cuda|webgpu|all] [--dtypes f16,f32,bf16w] [--no-speed]`: the GPU checklist a user
+ * runs on their GPU host (see docs/engine.md, "GPU"), for each device asked (default all: cuda, then webgpu). One run
+ * prints one line per check, each `ok`, `FAIL` or `info`:
  *
- *   1. onnxruntime-node's CUDA execution provider is installed and starts (else: one clear line, exit 0 — a report,
- *      not a failure; the line says to run `npm run install:cuda`, which installs the provider and checks it loads);
+ *   1. the device's execution provider starts: onnxruntime-node's CUDA provider (a separate install: else one clear
+ *      line saying to run `npm run install:cuda`), or its bundled WebGPU provider (else one clear line: no adapter,
+ *      install the GPU's Vulkan driver). A device that does not start is a report, not a failure (exit 0);
  *   2. parity, per dtype, on a tiny random llama checkpoint (BF16 storage, like real models) with steering:
  *      cuda <dtype> vs cpu f32 — all-layer hidden states and logits (max |Δ| / max |value|; bounds: f32 1e-3 for
  *      TF32/cuBLAS reductions, f16 1e-2, bf16w 5e-2 — the f16/bf16 rounding of activations and weights), the worst
  *      per-layer cosine of the last-position hidden states (what refusal directions are built from), and 16 greedy
  *      tokens (equal, or the first difference is a near-tie on the CPU: top-2 logit gap ≤ the measured logit error);
  *      for f16 also the CPU emulation of f16 numerics (`f16sim`: activations rounded to f16 around each linear) vs
- *      cpu f32 — the expected size of the cuda f16 error — and cuda f16 vs that emulation (summation order only);
+ *      cpu f32 — the expected size of the f16 error — and the device's f16 vs that emulation (summation order on
+ *      cuda; WebGPU's f16 Gemm also accumulates in f16, so more there, growing with the inner dimension); a dtype the
+ *      device refuses by name (bf16w on webgpu) is an `info` line;
  *   3. speed and memory, per dtype, on a SmolLM2-135M-shaped random checkpoint: prefill 1×512 tokens/s, decode
  *      tokens/s (prompt 128, with steering), and the GPU memory this process holds after a prefill (nvidia-smi, when
- *      present); `ok` when f16 holds less GPU memory than f32.
- * Exit 1 when CUDA starts and any line says FAIL. `--as cpu` runs the same checklist with the CPU standing in for the
+ *      present); `ok` when f16 holds less GPU memory than f32. Not on a software WebGPU adapter (no /dev/dri render
+ *      node: Mesa's lavapipe, a CPU emulation whose speed says nothing about a GPU).
+ * Exit 1 when a device starts and any line says FAIL. `--as cpu` runs the same checklist with the CPU standing in for the
  * GPU (tests this script on a host without one; bf16w then fails by design: no bf16 MatMul on the CPU).
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngine, type OnnxEngine } from '../src/engine/engine.ts';
-import { COMPUTE_DTYPES, type ComputeDType } from '../src/engine/graph/precision.ts';
+import { COMPUTE_DTYPES, linearType, type ComputeDType } from '../src/engine/graph/precision.ts';
 import { SafekeepError } from '../src/util/errors.ts';
 
 function flag(name: string): string | undefined {
@@ -77,8 +82,9 @@ function gpuMemoryMiB(): number | null {
   return first ? Number(first) : null;
 }
 
-/** the device under test: cuda, or `--as cpu` to exercise this script itself on a host without a GPU */
-const DUT: 'cuda' | 'cpu' = flag('as') === 'cpu' ? 'cpu' : 'cuda';
+type Dut = 'cuda' | 'webgpu' | 'cpu';
+/** the device under test (set per device by main): cuda, webgpu, or `--as cpu` to exercise this script on a host without a GPU */
+let DUT: Dut = 'cuda';
 
 const BOUND: Partial<Record<ComputeDType, number>> = { f32: 1e-3, bf16: 1e-3, f16: 1e-2, bf16w: 5e-2 };
 let failed = false;
@@ -94,7 +100,8 @@ async function parity(dir: string, dtype: ComputeDType, cpu32: OnnxEngine, cpuSa
   try {
     gpu = await createEngine(dir, { cacheDir, device: DUT, dtype });
   } catch (e) {
-    line('FAIL', `${DUT} ${dtype}: the session does not start — ${(e as Error).message.split('\n')[0]}`);
+    const refused = DUT === 'webgpu' && linearType(dtype) === 'bf16' && e instanceof SafekeepError;
+    line(refused ? 'info' : 'FAIL', `${DUT} ${dtype}: ${refused ? 'refused by name' : 'the session does not start'} — ${(e as Error).message.split('\n')[0]}`);
     return;
   }
   try {
@@ -128,7 +135,7 @@ async function parity(dir: string, dtype: ComputeDType, cpu32: OnnxEngine, cpuSa
         expected = Math.max(expected, relMax(c[i]!.hidden, a[i]!.hidden), relMax(c[i]!.logits, a[i]!.logits));
         w = Math.max(w, relMax(b[i]!.hidden, c[i]!.hidden), relMax(b[i]!.logits, c[i]!.logits));
       });
-      line('info', `cpu f16sim (the CPU's emulation of f16 numerics) vs cpu f32: ${expected.toExponential(2)} — the expected size of the error above; ${DUT} ${dtype} vs cpu f16sim: ${w.toExponential(2)} (summation order only)`);
+      line('info', `cpu f16sim (the CPU's emulation of f16 numerics) vs cpu f32: ${expected.toExponential(2)} — the expected size of the error above; ${DUT} ${dtype} vs cpu f16sim: ${w.toExponential(2)} (${DUT === 'webgpu' ? 'WebGPU\'s f16 Gemm also accumulates in f16: larger, growing with the inner dimension' : 'summation order only'})`);
     }
     const n = 16;
     const ga = await cpu32.generate([seqs[0]!], { maxNewTokens: n, stopIds: [], steer, returnStepLogits: true });
@@ -157,6 +164,7 @@ async function speed(dir: string, dtype: ComputeDType): Promise<number | null> {
   try {
     gpu = await createEngine(dir, { cacheDir, device: DUT, dtype });
   } catch (e) {
+    if (DUT === 'webgpu' && linearType(dtype) === 'bf16' && e instanceof SafekeepError) return null;
     line('FAIL', `${DUT} ${dtype} (135M shape): the session does not start — ${(e as Error).message.split('\n')[0]}`);
     return null;
   }
@@ -183,7 +191,13 @@ async function speed(dir: string, dtype: ComputeDType): Promise<number | null> {
   }
 }
 
+/** a WebGPU adapter with no GPU behind it: no /dev/dri render node (Mesa's lavapipe runs on the CPU) */
+const softwareAdapter = (): boolean => !existsSync('/dev/dri') || !readdirSync('/dev/dri').some((n) => n.startsWith('renderD'));
+
 async function main(): Promise<number> {
+  const asked = flag('device') ?? 'all';
+  if (!['cuda', 'webgpu', 'all'].includes(asked)) throw new SafekeepError(`--device must be cuda, webgpu or all, got '${asked}'`);
+  const devices: Dut[] = flag('as') === 'cpu' ? ['cpu'] : asked === 'all' ? ['cuda', 'webgpu'] : [asked as Dut];
   const dtypes = (flag('dtypes') ?? 'f16,f32,bf16w').split(',').map((s) => s.trim()) as ComputeDType[];
   for (const d of dtypes) {
     if (!COMPUTE_DTYPES.includes(d) || d === 'q8' || d === 'q4') throw new SafekeepError(`--dtypes: ${d} is not one of f32, bf16, f16, bf16w`);
@@ -191,41 +205,56 @@ async function main(): Promise<number> {
   const tmp = mkdtempSync(join(tmpdir(), 'safekeep-gpu-'));
   cacheDir = join(tmp, 'cache');
   const cpu: OnnxEngine[] = [];
+  let started = 0;
   try {
     const tiny = join(tmp, 'tiny');
     await writeRandomCheckpoint(tiny, 'llama', { seed: 4, numLayers: 4, hiddenSize: 256, numHeads: 8, numKvHeads: 2, intermediateSize: 512, vocabSize: 1000, std: 0.05, dtype: 'BF16' });
-    try {
-      const probe = await createEngine(tiny, { cacheDir, device: DUT, dtype: 'f32' });
-      await probe.dispose();
-    } catch (e) {
-      if (e instanceof SafekeepError) {
-        process.stdout.write(`check:gpu: CUDA is not available on this host — ${e.message}\nNothing to check; the CPU path is covered by npm test.\n`);
-        return 0;
-      }
-      throw e;
-    }
-    line('ok', DUT === 'cuda' ? 'onnxruntime CUDA execution provider starts' : 'device under test: cpu (--as cpu: checks this script, not a GPU)');
     const cpu32 = await createEngine(tiny, { cacheDir, device: 'cpu', dtype: 'f32' });
     cpu.push(cpu32);
-    for (const d of dtypes) {
-      const same = d === 'f16' ? await createEngine(tiny, { cacheDir, device: 'cpu', dtype: 'f16sim' }) : null;
-      if (same) cpu.push(same);
-      await parity(tiny, d, cpu32, same);
-    }
-    if (!process.argv.includes('--no-speed')) {
-      const big = join(tmp, 'smol');
-      process.stderr.write('writing a SmolLM2-135M-shaped random BF16 checkpoint ...\n');
-      await writeRandomCheckpoint(big, 'llama', {
-        seed: 1, numLayers: 30, hiddenSize: 576, numHeads: 9, numKvHeads: 3, headDim: 64, intermediateSize: 1536, vocabSize: 49152,
-        tieWordEmbeddings: true, ropeScaling: null, ropeTheta: 100000, dtype: 'BF16',
-      });
+    let big: string | null = null;
+    for (const device of devices) {
+      DUT = device;
+      try {
+        const probe = await createEngine(tiny, { cacheDir, device: DUT, dtype: 'f32' });
+        await probe.dispose();
+      } catch (e) {
+        if (e instanceof SafekeepError) {
+          process.stdout.write(`check:gpu: ${DUT} is not available on this host — ${e.message}\n`);
+          continue;
+        }
+        throw e;
+      }
+      started++;
+      line('ok', DUT === 'cuda' ? 'onnxruntime CUDA execution provider starts' : DUT === 'webgpu' ? 'onnxruntime WebGPU execution provider starts (an adapter was found)' : 'device under test: cpu (--as cpu: checks this script, not a GPU)');
+      for (const d of dtypes) {
+        const same = d === 'f16' ? await createEngine(tiny, { cacheDir, device: 'cpu', dtype: 'f16sim' }) : null;
+        if (same) cpu.push(same);
+        await parity(tiny, d, cpu32, same);
+      }
+      if (process.argv.includes('--no-speed')) continue;
+      if (DUT === 'webgpu' && softwareAdapter()) {
+        line('info', 'webgpu: no /dev/dri render node, so the adapter is a software one (Mesa\'s lavapipe): speed and memory not measured');
+        continue;
+      }
+      if (big === null) {
+        big = join(tmp, 'smol');
+        process.stderr.write('writing a SmolLM2-135M-shaped random BF16 checkpoint ...\n');
+        await writeRandomCheckpoint(big, 'llama', {
+          seed: 1, numLayers: 30, hiddenSize: 576, numHeads: 9, numKvHeads: 3, headDim: 64, intermediateSize: 1536, vocabSize: 49152,
+          tieWordEmbeddings: true, ropeScaling: null, ropeTheta: 100000, dtype: 'BF16',
+        });
+      }
       const mem = new Map<ComputeDType, number | null>();
       for (const d of dtypes) mem.set(d, await speed(big, d));
       const m16 = mem.get('f16');
       const m32 = mem.get('f32');
       if (m16 != null && m32 != null) {
-        line(m16 < m32 ? 'ok' : 'FAIL', `GPU memory f16 ${m16} MiB < f32 ${m32} MiB (weights: ~270 vs ~540 MiB; the rest is activations, KV, workspace)`);
+        line(m16 < m32 ? 'ok' : 'FAIL', `${DUT}: GPU memory f16 ${m16} MiB < f32 ${m32} MiB (weights: ~270 vs ~540 MiB; the rest is activations, KV, workspace)`);
       }
+    }
+    if (started === 0) {
+      process.stdout.write('Nothing to check; the CPU path is covered by npm test.\n');
+      return 0;
     }
     process.stdout.write(failed ? 'check:gpu: FAIL (see the lines above)\n' : 'check:gpu: all checks passed\n');
     return failed ? 1 : 0;

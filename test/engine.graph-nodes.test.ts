@@ -63,3 +63,30 @@ test('decode step: one If per layer, its decode branch ends in one Reshape; resi
     rmSync(tmp, { recursive: true, force: true });
   }
 });
+
+test('webgpu graph: standard-op attention, every value product on the joined buffer and new slots (never an empty reduction axis)', async () => {
+  const tmp = mkdtempSync(join(tmpdir(), 'safekeep-graph-webgpu-'));
+  try {
+    await writeRandomCheckpoint(tmp, 'llama', { ...TINY_MODELS.llama, seed: 3 });
+    const ck = await loadCheckpoint(tmp);
+    const L = ck.config.numLayers;
+    const { realFiles } = resolveWeightFiles(ck);
+    const build = (device: 'cpu' | 'webgpu', hooks?: Parameters<typeof buildModelGraph>[4]) =>
+      decodeGraph(buildModelGraph(ck, { dtype: 'f32', attention: 'matmul', fuse: true, quant: null, device }, realFiles, undefined, hooks)).node;
+    for (const hooks of [undefined, { capture: ['blocks.1.pattern'], edit: [] }]) {
+      const g = build('webgpu', hooks);
+      for (const op of ['If', 'MultiHeadAttention', 'Attention']) assert.equal(count(g, op), 0, op);
+      // onnxruntime 1.30's WebGPU MatMul segfaults on [.., n, 0]·[.., 0, m]: the probabilities on an empty buffer times
+      // its values. Each layer's value product reads the values joined with the new slots (C + T ≥ 1) instead.
+      const producer = new Map(g.flatMap((n) => n.output.map((o) => [o, n] as const)));
+      const attn = g.filter((n) => n.opType === 'MatMul' && /\/attn$/.test(n.output[0]!));
+      assert.equal(attn.length, L, 'one value product per layer');
+      for (const n of attn) assert.equal(producer.get(n.input[1]!)?.opType, 'Concat', `${n.name} reads the joined values`);
+      assert.equal(g.filter((n) => /probs_split/.test(n.output[0]!)).length, 0, 'no split probabilities');
+    }
+    // the CPU graph keeps the two products on the split probabilities (no copy of the buffer)
+    assert.equal(build('cpu').filter((n) => /probs_split/.test(n.output[0]!)).length, L);
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});

@@ -15,8 +15,9 @@ import { apiKeyFromEnv } from './env.ts';
 /** Local model flags (the engine's, without --max-memory) */
 export const LOCAL_MODEL_FLAG_DEFS: readonly FlagDef[] = [
   { name: 'model', value: 'M', help: 'local checkpoint folder or Hugging Face repo id' },
-  { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda', help: 'local model precision' },
-  { name: 'device', value: 'cpu|cuda', default: 'cpu', help: 'local model device' },
+  { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda and webgpu', help: 'local model precision' },
+  { name: 'device', value: 'cpu|cuda|webgpu', default: 'cpu', help: 'local model device' },
+  { name: 'kv-dtype', value: 'f32|f16', default: 'f32 on cpu, f16 on cuda and webgpu', help: 'local model KV cache element type' },
   { name: 'threads', value: 'N', default: 'one per physical core', help: 'intra-op threads' },
   { name: 'template', value: 'FILE', help: 'chat template file instead of the model folder\'s' },
 ];

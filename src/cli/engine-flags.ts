@@ -5,8 +5,9 @@
 import { dirname, resolve } from 'node:path';
 import { readJsonFile } from '../data/jsonfile.ts';
 import { directionFromFile } from '../experiments/directions-file.ts';
-import type { EngineOptions } from '../engine/engine-config.ts';
+import { DEVICES, type Device, type EngineOptions } from '../engine/engine-config.ts';
 import { createEngine, type OnnxEngine } from '../engine/engine.ts';
+import { KV_DTYPES, type KvDType } from '../engine/runtime/kv.ts';
 import { parseBytes } from '../engine/runtime/memory.ts';
 import { COMPUTE_DTYPES, defaultDType, type ComputeDType } from '../engine/graph/precision.ts';
 import { INTERVENTION_KINDS, STEER_POSITIONS, type Intervention, type InterventionKind, type SteerPositions } from '../engine/types.ts';
@@ -16,11 +17,12 @@ import type { FlagDef, ParsedArgs } from './args.ts';
 import { numberValue, requireValue } from './args.ts';
 import { engineEnv, hubEnv } from './env.ts';
 
-/** flag-table rows every model command shares (--model, --dtype, --device, --threads, --max-memory) */
+/** flag-table rows every model command shares (--model, --dtype, --device, --kv-dtype, --threads, --max-memory) */
 export const ENGINE_FLAG_DEFS: readonly FlagDef[] = [
   { name: 'model', value: 'M', help: 'checkpoint folder or Hugging Face repo id (pulled into models/ on first use)' },
-  { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda', help: 'weight/compute precision' },
-  { name: 'device', value: 'cpu|cuda', default: 'cpu', help: 'execution provider' },
+  { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda and webgpu', help: 'weight/compute precision' },
+  { name: 'device', value: 'cpu|cuda|webgpu', default: 'cpu', help: 'execution provider (webgpu: bundled with onnxruntime-node, Vulkan on Linux; docs/engine.md, GPU)' },
+  { name: 'kv-dtype', value: 'f32|f16', default: 'f32 on cpu, f16 on cuda and webgpu', help: 'KV cache element type (the attention math stays f32)' },
   { name: 'threads', value: 'N', default: 'one per physical core', help: 'intra-op threads' },
   { name: 'max-memory', value: '6GB', help: 'peak-RSS budget: batches, chunks and prefix cache are planned under it' },
 ];
@@ -28,16 +30,21 @@ export const ENGINE_FLAGS = ENGINE_FLAG_DEFS.map((f) => f.name);
 
 /** what each --dtype means (precision.ts, session.ts) */
 const DTYPE_HELP = 'f32: f32 weights and math (default on cpu); bf16: bf16-rounded weights, f32 math; '
-  + 'f16: f16 weights on the device, linear layers in f16, residual stream/norms/softmax/outputs f32 (default on cuda; '
+  + 'f16: f16 weights on the device, linear layers in f16, residual stream/norms/softmax/outputs f32 (default on cuda and webgpu; '
   + 'on cpu: f16-rounded weights, f32 math); bf16w: the same with bf16 (cuda only); q8/q4: MatMulNBits block-quantized weights (default symmetric blocks of 32: 5 / 9 bits per weight).';
 
 export function engineOptions(args: ParsedArgs): EngineOptions {
   const device = args.values.get('device') ?? 'cpu';
-  if (device !== 'cpu' && device !== 'cuda') throw new SafekeepError(`--device must be cpu or cuda, got '${device}'`);
-  const dtype = (args.values.get('dtype') ?? defaultDType(device)) as ComputeDType;
+  if (!(DEVICES as readonly string[]).includes(device)) throw new SafekeepError(`--device must be one of ${DEVICES.join(', ')}, got '${device}'`);
+  const dtype = (args.values.get('dtype') ?? defaultDType(device as Device)) as ComputeDType;
   if (!COMPUTE_DTYPES.includes(dtype)) throw new SafekeepError(`--dtype must be one of ${COMPUTE_DTYPES.join(', ')}, got '${dtype}'. ${DTYPE_HELP}`);
   // the environment's defaults (cli/env.ts), then the flags
-  const opts: EngineOptions = { ...engineEnv(), dtype, device };
+  const opts: EngineOptions = { ...engineEnv(), dtype, device: device as Device };
+  const kv = args.values.get('kv-dtype');
+  if (kv !== undefined) {
+    if (!(KV_DTYPES as readonly string[]).includes(kv)) throw new SafekeepError(`--kv-dtype must be one of ${KV_DTYPES.join(', ')}, got '${kv}'`);
+    opts.kvDType = kv as KvDType;
+  }
   if (args.values.has('threads')) {
     const t = numberValue(args, 'threads');
     if (!Number.isInteger(t) || t < 1) throw new SafekeepError(`--threads must be a positive integer, got ${t}`);

@@ -20,7 +20,7 @@ interface EnvVarDef {
 export const ENV_VARS: readonly EnvVarDef[] = [
   { name: 'SAFEKEEP_CACHE', value: 'DIR', help: 'graph and quantized-weight cache root (default ~/.cache/safekeep)' },
   { name: 'SAFEKEEP_THREADS', value: 'N', help: 'intra-op threads when --threads is not given (default: one per physical core within the CPU quota)' },
-  { name: 'SAFEKEEP_ATTENTION', value: 'onnx|mha|matmul', help: 'multi-token attention kernel: the ONNX Attention op (cpu default), onnxruntime\'s MultiHeadAttention (cuda default) or standard ops' },
+  { name: 'SAFEKEEP_ATTENTION', value: 'onnx|mha|matmul', help: 'multi-token attention kernel: the ONNX Attention op (cpu default), onnxruntime\'s MultiHeadAttention (cuda default) or standard ops (webgpu default)' },
   { name: 'SAFEKEEP_FUSE', value: '0', help: '0: q/k/v and gate/up as separate Gemms instead of one concatenated Gemm each' },
   { name: 'SAFEKEEP_QUANT_SCHEME', value: 'sym|asym', help: 'q8/q4 block quantization (default sym)' },
   { name: 'SAFEKEEP_QUANT_ACCURACY', value: '0..4', help: 'q8/q4 MatMulNBits accuracy level (default 4: int8 activations)' },

@@ -7,9 +7,12 @@
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { defaultDType, type ComputeDType } from './graph/precision.ts';
+import { KV_DTYPES, type KvDType } from './runtime/kv.ts';
 import { machineThreads } from './runtime/threads.ts';
+import { SafekeepError } from '../util/errors.ts';
 
-type Device = 'cpu' | 'cuda';
+export const DEVICES = ['cpu', 'cuda', 'webgpu'] as const;
+export type Device = (typeof DEVICES)[number];
 
 /**
  * Attention kernel. A decode step (one new token) always runs standard ops on the KV buffer in place. A multi-token
@@ -30,6 +33,11 @@ export const QUANT_BLOCKS: readonly QuantBlock[] = [32, 64, 128];
 
 export interface EngineOptions {
   dtype?: ComputeDType;
+  /**
+   * execution provider (default 'cpu'): 'cuda' (a separate install, `npm run install:cuda`) or 'webgpu' (bundled with
+   * onnxruntime-node; Dawn on Vulkan on Linux). On either GPU the nodes the provider lacks (int64 shape arithmetic)
+   * run on the CPU provider.
+   */
   device?: Device;
   /** intra-op threads (default: one per physical core within the CPU quota, threads.ts) */
   threads?: number;
@@ -41,7 +49,8 @@ export interface EngineOptions {
   lowMemory?: boolean;
   /**
    * multi-token attention kernel: 'onnx' (the ONNX Attention op; default on cpu), 'mha' (onnxruntime's
-   * MultiHeadAttention; default on cuda, whose Attention-op support is untested here) or 'matmul' (standard ops)
+   * MultiHeadAttention; default on cuda, whose Attention-op support is untested here; refused on webgpu) or 'matmul'
+   * (standard ops; default on webgpu)
    */
   attention?: AttentionImpl;
   /**
@@ -78,6 +87,11 @@ export interface EngineOptions {
   maxMemory?: number;
   /** bytes the budget leaves to the rest of the process (default: its RSS now + memory.ts RUNTIME_MARGIN) */
   runtimeBytes?: number;
+  /**
+   * the KV cache's element type: 'f32' (default on cpu) or 'f16' (default on cuda and webgpu: half the bytes held and
+   * moved per step; the attention math stays f32, only the stored keys and values are rounded)
+   */
+  kvDType?: KvDType;
 }
 
 /** What the session and the graph are made from: every choice resolved. */
@@ -95,6 +109,7 @@ export interface EngineConfig {
   quiet: boolean;
   /** trace path prefix, or null: no profiling */
   profile: string | null;
+  kvDType: KvDType;
 }
 
 /**
@@ -121,19 +136,25 @@ export const DEFAULT_QUANT_BLOCK: QuantBlock = 32;
  * 0.2138 vs 0.2142, 0.2754 vs 0.2753 — the int8 activation rounding is far below the 4-bit weight error); 8-bit at
  * level 0 has no fast kernel here (decode 1.2 vs 57 tok/s).
  */
-function defaultQuantAccuracy(bits: 4 | 8): number {
+function defaultQuantAccuracy(bits: 4 | 8, device: Device): number {
   void bits;
-  return 4;
+  // onnxruntime 1.30's WebGPU MatMulNBits computes level 0's numbers whatever the level (measured: ≤ 3e-6 from the
+  // CPU's level 0 on the test checkpoints, 3e-2 from its level 4), so webgpu asks for what it computes
+  return device === 'webgpu' ? 0 : 4;
 }
 
 /**
  * The ONNX Attention op (opset 23) on cpu: same results as MultiHeadAttention (bit-equal on the test checkpoints), and
  * K/V heads read in place instead of repeated per query head — measured in one process, SmolLM2 shape: prefill
  * 1×512 1.02× (1 thread, CPU time) / 1.02× (2 threads, wall), 4 suffixes on a 1,000-token prefix 1.01×, decode equal
- * (the same T = 1 path). cuda keeps 'mha': the Attention op's CUDA kernel is untested here.
+ * (the same T = 1 path). cuda keeps 'mha': the Attention op's CUDA kernel is untested here. webgpu runs 'matmul':
+ * onnxruntime 1.30's WebGPU provider has no Attention-23 kernel (the op and the If around it fall back to the CPU,
+ * with copies both ways each layer), and its MultiHeadAttention is wrong once both the query and the key lengths
+ * reach 32 (measured against the CPU kernel, no bias, 4×16 and 2×64 heads: Tq = Tk = 31 ≤ 5e-8, 32 → 1e-2, 64 → 4e-3),
+ * which `resolveEngineConfig` refuses by name.
  */
 function defaultAttention(device: string): AttentionImpl {
-  return device === 'cpu' ? 'onnx' : 'mha';
+  return device === 'cpu' ? 'onnx' : device === 'webgpu' ? 'matmul' : 'mha';
 }
 
 function defaultCacheDir(): string {
@@ -142,7 +163,12 @@ function defaultCacheDir(): string {
 
 export function resolveEngineConfig(o: EngineOptions): EngineConfig {
   const device = o.device ?? 'cpu';
-  // f32 on cpu, f16 weights on cuda unless asked otherwise (precision.ts)
+  if (!DEVICES.includes(device)) throw new SafekeepError(`device must be one of ${DEVICES.join(', ')}, got '${String(device)}'`);
+  if (o.kvDType !== undefined && !KV_DTYPES.includes(o.kvDType)) throw new SafekeepError(`kvDType must be one of ${KV_DTYPES.join(', ')}, got '${String(o.kvDType)}'`);
+  if (device === 'webgpu' && o.attention === 'mha') {
+    throw new SafekeepError("attention 'mha' is refused on webgpu: onnxruntime 1.30's WebGPU MultiHeadAttention is wrong once the query and key lengths reach 32 (use 'matmul', the webgpu default)");
+  }
+  // f32 on cpu, f16 weights on cuda and webgpu unless asked otherwise (precision.ts)
   const dtype = o.dtype ?? defaultDType(device);
   const lowMemory = o.lowMemory ?? false;
   const bits = dtype === 'q8' ? 8 : dtype === 'q4' ? 4 : null;
@@ -152,14 +178,16 @@ export function resolveEngineConfig(o: EngineOptions): EngineConfig {
     cacheDir: o.cacheDir ?? defaultCacheDir(),
     attention: o.attention ?? defaultAttention(device),
     fuse: !lowMemory && (o.fuse ?? true),
-    quant: bits === null ? null : { bits, scheme: o.quantScheme ?? defaultQuantScheme(), accuracyLevel: o.quantAccuracy ?? defaultQuantAccuracy(bits), block: o.quantBlock ?? DEFAULT_QUANT_BLOCK },
+    quant: bits === null ? null : { bits, scheme: o.quantScheme ?? defaultQuantScheme(), accuracyLevel: o.quantAccuracy ?? defaultQuantAccuracy(bits, device), block: o.quantBlock ?? DEFAULT_QUANT_BLOCK },
     spin: o.spin ?? false,
     quiet: o.quiet ?? false,
     profile: o.profile ?? null,
+    kvDType: o.kvDType ?? (device === 'cpu' ? 'f32' : 'f16'),
   };
 }
 
 /** The fields of a config that change the graph's bytes (the graph-cache key's share of it). */
 export function graphConfigKey(c: EngineConfig): string {
-  return `${c.dtype}\n${c.attention}\n${c.fuse}\n`;
+  // webgpu graphs differ (attention.ts joinValues); the other devices' keys stay as they were
+  return `${c.dtype}\n${c.attention}\n${c.fuse}\n${c.device === 'webgpu' ? 'webgpu\n' : ''}${c.kvDType === 'f16' ? 'kv f16\n' : ''}`;
 }

@@ -25,9 +25,9 @@ import { generate } from './run/generate.ts';
 import { Scheduler, type SchedulerOptions } from './run/scheduler.ts';
 import { firstTokenShared, forwardShared } from './run/prefix.ts';
 import type { StepInput, StepOutput, Stepper } from './run/step.ts';
-import { appendKv, capacityBias, emptyKv, kvCapacity, KV_CHUNK, type KvCache } from './runtime/kv.ts';
+import { appendKv, capacityBias, emptyKv, kvCapacity, KV_CHUNK, type KvArray, type KvCache, type KvDType } from './runtime/kv.ts';
 import { planMemory, RUNTIME_MARGIN, type MemoryPlan, type StepShape } from './runtime/memory.ts';
-import { openSession } from './runtime/session.ts';
+import { openSession, webgpuError } from './runtime/session.ts';
 import type { Engine, FirstTokenSharedOptions, FirstTokenSharedResult, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, SharedForwardOptions, SharedForwardResult } from './types.ts';
 
 const i64 = (xs: readonly number[]) => BigInt64Array.from(xs, (x) => BigInt(x));
@@ -125,8 +125,13 @@ export class OnnxEngine implements Engine, Stepper {
     };
   }
 
+  /** the KV cache's element type (EngineConfig.kvDType; f32 for an engine made without one) */
+  get kvDType(): KvDType {
+    return this.engineConfig?.kvDType ?? 'f32';
+  }
+
   emptyCache(batch: number): KvCache {
-    return emptyKv(this.numLayers, batch, this.config.numKvHeads, this.config.headDim);
+    return emptyKv(this.numLayers, batch, this.config.numKvHeads, this.config.headDim, this.kvDType);
   }
 
   /**
@@ -166,14 +171,18 @@ export class OnnxEngine implements Engine, Stepper {
     try {
       const session = inp.hooks ? await this.hookSession(inp.hooks.selection) : this.session;
       out = await session.run(feeds, fetches);
+    } catch (e) {
+      // a WebGPU failure mid-run (out of device memory, a kernel the provider cannot run) as one line
+      if (this.engineConfig?.device === 'webgpu' && !(e instanceof SafekeepError)) throw webgpuError(String((e as Error).message ?? e).split('\n')[0]!.slice(0, 300));
+      throw e;
     } finally {
       if (hookKey !== null) this.hookRuns.set(hookKey, this.hookRuns.get(hookKey)! - 1);
     }
     let present: KvCache | null = null;
     if (wantPresent) {
-      const newKeys: Float32Array[] = [];
-      const newValues: Float32Array[] = [];
-      const data = out[IO.newKv]!.data as Float32Array;
+      const newKeys: KvArray[] = [];
+      const newValues: KvArray[] = [];
+      const data = out[IO.newKv]!.data as KvArray;
       const n = B * this.config.numKvHeads * T * this.config.headDim;
       for (let l = 0; l < this.numLayers; l++) {
         const { k, v } = newKvOf(data, l, n);

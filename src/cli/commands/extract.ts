@@ -1,7 +1,7 @@
 /**
  * `safekeep extract --model M --data pairs|agentharm|PATH --configs chatbot,+role,+instructions,agent,chatbot-long
  *    [--repr schema,flattened,pseudoword] [--first-token] [--limit N] [--results DIR] [--dtype f32|bf16|f16|q8|q4]
- *    [--device cpu|cuda] [--threads N] [--template FILE] [--batch-tokens N] [--split-seed N]`
+ *    [--device cpu|cuda|webgpu] [--threads N] [--template FILE] [--batch-tokens N] [--split-seed N]`
  * Caches the final-prompt-token residual stream (all layers) per configuration/representation under
  * results/<model>/cache/; `agent` is cached once per --repr. Resumable; progress on stderr; summary on stdout.
  * `--shard i/n` (0-based): only this shard's token-balanced share of the batches, into

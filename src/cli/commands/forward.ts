@@ -1,6 +1,6 @@
 /**
  * `safekeep forward --model DIR (--ids IDS.json | --prompt TEXT | --chat TEXT) --out OUT.safetensors
- *    [--logits none|last|all] [--intervene FILE.json] [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda]`
+ *    [--logits none|last|all] [--intervene FILE.json] [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda|webgpu]`
  * OUT: per sequence i, `hidden_states.i` f32 [L+1, T_i, d_model] and, per --logits (default all), `logits.i` f32
  * [T_i, vocab] (all) or [1, vocab] (last; the last real token). Prints each sequence's greedy next token (decoded
  * when the model folder has a tokenizer).

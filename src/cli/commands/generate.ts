@@ -1,7 +1,7 @@
 /**
  * `safekeep generate --model DIR (--ids IDS.json | --prompt TEXT | --chat TEXT) --max-new-tokens N [--no-stop]
  *    [--steer-layer l --steer-vector V.json --alpha a] [--intervene FILE.json] [--logits none|last|all]
- *    [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda] [--out OUT.json]`
+ *    [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda|webgpu] [--out OUT.json]`
  * Greedy decoding with a KV cache, batched internally. Prints each decoded answer (when the model folder has a
  * tokenizer; else the ids). Steering subtracts a·v/|v| from hidden[l] at every prompt position and every generated
  * token (`--steer-positions generated`: generated tokens only); `--intervene` adds interventions (add / ablate /

@@ -1,6 +1,6 @@
 /**
  * `safekeep reproduce --model M [--data pairs|agentharm|PATH] [--quick] [--limit N] [--results DIR]
- *    [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda] [--threads N] [--template FILE] [--reps N] [--split-seed N]`
+ *    [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda|webgpu] [--threads N] [--template FILE] [--reps N] [--split-seed N]`
  * extract → analyses → figures → report (Tables 1–2, Figures 3–4) under results/<model>/, reusing caches.
  * `--shard i/n` (0-based): only this shard's token-balanced share of the extraction, into
  * results/<model>/shards/reproduce/shard-<i>-of-<n>/; `safekeep merge results/<model>` then finishes the run.

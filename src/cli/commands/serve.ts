@@ -67,8 +67,9 @@ export const flags: FlagTable = {
     { name: 'probe', value: 'FILE|DIR', help: 'local: a probe file or the refusal-probe skill folder from safekeep probe train (--method refusal-probe, safekeep+probe)' },
     { name: 'max-tokens', value: 'N', default: '256', help: 'local: answer budget when the client gives none, and the most it may ask for (above → 400)' },
     { name: 'template', value: 'FILE', help: 'local: chat template file instead of the model folder\'s' },
-    { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda', help: 'local: model precision' },
-    { name: 'device', value: 'cpu|cuda', default: 'cpu', help: 'local: model device' },
+    { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda and webgpu', help: 'local: model precision' },
+    { name: 'device', value: 'cpu|cuda|webgpu', default: 'cpu', help: 'local: model device' },
+    { name: 'kv-dtype', value: 'f32|f16', default: 'f32 on cpu, f16 on cuda and webgpu', help: 'local: KV cache element type' },
     { name: 'threads', value: 'N', default: 'one per physical core', help: 'local: intra-op threads' },
     { name: 'max-memory', value: 'BYTES', help: 'local: memory budget, e.g. 6GB' },
     { name: 'max-model-len', value: 'N', default: 'max_position_embeddings', help: 'local: context length; prompt + max_tokens above it → 400' },
@@ -76,11 +77,11 @@ export const flags: FlagTable = {
     { name: 'request-timeout-ms', value: 'MS', default: 'upstream: 2 × --timeout-ms; local: 600000', help: 'per-request deadline, judge/guard retries included (→ 504, nothing executed)' },
     ...THINKING_FLAG_DEFS,
   ],
-  example: 'serve --upstream http://localhost:8000/v1 --port 8080',
+  example: 'serve --upstream http://localhost:8000/v1 --judge-model meta-llama/Llama-3.1-8B-Instruct --port 8080',
 };
 
 /** flags of the local-engine form only */
-const LOCAL_ONLY = ['probe', 'max-tokens', 'template', 'dtype', 'device', 'threads', 'max-memory', 'thinking', 'chat-template-kwargs', 'max-model-len', 'max-queue'];
+const LOCAL_ONLY = ['probe', 'max-tokens', 'template', 'dtype', 'device', 'kv-dtype', 'threads', 'max-memory', 'thinking', 'chat-template-kwargs', 'max-model-len', 'max-queue'];
 
 const list = (v: string | undefined) => (v === undefined ? undefined : v.split(',').map((x) => x.trim()).filter(Boolean));
 

@@ -1,7 +1,7 @@
 /**
  * `safekeep steer --model M [--data pairs|agentharm|PATH] [--alphas 0,4,8,12 | 0,0.5x,1x] [--layer auto|N]
  *    [--direction schema-harmful|schema-benign|refusal|FILE.json] [--max-new-tokens 256] [--requests harmful,benign]
- *    [--intervene A.json,B.json] [--limit N] [--results DIR] [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda] [--threads N] [--template FILE]`
+ *    [--intervene A.json,B.json] [--limit N] [--results DIR] [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda|webgpu] [--threads N] [--template FILE]`
  * Table 3: steer hidden[ℓ*] − α·R̂ at every step, classify outputs (refusal / valid harmful call / invalid).
  * `--intervene` (a comma list; one flag, since a repeated flag would replace the earlier one): each file is an
  * intervention set as `generate --intervene` reads it, run as one more row labelled by the file's name.

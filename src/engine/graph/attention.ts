@@ -20,8 +20,12 @@ export type AttendWithPattern = (q: string, kNew: string, vNew: string, kBuf: st
 /**
  * The attention of every layer (bias helpers shared across layers). `firstPastKey`: layer 0's buffer, for C = 0.
  * `withPattern`: the standard ops with their probabilities, for a layer whose pattern hook is read.
+ * `joinValues` (webgpu): the value product as one MatMul on [Vbuf; v_new] instead of two on the split probabilities.
+ * onnxruntime 1.30's WebGPU MatMul crashes the process (SIGSEGV) on an empty reduction axis, which the buffer product
+ * is whenever the buffer is empty (C = 0: a first step, a pattern read on a prompt); the joined values are never
+ * empty (T ≥ 1), at the cost of one device-side copy of the buffer per layer per step.
  */
-export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, firstPastKey: string): Attend & { withPattern: AttendWithPattern } {
+export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, firstPastKey: string, joinValues = false): Attend & { withPattern: AttendWithPattern } {
   const { numHeads: H, numKvHeads: kvH, headDim: hd } = c;
   const rep = H / kvH;
   const once = <T>(make: (bias: string) => T) => {
@@ -65,8 +69,12 @@ export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, 
     const sNew = scored(kNew, 'scores_new'); // [B, kvH, rep·T, T]
     const scores = g.op('Add', [g.op('Concat', [sBuf, sNew], { axis: -1 }), biasRep(bias)], {}, { name: 'scores' });
     const probs = g.op('Softmax', [scores], { axis: -1 }, { name: 'probs' }); // [B, kvH, rep·T, C + T]
-    const [pBuf, pNew] = g.opN('Split', [probs, bufferAndNew(bias)], { axis: 3 }, { outputs: 2, name: 'probs_split' });
-    const o = g.op('Add', [g.op('MatMul', [pBuf!, vBuf]), g.op('MatMul', [pNew!, vNew])], {}, { name: 'attn' }); // [B, kvH, rep·T, hd]
+    let o: string; // [B, kvH, rep·T, hd]
+    if (joinValues) o = g.op('MatMul', [probs, g.op('Concat', [vBuf, vNew], { axis: 2 }, { name: 'values_joined' })], {}, { name: 'attn' });
+    else {
+      const [pBuf, pNew] = g.opN('Split', [probs, bufferAndNew(bias)], { axis: 3 }, { outputs: 2, name: 'probs_split' });
+      o = g.op('Add', [g.op('MatMul', [pBuf!, vBuf]), g.op('MatMul', [pNew!, vNew])], {}, { name: 'attn' });
+    }
     // [B, kvH, rep·T, hd] → [BT, H·hd]; with one new slot (T = 1) the rows are already b, then head h = kvH-head·rep + r:
     // one Reshape instead of Reshape, Transpose, Reshape (a decode step's nodes each cost their dispatch)
     const out = oneSlot ? g.op('Reshape', [o, g.i64([-1, H * hd])], {}, { name: 'attn_heads' })
@@ -93,7 +101,7 @@ export function attention(g: GraphBuilder, c: ModelConfig, impl: AttentionImpl, 
     // the bias helpers are made in the main graph first (both branches and every layer read them)
     biasRep(bias);
     bias4(bias);
-    bufferAndNew(bias);
+    if (!joinValues) bufferAndNew(bias);
     // T > 1 (a prefill, a prefix's suffix, a chunk): the fused kernel (its copy of the buffer is small next to T·S
     // scores); T = 1 (decode): standard ops on the buffer in place, no copy
     multi ??= g.op('Greater', [g.op('Slice', [g.op('Shape', [bias]), g.i64([1]), g.i64([2])]), g.i64([1])], {}, { name: 'multi_token' }); // [1] bool

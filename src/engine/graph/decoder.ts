@@ -37,6 +37,7 @@ import { declareInputs, outputKv, outputResults, type GraphInputs } from './io.t
 import { swigluMlp } from './mlp.ts';
 import { addRmsnorm, rmsnorm } from './norm.ts';
 import { GraphBuilder } from './onnx/builder.ts';
+import { DataType } from './onnx/proto.ts';
 import { isQuantized } from './precision.ts';
 import { rope, ropeTables, type RopeTables } from './rope.ts';
 import { checkpointWeights, quantStoreWeights, type WeightSource } from './weights.ts';
@@ -46,20 +47,23 @@ import { checkpointWeights, quantStoreWeights, type WeightSource } from './weigh
  * path, all in one folder; with `quant` every weight comes from the quantized store instead. `hooks`: the hook
  * points captured / edited (hooks.ts; none by default, and then no node differs). → ONNX ModelProto bytes
  */
-export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype' | 'attention' | 'fuse' | 'quant'>,
+export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype' | 'attention' | 'fuse' | 'quant'> & Partial<Pick<EngineConfig, 'device' | 'kvDType'>>,
   realFiles: ReadonlyMap<string, string>, quant?: QuantStore, hooks: HookSelection = NO_HOOKS): Uint8Array {
   if (isQuantized(cfg.dtype) && !quant) throw new Error(`graph: dtype ${cfg.dtype} needs the quantized weights`);
   const c = ckpt.config;
   const g = new GraphBuilder();
-  const io = declareInputs(g, c);
+  // an f16 KV cache: the buffer is fed and the new slots returned as f16, the attention math stays f32
+  const kvF16 = cfg.kvDType === 'f16';
+  const kvType = kvF16 ? DataType.FLOAT16 : DataType.FLOAT;
+  const io = declareInputs(g, c, kvType);
   const w = quant
     ? quantStoreWeights(g, ckpt, cfg.dtype, quant, cfg.quant?.accuracyLevel ?? 0)
     : checkpointWeights(g, ckpt, cfg.dtype, realFiles, cfg.fuse);
   const shapeBT = g.op('Shape', [io.ids], {}, { name: 'shape_bt' }); // [B, T]
   const heads = (n: number) => g.op('Concat', [shapeBT, g.i64([n, c.headDim])], { axis: 0 }, { name: `shape_bt_${n}_hd` });
-  const attend = attention(g, c, cfg.attention, io.past[0]!.k);
+  const attend = attention(g, c, cfg.attention, io.past[0]!.k, cfg.device === 'webgpu');
   const ctx: Layers = {
-    g, c, w, io, headsQ: heads(c.numHeads), headsKV: heads(c.numKvHeads),
+    g, c, w, io, kvF16, headsQ: heads(c.numHeads), headsKV: heads(c.numKvHeads),
     tables: ropeTables(g, io.positions, io.invFreq, ropeAttentionScaling(c.rope), shapeBT, c.headDim),
     attend, attendWithPattern: attend.withPattern,
     hooks: hookPoints(g, hooks, { numLayers: c.numLayers, hiddenSize: c.hiddenSize, numHeads: c.numHeads, headDim: c.headDim }),
@@ -78,7 +82,7 @@ export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype
   }
   const logits = g.scope('head', () => w.lmHead(rmsnorm(g, g.op('Gather', [x, io.logitsIndex], { axis: 0 }), w.f32(tensorName('finalNorm')), c.rmsNormEps)));
   outputResults(g, c, hidden.stacked(), logits);
-  outputKv(g, c, kv);
+  outputKv(g, c, kv, kvType);
   // the ONNX Attention op is opset 23; the other attention kernels keep the graph at 17
   return g.encode('safekeep-decoder', { '': cfg.attention === 'onnx' ? 23 : 17, 'com.microsoft': 1 });
 }
@@ -89,6 +93,8 @@ interface Layers {
   c: ModelConfig;
   w: WeightSource;
   io: GraphInputs;
+  /** the KV buffer and new_kv are f16 */
+  kvF16: boolean;
   tables: RopeTables;
   attend: Attend;
   attendWithPattern: AttendWithPattern;
@@ -98,7 +104,7 @@ interface Layers {
 }
 
 /** Decoder block l: x [BT, d] → hidden[l+1] = x + attn(norm(x)) + mlp(norm(·)) + steer[l+1] */
-function decoderLayer({ g, c, w, io, tables, attend, attendWithPattern, hooks, headsQ, headsKV }: Layers, rows: InterventionRows, l: number, x: string, kv: string[]): string {
+function decoderLayer({ g, c, w, io, kvF16, tables, attend, attendWithPattern, hooks, headsQ, headsKV }: Layers, rows: InterventionRows, l: number, x: string, kv: string[]): string {
   const { numHeads: H, numKvHeads: kvH, headDim: hd } = c;
   const lw = layerWeights(c, l);
   const norm = (v: string, name: string) => rmsnorm(g, v, w.f32(name), c.rmsNormEps);
@@ -110,11 +116,21 @@ function decoderLayer({ g, c, w, io, tables, attend, attendWithPattern, hooks, h
     return g.op('Transpose', [normName ? norm(r, normName) : r], { perm: [0, 2, 1, 3] });
   };
   const q = rope(g, toHeads(qf!, headsQ, lw.qkNorm?.q), tables);
-  const kNew = rope(g, toHeads(kf!, headsKV, lw.qkNorm?.k), tables);
-  const vNew = toHeads(vf!, headsKV);
-  kv.push(kNew, vNew);
+  let kNew = rope(g, toHeads(kf!, headsKV, lw.qkNorm?.k), tables);
+  let vNew = toHeads(vf!, headsKV);
+  let past = io.past[l]!;
+  if (kvF16) {
+    // the new slots are stored as f16 and this step attends to those same rounded values, so a sequence's results do
+    // not depend on how its tokens were split into steps (prefill chunks, decode); the buffer is widened to f32
+    const k16 = g.op('Cast', [kNew], { to: DataType.FLOAT16 }, { name: 'k_f16' });
+    const v16 = g.op('Cast', [vNew], { to: DataType.FLOAT16 }, { name: 'v_f16' });
+    kv.push(k16, v16);
+    const f32 = (t: string, name: string) => g.op('Cast', [t], { to: DataType.FLOAT }, { name });
+    kNew = f32(k16, 'k_new');
+    vNew = f32(v16, 'v_new');
+    past = { k: f32(past.k, 'past_k'), v: f32(past.v, 'past_v') };
+  } else kv.push(kNew, vNew);
   const bias = c.attentionWindows[l] !== null ? io.attnBiasWindow! : io.attnBias;
-  const past = io.past[l]!;
   let z: string; // [BT, H·hd]
   if (hooks.wantsPattern(l)) {
     const a = attendWithPattern(q, kNew, vNew, past.k, past.v, bias);

@@ -4,7 +4,7 @@
  */
 import type { ModelConfig } from '../../checkpoint/types.ts';
 import type { GraphBuilder } from './onnx/builder.ts';
-import { DataType } from './onnx/proto.ts';
+import { DataType, type DataTypeId } from './onnx/proto.ts';
 
 /** Names of the graph's inputs and outputs (the session contract). */
 export const IO = {
@@ -19,11 +19,11 @@ export const IO = {
   interveneValue: 'intervene_value', // f32 [S', L+1]: hidden[l]·r̂ is set to value[l] after the steer row is added
   hiddenIndex: 'hidden_index', // int64 [N], flat indices into B*T
   logitsIndex: 'logits_index', // int64 [M]
-  pastKey: (l: number) => `past_key.${l}`, // f32 [B, kvH, C, hd]: the KV buffer (slots beyond the filled ones masked)
+  pastKey: (l: number) => `past_key.${l}`, // f32 or f16 (kvDType) [B, kvH, C, hd]: the KV buffer (slots beyond the filled ones masked)
   pastValue: (l: number) => `past_value.${l}`,
   hidden: 'hidden', // f32 [L+1, N, d]
   logits: 'logits', // f32 [M, V]
-  // f32 [L·2·B, kvH, T, hd]: every layer's new slots only (the engine writes them into the buffer), stacked in one
+  // f32 or f16 (kvDType) [L·2·B, kvH, T, hd]: every layer's new slots only (the engine writes them into the buffer), stacked in one
   // output (one binding per step instead of 2L): layer l's keys are rows 2l·B .. (2l+1)·B, its values the next B rows
   newKv: 'new_kv',
 } as const;
@@ -48,7 +48,8 @@ export interface GraphInputs {
   past: { k: string; v: string }[];
 }
 
-export function declareInputs(g: GraphBuilder, c: ModelConfig): GraphInputs {
+/** `kvType`: the KV buffer's element type (FLOAT, or FLOAT16 for an f16 KV cache) */
+export function declareInputs(g: GraphBuilder, c: ModelConfig, kvType: DataTypeId = DataType.FLOAT): GraphInputs {
   const F = DataType.FLOAT;
   const { numLayers: L, hiddenSize: d, numKvHeads: kvH, headDim: hd } = c;
   // one window size for every windowed layer (the config keys give one); the engine feeds its bias when there is one
@@ -67,20 +68,20 @@ export function declareInputs(g: GraphBuilder, c: ModelConfig): GraphInputs {
     hiddenIndex: g.input(IO.hiddenIndex, DataType.INT64, ['n_hidden']),
     logitsIndex: g.input(IO.logitsIndex, DataType.INT64, ['n_logits']),
     past: Array.from({ length: L }, (_, l) => ({
-      k: g.input(IO.pastKey(l), F, ['batch', kvH, 'capacity', hd]),
-      v: g.input(IO.pastValue(l), F, ['batch', kvH, 'capacity', hd]),
+      k: g.input(IO.pastKey(l), kvType, ['batch', kvH, 'capacity', hd]),
+      v: g.input(IO.pastValue(l), kvType, ['batch', kvH, 'capacity', hd]),
     })),
   };
 }
 
 /** Every layer's new K/V slots ([B, kvH, T, hd] each, in layer order: k0, v0, k1, v1, …) as the one `new_kv` output. */
-export function outputKv(g: GraphBuilder, c: ModelConfig, kv: string[]): void {
-  g.output(IO.newKv, g.op('Concat', kv, { axis: 0 }, { name: 'stack_new_kv' }), DataType.FLOAT, ['kv_rows', c.numKvHeads, 'seq', c.headDim]);
+export function outputKv(g: GraphBuilder, c: ModelConfig, kv: string[], kvType: DataTypeId = DataType.FLOAT): void {
+  g.output(IO.newKv, g.op('Concat', kv, { axis: 0 }, { name: 'stack_new_kv' }), kvType, ['kv_rows', c.numKvHeads, 'seq', c.headDim]);
 }
 
-/** Layer l's keys and values in a step's `new_kv` data (views, no copy); n = B·kvH·T·hd floats per tensor */
-export function newKvOf(data: Float32Array, l: number, n: number): { k: Float32Array; v: Float32Array } {
-  return { k: data.subarray(2 * l * n, (2 * l + 1) * n), v: data.subarray((2 * l + 1) * n, (2 * l + 2) * n) };
+/** Layer l's keys and values in a step's `new_kv` data (views, no copy); n = B·kvH·T·hd elements per tensor */
+export function newKvOf<A extends Float32Array | Uint16Array>(data: A, l: number, n: number): { k: A; v: A } {
+  return { k: data.subarray(2 * l * n, (2 * l + 1) * n) as A, v: data.subarray((2 * l + 1) * n, (2 * l + 2) * n) as A };
 }
 
 /** The captured hidden states [L+1, N, d] and the logits [M, V]. */

@@ -41,9 +41,9 @@ export function linearType(dtype: ComputeDType): LinearType {
   return dtype === 'f16' ? 'f16' : dtype === 'bf16w' ? 'bf16' : dtype === 'f16sim' ? 'f16sim' : 'f32';
 }
 
-/** The default dtype of a device: f16 weights on the GPU (half the memory of f32), f32 on the CPU. */
-export function defaultDType(device: 'cpu' | 'cuda'): ComputeDType {
-  return device === 'cuda' ? 'f16' : 'f32';
+/** The default dtype of a device: f16 weights on a GPU (cuda, webgpu: half the memory of f32), f32 on the CPU. */
+export function defaultDType(device: 'cpu' | 'cuda' | 'webgpu'): ComputeDType {
+  return device === 'cpu' ? 'f32' : 'f16';
 }
 
 const ONNX_TYPE: Record<LinearType, DataTypeId> = { f32: DataType.FLOAT, f16: DataType.FLOAT16, bf16: DataType.BFLOAT16, f16sim: DataType.FLOAT };

@@ -2,10 +2,12 @@
  * Byte-bounded LRU of shared-prefix KV (prefix.ts): each distinct prefix's batch-1 KV kept across calls.
  */
 
+import type { KvArray } from '../runtime/kv.ts';
+
 /** Batch-1 KV of a prefix: per layer [1, kvH, P, hd] */
 export interface PrefixKv {
-  keys: Float32Array[];
-  values: Float32Array[];
+  keys: KvArray[];
+  values: KvArray[];
   length: number;
   bytes: number;
 }

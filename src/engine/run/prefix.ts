@@ -17,7 +17,7 @@ import * as ort from 'onnxruntime-node';
 import { sha256Hex } from '../../util/hash.ts';
 import { argmax } from './argmax.ts';
 import { selectPositions, type InterventionInputs } from './batch.ts';
-import { compactKv, kvCapacity, type KvCache } from '../runtime/kv.ts';
+import { compactKv, kvArray, kvArrayLike, kvBytes, kvCapacity, kvTensor, type KvArray, type KvCache } from '../runtime/kv.ts';
 import { PrefixCache, type PrefixKv } from './prefix-cache.ts';
 import { hiddenRows, type Stepper } from './step.ts';
 import type { FirstTokenSharedOptions, FirstTokenSharedResult, ForwardResult, GenerateResult, ReuseStats, SharedForwardOptions, SharedForwardResult } from '../types.ts';
@@ -135,7 +135,7 @@ async function sharedCore(engine: Stepper, prompts: number[][], iv: Intervention
     const kv: PrefixKv = {
       ...compactKv(out.present!), // [1, kvH, prefix, hd] per layer
       length: prefix,
-      bytes: 2 * L * kvH * prefix * hd * 4,
+      bytes: 2 * L * kvH * prefix * hd * kvBytes(engine.kvDType ?? 'f32'),
     };
     cache.set(key, kv);
     return kv;
@@ -147,19 +147,19 @@ async function sharedCore(engine: Stepper, prompts: number[][], iv: Intervention
     const keys: ort.Tensor[] = [];
     const values: ort.Tensor[] = [];
     for (let l = 0; l < L; l++) {
-      const k = new Float32Array(B * kvH * P * hd);
-      const v = new Float32Array(B * kvH * P * hd);
+      const k = kvArray(engine.kvDType ?? 'f32', B * kvH * P * hd);
+      const v = kvArray(engine.kvDType ?? 'f32', B * kvH * P * hd);
       kvs.forEach((kv, b) => {
         if (!kv) return;
         const p = kv.length;
         for (let h = 0; h < kvH; h++) {
           const dst = ((b * kvH + h) * P + (P - p)) * hd;
-          k.set(kv.keys[l]!.subarray(h * p * hd, (h + 1) * p * hd), dst);
-          v.set(kv.values[l]!.subarray(h * p * hd, (h + 1) * p * hd), dst);
+          (k as Float32Array).set((kv.keys[l] as Float32Array).subarray(h * p * hd, (h + 1) * p * hd), dst);
+          (v as Float32Array).set((kv.values[l] as Float32Array).subarray(h * p * hd, (h + 1) * p * hd), dst);
         }
       });
-      keys.push(new ort.Tensor('float32', k, [B, kvH, P, hd]));
-      values.push(new ort.Tensor('float32', v, [B, kvH, P, hd]));
+      keys.push(kvTensor(k, [B, kvH, P, hd]));
+      values.push(kvTensor(v, [B, kvH, P, hd]));
     }
     return { keys, values, batch: B, length: P, starts: kvs.map((kv) => P - (kv?.length ?? 0)) };
   };
@@ -246,10 +246,10 @@ async function sharedCore(engine: Stepper, prompts: number[][], iv: Intervention
         const from = starts[b]!;
         const len = P + r.ids.length - r.prefix - from;
         const slice = (t: ort.Tensor): ort.Tensor => {
-          const src = t.data as Float32Array;
-          const dst = new Float32Array(kvH * len * hd);
-          for (let h = 0; h < kvH; h++) dst.set(src.subarray(((b * kvH + h) * S + from) * hd, ((b * kvH + h) * S + from + len) * hd), h * len * hd);
-          return new ort.Tensor('float32', dst, [1, kvH, len, hd]);
+          const src = t.data as KvArray;
+          const dst = kvArrayLike(src, kvH * len * hd);
+          for (let h = 0; h < kvH; h++) (dst as Float32Array).set((src as Float32Array).subarray(((b * kvH + h) * S + from) * hd, ((b * kvH + h) * S + from + len) * hd), h * len * hd);
+          return kvTensor(dst, [1, kvH, len, hd]);
         };
         const past: KvCache = { keys: out.present!.keys.map(slice), values: out.present!.values.map(slice), batch: 1, length: len, starts: [0] };
         const next = await engine.step({ ids: BigInt64Array.from([BigInt(tok)]), batch: 1, width: 1, starts: [0], past, steer: iv.steer, project: iv, hiddenIndex: [0], logitsIndex: [], wantPresent: false });

@@ -31,7 +31,7 @@ import { createHash } from 'node:crypto';
 import { SafekeepError } from '../../util/errors.ts';
 import { HOOK_IO, hookSelectionKey } from '../graph/hooks.ts';
 import { KvBlockStore } from '../runtime/kv-blocks.ts';
-import { appendKv, kvCapacity, kvOfArrays, KV_CHUNK, packRowsKv, rowSlotsKv, type KvCache } from '../runtime/kv.ts';
+import { appendKv, kvArray, kvBytes, kvCapacity, kvOfArrays, KV_CHUNK, packRowsKv, rowSlotsKv, type KvArray, type KvCache } from '../runtime/kv.ts';
 import { RowKv } from '../runtime/row-kv.ts';
 import type { GenerateOptions, GenerateResult } from '../types.ts';
 import { argmax } from './argmax.ts';
@@ -187,7 +187,7 @@ export class Scheduler {
     const c = s.config;
     const bytes = o.prefixCacheBytes ?? s.memoryPlan?.prefixCacheBytes ?? DEFAULT_PREFIX_BYTES;
     this.prefixStore = bytes > 0 && c.rope.type !== 'dynamic'
-      ? new KvBlockStore(c.numLayers, c.numKvHeads, c.headDim, positive(o.blockTokens ?? 16, 'blockTokens'), bytes)
+      ? new KvBlockStore(c.numLayers, c.numKvHeads, c.headDim, positive(o.blockTokens ?? 16, 'blockTokens'), bytes, kvBytes(s.kvDType ?? 'f32'))
       : null;
   }
 
@@ -438,7 +438,7 @@ export class Scheduler {
       });
       const starts = lay.rows.map((r) => r.start);
       const past = lay.past > 0
-        ? this.timed('rowKv', () => packRowsKv(seqs.map((q) => q.kv), lay.rows.map((r) => r.pastLen), W, starts, kvH, hd, L))
+        ? this.timed('rowKv', () => packRowsKv(seqs.map((q) => q.kv), lay.rows.map((r) => r.pastLen), W, starts, kvH, hd, L, this.s.kvDType ?? 'f32'))
         : null;
       const hiddenRowsWanted = seqs.flatMap((q, b) => (q.wantPromptHidden ? [b] : []));
       const logitRows = seqs.flatMap((q, b) => (q.maxNew > 0 ? [b] : []));
@@ -516,7 +516,7 @@ export class Scheduler {
       const full = Math.floor(q.filled / store.blockTokens);
       if (full > q.stored) {
         const kv = q.kv!;
-        this.timed('prefixCache', () => store.write(q.chain!, q.stored, full, { keys: kv.keys.map((t) => t.data as Float32Array), values: kv.values.map((t) => t.data as Float32Array), capacity: kvCapacity(kv) }));
+        this.timed('prefixCache', () => store.write(q.chain!, q.stored, full, { keys: kv.keys.map((t) => t.data as KvArray), values: kv.values.map((t) => t.data as KvArray), capacity: kvCapacity(kv) }));
         q.stored = full;
       }
     }
@@ -534,7 +534,8 @@ export class Scheduler {
     if (q.chain.length === 0) return;
     const c = this.s.config;
     const size = c.numKvHeads * n * c.headDim;
-    const dst = { keys: Array.from({ length: c.numLayers }, () => new Float32Array(size)), values: Array.from({ length: c.numLayers }, () => new Float32Array(size)), capacity: n };
+    const kvd = this.s.kvDType ?? 'f32';
+    const dst = { keys: Array.from({ length: c.numLayers }, () => kvArray(kvd, size)), values: Array.from({ length: c.numLayers }, () => kvArray(kvd, size)), capacity: n };
     const hit = store.read(q.chain, n - 1, dst);
     if (hit === 0) return;
     q.kv = kvOfArrays(dst.keys, dst.values, c.numKvHeads, n, c.headDim, hit);
@@ -557,7 +558,7 @@ export class Scheduler {
     let g = this.groups.get(q.groupKey);
     if (!g) {
       const c = this.s.config;
-      g = { key: q.groupKey, kv: new RowKv(c.numLayers, c.numKvHeads, c.headDim, this.maxRunning), seqs: [], rowSets: null };
+      g = { key: q.groupKey, kv: new RowKv(c.numLayers, c.numKvHeads, c.headDim, this.maxRunning, this.s.kvDType ?? 'f32'), seqs: [], rowSets: null };
       this.groups.set(g.key, g);
     }
     const kv = q.kv!;
@@ -568,7 +569,7 @@ export class Scheduler {
     const chunk = Math.max(1, this.stepTokens - g.seqs.length - 1 - coming.length);
     const steps = coming.reduce((a, x) => a + Math.ceil((x.ids.length - x.filled) / chunk), 0);
     const expect = { rows: coming.length, length: Math.max(0, ...coming.map((x) => x.ids.length)), steps };
-    this.timed('rowKv', () => g.kv.addRow({ keys: kv.keys.map((t) => t.data as Float32Array), values: kv.values.map((t) => t.data as Float32Array), capacity: kvCapacity(kv), length: kv.length }, this.ahead(g, q), expect));
+    this.timed('rowKv', () => g.kv.addRow({ keys: kv.keys.map((t) => t.data as KvArray), values: kv.values.map((t) => t.data as KvArray), capacity: kvCapacity(kv), length: kv.length }, this.ahead(g, q), expect));
     g.seqs.push(q);
     q.kv = null;
   }

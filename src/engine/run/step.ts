@@ -3,6 +3,7 @@
  * layer (chunked prefill, shared-prefix reuse, generation) needs from an engine, so those modules depend on this
  * interface and never on the engine class.
  */
+import type { KvDType } from '../runtime/kv.ts';
 import type { ModelConfig } from '../../checkpoint/types.ts';
 import type { HookSelection } from '../graph/hooks.ts';
 import type { KvCache } from '../runtime/kv.ts';
@@ -82,6 +83,8 @@ export interface Stepper extends StepRunner {
   readonly maxBatchTokens: number;
   /** the `maxMemory` plan (null: no budget) */
   readonly memoryPlan: MemoryPlan | null;
+  /** the KV cache's element type (the past inputs' and new_kv's; default f32) */
+  readonly kvDType?: KvDType;
   /** `step` that may chunk new tokens too many for one step under the memory plan (same results) */
   prefill(inp: StepInput): Promise<StepOutput>;
   /** `fits(B, T)` for batch planning: every step shape of a batch fits the memory plan (undefined without one) */

@@ -10,12 +10,12 @@
  * and needs no reference counts.
  */
 import { createHash } from 'node:crypto';
-import { copySlots } from './kv.ts';
+import { copySlots, kvArrayLike, type KvArray } from './kv.ts';
 
 /** One block: per layer [kvH, blockTokens, hd] keys and values. */
 interface Block {
-  keys: Float32Array[];
-  values: Float32Array[];
+  keys: KvArray[];
+  values: KvArray[];
 }
 
 export interface BlockStats {
@@ -32,13 +32,14 @@ export class KvBlockStore {
   private bytes = 0;
   readonly stats: BlockStats = { lookedUp: 0, hit: 0, blocks: 0, bytes: 0 };
 
+  /** `elementBytes`: 4 for an f32 KV, 2 for f16 */
   constructor(readonly layers: number, readonly kvHeads: number, readonly headDim: number,
-    readonly blockTokens: number, public maxBytes: number) {
+    readonly blockTokens: number, public maxBytes: number, readonly elementBytes = 4) {
     if (!Number.isInteger(blockTokens) || blockTokens < 1) throw new Error(`KvBlockStore: blockTokens must be a positive integer, got ${blockTokens}`);
   }
 
   get blockBytes(): number {
-    return 2 * this.layers * this.kvHeads * this.blockTokens * this.headDim * 4;
+    return 2 * this.layers * this.kvHeads * this.blockTokens * this.headDim * this.elementBytes;
   }
 
   /** the chain of keys of a prompt's full blocks: keys[i] names tokens 0..(i+1)·blockTokens−1 under `salt` */
@@ -65,7 +66,7 @@ export class KvBlockStore {
    * The longest run of cached blocks along `chain`, at most `maxTokens` tokens, copied into `dst` (per layer
    * [kvH, dstCapacity, hd], slots from 0). Returns the number of tokens copied. Hits move to the LRU's end.
    */
-  read(chain: readonly string[], maxTokens: number, dst: { keys: Float32Array[]; values: Float32Array[]; capacity: number }): number {
+  read(chain: readonly string[], maxTokens: number, dst: { keys: KvArray[]; values: KvArray[]; capacity: number }): number {
     const BT = this.blockTokens;
     const { kvHeads: kvH, headDim: hd } = this;
     const n = this.cachedBlocks(chain, maxTokens);
@@ -88,7 +89,7 @@ export class KvBlockStore {
    * Store the full blocks i with from ≤ i < to along `chain` from a sequence's KV `src` (per layer [kvH, capacity, hd],
    * slot 0 = token 0); blocks already stored are refreshed in the LRU. Evicts least recently used blocks beyond maxBytes.
    */
-  write(chain: readonly string[], from: number, to: number, src: { keys: Float32Array[]; values: Float32Array[]; capacity: number }): void {
+  write(chain: readonly string[], from: number, to: number, src: { keys: KvArray[]; values: KvArray[]; capacity: number }): void {
     if (this.blockBytes > this.maxBytes) return;
     const BT = this.blockTokens;
     const { kvHeads: kvH, headDim: hd } = this;
@@ -96,8 +97,8 @@ export class KvBlockStore {
       const key = chain[i]!;
       const old = this.blocks.get(key);
       if (old) { this.blocks.delete(key); this.blocks.set(key, old); continue; }
-      const take = (bufs: Float32Array[]) => bufs.map((t) => {
-        const out = new Float32Array(kvH * BT * hd);
+      const take = (bufs: KvArray[]) => bufs.map((t) => {
+        const out = kvArrayLike(t, kvH * BT * hd);
         copySlots(t, src.capacity, i * BT, out, BT, 0, kvH, BT, hd);
         return out;
       });

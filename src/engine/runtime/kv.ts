@@ -16,6 +16,22 @@
 import * as ort from 'onnxruntime-node';
 import { MASKED } from '../graph/io.ts';
 
+/** KV element type: f32, or f16 (held as its bits in a Uint16Array, onnxruntime's 'float16' tensor data) */
+export type KvDType = 'f32' | 'f16';
+export const KV_DTYPES: readonly KvDType[] = ['f32', 'f16'];
+/** a KV buffer's data: Float32Array (f32) or Uint16Array (f16 bits) */
+export type KvArray = Float32Array | Uint16Array;
+
+/** n zeroed elements of `dtype` */
+export const kvArray = (dtype: KvDType, n: number): KvArray => (dtype === 'f16' ? new Uint16Array(n) : new Float32Array(n));
+/** n zeroed elements of `like`'s element type */
+export const kvArrayLike = (like: KvArray, n: number): KvArray => (like instanceof Uint16Array ? new Uint16Array(n) : new Float32Array(n));
+/** the tensor over `data` (no copy), 'float16' for f16 bits */
+export const kvTensor = (data: KvArray, dims: readonly number[]): ort.Tensor =>
+  data instanceof Uint16Array ? new ort.Tensor('float16', data, dims) : new ort.Tensor('float32', data, dims);
+/** bytes per KV element */
+export const kvBytes = (dtype: KvDType): number => (dtype === 'f16' ? 2 : 4);
+
 /** slots of room added when a buffer is reallocated for single-token (decode) steps */
 export const KV_CHUNK = 256;
 
@@ -38,10 +54,10 @@ export function kvCapacity(kv: KvCache): number {
 }
 
 /** how far each buffer has been written (keyed by the layer-0 key buffer of a KvCache) */
-const written = new WeakMap<Float32Array, number>();
+const written = new WeakMap<KvArray, number>();
 
-function keyBuffer(kv: KvCache): Float32Array | undefined {
-  return kv.keys[0]?.data as Float32Array | undefined;
+function keyBuffer(kv: KvCache): KvArray | undefined {
+  return kv.keys[0]?.data as KvArray | undefined;
 }
 
 /** whether T more slots can be written into `kv`'s buffers in place (room, and no later step already wrote there) */
@@ -52,8 +68,8 @@ export function canAppendInPlace(kv: KvCache, T: number): boolean {
 }
 
 /** An empty cache: [B, kvH, 0, hd] per layer. */
-export function emptyKv(layers: number, batch: number, kvHeads: number, headDim: number): KvCache {
-  const empty = () => new ort.Tensor('float32', new Float32Array(0), [batch, kvHeads, 0, headDim]);
+export function emptyKv(layers: number, batch: number, kvHeads: number, headDim: number, dtype: KvDType = 'f32'): KvCache {
+  const empty = () => kvTensor(kvArray(dtype, 0), [batch, kvHeads, 0, headDim]);
   return {
     keys: Array.from({ length: layers }, empty),
     values: Array.from({ length: layers }, empty),
@@ -67,12 +83,14 @@ export function emptyKv(layers: number, batch: number, kvHeads: number, headDim:
  * Copy `rows` [B·kvH] of `slots` slots each (hd floats per slot) from src (capacity srcCap, starting at slot
  * srcFrom) to dst (capacity dstCap, starting at slot dstFrom).
  */
-export function copySlots(src: Float32Array, srcCap: number, srcFrom: number, dst: Float32Array, dstCap: number, dstFrom: number,
+export function copySlots(src: KvArray, srcCap: number, srcFrom: number, dst: KvArray, dstCap: number, dstFrom: number,
   rows: number, slots: number, hd: number): void {
   if (slots === 0) return;
+  // a TypedArray copy between element types would convert values (f16 bits read as numbers)
+  if (src.constructor !== dst.constructor) throw new Error('copySlots: source and destination KV element types differ');
   for (let r = 0; r < rows; r++) {
     const s = (r * srcCap + srcFrom) * hd;
-    dst.set(src.subarray(s, s + slots * hd), (r * dstCap + dstFrom) * hd);
+    (dst as Float32Array).set((src as Float32Array).subarray(s, s + slots * hd), (r * dstCap + dstFrom) * hd);
   }
 }
 
@@ -82,7 +100,7 @@ export function copySlots(src: Float32Array, srcCap: number, srcFrom: number, ds
  * buffer of capacity length + T + min(reserve, KV_CHUNK), past and new slots copied in (no copy at all when there is
  * no past and no reserve: the new slots are the buffer). `reserve`: slots the caller expects to append later.
  */
-export function appendKv(past: KvCache | null, newKeys: Float32Array[], newValues: Float32Array[], shape: {
+export function appendKv(past: KvCache | null, newKeys: KvArray[], newValues: KvArray[], shape: {
   batch: number; width: number; kvHeads: number; headDim: number; starts: number[]; reserve: number;
 }): KvCache {
   const { batch: B, width: T, kvHeads: kvH, headDim: hd } = shape;
@@ -90,18 +108,18 @@ export function appendKv(past: KvCache | null, newKeys: Float32Array[], newValue
   const rows = B * kvH;
   if (past && canAppendInPlace(past, T)) {
     const C = kvCapacity(past);
-    past.keys.forEach((t, l) => copySlots(newKeys[l]!, T, 0, t.data as Float32Array, C, P, rows, T, hd));
-    past.values.forEach((t, l) => copySlots(newValues[l]!, T, 0, t.data as Float32Array, C, P, rows, T, hd));
+    past.keys.forEach((t, l) => copySlots(newKeys[l]!, T, 0, t.data as KvArray, C, P, rows, T, hd));
+    past.values.forEach((t, l) => copySlots(newValues[l]!, T, 0, t.data as KvArray, C, P, rows, T, hd));
     written.set(keyBuffer(past)!, P + T);
     return { keys: past.keys, values: past.values, batch: B, length: P + T, starts: shape.starts };
   }
   const C = P + T + Math.max(0, Math.min(shape.reserve, KV_CHUNK));
-  const grow = (old: ort.Tensor | undefined, fresh: Float32Array): ort.Tensor => {
-    if (P === 0 && C === T) return new ort.Tensor('float32', fresh, [B, kvH, C, hd]);
-    const buf = new Float32Array(rows * C * hd);
-    if (old && P > 0) copySlots(old.data as Float32Array, old.dims[2]!, 0, buf, C, 0, rows, P, hd);
+  const grow = (old: ort.Tensor | undefined, fresh: KvArray): ort.Tensor => {
+    if (P === 0 && C === T) return kvTensor(fresh, [B, kvH, C, hd]);
+    const buf = kvArrayLike(fresh, rows * C * hd);
+    if (old && P > 0) copySlots(old.data as KvArray, old.dims[2]!, 0, buf, C, 0, rows, P, hd);
     copySlots(fresh, T, 0, buf, C, P, rows, T, hd);
-    return new ort.Tensor('float32', buf, [B, kvH, C, hd]);
+    return kvTensor(buf, [B, kvH, C, hd]);
   };
   const keys = newKeys.map((k, l) => grow(past?.keys[l], k));
   const values = newValues.map((v, l) => grow(past?.values[l], v));
@@ -114,13 +132,13 @@ export function appendKv(past: KvCache | null, newKeys: Float32Array[], newValue
  * Per layer the filled slots as contiguous [B, kvH, length, hd] arrays (the buffer itself when capacity = length,
  * else a copy). For callers that keep a cache's contents (prefix.ts).
  */
-export function compactKv(kv: KvCache): { keys: Float32Array[]; values: Float32Array[] } {
+export function compactKv(kv: KvCache): { keys: KvArray[]; values: KvArray[] } {
   const C = kvCapacity(kv);
-  const compact = (t: ort.Tensor): Float32Array => {
-    const data = t.data as Float32Array;
+  const compact = (t: ort.Tensor): KvArray => {
+    const data = t.data as KvArray;
     if (C === kv.length) return data;
     const [B, kvH, , hd] = t.dims as [number, number, number, number];
-    const out = new Float32Array(B * kvH * kv.length * hd);
+    const out = kvArrayLike(data, B * kvH * kv.length * hd);
     copySlots(data, C, 0, out, kv.length, 0, B * kvH, kv.length, hd);
     return out;
   };
@@ -151,11 +169,11 @@ export function capacityBias(batch: number, width: number, past: number, capacit
 }
 
 /** A batch-1 cache over per-layer [kvH, capacity, hd] arrays whose first `length` slots are filled. */
-export function kvOfArrays(keys: Float32Array[], values: Float32Array[], kvHeads: number, capacity: number, headDim: number, length: number): KvCache {
+export function kvOfArrays(keys: KvArray[], values: KvArray[], kvHeads: number, capacity: number, headDim: number, length: number): KvCache {
   const dims = [1, kvHeads, capacity, headDim];
   return {
-    keys: keys.map((k) => new ort.Tensor('float32', k, dims)),
-    values: values.map((v) => new ort.Tensor('float32', v, dims)),
+    keys: keys.map((k) => kvTensor(k, dims)),
+    values: values.map((v) => kvTensor(v, dims)),
     batch: 1,
     length,
     starts: [0],
@@ -168,19 +186,19 @@ export function kvOfArrays(keys: Float32Array[], values: Float32Array[], kvHeads
  * layer [B, kvH, P + room, hd], the room left for the step's new slots to be appended in place. `starts` are the
  * rows' first real slots (a caller may put them later, e.g. on pads among the new slots).
  */
-export function packRowsKv(srcs: readonly (KvCache | null)[], lens: readonly number[], room: number, starts: readonly number[], kvHeads: number, headDim: number, layers: number): KvCache {
+export function packRowsKv(srcs: readonly (KvCache | null)[], lens: readonly number[], room: number, starts: readonly number[], kvHeads: number, headDim: number, layers: number, dtype: KvDType = 'f32'): KvCache {
   const B = srcs.length;
   const P = Math.max(0, ...lens);
   const C = P + room;
   const dims = [B, kvHeads, C, headDim];
   const pack = (side: 'keys' | 'values', l: number) => {
-    const out = new Float32Array(B * kvHeads * C * headDim);
+    const out = kvArray(dtype, B * kvHeads * C * headDim);
     srcs.forEach((src, b) => {
       const n = lens[b]!;
       if (n === 0 || !src) return;
-      copySlots(src[side][l]!.data as Float32Array, kvCapacity(src), 0, out.subarray(b * kvHeads * C * headDim), C, P - n, kvHeads, n, headDim);
+      copySlots(src[side][l]!.data as KvArray, kvCapacity(src), 0, out.subarray(b * kvHeads * C * headDim), C, P - n, kvHeads, n, headDim);
     });
-    return new ort.Tensor('float32', out, dims);
+    return kvTensor(out, dims);
   };
   return {
     keys: Array.from({ length: layers }, (_, l) => pack('keys', l)),
@@ -190,12 +208,13 @@ export function packRowsKv(srcs: readonly (KvCache | null)[], lens: readonly num
 }
 
 /** Row b's slots from..from+n of a batched cache, per layer as [kvH, n, hd] arrays (copies). */
-export function rowSlotsKv(kv: KvCache, b: number, from: number, n: number): { keys: Float32Array[]; values: Float32Array[] } {
+export function rowSlotsKv(kv: KvCache, b: number, from: number, n: number): { keys: KvArray[]; values: KvArray[] } {
   const C = kvCapacity(kv);
   const take = (t: ort.Tensor) => {
     const [, kvH, , hd] = t.dims as [number, number, number, number];
-    const out = new Float32Array(kvH * n * hd);
-    copySlots((t.data as Float32Array).subarray(b * kvH * C * hd), C, from, out, n, 0, kvH, n, hd);
+    const data = t.data as KvArray;
+    const out = kvArrayLike(data, kvH * n * hd);
+    copySlots(data.subarray(b * kvH * C * hd), C, from, out, n, 0, kvH, n, hd);
     return out;
   };
   return { keys: kv.keys.map(take), values: kv.values.map(take) };

@@ -15,12 +15,12 @@
  * slots on its left, which only the attention scores of that row touch.
  */
 import * as ort from 'onnxruntime-node';
-import { copySlots, rowSlotsKv, type KvCache } from './kv.ts';
+import { copySlots, kvArray, kvTensor, rowSlotsKv, type KvArray, type KvCache, type KvDType } from './kv.ts';
 
 /** One sequence's KV as a batch-1 cache holds it: per layer [1, kvH, cap, hd] with `length` filled slots. */
 export interface RowSource {
-  keys: Float32Array[];
-  values: Float32Array[];
+  keys: KvArray[];
+  values: KvArray[];
   /** slots per head in the source arrays (≥ length) */
   capacity: number;
   length: number;
@@ -35,10 +35,11 @@ export class RowKv {
   starts: number[] = [];
   private rows = 0;
   private capacity = 0;
-  private keys: Float32Array[] = [];
-  private values: Float32Array[] = [];
+  private keys: KvArray[] = [];
+  private values: KvArray[] = [];
 
-  constructor(readonly layers: number, readonly kvHeads: number, readonly headDim: number, private readonly maxRows: number) {}
+  /** `dtype`: the KV element type (the engine's `kvDType`) */
+  constructor(readonly layers: number, readonly kvHeads: number, readonly headDim: number, private readonly maxRows: number, readonly dtype: KvDType = 'f32') {}
 
   /** floats allocated (both K and V, every layer; a buffer re-laid out in place may be longer than rows × capacity) */
   get allocatedFloats(): number {
@@ -82,14 +83,14 @@ export class RowKv {
         for (let i = blocks.length - 1; i >= 0; i--) { const k = blocks[i]!; if (k.to > k.from) t.copyWithin(k.to, k.from, k.from + k.n); }
       }
     } else {
-      const alloc = () => new Float32Array(rows * kvH * capacity * hd);
-      const move = (src: Float32Array) => {
+      const alloc = () => kvArray(this.dtype, rows * kvH * capacity * hd);
+      const move = (src: KvArray) => {
         const dst = alloc();
-        for (const k of blocks) dst.set(src.subarray(k.from, k.from + k.n), k.to);
+        for (const k of blocks) (dst as Float32Array).set((src as Float32Array).subarray(k.from, k.from + k.n), k.to);
         return dst;
       };
       // one layer at a time, each old layer unreferenced as soon as it is copied (collectable before the next)
-      const relay = (bufs: Float32Array[]) => {
+      const relay = (bufs: KvArray[]) => {
         if (!bufs.length) return Array.from({ length: this.layers }, alloc);
         for (let l = 0; l < bufs.length; l++) bufs[l] = move(bufs[l]!);
         return bufs;
@@ -149,7 +150,7 @@ export class RowKv {
     const b = this.batch;
     const start = this.length - n;
     const row = this.rowFloats(b);
-    const copy = (from: Float32Array[], to: Float32Array[]) => {
+    const copy = (from: KvArray[], to: KvArray[]) => {
       for (let l = 0; l < this.layers; l++) copySlots(from[l]!, src.capacity, 0, to[l]!.subarray(row), this.capacity, start, this.kvHeads, n, this.headDim);
     };
     copy(src.keys, this.keys);
@@ -184,8 +185,8 @@ export class RowKv {
     const n = this.batch * this.kvHeads * this.capacity * this.headDim;
     const dims = [this.batch, this.kvHeads, this.capacity, this.headDim];
     return {
-      keys: this.keys.map((k) => new ort.Tensor('float32', k.subarray(0, n), dims)),
-      values: this.values.map((v) => new ort.Tensor('float32', v.subarray(0, n), dims)),
+      keys: this.keys.map((k) => kvTensor(k.subarray(0, n), dims)),
+      values: this.values.map((v) => kvTensor(v.subarray(0, n), dims)),
       batch: this.batch,
       length: this.length,
       starts: this.starts.slice(),
@@ -194,7 +195,7 @@ export class RowKv {
 
   /** After a step on `view()`: its present must be this buffer with one more slot (written in place by appendKv). */
   advance(present: KvCache): void {
-    if ((present.keys[0]?.data as Float32Array | undefined)?.buffer !== this.keys[0]?.buffer || present.length !== this.length + 1) {
+    if ((present.keys[0]?.data as KvArray | undefined)?.buffer !== this.keys[0]?.buffer || present.length !== this.length + 1) {
       throw new Error('RowKv: the step did not append in place');
     }
     this.length++;

@@ -63,15 +63,30 @@ function checkCudaInstalled(): void {
   }
 }
 
+/** the one install instruction for --device webgpu, said the same way by this error, the tests, `npm run check:gpu` and docs/engine.md (GPU) */
+export const WEBGPU_HINT = "no WebGPU adapter: install your GPU's Vulkan driver; on a machine without a GPU, Mesa's lavapipe "
+  + '(Debian: mesa-vulkan-drivers from bookworm-backports, and libvulkan1)';
+
+/**
+ * onnxruntime's WebGPU failures as one line: no adapter (Dawn found no Vulkan driver it accepts: none installed, or
+ * Mesa before 25 — bookworm's 22.3 lacks shaderUniform*ArrayDynamicIndexing), out of device memory, or anything else
+ * by onnxruntime's own first line. `why`: that first line.
+ */
+export function webgpuError(why: string): SafekeepError {
+  if (/WebGPU adapter|No supported adapters/i.test(why)) return new SafekeepError(`--device webgpu: ${WEBGPU_HINT}`);
+  if (/out of memory|OutOfMemory|allocat/i.test(why)) return new SafekeepError(`--device webgpu: out of device memory (${why.slice(0, 200)}); use a smaller --dtype (f16, q8, q4), --max-memory, or --device cpu`);
+  return new SafekeepError(`--device webgpu: onnxruntime's WebGPU execution provider failed (${why})`);
+}
+
 /** `hooks`: the hook points the session's graph exposes (graph/hooks.ts); none by default. */
 export async function openSession(ckpt: Checkpoint, opts: EngineConfig, hooks?: HookSelection): Promise<{ session: ort.InferenceSession; cached: boolean }> {
   if (opts.device === 'cuda') checkCudaInstalled();
   if (linearType(opts.dtype) === 'bf16' && opts.device !== 'cuda') {
-    throw new SafekeepError(`--dtype ${opts.dtype} runs only with --device cuda (onnxruntime's CPU provider has no bf16 MatMul); on the CPU use --dtype bf16 (bf16-rounded weights, f32 math) or f16`);
+    throw new SafekeepError(`--dtype ${opts.dtype} runs only with --device cuda (onnxruntime's ${opts.device === 'webgpu' ? 'WebGPU' : 'CPU'} provider has no bf16 MatMul); use --dtype bf16 (bf16-rounded weights, f32 math) or f16`);
   }
   const { bytes, weightsDir, cached } = modelGraph(ckpt, opts, hooks);
   const options: ort.InferenceSession.SessionOptions = {
-    executionProviders: opts.device === 'cuda' ? ['cuda', 'cpu'] : ['cpu'],
+    executionProviders: opts.device === 'cpu' ? ['cpu'] : [opts.device, 'cpu'],
     graphOptimizationLevel: 'all',
     intraOpNumThreads: opts.threads,
     interOpNumThreads: 1,
@@ -93,16 +108,18 @@ export async function openSession(ckpt: Checkpoint, opts: EngineConfig, hooks?: 
         model_external_initializers_file_folder_path: weightsDir,
       },
     },
-    // warnings (e.g. nodes placed on CPU under CUDA) are noise for users; errors surface as exceptions
-    logSeverityLevel: opts.device === 'cuda' ? 4 : 3,
+    // warnings (e.g. nodes placed on CPU under CUDA or WebGPU: shape arithmetic in int64) are noise for users; errors
+    // surface as exceptions
+    logSeverityLevel: opts.device === 'cpu' ? 3 : 4,
     ...(opts.profile !== null ? { enableProfiling: true, profileFilePrefix: opts.profile } : {}),
   };
   let session: ort.InferenceSession;
   try {
     session = await ort.InferenceSession.create(bytes, options);
   } catch (e) {
-    if (opts.device !== 'cuda') throw e;
+    if (opts.device === 'cpu') throw e;
     const why = String((e as Error).message ?? e).split('\n')[0]!.slice(0, 300);
+    if (opts.device === 'webgpu') throw webgpuError(why);
     throw new SafekeepError(`--device cuda: onnxruntime's CUDA execution provider could not start (${why}). ${CUDA_HINT}`);
   }
   return { session, cached };
