@@ -1,5 +1,6 @@
 /**
- * `npm run bench:generate [-- --rounds R --prompts N --new-tokens K --threads T --base REV --base-batches 8,32
+ * `npm run bench:generate [-- --rounds R --prompts N --new-tokens K --threads T --device cpu|cuda|webgpu --dtype f32|f16
+ *    --kv-dtypes f32,f16 --base REV --base-batches 8,32
  *    --hf-batches B,… --no-hf --no-llama --llama-batch 512 --modes M,… --mem-log PREFIX --keep DIR --json FILE]`: generation throughput on the
  * serving workload — a SmolLM2-135M-shaped random checkpoint (f32), N = 32 prompts of 151–587 tokens (random ids),
  * exactly K = 64 new tokens each (no stop ids), greedy, 2 threads — in fresh child processes, the modes interleaved
@@ -62,7 +63,13 @@ async function servingChild(): Promise<Record<string, unknown>> {
   const n = Number(flag('prompts') ?? 32);
   const K = Number(flag('new-tokens') ?? 64);
   const { createEngine } = await import(pathToFileURL(join(root, 'src', 'engine', 'engine.ts')).href) as typeof import('../src/engine/engine.ts');
-  const engine = await createEngine(flag('model')!, { threads: Number(flag('threads') ?? 2), cacheDir: flag('cache')!, quiet: true });
+  // device, weight and KV dtypes only for this tree's engine (a base revision may not know them)
+  const own = {
+    ...(flag('device') ? { device: flag('device') as 'cpu' | 'cuda' | 'webgpu' } : {}),
+    ...(flag('dtype') ? { dtype: flag('dtype') as 'f32' | 'f16' } : {}),
+    ...(flag('kv-dtype') ? { kvDType: flag('kv-dtype') as 'f32' | 'f16' } : {}),
+  };
+  const engine = await createEngine(flag('model')!, { threads: Number(flag('threads') ?? 2), cacheDir: flag('cache')!, quiet: true, ...own });
   const prompts = workload(n, engine.vocabSize);
   const times = timeSteps(engine);
   const memLog = flag('mem-log') ? memSampler(engine) : null;
@@ -204,21 +211,29 @@ async function servingMain(): Promise<void> {
     const LLAMA = `llama.cpp parallel (${n} sequences, F32)`;
     const SCHED = `safekeep scheduled (${n} in flight)`;
     const ONE = 'safekeep, one call at a time';
+    // --device cpu|cuda|webgpu, --dtype f32|f16 for this tree's rows; --kv-dtypes f32,f16: a scheduled row per KV dtype
+    // (the first is SCHED, the one the bound is computed for), so peak memory shows both ways
+    const device = flag('device') ?? 'cpu';
+    const dtype = flag('dtype') ?? (device === 'cpu' ? 'f32' : 'f16');
+    const ownArgs = ['--device', device, '--dtype', dtype];
+    const kvs = (flag('kv-dtypes') ?? '').split(',').filter(Boolean);
+    const kvArgs = (kv: string | undefined) => (kv ? ['--kv-dtype', kv] : []);
     const modes: Mode[] = [
-      { name: ONE, run: sk(repo, 'one', 'cache') },
+      { name: ONE, run: sk(repo, 'one', 'cache', [...ownArgs, ...kvArgs(kvs[0])]) },
       ...('root' in base ? baseBatches.map((b) => ({ name: baseName(b), run: sk(base.root, 'batch', 'cache-base', ['--batch', String(b)]) })) : []),
       ...(hfOk ? [...hfNames.map((h) => ({ name: h.name, run: hf(['batch', '--batch', h.b], h.name), optional: true })),
         { name: 'HF generate_batch (continuous batching, paged sdpa)', run: hf(['cb'], 'HF cb'), optional: true }] : []),
       ...(llamaWhy === null ? [{ name: LLAMA, run: () => node(['--mode', 'llama', '--gguf', gguf, '--vocab', String(SMOLLM2_SHAPE.vocabSize), '--threads', String(threads), '--prompts', String(n), '--new-tokens', String(K), ...(flag('llama-batch') ? ['--llama-batch', flag('llama-batch')!] : [])], 'llama.cpp'), optional: true }] : []),
-      { name: SCHED, run: sk(repo, 'scheduled', 'cache') },
+      { name: SCHED, run: sk(repo, 'scheduled', 'cache', [...ownArgs, ...kvArgs(kvs[0])]) },
+      ...kvs.slice(1).map((kv) => ({ name: `${SCHED}, KV ${kv}`, run: sk(repo, 'scheduled', 'cache', [...ownArgs, ...kvArgs(kv)]) })),
     ];
     // --modes one,scheduled,base8,…: only those rows (base<B> for a base batch; hf, llama for theirs)
     const only = flag('modes')?.split(',');
-    const keyOf = (m: Mode) => m.name === SCHED ? 'scheduled' : m.name === ONE ? 'one' : m.name.startsWith('base') ? `base${m.name.split(' ').at(-1)}` : m.name.startsWith('HF') ? 'hf' : 'llama';
+    const keyOf = (m: Mode) => m.name.startsWith(SCHED) ? 'scheduled' : m.name === ONE ? 'one' : m.name.startsWith('base') ? `base${m.name.split(' ').at(-1)}` : m.name.startsWith('HF') ? 'hf' : 'llama';
     if (only) modes.splice(0, modes.length, ...modes.filter((m) => only.includes(keyOf(m))));
     const loads: number[] = [];
     const { best, skipped } = interleave(modes, rounds, loads);
-    const out = [`bench:generate — SmolLM2-135M shape (random), f32, ${threads} threads, ${n} prompts of 151–587 tokens, exactly ${K} new tokens, greedy; best of ${rounds} round(s), fresh processes, interleaved`, '',
+    const out = [`bench:generate — SmolLM2-135M shape (random), safekeep rows ${dtype} on ${device}${kvs.length ? ` (KV ${kvs.join(' / ')})` : ''}, others f32 on the CPU, ${threads} threads, ${n} prompts of 151–587 tokens, exactly ${K} new tokens, greedy; best of ${rounds} round(s), fresh processes, interleaved`, '',
       '| | tokens generated / s | decode-only tok/s | prefill tok/s | peak RSS | wall s | decode attention slots masked: left of start / all | left-masked share of decode multiply-adds | 1-min load |',
       '| --- | --- | --- | --- | --- | --- | --- | --- | --- |'];
     for (const m of modes) {
