@@ -11,6 +11,8 @@
  *   `tokenizerDir` (another folder), loaded with @huggingface/transformers from local files only (no network).
  * - `encode` parses special tokens inside rendered text as special tokens and never doubles BOS: when the text
  *   already begins with the BOS string (templates emit it), the tokenizer's own BOS is dropped.
+ * - `encodeChat` is how a conversation from outside becomes ids: the template's own markup is special tokens, every
+ *   string of the conversation plain text, even one that spells a special token (plain-content.ts).
  */
 import { existsSync, mkdirSync, statSync } from 'node:fs';
 import { writeFileAtomic } from '../util/atomic.ts';
@@ -18,6 +20,7 @@ import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import * as transformers from '@huggingface/transformers';
 import { Template } from '@huggingface/jinja';
+import { coreTokenizer, encodeWithPlainContent, PlainContent, specialTokenStrings } from './plain-content.ts';
 import type { ToolSpec } from '../data/types.ts';
 import { readRegularText } from '../checkpoint/regular-file.ts';
 import { SafekeepError } from '../util/errors.ts';
@@ -63,6 +66,12 @@ export interface PromptTokenizer {
   readonly vocabDir: string | null;
   readonly bosTokenId: number | null;
   render(messages: readonly ChatMessage[], opts: RenderOptions): string;
+  /**
+   * ids of a conversation rendered with `opts`: the template's own special tokens are special ids, while every
+   * string of `messages` and `opts.tools` is encoded as plain text (a special-token string in a message stays the
+   * characters it is made of, HF's `split_special_tokens`); equal to `encode(render(...))` when they hold none.
+   */
+  encodeChat(messages: readonly ChatMessage[], opts: RenderOptions): number[];
   /** ids of `text` (special tokens parsed, BOS added by the tokenizer unless the text already starts with it) */
   encode(text: string): number[];
   decode(ids: readonly number[], opts?: { skipSpecial?: boolean }): string;
@@ -291,12 +300,25 @@ export async function loadPromptTokenizer(modelDir: string, opts: LoadTokenizerO
     return out;
   };
 
-  const encode = (text: string): number[] => {
-    const ids = needVocab().encode(text, { add_special_tokens: true });
+  const dropDoubleBos = (ids: number[], text: string): number[] => {
     if (bosTokenId !== null && bosToken !== undefined && ids.length >= 2 && ids[0] === bosTokenId && ids[1] === bosTokenId && text.startsWith(bosToken)) {
       return ids.slice(1);
     }
     return ids;
+  };
+  const encode = (text: string): number[] => dropDoubleBos(needVocab().encode(text, { add_special_tokens: true }), text);
+
+  const core = hf ? coreTokenizer(hf) : null;
+  const specialStrings = core ? specialTokenStrings(core) : [];
+  const encodeChat = (messages: readonly ChatMessage[], ro: RenderOptions): number[] => {
+    needVocab();
+    const plain = new PlainContent(specialStrings);
+    const safeMessages = plain.neutralise(messages.map((m) => ({ ...m })));
+    const safeTools = ro.tools ? plain.neutralise(structuredClone(ro.tools) as ToolSpec[]) : ro.tools;
+    const text = render(safeMessages, { ...ro, tools: safeTools });
+    // no special-token string anywhere in the conversation: the plain encoding, unchanged
+    if (!plain.replaced) return encode(text);
+    return dropDoubleBos(encodeWithPlainContent(core!, text, plain), text);
   };
 
   return {
@@ -310,6 +332,7 @@ export async function loadPromptTokenizer(modelDir: string, opts: LoadTokenizerO
     bosTokenId,
     render,
     encode,
+    encodeChat,
     decode: (ids, o = {}) => needVocab().decode([...ids], { skip_special_tokens: o.skipSpecial ?? false, clean_up_tokenization_spaces: false }),
     tokenId: (token) => {
       needVocab();
