@@ -13,6 +13,7 @@
  *   already begins with the BOS string (templates emit it), the tokenizer's own BOS is dropped.
  * - `encodeChat` is how a conversation from outside becomes ids: the template's own markup is special tokens, every
  *   string of the conversation plain text, even one that spells a special token (plain-content.ts).
+ * - Rendering is bounded (bounded-render.ts): a template that loops or grows without end is one SafekeepError.
  */
 import { existsSync, mkdirSync, statSync } from 'node:fs';
 import { writeFileAtomic } from '../util/atomic.ts';
@@ -20,6 +21,7 @@ import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import * as transformers from '@huggingface/transformers';
 import { Template } from '@huggingface/jinja';
+import { budgetError, renderBounded, TemplateBudgetError } from './bounded-render.ts';
 import { coreTokenizer, encodeWithPlainContent, PlainContent, specialTokenStrings } from './plain-content.ts';
 import type { ToolSpec } from '../data/types.ts';
 import { readRegularText } from '../checkpoint/regular-file.ts';
@@ -278,7 +280,7 @@ export async function loadPromptTokenizer(modelDir: string, opts: LoadTokenizerO
     }
     let out: string;
     try {
-      out = tpl.render({
+      out = renderBounded(tpl, {
         messages: messages.map((m) => ({ ...m })),
         add_generation_prompt: ro.addGenerationPrompt,
         tools: tools ? structuredClone(tools) : null,
@@ -287,6 +289,7 @@ export async function loadPromptTokenizer(modelDir: string, opts: LoadTokenizerO
         ...(ro.templateKwargs ?? {}),
       });
     } catch (e) {
+      if (e instanceof TemplateBudgetError) throw budgetError(choice.source, e);
       throw new SafekeepError(`chat template ${choice.source}: rendering failed (${(e as Error).message})`);
     }
     if (ro.continueFinalMessage) {
