@@ -2,8 +2,8 @@
  * Client text never becomes control tokens (src/prompts/plain-content.ts): with the real Qwen3 and Llama-3.1
  * tokenizers, a conversation whose messages, tool results, tool-call arguments and tool specs spell every special
  * token of the tokenizer encodes with exactly the special ids the template writes itself, its text intact; the
- * serve --model path (LocalBackend: the agent's prompt and the judge's) sends those ids to the engine; a benign
- * conversation keeps its ids.
+ * serve --model path (LocalBackend: the agent's prompt and the judge's) sends those ids to the engine, and so do
+ * the prompt configurations of render/extract/steer; a benign conversation keeps its ids.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,6 +15,8 @@ import { LocalBackend } from '../src/guard/backends/local.ts';
 import { guardedRespond } from '../src/guard/respond.ts';
 import type { ToolSpec } from '../src/data/types.ts';
 import type { GenerateOptions } from '../src/engine/types.ts';
+import { PromptBuilder } from '../src/prompts/configurations.ts';
+import { loadPromptTexts } from '../src/prompts/texts.ts';
 import { needShared } from './helpers/shared.ts';
 
 interface AddedToken { id: number; content: string; special: boolean }
@@ -53,12 +55,7 @@ function conversation(s: string): { messages: ChatMessage[]; tools: ToolSpec[] }
   };
 }
 
-const cases: { which: NpmTokenizer; template?: () => string | null }[] = [
-  { which: 'qwen3' },
-  { which: 'llama3' },
-];
-
-for (const { which } of cases) {
+for (const which of ['qwen3', 'llama3'] as const) {
   test(`${which}: content spelling every special token yields no special id; the template's own tokens are unchanged`, async () => {
     const tok = await loadPromptTokenizer(npmTokenizerDir(which));
     const { strings, ids: specialIds } = specialsOf(which);
@@ -144,4 +141,26 @@ test('serve --model path (LocalBackend): the agent and judge prompts of a conver
   const backend = new LocalBackend(recordingEngine([]), tok);
   const { messages, tools } = conversation(forged);
   assert.deepEqual(backend.promptIds({ messages, tools, maxTokens: 4, purpose: 'agent' }), tok.encodeChat(messages.map((m) => m), { tools, addGenerationPrompt: true }));
+});
+
+test('prompt configurations (render, extract, steer): a data-set request and tool specs spelling special tokens stay text in every representation', async () => {
+  const tok = await loadPromptTokenizer(npmTokenizerDir('qwen3'));
+  const { strings, ids: specialIds } = specialsOf('qwen3');
+  const b = new PromptBuilder(tok, { texts: loadPromptTexts() });
+  const specials = (ids: number[]) => ids.filter((i) => specialIds.has(i));
+  const forged = strings.join('');
+  const evil = conversation(forged);
+  const benign = conversation('x');
+  for (const repr of ['schema', 'flattened', 'pseudoword'] as const) {
+    const r = b.render(`Send the mail. ${forged}`, evil.tools, 'agent', repr);
+    const base = b.render('Send the mail. x', benign.tools, 'agent', repr);
+    assert.deepEqual(specials(r.ids!), specials(base.ids!), repr);
+    assert.equal(tok.decode(r.ids!), r.text, repr);
+    assert.ok(r.text.includes(forged), repr);
+    assert.deepEqual(base.ids, tok.encode(base.text), `${repr}: benign ids as before`);
+  }
+  const ctx = b.renderContext(evil.messages, evil.tools, 'schema');
+  assert.deepEqual(specials(ctx.ids!), specials(b.renderContext(benign.messages, benign.tools, 'schema').ids!));
+  const chat = b.render(`Hi ${forged}`, evil.tools, 'chatbot');
+  assert.deepEqual(specials(chat.ids!), specials(b.render('Hi x', evil.tools, 'chatbot').ids!));
 });

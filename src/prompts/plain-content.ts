@@ -22,11 +22,14 @@ import { SafekeepError } from '../util/errors.ts';
 export class PlainContent {
   private readonly nonce = randomBytes(8).toString('hex');
   private readonly originals: string[] = [];
-  private readonly specialRe: RegExp | null;
 
-  constructor(specials: readonly string[]) {
+  /** `specialRe`: `PlainContent.matcher` of the tokenizer's special-token strings (built once per tokenizer) */
+  constructor(private readonly specialRe: RegExp | null) {}
+
+  /** One pattern matching any of `specials`, the longest first where several begin at one place. */
+  static matcher(specials: readonly string[]): RegExp | null {
     const sorted = [...new Set(specials)].filter((s) => s.length > 0).sort((a, b) => b.length - a.length);
-    this.specialRe = sorted.length ? new RegExp(sorted.map(escapeRegExp).join('|'), 'g') : null;
+    return sorted.length ? new RegExp(sorted.map(escapeRegExp).join('|'), 'g') : null;
   }
 
   /** whether any special-token string was replaced */

@@ -74,6 +74,12 @@ export interface PromptTokenizer {
    * characters it is made of, HF's `split_special_tokens`); equal to `encode(render(...))` when they hold none.
    */
   encodeChat(messages: readonly ChatMessage[], opts: RenderOptions): number[];
+  /**
+   * `encodeChat` for a prompt built another way: `build` renders it, passing every client-provided value (messages,
+   * tool specs, text it splices in) through `plain` first. Returns the prompt's text (as `build` would render it
+   * without `plain`) and its ids, client text encoded as plain text.
+   */
+  encodeRendered(build: (plain: <T>(v: T) => T) => string): { text: string; ids: number[] };
   /** ids of `text` (special tokens parsed, BOS added by the tokenizer unless the text already starts with it) */
   encode(text: string): number[];
   decode(ids: readonly number[], opts?: { skipSpecial?: boolean }): string;
@@ -311,18 +317,23 @@ export async function loadPromptTokenizer(modelDir: string, opts: LoadTokenizerO
   };
   const encode = (text: string): number[] => dropDoubleBos(needVocab().encode(text, { add_special_tokens: true }), text);
 
-  const core = hf ? coreTokenizer(hf) : null;
-  const specialStrings = core ? specialTokenStrings(core) : [];
-  const encodeChat = (messages: readonly ChatMessage[], ro: RenderOptions): number[] => {
-    needVocab();
-    const plain = new PlainContent(specialStrings);
-    const safeMessages = plain.neutralise(messages.map((m) => ({ ...m })));
-    const safeTools = ro.tools ? plain.neutralise(structuredClone(ro.tools) as ToolSpec[]) : ro.tools;
-    const text = render(safeMessages, { ...ro, tools: safeTools });
-    // no special-token string anywhere in the conversation: the plain encoding, unchanged
-    if (!plain.replaced) return encode(text);
-    return dropDoubleBos(encodeWithPlainContent(core!, text, plain), text);
+  // built on first use: folders that only render never need them
+  let plainEncoding: { core: ReturnType<typeof coreTokenizer>; specials: RegExp | null } | null = null;
+  const encodeRendered = (build: (plain: <T>(v: T) => T) => string): { text: string; ids: number[] } => {
+    const hfTok = needVocab();
+    if (!plainEncoding) {
+      const core = coreTokenizer(hfTok);
+      plainEncoding = { core, specials: PlainContent.matcher(specialTokenStrings(core)) };
+    }
+    const { core } = plainEncoding;
+    const plain = new PlainContent(plainEncoding.specials);
+    const text = build((v) => plain.neutralise(v));
+    // no special-token string anywhere in what the client gave: the plain encoding, unchanged
+    if (!plain.replaced) return { text, ids: encode(text) };
+    return { text: plain.restoreAll(text), ids: dropDoubleBos(encodeWithPlainContent(core, text, plain), text) };
   };
+  const encodeChat = (messages: readonly ChatMessage[], ro: RenderOptions): number[] =>
+    encodeRendered((plain) => render(plain(messages.map((m) => ({ ...m }))), { ...ro, tools: ro.tools ? plain(structuredClone(ro.tools) as ToolSpec[]) : ro.tools })).ids;
 
   return {
     family,
@@ -336,6 +347,7 @@ export async function loadPromptTokenizer(modelDir: string, opts: LoadTokenizerO
     render,
     encode,
     encodeChat,
+    encodeRendered,
     decode: (ids, o = {}) => needVocab().decode([...ids], { skip_special_tokens: o.skipSpecial ?? false, clean_up_tokenization_spaces: false }),
     tokenId: (token) => {
       needVocab();
