@@ -6,7 +6,9 @@
  * client's text only:
  *   1. every string the template receives from the conversation (message fields, tool specs, keys included) has
  *      each special-token string replaced by a placeholder: a private-use character, a per-call random nonce, an
- *      index, a closing private-use character — nothing a client can write, nothing a template filter changes;
+ *      index, a closing private-use character — nothing a client can write (the two characters are replaced too
+ *      where a client writes them), nothing a template filter changes except by cutting or escaping it, which is
+ *      refused;
  *   2. the template renders that, so every special-token string left in the rendering is the template's own;
  *   3. the rendering is encoded as the tokenizer encodes (added tokens split out first, then normaliser,
  *      pre-tokeniser, model, post-processor), except that each placeholder is put back as its original text
@@ -29,7 +31,10 @@ export class PlainContent {
   /** One pattern matching any of `specials`, the longest first where several begin at one place. */
   static matcher(specials: readonly string[]): RegExp | null {
     const sorted = [...new Set(specials)].filter((s) => s.length > 0).sort((a, b) => b.length - a.length);
-    return sorted.length ? new RegExp(sorted.map(escapeRegExp).join('|'), 'g') : null;
+    if (!sorted.length) return null;
+    // the placeholders' own delimiters are replaced too where a client writes them, so that any left in a rendering
+    // are the remains of a placeholder the template cut
+    return new RegExp([...sorted.map(escapeRegExp), OPEN, CLOSE].join('|'), 'g');
   }
 
   /** whether any special-token string was replaced */
@@ -38,7 +43,7 @@ export class PlainContent {
   }
 
   private placeholder(i: number): string {
-    return `\uE000${this.nonce}${i.toString(36)}\uE001`;
+    return `${OPEN}${this.nonce}${i.toString(36)}${CLOSE}`;
   }
 
   /** `v` with every special-token string in its strings (object keys too) replaced by a placeholder. */
@@ -63,12 +68,14 @@ export class PlainContent {
 
   /** `text` with its placeholders back as their original strings; null when it holds none. */
   restore(text: string): string | null {
-    if (!text.includes(this.nonce)) return null;
-    const re = new RegExp(`\uE000${this.nonce}([0-9a-z]+)\uE001`, 'g');
-    const out = text.replace(re, (_m, i: string) => this.originals[parseInt(i, 36)] ?? _m);
+    if (!text.includes(OPEN) && !text.includes(CLOSE) && !text.includes(this.nonce)) return null;
+    const re = new RegExp(`${OPEN}${this.nonce}([0-9a-z]+)${CLOSE}`, 'g');
     // a placeholder the template cut, escaped or re-cased: its text can no longer be put back for sure
-    if (out.includes(this.nonce)) throw new SafekeepError('chat template: it changed the text of a message in a way safekeep cannot encode safely (a special-token string in the conversation was cut or escaped by the template)');
-    return out;
+    const rest = text.replace(re, '');
+    if (rest.includes(OPEN) || rest.includes(CLOSE) || rest.includes(this.nonce)) {
+      throw new SafekeepError('chat template: it changed the text of a message in a way safekeep cannot encode safely (a special-token string in the conversation was cut or escaped by the template)');
+    }
+    return text.replace(re, (m, i: string) => this.originals[parseInt(i, 36)] ?? m);
   }
 
   /** `text` with its placeholders back, whether or not it holds any. */
@@ -76,6 +83,10 @@ export class PlainContent {
     return this.restore(text) ?? text;
   }
 }
+
+/** Placeholder delimiters: private-use characters, which no filter of a template trims, escapes or re-cases. */
+const OPEN = '\uE000';
+const CLOSE = '\uE001';
 
 function escapeRegExp(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
