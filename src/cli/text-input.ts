@@ -1,8 +1,9 @@
 /**
  * Text in, text out for `forward` and `generate`: the input is `--ids IDS.json` (token ids), `--prompt TEXT` (raw
  * text, encoded as is: special tokens parsed, BOS added by the tokenizer) or `--chat TEXT` (one user message rendered
- * with the model's chat template and the assistant-turn header, its text encoded as plain text); the tokenizer, when the model folder has one,
- * decodes what comes out. `--logits none|last|all` says which logits an output file gets.
+ * with the model's chat template and the assistant-turn header, the message encoded as plain text); the tokenizer,
+ * when the model folder has one, decodes what comes out. `--logits none|last|all` says which logits an output file
+ * gets.
  */
 import { SafekeepError } from '../util/errors.ts';
 import { loadPromptTokenizer, type PromptTokenizer } from '../prompts/tokenizer.ts';

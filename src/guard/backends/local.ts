@@ -1,6 +1,9 @@
 /**
  * Local-engine backend: chat template (PromptTokenizer) + greedy generation (Engine). Tool calls stay in the
- * content in the family's native syntax (special tokens kept, end-of-turn tokens stripped).
+ * content in the family's native syntax (special tokens kept, end-of-turn tokens stripped). A call's prompt ids come
+ * from `encodeChat`: the template's own markup is special tokens, the conversation (every message, tool call and
+ * tool spec, the agent's and the judge's alike) plain text even where it spells a special token, so a client or a
+ * tool result cannot open a turn of its own.
  * Refusal prefill = the prefix as the content of a final assistant message rendered with
  * `continueFinalMessage` (HF semantics: the rendering stops right after the prefix), then continued.
  * Concurrent calls are batched: each call is one sequence of the engine's scheduler (`generate` with one row runs on
