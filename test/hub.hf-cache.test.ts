@@ -16,7 +16,7 @@ import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { pullModel } from '../src/hub/pull.ts';
 import { resolveModel } from '../src/hub/resolve.ts';
-import { findCachedSnapshot } from '../src/hub/hf-cache.ts';
+import { findCachedSnapshot, linkSnapshotIntoCache } from '../src/hub/hf-cache.ts';
 import { startMockHub } from './helpers/mockHub.ts';
 import { repoRoot } from './helpers/shared.ts';
 
@@ -137,4 +137,48 @@ test('CLI: HF_HUB_OFFLINE=1 and an id not downloaded → one line, exit 2; HF_HU
   assert.match(b.stderr, /^safekeep: --model acme\/other: not downloaded .* and HF_HUB_OFFLINE is set\n$/);
   assert.equal(c.code, 0, c.stderr);
   assert.match(c.stdout, /family\s+llama/);
+});
+
+test('pull --hf-cache takes only a 40-hex commit from the hub and a relative ref name: nothing is written outside the repo folder, no other model is touched', async () => {
+  const victimSha = 'e'.repeat(40);
+  const evilHub = await startMockHub([
+    { id: 'acme/escape', files, revisions: { main: '../../../escaped' } },
+    { id: 'acme/overwrite', files, revisions: { main: `../../models--acme--victim/snapshots/${victimSha}` } },
+    { id: 'acme/upper', files, revisions: { main: 'C'.repeat(40) } },
+  ]);
+  try {
+    const base = join(root, 'hf5');
+    const cache = join(base, 'cache');
+    const victim = writePythonCache(cache, 'acme/victim', victimSha, ['config.json']);
+    const before = readFileSync(join(victim, 'config.json'));
+    for (const id of ['acme/escape', 'acme/overwrite', 'acme/upper']) {
+      await assert.rejects(pullModel(id, { endpoint: evilHub.endpoint, hfCache: cache, ...q }),
+        (e: Error) => e.name === 'SafekeepError' && /commit .* not a 40-hex-digit sha/.test(e.message), id);
+    }
+    assert.ok(!existsSync(join(base, 'escaped')), 'nothing written outside the cache');
+    assert.deepEqual(readdirSync(victim), ['config.json'], "the other model's snapshot keeps its files");
+    assert.deepEqual(readFileSync(join(victim, 'config.json')), before);
+    assert.ok(lstatSync(join(victim, 'config.json')).isSymbolicLink());
+    // a revision naming a path outside refs/ is refused before any request
+    const n = evilHub.requests.length;
+    for (const revision of ['../../../x', 'a/../../b', '/abs', 'a\\b', 'a\0b']) {
+      await assert.rejects(pullModel('acme/escape', { endpoint: evilHub.endpoint, hfCache: cache, revision, ...q }),
+        (e: Error) => e.name === 'SafekeepError' && /revision .* cannot name a file under refs\//.test(e.message), revision);
+    }
+    assert.equal(evilHub.requests.length, n);
+    // and the cache's own writer refuses a file name that would leave the snapshot
+    assert.throws(() => linkSnapshotIntoCache(cache, 'acme/victim', 'main', victimSha, { '../../../blobs/x': 'a'.repeat(40) }),
+      (e: Error) => e.name === 'SafekeepError' && /'\.' or '\.\.' segment/.test(e.message));
+    // the CLI says it in one line, exit 2
+    const r = await new Promise<{ code: number; stderr: string }>((res) => {
+      execFile(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 'pull', 'acme/escape', '--hf-cache', '--quiet'],
+        { cwd: root, env: { ...process.env, HF_TOKEN: '', HF_ENDPOINT: evilHub.endpoint, HF_HUB_CACHE: cache, HF_HUB_OFFLINE: '' }, timeout: 60_000 },
+        (err, _stdout, stderr) => res({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stderr }));
+    });
+    assert.equal(r.code, 2, r.stderr);
+    assert.match(r.stderr, /^safekeep: .*not a 40-hex-digit sha.*\n$/);
+    assert.ok(!existsSync(join(base, 'escaped')));
+  } finally {
+    await evilHub.close();
+  }
 });

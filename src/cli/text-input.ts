@@ -1,8 +1,9 @@
 /**
  * Text in, text out for `forward` and `generate`: the input is `--ids IDS.json` (token ids), `--prompt TEXT` (raw
  * text, encoded as is: special tokens parsed, BOS added by the tokenizer) or `--chat TEXT` (one user message rendered
- * with the model's chat template and the assistant-turn header); the tokenizer, when the model folder has one,
- * decodes what comes out. `--logits none|last|all` says which logits an output file gets.
+ * with the model's chat template and the assistant-turn header, the message encoded as plain text); the tokenizer,
+ * when the model folder has one, decodes what comes out. `--logits none|last|all` says which logits an output file
+ * gets.
  */
 import { SafekeepError } from '../util/errors.ts';
 import { loadPromptTokenizer, type PromptTokenizer } from '../prompts/tokenizer.ts';
@@ -41,6 +42,7 @@ export async function readTextInput(args: ParsedArgs, modelDir: string): Promise
     throw new SafekeepError(`--${given[0]} needs the model's tokenizer: ${(e as Error).message.split('\n')[0]}`);
   }
   if (tok.vocab === 'none') throw new SafekeepError(`--${given[0]}: ${modelDir} has a chat template but no tokenizer.json`);
-  const rendered = given[0] === 'chat' ? tok.render([{ role: 'user', content: text }], { addGenerationPrompt: true }) : text;
-  return { ids: [tok.encode(rendered)], tok };
+  // --chat is a message: its text stays text even where it spells a special token (--prompt is raw, parsed as is)
+  const ids = given[0] === 'chat' ? tok.encodeChat([{ role: 'user', content: text }], { addGenerationPrompt: true }) : tok.encode(text);
+  return { ids: [ids], tok };
 }

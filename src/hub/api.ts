@@ -108,6 +108,27 @@ export function repoPathProblem(path: string): string | null {
   return null;
 }
 
+/** A git commit as the hub names it: 40 lowercase hex digits. */
+export const COMMIT_SHA = /^[0-9a-f]{40}$/;
+
+/**
+ * A branch or tag name that is safe as a path under a folder (the hub cache's refs/<revision>): the rules of a
+ * repo file path (it may hold '/', as `refs/pr/1` does, never an empty, '.' or '..' segment, a backslash, a control
+ * character or a leading '/'). Returns the problem or null.
+ */
+export function revisionProblem(revision: string): string | null {
+  if (revision.length === 0) return 'empty name';
+  if (revision.length > 255) return 'name longer than 255 characters';
+  // eslint-disable-next-line no-control-regex
+  if (/[\x00-\x1f\x7f]/.test(revision)) return 'control character (NUL, newline...) in the name';
+  if (revision.includes('\\')) return 'backslash in the name';
+  if (revision.startsWith('/')) return 'absolute path';
+  const segs = revision.split('/');
+  if (segs.some((x) => x === '')) return 'empty path segment';
+  if (segs.some((x) => x === '.' || x === '..')) return "'.' or '..' segment";
+  return null;
+}
+
 /** `repoPathProblem` as one clear error. */
 export function checkRepoPath(t: { repoId: string; repoType: RepoType }, path: string): void {
   const problem = repoPathProblem(path);
@@ -231,6 +252,10 @@ export async function listHubFiles(t: HubTarget): Promise<HubListing> {
       blobId: typeof s.blobId === 'string' ? s.blobId : null,
       lfsSha256: typeof lfs?.sha256 === 'string' ? lfs.sha256 : null,
     });
+  }
+  // the commit names folders (the hub cache's snapshots/<commit>) and goes into URLs: only a real sha is taken
+  if (b.sha !== undefined && (typeof b.sha !== 'string' || !COMMIT_SHA.test(b.sha))) {
+    throw new SafekeepError(`${repoLabel(t)}: the hub's file listing gives the commit ${quoteClipped(b.sha)}, not a 40-hex-digit sha; refused`);
   }
   return { repoId: t.repoId, repoType: t.repoType, revision, commit: typeof b.sha === 'string' ? b.sha : revision, files };
 }

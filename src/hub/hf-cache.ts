@@ -16,7 +16,9 @@ import { existsSync, lstatSync, mkdirSync, readFileSync, renameSync, rmSync, sta
 import { dirname, join, relative } from 'node:path';
 import { writeFileAtomic } from '../util/atomic.ts';
 import { parseJsonBounded } from '../util/json-bounded.ts';
-import { checkRepoId } from './api.ts';
+import { SafekeepError } from '../util/errors.ts';
+import { quoteClipped } from '../util/quote.ts';
+import { checkRepoId, COMMIT_SHA, repoPathProblem, revisionProblem } from './api.ts';
 
 /** `models--org--name` under the cache. */
 export function hfCacheRepoDir(cache: string, repoId: string): string {
@@ -24,12 +26,26 @@ export function hfCacheRepoDir(cache: string, repoId: string): string {
   return join(cache, `models--${repoId.split('/').join('--')}`);
 }
 
-const COMMIT = /^[0-9a-f]{40}$/;
+const COMMIT = COMMIT_SHA;
+
+/**
+ * The commit and revision become folder and file names in the cache (snapshots/<commit>, refs/<revision>), and both
+ * come from outside (the hub's listing, --revision): a commit is 40 hex digits, a revision a relative name with no
+ * '..' segment, so neither can point outside the repo's own folder or at another model's.
+ */
+function checkCommit(repoId: string, commit: string): void {
+  if (!COMMIT.test(commit)) throw new SafekeepError(`${repoId}: commit ${quoteClipped(commit)} is not a 40-hex-digit sha; refusing it as a hub-cache folder name`);
+}
+
+export function checkHfCacheRevision(repoId: string, revision: string): void {
+  const problem = revisionProblem(revision);
+  if (problem) throw new SafekeepError(`${repoId}: revision ${quoteClipped(revision)} cannot name a file under refs/ (${problem})`);
+}
 
 /** The commit a revision names in the cache (refs/<revision>, or the revision itself when it is a cached commit). */
 function cachedCommit(repoDir: string, revision: string): string | null {
   if (COMMIT.test(revision) && existsSync(join(repoDir, 'snapshots', revision))) return revision;
-  if (revision.includes('..') || revision.startsWith('/')) return null;
+  if (revisionProblem(revision)) return null;
   const ref = join(repoDir, 'refs', revision);
   try {
     const sha = readFileSync(ref, 'utf8').trim();
@@ -77,11 +93,13 @@ export function findCachedSnapshot(cache: string, repoId: string, revision = 'ma
  * every file of a snapshot folder as part of the revision).
  */
 export function hfMarkerPath(cache: string, repoId: string, commit: string): string {
+  checkCommit(repoId, commit);
   return join(hfCacheRepoDir(cache, repoId), '.safekeep', `${commit}.json`);
 }
 
 /** Where `pull --hf-cache` downloads `repoId` at `commit`. */
 export function hfSnapshotDir(cache: string, repoId: string, commit: string): string {
+  checkCommit(repoId, commit);
   return join(hfCacheRepoDir(cache, repoId), 'snapshots', commit);
 }
 
@@ -93,6 +111,11 @@ export function hfSnapshotDir(cache: string, repoId: string, commit: string): st
 export function linkSnapshotIntoCache(cache: string, repoId: string, revision: string, commit: string, files: Record<string, string | null>): void {
   const repoDir = hfCacheRepoDir(cache, repoId);
   const snap = hfSnapshotDir(cache, repoId, commit);
+  if (revision !== commit) checkHfCacheRevision(repoId, revision);
+  for (const path of Object.keys(files)) {
+    const problem = repoPathProblem(path);
+    if (problem) throw new SafekeepError(`${repoId}: refusing repo file ${quoteClipped(path)} in the hub cache (${problem})`);
+  }
   const blobs = join(repoDir, 'blobs');
   mkdirSync(blobs, { recursive: true });
   for (const [path, oid] of Object.entries(files)) {

@@ -11,7 +11,7 @@ import { checkRepoId, listHubFiles, type HubTarget, type HubTimeouts } from './a
 import { parseJsonBounded } from '../util/json-bounded.ts';
 import { quoteClipped } from '../util/quote.ts';
 import { downloadHubFiles, readMarker, writeMarker } from './download.ts';
-import { hfMarkerPath, hfSnapshotDir, linkSnapshotIntoCache } from './hf-cache.ts';
+import { checkHfCacheRevision, hfMarkerPath, hfSnapshotDir, linkSnapshotIntoCache } from './hf-cache.ts';
 
 /** Small files taken when present (tokenizer and template as well as config). */
 const CHECKPOINT_META_FILES = [
@@ -63,6 +63,8 @@ export async function pullModel(repoId: string, o: PullOptions = {}): Promise<Pu
   const target: HubTarget = { repoId, repoType: 'model', revision: o.revision ?? 'main', token: o.token, endpoint: o.endpoint, timeouts: o.timeouts };
   checkRepoId(repoId);
   if (o.offline) throw new SafekeepError(`${repoId}: HF_HUB_OFFLINE is set, so nothing is downloaded (unset it to pull)`);
+  // refs/<revision> is written at the end: a revision that cannot be a file name there is refused before any download
+  if (o.hfCache && !o.destDir) checkHfCacheRevision(repoId, target.revision!);
   const listing = await listHubFiles(target);
   const destDir = o.destDir ?? (o.hfCache ? hfSnapshotDir(o.hfCache, repoId, listing.commit) : modelDirFor(repoId, target.revision, o.modelsDir));
   const names = new Set(listing.files.map((f) => f.path));

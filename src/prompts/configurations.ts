@@ -141,12 +141,26 @@ export class PromptBuilder {
     return [{ role: 'user', content: `${system}\n\n${request}` }];
   }
 
-  private finish(config: ConfigName, repr: ToolRepr | null, text: string): RenderedPrompt {
-    return { config, repr, text, hash: sha256Hex(text), ids: this.tok.vocab === 'none' ? null : this.tok.encode(text) };
+  /**
+   * A prompt from `build`, which renders it passing the request's messages, tool specs and spliced-in text through
+   * `plain` (encodeRendered): the data's text is encoded as plain text even where it spells a special token.
+   */
+  private finish(config: ConfigName, repr: ToolRepr | null, build: (plain: <T>(v: T) => T) => string): RenderedPrompt {
+    if (this.tok.vocab === 'none') {
+      const text = build((v) => v);
+      return { config, repr, text, hash: sha256Hex(text), ids: null };
+    }
+    const { text, ids } = this.tok.encodeRendered(build);
+    return { config, repr, text, hash: sha256Hex(text), ids };
   }
 
   private plain(messages: ChatMessage[], tools: readonly ToolSpec[] | null): string {
     return this.tok.render(messages, { tools, addGenerationPrompt: true, templateKwargs: this.templateKwargs });
+  }
+
+  /** `plain(messages, tools)` with the messages and tools passed through `p` first. */
+  private plainVia(messages: readonly ChatMessage[], tools: readonly ToolSpec[] | null): (p: <T>(v: T) => T) => string {
+    return (p) => this.plain(p([...messages]), tools ? p(structuredClone(tools) as ToolSpec[]) : null);
   }
 
   /** The full agent prompt in one tool representation. */
@@ -159,12 +173,12 @@ export class PromptBuilder {
         if (text === this.plain(msgs, null)) {
           throw new SafekeepError(`chat template ${this.tok.templateSource} ignores tools= (no tool support); pass --template with a tool-calling template`);
         }
-        return this.finish('agent', repr, text);
+        return this.finish('agent', repr, this.plainVia(msgs, tools));
       }
       case 'pseudoword':
-        return this.finish('agent', repr, this.plain(msgs, pseudowordTools(tools, this.seed)));
+        return this.finish('agent', repr, this.plainVia(msgs, pseudowordTools(tools, this.seed)));
       case 'flattened':
-        return this.finish('agent', repr, renderWithToolText(this.tok, msgs, flattenTools(tools), { addGenerationPrompt: true, templateKwargs: this.templateKwargs }).text);
+        return this.finish('agent', repr, (p) => renderWithToolText(this.tok, p(msgs), p(flattenTools(tools)), { addGenerationPrompt: true, templateKwargs: this.templateKwargs }).text);
     }
   }
 
@@ -208,13 +222,13 @@ export class PromptBuilder {
     const length = (n: number): number => {
       let l = memo.get(n);
       if (l === undefined) {
-        l = this.tok.encode(this.plain(this.messages(request, n > 0 ? this.fillerWords(n) : ''), null)).length;
+        l = this.tok.encodeRendered(this.plainVia(this.messages(request, n > 0 ? this.fillerWords(n) : ''), null)).ids.length;
         memo.set(n, l);
       }
       return l;
     };
     if (length(0) >= target) {
-      const r = this.finish('chatbot-long', null, this.plain(this.messages(request, ''), null));
+      const r = this.finish('chatbot-long', null, this.plainVia(this.messages(request, ''), null));
       return { ...r, lengthTarget: { agentTokens: target, fillerWords: 0 } };
     }
     // tokens per filler word, measured once on one copy of the filler
@@ -236,7 +250,7 @@ export class PromptBuilder {
     // keep the one whose prompt length is closest to the target
     const cands = this.sentenceEndsAround(n, 2);
     n = cands.reduce((best, c) => (Math.abs(length(c) - target) < Math.abs(length(best) - target) ? c : best), cands[0]!);
-    const r = this.finish('chatbot-long', null, this.plain(this.messages(request, this.fillerWords(n)), null));
+    const r = this.finish('chatbot-long', null, this.plainVia(this.messages(request, this.fillerWords(n)), null));
     const got = r.ids!.length;
     if (Math.abs(got - target) > LENGTH_TOLERANCE * target) {
       throw new SafekeepError(`chatbot-long: reached ${got} tokens for an agent prompt of ${target} (outside ±5 %)`);
@@ -254,14 +268,14 @@ export class PromptBuilder {
     const ro = { addGenerationPrompt: opts.addGenerationPrompt ?? true, templateKwargs: this.templateKwargs };
     switch (repr) {
       case 'schema':
-        return this.finish('agent', repr, this.tok.render(messages, { ...ro, tools }));
+        return this.finish('agent', repr, (p) => this.tok.render(p([...messages]), { ...ro, tools: p(structuredClone(tools) as ToolSpec[]) }));
       case 'flattened':
-        return this.finish('agent', repr, renderWithToolText(this.tok, messages, flattenTools(tools), ro).text);
+        return this.finish('agent', repr, (p) => renderWithToolText(this.tok, p([...messages]), p(flattenTools(tools)), ro).text);
       case 'pseudoword':
         if (messages.some((m) => m.tool_calls !== undefined || m.role === 'tool')) {
           throw new SafekeepError('pseudoword specs cannot be combined with a history of tool calls/results');
         }
-        return this.finish('agent', repr, this.tok.render(messages, { ...ro, tools: pseudowordTools(tools, this.seed) }));
+        return this.finish('agent', repr, (p) => this.tok.render(p([...messages]), { ...ro, tools: p(structuredClone(pseudowordTools(tools, this.seed)) as ToolSpec[]) }));
     }
   }
 
@@ -274,7 +288,7 @@ export class PromptBuilder {
       case 'chatbot-long':
         return this.chatbotLong(request, tools);
       default:
-        return this.finish(config, null, this.plain(this.messages(request, this.systemText(config)), null));
+        return this.finish(config, null, this.plainVia(this.messages(request, this.systemText(config)), null));
     }
   }
 

@@ -11,6 +11,9 @@
  *   `tokenizerDir` (another folder), loaded with @huggingface/transformers from local files only (no network).
  * - `encode` parses special tokens inside rendered text as special tokens and never doubles BOS: when the text
  *   already begins with the BOS string (templates emit it), the tokenizer's own BOS is dropped.
+ * - `encodeChat` is how a conversation from outside becomes ids: the template's own markup is special tokens, every
+ *   string of the conversation plain text, even one that spells a special token (plain-content.ts).
+ * - Rendering is bounded (bounded-render.ts): a template that loops or grows without end is one SafekeepError.
  */
 import { existsSync, mkdirSync, statSync } from 'node:fs';
 import { writeFileAtomic } from '../util/atomic.ts';
@@ -18,6 +21,8 @@ import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import * as transformers from '@huggingface/transformers';
 import { Template } from '@huggingface/jinja';
+import { budgetError, renderBounded, TemplateBudgetError } from './bounded-render.ts';
+import { coreTokenizer, encodeWithPlainContent, PlainContent, specialTokenStrings } from './plain-content.ts';
 import type { ToolSpec } from '../data/types.ts';
 import { readRegularText } from '../checkpoint/regular-file.ts';
 import { SafekeepError } from '../util/errors.ts';
@@ -63,6 +68,18 @@ export interface PromptTokenizer {
   readonly vocabDir: string | null;
   readonly bosTokenId: number | null;
   render(messages: readonly ChatMessage[], opts: RenderOptions): string;
+  /**
+   * ids of a conversation rendered with `opts`: the template's own special tokens are special ids, while every
+   * string of `messages` and `opts.tools` is encoded as plain text (a special-token string in a message stays the
+   * characters it is made of, HF's `split_special_tokens`); equal to `encode(render(...))` when they hold none.
+   */
+  encodeChat(messages: readonly ChatMessage[], opts: RenderOptions): number[];
+  /**
+   * `encodeChat` for a prompt built another way: `build` renders it, passing every client-provided value (messages,
+   * tool specs, text it splices in) through `plain` first. Returns the prompt's text (as `build` would render it
+   * without `plain`) and its ids, client text encoded as plain text.
+   */
+  encodeRendered(build: (plain: <T>(v: T) => T) => string): { text: string; ids: number[] };
   /** ids of `text` (special tokens parsed, BOS added by the tokenizer unless the text already starts with it) */
   encode(text: string): number[];
   decode(ids: readonly number[], opts?: { skipSpecial?: boolean }): string;
@@ -269,7 +286,7 @@ export async function loadPromptTokenizer(modelDir: string, opts: LoadTokenizerO
     }
     let out: string;
     try {
-      out = tpl.render({
+      out = renderBounded(tpl, {
         messages: messages.map((m) => ({ ...m })),
         add_generation_prompt: ro.addGenerationPrompt,
         tools: tools ? structuredClone(tools) : null,
@@ -278,6 +295,7 @@ export async function loadPromptTokenizer(modelDir: string, opts: LoadTokenizerO
         ...(ro.templateKwargs ?? {}),
       });
     } catch (e) {
+      if (e instanceof TemplateBudgetError) throw budgetError(choice.source, e);
       throw new SafekeepError(`chat template ${choice.source}: rendering failed (${(e as Error).message})`);
     }
     if (ro.continueFinalMessage) {
@@ -291,13 +309,31 @@ export async function loadPromptTokenizer(modelDir: string, opts: LoadTokenizerO
     return out;
   };
 
-  const encode = (text: string): number[] => {
-    const ids = needVocab().encode(text, { add_special_tokens: true });
+  const dropDoubleBos = (ids: number[], text: string): number[] => {
     if (bosTokenId !== null && bosToken !== undefined && ids.length >= 2 && ids[0] === bosTokenId && ids[1] === bosTokenId && text.startsWith(bosToken)) {
       return ids.slice(1);
     }
     return ids;
   };
+  const encode = (text: string): number[] => dropDoubleBos(needVocab().encode(text, { add_special_tokens: true }), text);
+
+  // built on first use: folders that only render never need them
+  let plainEncoding: { core: ReturnType<typeof coreTokenizer>; specials: RegExp | null } | null = null;
+  const encodeRendered = (build: (plain: <T>(v: T) => T) => string): { text: string; ids: number[] } => {
+    const hfTok = needVocab();
+    if (!plainEncoding) {
+      const core = coreTokenizer(hfTok);
+      plainEncoding = { core, specials: PlainContent.matcher(specialTokenStrings(core)) };
+    }
+    const { core } = plainEncoding;
+    const plain = new PlainContent(plainEncoding.specials);
+    const text = build((v) => plain.neutralise(v));
+    // no special-token string anywhere in what the client gave: the plain encoding, unchanged
+    if (!plain.replaced) return { text, ids: encode(text) };
+    return { text: plain.restoreAll(text), ids: dropDoubleBos(encodeWithPlainContent(core, text, plain), text) };
+  };
+  const encodeChat = (messages: readonly ChatMessage[], ro: RenderOptions): number[] =>
+    encodeRendered((plain) => render(plain(messages.map((m) => ({ ...m }))), { ...ro, tools: ro.tools ? plain(structuredClone(ro.tools) as ToolSpec[]) : ro.tools })).ids;
 
   return {
     family,
@@ -310,6 +346,8 @@ export async function loadPromptTokenizer(modelDir: string, opts: LoadTokenizerO
     bosTokenId,
     render,
     encode,
+    encodeChat,
+    encodeRendered,
     decode: (ids, o = {}) => needVocab().decode([...ids], { skip_special_tokens: o.skipSpecial ?? false, clean_up_tokenization_spaces: false }),
     tokenId: (token) => {
       needVocab();

@@ -247,7 +247,12 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
       judgeMaxTokens,
       onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'),
       contextLength: maxModelLenFlag ?? modelLen,
-      countPromptTokens: (call, limit) => countTokensUpTo(backend.renderCall(call), (t) => tokenizer.encode(t).length, limit),
+      // the ids the call will run with (client text plain); a rendering far past the context is counted in chunks
+      countPromptTokens: (call, limit) => {
+        const text = backend.renderCall(call);
+        if (text.length <= Math.max(4096, limit * 8)) return { tokens: backend.promptIds(call).length, exact: true };
+        return countTokensUpTo(text, (t) => tokenizer.encode(t).length, limit);
+      },
       maxQueue,
       requestTimeoutMs,
       clientKey: access.clientKey,

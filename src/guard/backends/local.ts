@@ -1,6 +1,9 @@
 /**
  * Local-engine backend: chat template (PromptTokenizer) + greedy generation (Engine). Tool calls stay in the
- * content in the family's native syntax (special tokens kept, end-of-turn tokens stripped).
+ * content in the family's native syntax (special tokens kept, end-of-turn tokens stripped). A call's prompt ids come
+ * from `encodeChat`: the template's own markup is special tokens, the conversation (every message, tool call and
+ * tool spec, the agent's and the judge's alike) plain text even where it spells a special token, so a client or a
+ * tool result cannot open a turn of its own.
  * Refusal prefill = the prefix as the content of a final assistant message rendered with
  * `continueFinalMessage` (HF semantics: the rendering stops right after the prefix), then continued.
  * Concurrent calls are batched: each call is one sequence of the engine's scheduler (`generate` with one row runs on
@@ -15,7 +18,7 @@
  * one made while its twin is still generating waits for that generation instead of running a second one.
  */
 import type { Engine, GenerateOptions } from '../../engine/types.ts';
-import type { PromptTokenizer } from '../../prompts/tokenizer.ts';
+import type { PromptTokenizer, RenderOptions } from '../../prompts/tokenizer.ts';
 import type { CallFormat } from '../../outcome/types.ts';
 import { stripEndTokens } from '../../outcome/parse-calls.ts';
 import { sha256Hex } from '../../util/hash.ts';
@@ -23,7 +26,11 @@ import { cutAtStop, settledText } from './settled-text.ts';
 import type { ChatBackend, ChatCall, ChatMessage, ChatReply } from '../types.ts';
 
 type LocalEngine = Pick<Engine, 'generate'>;
-export type LocalTokenizer = Pick<PromptTokenizer, 'render' | 'encode' | 'decode' | 'family'>;
+/**
+ * `encodeChat` is how a call's conversation becomes ids: client strings are plain text, never control tokens. A
+ * tokenizer without it (a test's character tokenizer, which has no special tokens) encodes the rendering.
+ */
+export type LocalTokenizer = Pick<PromptTokenizer, 'render' | 'encode' | 'decode' | 'family'> & Partial<Pick<PromptTokenizer, 'encodeChat'>>;
 
 export interface LocalBackendOptions {
   /** template variables (e.g. `enable_thinking: false` for Qwen3 judges) */
@@ -73,20 +80,31 @@ export class LocalBackend implements ChatBackend {
     this.name = opts.name ?? `local:${tokenizer.family}`;
   }
 
-  /** The exact prompt text a call is rendered to. */
-  renderCall(call: ChatCall): string {
+  /** What the chat template is given for a call. */
+  private templateInput(call: ChatCall): [ChatMessage[], RenderOptions] {
     const tools = call.tools && call.tools.length > 0 ? call.tools : null;
     const history = call.messages.map(templateMessage);
     if (call.prefix !== undefined) {
       const messages: ChatMessage[] = [...history, { role: 'assistant', content: call.prefix }];
-      return this.tokenizer.render(messages, { tools, addGenerationPrompt: false, continueFinalMessage: true, templateKwargs: this.opts.templateKwargs });
+      return [messages, { tools, addGenerationPrompt: false, continueFinalMessage: true, templateKwargs: this.opts.templateKwargs }];
     }
-    return this.tokenizer.render(history, { tools, addGenerationPrompt: true, templateKwargs: this.opts.templateKwargs });
+    return [history, { tools, addGenerationPrompt: true, templateKwargs: this.opts.templateKwargs }];
+  }
+
+  /** The exact prompt text a call is rendered to. */
+  renderCall(call: ChatCall): string {
+    return this.tokenizer.render(...this.templateInput(call));
+  }
+
+  /** The prompt ids of a call: the template's markup as special tokens, the conversation's text as plain text. */
+  promptIds(call: ChatCall): number[] {
+    const [messages, ro] = this.templateInput(call);
+    return this.tokenizer.encodeChat ? this.tokenizer.encodeChat(messages, ro) : this.tokenizer.encode(this.tokenizer.render(messages, ro));
   }
 
   async chat(call: ChatCall): Promise<ChatReply> {
     const t0 = performance.now();
-    const ids = this.tokenizer.encode(this.renderCall(call));
+    const ids = this.promptIds(call);
     const inspect = call.inspect;
     const limit = this.opts.responseCache ?? 1024;
     const key = !inspect && limit > 0 ? sha256Hex(`${call.maxTokens}:${JSON.stringify(call.stop ?? [])}:${ids.join(',')}`) : null;
