@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import onnxProto from 'onnx-proto';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
-import { buildModelGraph } from '../src/engine/graph/decoder.ts';
+import { buildModelGraph, WEBGPU_MAX_SPLIT_OUTPUTS } from '../src/engine/graph/decoder.ts';
 import { resolveWeightFiles } from '../src/engine/runtime/weight-files.ts';
 import { TINY_MODELS } from './helpers/engine.ts';
 
@@ -86,6 +86,27 @@ test('webgpu graph: standard-op attention, every value product on the joined buf
     }
     // the CPU graph keeps the two products on the split probabilities (no copy of the buffer)
     assert.equal(build('cpu').filter((n) => /probs_split/.test(n.output[0]!)).length, L);
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});
+
+test('webgpu graph: no Split has more outputs than a WebGPU shader binds (the per-layer intervention rows of a deep model are cut in a tree)', async () => {
+  const tmp = mkdtempSync(join(tmpdir(), 'safekeep-graph-split-'));
+  try {
+    // 12 layers: 13 rows per intervention input, above the per-shader limit (a real 8B Llama has 33)
+    await writeRandomCheckpoint(tmp, 'llama', { ...TINY_MODELS.llama, numLayers: 12, seed: 5 });
+    const ck = await loadCheckpoint(tmp);
+    const { realFiles } = resolveWeightFiles(ck);
+    const build = (device: 'cpu' | 'webgpu') => decodeGraph(buildModelGraph(ck, { dtype: 'f32', attention: 'matmul', fuse: true, quant: null, device }, realFiles)).node;
+    const splits = (g: PNode[]) => g.filter((n) => n.opType === 'Split');
+    const web = build('webgpu');
+    assert.ok(splits(web).every((n) => n.output.length <= WEBGPU_MAX_SPLIT_OUTPUTS), splits(web).map((n) => n.output.length).join(','));
+    // every layer still gets its own row of each input: 13 leaves per input
+    const leaves = (g: PNode[], name: string) => splits(g).filter((n) => n.name.includes(name)).flatMap((n) => n.output).filter((o) => !g.some((m) => m.opType === 'Split' && m.input[0] === o));
+    for (const name of ['steer_rows', 'intervene_dir_rows', 'intervene_value_rows']) assert.equal(leaves(web, name).length, 13, name);
+    // the CPU graph keeps one Split per input
+    assert.deepEqual(splits(build('cpu')).filter((n) => /steer_rows|intervene_/.test(n.name)).map((n) => n.output.length), [13, 13, 13]);
   } finally {
     rmSync(tmp, { recursive: true, force: true });
   }

@@ -367,3 +367,36 @@ describe('webgpu scheduler, shared-prefix reuse and budgeted chunks = the CPU en
     assert.ok(g.hits >= 40, `prefix-cache hits: ${g.hits} tokens`);
   });
 });
+
+describe('webgpu vs cpu on a deeper random llama (24 layers: more intervention rows than one WebGPU Split binds)', { skip }, () => {
+  let tmp: string;
+  let cache: ReturnType<typeof tempCache>;
+  let gpu: OnnxEngine;
+  let cpu: OnnxEngine;
+  before(async () => {
+    cache = tempCache();
+    tmp = mkdtempSync(join(tmpdir(), 'safekeep-webgpu-deep-'));
+    await writeRandomCheckpoint(join(tmp, 'm'), 'llama', { ...TINY_MODELS.llama, numLayers: 24, seed: 31, std: 0.2 });
+    const ck = await loadCheckpoint(join(tmp, 'm'));
+    gpu = await createEngineFromCheckpoint(ck, { ...GPU, cacheDir: cache.dir });
+    cpu = await createEngineFromCheckpoint(ck, { cacheDir: cache.dir, threads: 1 });
+  });
+  after(async () => {
+    await gpu?.dispose();
+    await cpu?.dispose();
+    cache?.cleanup();
+    if (tmp) rmSync(tmp, { recursive: true, force: true });
+  });
+
+  test('forward and a steered generation = the CPU engine (the 25 rows per input were one Split, which WebGPU refused)', async () => {
+    const ids = [5, 17, 3, 29, 11, 8, 2];
+    const [a] = await gpu.forward([ids]);
+    const [b] = await cpu.forward([ids]);
+    assert.ok(rel(a!.hidden, b!.hidden) <= REL && rel(a!.logits, b!.logits) <= REL, 'forward');
+    const o = { maxNewTokens: 4, stopIds: [], steer: { layer: 17, vector: direction(gpu.dModel, 4), alpha: 3 }, returnStepLogits: true };
+    const [g] = await gpu.generate([ids], o);
+    const [c] = await cpu.generate([ids], o);
+    assert.deepEqual(g!.generatedIds, c!.generatedIds);
+    assert.ok(rel(g!.stepLogits!, c!.stepLogits!) <= REL, 'steered step logits');
+  });
+});

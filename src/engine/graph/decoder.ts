@@ -47,6 +47,13 @@ import { checkpointWeights, quantStoreWeights, type WeightSource } from './weigh
  * path, all in one folder; with `quant` every weight comes from the quantized store instead. `hooks`: the hook
  * points captured / edited (hooks.ts; none by default, and then no node differs). → ONNX ModelProto bytes
  */
+/**
+ * The most outputs one Split may have on WebGPU: each output is a storage buffer of its shader, and the adapter bounds
+ * them per stage (on lavapipe a Split into 25 or 31 layer rows fails, 13 runs; WebGPU's guaranteed minimum is 8, the
+ * input counted), so a real model's L+1 rows are cut in a tree of Splits of at most this many.
+ */
+export const WEBGPU_MAX_SPLIT_OUTPUTS = 6;
+
 export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype' | 'attention' | 'fuse' | 'quant'> & Partial<Pick<EngineConfig, 'device' | 'kvDType'>>,
   realFiles: ReadonlyMap<string, string>, quant?: QuantStore, hooks: HookSelection = NO_HOOKS): Uint8Array {
   if (isQuantized(cfg.dtype) && !quant) throw new Error(`graph: dtype ${cfg.dtype} needs the quantized weights`);
@@ -71,7 +78,7 @@ export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype
   const hidden = hiddenCapture(g, io.hiddenIndex);
   const kv: string[] = []; // every layer's new keys and values, one output
 
-  const rows = interventionRows(g, io, c.numLayers, c.hiddenSize);
+  const rows = interventionRows(g, io, c.numLayers, c.hiddenSize, cfg.device === 'webgpu' ? WEBGPU_MAX_SPLIT_OUTPUTS : Infinity);
   const intervene = (v: string, l: number) => projectTo(g, v, rows, l);
   let x = g.scope('embed', () => intervene(addSteer(g, g.op('Reshape', [w.embedRows(io.ids), g.i64([-1, c.hiddenSize])]), rows, 0), 0)); // [BT, d]
   hidden.add(x);

@@ -29,11 +29,27 @@ export interface InterventionRows {
   own: string;
 }
 
-/** every layer's rows of the steer, dir and value inputs ([S, (L+1)·d], [S', (L+1)·d], [S', L+1]) */
-export function interventionRows(g: GraphBuilder, io: GraphInputs, layers: number, d: number): InterventionRows {
+/**
+ * `x` cut along axis 1 into pieces of `widths`, with at most `maxOutputs` outputs per Split node: WebGPU binds each
+ * output as a storage buffer of one shader, and a Split into a real model's L+1 layer rows (33 for an 8B Llama)
+ * exceeds the adapter's limit; the pieces are then cut in a tree of Splits (same values, a few more nodes).
+ */
+export function splitWidths(g: GraphBuilder, x: string, widths: readonly number[], name: string, maxOutputs = Infinity): string[] {
   // split sizes as an input: valid at every opset (from 18 a Split without them needs num_outputs)
-  const rows = (x: string, width: number, name: string) =>
-    g.opN('Split', [x, g.i64(new Array<number>(layers + 1).fill(width))], { axis: 1 }, { outputs: layers + 1, name });
+  if (widths.length <= maxOutputs) return g.opN('Split', [x, g.i64([...widths])], { axis: 1 }, { outputs: widths.length, name });
+  const per = Math.ceil(widths.length / maxOutputs);
+  const groups: number[][] = [];
+  for (let i = 0; i < widths.length; i += per) groups.push(widths.slice(i, i + per));
+  const parts = splitWidths(g, x, groups.map((w) => w.reduce((a, b) => a + b, 0)), `${name}_groups`, maxOutputs);
+  return groups.flatMap((w, i) => (w.length === 1 ? [parts[i]!] : splitWidths(g, parts[i]!, w, `${name}_${i}`, maxOutputs)));
+}
+
+/**
+ * every layer's rows of the steer, dir and value inputs ([S, (L+1)·d], [S', (L+1)·d], [S', L+1]); `maxSplitOutputs`
+ * bounds each Split node's outputs (WebGPU: see splitWidths)
+ */
+export function interventionRows(g: GraphBuilder, io: GraphInputs, layers: number, d: number, maxSplitOutputs = Infinity): InterventionRows {
+  const rows = (x: string, width: number, name: string) => splitWidths(g, x, new Array<number>(layers + 1).fill(width), name, maxSplitOutputs);
   const s = g.op('Shape', [io.interveneValue], { start: 0, end: 1 }, { name: 'projection_sets' }); // [S']
   const zeros = g.op('Expand', [g.f32([0], [1, 1]), g.op('Concat', [s, s], { axis: 0 })], {}, { name: 'projection_square' });
   return {
