@@ -39,6 +39,53 @@ interface ProbeProvenance {
   created: string;
 }
 
+/** Which held-out requests calibrated the cascade band or the steering strength (pairs of the extraction split the probe was not fit on). */
+interface CalibrationSplit {
+  /** pairs held out of the fit for calibration */
+  pairs: number;
+  /** their share of the extraction pairs, and the seed that drew them */
+  share: number;
+  seed: number;
+  /** sha256 over the sorted calibration pair ids */
+  idsHash: string;
+}
+
+/**
+ * The probe→judge cascade's band on the probe score: score > high → refused by the probe; score < low → runs without
+ * the judge; otherwise the judge decides. `high` lets at most `maxBenignFlag` of the benign calibration requests be
+ * refused by the probe, `low` lets at most `maxHarmfulPass` of the harmful ones run unjudged.
+ */
+export interface ProbeCascade {
+  low: number;
+  high: number;
+  maxBenignFlag: number;
+  maxHarmfulPass: number;
+  /** achieved on the calibration split */
+  benignFlagged: number;
+  harmfulPassed: number;
+  /** share of calibration requests inside the band (each would cost one judge call) */
+  band: number;
+  nBenign: number;
+  nHarmful: number;
+  calibration: CalibrationSplit;
+}
+
+/**
+ * probe-steer's strength: +alpha·w/|w| added to hidden[layer]; alpha = the smallest value of the search that made
+ * `refused` of the `flagged` harmful calibration requests refuse (the whole share when reachable).
+ */
+export interface ProbeSteer {
+  alpha: number;
+  layer: number;
+  /** harmful calibration requests the probe flagged (those the steering must turn into refusals) */
+  flagged: number;
+  /** of them, refusing under alpha */
+  refused: number;
+  /** how alpha was searched (grid, bisection tolerance, generation budget, refusal classifier) */
+  search: string;
+  calibration: CalibrationSplit;
+}
+
 interface ProbeMeta {
   format: 'safekeep-probe';
   version: 1;
@@ -53,6 +100,10 @@ interface ProbeMeta {
   /** logistic only: λ = 1/C on standardised features, Newton iterations, convergence */
   fit?: { l2: number; iterations: number; converged: boolean };
   provenance: ProbeProvenance;
+  /** `probe train --calibrate`: the probe→judge cascade's band */
+  cascade?: ProbeCascade;
+  /** `probe train --calibrate`: probe-steer's steering strength */
+  steer?: ProbeSteer;
   /** weights file, relative to the JSON */
   weights: string;
 }
@@ -130,6 +181,15 @@ export function readProbe(path: string): Probe {
   if (!isNum(m.bias)) bad('bias must be a finite number');
   if (!m.threshold || !isNum(m.threshold.value) || !isNum(m.threshold.target)) bad('threshold must have finite "value" and "target"');
   if (!m.provenance?.model || typeof m.provenance.model.configHash !== 'string') bad('provenance.model.configHash is missing');
+  if (m.cascade !== undefined) {
+    const c = m.cascade;
+    if (!c || !isNum(c.low) || !isNum(c.high) || !isNum(c.maxBenignFlag) || !isNum(c.maxHarmfulPass) || !c.calibration) bad('cascade must have finite "low", "high", "maxBenignFlag", "maxHarmfulPass" and a "calibration"');
+    if (c.low > c.high) bad(`cascade: low ${c.low} is above high ${c.high}`);
+  }
+  if (m.steer !== undefined) {
+    const st = m.steer;
+    if (!st || !isNum(st.alpha) || st.alpha < 0 || !Number.isInteger(st.layer) || st.layer < 0 || !st.calibration) bad('steer must have a finite "alpha" ≥ 0, an integer "layer" ≥ 0 and a "calibration"');
+  }
   if (typeof m.weights !== 'string' || m.weights.includes('/') || m.weights.includes('\\')) bad('weights must be a file name beside the JSON');
   const wPath = join(dirname(json), m.weights);
   if (!existsSync(wPath)) bad(`weights file ${m.weights} is missing`);

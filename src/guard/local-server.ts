@@ -235,10 +235,11 @@ export function createLocalServer(o: LocalServerOptions): Server {
       if (live?.started) live.fail('cancelled', 'cancelled');
       return;
     }
-    const action = r.blocked ? 'refuse' : 'forward';
+    const action = r.blocked ? 'refuse' : r.steered ? 'steer' : 'forward';
     const headers: Record<string, string> = { 'x-safekeep-action': action, 'x-safekeep-method': method };
     if (r.judge) headers['x-safekeep-verdict'] = r.judge.verdict;
     if (r.probe) headers['x-safekeep-probe-score'] = r.probe.score.toFixed(6);
+    if (r.probe?.band) headers['x-safekeep-probe-band'] = r.probe.band;
     Object.assign(x.entry, {
       guard: method, tools: tools.length, action, verdict: r.judge?.verdict ?? null, judgeMs: r.judge ? Math.round(r.judge.latencyMs) : null,
       probeScore: r.probe?.score ?? null, probeUnsafe: r.probe?.unsafe ?? null, probeMs: r.probe?.latencyMs ?? null,

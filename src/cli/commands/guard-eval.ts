@@ -35,7 +35,7 @@ import { locateDataset, repoRoot } from '../../data/locate.ts';
 import { type GuardBench, type InjecSetting } from '../../guard/bench/cases.ts';
 import { evalItems, guardTask, type EvalOptions } from '../../guard/eval.ts';
 import { markdownTable } from '../../guard/table.ts';
-import { ALL_GUARD_METHODS, GUARD_METHODS, type GuardMethod } from '../../guard/types.ts';
+import { ALL_GUARD_METHODS, GUARD_METHODS, PROBE_METHODS, type GuardMethod } from '../../guard/types.ts';
 import type { ProbeGuard } from '../../guard/probe.ts';
 import { dropPartial, runTask } from '../../eval/runner.ts';
 import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
@@ -60,8 +60,8 @@ export const flags: FlagTable = {
     ...LOCAL_MODEL_FLAG_DEFS,
     ...ENDPOINT_FLAG_DEFS,
     { name: 'bench', value: 'agentharm|injecagent', help: 'benchmark' },
-    { name: 'methods', value: 'LIST', default: 'base,safejudge,safeprompt,safekeep', help: 'guard methods (also refusal-probe, safekeep+probe: local model and --probe)' },
-    { name: 'probe', value: 'FILE', help: 'refusal probe from safekeep probe train (refusal-probe, safekeep+probe)' },
+    { name: 'methods', value: 'LIST', default: 'base,safejudge,safeprompt,safekeep', help: 'guard methods (also refusal-probe, safekeep+probe, probe-cascade, probe-steer: local model and --probe)' },
+    { name: 'probe', value: 'FILE', help: 'refusal probe from safekeep probe train (probe methods; probe-cascade and probe-steer: probe train --calibrate)' },
     { name: 'limit', value: 'N', help: 'first N cases of each group (harmful/benign; setting × attack type)' },
     { name: 'settings', value: 'base,enhanced', default: 'base,enhanced', help: 'InjecAgent settings' },
     { name: 'injecagent-format', value: 'react|native', default: 'react', help: 'InjecAgent: its own ReAct prompt and output parser (the paper\'s setting; format failures count as invalid) or native tool calling with our system prompt (the agent-realistic variant)' },
@@ -201,7 +201,7 @@ export async function run(argv: string[]): Promise<number> {
   const bench = choiceValue<GuardBench>(args, 'bench', ['agentharm', 'injecagent'], 'agentharm');
   const methods = list<GuardMethod>('methods', args.values.get('methods') ?? GUARD_METHODS.join(','), ALL_GUARD_METHODS);
   const probeFile = args.values.get('probe');
-  const probed = methods.filter((m) => m === 'refusal-probe' || m === 'safekeep+probe');
+  const probed = methods.filter((m) => (PROBE_METHODS as readonly string[]).includes(m));
   if (probed.length > 0 && probeFile === undefined) throw new SafekeepError(`--methods ${probed.join(',')} need --probe FILE (safekeep probe train)`);
   if (probed.length > 0 && target.model === undefined) throw new SafekeepError(`--methods ${probed.join(',')} read the agent's hidden states: they need --model DIR, not --endpoint`);
   const limit = positiveIntValue(args, 'limit', Infinity);
@@ -243,6 +243,9 @@ export async function run(argv: string[]): Promise<number> {
       const p = readProbe(probeFile);
       checkProbeFits(p, { configHash: (await loadCheckpoint(opened.modelDir!)).configHash, numLayers: opened.engine.numLayers, dModel: opened.engine.dModel });
       probe = new Guard(p);
+      // a probe without the calibration its method reads is refused before any case runs
+      if (methods.includes('probe-cascade')) probe.cascade();
+      if (methods.includes('probe-steer')) probe.steering();
     }
     const { judgeMaxTokens, maxTokens } = budgets(args, opened.thinking, methods);
     const { backend, concurrency } = opened;
