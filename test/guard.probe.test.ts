@@ -125,8 +125,9 @@ function calibrated(): ProbeGuard {
   const calibration = { pairs: 4, share: 0.25, seed: 0, idsHash: 'c' };
   return new ProbeGuard({
     ...probe,
+    steerVector: Float32Array.from([0, 1, 0, 0]),
     cascade: { low: 0.5, high: 1.5, maxBenignFlag: 0.05, maxHarmfulPass: 0.05, benignFlagged: 0, harmfulPassed: 0, band: 0.5, nBenign: 4, nHarmful: 4, calibration },
-    steer: { alpha: 0.6, layer: 1, flagged: 4, refused: 4, search: 'hand', calibration },
+    steer: { alpha: 0.6, layer: 1, targets: 'flagged', flagged: 4, refused: 4, search: 'hand', calibration },
   });
 }
 
@@ -171,7 +172,7 @@ test('probe-cascade: below the band the agent call runs alone; inside it the jud
   }
 });
 
-test('probe-steer: a flagged request is the agent call again, steered by +alpha along w at the probe layer, tools kept', async () => {
+test('probe-steer: a flagged request is the agent call again, steered by +alpha along the stored direction at its layer, tools kept', async () => {
   const g = calibrated();
   const pass = backend('NO');
   const a = await guardedRespond(req(0.5), 'probe-steer', pass, { probe: g });
@@ -182,7 +183,7 @@ test('probe-steer: a flagged request is the agent call again, steered by +alpha 
   const b = await guardedRespond({ ...req(1.25), tools: [{ type: 'function', function: { name: 'send_email', description: 'send', parameters: { type: 'object', properties: {} } } }] }, 'probe-steer', flagged, { probe: g });
   assert.deepEqual(flagged.calls.map((c) => c.purpose), ['agent', 'refusal']);
   const steered = flagged.calls[1]!;
-  assert.deepEqual({ layer: steered.steer!.layer, alpha: steered.steer!.alpha, w: [...steered.steer!.vector] }, { layer: 1, alpha: 0.6, w: [1, 0, 0, 0] });
+  assert.deepEqual({ layer: steered.steer!.layer, alpha: steered.steer!.alpha, w: [...steered.steer!.vector] }, { layer: 1, alpha: 0.6, w: [0, 1, 0, 0] });
   assert.equal(steered.prefix, undefined);
   assert.equal(steered.tools!.length, 1);
   assert.equal(b.steered, true);

@@ -182,6 +182,11 @@ export interface GuardComparisonRow {
   agentMs: number;
   /** mean latency the guard added inside the request (ms): judge call, probe scoring, or both */
   guardMs: number;
+  /** per request: judge calls, guard tokens, added latency p50 / p95 (eval.ts MethodSummary.cost; absent in older results) */
+  judgeCalls?: number;
+  guardTokens?: number;
+  addedMsP50?: number;
+  addedMsP95?: number;
 }
 
 export interface ProbeSection {

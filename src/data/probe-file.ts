@@ -71,13 +71,16 @@ export interface ProbeCascade {
 }
 
 /**
- * probe-steer's strength: +alpha·w/|w| added to hidden[layer]; alpha = the smallest value of the search that made
+ * probe-steer's strength: +alpha·r̂ added to hidden[layer], r̂ the unit harmful-minus-benign mean difference at that
+ * layer on the fit rows (the refusal direction; the weights file's tensor `steer`, for a mean-diff probe = w); alpha = the smallest value of the search that made
  * `refused` of the `flagged` harmful calibration requests refuse (the whole share when reachable).
  */
 export interface ProbeSteer {
   alpha: number;
   layer: number;
-  /** harmful calibration requests the probe flagged (those the steering must turn into refusals) */
+  /** which requests alpha was searched on: the harmful calibration requests the probe flags, or all harmful ones when it flags none */
+  targets: 'flagged' | 'harmful';
+  /** how many (those the steering must turn into refusals) */
   flagged: number;
   /** of them, refusing under alpha */
   refused: number;
@@ -111,6 +114,8 @@ interface ProbeMeta {
 export interface Probe extends ProbeMeta {
   /** [dModel] */
   w: Float32Array;
+  /** [dModel] probe-steer's direction r̂ (present with `steer`) */
+  steerVector?: Float32Array;
   /** the JSON's path */
   path: string;
 }
@@ -149,12 +154,17 @@ export function weightsFingerprint(ckpt: Checkpoint): string {
   return sha256Hex(parts);
 }
 
-/** Writes `<base>.safetensors` then `<base>.json`; returns the JSON path. */
-export function writeProbe(base: string, meta: Omit<ProbeMeta, 'weights' | 'format' | 'version'>, w: Float32Array): string {
+/** Writes `<base>.safetensors` then `<base>.json`; returns the JSON path. `steerVector`: probe-steer's r̂ (with `meta.steer`). */
+export function writeProbe(base: string, meta: Omit<ProbeMeta, 'weights' | 'format' | 'version'>, w: Float32Array, steerVector?: Float32Array): string {
   if (w.length !== meta.dModel) throw new SafekeepError(`probe weights: ${w.length} values for d_model ${meta.dModel}`);
+  if ((meta.steer === undefined) !== (steerVector === undefined)) throw new SafekeepError('probe file: a steering strength needs its direction and the other way round');
+  if (steerVector && steerVector.length !== meta.dModel) throw new SafekeepError(`probe steering direction: ${steerVector.length} values for d_model ${meta.dModel}`);
   const weights = `${basename(base)}.safetensors`;
   mkdirSync(dirname(base), { recursive: true });
-  writeSafetensors(join(dirname(base), weights), { w: { dtype: 'F32', shape: [w.length], data: w } }, { format: 'safekeep-probe' });
+  writeSafetensors(join(dirname(base), weights), {
+    w: { dtype: 'F32', shape: [w.length], data: w },
+    ...(steerVector ? { steer: { dtype: 'F32' as const, shape: [steerVector.length], data: steerVector } } : {}),
+  }, { format: 'safekeep-probe' });
   const full: ProbeMeta = { format: 'safekeep-probe', version: 1, ...meta, weights };
   writeJsonAtomic(`${base}.json`, full);
   return `${base}.json`;
@@ -199,7 +209,12 @@ export function readProbe(path: string): Probe {
   const buf = readFileSync(wPath);
   const w = new Float32Array(buf.buffer.slice(buf.byteOffset + e!.offset, buf.byteOffset + e!.offset + e!.byteLength));
   if (!w.every(Number.isFinite)) bad(`${m.weights}: weights are not all finite`);
-  return { ...m, w, path: json };
+  if (m.steer === undefined) return { ...m, w, path: json };
+  const se = header.entries.find((x) => x.name === 'steer');
+  if (!se || se.dtype !== 'F32' || se.shape.length !== 1 || se.shape[0] !== m.dModel) bad(`${m.weights} must hold probe-steer's direction 'steer' float32 [${m.dModel}]`);
+  const steerVector = new Float32Array(buf.buffer.slice(buf.byteOffset + se!.offset, buf.byteOffset + se!.offset + se!.byteLength));
+  if (!steerVector.every(Number.isFinite) || !steerVector.some((x) => x !== 0)) bad(`${m.weights}: the steering direction is not finite and non-zero`);
+  return { ...m, w, steerVector, path: json };
 }
 
 /** Refuses a probe trained on another model (config hash, shape) — a probe's numbers mean nothing elsewhere. */

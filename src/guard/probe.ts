@@ -25,7 +25,7 @@ export interface ProbeVerdict {
 }
 
 /** What the guard needs of a probe (a probe file, or a probe skill's direction). */
-export type ProbeParams = Pick<Probe, 'w' | 'bias' | 'layer' | 'dModel'> & { threshold: { value: number } } & Partial<Pick<Probe, 'cascade' | 'steer' | 'path'>>;
+export type ProbeParams = Pick<Probe, 'w' | 'bias' | 'layer' | 'dModel'> & { threshold: { value: number } } & Partial<Pick<Probe, 'cascade' | 'steer' | 'steerVector' | 'path'>>;
 
 /** The cascade's band for a score (NaN: refuse). */
 export function cascadeBand(score: number, band: { low: number; high: number }): CascadeBand {
@@ -43,11 +43,11 @@ export class ProbeGuard {
     return c;
   }
 
-  /** probe-steer's steering: +alpha·w/|w| at the probe's layer, or one clear error */
+  /** probe-steer's steering: +alpha·r̂ at the calibrated layer (r̂ stored with it), or one clear error */
   steering(): { layer: number; vector: Float32Array; alpha: number } {
     const st = this.probe.steer;
-    if (!st) throw new SafekeepError(`${this.probe.path ?? 'the probe'}: no steering strength — probe-steer needs a probe trained with safekeep probe train --calibrate`);
-    return { layer: st.layer, vector: this.probe.w, alpha: st.alpha };
+    if (!st || !this.probe.steerVector) throw new SafekeepError(`${this.probe.path ?? 'the probe'}: no steering strength — probe-steer needs a probe trained with safekeep probe train --calibrate`);
+    return { layer: st.layer, vector: this.probe.steerVector, alpha: st.alpha };
   }
 
   /**

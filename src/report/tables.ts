@@ -185,11 +185,15 @@ function probeTables(res: AnalysisResults): Table[] {
   }
   const cmp = pr.comparison;
   if (cmp) {
-    const title = `Guards compared — ${cmp.bench}: base, SafeKeep, refusal probe, both (flag if either flags)`;
-    const columns = ['method', 'n', 'refusal_k', 'refusal_n', 'refusal_p', 'refusal_lo', 'refusal_hi', 'acc_k', 'acc_n', 'acc_p', 'acc_lo', 'acc_hi', 'flagged', 'agent_ms', 'guard_ms'];
-    const rows: Cell[][] = cmp.rows.map((r) => [r.method, r.n, r.refusal.k, r.refusal.n, r.refusal.p, r.refusal.lo, r.refusal.hi, r.acc.k, r.acc.n, r.acc.p, r.acc.lo, r.acc.hi, r.flagged, r.agentMs, r.guardMs]);
-    const header = ['Method', 'n', 'Refusal % [95% CI]', 'Acc % [95% CI]', 'Flagged', 'Agent call ms (mean)', 'Guard ms added in the request (mean)'];
-    const display = cmp.rows.map((r) => [r.method, String(r.n), rateText(r.refusal), rateText(r.acc), `${r.flagged}/${r.n}`, Number.isFinite(r.agentMs) ? r.agentMs.toFixed(1) : '– (no agent call)', Number.isFinite(r.guardMs) ? r.guardMs.toFixed(2) : '–']);
+    const cascade = cmp.rows.some((r) => r.method === 'probe-cascade' || r.method === 'probe-steer');
+    const title = `Guards compared — ${cmp.bench}: base, SafeKeep, refusal probe, both (flag if either flags)${cascade ? ', probe→judge cascade, probe-steer' : ''}`;
+    const columns = ['method', 'n', 'refusal_k', 'refusal_n', 'refusal_p', 'refusal_lo', 'refusal_hi', 'acc_k', 'acc_n', 'acc_p', 'acc_lo', 'acc_hi', 'flagged', 'agent_ms', 'guard_ms', 'judge_calls_per_request', 'guard_tokens_per_request', 'added_ms_p50', 'added_ms_p95'];
+    const num = (x: number | undefined): number => (x === undefined ? Number.NaN : x);
+    const rows: Cell[][] = cmp.rows.map((r) => [r.method, r.n, r.refusal.k, r.refusal.n, r.refusal.p, r.refusal.lo, r.refusal.hi, r.acc.k, r.acc.n, r.acc.p, r.acc.lo, r.acc.hi, r.flagged, r.agentMs, r.guardMs, num(r.judgeCalls), num(r.guardTokens), num(r.addedMsP50), num(r.addedMsP95)]);
+    const header = ['Method', 'n', 'Refusal % [95% CI]', 'Acc % [95% CI]', 'Flagged', 'Agent call ms (mean)', 'Guard ms added in the request (mean)', 'Judge calls / request', 'Guard tokens / request', 'Added ms p50 / p95'];
+    const fixed = (x: number | undefined, d: number) => (x !== undefined && Number.isFinite(x) ? x.toFixed(d) : '–');
+    const display = cmp.rows.map((r) => [r.method, String(r.n), rateText(r.refusal), rateText(r.acc), `${r.flagged}/${r.n}`, Number.isFinite(r.agentMs) ? r.agentMs.toFixed(1) : '– (no agent call)', Number.isFinite(r.guardMs) ? r.guardMs.toFixed(2) : '–',
+      fixed(r.judgeCalls, 2), fixed(r.guardTokens, 1), r.addedMsP50 === undefined ? '–' : `${fixed(r.addedMsP50, 1)} / ${fixed(r.addedMsP95, 1)}`]);
     const note = [`Backend ${cmp.backend}; probe ${cmp.probe}.`, ...cmp.notes].join(' ');
     out.push({ name: 'probe-guard-comparison', title, columns, rows, header, display, note, json: { title, ...cmp } });
   }

@@ -90,8 +90,9 @@ export async function run(argv: string[]): Promise<number> {
       });
       section.comparison = cmp.comparison;
       writeFileAtomic(join(probeDir, 'outputs-compare.jsonl'), cmp.rows.map(({ outcome: _o, ...r }) => JSON.stringify(r)).join('\n') + '\n');
+      for (const n of cmp.comparison.notes.filter((x) => x.startsWith('probe-'))) process.stdout.write(`${n}\n`);
       for (const r of cmp.comparison.rows) {
-        process.stdout.write(`${r.method.padEnd(15)} refusal ${pct(r.refusal.p)} (${r.refusal.k}/${r.refusal.n})  acc ${pct(r.acc.p)} (${r.acc.k}/${r.acc.n})  flagged ${r.flagged}/${r.n}  agent ${r.agentMs.toFixed(1)} ms  guard +${r.guardMs.toFixed(2)} ms\n`);
+        process.stdout.write(`${r.method.padEnd(15)} refusal ${pct(r.refusal.p)} (${r.refusal.k}/${r.refusal.n})  acc ${pct(r.acc.p)} (${r.acc.k}/${r.acc.n})  flagged ${r.flagged}/${r.n}  agent ${r.agentMs.toFixed(1)} ms  guard +${r.guardMs.toFixed(2)} ms  judge calls ${(r.judgeCalls ?? Number.NaN).toFixed(2)}/request  guard tokens ${(r.guardTokens ?? Number.NaN).toFixed(1)}/request  added p50/p95 ${(r.addedMsP50 ?? Number.NaN).toFixed(1)}/${(r.addedMsP95 ?? Number.NaN).toFixed(1)} ms\n`);
       }
     }
     const { files: report } = await writeProbeSection(ctx, section);
