@@ -395,7 +395,8 @@ export function summarizeEval(bench: GuardBench, cases: readonly GuardCase[], ro
       metrics,
       n: mine.length,
       judged: judged.length,
-      flagged: mine.filter((r) => r.blocked).length,
+      // a steered answer is probe-steer's intervention: counted as flagged like a refusal
+      flagged: mine.filter((r) => r.blocked || r.steered === true).length,
       unparseable: judged.filter((r) => r.verdict === 'unparseable').length,
       judgeLatencyMs: summarize(judged.map((r) => r.judgeLatencyMs!)),
       agentLatencyMs: summarize(mine.flatMap((r) => (r.agentMs === null ? [] : [r.agentMs]))),
