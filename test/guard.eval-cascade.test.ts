@@ -73,7 +73,7 @@ test('guard eval: probe-cascade and probe-steer end to end, cost columns for eve
     assert.ok(cost('probe-cascade').judgeCallsPerRequest < cost('safekeep').judgeCallsPerRequest);
     const steer = got.filter((x) => x.method === 'probe-steer');
     for (const x of steer) assert.equal(x.steered === true, x.probeScore! > t, x.caseId);
-  assert.equal((table.methods.find((m) => m.method === 'probe-steer') as unknown as { flagged: number }).flagged, steer.filter((x) => x.steered).length);
+    assert.equal((table.methods.find((m) => m.method === 'probe-steer') as unknown as { flagged: number }).flagged, steer.filter((x) => x.steered).length);
     assert.equal(table.methods.find((m) => m.method === 'probe-steer')!.steered, steer.filter((x) => x.steered).length);
     const md = readFileSync(join(out, 'table4-agentharm.md'), 'utf8');
     assert.match(md, /\| Judge calls \/ request \| Guard tokens \/ request \| Added ms p50 \/ p95 \|/);
