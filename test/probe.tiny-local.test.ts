@@ -16,6 +16,7 @@ import { installTokenizer, loadPromptTokenizer } from '../src/prompts/tokenizer.
 import { readProbe } from '../src/data/probe-file.ts';
 import { loadSkill } from '../src/guard/s3/skill-file.ts';
 import { repoRoot } from './helpers/shared.ts';
+import { s3Data } from './helpers/s3-data.ts';
 
 test('probe train + eval on a tiny Qwen3 with its real chat template (smoke)', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'safekeep-probe-qwen3-'));
@@ -47,6 +48,18 @@ test('probe train + eval on a tiny Qwen3 with its real chat template (smoke)', a
     const casc = rows.filter((x) => x.method === 'probe-cascade');
     assert.equal(casc.filter((x) => x.verdict !== null).length, casc.filter((x) => x.probeBand === 'judge').length);
     assert.ok(existsSync(join(results, 'tiny-qwen3', 'report.html')));
+
+    // Table 4 on the miniature AgentHarm set with every method, the cost columns beside the rates
+    const methods = ['base', 'safejudge', 'safekeep', 'refusal-probe', 'probe-cascade', 'probe-steer'];
+    const g = cli(['guard', 'eval', '--model', model, '--bench', 'agentharm', '--data', s3Data().agentharm, '--out', join(dir, 'guard'), '--max-tokens', '4',
+      '--methods', methods.join(','), '--probe', join(probeDir, 'agent.schema.mean-diff.json')]);
+    assert.equal(g.status, 0, g.stderr);
+    const t4 = JSON.parse(readFileSync(join(dir, 'guard', 'table4-agentharm.json'), 'utf8')) as { methods: { method: string; n: number; cost: { judgeCallsPerRequest: number } }[] };
+    assert.deepEqual(t4.methods.map((m) => m.method), methods);
+    const jc = Object.fromEntries(t4.methods.map((m) => [m.method, m.cost.judgeCallsPerRequest]));
+    assert.deepEqual([jc.base, jc.safejudge, jc.safekeep, jc['refusal-probe'], jc['probe-steer']], [0, 1, 1, 0, 0]);
+    assert.ok(jc['probe-cascade']! >= 0 && jc['probe-cascade']! <= 1);
+    assert.match(readFileSync(join(dir, 'guard', 'table4-agentharm.md'), 'utf8'), /\| probe-cascade \|.*\|\n/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
