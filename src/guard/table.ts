@@ -84,7 +84,7 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
 
 /** the cost columns, every method alike (eval.ts MethodSummary.cost) */
 const COST_HEADERS = ['Judge calls / request', 'Guard tokens / request', 'Added ms p50 / p95'];
-const COST_NOTE = 'Cost, every method on the same backend in the same run: judge calls and guard tokens (judge prompt + completion, and a probe-halted prefill read again by the next call) per request; added ms = wall time of the request before the call that produced the answer (nearest-rank p50 / p95). InjecAgent: the first step\'s request.';
+const COST_NOTE = 'Cost, every method on the same backend in the same run: judge calls and guard tokens (judge prompt + completion, and a probe-halted prefill read again by the next call) per request; added ms = wall time of the request before the call that produced the answer (nearest-rank p50 / p95). SafePrompt\'s longer system prompt is inside the answering call and not counted. InjecAgent: the first step\'s request.';
 
 function costCells(m: MethodSummary): string[] {
   const c = m.cost;

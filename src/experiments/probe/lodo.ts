@@ -30,6 +30,7 @@ import type { PairSet } from '../../data/types.ts';
 import type { PromptBuilder } from '../../prompts/configurations.ts';
 import type { ChatMessage } from '../../prompts/tokenizer.ts';
 import { SafekeepError } from '../../util/errors.ts';
+import { stratifiedSubset } from '../extract.ts';
 import { sha256Hex } from '../../util/hash.ts';
 import { makeRng } from '../../util/rng.ts';
 
@@ -51,9 +52,9 @@ export interface LodoResult extends Omit<LodoSection, 'model'> {
   scores: Record<string, { scores: number[]; labels: number[]; groups: string[] }>;
 }
 
-/** Pair rows rendered in the agent.schema condition (first `limit` pairs). */
+/** Pair rows rendered in the agent.schema condition (`limit` pairs taken round-robin over categories). */
 export function pairRows(name: string, set: Pick<PairSet, 'pairs'>, builder: PromptBuilder, limit = Infinity): LodoSet {
-  const rows = set.pairs.slice(0, limit).flatMap((p) => (['harmful', 'benign'] as const).map((kind) => ({
+  const rows = stratifiedSubset(set.pairs, limit).flatMap((p) => (['harmful', 'benign'] as const).map((kind) => ({
     ids: builder.render(p[kind].prompt, p.tools, 'agent', 'schema').ids!, label: (kind === 'harmful' ? 1 : 0) as 0 | 1, group: `${name}:${p.id}`,
   })));
   return { name, rows };
@@ -67,8 +68,8 @@ export function injecAgentRows(cases: readonly InjecAgentCase[], builder: Prompt
   const system = builder.systemText('agent');
   const rows: LodoSet['rows'] = [];
   let dropped = 0;
-  for (const c of cases) {
-    if (rows.length >= 2 * limit) break;
+  // `limit` cases taken round-robin over the attack kinds (direct harm, data stealing)
+  for (const c of stratifiedSubset(cases.map((x) => ({ ...x, category: x.attack })), limit)) {
     if (!c.attackerInstruction || !c.toolResponse.includes(c.attackerInstruction)) { dropped++; continue; }
     const clean = c.toolResponse.split(c.attackerInstruction).join('');
     const conv = (observation: string): ChatMessage[] => [
