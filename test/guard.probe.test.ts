@@ -221,10 +221,30 @@ test('probe files: every malformed file is one error naming it; another model is
   bad('shape', { dModel: 5 }, /float32 \[5\]/);
   bad('weights', { weights: 'missing.safetensors' }, /missing/);
   bad('escape', { weights: '../x.safetensors' }, /beside the JSON/);
+  const calibration = { pairs: 1, share: 0.25, seed: 0, idsHash: 'x' };
+  bad('band', { cascade: { low: 2, high: 1, maxBenignFlag: 0.05, maxHarmfulPass: 0.05, calibration } }, /low 2 is above high 1/);
+  bad('band-nan', { cascade: { low: 'a', high: 1, maxBenignFlag: 0.05, maxHarmfulPass: 0.05, calibration } }, /cascade must have finite/);
+  bad('alpha', { steer: { alpha: -1, layer: 1, calibration } }, /steer must have a finite "alpha" ≥ 0/);
+  // a steering strength without its direction in the weights file
+  bad('no-direction', { steer: { alpha: 1, layer: 1, calibration } }, /must hold probe-steer's direction 'steer'/);
   writeFileSync(join(dir, 'notjson.json'), '{');
   assert.throws(() => readProbe(join(dir, 'notjson.json')), /not valid JSON/);
   assert.throws(() => readProbe(join(dir, 'nope')), /no such probe file/);
   assert.throws(() => checkProbeFits(probe, { configHash: 'zzz', numLayers: 2, dModel: d }), /another model/);
   assert.throws(() => checkProbeFits(probe, { configHash: 'abc', numLayers: 2, dModel: 8 }), /d_model/);
   checkProbeFits(probe, { configHash: 'abc', numLayers: 2, dModel: d });
+});
+
+test('probe files with a cascade band and a steering direction round-trip; a strength without a direction is refused when written', () => {
+  const { path: _p, w, steerVector: _v, format: _f, version: _ver, weights: _wt, ...meta } = probe;
+  const calibration = { pairs: 2, share: 0.25, seed: 3, idsHash: 'h' };
+  const cascade = { low: 0.5, high: 1.5, maxBenignFlag: 0.05, maxHarmfulPass: 0.1, benignFlagged: 0, harmfulPassed: 0.05, band: 0.4, nBenign: 2, nHarmful: 2, calibration };
+  const steer = { alpha: 0.7, layer: 1, targets: 'flagged' as const, flagged: 2, refused: 2, search: 'hand', calibration };
+  const path = writeProbe(join(dir, 'calibrated'), { ...meta, cascade, steer }, w, Float32Array.from([0, 0, 1, 0]));
+  const back = readProbe(path);
+  assert.deepEqual(back.cascade, cascade);
+  assert.deepEqual(back.steer, steer);
+  assert.deepEqual([...back.steerVector!], [0, 0, 1, 0]);
+  assert.deepEqual(new ProbeGuard(back).steering(), { layer: 1, vector: back.steerVector, alpha: 0.7 });
+  assert.throws(() => writeProbe(join(dir, 'half'), { ...meta, steer }, w), (e: Error) => e instanceof SafekeepError && /needs its direction/.test(e.message));
 });

@@ -213,3 +213,17 @@ test('probe train --calibrate on the planted model: calibration pairs, band from
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('probe train: calibration flags without --calibrate, or out of range, are one error, exit 2', () => {
+  const env = { ...process.env, SAFEKEEP_QUIET: '1' };
+  for (const [args, re] of [
+    [['--max-benign-flag', '0.1'], /--max-benign-flag needs --calibrate/],
+    [['--calibrate', '--max-benign-flag', '1'], /--max-benign-flag must be in \[0, 1\)/],
+    [['--calibrate', '--calibration-share', '0'], /--calibration-share must be in \(0, 1\)/],
+    [['--calibrate', '--steer-max-tokens', '0'], /--steer-max-tokens must be a positive integer/],
+  ] as const) {
+    const r = cli(['probe', 'train', '--model', 'no-such-model', ...args], env);
+    assert.equal(r.status, 2, r.stderr);
+    assert.match(r.stderr, re);
+  }
+});
