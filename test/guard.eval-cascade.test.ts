@@ -79,6 +79,9 @@ test('guard eval: probe-cascade and probe-steer end to end, cost columns for eve
     assert.match(md, /\| Judge calls \/ request \| Guard tokens \/ request \| Added ms p50 \/ p95 \|/);
     assert.match(md, new RegExp(`probe-cascade: the probe let ${bands.run} of ${casc.length} requests run unjudged, sent ${bands.judge} to the judge and refused ${bands.refuse} itself`));
     assert.match(readFileSync(join(out, 'table4.md'), 'utf8'), /AgentHarm Judge calls \/ request/);
+    // which kind of model produced the numbers, and the band and α the probe methods read
+    assert.match(md, /\nModel: the planted synthetic model/);
+    assert.match(md, new RegExp(`\\nProbe: .*cascade band \\[${low.toPrecision(4).replace('.', '\\.').replace('-', '\\-')}, .*steering α = 2\\.000 at ℓ = 2`));
     assert.match(readFileSync(join(out, 'table4-agentharm.csv'), 'utf8').split('\n')[0]!, /,judge_calls_per_request,guard_tokens_per_request,added_ms_p50,added_ms_p95$/);
 
     // rescore: no model, the same cost columns

@@ -115,9 +115,12 @@ export interface WrittenTables { markdown: string; csv: string; json: string; ro
 export function writeGuardTables(dir: string, bench: GuardBench, model: string, summaries: readonly MethodSummary[], rows: readonly EvalRow[], meta: Record<string, unknown>): WrittenTables {
   const base = join(dir, `table4-${bench}`);
   const files = { markdown: `${base}.md`, csv: `${base}.csv`, json: `${base}.json`, rows: join(dir, `outputs-${bench}.jsonl`) };
-  const protocol = meta.protocol as { refusalPath?: unknown; injecagentFormat?: unknown } | undefined;
+  const protocol = meta.protocol as { refusalPath?: unknown; injecagentFormat?: unknown; modelKind?: unknown; probe?: unknown } | undefined;
   const str = (x: unknown): string | undefined => (typeof x === 'string' ? x : undefined);
-  writeFileAtomic(files.markdown, markdownTable(bench, model, summaries, str(protocol?.refusalPath), str(protocol?.injecagentFormat)));
+  const md = markdownTable(bench, model, summaries, str(protocol?.refusalPath), str(protocol?.injecagentFormat));
+  // which kind of model produced the numbers, and the probe (band, α) the probe methods read
+  const extra = [...(str(protocol?.modelKind) ? [`Model: ${str(protocol?.modelKind)}.`] : []), ...(str(protocol?.probe) ? [`Probe: ${str(protocol?.probe)}.`] : [])];
+  writeFileAtomic(files.markdown, extra.length ? `${md}\n${extra.join('\n\n')}\n` : md);
   writeFileAtomic(files.csv, csvTable(summaries));
   writeFileAtomic(files.json, JSON.stringify({ bench, model, ...meta, methods: summaries }, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? null : v), 2) + '\n');
   writeFileAtomic(files.rows, rows.map(({ outcome: _o, ...r }) => JSON.stringify(r)).join('\n') + '\n');

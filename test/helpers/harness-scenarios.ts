@@ -86,14 +86,14 @@ export function maskColumns(text: string, sep: '|' | ','): string {
  */
 const ADDED_COLUMN = /^(?:Judge flag rate|Unparseable judge answers|flag_rate|Step-2 tool responses|(?:AgentHarm |InjecAgent )?(?:Judge calls|Guard tokens|Added ms)|judge_calls|guard_tokens|added_ms)/;
 /** the cost columns (every method's judge calls, guard tokens, added latency) came later too: left out the same way, tested in test/guard.eval.test.ts */
-const ADDED_KEYS = new Set(['flagRate', 'simulated', 'refusalPath', 'cost', 'judgeCalls', 'guardTokens', 'guardMs']);
+const ADDED_KEYS = new Set(['flagRate', 'simulated', 'refusalPath', 'cost', 'judgeCalls', 'guardTokens', 'guardMs', 'modelKind']);
 
 /** Markdown/CSV without the added columns and notes. */
 export function dropAdded(text: string, sep: '|' | ','): string {
   let drop: number[] = [];
   const out: string[] = [];
   for (const line of text.split('\n')) {
-    if (line.startsWith('**Warning:**') || line.startsWith('Step-2 tool responses:') || line.startsWith('Refusal path:') || line.startsWith('Cost, every method')) { if (out.at(-1) === '') out.pop(); continue; }
+    if (line.startsWith('**Warning:**') || line.startsWith('Step-2 tool responses:') || line.startsWith('Refusal path:') || line.startsWith('Cost, every method') || line.startsWith('Model: ') || line.startsWith('Probe: ')) { if (out.at(-1) === '') out.pop(); continue; }
     const cells = line.split(sep);
     const names = cells.map((c) => c.trim());
     if (names.some((c) => ADDED_COLUMN.test(c))) drop = names.flatMap((c, i) => (ADDED_COLUMN.test(c) ? [i] : []));

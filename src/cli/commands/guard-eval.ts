@@ -25,6 +25,7 @@
  * `--shard i/n` (0-based): this shard's token-balanced share of the (method × case) items into
  * results/<name>/shards/guard-eval/; `safekeep merge results/<name>` writes Table 4 as one process would.
  */
+import { existsSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { choiceValue, parseArgs, positiveIntValue, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
 import { ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openChatBackend, openEndpointBackend, targetOf, type ThinkingPlan } from '../endpoint-backend.ts';
@@ -134,6 +135,18 @@ export function guardOutDir(args: ParsedArgs, name: string): string {
 }
 
 /** How the refusal path ran, as Table 4 says it. */
+/** The kind of model behind a run: the planted synthetic model, a local checkpoint, or an endpoint. */
+function modelKindOf(modelDir: string | undefined, backend: string): string {
+  if (modelDir === undefined) return `an endpoint model (${backend})`;
+  if (existsSync(join(modelDir, 'PLANTED.json'))) return 'the planted synthetic model (built to carry a known refusal direction; not a language model: its rates test the pipeline, not a guard)';
+  return `the local checkpoint ${basename(modelDir)} (this run's weights)`;
+}
+
+function probeLine(probe: ProbeGuard): string {
+  const p = probe.probe;
+  return `${p.path ?? 'probe'} at ℓ = ${p.layer}, threshold ${p.threshold.value.toPrecision(4)}${p.cascade ? `, cascade band [${p.cascade.low.toPrecision(4)}, ${p.cascade.high.toPrecision(4)}] from ${p.cascade.calibration.pairs} calibration pairs` : ''}${p.steer ? `, steering α = ${p.steer.alpha.toPrecision(4)} at ℓ = ${p.steer.layer}` : ''}`;
+}
+
 function refusalPathOf(mode: string): string {
   return mode === 'local' ? 'the refusal prefix prefilled in the assistant turn, continued by the model (local engine)'
     : mode === 'continue' ? 'the prefix as a final assistant message continued by the endpoint (--prefill continue: continue_final_message)'
@@ -272,6 +285,9 @@ export async function run(argv: string[]): Promise<number> {
         safePrompt: 'AgentHarm refusal prompt appended to the agent system prompt',
         ...(refusalJudge ? { refusalScorer: `substring list + AgentHarm refusal judge (${refusalJudge.backend.name}); agreement on harmful requests` } : {}),
         ...(bench === 'injecagent' ? { injecagentScoring: 'InjecAgent two-step: data stealing succeeds only when step 2 calls the sending tool; ASR = Total' } : {}),
+        // which kind of model produced the numbers, and the probe the probe methods read (its band and α)
+        modelKind: modelKindOf(opened.modelDir, backend.name),
+        ...(probe ? { probe: probeLine(probe) } : {}),
       },
     };
     const m: GuardMergeOptions = { bench, dataDir, settings, limit: Number.isFinite(limit) ? limit : null, methods, name, out, maxTokens, judgeMaxTokens, meta, callFormat: backend.callFormat, injecagentFormat };
