@@ -155,8 +155,9 @@ async function calibrateProbe(
   const labels = calRows.map((r) => fitRows.labels[r]!);
   const cascade = cascadeBandFor(scores, labels, c.maxBenignFlag ?? 0.05, c.maxHarmfulPass ?? 0.05, info);
   // the requests the steering must turn: harmful calibration requests the probe flags (all harmful ones if none)
+  const scoreOf = new Map(calRows.map((r, i) => [r, scores[i]!]));
   const harmful = calRows.filter((_, i) => labels[i] === 1);
-  const flagged = harmful.filter((_, i) => scores[calRows.indexOf(harmful[i]!)]! > p.threshold);
+  const flagged = harmful.filter((r) => scoreOf.get(r)! > p.threshold);
   const targets = flagged.length ? flagged : harmful;
   const byId = new Map(ctx.set.pairs.map((x) => [x.id, x]));
   const prompts = targets.map((r) => {
