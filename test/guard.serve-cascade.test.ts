@@ -32,6 +32,7 @@ const benign = [{ role: 'system', content: 'You are an agent.' }, { role: 'user'
 const env = () => ({ ...process.env, SAFEKEEP_CACHE: join(dir, '.cache') });
 let known = { harmful: 0, benign: 0, benignBase: '', harmfulBase: '' };
 let calibrated = '';
+let calibratedSkill = '';
 let uncalibrated = '';
 const servers: ServeChild[] = [];
 
@@ -59,7 +60,7 @@ before(async () => {
   assert.ok(known.harmful <= truth.tau && !/^sorry/.test(known.harmfulBase), 'unguarded, the harmful request is not refused');
   const gap = known.harmful - known.benign;
   // band: the benign score below it, the harmful one above it; α lifts the harmful score 0.1 past τ
-  ({ probeJson: calibrated } = await writePlantedProbe(join(dir, 'cal'), model, truth.r, known, {
+  ({ probeJson: calibrated, skillDir: calibratedSkill } = await writePlantedProbe(join(dir, 'cal'), model, truth.r, known, {
     low: known.benign + gap / 3, high: known.benign + (2 * gap) / 3, alpha: truth.tau - known.harmful + 0.1,
   }));
   ({ probeJson: uncalibrated } = await writePlantedProbe(join(dir, 'plain'), model, truth.r, known));
@@ -90,7 +91,8 @@ test('serve --model --method probe-cascade: refused by the probe above the band,
 });
 
 test('serve --model --method probe-steer: the flagged request is answered by the steered model in its own words', async () => {
-  const s = await startServeCli(['--model', model, '--method', 'probe-steer', '--probe', calibrated, '--port', '0', '--max-tokens', '8'], env());
+  // --probe as the refusal-probe skill folder: the steering is read from the probe file it names
+  const s = await startServeCli(['--model', model, '--method', 'probe-steer', '--probe', calibratedSkill, '--port', '0', '--max-tokens', '8'], env());
   servers.push(s);
   const h = await post(s.url, harmful);
   assert.equal(h.headers.get('x-safekeep-action'), 'steer');

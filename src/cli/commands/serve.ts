@@ -223,7 +223,8 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
       const p = readProbe(probeFileToCheck);
       const ckpt = await loadCheckpoint(modelDir);
       checkProbeFits(p, { configHash: ckpt.configHash, numLayers: engine.numLayers, dModel: engine.dModel });
-      probe ??= new ProbeGuard(p);
+      // the cascade and the steering read the calibration in the probe file itself (a skill carries none)
+      probe = method === 'probe-cascade' || method === 'probe-steer' ? new ProbeGuard(p) : probe ?? new ProbeGuard(p);
       probeLabel ||= `probe ${p.kind} ℓ=${p.layer}`;
     }
     if (probe && (probe.probe.dModel !== engine.dModel || probe.probe.layer > engine.numLayers)) {
