@@ -44,7 +44,8 @@ test('guard eval: probe-cascade and probe-steer end to end, cost columns for eve
 
     const out = join(dir, 'guard');
     const methods = ['base', 'safejudge', 'safeprompt', 'safekeep', 'refusal-probe', 'probe-cascade', 'probe-steer'];
-    const r = cli([...evalArgs, '--methods', methods.join(','), '--probe', probeJson, '--out', out]);
+    // --no-cache: every method's calls computed (none answered from another method's identical call)
+    const r = cli([...evalArgs, '--methods', methods.join(','), '--probe', probeJson, '--out', out, '--no-cache']);
     assert.equal(r.status, 0, r.stderr);
     const got = rows(out);
     const table = JSON.parse(readFileSync(join(out, 'table4-agentharm.json'), 'utf8')) as { methods: Summary[] };
@@ -77,6 +78,8 @@ test('guard eval: probe-cascade and probe-steer end to end, cost columns for eve
     assert.equal(table.methods.find((m) => m.method === 'probe-steer')!.steered, steer.filter((x) => x.steered).length);
     const md = readFileSync(join(out, 'table4-agentharm.md'), 'utf8');
     assert.match(md, /\| Judge calls \/ request \| Guard tokens \/ request \| Added ms p50 \/ p95 \|/);
+    // a probe method's flagged count is over all its requests (not over the judged ones)
+    assert.match(md, new RegExp(`\\| probe-cascade \\|.*\\| ${bands.judge + bands.refuse - casc.filter((x) => x.probeBand === 'judge' && !x.blocked).length}/${casc.length} \\|`));
     assert.match(md, new RegExp(`probe-cascade: the probe let ${bands.run} of ${casc.length} requests run unjudged, sent ${bands.judge} to the judge and refused ${bands.refuse} itself`));
     assert.match(readFileSync(join(out, 'table4.md'), 'utf8'), /AgentHarm Judge calls \/ request/);
     // which kind of model produced the numbers, and the band and α the probe methods read

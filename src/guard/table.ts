@@ -57,7 +57,7 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
     const unparseable = judging ? [m.judged ? `${m.unparseable} (${pct(m.unparseable / m.judged)} %)` : '–'] : [];
     const sim = bench === 'injecagent' && m.simulated ? [`${m.simulated.exact} / ${m.simulated.sameTool} / ${m.simulated.none}`] : bench === 'injecagent' ? ['–'] : [];
     const cells = [...keys.slice(0, at).map((key) => cell(k[key]!)), ...flag, ...keys.slice(at).map((key) => cell(k[key]!))];
-    lines.push(`| ${m.method} | ${cells.join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.judged ? `${m.flagged}/${m.judged}` : m.probed ? `${m.flagged}/${m.n}` : '–'} |${[...unparseable, ...sim, ...costCells(m)].map((u) => ` ${u} |`).join('')}`);
+    lines.push(`| ${m.method} | ${cells.join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.probed ? `${m.flagged}/${m.n}` : m.judged ? `${m.flagged}/${m.judged}` : '–'} |${[...unparseable, ...sim, ...costCells(m)].map((u) => ` ${u} |`).join('')}`);
   }
   // the cascade's band and probe-steer's steered answers are reported, never hidden
   for (const m of s) {
@@ -84,7 +84,7 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
 
 /** the cost columns, every method alike (eval.ts MethodSummary.cost) */
 const COST_HEADERS = ['Judge calls / request', 'Guard tokens / request', 'Added ms p50 / p95'];
-const COST_NOTE = 'Cost, every method on the same backend in the same run: judge calls and guard tokens (judge prompt + completion, and a probe-halted prefill read again by the next call) per request; added ms = wall time of the request before the call that produced the answer (nearest-rank p50 / p95). SafePrompt\'s longer system prompt is inside the answering call and not counted. InjecAgent: the first step\'s request.';
+const COST_NOTE = 'Cost, every method on the same backend in the same run: judge calls and guard tokens (judge prompt + completion, and a probe-halted prefill read again by the next call) per request; added ms = wall time of the request before the call that produced the answer (nearest-rank p50 / p95). SafePrompt\'s longer system prompt is inside the answering call and not counted. A reply the local engine serves from memory (an identical call earlier in the run: the cascade\'s judge call after SafeKeep\'s, an executed call after the base agent\'s) costs only its lookup — compare latencies with --no-cache. InjecAgent: the first step\'s request.';
 
 function costCells(m: MethodSummary): string[] {
   const c = m.cost;
