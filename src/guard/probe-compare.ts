@@ -102,6 +102,7 @@ export async function compareGuards(o: CompareOptions): Promise<CompareResult> {
     }
   }
   notes.push('Guard ms: the judge call (SafeKeep) and/or the probe\'s scoring inside the agent call; the probe\'s full added cost per request (hidden-state read-out included) is measured by npm run bench:probe.');
+  notes.push('Added ms: the wall time before the answering call. The methods run on one backend that answers an identical call from memory (the cascade\'s judge call after SafeKeep\'s, an executed call after the base agent\'s), which then costs only its lookup; judge calls and guard tokens count every call. npm run bench:guard times the cascade against SafeKeep with every call computed.');
   return {
     comparison: {
       bench: `${o.set.name}, evaluation split (${cases.length / 2} pairs)`,
