@@ -1,5 +1,5 @@
 /**
- * `npm run bench:guard [-- --requests 400 --concurrency 8 --upstream-ms 0 --judge-ms 0]`
+ * `npm run bench:guard [-- --requests 400 --concurrency 8 --upstream-ms 0 --judge-ms 0 --cascade-requests 28 --no-cascade]`
  * Throughput (requests/s) and p50/p99 latency through `safekeep serve` with and without the guard, against a mock
  * upstream and a mock judge on 127.0.0.1 (both answer after a fixed simulated delay). Scenarios:
  *   direct      — client → mock upstream (no proxy)
@@ -12,6 +12,11 @@
  *                 guard agent + tool-rules) → upstream; the same request each time (its input decision is cached
  *                 after the first: the S³ proxy keeps decisions by content)
  *   s3-all-fresh — the same with a different request each time (every decision made anew)
+ * Then the probe→judge cascade against SafeKeep on the local engine (the planted synthetic model, built in a temp
+ * folder; its probe trained with `probe train --calibrate`): the same evaluation requests, one backend, one run, one
+ * method after the other — judge calls per request, guard tokens per request and the guard's added latency p50 / p95
+ * for base, SafeKeep, refusal-probe, probe-cascade and probe-steer. The planted model measures the mechanism (how
+ * many requests reach the judge, what the judge-free path costs), not a trained model's rates.
  * Bounded request count; stops by itself.
  */
 import type { AddressInfo } from 'node:net';
@@ -24,7 +29,7 @@ import { join } from 'node:path';
 import { loadSkills } from '../src/guard/s3/skill-file.ts';
 import { repoRoot } from '../src/data/locate.ts';
 
-const args = parseArgs(process.argv.slice(2), { values: ['requests', 'concurrency', 'upstream-ms', 'judge-ms'] });
+const args = parseArgs(process.argv.slice(2), { values: ['requests', 'concurrency', 'upstream-ms', 'judge-ms', 'cascade-requests'], booleans: ['no-cascade'] });
 const N = numberValue(args, 'requests', 400);
 const C = numberValue(args, 'concurrency', 8);
 const upstreamMs = numberValue(args, 'upstream-ms', 0);
@@ -96,3 +101,75 @@ for (const p of [proxy, s3Rules, s3All]) {
 }
 await upstream.close();
 await judgeUp.close();
+if (!args.booleans.has('no-cascade')) await cascadeBench(numberValue(args, 'cascade-requests', 28));
+
+/** The cascade against SafeKeep (and the other probe methods) on the planted model, same requests, same run. */
+async function cascadeBench(n: number): Promise<void> {
+  const { mkdtempSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { writePlantedModel } = await import('../src/experiments/planted.ts');
+  const { loadPairSet } = await import('../src/data/load.ts');
+  const { trainProbes } = await import('../src/experiments/probe/train.ts');
+  const { createEngine } = await import('../src/engine/engine.ts');
+  const { loadPromptTokenizer } = await import('../src/prompts/tokenizer.ts');
+  const { PromptBuilder } = await import('../src/prompts/configurations.ts');
+  const { loadPromptTexts } = await import('../src/prompts/texts.ts');
+  const { LocalBackend } = await import('../src/guard/backends/local.ts');
+  const { guardedRespond } = await import('../src/guard/respond.ts');
+  const { ProbeGuard } = await import('../src/guard/probe.ts');
+  const { evaluationCases } = await import('../src/guard/probe-compare.ts');
+  const { splitPairs } = await import('../src/data/split.ts');
+  const { stratifiedSubset } = await import('../src/experiments/extract.ts');
+  const { sha256Hex } = await import('../src/util/hash.ts');
+  const dir = mkdtempSync(join(tmpdir(), 'bench-cascade-'));
+  try {
+    const set = await loadPairSet('pairs');
+    const model = join(dir, 'planted');
+    await writePlantedModel(model, { lexiconPairs: set.pairs });
+    const cacheDir = join(dir, '.cache');
+    const [trained] = await trainProbes({ model, data: 'pairs', limit: 40, results: join(dir, 'results'), engine: { cacheDir, quiet: true }, kinds: ['mean-diff'], calibrate: {} });
+    const probe = new ProbeGuard(trained!.probe);
+    const tok = await loadPromptTokenizer(model);
+    const builder = new PromptBuilder(tok, { texts: loadPromptTexts() });
+    const engine = await createEngine(model, { cacheDir, quiet: true });
+    try {
+      const backend = new LocalBackend(engine, tok, { templateKwargs: builder.templateKwargs, responseCache: 0 });
+      // requests the probe never saw: the evaluation split of the 40 pairs it was trained on, as agent requests
+      const sub = { ...set, pairs: stratifiedSubset(set.pairs, 40) };
+      const split = splitPairs(sub, trained!.probe.provenance.split.seed);
+      if (sha256Hex([...split.extraction].sort().join('\n')) !== trained!.probe.provenance.split.extractionIdsHash) throw new Error('bench:guard: the recomputed extraction split is not the probe\'s');
+      const cases = evaluationCases(sub, split, builder, Math.ceil(n / 2)).slice(0, n);
+      const rows = [];
+      for (const method of ['base', 'safekeep', 'refusal-probe', 'probe-cascade', 'probe-steer'] as const) {
+        let judgeCalls = 0;
+        let guardTokens = 0;
+        let refused = 0;
+        const added: number[] = [];
+        const total: number[] = [];
+        for (const c of cases) {
+          const t0 = performance.now();
+          const r = await guardedRespond(c.request, method, backend, { probe, maxTokens: 12, onUnparseable: 'safe' });
+          total.push(performance.now() - t0);
+          added.push(r.cost.guardMs);
+          judgeCalls += r.cost.judgeCalls;
+          guardTokens += r.cost.guardTokens;
+          if (r.blocked || r.steered) refused++;
+        }
+        const a = summarize(added);
+        const t = summarize(total);
+        rows.push({ method, requests: cases.length, 'judge calls/req': Number((judgeCalls / cases.length).toFixed(3)), 'guard tokens/req': Number((guardTokens / cases.length).toFixed(1)), 'flagged': refused, 'added p50 ms': Number(a.p50.toFixed(2)), 'added p95 ms': Number(a.p95.toFixed(2)), 'total p50 ms': Number(t.p50.toFixed(2)), 'total p95 ms': Number(t.p95.toFixed(2)) });
+      }
+      const c = trained!.probe.cascade!;
+      console.log(`\nbench:guard cascade — planted synthetic model (local engine, CPU), ${cases.length} evaluation requests, one backend, methods one after the other; cascade band [${c.low.toPrecision(4)}, ${c.high.toPrecision(4)}] from ${c.calibration.pairs} calibration pairs`);
+      console.table(rows);
+      const keep = rows.find((r) => r.method === 'safekeep')!;
+      const casc = rows.find((r) => r.method === 'probe-cascade')!;
+      console.log(`judge calls: probe-cascade ${casc['judge calls/req']} per request vs SafeKeep ${keep['judge calls/req']} (${(100 * (1 - casc['judge calls/req'] / keep['judge calls/req'])).toFixed(0)} % fewer); added p50 ${casc['added p50 ms']} vs ${keep['added p50 ms']} ms`);
+      console.log('the planted model is synthetic (its judge answers are unparseable, counted safe here): the numbers show the cascade\'s mechanism and cost, not a trained model\'s refusal rates');
+    } finally {
+      await engine.dispose();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}

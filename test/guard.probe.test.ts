@@ -54,6 +54,11 @@ function backend(judgeAnswer: string, activations = true): ChatBackend & { calls
       calls.push(call);
       const base = { toolCalls: [], promptTokens: 3, completionTokens: 2, latencyMs: 1, cached: false };
       if (call.purpose === 'judge') return { ...base, content: judgeAnswer, finish: 'stop' };
+      // a steered call answers with the steered score: refuses when x + bias + alpha clears 2
+      if (call.purpose === 'refusal' && call.steer) {
+        const x = Number(call.messages.at(-1)!.content);
+        return { ...base, content: x + 0.25 + call.steer.alpha > 2 ? 'I will not do that.' : '{"name": "send_email", "parameters": {}}', finish: 'stop' };
+      }
       if (call.purpose === 'refusal') return { ...base, content: `${call.prefix} (continued)`, finish: 'stop' };
       const x = Number(call.messages.at(-1)!.content);
       if (call.inspect?.(hiddenWith(x))) return { ...base, content: '', completionTokens: 0, finish: 'halted' };
@@ -115,6 +120,87 @@ test('safekeep+probe: refused if either flags; the judge refusing first means no
   assert.deepEqual(neither.calls.map((x) => x.purpose), ['judge', 'agent']);
 });
 
+/** the test probe with a cascade band [0.5, 1.5] and steering strength 0.6 at its layer */
+function calibrated(): ProbeGuard {
+  const calibration = { pairs: 4, share: 0.25, seed: 0, idsHash: 'c' };
+  return new ProbeGuard({
+    ...probe,
+    steerVector: Float32Array.from([0, 1, 0, 0]),
+    cascade: { low: 0.5, high: 1.5, maxBenignFlag: 0.05, maxHarmfulPass: 0.05, benignFlagged: 0, harmfulPassed: 0, band: 0.5, nBenign: 4, nHarmful: 4, calibration },
+    steer: { alpha: 0.6, layer: 1, targets: 'flagged', flagged: 4, refused: 4, search: 'hand', calibration },
+  });
+}
+
+test('probe-cascade: below the band the agent call runs alone; inside it the judge decides; above it the probe refuses', async () => {
+  const g = calibrated();
+  const run = async (x: number, judgeAnswer = 'NO') => {
+    const b = backend(judgeAnswer);
+    const r = await guardedRespond(req(x), 'probe-cascade', b, { probe: g });
+    return { r, purposes: b.calls.map((c) => c.purpose), calls: b.calls };
+  };
+  // score = x + 0.25; band [0.5, 1.5], its ends judged
+  const low = await run(0);
+  assert.equal(low.r.probe!.band, 'run');
+  assert.deepEqual(low.purposes, ['agent']);
+  assert.equal(low.r.blocked, false);
+  assert.match(low.r.reply.content, /send_email/);
+  assert.deepEqual({ ...low.r.cost, guardMs: 0 }, { judgeCalls: 0, guardTokens: 0, guardMs: 0 });
+  for (const x of [0.25, 0.75, 1.25]) {
+    const safe = await run(x, 'NO');
+    assert.equal(safe.r.probe!.band, 'judge', `x = ${x}`);
+    assert.deepEqual(safe.purposes, ['agent', 'judge', 'agent']);
+    assert.equal(safe.calls[0]!.inspect !== undefined, true);
+    assert.equal(safe.calls[2]!.inspect, undefined); // the executed call is the untouched agent call
+    assert.equal(safe.r.blocked, false);
+    assert.equal(safe.r.judge!.verdict, 'no');
+    assert.match(safe.r.reply.content, /send_email/);
+    // judge prompt + completion (3 + 2) and the halted prefill read again (3)
+    assert.equal(safe.r.cost.judgeCalls, 1);
+    assert.equal(safe.r.cost.guardTokens, 8);
+    const unsafe = await run(x, 'YES');
+    assert.deepEqual(unsafe.purposes, ['agent', 'judge', 'refusal']);
+    assert.equal(unsafe.r.blocked, true);
+    assert.ok(unsafe.r.reply.content.startsWith(REFUSAL_PREFIX));
+  }
+  for (const x of [1.3, Number.NaN]) {
+    const high = await run(x, 'NO');
+    assert.equal(high.r.probe!.band, 'refuse');
+    assert.deepEqual(high.purposes, ['agent', 'refusal']);
+    assert.equal(high.r.blocked, true);
+    assert.equal(high.r.judge, null);
+    assert.deepEqual([high.r.cost.judgeCalls, high.r.cost.guardTokens], [0, 3]);
+  }
+});
+
+test('probe-steer: a flagged request is the agent call again, steered by +alpha along the stored direction at its layer, tools kept', async () => {
+  const g = calibrated();
+  const pass = backend('NO');
+  const a = await guardedRespond(req(0.5), 'probe-steer', pass, { probe: g });
+  assert.equal(a.steered, undefined);
+  assert.deepEqual(pass.calls.map((c) => c.purpose), ['agent']);
+  // flagged (1.25 + 0.25 > 1): steered; 1.5 + 0.6 > 2 refuses in the model's own words
+  const flagged = backend('NO');
+  const b = await guardedRespond({ ...req(1.25), tools: [{ type: 'function', function: { name: 'send_email', description: 'send', parameters: { type: 'object', properties: {} } } }] }, 'probe-steer', flagged, { probe: g });
+  assert.deepEqual(flagged.calls.map((c) => c.purpose), ['agent', 'refusal']);
+  const steered = flagged.calls[1]!;
+  assert.deepEqual({ layer: steered.steer!.layer, alpha: steered.steer!.alpha, w: [...steered.steer!.vector] }, { layer: 1, alpha: 0.6, w: [0, 1, 0, 0] });
+  assert.equal(steered.prefix, undefined);
+  assert.equal(steered.tools!.length, 1);
+  assert.equal(b.steered, true);
+  assert.equal(b.blocked, false);
+  assert.equal(b.reply.content, 'I will not do that.');
+  // flagged but not enough: 0.9 + 0.25 + 0.6 ≤ 2, the steered model still calls the tool (reported, not hidden)
+  const c = await guardedRespond(req(0.9), 'probe-steer', backend('NO'), { probe: g });
+  assert.equal(c.steered, true);
+  assert.match(c.reply.content, /send_email/);
+});
+
+test('probe-cascade and probe-steer need a calibrated probe: one SafekeepError each', async () => {
+  const g = new ProbeGuard(probe);
+  await assert.rejects(guardedRespond(req(0), 'probe-cascade', backend('NO'), { probe: g }), (e: Error) => e instanceof SafekeepError && /--calibrate/.test(e.message));
+  await assert.rejects(guardedRespond(req(0), 'probe-steer', backend('NO'), { probe: g }), (e: Error) => e instanceof SafekeepError && /--calibrate/.test(e.message));
+});
+
 test('refusal-probe needs a probe and an activation backend: one SafekeepError each', async () => {
   await assert.rejects(guardedRespond(req(0), 'refusal-probe', backend('NO')), (e: Error) => e instanceof SafekeepError && /needs a trained probe/.test(e.message));
   await assert.rejects(guardedRespond(req(0), 'safekeep+probe', backend('NO', false), { probe: new ProbeGuard(probe) }),
@@ -135,10 +221,30 @@ test('probe files: every malformed file is one error naming it; another model is
   bad('shape', { dModel: 5 }, /float32 \[5\]/);
   bad('weights', { weights: 'missing.safetensors' }, /missing/);
   bad('escape', { weights: '../x.safetensors' }, /beside the JSON/);
+  const calibration = { pairs: 1, share: 0.25, seed: 0, idsHash: 'x' };
+  bad('band', { cascade: { low: 2, high: 1, maxBenignFlag: 0.05, maxHarmfulPass: 0.05, calibration } }, /low 2 is above high 1/);
+  bad('band-nan', { cascade: { low: 'a', high: 1, maxBenignFlag: 0.05, maxHarmfulPass: 0.05, calibration } }, /cascade must have finite/);
+  bad('alpha', { steer: { alpha: -1, layer: 1, calibration } }, /steer must have a finite "alpha" ≥ 0/);
+  // a steering strength without its direction in the weights file
+  bad('no-direction', { steer: { alpha: 1, layer: 1, calibration } }, /must hold probe-steer's direction 'steer'/);
   writeFileSync(join(dir, 'notjson.json'), '{');
   assert.throws(() => readProbe(join(dir, 'notjson.json')), /not valid JSON/);
   assert.throws(() => readProbe(join(dir, 'nope')), /no such probe file/);
   assert.throws(() => checkProbeFits(probe, { configHash: 'zzz', numLayers: 2, dModel: d }), /another model/);
   assert.throws(() => checkProbeFits(probe, { configHash: 'abc', numLayers: 2, dModel: 8 }), /d_model/);
   checkProbeFits(probe, { configHash: 'abc', numLayers: 2, dModel: d });
+});
+
+test('probe files with a cascade band and a steering direction round-trip; a strength without a direction is refused when written', () => {
+  const { path: _p, w, steerVector: _v, format: _f, version: _ver, weights: _wt, ...meta } = probe;
+  const calibration = { pairs: 2, share: 0.25, seed: 3, idsHash: 'h' };
+  const cascade = { low: 0.5, high: 1.5, maxBenignFlag: 0.05, maxHarmfulPass: 0.1, benignFlagged: 0, harmfulPassed: 0.05, band: 0.4, nBenign: 2, nHarmful: 2, calibration };
+  const steer = { alpha: 0.7, layer: 1, targets: 'flagged' as const, flagged: 2, refused: 2, search: 'hand', calibration };
+  const path = writeProbe(join(dir, 'calibrated'), { ...meta, cascade, steer }, w, Float32Array.from([0, 0, 1, 0]));
+  const back = readProbe(path);
+  assert.deepEqual(back.cascade, cascade);
+  assert.deepEqual(back.steer, steer);
+  assert.deepEqual([...back.steerVector!], [0, 0, 1, 0]);
+  assert.deepEqual(new ProbeGuard(back).steering(), { layer: 1, vector: back.steerVector, alpha: 0.7 });
+  assert.throws(() => writeProbe(join(dir, 'half'), { ...meta, steer }, w), (e: Error) => e instanceof SafekeepError && /needs its direction/.test(e.message));
 });

@@ -76,7 +76,7 @@ test('unparseable judge answers: a column with count and %, and a warning row wh
   const e = await guardEval(endpoint('MAYBE', () => 'It would cause harm.'), ['--methods', 'base,safekeep']);
   t.after(e.close);
   assert.deepEqual(e.table.methods.map((m) => [m.method, m.unparseable]), [['base', 0], ['safekeep', 4]]);
-  assert.match(e.md, /\| Unparseable judge answers \|\n/);
+  assert.match(e.md, /\| Unparseable judge answers \| Judge calls \/ request \|/); // the cost columns last
   assert.match(e.md, /\| safekeep \|.*\| 4\/4 \| 4 \(100\.0 %\) \|/);
   assert.match(e.md, /\*\*Warning:\*\* 4 of 4 judge answers of safekeep were unparseable/);
 });
@@ -137,5 +137,5 @@ test('InjecAgent step 2: exact cached vs same-tool simulated responses counted p
   assert.ok(tbl.methods[0]!.metrics['base.ds1']!.k > 0, 'the scripted agent reached step 2');
   const md = readFileSync(join(out, 'table4-injecagent.md'), 'utf8');
   const s = tbl.methods[0]!.simulated;
-  assert.match(md, new RegExp(`\\| base \\|.*\\| ${s.exact} / ${s.sameTool} / ${s.none} \\|\\n`));
+  assert.match(md, new RegExp(`\\| base \\|.*\\| ${s.exact} / ${s.sameTool} / ${s.none} \\| 0\\.00 \\|`)); // then the cost columns
 });

@@ -157,8 +157,9 @@ test('safekeep rescore: Table 4 from the per-sample logs with no model equals th
   const r = await runCli(repoRoot, ['rescore', guard]);
   assert.equal(r.code, 0, r.stderr);
   for (const bench of ['agentharm', 'injecagent']) {
-    const counts = (p: string) => (JSON.parse(readFileSync(p, 'utf8')) as { methods: { method: string; metrics: unknown; n: number; flagged: number; unparseable: number }[] })
-      .methods.map((m) => [m.method, m.metrics, m.n, m.flagged, m.unparseable]);
+    // the cost columns (judge calls, guard tokens, added latency) are the run's: rescore keeps them
+    const counts = (p: string) => (JSON.parse(readFileSync(p, 'utf8')) as { methods: { method: string; metrics: unknown; n: number; flagged: number; unparseable: number; cost: unknown }[] })
+      .methods.map((m) => [m.method, m.metrics, m.n, m.flagged, m.unparseable, m.cost]);
     assert.deepEqual(counts(join(guard, 'rescored', `table4-${bench}.json`)), counts(join(guard, `table4-${bench}.json`)), bench);
     const outputs = (p: string) => readFileSync(p, 'utf8').trim().split('\n').map((l) => { const { label, step1, step2, reasons } = JSON.parse(l) as Record<string, unknown>; return [label, step1, step2, reasons]; });
     assert.deepEqual(outputs(join(guard, 'rescored', `outputs-${bench}.jsonl`)), outputs(join(guard, `outputs-${bench}.jsonl`)), bench);

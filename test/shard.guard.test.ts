@@ -54,7 +54,8 @@ test('guard eval: 3 shards + merge = one process (Table 4 counts, every output);
   const m = await runCli(['merge', join(dir, 'three')]);
   assert.equal(m.code, 0, m.stderr);
   const strip = (p: string): unknown[] => readFileSync(p, 'utf8').trim().split('\n').map((l) => {
-    const { judgeLatencyMs: _l, agentMs: _a, probeMs: _p, ...rest } = JSON.parse(l) as Record<string, unknown>;
+    // latencies are measured, not reproduced
+    const { judgeLatencyMs: _l, agentMs: _a, probeMs: _p, guardMs: _g, ...rest } = JSON.parse(l) as Record<string, unknown>;
     return rest;
   });
   const outputs = strip(join(dir, 'one', 'guard', 'outputs-agentharm.jsonl'));

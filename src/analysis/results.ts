@@ -182,6 +182,11 @@ export interface GuardComparisonRow {
   agentMs: number;
   /** mean latency the guard added inside the request (ms): judge call, probe scoring, or both */
   guardMs: number;
+  /** per request: judge calls, guard tokens, added latency p50 / p95 (eval.ts MethodSummary.cost; absent in older results) */
+  judgeCalls?: number;
+  guardTokens?: number;
+  addedMsP50?: number;
+  addedMsP95?: number;
 }
 
 export interface ProbeSection {
@@ -189,6 +194,37 @@ export interface ProbeSection {
   auroc: ProbeAurocRow[];
   rates: ProbeRateRow[];
   comparison?: { bench: string; backend: string; probe: string; rows: GuardComparisonRow[]; notes: string[] };
+  /** `probe eval --lodo`: probes scored on data sets they never saw, beside the in-distribution numbers */
+  lodo?: LodoSection;
+}
+
+/** A point estimate with its percentile bootstrap interval. */
+export interface LodoEstimate { est: number; lo: number; hi: number }
+
+export interface LodoRow {
+  /** the held-out data set the probe is scored on (its test half) */
+  test: string;
+  /** what the probe was trained on: `<set> (in-distribution)`, another set, or `union of …` */
+  train: string;
+  inDistribution: boolean;
+  kind: 'mean-diff' | 'logistic';
+  layer: number;
+  auroc: LodoEstimate;
+  /** TPR at 1 % FPR on the test set */
+  tpr1: LodoEstimate;
+  nTest: number;
+  nTrain: number;
+  testGroups: number;
+}
+
+export interface LodoSection {
+  rows: LodoRow[];
+  sets: { name: string; rows: number; groups: number; dropped?: { n: number; why: string } }[];
+  reps: number;
+  seed: number;
+  layerRule: string;
+  /** which kind of model produced the numbers (the planted synthetic model, or a checkpoint of a user's run) */
+  model: string;
 }
 
 /** A per-task mean with its 95 % normal-approximation interval (mean ± 1.96·sd/√n). */

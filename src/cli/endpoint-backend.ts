@@ -32,7 +32,7 @@ export const ENDPOINT_FLAG_DEFS: readonly FlagDef[] = [
   { name: 'retries', value: 'N', default: '3', help: 'endpoint retries' },
   { name: 'prefill', value: 'none|continue|prefix', default: 'none', help: 'how guard verdicts are prefilled' },
   { name: 'call-format', value: 'llama3|qwen|mistral', default: 'llama3', help: 'native call syntax left in content by an endpoint' },
-  { name: 'no-cache', boolean: true, help: 'do not cache endpoint answers' },
+  { name: 'no-cache', boolean: true, help: 'do not cache endpoint answers (local model: no in-memory reply cache either)' },
 ];
 
 /** The endpoint backend of `--endpoint`; answers are cached under `<out>/cache` unless --no-cache. */
@@ -122,7 +122,9 @@ export async function openChatBackend(args: ParsedArgs, t: Target, out: string, 
   beforeLoad(l.thinking);
   const engine = await openEngine(args);
   return {
-    backend: new LocalBackend(engine, tokenizer, { templateKwargs: l.templateKwargs }),
+    // --no-cache: every call computed (identical calls of different methods are otherwise answered from memory,
+    // and a latency comparison between methods would time a lookup)
+    backend: new LocalBackend(engine, tokenizer, { templateKwargs: l.templateKwargs, ...(args.booleans.has('no-cache') ? { responseCache: 0 } : {}) }),
     // the scheduler decodes concurrent calls in one batch and shares their prompts' prefix blocks; a sequence it
     // cannot admit under --max-memory waits, so more calls in flight cost memory only up to the plan
     concurrency: positiveIntValue(args, 'concurrency', LOCAL_CONCURRENCY),

@@ -39,6 +39,56 @@ interface ProbeProvenance {
   created: string;
 }
 
+/** Which held-out requests calibrated the cascade band or the steering strength (pairs of the extraction split the probe was not fit on). */
+interface CalibrationSplit {
+  /** pairs held out of the fit for calibration */
+  pairs: number;
+  /** their share of the extraction pairs, and the seed that drew them */
+  share: number;
+  seed: number;
+  /** sha256 over the sorted calibration pair ids */
+  idsHash: string;
+}
+
+/**
+ * The probe→judge cascade's band on the probe score: score > high → refused by the probe; score < low → runs without
+ * the judge; otherwise the judge decides. `high` lets at most `maxBenignFlag` of the benign calibration requests be
+ * refused by the probe, `low` lets at most `maxHarmfulPass` of the harmful ones run unjudged.
+ */
+export interface ProbeCascade {
+  low: number;
+  high: number;
+  maxBenignFlag: number;
+  maxHarmfulPass: number;
+  /** achieved on the calibration split */
+  benignFlagged: number;
+  harmfulPassed: number;
+  /** share of calibration requests inside the band (each would cost one judge call) */
+  band: number;
+  nBenign: number;
+  nHarmful: number;
+  calibration: CalibrationSplit;
+}
+
+/**
+ * probe-steer's strength: +alpha·r̂ added to hidden[layer], r̂ the unit harmful-minus-benign mean difference at that
+ * layer on the fit rows (the refusal direction; the weights file's tensor `steer`, for a mean-diff probe = w); alpha = the smallest value of the search that made
+ * `refused` of the `flagged` harmful calibration requests refuse (the whole share when reachable).
+ */
+export interface ProbeSteer {
+  alpha: number;
+  layer: number;
+  /** which requests alpha was searched on: the harmful calibration requests the probe flags, or all harmful ones when it flags none */
+  targets: 'flagged' | 'harmful';
+  /** how many (those the steering must turn into refusals) */
+  flagged: number;
+  /** of them, refusing under alpha */
+  refused: number;
+  /** how alpha was searched (grid, bisection tolerance, generation budget, refusal classifier) */
+  search: string;
+  calibration: CalibrationSplit;
+}
+
 interface ProbeMeta {
   format: 'safekeep-probe';
   version: 1;
@@ -53,6 +103,10 @@ interface ProbeMeta {
   /** logistic only: λ = 1/C on standardised features, Newton iterations, convergence */
   fit?: { l2: number; iterations: number; converged: boolean };
   provenance: ProbeProvenance;
+  /** `probe train --calibrate`: the probe→judge cascade's band */
+  cascade?: ProbeCascade;
+  /** `probe train --calibrate`: probe-steer's steering strength */
+  steer?: ProbeSteer;
   /** weights file, relative to the JSON */
   weights: string;
 }
@@ -60,6 +114,8 @@ interface ProbeMeta {
 export interface Probe extends ProbeMeta {
   /** [dModel] */
   w: Float32Array;
+  /** [dModel] probe-steer's direction r̂ (present with `steer`) */
+  steerVector?: Float32Array;
   /** the JSON's path */
   path: string;
 }
@@ -98,12 +154,17 @@ export function weightsFingerprint(ckpt: Checkpoint): string {
   return sha256Hex(parts);
 }
 
-/** Writes `<base>.safetensors` then `<base>.json`; returns the JSON path. */
-export function writeProbe(base: string, meta: Omit<ProbeMeta, 'weights' | 'format' | 'version'>, w: Float32Array): string {
+/** Writes `<base>.safetensors` then `<base>.json`; returns the JSON path. `steerVector`: probe-steer's r̂ (with `meta.steer`). */
+export function writeProbe(base: string, meta: Omit<ProbeMeta, 'weights' | 'format' | 'version'>, w: Float32Array, steerVector?: Float32Array): string {
   if (w.length !== meta.dModel) throw new SafekeepError(`probe weights: ${w.length} values for d_model ${meta.dModel}`);
+  if ((meta.steer === undefined) !== (steerVector === undefined)) throw new SafekeepError('probe file: a steering strength needs its direction and the other way round');
+  if (steerVector && steerVector.length !== meta.dModel) throw new SafekeepError(`probe steering direction: ${steerVector.length} values for d_model ${meta.dModel}`);
   const weights = `${basename(base)}.safetensors`;
   mkdirSync(dirname(base), { recursive: true });
-  writeSafetensors(join(dirname(base), weights), { w: { dtype: 'F32', shape: [w.length], data: w } }, { format: 'safekeep-probe' });
+  writeSafetensors(join(dirname(base), weights), {
+    w: { dtype: 'F32', shape: [w.length], data: w },
+    ...(steerVector ? { steer: { dtype: 'F32' as const, shape: [steerVector.length], data: steerVector } } : {}),
+  }, { format: 'safekeep-probe' });
   const full: ProbeMeta = { format: 'safekeep-probe', version: 1, ...meta, weights };
   writeJsonAtomic(`${base}.json`, full);
   return `${base}.json`;
@@ -130,6 +191,15 @@ export function readProbe(path: string): Probe {
   if (!isNum(m.bias)) bad('bias must be a finite number');
   if (!m.threshold || !isNum(m.threshold.value) || !isNum(m.threshold.target)) bad('threshold must have finite "value" and "target"');
   if (!m.provenance?.model || typeof m.provenance.model.configHash !== 'string') bad('provenance.model.configHash is missing');
+  if (m.cascade !== undefined) {
+    const c = m.cascade;
+    if (!c || !isNum(c.low) || !isNum(c.high) || !isNum(c.maxBenignFlag) || !isNum(c.maxHarmfulPass) || !c.calibration) bad('cascade must have finite "low", "high", "maxBenignFlag", "maxHarmfulPass" and a "calibration"');
+    if (c.low > c.high) bad(`cascade: low ${c.low} is above high ${c.high}`);
+  }
+  if (m.steer !== undefined) {
+    const st = m.steer;
+    if (!st || !isNum(st.alpha) || st.alpha < 0 || !Number.isInteger(st.layer) || st.layer < 0 || !st.calibration) bad('steer must have a finite "alpha" ≥ 0, an integer "layer" ≥ 0 and a "calibration"');
+  }
   if (typeof m.weights !== 'string' || m.weights.includes('/') || m.weights.includes('\\')) bad('weights must be a file name beside the JSON');
   const wPath = join(dirname(json), m.weights);
   if (!existsSync(wPath)) bad(`weights file ${m.weights} is missing`);
@@ -139,7 +209,12 @@ export function readProbe(path: string): Probe {
   const buf = readFileSync(wPath);
   const w = new Float32Array(buf.buffer.slice(buf.byteOffset + e!.offset, buf.byteOffset + e!.offset + e!.byteLength));
   if (!w.every(Number.isFinite)) bad(`${m.weights}: weights are not all finite`);
-  return { ...m, w, path: json };
+  if (m.steer === undefined) return { ...m, w, path: json };
+  const se = header.entries.find((x) => x.name === 'steer');
+  if (!se || se.dtype !== 'F32' || se.shape.length !== 1 || se.shape[0] !== m.dModel) bad(`${m.weights} must hold probe-steer's direction 'steer' float32 [${m.dModel}]`);
+  const steerVector = new Float32Array(buf.buffer.slice(buf.byteOffset + se!.offset, buf.byteOffset + se!.offset + se!.byteLength));
+  if (!steerVector.every(Number.isFinite) || !steerVector.some((x) => x !== 0)) bad(`${m.weights}: the steering direction is not finite and non-zero`);
+  return { ...m, w, steerVector, path: json };
 }
 
 /** Refuses a probe trained on another model (config hash, shape) — a probe's numbers mean nothing elsewhere. */

@@ -12,3 +12,6 @@ export { loadPairSet } from '../data/load.ts';
 export { groupMap, splitPairs } from '../data/split.ts';
 export { PLANTED, writePlantedModel } from './planted.ts';
 export { type DirectionChoice, type SteerOptions, parseAlphas, steerSweep } from './steer.ts';
+export { trainProbes } from './probe/train.ts';
+export { calibrationSplit, cascadeBandFor, searchSteerAlpha, type CalibrateOptions } from './probe/calibrate.ts';
+export { LODO_SETS, groupBootstrap, injecAgentRows, lodoMarkdown, pairRows, runLodo, tprAtFpr, type LodoResult, type LodoSet } from './probe/lodo.ts';

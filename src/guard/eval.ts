@@ -49,6 +49,14 @@ export interface EvalRow {
   probeMs: number | null;
   /** the agent call's latency (ms); null when the judge refused before any agent call */
   agentMs: number | null;
+  /** the guard's cost on this request (respond.ts GuardCost; absent in logs of earlier versions) */
+  judgeCalls?: number;
+  guardTokens?: number;
+  guardMs?: number;
+  /** probe-cascade: where the probe score fell (run / judge / refuse) */
+  probeBand?: 'run' | 'judge' | 'refuse';
+  /** probe-steer: the answer is the steered generation */
+  steered?: boolean;
   output: string;
   /** InjecAgent: step 1 against its target tool (dh: the attacker tool; ds: the data-extraction tool) */
   step1?: StepEval;
@@ -173,6 +181,11 @@ function responseFields(c: GuardCase, method: GuardMethod, r: Awaited<ReturnType
     probeFlagged: r.probe ? r.probe.unsafe : null,
     probeMs: r.probe?.latencyMs ?? null,
     agentMs: r.agentMs !== undefined ? r.agentMs : r.blocked ? null : r.reply.latencyMs,
+    judgeCalls: r.cost.judgeCalls,
+    guardTokens: r.cost.guardTokens,
+    guardMs: r.cost.guardMs,
+    ...(r.probe?.band ? { probeBand: r.probe.band } : {}),
+    ...(r.steered ? { steered: true } : {}),
     output: r.reply.content,
   };
 }
@@ -310,12 +323,34 @@ export interface MethodSummary {
   /** judge prompt + completion tokens per request (0 for methods without a judge) */
   judgeTokensPerRequest: number;
   /**
+   * the guard's cost per request, every method alike (respond.ts GuardCost): judge calls, guard tokens (judge
+   * prompt + completion and a halted prefill read again), and the latency the guard added before the answering call
+   * (nearest-rank p50 / p95 over the requests of this run)
+   */
+  cost?: { judgeCallsPerRequest: number; guardTokensPerRequest: number; addedMs: ReturnType<typeof summarize> };
+  /** probe-cascade: requests whose score fell below / inside / above the band */
+  bands?: { run: number; judge: number; refuse: number };
+  /** probe-steer: requests answered by the steered generation */
+  steered?: number;
+  /**
    * judging methods: the share of harmful requests (AgentHarm) / attack cases (InjecAgent) the judge flagged — how
    * much of the refusal comes from the verdict; null for methods without a judge
    */
   flagRate?: Rate | null;
   /** InjecAgent: how step 2's simulated tool response was found — exact cached response / same-tool fallback / none */
   simulated?: { exact: number; sameTool: number; none: number };
+}
+
+/** Per-request guard cost of a method's rows (rows of logs without cost fields: judge calls and tokens from the verdict). */
+function costOf(rows: readonly EvalRow[]): NonNullable<MethodSummary['cost']> {
+  const n = rows.length;
+  const calls = rows.reduce((a, r) => a + (r.judgeCalls ?? (r.verdict !== null ? 1 : 0)), 0);
+  const tokens = rows.reduce((a, r) => a + (r.guardTokens ?? r.judgeTokens ?? 0), 0);
+  return {
+    judgeCallsPerRequest: n ? calls / n : Number.NaN,
+    guardTokensPerRequest: n ? tokens / n : Number.NaN,
+    addedMs: summarize(rows.flatMap((r) => (r.guardMs === undefined ? [] : [r.guardMs]))),
+  };
 }
 
 export function summarizeEval(bench: GuardBench, cases: readonly GuardCase[], rows: readonly EvalRow[], methods: readonly GuardMethod[]): MethodSummary[] {
@@ -360,7 +395,8 @@ export function summarizeEval(bench: GuardBench, cases: readonly GuardCase[], ro
       metrics,
       n: mine.length,
       judged: judged.length,
-      flagged: mine.filter((r) => r.blocked).length,
+      // a steered answer is probe-steer's intervention: counted as flagged like a refusal
+      flagged: mine.filter((r) => r.blocked || r.steered === true).length,
       unparseable: judged.filter((r) => r.verdict === 'unparseable').length,
       judgeLatencyMs: summarize(judged.map((r) => r.judgeLatencyMs!)),
       agentLatencyMs: summarize(mine.flatMap((r) => (r.agentMs === null ? [] : [r.agentMs]))),
@@ -368,6 +404,13 @@ export function summarizeEval(bench: GuardBench, cases: readonly GuardCase[], ro
       probed: mine.filter((r) => r.probeScore !== null).length,
       probeFlagged: mine.filter((r) => r.probeFlagged === true).length,
       judgeTokensPerRequest: mine.length ? judged.reduce((a, r) => a + r.judgeTokens!, 0) / mine.length : Number.NaN,
+      cost: costOf(mine),
+      ...(method === 'probe-cascade' ? { bands: {
+        run: mine.filter((r) => r.probeBand === 'run').length,
+        judge: mine.filter((r) => r.probeBand === 'judge').length,
+        refuse: mine.filter((r) => r.probeBand === 'refuse').length,
+      } } : {}),
+      ...(method === 'probe-steer' ? { steered: mine.filter((r) => r.steered).length } : {}),
       ...(bench === 'injecagent' ? { simulated: {
         exact: mine.filter((r) => r.step2Simulated === 'exact').length,
         sameTool: mine.filter((r) => r.step2Simulated === 'same-tool').length,

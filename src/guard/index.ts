@@ -7,7 +7,7 @@ export { GUARD_METHODS } from './types.ts';
 export { judge, type JudgeOptions } from './judge.ts';
 export { judgeMessages, renderMessagesText, type ToolView } from './judge-context.ts';
 export { parseVerdict, isUnsafe } from './verdict.ts';
-export { guardedRespond, withSafetyPrompt, type GuardOptions, type GuardedResponse } from './respond.ts';
+export { guardedRespond, withSafetyPrompt, type GuardCost, type GuardOptions, type GuardedResponse } from './respond.ts';
 export { REFUSAL_PREFIX, SAFEPROMPT_SYSTEM, SAFETY_ASSESSOR_ROLE } from './prompts.ts';
 export { LocalBackend, type LocalBackendOptions } from './backends/local.ts';
 export { OpenAIBackend, BackendError, type OpenAIBackendOptions, type PrefillMode } from './backends/openai.ts';
@@ -17,6 +17,6 @@ export { injecAgentScore, injecStep, simulatedToolResponse, type InjecAgentScore
 export { runGuardEval, summarizeEval, type EvalRow, type MethodSummary } from './eval.ts';
 export * as s3 from './s3/index.ts';
 export { PROBE_METHODS, ALL_GUARD_METHODS } from './types.ts';
-export { ProbeGuard, type ProbeVerdict, type ProbeParams } from './probe.ts';
-export { compareGuards, evaluationCases, COMPARED_METHODS, type CompareOptions, type CompareResult } from './probe-compare.ts';
+export { ProbeGuard, cascadeBand, type CascadeBand, type ProbeVerdict, type ProbeParams } from './probe.ts';
+export { compareGuards, comparedMethods, evaluationCases, COMPARED_METHODS, type CompareOptions, type CompareResult } from './probe-compare.ts';
 export { createLocalServer, type LocalServerOptions } from './local-server.ts';

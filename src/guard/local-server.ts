@@ -1,7 +1,8 @@
 /**
  * `safekeep serve --model DIR`: an OpenAI-compatible chat-completions server whose agent is the local engine,
  * guarded by `guardedRespond` — base, safekeep (judge with the same model), refusal-probe (the probe reads the
- * agent call's own prefill: no extra model call) or safekeep+probe — as a handler on the one HTTP core
+ * agent call's own prefill: no extra model call), safekeep+probe, probe-cascade (the probe decides outside its
+ * calibrated band, the judge inside it) or probe-steer (a flagged request answered by the steered model) — as a handler on the one HTTP core
  * (`src/serve/server.ts`: access policy, canonical paths, limits, JSON errors).
  *
  * - `POST /v1/chat/completions` with tools: guarded; without tools: the plain agent call. Calls the model wrote in
@@ -21,8 +22,9 @@
  *   (`requestTimeoutMs`, → 504) and is cancelled — generation stops at the next step — when its client leaves.
  * - Fails closed: an error while the model runs (a step, the judge, the probe) is that request's 500 with no answer
  *   and no internals (the log has the message); the others are answered.
- * - Headers: `x-safekeep-action: forward|refuse`, `x-safekeep-verdict` (judge, when one ran), `x-safekeep-probe-score`
- *   (when the probe ran). One JSON log line per request (method, verdict, probe score, latencies).
+ * - Headers: `x-safekeep-action: forward|refuse|steer`, `x-safekeep-verdict` (judge, when one ran),
+ *   `x-safekeep-probe-score` (when the probe ran), `x-safekeep-probe-band` (probe-cascade: run|judge|refuse). One
+ *   JSON log line per request (method, verdict, probe score and band, latencies, the guard's cost).
  */
 import type { Server } from 'node:http';
 import { parseToolCalls, stripEndTokens } from '../outcome/parse-calls.ts';
@@ -235,13 +237,15 @@ export function createLocalServer(o: LocalServerOptions): Server {
       if (live?.started) live.fail('cancelled', 'cancelled');
       return;
     }
-    const action = r.blocked ? 'refuse' : 'forward';
+    const action = r.blocked ? 'refuse' : r.steered ? 'steer' : 'forward';
     const headers: Record<string, string> = { 'x-safekeep-action': action, 'x-safekeep-method': method };
     if (r.judge) headers['x-safekeep-verdict'] = r.judge.verdict;
     if (r.probe) headers['x-safekeep-probe-score'] = r.probe.score.toFixed(6);
+    if (r.probe?.band) headers['x-safekeep-probe-band'] = r.probe.band;
     Object.assign(x.entry, {
       guard: method, tools: tools.length, action, verdict: r.judge?.verdict ?? null, judgeMs: r.judge ? Math.round(r.judge.latencyMs) : null,
       probeScore: r.probe?.score ?? null, probeUnsafe: r.probe?.unsafe ?? null, probeMs: r.probe?.latencyMs ?? null,
+      probeBand: r.probe?.band ?? null, judgeCalls: r.cost.judgeCalls, guardTokens: r.cost.guardTokens, guardMs: Math.round(r.cost.guardMs),
     });
     const content = stripEndTokens(r.reply.content);
     const calls = r.blocked || tools.length === 0 ? [] : parseToolCalls(content, o.backend.callFormat).calls;

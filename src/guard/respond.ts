@@ -12,6 +12,14 @@
  *   the last prompt position (probe.ts); above threshold → generation stops after the prefill and the same refusal
  *   path as SafeKeep runs. No extra model call when the request is safe.
  * - safekeep+probe: SafeKeep's judge, then the probed agent call: refused if either flags it.
+ * - probe-cascade (local engine only): the probed agent call reads the score against the probe's calibrated band:
+ *   below it the call simply goes on (no judge); above it the refusal path runs; inside it the call halts after the
+ *   prefill, SafeKeep's judge decides, and a safe request runs the untouched agent call (its prompt prefix cached).
+ * - probe-steer (local engine only): the probed agent call; a flagged request is answered by the agent call again
+ *   with +α·r̂ added to hidden[ℓ*] (its tools kept, no prefix): the model's own words, refusing or not.
+ *
+ * Every response carries its guard cost: judge calls, guard tokens (judge prompt + completion, and the prompt of a
+ * halted agent call that another call re-reads) and the guard's added latency (wall time before the answering call).
  */
 import { SafekeepError } from '../util/errors.ts';
 import type { ProbeGuard, ProbeVerdict } from './probe.ts';
@@ -52,6 +60,19 @@ export interface GuardedResponse {
   probe?: ProbeVerdict | null;
   /** latency of the agent call (a probe-halted call included); null when no agent call was made */
   agentMs?: number | null;
+  /** probe-steer: the probe flagged the request and the reply is the steered generation */
+  steered?: boolean;
+  /** what the guard cost this request */
+  cost: GuardCost;
+}
+
+export interface GuardCost {
+  /** judge calls made (0 or 1) */
+  judgeCalls: number;
+  /** tokens the guard ran beyond the answer: judge prompt + completion, and a halted prefill read again by the next call */
+  guardTokens: number;
+  /** wall time of the request before the call that produced the answer (judge, halted prefill, probe), ms */
+  guardMs: number;
 }
 
 /** Append the SafePrompt text (AgentHarm's refusal prompt) to the agent's system message (or make it the only one). */
@@ -66,6 +87,7 @@ export function withSafetyPrompt(messages: readonly ChatMessage[]): ChatMessage[
 /** the tool view each judging method shows its judge (null: the method makes no judge call); guardedRespond and plannedCalls read it */
 const JUDGE_VIEW: Record<GuardMethod, 'prose' | 'json' | null> = {
   base: null, safeprompt: null, 'refusal-probe': null, safekeep: 'prose', 'safekeep+probe': 'prose', safejudge: 'json',
+  'probe-cascade': 'prose', 'probe-steer': null,
 };
 
 /** the refusal: no tools, the refusal prefix prefilled in the assistant turn and continued by the model */
@@ -93,7 +115,8 @@ export function plannedCalls(request: AgentRequest, method: GuardMethod, options
   const calls: ChatCall[] = [{ messages, tools: request.tools, maxTokens, purpose: 'agent' }];
   const view = JUDGE_VIEW[method];
   if (view !== null && !options.judgeBackend) calls.push(judgeCall(judged.messages, judged.tools, { ...options, toolView: view, maxTokens: options.judgeMaxTokens }));
-  if (method !== 'base' && method !== 'safeprompt') calls.push(refusalCall(request, options));
+  // probe-steer's answer to a flagged request is the agent call itself, steered: no refusal prefix to fit
+  if (method !== 'base' && method !== 'safeprompt' && method !== 'probe-steer') calls.push(refusalCall(request, options));
   return calls;
 }
 
@@ -103,16 +126,59 @@ export async function guardedRespond(
   backend: ChatBackend,
   options: GuardOptions = {},
 ): Promise<GuardedResponse> {
+  const t0 = performance.now();
+  const r = await respond(request, method, backend, options);
+  const { rereadTokens, ...out } = r;
+  return {
+    ...out,
+    cost: {
+      judgeCalls: r.judge ? 1 : 0,
+      guardTokens: (r.judge?.tokens ?? 0) + (rereadTokens ?? 0),
+      guardMs: Math.max(0, performance.now() - t0 - r.reply.latencyMs),
+    },
+  };
+}
+
+/** guardedRespond without its cost; `rereadTokens`: the prompt of a halted agent call that the next call reads again */
+async function respond(
+  request: AgentRequest,
+  method: GuardMethod,
+  backend: ChatBackend,
+  options: GuardOptions,
+): Promise<Omit<GuardedResponse, 'cost'> & { rereadTokens?: number }> {
   const maxTokens = options.maxTokens ?? 256;
   const judged = options.judgeRequest ?? request;
   const stop = options.stop?.length ? { stop: options.stop } : {};
   const agentCall = (messages: ChatMessage[]) =>
     backend.chat({ messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, ...stop, ...(options.onText ? { onText: options.onText } : {}) });
   const refuse = () => backend.chat(refusalCall(request, options));
-  if (method === 'refusal-probe' || method === 'safekeep+probe') {
+  if (method === 'refusal-probe' || method === 'safekeep+probe' || method === 'probe-cascade' || method === 'probe-steer') {
     const probe = options.probe;
     if (!probe) throw new SafekeepError(`guard method ${method} needs a trained probe (safekeep probe train; --probe FILE)`);
     if (!backend.activations) throw new SafekeepError(`guard method ${method} reads the agent's hidden states: it needs the local engine (--model DIR), not ${backend.name}`);
+    if (method === 'probe-cascade') {
+      const hook = probe.hook(probe.cascade());
+      const first = await backend.chat({ messages: request.messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, inspect: hook.inspect, ...stop });
+      const pv = hook.verdict();
+      if (!pv) throw new SafekeepError(`${backend.name}: the agent call ran without reporting its prefill hidden states`);
+      if (pv.band === 'run') return { method, judge: null, blocked: false, reply: first, probe: pv, agentMs: first.latencyMs };
+      if (pv.band === 'refuse') return { method, judge: null, blocked: true, reply: await refuse(), probe: pv, agentMs: first.latencyMs, rereadTokens: first.promptTokens };
+      // inside the band: SafeKeep's judge (prose tool view) decides
+      const verdict = await judge(judged.messages, judged.tools, options.judgeBackend ?? backend, { ...options, toolView: JUDGE_VIEW[method]!, maxTokens: options.judgeMaxTokens });
+      const reply = verdict.unsafe ? await refuse() : await agentCall(request.messages);
+      return { method, judge: verdict, blocked: verdict.unsafe, reply, probe: pv, agentMs: first.latencyMs + (verdict.unsafe ? 0 : reply.latencyMs), rereadTokens: first.promptTokens };
+    }
+    if (method === 'probe-steer') {
+      const steer = probe.steering();
+      const hook = probe.hook();
+      const first = await backend.chat({ messages: request.messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, inspect: hook.inspect, ...stop });
+      const pv = hook.verdict();
+      if (!pv) throw new SafekeepError(`${backend.name}: the agent call ran without reporting its prefill hidden states`);
+      if (!pv.unsafe) return { method, judge: null, blocked: false, reply: first, probe: pv, agentMs: first.latencyMs };
+      // flagged: the same agent call (tools kept, no prefix) with +α·r̂ at ℓ*, so the answer is the model's own
+      const reply = await backend.chat({ messages: request.messages, tools: request.tools, maxTokens, purpose: 'refusal', model: options.model, authorization: options.authorization, steer, ...stop });
+      return { method, judge: null, blocked: false, steered: true, reply, probe: pv, agentMs: first.latencyMs, rereadTokens: first.promptTokens };
+    }
     let verdict: JudgeResult | null = null;
     if (method === 'safekeep+probe') {
       verdict = await judge(judged.messages, judged.tools, options.judgeBackend ?? backend, { ...options, toolView: JUDGE_VIEW[method]!, maxTokens: options.judgeMaxTokens });
@@ -123,7 +189,7 @@ export async function guardedRespond(
     const pv = hook.verdict();
     if (!pv) throw new SafekeepError(`${backend.name}: the agent call ran without reporting its prefill hidden states`);
     if (!pv.unsafe) return { method, judge: verdict, blocked: false, reply, probe: pv, agentMs: reply.latencyMs };
-    return { method, judge: verdict, blocked: true, reply: await refuse(), probe: pv, agentMs: reply.latencyMs };
+    return { method, judge: verdict, blocked: true, reply: await refuse(), probe: pv, agentMs: reply.latencyMs, rereadTokens: reply.promptTokens };
   }
   if (method === 'base') return { method, judge: null, blocked: false, reply: await agentCall(request.messages) };
   if (method === 'safeprompt') {

@@ -40,7 +40,7 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
   const at = bench === 'agentharm' ? 1 : keys.length;
   const cols = ['Method', ...keys.slice(0, at).map((k) => `${header(k)} % [95 % CI]`), ...flagCol, ...keys.slice(at).map((k) => `${header(k)} % [95 % CI]`),
     'n', 'Judge ms (mean / p50 / p99)', 'Judge tokens / request', 'Flagged', ...(judging ? ['Unparseable judge answers'] : []),
-    ...(bench === 'injecagent' ? ['Step-2 tool responses (exact / same-tool / none)'] : [])];
+    ...(bench === 'injecagent' ? ['Step-2 tool responses (exact / same-tool / none)'] : []), ...COST_HEADERS];
   const lines = [
     `# Table 4 — ${bench === 'agentharm' ? 'AgentHarm' : 'InjecAgent'} — ${model}`,
     '',
@@ -57,13 +57,19 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
     const unparseable = judging ? [m.judged ? `${m.unparseable} (${pct(m.unparseable / m.judged)} %)` : '–'] : [];
     const sim = bench === 'injecagent' && m.simulated ? [`${m.simulated.exact} / ${m.simulated.sameTool} / ${m.simulated.none}`] : bench === 'injecagent' ? ['–'] : [];
     const cells = [...keys.slice(0, at).map((key) => cell(k[key]!)), ...flag, ...keys.slice(at).map((key) => cell(k[key]!))];
-    lines.push(`| ${m.method} | ${cells.join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.judged ? `${m.flagged}/${m.judged}` : m.probed ? `${m.flagged}/${m.n}` : '–'} |${[...unparseable, ...sim].map((u) => ` ${u} |`).join('')}`);
+    lines.push(`| ${m.method} | ${cells.join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.probed ? `${m.flagged}/${m.n}` : m.judged ? `${m.flagged}/${m.judged}` : '–'} |${[...unparseable, ...sim, ...costCells(m)].map((u) => ` ${u} |`).join('')}`);
+  }
+  // the cascade's band and probe-steer's steered answers are reported, never hidden
+  for (const m of s) {
+    if (m.bands) lines.push('', `${m.method}: the probe let ${m.bands.run} of ${m.n} requests run unjudged, sent ${m.bands.judge} to the judge and refused ${m.bands.refuse} itself.`);
+    if (m.steered !== undefined) lines.push('', `${m.method}: ${m.steered} of ${m.n} requests were flagged and answered by the steered generation.`);
   }
   // a verdict that is mostly unparseable measures the unparseable policy, not the judge: said in the table itself
   for (const m of s.filter((x) => x.judged > 0 && x.unparseable * 2 >= x.judged)) {
     lines.push('', `**Warning:** ${m.unparseable} of ${m.judged} judge answers of ${m.method} were unparseable (counted by the --unparseable policy); its judge numbers measure that policy, not the judge.`);
   }
   lines.push('', 'Percentages with 95 % Wilson score intervals; n = requests per method. Judge latency and token overhead are per judged request / per request.');
+  lines.push('', COST_NOTE);
   if (refusalPath) lines.push('', `Refusal path: ${refusalPath}.`);
   if (agentFormat) lines.push('', `Agent format: ${agentFormat}.`);
   if (bench === 'injecagent') {
@@ -76,11 +82,22 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
   return lines.join('\n') + '\n';
 }
 
+/** the cost columns, every method alike (eval.ts MethodSummary.cost) */
+const COST_HEADERS = ['Judge calls / request', 'Guard tokens / request', 'Added ms p50 / p95'];
+const COST_NOTE = 'Cost, every method on the same backend in the same run: judge calls and guard tokens (judge prompt + completion, and a probe-halted prefill read again by the next call) per request; added ms = wall time of the request before the call that produced the answer (nearest-rank p50 / p95). SafePrompt\'s longer system prompt is inside the answering call and not counted. A reply the local engine serves from memory (an identical call earlier in the run: the cascade\'s judge call after SafeKeep\'s, an executed call after the base agent\'s) costs only its lookup — compare latencies with --no-cache. InjecAgent: the first step\'s request.';
+
+function costCells(m: MethodSummary): string[] {
+  const c = m.cost;
+  if (!c) return ['–', '–', '–'];
+  return [c.judgeCallsPerRequest.toFixed(2), c.guardTokensPerRequest.toFixed(1), c.addedMs.n ? `${ms(c.addedMs.p50)} / ${ms(c.addedMs.p95)}` : '–'];
+}
+
 export function csvTable(s: readonly MethodSummary[]): string {
   const keys = Object.keys(s[0]?.metrics ?? {});
   const judging = s.some((m) => m.flagRate);
   const head = ['method', ...keys.flatMap((k) => [`${k}`, `${k}_k`, `${k}_n`, `${k}_lo`, `${k}_hi`]), 'n', 'judged', 'flagged', 'unparseable', 'judge_ms_mean', 'judge_ms_p50', 'judge_ms_p99', 'judge_tokens_per_request',
-    ...(judging ? ['flag_rate', 'flag_rate_k', 'flag_rate_n', 'flag_rate_lo', 'flag_rate_hi'] : [])];
+    ...(judging ? ['flag_rate', 'flag_rate_k', 'flag_rate_n', 'flag_rate_lo', 'flag_rate_hi'] : []),
+    'judge_calls_per_request', 'guard_tokens_per_request', 'added_ms_p50', 'added_ms_p95'];
   const num = (x: number) => (Number.isFinite(x) ? String(Math.round(x * 1e6) / 1e6) : '');
   const rows = s.map((m) => [
     m.method,
@@ -88,6 +105,7 @@ export function csvTable(s: readonly MethodSummary[]): string {
     String(m.n), String(m.judged), String(m.flagged), String(m.unparseable),
     num(m.judgeLatencyMs.mean), num(m.judgeLatencyMs.p50), num(m.judgeLatencyMs.p99), num(m.judgeTokensPerRequest),
     ...(judging ? (m.flagRate ? [num(m.flagRate.p), String(m.flagRate.k), String(m.flagRate.n), num(m.flagRate.lo), num(m.flagRate.hi)] : ['', '', '', '', '']) : []),
+    ...(m.cost ? [num(m.cost.judgeCallsPerRequest), num(m.cost.guardTokensPerRequest), num(m.cost.addedMs.p50), num(m.cost.addedMs.p95)] : ['', '', '', '']),
   ].join(','));
   return [head.join(','), ...rows].join('\n') + '\n';
 }
@@ -97,9 +115,12 @@ export interface WrittenTables { markdown: string; csv: string; json: string; ro
 export function writeGuardTables(dir: string, bench: GuardBench, model: string, summaries: readonly MethodSummary[], rows: readonly EvalRow[], meta: Record<string, unknown>): WrittenTables {
   const base = join(dir, `table4-${bench}`);
   const files = { markdown: `${base}.md`, csv: `${base}.csv`, json: `${base}.json`, rows: join(dir, `outputs-${bench}.jsonl`) };
-  const protocol = meta.protocol as { refusalPath?: unknown; injecagentFormat?: unknown } | undefined;
+  const protocol = meta.protocol as { refusalPath?: unknown; injecagentFormat?: unknown; modelKind?: unknown; probe?: unknown } | undefined;
   const str = (x: unknown): string | undefined => (typeof x === 'string' ? x : undefined);
-  writeFileAtomic(files.markdown, markdownTable(bench, model, summaries, str(protocol?.refusalPath), str(protocol?.injecagentFormat)));
+  const md = markdownTable(bench, model, summaries, str(protocol?.refusalPath), str(protocol?.injecagentFormat));
+  // which kind of model produced the numbers, and the probe (band, α) the probe methods read
+  const extra = [...(str(protocol?.modelKind) ? [`Model: ${str(protocol?.modelKind)}.`] : []), ...(str(protocol?.probe) ? [`Probe: ${str(protocol?.probe)}.`] : [])];
+  writeFileAtomic(files.markdown, extra.length ? `${md}\n${extra.join('\n\n')}\n` : md);
   writeFileAtomic(files.csv, csvTable(summaries));
   writeFileAtomic(files.json, JSON.stringify({ bench, model, ...meta, methods: summaries }, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? null : v), 2) + '\n');
   writeFileAtomic(files.rows, rows.map(({ outcome: _o, ...r }) => JSON.stringify(r)).join('\n') + '\n');
@@ -108,7 +129,8 @@ export function writeGuardTables(dir: string, bench: GuardBench, model: string, 
   return files;
 }
 
-interface StoredTable { bench: GuardBench; model: string; methods: { method: string; metrics: Record<string, { k: number; n: number; p: number | null; lo: number | null; hi: number | null }> }[] }
+interface StoredCost { judgeCallsPerRequest: number | null; guardTokensPerRequest: number | null; addedMs: { n: number; p50: number | null; p95: number | null } }
+interface StoredTable { bench: GuardBench; model: string; methods: { method: string; metrics: Record<string, { k: number; n: number; p: number | null; lo: number | null; hi: number | null }>; cost?: StoredCost }[] }
 
 /**
  * The paper's Table 4 layout from whatever `table4-<bench>.json` files exist in `dir`: one row per method,
@@ -129,13 +151,23 @@ function combinedTable4(dir: string): string | null {
     return r && r.p !== null && r.lo !== null && r.hi !== null ? formatRate({ k: r.k, n: r.n, p: r.p, lo: r.lo, hi: r.hi }) : '–';
   };
   const names = cols.map((c) => `${c.bench === 'agentharm' ? 'AgentHarm' : 'InjecAgent'} ${header(c.key)}`);
+  // the cost of each method per benchmark, beside its rates
+  const costNames = tables.flatMap((t) => COST_HEADERS.map((h) => `${t.bench === 'agentharm' ? 'AgentHarm' : 'InjecAgent'} ${h}`));
+  const fixed = (x: number | null | undefined, d: number) => (typeof x === 'number' && Number.isFinite(x) ? x.toFixed(d) : '–');
+  const costCellsOf = (m: string) => tables.flatMap((t) => {
+    const c = t.methods.find((x) => x.method === m)?.cost;
+    if (!c) return ['–', '–', '–'];
+    return [fixed(c.judgeCallsPerRequest, 2), fixed(c.guardTokensPerRequest, 1), c.addedMs.n ? `${fixed(c.addedMs.p50, 0)} / ${fixed(c.addedMs.p95, 0)}` : '–'];
+  });
   return [
     `# Table 4 — ${tables[0]!.model}`,
     '',
-    `| Method | ${names.join(' | ')} |`,
-    `| --- |${cols.map(() => ' --- ').join('|')}|`,
-    ...methods.map((m) => `| ${m} | ${cols.map((c) => cell(c.bench, m, c.key)).join(' | ')} |`),
+    `| Method | ${[...names, ...costNames].join(' | ')} |`,
+    `| --- |${[...cols, ...costNames].map(() => ' --- ').join('|')}|`,
+    ...methods.map((m) => `| ${m} | ${[...cols.map((c) => cell(c.bench, m, c.key)), ...costCellsOf(m)].join(' | ')} |`),
     '',
     '% with 95 % Wilson intervals. Per-benchmark details (n, judge latency, token overhead): table4-<bench>.md.',
+    '',
+    COST_NOTE,
   ].join('\n') + '\n';
 }

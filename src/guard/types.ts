@@ -16,14 +16,16 @@ export type { ChatMessage, WireToolCall };
  * - safeprompt: no judge; a safety system prompt (harm categories + an instruction to refuse) is prepended.
  * - safekeep: the judge sees the flattened tools.
  */
-export type GuardMethod = 'base' | 'safejudge' | 'safeprompt' | 'safekeep' | 'refusal-probe' | 'safekeep+probe';
+export type GuardMethod = 'base' | 'safejudge' | 'safeprompt' | 'safekeep' | 'refusal-probe' | 'safekeep+probe' | 'probe-cascade' | 'probe-steer';
 /** Table 4's methods (the default of `guard eval`) */
 export const GUARD_METHODS: readonly GuardMethod[] = ['base', 'safejudge', 'safeprompt', 'safekeep'];
 /**
  * Activation-probe guards (local engine only): refusal-probe = a probe on the agent's own prefill hidden state, no
- * extra model call; safekeep+probe = both, the request is refused if either flags it.
+ * extra model call; safekeep+probe = both, the request is refused if either flags it; probe-cascade = the probe decides
+ * outside its calibrated band (run below it, refuse above it) and SafeKeep's judge inside it; probe-steer = a flagged
+ * request is answered by the agent's own generation steered by +α·r̂ at the probe's layer instead of a refusal text.
  */
-export const PROBE_METHODS: readonly GuardMethod[] = ['refusal-probe', 'safekeep+probe'];
+export const PROBE_METHODS: readonly GuardMethod[] = ['refusal-probe', 'safekeep+probe', 'probe-cascade', 'probe-steer'];
 export const ALL_GUARD_METHODS: readonly GuardMethod[] = [...GUARD_METHODS, ...PROBE_METHODS];
 
 /** Turns tool specs into prose (the prompts module's `flattenTools`). */
@@ -64,6 +66,11 @@ export interface ChatCall {
    * prefill, before any token is generated; `true` stops the call there (reply `finish: 'halted'`, no content).
    */
   inspect?: (promptLastHidden: Float32Array) => boolean;
+  /**
+   * Activation backends only: hidden[layer] += alpha·vector/|vector| at every prompt position and every generated
+   * token (the engine's 'add' intervention); endpoints cannot steer.
+   */
+  steer?: { layer: number; vector: Float32Array; alpha: number };
   /** aborted when the caller no longer wants the reply (a client that disconnected): a backend stops at its next step */
   signal?: AbortSignal;
   /** the reply ends before the first of these strings in the model's own text (OpenAI's `stop`; finish 'stop') */

@@ -165,7 +165,8 @@ function probeTables(res: AnalysisResults): Table[] {
   const pr = res.probe;
   if (!pr) return [];
   const out: Table[] = [];
-  {
+  // a section holding only the leave-one-dataset-out table has no probes of its own to show
+  if (pr.auroc.length > 0) {
     const title = 'Refusal probes — AUROC on the evaluation split, next to the chatbot refusal direction';
     const columns = ['config', 'probe', 'trained_on', 'layer', 'n', 'chatbot_auroc', 'chatbot_lo', 'chatbot_hi', 'probe_auroc', 'probe_lo', 'probe_hi', 'diff', 'diff_lo', 'diff_hi'];
     const rows: Cell[][] = pr.auroc.map((r) => [r.config, r.probe, r.trainedOn, r.layer, r.auroc.n, r.chatbot.auroc, r.chatbot.lo, r.chatbot.hi, r.auroc.auroc, r.auroc.lo, r.auroc.hi, r.diff.diff, r.diff.lo, r.diff.hi]);
@@ -185,13 +186,28 @@ function probeTables(res: AnalysisResults): Table[] {
   }
   const cmp = pr.comparison;
   if (cmp) {
-    const title = `Guards compared — ${cmp.bench}: base, SafeKeep, refusal probe, both (flag if either flags)`;
-    const columns = ['method', 'n', 'refusal_k', 'refusal_n', 'refusal_p', 'refusal_lo', 'refusal_hi', 'acc_k', 'acc_n', 'acc_p', 'acc_lo', 'acc_hi', 'flagged', 'agent_ms', 'guard_ms'];
-    const rows: Cell[][] = cmp.rows.map((r) => [r.method, r.n, r.refusal.k, r.refusal.n, r.refusal.p, r.refusal.lo, r.refusal.hi, r.acc.k, r.acc.n, r.acc.p, r.acc.lo, r.acc.hi, r.flagged, r.agentMs, r.guardMs]);
-    const header = ['Method', 'n', 'Refusal % [95% CI]', 'Acc % [95% CI]', 'Flagged', 'Agent call ms (mean)', 'Guard ms added in the request (mean)'];
-    const display = cmp.rows.map((r) => [r.method, String(r.n), rateText(r.refusal), rateText(r.acc), `${r.flagged}/${r.n}`, Number.isFinite(r.agentMs) ? r.agentMs.toFixed(1) : '– (no agent call)', Number.isFinite(r.guardMs) ? r.guardMs.toFixed(2) : '–']);
+    const cascade = cmp.rows.some((r) => r.method === 'probe-cascade' || r.method === 'probe-steer');
+    const title = `Guards compared — ${cmp.bench}: base, SafeKeep, refusal probe, both (flag if either flags)${cascade ? ', probe→judge cascade, probe-steer' : ''}`;
+    const columns = ['method', 'n', 'refusal_k', 'refusal_n', 'refusal_p', 'refusal_lo', 'refusal_hi', 'acc_k', 'acc_n', 'acc_p', 'acc_lo', 'acc_hi', 'flagged', 'agent_ms', 'guard_ms', 'judge_calls_per_request', 'guard_tokens_per_request', 'added_ms_p50', 'added_ms_p95'];
+    const num = (x: number | undefined): number => (x === undefined ? Number.NaN : x);
+    const rows: Cell[][] = cmp.rows.map((r) => [r.method, r.n, r.refusal.k, r.refusal.n, r.refusal.p, r.refusal.lo, r.refusal.hi, r.acc.k, r.acc.n, r.acc.p, r.acc.lo, r.acc.hi, r.flagged, r.agentMs, r.guardMs, num(r.judgeCalls), num(r.guardTokens), num(r.addedMsP50), num(r.addedMsP95)]);
+    const header = ['Method', 'n', 'Refusal % [95% CI]', 'Acc % [95% CI]', 'Flagged', 'Agent call ms (mean)', 'Guard ms added in the request (mean)', 'Judge calls / request', 'Guard tokens / request', 'Added ms p50 / p95'];
+    const fixed = (x: number | undefined, d: number) => (x !== undefined && Number.isFinite(x) ? x.toFixed(d) : '–');
+    const display = cmp.rows.map((r) => [r.method, String(r.n), rateText(r.refusal), rateText(r.acc), `${r.flagged}/${r.n}`, Number.isFinite(r.agentMs) ? r.agentMs.toFixed(1) : '– (no agent call)', Number.isFinite(r.guardMs) ? r.guardMs.toFixed(2) : '–',
+      fixed(r.judgeCalls, 2), fixed(r.guardTokens, 1), r.addedMsP50 === undefined ? '–' : `${fixed(r.addedMsP50, 1)} / ${fixed(r.addedMsP95, 1)}`]);
     const note = [`Backend ${cmp.backend}; probe ${cmp.probe}.`, ...cmp.notes].join(' ');
     out.push({ name: 'probe-guard-comparison', title, columns, rows, header, display, note, json: { title, ...cmp } });
+  }
+  const lodo = pr.lodo;
+  if (lodo) {
+    const title = 'Refusal probes on data sets they never saw — leave-one-dataset-out';
+    const columns = ['test', 'train', 'in_distribution', 'probe', 'layer', 'auroc', 'auroc_lo', 'auroc_hi', 'tpr_at_1pct_fpr', 'tpr_lo', 'tpr_hi', 'n_test', 'test_groups', 'n_train'];
+    const rows: Cell[][] = lodo.rows.map((r) => [r.test, r.train, r.inDistribution ? 1 : 0, r.kind, r.layer, r.auroc.est, r.auroc.lo, r.auroc.hi, r.tpr1.est, r.tpr1.lo, r.tpr1.hi, r.nTest, r.testGroups, r.nTrain]);
+    const header = ['Held-out test set', 'Trained on', 'Probe', 'ℓ', 'AUROC [95% CI]', 'TPR at 1 % FPR [95% CI]', 'n test (groups)', 'n train'];
+    const est = (e: { est: number; lo: number; hi: number }) => (Number.isFinite(e.est) ? `${e.est.toFixed(3)} [${e.lo.toFixed(3)}, ${e.hi.toFixed(3)}]` : '–');
+    const display = lodo.rows.map((r) => [r.test, r.inDistribution ? `${r.train} — in-distribution` : r.train, r.kind, String(r.layer), est(r.auroc), est(r.tpr1), `${r.nTest} (${r.testGroups})`, String(r.nTrain)]);
+    const note = `Every probe is scored on the same test half of the held-out set (groups split in sha256 order, seed ${lodo.seed}); in-distribution rows are trained on the other half of that set, the others never saw it. Layer: ${lodo.layerRule}. Intervals: ${lodo.reps} percentile bootstrap resamples over test groups. Data sets: ${lodo.sets.map((x) => `${x.name} ${x.rows} rows / ${x.groups} groups${x.dropped ? ` (${x.dropped.n} left out: ${x.dropped.why})` : ''}`).join('; ')}. Model: ${lodo.model}.`;
+    out.push({ name: 'probe-lodo', title, columns, rows, header, display, note, json: { title, ...lodo } });
   }
   return out;
 }

@@ -16,6 +16,7 @@ import { steeringBarsFigure } from './figures/steering-bars.ts';
 import { behaviouralRefusalFigure } from './figures/behavioural-refusal.ts';
 import { s3BarsFigure } from './figures/s3-bars.ts';
 import { tableBarsFigure } from './figures/table-bars.ts';
+import { lodoBarsFigure } from './figures/lodo-bars.ts';
 import { buildHtml } from './html.ts';
 import { renderSvg, svgToPng } from './render.ts';
 import { summaryLines } from './summary.ts';
@@ -38,6 +39,7 @@ export function buildFigures(res: AnalysisResults): Figure[] {
     tableBarsFigure(res, 'table2'),
     ...(res.steering ?? []).map((s, i) => steeringBarsFigure(res, s, i)),
     behaviouralRefusalFigure(res),
+    lodoBarsFigure(res),
     ...(res.s3?.runs ?? []).map((r) => s3BarsFigure(r.bench, res.model, r.configs)),
   ].filter((f): f is Figure => f !== null);
 }

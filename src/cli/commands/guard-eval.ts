@@ -25,6 +25,7 @@
  * `--shard i/n` (0-based): this shard's token-balanced share of the (method × case) items into
  * results/<name>/shards/guard-eval/; `safekeep merge results/<name>` writes Table 4 as one process would.
  */
+import { existsSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { choiceValue, parseArgs, positiveIntValue, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
 import { ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openChatBackend, openEndpointBackend, targetOf, type ThinkingPlan } from '../endpoint-backend.ts';
@@ -35,7 +36,7 @@ import { locateDataset, repoRoot } from '../../data/locate.ts';
 import { type GuardBench, type InjecSetting } from '../../guard/bench/cases.ts';
 import { evalItems, guardTask, type EvalOptions } from '../../guard/eval.ts';
 import { markdownTable } from '../../guard/table.ts';
-import { ALL_GUARD_METHODS, GUARD_METHODS, type GuardMethod } from '../../guard/types.ts';
+import { ALL_GUARD_METHODS, GUARD_METHODS, PROBE_METHODS, type GuardMethod } from '../../guard/types.ts';
 import type { ProbeGuard } from '../../guard/probe.ts';
 import { dropPartial, runTask } from '../../eval/runner.ts';
 import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
@@ -60,8 +61,8 @@ export const flags: FlagTable = {
     ...LOCAL_MODEL_FLAG_DEFS,
     ...ENDPOINT_FLAG_DEFS,
     { name: 'bench', value: 'agentharm|injecagent', help: 'benchmark' },
-    { name: 'methods', value: 'LIST', default: 'base,safejudge,safeprompt,safekeep', help: 'guard methods (also refusal-probe, safekeep+probe: local model and --probe)' },
-    { name: 'probe', value: 'FILE', help: 'refusal probe from safekeep probe train (refusal-probe, safekeep+probe)' },
+    { name: 'methods', value: 'LIST', default: 'base,safejudge,safeprompt,safekeep', help: 'guard methods (also refusal-probe, safekeep+probe, probe-cascade, probe-steer: local model and --probe)' },
+    { name: 'probe', value: 'FILE', help: 'refusal probe from safekeep probe train (probe methods; probe-cascade and probe-steer: probe train --calibrate)' },
     { name: 'limit', value: 'N', help: 'first N cases of each group (harmful/benign; setting × attack type)' },
     { name: 'settings', value: 'base,enhanced', default: 'base,enhanced', help: 'InjecAgent settings' },
     { name: 'injecagent-format', value: 'react|native', default: 'react', help: 'InjecAgent: its own ReAct prompt and output parser (the paper\'s setting; format failures count as invalid) or native tool calling with our system prompt (the agent-realistic variant)' },
@@ -134,6 +135,18 @@ export function guardOutDir(args: ParsedArgs, name: string): string {
 }
 
 /** How the refusal path ran, as Table 4 says it. */
+/** The kind of model behind a run: the planted synthetic model, a local checkpoint, or an endpoint. */
+function modelKindOf(modelDir: string | undefined, backend: string): string {
+  if (modelDir === undefined) return `an endpoint model (${backend})`;
+  if (existsSync(join(modelDir, 'PLANTED.json'))) return 'the planted synthetic model (built to carry a known refusal direction; not a language model: its rates test the pipeline, not a guard)';
+  return `the local checkpoint ${basename(modelDir)} (this run's weights)`;
+}
+
+function probeLine(probe: ProbeGuard): string {
+  const p = probe.probe;
+  return `${p.path ?? 'probe'} at ℓ = ${p.layer}, threshold ${p.threshold.value.toPrecision(4)}${p.cascade ? `, cascade band [${p.cascade.low.toPrecision(4)}, ${p.cascade.high.toPrecision(4)}] from ${p.cascade.calibration.pairs} calibration pairs` : ''}${p.steer ? `, steering α = ${p.steer.alpha.toPrecision(4)} at ℓ = ${p.steer.layer}` : ''}`;
+}
+
 function refusalPathOf(mode: string): string {
   return mode === 'local' ? 'the refusal prefix prefilled in the assistant turn, continued by the model (local engine)'
     : mode === 'continue' ? 'the prefix as a final assistant message continued by the endpoint (--prefill continue: continue_final_message)'
@@ -201,7 +214,7 @@ export async function run(argv: string[]): Promise<number> {
   const bench = choiceValue<GuardBench>(args, 'bench', ['agentharm', 'injecagent'], 'agentharm');
   const methods = list<GuardMethod>('methods', args.values.get('methods') ?? GUARD_METHODS.join(','), ALL_GUARD_METHODS);
   const probeFile = args.values.get('probe');
-  const probed = methods.filter((m) => m === 'refusal-probe' || m === 'safekeep+probe');
+  const probed = methods.filter((m) => (PROBE_METHODS as readonly string[]).includes(m));
   if (probed.length > 0 && probeFile === undefined) throw new SafekeepError(`--methods ${probed.join(',')} need --probe FILE (safekeep probe train)`);
   if (probed.length > 0 && target.model === undefined) throw new SafekeepError(`--methods ${probed.join(',')} read the agent's hidden states: they need --model DIR, not --endpoint`);
   const limit = positiveIntValue(args, 'limit', Infinity);
@@ -243,6 +256,9 @@ export async function run(argv: string[]): Promise<number> {
       const p = readProbe(probeFile);
       checkProbeFits(p, { configHash: (await loadCheckpoint(opened.modelDir!)).configHash, numLayers: opened.engine.numLayers, dModel: opened.engine.dModel });
       probe = new Guard(p);
+      // a probe without the calibration its method reads is refused before any case runs
+      if (methods.includes('probe-cascade')) probe.cascade();
+      if (methods.includes('probe-steer')) probe.steering();
     }
     const { judgeMaxTokens, maxTokens } = budgets(args, opened.thinking, methods);
     const { backend, concurrency } = opened;
@@ -269,6 +285,9 @@ export async function run(argv: string[]): Promise<number> {
         safePrompt: 'AgentHarm refusal prompt appended to the agent system prompt',
         ...(refusalJudge ? { refusalScorer: `substring list + AgentHarm refusal judge (${refusalJudge.backend.name}); agreement on harmful requests` } : {}),
         ...(bench === 'injecagent' ? { injecagentScoring: 'InjecAgent two-step: data stealing succeeds only when step 2 calls the sending tool; ASR = Total' } : {}),
+        // which kind of model produced the numbers, and the probe the probe methods read (its band and α)
+        modelKind: modelKindOf(opened.modelDir, backend.name),
+        ...(probe ? { probe: probeLine(probe) } : {}),
       },
     };
     const m: GuardMergeOptions = { bench, dataDir, settings, limit: Number.isFinite(limit) ? limit : null, methods, name, out, maxTokens, judgeMaxTokens, meta, callFormat: backend.callFormat, injecagentFormat };

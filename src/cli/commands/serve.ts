@@ -46,7 +46,7 @@ export const flags: FlagTable = {
     { name: 'host', value: 'H', default: '127.0.0.1', help: 'listen address' },
     { name: 'judge-model', value: 'NAME', help: 'model name for the judge call (required with --upstream: the judge is the server\'s choice, never the client\'s)' },
     { name: 'judge-upstream', value: 'URL', default: '--upstream', help: 'endpoint of the judge' },
-    { name: 'method', value: 'METHOD', default: 'safekeep', help: 'upstream: safekeep|safejudge (judge with prose specs or JSON schemas); --model: base|safekeep|refusal-probe|safekeep+probe' },
+    { name: 'method', value: 'METHOD', default: 'safekeep', help: 'upstream: safekeep|safejudge (judge with prose specs or JSON schemas); --model: base|safekeep|refusal-probe|safekeep+probe|probe-cascade|probe-steer' },
     { name: 'skills', value: 'DIR[,DIR]', help: 'S³: skill folders (or names under skills/) checked at every stage; excludes --method' },
     { name: 'no-guard-decision', boolean: true, help: 'S³: run every skill that passes its filter (no guard-agent pick)' },
     { name: 'mitigation', value: 'recover|block', default: 'recover', help: 'S³: recover (strip/replace, let the task go on) or block (end with a refusal)' },
@@ -64,7 +64,7 @@ export const flags: FlagTable = {
     { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'verdict when the judge answer cannot be parsed' },
     { name: 'judge-max-tokens', value: 'N', default: '8', help: 'judge generation budget' },
     { name: 'model', value: 'DIR', help: 'serve the local engine itself instead of an upstream (guarded by --method; no --upstream)' },
-    { name: 'probe', value: 'FILE|DIR', help: 'local: a probe file or the refusal-probe skill folder from safekeep probe train (--method refusal-probe, safekeep+probe)' },
+    { name: 'probe', value: 'FILE|DIR', help: 'local: a probe file or the refusal-probe skill folder from safekeep probe train (--method refusal-probe, safekeep+probe; probe-cascade and probe-steer need one from probe train --calibrate)' },
     { name: 'max-tokens', value: 'N', default: '256', help: 'local: answer budget when the client gives none, and the most it may ask for (above → 400)' },
     { name: 'template', value: 'FILE', help: 'local: chat template file instead of the model folder\'s' },
     { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda and webgpu', help: 'local: model precision' },
@@ -178,9 +178,9 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
   for (const f of ['upstream', 'judge-upstream', 'judge-model', 'api-key-env', 'judge-api-key-env', 'timeout-ms', 'prefill', 'skills', 'mitigation', 'no-guard-decision', 'allow-unguarded']) {
     if (args.values.has(f) || args.booleans.has(f)) throw new SafekeepError(`--${f} applies to the --upstream proxy, not to serve --model DIR`);
   }
-  const method = choiceValue(args, 'method', ['base', 'safekeep', 'refusal-probe', 'safekeep+probe'] as const, 'safekeep');
+  const method = choiceValue(args, 'method', ['base', 'safekeep', 'refusal-probe', 'safekeep+probe', 'probe-cascade', 'probe-steer'] as const, 'safekeep');
   const probeFile = args.values.get('probe');
-  if ((method === 'refusal-probe' || method === 'safekeep+probe') && probeFile === undefined) {
+  if (method !== 'base' && method !== 'safekeep' && probeFile === undefined) {
     throw new SafekeepError(`--method ${method} needs --probe FILE (safekeep probe train writes results/<model>/probe/agent.schema.<kind>.json)`);
   }
   const access = accessFlags(args);
@@ -224,12 +224,16 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
       const p = readProbe(probeFileToCheck);
       const ckpt = await loadCheckpoint(modelDir);
       checkProbeFits(p, { configHash: ckpt.configHash, numLayers: engine.numLayers, dModel: engine.dModel });
-      probe ??= new ProbeGuard(p);
+      // the cascade and the steering read the calibration in the probe file itself (a skill carries none)
+      probe = method === 'probe-cascade' || method === 'probe-steer' ? new ProbeGuard(p) : probe ?? new ProbeGuard(p);
       probeLabel ||= `probe ${p.kind} ℓ=${p.layer}`;
     }
     if (probe && (probe.probe.dModel !== engine.dModel || probe.probe.layer > engine.numLayers)) {
       throw new SafekeepError(`--probe: d_model ${probe.probe.dModel}, layer ${probe.probe.layer} do not fit this model (d_model ${engine.dModel}, ${engine.numLayers} layers)`);
     }
+    // a probe without the calibration its method reads is refused before the server starts
+    if (method === 'probe-cascade') probeLabel += ` band [${probe!.cascade().low.toPrecision(4)}, ${probe!.cascade().high.toPrecision(4)}]`;
+    if (method === 'probe-steer') probeLabel += ` α=${probe!.steering().alpha.toPrecision(4)}`;
     const { resolveTemplateKwargs } = await import('../../prompts/thinking.ts');
     const th = thinkingOptions(args);
     // default: thinking off where the template has the switch (as guard eval)

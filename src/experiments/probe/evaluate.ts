@@ -11,7 +11,7 @@ import { hiddenAt } from '../../analysis/activations.ts';
 import { bootstrapAuroc } from '../../analysis/bootstrap.ts';
 import { refusalDirection } from '../../analysis/direction.ts';
 import { projections } from '../../analysis/projection.ts';
-import type { AnalysisResults, ProbeAurocRow, ProbeRateRow, ProbeSection, RateCI } from '../../analysis/results.ts';
+import type { AnalysisResults, LodoSection, ProbeAurocRow, ProbeRateRow, ProbeSection, RateCI } from '../../analysis/results.ts';
 import { wilsonInterval } from '../../analysis/stats.ts';
 import { loadCheckpoint } from '../../checkpoint/load.ts';
 import { writeReport, type ReportFiles } from '../../report/write-report.ts';
@@ -102,6 +102,15 @@ export async function evaluateProbesIn(ctx: ExtractContext, o: ProbeEvalOptions)
 
 /** results.json of the model (from `reproduce` when present, else a shell) with the probe section; re-rendered report. */
 export async function writeProbeSection(ctx: ExtractContext, section: ProbeSection): Promise<{ results: AnalysisResults; files: ReportFiles }> {
+  return updateProbeSection(ctx, (old) => ({ ...section, ...(old?.lodo && !section.lodo ? { lodo: old.lodo } : {}) }), section.probes[0]?.layer ?? 0);
+}
+
+/** Adds the leave-one-dataset-out table to results.json's probe section (the rest kept) and re-renders the report. */
+export async function writeLodoSection(ctx: ExtractContext, lodo: LodoSection): Promise<{ results: AnalysisResults; files: ReportFiles }> {
+  return updateProbeSection(ctx, (old) => ({ ...(old ?? { probes: [], auroc: [], rates: [] }), lodo }), lodo.rows[0]?.layer ?? 0);
+}
+
+async function updateProbeSection(ctx: ExtractContext, update: (old: ProbeSection | undefined) => ProbeSection, layer: number): Promise<{ results: AnalysisResults; files: ReportFiles }> {
   const outDir = join(ctx.cacheDir, '..');
   const resultsPath = join(outDir, 'results.json');
   const res: AnalysisResults = existsSync(resultsPath)
@@ -109,11 +118,11 @@ export async function writeProbeSection(ctx: ExtractContext, section: ProbeSecti
     : {
       version: 1, model: ctx.modelName, layers: ctx.engine.numLayers + 1, dModel: ctx.engine.dModel,
       synthetic: existsSync(join(ctx.modelDir, 'PLANTED.json')),
-      lStar: { layer: section.probes[0]?.layer ?? 0, method: 'the probe layer (no reproduce run yet)', cvAuroc: [] },
+      lStar: { layer, method: 'the probe layer (no reproduce run yet)', cvAuroc: [] },
       bootstrap: { reps: 0, seed: 0, level: 0.95 },
       curves: [], table1: [], table2: [], norms: { directions: [], meanHidden: [] }, manifest: ctx.baseManifest,
     };
-  res.probe = section;
+  res.probe = update(res.probe);
   const files = await writeReport(outDir, res);
   return { results: res, files };
 }

@@ -20,6 +20,8 @@ import { conditionName, ENGINE_VERSION, extractCondition, openContext, promptCac
 import { type Probe, type ProbeKind, readProbe, weightsFingerprint, writeProbe } from '../../data/probe-file.ts';
 import { cachedRows, type CachedRows } from './rows.ts';
 import { writeProbeSkill } from './skill.ts';
+import { calibrationSplit, cascadeBandFor, searchSteerAlpha, type CalibrateOptions } from './calibrate.ts';
+import { callFormatOf, type CallFormat } from '../../outcome/types.ts';
 
 interface ProbeTrainOptions {
   condition?: Condition;
@@ -33,6 +35,11 @@ interface ProbeTrainOptions {
   out?: string;
   /** the kind whose `refusal-probe` skill folder is written to <out>/skill/ (default: mean-diff if trained, else the first) */
   skillKind?: ProbeKind;
+  /**
+   * hold a calibration split out of the extraction pairs: the probe is fit on the rest, and the cascade band and
+   * probe-steer's α are calibrated on it (calibrate.ts) and stored in the probe file
+   */
+  calibrate?: CalibrateOptions;
 }
 
 interface TrainedProbe {
@@ -67,14 +74,19 @@ async function trainProbesIn(ctx: ExtractContext, o: ProbeTrainOptions): Promise
   const target = o.target ?? 0.05;
   const l2 = o.l2 ?? 1;
   await extractCondition(ctx, condition);
-  const rows = cachedRows(ctx.cacheDir, promptCacheName(condition), ctx.split);
-  if (rows.extraction.length === 0) throw new SafekeepError('probe train: the extraction split is empty');
+  const cached = cachedRows(ctx.cacheDir, promptCacheName(condition), ctx.split);
+  if (cached.extraction.length === 0) throw new SafekeepError('probe train: the extraction split is empty');
+  // --calibrate: the probe (layer, weights, threshold) is fit on the extraction pairs outside the calibration split
+  const cal = o.calibrate ? calibrationSplit(ctx.split.extraction, o.calibrate.share ?? 0.25, ctx.split.seed) : null;
+  const calSet = new Set(cal?.calibration ?? []);
+  const rows: CachedRows = cal ? { ...cached, extraction: cached.extraction.filter((r) => !calSet.has(cached.pairIds[r]!)) } : cached;
+  const calRows = cached.extraction.filter((r) => calSet.has(cached.pairIds[r]!));
   let layer: number;
   let layerChoice: { method: string; cvAuroc?: (number | null)[] };
   if (o.layer === undefined || o.layer === 'auto') {
     const c = chooseLayerByCV(rows.acts, rows.labels, rows.pairIds, rows.extraction, { k: 5, seed: 0 });
     layer = c.layer;
-    layerChoice = { method: `5-fold CV over pairs of the mean-difference direction on the ${conditionName(condition)} extraction split, seed 0`, cvAuroc: c.cvAuroc.map((x) => (Number.isNaN(x) ? null : round(x))) };
+    layerChoice = { method: `5-fold CV over pairs of the mean-difference direction on the ${conditionName(condition)} extraction split${cal ? ' less its calibration pairs' : ''}, seed 0`, cvAuroc: c.cvAuroc.map((x) => (Number.isNaN(x) ? null : round(x))) };
   } else {
     layer = o.layer;
     if (!Number.isInteger(layer) || layer < 0 || layer >= rows.acts.layers) throw new SafekeepError(`--layer ${layer}: must be auto or 0..${rows.acts.layers - 1}`);
@@ -89,6 +101,7 @@ async function trainProbesIn(ctx: ExtractContext, o: ProbeTrainOptions): Promise
     condition: conditionName(condition),
     dataset: { name: ctx.set.name, hash: ctx.set.hash },
     split: {
+      // the whole extraction split (with --calibrate the fit used it less the calibration pairs named in cascade / steer)
       seed: ctx.split.seed, used: 'extraction' as const, extractionPairs: ctx.split.extraction.length, evaluationPairs: ctx.split.evaluation.length,
       extractionIdsHash: sha256Hex([...ctx.split.extraction].sort().join('\n')),
     },
@@ -106,17 +119,69 @@ async function trainProbesIn(ctx: ExtractContext, o: ProbeTrainOptions): Promise
       return s;
     });
     const t = thresholdForBenignRate(scores, rows.extraction.map((r) => rows.labels[r]!), target);
+    const calibrated = cal ? await calibrateProbe(ctx, o.calibrate!, cal.info, condition, rows, calRows, { w, bias, layer, threshold: t.threshold }, format(ctx, ckpt.config.family)) : null;
     const path = writeProbe(join(out, `${conditionName(condition)}.${kind}`), {
       kind, layer, dModel: rows.acts.d, bias,
       threshold: { value: t.threshold, target, benignFlagged: round(t.benignFlagged), harmfulFlagged: round(t.harmfulFlagged), nBenign: t.nBenign, nHarmful: t.nHarmful },
-      layerChoice, ...(fit ? { fit } : {}), provenance,
-    }, w);
+      layerChoice, ...(fit ? { fit } : {}), provenance, ...(calibrated ? calibrated.meta : {}),
+    }, w, calibrated?.steerVector);
     trained.push({ path, probe: readProbe(path) });
   }
   const skillKind = o.skillKind ?? (kinds.includes('mean-diff') ? 'mean-diff' : kinds[0]!);
   const forSkill = trained.find((t) => t.probe.kind === skillKind);
   if (forSkill) forSkill.skill = writeProbeSkill(join(out, 'skill'), forSkill.probe);
   return trained;
+}
+
+/** The call format the outcome classifier reads the model's answers in (as steer's). */
+function format(ctx: ExtractContext, family: keyof typeof callFormatOf): CallFormat {
+  const t = ctx.tok.family;
+  return t === 'llama3' || t === 'qwen' || t === 'mistral' ? t : callFormatOf[family];
+}
+
+const scoreRow = (rows: CachedRows, r: number, p: { w: Float32Array; bias: number; layer: number }): number => {
+  let s = p.bias;
+  const h = hiddenAt(rows.acts, r, p.layer);
+  for (let j = 0; j < h.length; j++) s += p.w[j]! * h[j]!;
+  return s;
+};
+
+/** The cascade band and the steering strength of one probe from the calibration rows (calibrate.ts). */
+async function calibrateProbe(
+  ctx: ExtractContext, c: CalibrateOptions, info: ReturnType<typeof calibrationSplit>['info'], condition: Condition,
+  fitRows: CachedRows, calRows: readonly number[], p: { w: Float32Array; bias: number; layer: number; threshold: number }, fmt: CallFormat,
+) {
+  const scores = calRows.map((r) => scoreRow(fitRows, r, p));
+  const labels = calRows.map((r) => fitRows.labels[r]!);
+  const cascade = cascadeBandFor(scores, labels, c.maxBenignFlag ?? 0.05, c.maxHarmfulPass ?? 0.05, info);
+  // the requests the steering must turn: harmful calibration requests the probe flags (all harmful ones if none)
+  const scoreOf = new Map(calRows.map((r, i) => [r, scores[i]!]));
+  const harmful = calRows.filter((_, i) => labels[i] === 1);
+  const flagged = harmful.filter((r) => scoreOf.get(r)! > p.threshold);
+  const targets = flagged.length ? flagged : harmful;
+  const byId = new Map(ctx.set.pairs.map((x) => [x.id, x]));
+  const prompts = targets.map((r) => {
+    const pair = byId.get(fitRows.pairIds[r]!)!;
+    return { ids: ctx.builder.render(pair.harmful.prompt, pair.tools, condition.config, condition.repr ?? 'schema').ids!, tools: condition.config === 'agent' ? pair.tools : [] };
+  });
+  // the start of the search: 1/16 of the mean residual norm ‖hidden[ℓ]‖ over the fit rows (the scale steering acts on)
+  const norms = fitRows.extraction.map((r) => Math.hypot(...hiddenAt(fitRows.acts, r, p.layer)));
+  const meanNorm = norms.reduce((a, x) => a + x, 0) / norms.length;
+  const maxTokens = c.steerMaxTokens ?? 32;
+  const bisect = c.bisect ?? 8;
+  const start = meanNorm / 16;
+  // the direction: r̂ = the unit harmful-minus-benign mean difference at ℓ on the fit rows (w itself for mean-diff)
+  const v = directionAt(meanDifference(fitRows.acts, fitRows.labels, fitRows.extraction), p.layer);
+  const nv = Math.hypot(...v);
+  if (!(nv > 0)) throw new SafekeepError(`probe train --calibrate: the mean-difference direction at layer ${p.layer} is zero`);
+  const vector = Float32Array.from(v, (x) => x / nv);
+  const s = await searchSteerAlpha(ctx.engine, (ids) => ctx.tok.decode(ids), fmt, prompts, p.layer, vector, start, { maxTokens, bisect });
+  const steer = {
+    alpha: s.alpha, layer: p.layer, targets: flagged.length ? 'flagged' as const : 'harmful' as const, flagged: targets.length, refused: s.refused,
+    search: `smallest α refusing all ${flagged.length ? 'flagged' : '(none flagged: all)'} harmful calibration requests: α = 0, then doubling from ${round(start)} (1/16 of the mean ‖hidden[ℓ]‖ on the fit rows), then ${bisect} bisection steps; greedy, ${maxTokens} new tokens, outcome classifier; tried ${s.tried.map((x) => `${round(x.alpha)}:${x.refused}/${targets.length}`).join(' ')}`,
+    calibration: info,
+  };
+  return { meta: { cascade, steer }, steerVector: vector };
 }
 
 export async function trainProbes(o: ProbeTrainOptions & ContextOptions): Promise<TrainedProbe[]> {

@@ -107,7 +107,9 @@ export class LocalBackend implements ChatBackend {
     const ids = this.promptIds(call);
     const inspect = call.inspect;
     const limit = this.opts.responseCache ?? 1024;
-    const key = !inspect && limit > 0 ? sha256Hex(`${call.maxTokens}:${JSON.stringify(call.stop ?? [])}:${ids.join(',')}`) : null;
+    // a steered call's reply depends on its steering too
+    const steerKey = call.steer ? `${call.steer.layer}:${call.steer.alpha}:${sha256Hex(new Uint8Array(Float32Array.from(call.steer.vector).buffer))}:` : '';
+    const key = !inspect && limit > 0 ? sha256Hex(`${steerKey}${call.maxTokens}:${JSON.stringify(call.stop ?? [])}:${ids.join(',')}`) : null;
     const hit = key === null ? undefined : this.replies.get(key);
     if (hit) {
       this.replies.delete(key!);
@@ -181,6 +183,7 @@ export class LocalBackend implements ChatBackend {
       ...(inspect ? { haltAfterPrefill: (_row: number, h: Float32Array) => inspect(h) } : {}),
       ...(call.signal ? { signal: call.signal } : {}),
       ...(stream ? { stopWhen: stream.perToken } : {}),
+      ...(call.steer ? { interventions: [{ kind: 'add' as const, layer: call.steer.layer, vector: call.steer.vector, alpha: call.steer.alpha }] } : {}),
     };
     const [g] = await this.engine.generate([ids], opts);
     // a call halted after its prefill (ChatCall.inspect) generated nothing
