@@ -1,6 +1,7 @@
 /**
- * `npm run bench [-- --threads N --reps R --pairs P --dtypes f32,q8,q4 --keep DIR]`: one table on the machine at
- * hand, for f32, q8 and q4 (each measured in its own child process, after its quantized weights were made by
+ * `npm run bench [-- --threads N --reps R --pairs P --dtypes f32,q8,q4 --device cpu|cuda|webgpu --keep DIR]`: one table
+ * on the machine at hand (`--device`: the engine's; the GEMM and read-bandwidth yardsticks stay on the CPU, so their
+ * fractions mean something on the CPU only; on a GPU pass e.g. `--dtypes f16,f32`), for f32, q8 and q4 (each measured in its own child process, after its quantized weights were made by
  * another child, so peak RSS is the engine's alone):
  * - prefill 1×512 tokens/s (hidden states of all layers + logits at the last position) and its GFLOP/s vs a raw
  *   onnxruntime MatMul chain (f32, same threads, runs interleaved);
@@ -68,7 +69,8 @@ async function measure(dir: string, dtype: ComputeDType, threads: number, reps: 
   const ck = await loadCheckpoint(dir);
   const c = ck.config;
   const t0 = performance.now();
-  const engine = await createEngineFromCheckpoint(ck, { ...engineEnv(), dtype, threads, cacheDir: join(dir, '..', 'cache') });
+  const device = (flag('device') ?? 'cpu') as 'cpu' | 'cuda' | 'webgpu';
+  const engine = await createEngineFromCheckpoint(ck, { ...engineEnv(), dtype, threads, device, cacheDir: join(dir, '..', 'cache') });
   const sessionStartS = (performance.now() - t0) / 1000;
   const d = c.hiddenSize;
   const T = 512;
@@ -179,7 +181,7 @@ async function main(): Promise<void> {
       }
       process.stderr.write(`measuring ${dtype} ...\n`);
       const m = spawnSync(process.execPath, ['--import', 'tsx', me, '--mode', 'measure', '--run', model, '--dtype', dtype, '--workload', wl,
-        '--threads', String(threads), '--reps', String(reps)], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], env });
+        '--threads', String(threads), '--reps', String(reps), '--device', flag('device') ?? 'cpu'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], env });
       if (m.status !== 0) throw new Error(`measure ${dtype} failed`);
       rows.push(JSON.parse(m.stdout.trim().split('\n').at(-1)!) as BenchRow);
     }
@@ -192,7 +194,7 @@ async function main(): Promise<void> {
       r.gemmGflops.toFixed(1), (r.readBandwidth / 1e9).toFixed(1), r.loads.map((x) => x.toFixed(1)).join('/'),
     ])];
     const widths = head.map((_, i) => Math.max(...table.map((row) => row[i]!.length)));
-    process.stdout.write(`SmolLM2-135M shape, random weights, ${threads} thread(s), best of ${reps}; extraction: ${rows[0]?.promptTokens ?? 0} prompt tokens of agent.schema prompts (${Number(flag('pairs') ?? 16)} of ${n} pairs)\n`);
+    process.stdout.write(`SmolLM2-135M shape, random weights, on ${flag('device') ?? 'cpu'}, ${threads} thread(s), best of ${reps}; extraction: ${rows[0]?.promptTokens ?? 0} prompt tokens of agent.schema prompts (${Number(flag('pairs') ?? 16)} of ${n} pairs)\n`);
     for (const row of table) process.stdout.write(row.map((c, i) => c.padStart(widths[i]!)).join('  ') + '\n');
     process.stdout.write('of GEMM: GFLOP/s over the raw onnxruntime f32 MatMul chain measured in the same process (prefill: linear + attention FLOPs; extraction: linear FLOPs of the computed tokens); of read BW: bytes a decode step reads (weights as stored + KV) × tok/s over the 256 MiB read probe run interleaved with decode; load: 1-min load average at prefill/decode/extraction\n');
     process.stdout.write(`full bundled set (${n} pairs, agent.schema): planned computed/prompt tokens ${fullRatio.toFixed(3)} (target ≤ 0.6)\n`);
