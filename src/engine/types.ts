@@ -105,6 +105,25 @@ export interface GenerateOptions {
    * clamp / ablate_heads without `positions` (patch and positions belong to runWithCache, whose positions are fixed)
    */
   hooks?: readonly HookIntervention[];
+  /**
+   * hidden states to keep (a server's activation capture): `promptPositions` = prompt positions (0-based, each at
+   * most once, any order) whose all-layer hidden states are returned in `capturedPrompt`; `generated` = also each
+   * generated token's as it is fed back (every generated token but the last, which is never fed). A sequence with
+   * prompt positions bypasses the prefix cache and prefill packing, so every position is computed in its own steps.
+   */
+  capture?: { promptPositions: readonly number[]; generated: boolean };
+  /**
+   * log probabilities of every chosen token (log-softmax of its logits) and of the `topLogprobs` most likely ones
+   * (0..20; ties by lower id) in `logprobs`; absent = none computed
+   */
+  topLogprobs?: number;
+}
+
+/** One generated token's log probability and the most likely alternatives at its step (most likely first). */
+export interface TokenLogprob {
+  token: number;
+  logprob: number;
+  top: { token: number; logprob: number }[];
 }
 
 export interface GenerateResult {
@@ -117,6 +136,12 @@ export interface GenerateResult {
   firstTokenHidden?: Float32Array;
   /** [L+1, d_model] when requested */
   promptLastHidden?: Float32Array;
+  /** with `capture.promptPositions`: [L+1, n, d_model], n = the positions in the order given */
+  capturedPrompt?: Float32Array;
+  /** with `capture.generated`: one [L+1, d_model] per generated token fed back (generatedIds[k] at row k) */
+  capturedGenerated?: Float32Array[];
+  /** with `topLogprobs`: one per generated token */
+  logprobs?: TokenLogprob[];
 }
 
 export interface EngineInfo {

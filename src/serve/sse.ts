@@ -19,6 +19,8 @@ export interface SseCompletion {
   finish?: string;
   /** sent as the last chunk before [DONE] when given */
   usage?: Usage;
+  /** OpenAI's `logprobs` object ({content: [...]}), on the content chunk, when asked */
+  logprobs?: unknown;
 }
 
 export const SSE_HEADERS = { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' } as const;
@@ -30,7 +32,9 @@ function chunks(id: string, model: string) {
   const chunk = (delta: Record<string, unknown>, finishReason: string | null) => event({ choices: [{ index: 0, delta, finish_reason: finishReason }] });
   return {
     start: () => chunk({ role: 'assistant', content: '' }, null),
-    content: (text: string) => (text ? chunk({ content: text }, null) : ''),
+    content: (text: string, logprobs?: unknown) => (text || logprobs !== undefined ? (logprobs !== undefined
+      ? event({ choices: [{ index: 0, delta: { content: text }, logprobs, finish_reason: null }] })
+      : chunk({ content: text }, null)) : ''),
     /** tool calls, the finish reason, the usage chunk when asked, [DONE] */
     end: (c: Omit<SseCompletion, 'id' | 'model' | 'content'>) => {
       const calls = c.toolCalls ?? [];
@@ -44,7 +48,7 @@ function chunks(id: string, model: string) {
 
 export function completionToSse(c: SseCompletion): string {
   const k = chunks(c.id, c.model);
-  return k.start() + k.content(c.content) + k.end(c);
+  return k.start() + k.content(c.content, c.logprobs) + k.end(c);
 }
 
 /**

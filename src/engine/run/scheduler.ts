@@ -33,7 +33,7 @@ import { HOOK_IO, hookSelectionKey } from '../graph/hooks.ts';
 import { KvBlockStore } from '../runtime/kv-blocks.ts';
 import { appendKv, kvArray, kvBytes, kvCapacity, kvOfArrays, KV_CHUNK, packRowsKv, rowSlotsKv, type KvArray, type KvCache } from '../runtime/kv.ts';
 import { RowKv } from '../runtime/row-kv.ts';
-import type { GenerateOptions, GenerateResult } from '../types.ts';
+import type { GenerateOptions, GenerateResult, TokenLogprob } from '../types.ts';
 import { argmax } from './argmax.ts';
 import { callInterventions, interventionInputs, type InterventionInputs } from './batch.ts';
 import { checkIds } from './forward.ts';
@@ -139,6 +139,13 @@ interface Seq {
   keys: string[] | null;
   /** full blocks already in the store */
   stored: number;
+  /** prompt positions whose hidden states are kept (GenerateOptions.capture; null = none), and those computed so far */
+  capturePrompt: readonly number[] | null;
+  captured: Map<number, Float32Array>;
+  /** keep each fed-back generated token's hidden states */
+  captureGen: boolean;
+  /** top log probabilities per chosen token (-1 = no log probabilities) */
+  topK: number;
   result: GenerateResult;
   stepLogits: Float32Array[];
   /** no more tokens wanted (stays in its batch only for the first generated token's hidden state) */
@@ -219,6 +226,14 @@ export class Scheduler {
   enqueue(ids: number[], opts: GenerateOptions, prefillIv: InterventionInputs, decodeIv: InterventionInputs, halt?: (h: Float32Array) => boolean, hooks?: StepHooks): Promise<GenerateResult> {
     // hook edits change every position's KV: they salt the prefix cache like interventions; the points edited choose the graph
     const hookKey = hooks ? hooksDigest(hooks) : '';
+    const capture = opts.capture;
+    const topK = opts.topLogprobs ?? -1;
+    if (opts.topLogprobs !== undefined && (!Number.isInteger(topK) || topK < 0 || topK > MAX_TOP_LOGPROBS)) throw new SafekeepError(`topLogprobs must be an integer 0..${MAX_TOP_LOGPROBS}, got ${opts.topLogprobs}`);
+    const positions = capture && capture.promptPositions.length > 0 ? [...capture.promptPositions] : null;
+    positions?.forEach((p, i) => {
+      if (!Number.isInteger(p) || p < 0 || p >= ids.length) throw new SafekeepError(`capture: prompt position ${p} is outside a prompt of ${ids.length} tokens`);
+      if (positions.indexOf(p) !== i) throw new SafekeepError(`capture: prompt position ${p} given twice`);
+    });
     return new Promise<GenerateResult>((resolve, reject) => {
       const seq: Seq = {
         ids, maxNew: opts.maxNewTokens, stop: new Set(opts.stopIds ?? this.s.eosIds),
@@ -237,7 +252,9 @@ export class Scheduler {
         projectKey: digest([decodeIv.dir, decodeIv.value]),
         prefillSalt: digest([prefillIv.steer, prefillIv.dir, prefillIv.value]) + hookKey,
         kv: null, filled: 0, chain: null, keys: null, stored: 0,
-        result: { generatedIds: [], finish: 'length' }, stepLogits: [], finished: false, resolve, reject,
+        capturePrompt: positions, captured: new Map(), captureGen: !!capture?.generated, topK,
+        result: { generatedIds: [], finish: 'length', ...(capture?.generated ? { capturedGenerated: [] } : {}), ...(topK >= 0 ? { logprobs: [] } : {}) },
+        stepLogits: [], finished: false, resolve, reject,
       };
       this.waiting.push(seq);
       this.kick();
@@ -389,14 +406,14 @@ export class Scheduler {
    * block is one of a member's computes it once, in a later step, from the member's stored blocks instead of twice.
    */
   private packWith(q: Seq, budget: number): { seqs: Seq[]; layout: PackLayout } | null {
-    if (this.packTokens === 0 || q.hooks || this.prefilling.length < 2 || q.ids.length - q.filled > this.packTokens) return null;
+    if (this.packTokens === 0 || q.hooks || q.capturePrompt || this.prefilling.length < 2 || q.ids.length - q.filled > this.packTokens) return null;
     const store = this.prefixStore;
     const claimed = new Set(this.keysOf(q));
     const seqs = [q];
     const limits = { maxWidth: this.packTokens, budget, maxWaste: PACK_MAX_WASTE, maxMaskedPast: PACK_MAX_MASKED_PAST };
     const chunkOf = (y: Seq) => ({ filled: y.filled, end: y.ids.length });
     for (const x of this.prefilling.slice(1)) {
-      if (x.hooks || x.prefillSalt !== q.prefillSalt) continue;
+      if (x.hooks || x.capturePrompt || x.prefillSalt !== q.prefillSalt) continue;
       // a sequence not started is looked at by what its prefix lookup would give now, and started only when it joins
       // (one left out stays unstarted: its lookup, later, finds what this pack stores)
       let chunk = chunkOf(x);
@@ -494,16 +511,27 @@ export class Scheduler {
     const n = q.ids.length;
     const last = q.filled + T === n;
     const ids = BigInt64Array.from(q.ids.slice(q.filled, q.filled + T), (x) => BigInt(x));
+    // captured prompt positions in this chunk come first in the hidden output, the last prompt token's after them
+    const from = q.filled;
+    const cap = q.capturePrompt ? q.capturePrompt.filter((p) => p >= from && p < from + T) : [];
+    const wantLast = last && q.wantPromptHidden;
     const out = await this.timedStep(() => this.s.prefill({
       ids, batch: 1, width: T, starts: [0], past: q.kv, steer: q.prefillIv.steer, project: q.prefillIv, ...(q.hooks ? { hooks: q.hooks } : {}),
-      hiddenIndex: last && q.wantPromptHidden ? [T - 1] : [],
+      hiddenIndex: [...cap.map((p) => p - from), ...(wantLast ? [T - 1] : [])],
       logitsIndex: last && q.maxNew > 0 ? [T - 1] : [],
       ropeLength: [n], // dynamic-NTK RoPE: the whole prompt's length in every chunk, as one prefill step
       reserve: n - q.filled - T,
     }));
     q.kv = out.present;
     this.afterChunk(q, T);
-    if (last) this.prefillOut.set(q, out);
+    if (cap.length === 0) {
+      if (last) this.prefillOut.set(q, out);
+      return;
+    }
+    const L1 = this.s.numLayers + 1;
+    const N = cap.length + (wantLast ? 1 : 0);
+    cap.forEach((p, i) => q.captured.set(p, hiddenRows(out.hidden, L1, N, this.s.dModel, i, 1)));
+    if (last) this.prefillOut.set(q, { hidden: wantLast ? hiddenRows(out.hidden, L1, N, this.s.dModel, cap.length, 1) : new Float32Array(0), logits: out.logits });
   }
 
   /** q's KV now holds T more prompt tokens: count them and store the full blocks they completed */
@@ -512,7 +540,7 @@ export class Scheduler {
     this.stats.prefillChunks++;
     this.stats.prefillTokens += T;
     const store = this.prefixStore;
-    if (store && q.chain) {
+    if (store && q.chain && q.chain.length > 0) {
       const full = Math.floor(q.filled / store.blockTokens);
       if (full > q.stored) {
         const kv = q.kv!;
@@ -528,7 +556,8 @@ export class Scheduler {
   /** the prefix cache lookup: the cached full blocks of the prompt become the start of its KV */
   private startPrefill(q: Seq): void {
     const store = this.prefixStore;
-    if (!store) { q.chain = []; return; }
+    // a captured prompt position must be computed, not read from cached KV (which holds no hidden states)
+    if (!store || q.capturePrompt) { q.chain = []; return; }
     const n = q.ids.length;
     q.chain = this.keysOf(q);
     if (q.chain.length === 0) return;
@@ -587,6 +616,7 @@ export class Scheduler {
     const tok = argmax(row);
     q.result.generatedIds.push(tok);
     if (q.wantStepLogits) q.stepLogits.push(row.slice());
+    if (q.topK >= 0) q.result.logprobs!.push(tokenLogprob(row, tok, q.topK));
     if (q.stop.has(tok) || (q.stopWhen && this.stopsHere(q))) { q.finished = true; q.result.finish = 'stop'; } else if (q.result.generatedIds.length >= q.maxNew) { q.finished = true; q.result.finish = 'length'; }
     this.stats.seconds.choose += (performance.now() - t) / 1000;
   }
@@ -609,7 +639,7 @@ export class Scheduler {
     const hiddenRowsWanted: number[] = [];
     const logitRows: number[] = [];
     g.seqs.forEach((q, b) => {
-      if (q.wantFirstHidden && !q.result.firstTokenHidden) hiddenRowsWanted.push(b);
+      if ((q.wantFirstHidden && !q.result.firstTokenHidden) || q.captureGen) hiddenRowsWanted.push(b);
       if (!q.finished) logitRows.push(b);
     });
     const past = g.kv.view();
@@ -624,7 +654,12 @@ export class Scheduler {
     this.stats.peakBatch = Math.max(this.stats.peakBatch, B);
     const L1 = this.s.numLayers + 1;
     const V = this.s.vocabSize;
-    hiddenRowsWanted.forEach((b, i) => { g.seqs[b]!.result.firstTokenHidden = hiddenRows(out.hidden, L1, hiddenRowsWanted.length, this.s.dModel, i, 1); });
+    hiddenRowsWanted.forEach((b, i) => {
+      const q = g.seqs[b]!;
+      const h = hiddenRows(out.hidden, L1, hiddenRowsWanted.length, this.s.dModel, i, 1);
+      if (q.wantFirstHidden && !q.result.firstTokenHidden) q.result.firstTokenHidden = h;
+      if (q.captureGen) q.result.capturedGenerated!.push(h);
+    });
     logitRows.forEach((b, i) => this.choose(g.seqs[b]!, out.logits.subarray(i * V, (i + 1) * V)));
     this.dropRows(g, (q) => q.finished && !(q.wantFirstHidden && !q.result.firstTokenHidden), null);
   }
@@ -673,6 +708,19 @@ export class Scheduler {
 
   private complete(q: Seq, finish: GenerateResult['finish']): void {
     q.result.finish = finish;
+    if (q.capturePrompt) {
+      // [L+1, n, d] in the order the positions were given (a cancelled or failed prefill leaves zeros)
+      const L1 = this.s.numLayers + 1;
+      const d = this.s.dModel;
+      const n = q.capturePrompt.length;
+      const m = new Float32Array(L1 * n * d);
+      q.capturePrompt.forEach((p, i) => {
+        const h = q.captured.get(p);
+        for (let l = 0; h && l < L1; l++) m.set(h.subarray(l * d, (l + 1) * d), (l * n + i) * d);
+      });
+      q.result.capturedPrompt = m;
+      q.captured.clear();
+    }
     if (q.wantStepLogits) {
       const V = this.s.vocabSize;
       const m = new Float32Array(q.stepLogits.length * V);
@@ -708,6 +756,31 @@ function rowHooks(seqs: readonly Seq[], first: StepHooks): StepHooks {
     }
   }
   return { selection: first.selection, feeds };
+}
+
+/** OpenAI's bound on `top_logprobs` */
+export const MAX_TOP_LOGPROBS = 20;
+
+/**
+ * The chosen token's log probability (log-softmax of the row, in float64) and the k most likely tokens' (ties by
+ * lower id), one pass over the row keeping the k best in order.
+ */
+export function tokenLogprob(row: Float32Array, token: number, k: number): TokenLogprob {
+  let max = -Infinity;
+  for (let i = 0; i < row.length; i++) if (row[i]! > max) max = row[i]!;
+  let sum = 0;
+  for (let i = 0; i < row.length; i++) sum += Math.exp(row[i]! - max);
+  const lse = max + Math.log(sum);
+  const best: number[] = [];
+  for (let i = 0; i < row.length && k > 0; i++) {
+    const x = row[i]!;
+    if (best.length === k && !(x > row[best[k - 1]!]!)) continue;
+    let j = best.length;
+    while (j > 0 && row[best[j - 1]!]! < x) j--;
+    best.splice(j, 0, i);
+    if (best.length > k) best.pop();
+  }
+  return { token, logprob: row[token]! - lse, top: best.map((t) => ({ token: t, logprob: row[t]! - lse })) };
 }
 
 function positive(x: number, what: string): number {
