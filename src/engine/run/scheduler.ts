@@ -88,6 +88,11 @@ export interface SchedulerStats {
 type Projection = Pick<InterventionInputs, 'dir' | 'value'>;
 
 const DEFAULT_PREFIX_BYTES = 256 * 2 ** 20;
+/**
+ * the most bytes of per-token intervention sets a pack of prompts with different prefill interventions feeds (each
+ * token row its sequence's [L+1, d] steer and projection: 1 MiB a token at d = 4096, L = 32); beyond, they prefill apart
+ */
+const PACK_MAX_SET_BYTES = 64 * 2 ** 20;
 /** a pack computes at most this share of its slots for nothing (pads, recomputed cached tokens) */
 const PACK_MAX_WASTE = 0.25;
 /** and masks at most this share of the past slots its rows attend (rows whose past is shorter than the longest) */
@@ -185,6 +190,11 @@ export class Scheduler {
   private readonly prefilling: Seq[] = [];
   private readonly groups = new Map<string, Group>();
   private looping = false;
+  /** bytes of one intervention set (steer, projection directions and values) */
+  private get setBytes(): number {
+    const L1 = this.s.numLayers + 1;
+    return (2 * L1 * this.s.dModel + L1) * 4;
+  }
 
   constructor(private readonly s: Stepper, o: SchedulerOptions = {}) {
     this.stepTokens = positive(o.stepTokens ?? 512, 'stepTokens');
@@ -401,8 +411,8 @@ export class Scheduler {
 
   /**
    * The prefilling sequences whose whole rest joins q's in one packed step (prefill-pack.ts), or null for q alone.
-   * Candidates: no hook edits (their captures and per-step feeds stay one sequence per step), q's prefill
-   * interventions, and not waiting for a prefix a pack member is about to compute — a prompt whose first uncached
+   * Candidates: no hook edits (their captures and per-step feeds stay one sequence per step), no captured prompt
+   * positions, any prefill interventions (different ones fed per token row, within PACK_MAX_SET_BYTES), and not waiting for a prefix a pack member is about to compute — a prompt whose first uncached
    * block is one of a member's computes it once, in a later step, from the member's stored blocks instead of twice.
    */
   private packWith(q: Seq, budget: number): { seqs: Seq[]; layout: PackLayout } | null {
@@ -413,7 +423,7 @@ export class Scheduler {
     const limits = { maxWidth: this.packTokens, budget, maxWaste: PACK_MAX_WASTE, maxMaskedPast: PACK_MAX_MASKED_PAST };
     const chunkOf = (y: Seq) => ({ filled: y.filled, end: y.ids.length });
     for (const x of this.prefilling.slice(1)) {
-      if (x.hooks || x.capturePrompt || x.prefillSalt !== q.prefillSalt) continue;
+      if (x.hooks || x.capturePrompt) continue;
       // a sequence not started is looked at by what its prefix lookup would give now, and started only when it joins
       // (one left out stays unstarted: its lookup, later, finds what this pack stores)
       let chunk = chunkOf(x);
@@ -426,7 +436,10 @@ export class Scheduler {
       }
       const chunks = [...seqs.map(chunkOf), chunk];
       const lay = packLayout(chunks);
-      const fits = this.s.memoryFits((B, W) => [{ batch: B, width: W, past: lay.past, hidden: B, logits: B, present: true }]);
+      // rows whose prefill interventions differ feed one set per token row (the step expands a row's set over its slots)
+      const perRow = [...seqs, x].some((y) => y.prefillSalt !== q.prefillSalt);
+      if (perRow && chunks.length * lay.width * this.setBytes > PACK_MAX_SET_BYTES) continue;
+      const fits = this.s.memoryFits((B, W) => [{ batch: B, width: W, past: lay.past, hidden: B, logits: B, present: true, sets: perRow ? B * W : 0 }]);
       if (choosePack(chunks, limits, fits ? (l) => fits(chunks.length, l.width) : undefined).length < chunks.length) continue;
       if (fresh) this.timed('prefixCache', () => this.startPrefill(x));
       seqs.push(x);
@@ -460,8 +473,17 @@ export class Scheduler {
       const hiddenRowsWanted = seqs.flatMap((q, b) => (q.wantPromptHidden ? [b] : []));
       const logitRows = seqs.flatMap((q, b) => (q.maxNew > 0 ? [b] : []));
       const q0 = seqs[0]!;
+      const perRow = seqs.some((q) => q.prefillSalt !== q0.prefillSalt);
+      const stack = (part: (q: Seq) => Float32Array) => {
+        const per = part(q0).length;
+        const m = new Float32Array(B * per);
+        seqs.forEach((q, b) => m.set(part(q), b * per));
+        return m;
+      };
+      const steer = perRow ? stack((q) => q.prefillIv.steer) : q0.prefillIv.steer;
+      const project = perRow ? { dir: stack((q) => q.prefillIv.dir), value: stack((q) => q.prefillIv.value) } : q0.prefillIv;
       out = await this.timedStep(() => this.s.step({
-        ids, batch: B, width: W, starts, past, steer: q0.prefillIv.steer, project: q0.prefillIv,
+        ids, batch: B, width: W, starts, past, steer, project,
         hiddenIndex: hiddenRowsWanted.map((b) => b * W + W - 1), logitsIndex: logitRows.map((b) => b * W + W - 1),
         ropeLength: seqs.map((q) => q.ids.length), reserve: 0,
       }));
