@@ -29,6 +29,7 @@ import { countTokensUpTo } from '../src/serve/context-length.ts';
 import { parseChatRequest } from '../src/serve/chat-body.ts';
 import { HttpError } from '../src/serve/errors.ts';
 import { repoRoot } from './helpers/shared.ts';
+import { tokenLogprob } from '../src/engine/run/scheduler.ts';
 
 let dir = '';
 let model = '';
@@ -242,4 +243,15 @@ test('guards refuse the field: a server without --allow-interventions, the proxi
   const cli = spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 'serve', '--model', model, '--allow-interventions', '--method', 'safekeep'], { encoding: 'utf8', env: { ...process.env, SAFEKEEP_CACHE: join(dir, '.cache') } });
   assert.equal(cli.status, 2, cli.stderr);
   assert.match(cli.stderr, /--allow-interventions runs no guard/);
+});
+
+test('tokenLogprob: log-softmax in float64, the k most likely in order, ties by lower id', () => {
+  const row = Float32Array.from([1, 3, 3, -2, 0.5, 3]);
+  const lse = Math.log([...row].reduce((a, x) => a + Math.exp(x), 0));
+  const t = tokenLogprob(row, 2, 4);
+  assert.ok(Math.abs(t.logprob - (3 - lse)) < 1e-12);
+  assert.deepEqual(t.top.map((x) => x.token), [1, 2, 5, 0]);
+  t.top.forEach((x) => assert.ok(Math.abs(x.logprob - (row[x.token]! - lse)) < 1e-12));
+  assert.deepEqual(tokenLogprob(row, 0, 0).top, []);
+  assert.equal(tokenLogprob(row, 0, 10).top.length, 6);
 });
