@@ -11,8 +11,12 @@
  *   usage chunk when `stream_options.include_usage`).
  *   `finish_reason`: `tool_calls`, `length` (cut by max_tokens) or `stop`. `stop` (at most 4 strings of at most 128
  *   characters) ends each request's own generation at its first stop string, which the answer does not include.
- *   Decoding is greedy: `temperature`/`top_p` are range-checked; `n`, `logprobs`, `top_logprobs`, `logit_bias`,
- *   penalties, `response_format` and `tool_choice` are refused unless at their no-op value; other fields ignored.
+ *   Decoding is greedy: `temperature`/`top_p` are range-checked; `n`, `logit_bias`, penalties, `response_format` and
+ *   `tool_choice` are refused unless at their no-op value; other fields ignored. `logprobs` / `top_logprobs` (k ≤ 20)
+ *   return OpenAI's `choices[0].logprobs.content` (streamed too, on the content chunk), unguarded requests only.
+ * - `research` (`serve --model --allow-interventions`, method base only): the request field `safekeep` — per-request
+ *   steering, interventions and residual-stream capture (research.ts, docs/serve-research.md); each request's own
+ *   sets decode in the same steps as the others'. Without it the field is a 400 naming it.
  * - `GET /v1/models` lists the one model. Anything else → 404 JSON.
  * - Bounded: at most 2048 messages and 128 tools (OpenAI's bounds); max_tokens at most `maxTokensLimit`; prompt +
  *   max_tokens above the context length → 400 in vLLM's wording, before any generation (the
