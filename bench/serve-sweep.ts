@@ -1,8 +1,10 @@
 /**
- * `npm run bench:serve -- --sweep [--alphas 0,0.5,…] [--prompts 16] [--max-tokens 12] [--rounds 1] [--threads 1]
- *    [--json FILE]`: an α sweep over the OpenAI API of `safekeep serve --model --allow-interventions`, on the planted
- * model (tiny: the figure is the batching, not the matrix math), with its refusal direction given to the server by
- * `--directions` and named in each request (`"direction": "refusal.chatbot"` at layer 2).
+ * `npm run bench:serve -- --sweep [--model planted|small] [--alphas 0,0.5,…] [--prompts 16] [--max-tokens 12]
+ *    [--rounds 1] [--threads 1] [--json FILE]`: an α sweep over the OpenAI API of `safekeep serve --model
+ * --allow-interventions`, on the planted model (tiny: a step is mostly fixed per-step cost; its refusal curve is
+ * known) or `small` (a random 4-layer d-256 model with the Llama-3 vocabulary: steps that read weights, as real
+ * models' decode steps do), with the direction given to the server by `--directions` and named in each request
+ * (`"direction": "refusal.chatbot"` at layer 2).
  * Two ways of running the same 8 α × 16 prompts, in the same server process, alternating per round:
  * - in turn: one client sends every request one after the other (α by α, prompt by prompt);
  * - 8 clients: client k sends α_k's 16 requests one after the other, the 8 clients at once, so requests with
@@ -18,7 +20,13 @@ import { fileURLToPath } from 'node:url';
 import { PLANTED, writePlantedModel } from '../src/experiments/planted.ts';
 import { writeDirectionsFile } from '../src/experiments/directions-file.ts';
 import { loadPairSet } from '../src/data/load.ts';
+import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
+import { installTokenizer } from '../src/prompts/tokenizer.ts';
+import { makeRng } from '../src/util/rng.ts';
 import { finishBench, flag, loadavg } from './common.ts';
+
+/** `--model small`: 4 layers of d 256 under the Llama-3 vocabulary (its lm_head, 128,256 × 256, is most of a step) */
+const SMALL_SHAPE = { numLayers: 4, hiddenSize: 256, numHeads: 8, numKvHeads: 4, headDim: 32, intermediateSize: 768, vocabSize: 128256, tieWordEmbeddings: false, ropeScaling: null, ropeTheta: 500000, seed: 3 } as const;
 
 const repo = resolve(fileURLToPath(import.meta.url), '..', '..');
 
@@ -55,17 +63,31 @@ export async function sweep(): Promise<void> {
   const maxTokens = Number(flag('max-tokens') ?? 12);
   const rounds = Number(flag('rounds') ?? 1);
   const threads = Number(flag('threads') ?? 1);
+  const kind = flag('model') ?? 'planted';
+  if (kind !== 'planted' && kind !== 'small') throw new Error(`--model planted|small, got ${kind}`);
   const dir = mkdtempSync(join(tmpdir(), 'safekeep-bench-sweep-'));
   let proc: ChildProcess | null = null;
   try {
     const pairs = (await loadPairSet('pairs')).pairs;
-    const model = join(dir, 'planted');
-    const truth = await writePlantedModel(model, { lexiconPairs: pairs });
+    const model = join(dir, kind);
+    let r: number[];
+    let L1: number;
+    if (kind === 'planted') {
+      r = (await writePlantedModel(model, { lexiconPairs: pairs })).r;
+      L1 = PLANTED.numLayers + 1;
+    } else {
+      // a random Llama-shaped model with the Llama-3 tokenizer: decode steps that read real weights (its answers run
+      // to max_tokens: random weights never end a turn), a seeded random direction
+      await writeRandomCheckpoint(model, 'llama', SMALL_SHAPE);
+      await installTokenizer(model, 'llama3');
+      const rng = makeRng(11);
+      r = Array.from({ length: SMALL_SHAPE.hiddenSize }, () => rng.normal());
+      L1 = SMALL_SHAPE.numLayers + 1;
+    }
     // one row per hidden state (L + 1), each r: the direction is read at whatever layer a request names
-    const L1 = PLANTED.numLayers + 1;
     const directions = join(dir, 'directions.safetensors');
-    writeDirectionsFile(directions, { 'refusal.chatbot': { layers: L1, d: truth.r.length, data: Float64Array.from({ length: L1 * truth.r.length }, (_, i) => truth.r[i % truth.r.length]!) } },
-      { model: 'planted', lStar: 2, layerRule: 'planted', schemaPairs: '', provenance: {} });
+    writeDirectionsFile(directions, { 'refusal.chatbot': { layers: L1, d: r.length, data: Float64Array.from({ length: L1 * r.length }, (_, i) => r[i % r.length]!) } },
+      { model: kind, lStar: 2, layerRule: 'bench', schemaPairs: '', provenance: {} });
     // half harmful, half benign requests of the bundled pairs
     const prompts = Array.from({ length: nPrompts }, (_, i) => (i % 2 === 0 ? pairs[i >> 1]!.harmful.prompt : pairs[i >> 1]!.benign.prompt));
     const s = await startServer(['--model', model, '--allow-interventions', '--directions', directions, '--port', '0', '--threads', String(threads), '--max-tokens', String(maxTokens), '--max-queue', String(2 * alphas.length)],
@@ -100,7 +122,7 @@ export async function sweep(): Promise<void> {
     const same = bestTurn!.answers.every((row, k) => row.every((a, i) => a.content === bestTogether!.answers[k]![i]!.content));
     const ratio = bestTogether!.tokensPerS / bestTurn!.tokensPerS;
     const out = [
-      `bench:serve --sweep — safekeep serve --model planted --allow-interventions --directions (refusal.chatbot at layer 2), ${threads} thread(s); ${alphas.length} α × ${prompts.length} prompts (half harmful, half benign), max_tokens ${maxTokens}; best of ${rounds} round(s), same server`,
+      `bench:serve --sweep — safekeep serve --model ${kind === 'planted' ? 'planted' : 'small (random, 4 × d 256, Llama-3 vocabulary)'} --allow-interventions --directions (refusal.chatbot at layer 2), ${threads} thread(s); ${alphas.length} α × ${prompts.length} prompts (half harmful, half benign), max_tokens ${maxTokens}; best of ${rounds} round(s), same server`,
       '',
       '| way | completion tokens/s | tokens | wall s |', '| --- | --- | --- | --- |',
       `| one client, the sweep in turn | ${bestTurn!.tokensPerS.toFixed(1)} | ${bestTurn!.tokens} | ${bestTurn!.wallS.toFixed(2)} |`,
