@@ -8,8 +8,8 @@
  *   scheduler's peak batch) and each answer equals the same request sent alone;
  * - captured activations equal the engine's own `forward` hidden states of the prompt + generated tokens under the
  *   same steering (≤ 1e-5); log probabilities equal the log-softmax of `generate`'s step logits;
- * - every bound is a 400 naming the field, before any generation; a guarded server and the proxies' parser refuse
- *   the field by name; `--allow-interventions` with a guard method exits 2.
+ * - every bound is a 400 naming the field, before any generation; a guarded server and the guard proxy refuse the
+ *   field by name (the proxy calls neither its upstream nor its judge); `--allow-interventions` with a guard method exits 2.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -18,7 +18,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
-import type { Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
+import { createGuardProxy } from '../src/guard/proxy.ts';
 import { writePlantedModel, type PlantedTruth } from '../src/experiments/planted.ts';
 import { loadPairSet } from '../src/data/load.ts';
 import { createEngine, type OnnxEngine } from '../src/engine/engine.ts';
@@ -254,4 +255,20 @@ test('tokenLogprob: log-softmax in float64, the k most likely in order, ties by 
   t.top.forEach((x) => assert.ok(Math.abs(x.logprob - (row[x.token]! - lse)) < 1e-12));
   assert.deepEqual(tokenLogprob(row, 0, 0).top, []);
   assert.equal(tokenLogprob(row, 0, 10).top.length, 6);
+});
+
+test('the guard proxy refuses the field by name and never calls its upstream or judge', async () => {
+  let calls = 0;
+  const up = createServer((_req, res) => { calls++; res.writeHead(200, { 'content-type': 'application/json' }); res.end(JSON.stringify({ choices: [{ message: { role: 'assistant', content: 'NO' }, finish_reason: 'stop' }] })); });
+  await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
+  const proxy = createGuardProxy({ upstream: `http://127.0.0.1:${(up.address() as AddressInfo).port}/v1`, judgeModel: 'judge-m', timeoutMs: 5000, retries: 0, log: () => undefined });
+  servers.push(up, proxy);
+  await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+  const at = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}/v1`;
+  for (const safekeep of [{ steer: steer(4) }, { capture: { hooks: ['blocks.0.resid_pre'] } }, {}]) {
+    const r = await post({ model: 'm', messages: harmful, tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }], safekeep }, at);
+    assert.equal(r.status, 400);
+    assert.match(r.json.error!.message, /^"safekeep": not accepted: .*only by serve --model --allow-interventions \(never by a guard\)/);
+  }
+  assert.equal(calls, 0);
 });

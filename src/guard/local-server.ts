@@ -240,6 +240,13 @@ export function createLocalServer(o: LocalServerOptions): Server {
         research.capture = resolveCapture(rq.capture, n, maxTokens, o.research!.hiddenSize, o.research!.maxCaptureBytes ?? DEFAULT_MAX_CAPTURE_BYTES);
       }
     }
+    if (research) {
+      // what the log line says of a research request (no vectors, no client text)
+      x.entry.research = {
+        steer: research.steer ? { layer: research.steer.layer, alpha: research.steer.alpha } : null, interventions: (research.interventions?.length ?? 0) + (research.hooks?.length ?? 0),
+        capture: rq?.capture ? rq.capture.hooks.length : 0, logprobs: research.topLogprobs ?? null,
+      };
+    }
     let researchReply: ResearchReply | undefined;
     const deadline = AbortSignal.timeout(deadlineMs);
     const signal = AbortSignal.any([x.signal, deadline]);
