@@ -196,6 +196,18 @@ test('logprobs: OpenAI\'s shape, equal to the log-softmax of generate\'s step lo
   assert.deepEqual(streamed, content);
 });
 
+test('capture with stream: the activations on the finish-reason chunk equal the JSON response\'s', async () => {
+  const body = { messages: harmful, max_tokens: 3, safekeep: { steer: steer(1), capture: { hooks: ['blocks.1.resid_post'], positions: 'all', generated: true } } };
+  const plain = await post(body);
+  const s = await fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, stream: true }) });
+  const text = await s.text();
+  assert.ok(text.trim().endsWith('data: [DONE]'));
+  const events = text.split('\n\n').filter((e) => e.startsWith('data: {')).map((e) => JSON.parse(e.slice(6)) as { choices: { finish_reason: string | null; delta: { content?: string } }[]; safekeep?: Completion['safekeep'] });
+  const fin = events.find((e) => e.choices[0]?.finish_reason);
+  assert.deepEqual(fin!.safekeep, plain.json.safekeep);
+  assert.equal(events.map((e) => e.choices[0]?.delta.content ?? '').join(''), plain.json.choices[0]!.message.content);
+});
+
 test('bounds: each bad research value is a 400 naming its field, before any generation', async () => {
   const before = engine.scheduler.stats.sequences;
   const cases: [Record<string, unknown> | string, RegExp][] = [
@@ -217,7 +229,6 @@ test('bounds: each bad research value is a 400 naming its field, before any gene
     [{ safekeep: { capture: { hooks: ['blocks.*.resid_post', 'blocks.0.resid_pre'] } } }, /^safekeep: 5 hook points \(captured and edited\) in one request; this server allows at most 4$/],
     [{ messages: harmful, max_tokens: 16, safekeep: { capture: { hooks: ['blocks.0.resid_pre', 'blocks.1.resid_pre', 'blocks.2.resid_pre', 'blocks.3.resid_pre'], positions: 'all', generated: true } } }, /^safekeep\.capture: 4 hooks × \d+ positions × 64 floats = \d+ bytes, above this server's 32768 bytes per response/],
     [{ safekeep: { capture: { hooks: ['blocks.0.resid_pre'], positions: [999] } } }, /^safekeep\.capture\.positions: position 999 is outside/],
-    [{ stream: true, safekeep: { capture: { hooks: ['blocks.0.resid_pre'] } } }, /^safekeep\.capture: not with "stream": true/],
     [{ logprobs: true, top_logprobs: 21 }, /^"top_logprobs" must be an integer 0\.\.20/],
     [{ top_logprobs: 2 }, /^"top_logprobs" needs "logprobs": true/],
   ];

@@ -207,7 +207,6 @@ export function createLocalServer(o: LocalServerOptions): Server {
     const topLogprobs = logprobsOf(c.body);
     if (topLogprobs !== undefined && !o.backend.activations) throw badRequest('"logprobs": this server\'s backend returns no log probabilities');
     if (topLogprobs !== undefined && method !== 'base') throw badRequest(`"logprobs": not under the guard (method ${method}); the answer may be the guard's refusal`);
-    if (rq?.capture && c.stream) throw badRequest('safekeep.capture: not with "stream": true (the activations come in the one JSON response)');
     const N = o.contextLength;
     const count = o.countPromptTokens;
     if (N !== undefined && count) {
@@ -304,13 +303,14 @@ export function createLocalServer(o: LocalServerOptions): Server {
       return;
     }
     const logprobs = topLogprobs !== undefined ? { logprobs: { content: researchReply?.logprobs ?? [], refusal: null } } : {};
-    if (c.stream) {
-      sendSse(x.res, { id: x.id, model: o.modelName, content, toolCalls, finish, usage: c.includeUsage ? usage : undefined, ...logprobs }, headers);
-      return;
-    }
     const activations = rq?.capture && research?.capture && researchReply
       ? { safekeep: { activations: activationsJson(rq.capture, research.capture.promptPositions, researchReply, o.research!.numLayers, o.research!.hiddenSize) } }
       : {};
+    if (c.stream) {
+      // streamed: the activations ride on the finish-reason chunk
+      sendSse(x.res, { id: x.id, model: o.modelName, content, toolCalls, finish, usage: c.includeUsage ? usage : undefined, ...logprobs, ...(activations.safekeep ? { finishExtra: activations } : {}) }, headers);
+      return;
+    }
     sendJson(x.res, 200, {
       id: x.id, object: 'chat.completion', created: Math.floor(Date.now() / 1000), model: o.modelName,
       choices: [{ index: 0, message: { role: 'assistant', content, ...(toolCalls.length ? { tool_calls: toolCalls } : {}) }, ...logprobs, finish_reason: finish }],

@@ -21,6 +21,8 @@ export interface SseCompletion {
   usage?: Usage;
   /** OpenAI's `logprobs` object ({content: [...]}), on the content chunk, when asked */
   logprobs?: unknown;
+  /** top-level fields of the finish-reason chunk (the research server's `safekeep` activations) */
+  finishExtra?: Record<string, unknown>;
 }
 
 export const SSE_HEADERS = { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' } as const;
@@ -39,7 +41,7 @@ function chunks(id: string, model: string) {
     end: (c: Omit<SseCompletion, 'id' | 'model' | 'content'>) => {
       const calls = c.toolCalls ?? [];
       let out = calls.length ? chunk({ tool_calls: calls.map((t, index) => ({ index, id: t.id, type: 'function', function: t.function })) }, null) : '';
-      out += chunk({}, c.finish ?? 'stop');
+      out += c.finishExtra ? event({ choices: [{ index: 0, delta: {}, finish_reason: c.finish ?? 'stop' }], ...c.finishExtra }) : chunk({}, c.finish ?? 'stop');
       if (c.usage) out += event({ choices: [], usage: c.usage });
       return `${out}data: [DONE]\n\n`;
     },
