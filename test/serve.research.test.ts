@@ -283,3 +283,16 @@ test('the guard proxy refuses the field by name and never calls its upstream or 
   }
   assert.equal(calls, 0);
 });
+
+test('a plain request on the research server stays plain: streamed as generated, no research in its log line', async () => {
+  const logs: Record<string, unknown>[] = [];
+  const at = await start({ log: (l) => logs.push(JSON.parse(l) as Record<string, unknown>) });
+  for (const safekeep of [undefined, null, {}]) {
+    const r = await post({ messages: benign, max_tokens: 3, ...(safekeep !== undefined ? { safekeep } : {}) }, at);
+    assert.equal(r.status, 200);
+  }
+  assert.deepEqual(logs.map((l) => l.research), [undefined, undefined, undefined]);
+  const steered = await post({ messages: benign, max_tokens: 3, safekeep: { steer: steer(1) } }, at);
+  assert.equal(steered.status, 200);
+  assert.deepEqual(logs.at(-1)!.research, { steer: { layer: 2, alpha: 1 }, interventions: 0, capture: 0, logprobs: null });
+});

@@ -203,7 +203,9 @@ export function createLocalServer(o: LocalServerOptions): Server {
     let maxTokens = c.maxTokens ?? Math.min(o.defaultMaxTokens ?? 256, limit ?? Infinity);
     const method: GuardMethod = tools.length ? o.method : 'base';
     // research fields (research.ts): checked before any counting or generation
-    const rq = o.research ? parseResearchField(c.research, o.research) : null;
+    const parsed = o.research ? parseResearchField(c.research, o.research) : null;
+    // an empty field asks nothing: the request stays a plain one (response cache, live streaming)
+    const rq = parsed && (Object.keys(parsed.call).length > 0 || parsed.capture) ? parsed : null;
     const topLogprobs = logprobsOf(c.body);
     if (topLogprobs !== undefined && !o.backend.activations) throw badRequest('"logprobs": this server\'s backend returns no log probabilities');
     if (topLogprobs !== undefined && method !== 'base') throw badRequest(`"logprobs": not under the guard (method ${method}); the answer may be the guard's refusal`);
