@@ -79,11 +79,11 @@ for (const tag of ['llama3-tiny-f32', 'qwen3-tiny-f32']) {
       assert.ok(engine.scheduler.stats.peakBatch >= 4, `peak batch ${engine.scheduler.stats.peakBatch}`);
     });
 
-    test('capture equals forward\'s hidden states under the same steering (≤ 1e-5)', async () => {
+    test('capture equals forward\'s hidden states (residual stream) and runWithCache (inside the blocks) under the same steering (≤ 1e-5)', async () => {
       const steer = { layer: 2, vector: v, alpha: 3 };
       const text = 'capture me';
       const [r] = await Promise.all([
-        post({ messages: messages(text), max_tokens: 4, safekeep: { steer, capture: { hooks: ['blocks.0.resid_pre', 'blocks.2.resid_post'], positions: 'all', generated: true } } }),
+        post({ messages: messages(text), max_tokens: 4, safekeep: { steer, capture: { hooks: ['blocks.0.resid_pre', 'blocks.2.resid_post', 'blocks.1.attn_out', 'blocks.3.z'], positions: 'all', generated: true } } }),
         post({ messages: messages('another row'), max_tokens: 4, safekeep: { steer: { ...steer, alpha: -3 } } }),
       ]);
       const ids = tok().encode(backend.renderCall({ messages: messages(text), maxTokens: 4, purpose: 'agent' }));
@@ -102,6 +102,18 @@ for (const tag of ['llama3-tiny-f32', 'qwen3-tiny-f32']) {
           const want = f!.hidden[(layer * T + t) * d + j]!;
           worst = Math.max(worst, Math.abs(got[t * d + j]! - want) / Math.max(1, Math.abs(want)));
         }
+        assert.ok(worst <= 1e-5, `${name}: ${worst}`);
+      }
+      // points inside the blocks: the engine's runWithCache of the same tokens under the same steering
+      const ref = await engine.runWithCache(seq, { names: ['blocks.1.attn_out', 'blocks.3.z'], steer, logitsAt: 'none' });
+      for (const name of ['blocks.1.attn_out', 'blocks.3.z']) {
+        const a = r!.safekeep!.activations[name]!;
+        const want = ref.cache.get(name).data;
+        assert.deepEqual(a.shape, [T, want.length / T], name);
+        const b = Buffer.from(a.data, 'base64');
+        const got = new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
+        let worst = 0;
+        for (let i = 0; i < got.length; i++) worst = Math.max(worst, Math.abs(got[i]! - want[i]!) / Math.max(1, Math.abs(want[i]!)));
         assert.ok(worst <= 1e-5, `${name}: ${worst}`);
       }
     });

@@ -170,6 +170,34 @@ test('capture equals forward\'s hidden states of the prompt and the generated to
   assert.deepEqual(p.json.safekeep!.activations['blocks.1.resid_post']!.positions, [0, ids.length - 1]);
 });
 
+test('capture at hook points inside the blocks (z, attn_out, resid_mid, mlp_out) equals runWithCache under the same steering and hook edit (≤ 1e-5), batched with other rows', async () => {
+  const alpha = 2;
+  const edit = { hook: 'blocks.1.attn_out', kind: 'add' as const, vector: truth.u, alpha: 0.5 };
+  const names = ['blocks.1.z', 'blocks.1.attn_out', 'blocks.2.resid_mid', 'blocks.0.mlp_out', 'blocks.3.resid_post'];
+  const body = { messages: harmful, max_tokens: 4, safekeep: { steer: steer(alpha), interventions: [edit], capture: { hooks: names, positions: 'all', generated: true } } };
+  const same = { ...body, safekeep: { ...body.safekeep, steer: steer(-alpha) } };
+  const at = await start({ research: { numLayers: engine.numLayers, hiddenSize: engine.dModel, numHeads: engine.config.numHeads, headDim: engine.config.headDim, maxHooks: 8 } });
+  const [r, twin] = await Promise.all([post(body, at), post(same, at), post({ messages: benign, max_tokens: 4, safekeep: { steer: steer(1) } }, at)]);
+  assert.equal(r!.status, 200, JSON.stringify(r!.json.error));
+  assert.equal(twin!.status, 200);
+  const ids = promptIds(harmful);
+  const s = { layer: 2, vector: truth.r, alpha };
+  const [g] = await engine.generate([ids], { maxNewTokens: 4, steer: s, hooks: [edit] });
+  const seq = [...ids, ...g!.generatedIds.slice(0, -1)];
+  const ref = await engine.runWithCache(seq, { names, steer: s, hooks: [edit], logitsAt: 'none' });
+  for (const name of names) {
+    const a = r!.json.safekeep!.activations[name]!;
+    const want = ref.cache.get(name);
+    const w = want.data.length / seq.length;
+    assert.deepEqual(a.shape, [seq.length, w], name);
+    const b = Buffer.from(a.data, 'base64');
+    const got = new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
+    let worst = 0;
+    for (let i = 0; i < got.length; i++) worst = Math.max(worst, Math.abs(got[i]! - want.data[i]!) / Math.max(1, Math.abs(want.data[i]!)));
+    assert.ok(worst <= 1e-5, `${name}: ${worst}`);
+  }
+});
+
 test('logprobs: OpenAI\'s shape, equal to the log-softmax of generate\'s step logits; streamed on the content chunk', async () => {
   const r = await post({ messages: harmful, max_tokens: 4, logprobs: true, top_logprobs: 3 });
   assert.equal(r.status, 200, JSON.stringify(r.json.error));
@@ -225,9 +253,9 @@ test('bounds: each bad research value is a 400 naming its field, before any gene
     [{ safekeep: { interventions: [{ layer: 2, kind: 'rotate', vector: truth.r }] } }, /^safekeep\.interventions\[0\]\.kind must be one of add, ablate, clamp/],
     [{ safekeep: { interventions: [{ layer: 2, kind: 'ablate', vector: truth.r }, { layer: 2, kind: 'clamp', vector: truth.r, alpha: 1 }] } }, /^safekeep: .*a second ablate\/clamp at layer 2/],
     [{ safekeep: { interventions: [{ hook: 'blocks.7.attn_out', kind: 'add', vector: truth.r, alpha: 1 }] } }, /^safekeep\.interventions\[0\]\.hook: .*layer 7 is not in 0\.\.3/],
-    [{ safekeep: { capture: { hooks: ['blocks.2.attn_out'] } } }, /^safekeep\.capture\.hooks: blocks\.2\.attn_out cannot be captured here/],
+    [{ safekeep: { capture: { hooks: ['blocks.2.pattern'] } } }, /^safekeep\.capture\.hooks: blocks\.2\.pattern cannot be captured while generating/],
     [{ safekeep: { capture: { hooks: ['blocks.*.resid_post', 'blocks.0.resid_pre'] } } }, /^safekeep: 5 hook points \(captured and edited\) in one request; this server allows at most 4$/],
-    [{ messages: harmful, max_tokens: 16, safekeep: { capture: { hooks: ['blocks.0.resid_pre', 'blocks.1.resid_pre', 'blocks.2.resid_pre', 'blocks.3.resid_pre'], positions: 'all', generated: true } } }, /^safekeep\.capture: 4 hooks × \d+ positions × 64 floats = \d+ bytes, above this server's 32768 bytes per response/],
+    [{ messages: harmful, max_tokens: 16, safekeep: { capture: { hooks: ['blocks.0.resid_pre', 'blocks.1.resid_pre', 'blocks.2.resid_pre', 'blocks.3.resid_pre'], positions: 'all', generated: true } } }, /^safekeep\.capture: 4 hooks \(256 floats a position\) × \d+ positions = \d+ bytes, above this server's 32768 bytes per response/],
     [{ safekeep: { capture: { hooks: ['blocks.0.resid_pre'], positions: [999] } } }, /^safekeep\.capture\.positions: position 999 is outside/],
     [{ logprobs: true, top_logprobs: 21 }, /^"top_logprobs" must be an integer 0\.\.20/],
     [{ top_logprobs: 2 }, /^"top_logprobs" needs "logprobs": true/],

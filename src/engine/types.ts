@@ -110,8 +110,11 @@ export interface GenerateOptions {
    * most once, any order) whose all-layer hidden states are returned in `capturedPrompt`; `generated` = also each
    * generated token's as it is fed back (every generated token but the last, which is never fed). A sequence with
    * prompt positions bypasses the prefix cache and prefill packing, so every position is computed in its own steps.
+   * `hooks`: hook points besides the residual stream (graph/hooks.ts names, not `pattern`) kept at the same
+   * positions in `capturedHooks` — the sequence runs the graph with those outputs, so it decodes with the rows that
+   * capture and edit the same points, and its prefill chunks run as single steps.
    */
-  capture?: { promptPositions: readonly number[]; generated: boolean };
+  capture?: { promptPositions: readonly number[]; generated: boolean; hooks?: readonly string[] };
   /**
    * log probabilities of every chosen token (log-softmax of its logits) and of the `topLogprobs` most likely ones
    * (0..20; ties by lower id) in `logprobs`; absent = none computed
@@ -140,6 +143,11 @@ export interface GenerateResult {
   capturedPrompt?: Float32Array;
   /** with `capture.generated`: one [L+1, d_model] per generated token fed back (generatedIds[k] at row k) */
   capturedGenerated?: Float32Array[];
+  /**
+   * with `capture.hooks`: per hook point, [n + g, width]: the prompt positions' rows in the order given, then (with
+   * `generated`) one per generated token fed back
+   */
+  capturedHooks?: Record<string, Float32Array>;
   /** with `topLogprobs`: one per generated token */
   logprobs?: TokenLogprob[];
 }

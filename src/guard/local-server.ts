@@ -15,7 +15,7 @@
  *   `tool_choice` are refused unless at their no-op value; other fields ignored. `logprobs` / `top_logprobs` (k ≤ 20)
  *   return OpenAI's `choices[0].logprobs.content` (streamed too, on the content chunk), unguarded requests only.
  * - `research` (`serve --model --allow-interventions`, method base only): the request field `safekeep` — per-request
- *   steering, interventions and residual-stream capture (research.ts, docs/serve-research.md); each request's own
+ *   steering, interventions and activation capture (research.ts, docs/serve-research.md); each request's own
  *   sets decode in the same steps as the others'. Without it the field is a 400 naming it.
  * - `GET /v1/models` lists the one model. Anything else → 404 JSON.
  * - Bounded: at most 2048 messages and 128 tools (OpenAI's bounds); max_tokens at most `maxTokensLimit`; prompt +
@@ -238,7 +238,7 @@ export function createLocalServer(o: LocalServerOptions): Server {
       if (rq?.capture) {
         if (!count) throw badRequest('safekeep.capture: this server cannot count prompt tokens');
         const n = count({ messages, tools, maxTokens, purpose: 'agent' }, Infinity).tokens;
-        research.capture = resolveCapture(rq.capture, n, maxTokens, o.research!.hiddenSize, o.research!.maxCaptureBytes ?? DEFAULT_MAX_CAPTURE_BYTES);
+        research.capture = resolveCapture(rq.capture, n, maxTokens, o.research!.maxCaptureBytes ?? DEFAULT_MAX_CAPTURE_BYTES);
       }
     }
     if (research) {

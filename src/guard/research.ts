@@ -10,14 +10,15 @@
  * `maxCaptureBytes` (default 64 MiB). The engine's own checks (interventionInputs, hook edit inputs) run here too,
  * so a value they would refuse is the client's 400, not a 500 mid-batch.
  *
- * Capture reads the residual stream (`blocks.l.resid_pre` = hidden[l], `blocks.l.resid_post` = hidden[l+1]): the
- * scheduler returns those per row in every batched step. Other points (attn_out, z, pattern, …) would need a graph
- * with those outputs for the whole decode batch; they are refused by name (runWithCache / `safekeep hooks` capture
- * them one sequence at a time).
+ * Capture reads the residual stream (`blocks.l.resid_pre` = hidden[l], `blocks.l.resid_post` = hidden[l+1]) from
+ * the hidden states the scheduler returns per row in every batched step, whatever graph the row runs; the other
+ * points (z, attn_out, resid_mid, mlp_out) are outputs of a graph with those points (graph/hooks.ts), so such a
+ * request decodes with the rows capturing and editing the same points. `pattern` (its width grows every step) is
+ * refused by name: `safekeep hooks` / runWithCache capture it one sequence at a time.
  */
 import { SafekeepError } from '../util/errors.ts';
 import { badRequest } from '../serve/errors.ts';
-import { HOOK_POINTS, parseHookName, resolveHookNames, type HookShape } from '../engine/graph/hooks.ts';
+import { parseHookName, resolveHookNames, type HookShape } from '../engine/graph/hooks.ts';
 import { callInterventions, interventionInputs, selectPositions } from '../engine/run/batch.ts';
 import { hookEditInputs } from '../engine/run/hooked.ts';
 import { MAX_TOP_LOGPROBS } from '../engine/run/scheduler.ts';
@@ -40,9 +41,12 @@ export interface ResearchOptions extends HookShape {
   maxCaptureBytes?: number;
 }
 
-/** A parsed capture: the hook names and the hidden-state row each reads, the positions still to resolve. */
+/**
+ * A parsed capture: the hook names, the hidden-state row each residual-stream point reads (null: a graph output),
+ * each point's width, the positions still to resolve.
+ */
 export interface CaptureSpec {
-  hooks: { name: string; hidden: number }[];
+  hooks: { name: string; hidden: number | null; width: number }[];
   positions: 'last' | 'all' | number[];
   generated: boolean;
 }
@@ -169,11 +173,11 @@ function parseCapture(v: unknown, opts: ResearchOptions): CaptureSpec {
   const unique = [...new Set(names)];
   const hooks = unique.map((name) => {
     const { layer, point } = parseHookName(name, opts);
-    if (point !== 'resid_pre' && point !== 'resid_post') {
-      throw badRequest(`${at}.hooks: ${name} cannot be captured here: batched decoding returns the residual stream only (blocks.<l>.resid_pre, blocks.<l>.resid_post); `
-        + `capture ${HOOK_POINTS.filter((p) => p !== 'resid_pre' && p !== 'resid_post').join(', ')} one sequence at a time with safekeep hooks`);
+    if (point === 'pattern') {
+      throw badRequest(`${at}.hooks: ${name} cannot be captured while generating (a pattern's width grows every step); capture it one sequence at a time with safekeep hooks`);
     }
-    return { name, hidden: point === 'resid_pre' ? layer : layer + 1 };
+    const width = point === 'z' ? opts.numHeads * opts.headDim : opts.hiddenSize;
+    return { name, hidden: point === 'resid_pre' ? layer : point === 'resid_post' ? layer + 1 : null, width };
   });
   let positions: CaptureSpec['positions'] = 'last';
   if (v.positions !== undefined) {
@@ -241,7 +245,7 @@ export function logprobsOf(body: Record<string, unknown>): number | undefined {
  * The capture's prompt positions for a prompt of `promptTokens` tokens, and its bytes bounded before generation:
  * hooks × (positions + max_tokens when generated tokens are kept) × d × 4.
  */
-export function resolveCapture(spec: CaptureSpec, promptTokens: number, maxTokens: number, d: number, maxBytes: number): { promptPositions: number[]; generated: boolean } {
+export function resolveCapture(spec: CaptureSpec, promptTokens: number, maxTokens: number, maxBytes: number): { promptPositions: number[]; generated: boolean; hooks?: string[] } {
   let promptPositions: number[];
   try {
     promptPositions = [...new Set(selectPositions(spec.positions, promptTokens, 'safekeep.capture.positions'))];
@@ -250,11 +254,13 @@ export function resolveCapture(spec: CaptureSpec, promptTokens: number, maxToken
     throw e;
   }
   const rows = promptPositions.length + (spec.generated ? maxTokens : 0);
-  const bytes = spec.hooks.length * rows * d * 4;
+  const floats = spec.hooks.reduce((a, h) => a + h.width, 0);
+  const bytes = rows * floats * 4;
   if (bytes > maxBytes) {
-    throw badRequest(`safekeep.capture: ${spec.hooks.length} hooks × ${rows} positions × ${d} floats = ${bytes} bytes, above this server's ${maxBytes} bytes per response (fewer hooks, positions or max_tokens)`);
+    throw badRequest(`safekeep.capture: ${spec.hooks.length} hooks (${floats} floats a position) × ${rows} positions = ${bytes} bytes, above this server's ${maxBytes} bytes per response (fewer hooks, positions or max_tokens)`);
   }
-  return { promptPositions, generated: spec.generated };
+  const graphHooks = spec.hooks.filter((h) => h.hidden === null).map((h) => h.name);
+  return { promptPositions, generated: spec.generated, ...(graphHooks.length ? { hooks: graphHooks } : {}) };
 }
 
 /** little-endian float32 bytes as base64 (the engine's Float32Arrays are the platform's order: x86 and ARM are little-endian) */
@@ -283,13 +289,19 @@ export function activationsJson(spec: CaptureSpec, promptPositions: readonly num
   const n = promptPositions.length;
   const gen = r.capturedGenerated ?? [];
   const out: Record<string, CapturedActivation> = {};
-  for (const { name, hidden } of spec.hooks) {
+  const positions = [...promptPositions, ...gen.map((_, k) => r.promptIds.length + k)];
+  for (const { name, hidden, width } of spec.hooks) {
     const rows = n + gen.length;
+    if (hidden === null) {
+      const m = r.capturedHooks?.[name] ?? new Float32Array(rows * width);
+      out[name] = { shape: [m.length / width, width], dtype: 'float32', data: base64F32(m), positions: positions.slice(0, m.length / width) };
+      continue;
+    }
     const m = new Float32Array(rows * d);
     const p = r.capturedPrompt;
     if (p && p.length === (numLayers + 1) * n * d) for (let i = 0; i < n; i++) m.set(p.subarray((hidden * n + i) * d, (hidden * n + i + 1) * d), i * d);
     gen.forEach((h, k) => m.set(h.subarray(hidden * d, (hidden + 1) * d), (n + k) * d));
-    out[name] = { shape: [rows, d], dtype: 'float32', data: base64F32(m), positions: [...promptPositions, ...gen.map((_, k) => r.promptIds.length + k)] };
+    out[name] = { shape: [rows, d], dtype: 'float32', data: base64F32(m), positions };
   }
   return out;
 }

@@ -88,7 +88,7 @@ export interface ResearchCall {
   interventions?: Intervention[];
   hooks?: HookIntervention[];
   /** prompt positions (resolved against the prompt's tokens) and whether generated tokens' states are kept too */
-  capture?: { promptPositions: number[]; generated: boolean };
+  capture?: { promptPositions: number[]; generated: boolean; hooks?: string[] };
   /** log probabilities of the chosen tokens and the k most likely (0..20) */
   topLogprobs?: number;
 }
@@ -101,6 +101,8 @@ export interface ResearchReply {
   capturedPrompt?: Float32Array;
   /** [L+1, d] per generated token fed back */
   capturedGenerated?: Float32Array[];
+  /** hook points besides the residual stream: [n + generated, width] each */
+  capturedHooks?: Record<string, Float32Array>;
   /** OpenAI's `choices[0].logprobs.content` entries, one per generated token */
   logprobs?: OpenAiLogprob[];
 }

@@ -39,7 +39,7 @@ import { callInterventions, interventionInputs, type InterventionInputs } from '
 import { checkIds } from './forward.ts';
 import { choosePack, packLayout, type PackLayout } from './prefill-pack.ts';
 import { generationHooks } from './hooked.ts';
-import { hiddenRows, type StepHooks, type StepOutput, type Stepper } from './step.ts';
+import { hiddenRows, type StepHooks, type StepInput, type StepOutput, type Stepper } from './step.ts';
 
 export interface SchedulerOptions {
   /** most tokens per iteration: the decode rows plus the prefill chunks (default 512) */
@@ -149,6 +149,10 @@ interface Seq {
   captured: Map<number, Float32Array>;
   /** keep each fed-back generated token's hidden states */
   captureGen: boolean;
+  /** hook points captured (graph outputs), and their rows so far: prompt positions by position, generated in order */
+  captureHooks: readonly string[];
+  hookPrompt: Map<number, Record<string, Float32Array>>;
+  hookGen: Record<string, Float32Array>[];
   /** top log probabilities per chosen token (-1 = no log probabilities) */
   topK: number;
   result: GenerateResult;
@@ -235,8 +239,11 @@ export class Scheduler {
   /** `submit` with the interventions already resolved (generate() resolves a call's once for all its rows) */
   enqueue(ids: number[], opts: GenerateOptions, prefillIv: InterventionInputs, decodeIv: InterventionInputs, halt?: (h: Float32Array) => boolean, hooks?: StepHooks): Promise<GenerateResult> {
     // hook edits change every position's KV: they salt the prefix cache like interventions; the points edited choose the graph
-    const hookKey = hooks ? hooksDigest(hooks) : '';
     const capture = opts.capture;
+    const captureHooks = capture?.hooks ?? [];
+    // captured hook points are outputs of the sequence's graph: they join its selection (its edits kept)
+    if (captureHooks.length > 0) hooks = { selection: { capture: [...captureHooks], edit: hooks?.selection.edit ?? [] }, feeds: hooks?.feeds ?? {} };
+    const hookKey = hooks ? hooksDigest(hooks) : '';
     const topK = opts.topLogprobs ?? -1;
     if (opts.topLogprobs !== undefined && (!Number.isInteger(topK) || topK < 0 || topK > MAX_TOP_LOGPROBS)) throw new SafekeepError(`topLogprobs must be an integer 0..${MAX_TOP_LOGPROBS}, got ${opts.topLogprobs}`);
     const positions = capture && capture.promptPositions.length > 0 ? [...capture.promptPositions] : null;
@@ -263,6 +270,7 @@ export class Scheduler {
         prefillSalt: digest([prefillIv.steer, prefillIv.dir, prefillIv.value]) + hookKey,
         kv: null, filled: 0, chain: null, keys: null, stored: 0,
         capturePrompt: positions, captured: new Map(), captureGen: !!capture?.generated, topK,
+        captureHooks, hookPrompt: new Map(), hookGen: [],
         result: { generatedIds: [], finish: 'length', ...(capture?.generated ? { capturedGenerated: [] } : {}), ...(topK >= 0 ? { logprobs: [] } : {}) },
         stepLogits: [], finished: false, resolve, reject,
       };
@@ -537,7 +545,9 @@ export class Scheduler {
     const from = q.filled;
     const cap = q.capturePrompt ? q.capturePrompt.filter((p) => p >= from && p < from + T) : [];
     const wantLast = last && q.wantPromptHidden;
-    const out = await this.timedStep(() => this.s.prefill({
+    // a step with captured hook points is one graph run (chunkedStep cannot split its outputs); its T is within the budget
+    const run = q.captureHooks.length > 0 ? (inp: StepInput) => this.s.step(inp) : (inp: StepInput) => this.s.prefill(inp);
+    const out = await this.timedStep(() => run({
       ids, batch: 1, width: T, starts: [0], past: q.kv, steer: q.prefillIv.steer, project: q.prefillIv, ...(q.hooks ? { hooks: q.hooks } : {}),
       hiddenIndex: [...cap.map((p) => p - from), ...(wantLast ? [T - 1] : [])],
       logitsIndex: last && q.maxNew > 0 ? [T - 1] : [],
@@ -546,6 +556,7 @@ export class Scheduler {
     }));
     q.kv = out.present;
     this.afterChunk(q, T);
+    if (q.captureHooks.length > 0) for (const p of cap) q.hookPrompt.set(p, hookRow(out, q.captureHooks, p - from));
     if (cap.length === 0) {
       if (last) this.prefillOut.set(q, out);
       return;
@@ -682,6 +693,7 @@ export class Scheduler {
       if (q.wantFirstHidden && !q.result.firstTokenHidden) q.result.firstTokenHidden = h;
       if (q.captureGen) q.result.capturedGenerated!.push(h);
     });
+    g.seqs.forEach((q, b) => { if (q.captureGen && q.captureHooks.length > 0) q.hookGen.push(hookRow(out, q.captureHooks, b)); });
     logitRows.forEach((b, i) => this.choose(g.seqs[b]!, out.logits.subarray(i * V, (i + 1) * V)));
     this.dropRows(g, (q) => q.finished && !(q.wantFirstHidden && !q.result.firstTokenHidden), null);
   }
@@ -743,6 +755,17 @@ export class Scheduler {
       q.result.capturedPrompt = m;
       q.captured.clear();
     }
+    if (q.captureHooks.length > 0) {
+      const rows = [...(q.capturePrompt ?? []).map((p) => q.hookPrompt.get(p)), ...q.hookGen];
+      q.result.capturedHooks = Object.fromEntries(q.captureHooks.map((name) => {
+        const w = rows.find((r) => r)?.[name]?.length ?? 0;
+        const m = new Float32Array(rows.length * w);
+        rows.forEach((r, i) => { if (r) m.set(r[name]!, i * w); });
+        return [name, m];
+      }));
+      q.hookPrompt.clear();
+      q.hookGen = [];
+    }
     if (q.wantStepLogits) {
       const V = this.s.vocabSize;
       const m = new Float32Array(q.stepLogits.length * V);
@@ -778,6 +801,16 @@ function rowHooks(seqs: readonly Seq[], first: StepHooks): StepHooks {
     }
   }
   return { selection: first.selection, feeds };
+}
+
+/** row `row` ([BT, width] flat row index) of each captured hook point's output of a step */
+function hookRow(out: StepOutput, names: readonly string[], row: number): Record<string, Float32Array> {
+  return Object.fromEntries(names.map((name) => {
+    const o = out.hooks?.[HOOK_IO.output(name)];
+    if (!o) throw new Error(`scheduler: the step returned no ${name}`);
+    const w = o.dims[o.dims.length - 1]!;
+    return [name, o.data.slice(row * w, (row + 1) * w)];
+  }));
 }
 
 /** OpenAI's bound on `top_logprobs` */

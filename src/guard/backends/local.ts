@@ -170,6 +170,7 @@ export class LocalBackend implements ChatBackend {
       promptIds: ids, generatedIds: g.generatedIds,
       ...(g.capturedPrompt ? { capturedPrompt: g.capturedPrompt } : {}),
       ...(g.capturedGenerated ? { capturedGenerated: g.capturedGenerated } : {}),
+      ...(g.capturedHooks ? { capturedHooks: g.capturedHooks } : {}),
       ...(g.logprobs ? { logprobs: openAiLogprobs(g.logprobs, (id) => this.tokenizer.decode([id], { skipSpecial: false })) } : {}),
     };
   }
