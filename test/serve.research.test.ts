@@ -196,6 +196,17 @@ test('capture at hook points inside the blocks (z, attn_out, resid_mid, mlp_out)
     for (let i = 0; i < got.length; i++) worst = Math.max(worst, Math.abs(got[i]! - want.data[i]!) / Math.max(1, Math.abs(want.data[i]!)));
     assert.ok(worst <= 1e-5, `${name}: ${worst}`);
   }
+  // a point inside the blocks alone (no hidden-state rows kept): the prompt's positions, then each generated token's
+  const only = await post({ ...body, safekeep: { ...body.safekeep, capture: { hooks: ['blocks.1.attn_out'], positions: [0, -1], generated: true } } }, at);
+  const a = only.json.safekeep!.activations['blocks.1.attn_out']!;
+  const T = seq.length;
+  assert.deepEqual(a.positions, [0, ids.length - 1, ...seq.slice(ids.length).map((_, k) => ids.length + k)]);
+  const want = ref.cache.get('blocks.1.attn_out').data;
+  const d = engine.dModel;
+  const got = f32Of(a.data);
+  assert.equal(got.length, a.positions.length * d);
+  a.positions.forEach((p, i) => { for (let j = 0; j < d; j++) assert.ok(Math.abs(got[i * d + j]! - want[p * d + j]!) <= 1e-5 * Math.max(1, Math.abs(want[p * d + j]!)), `position ${p}`); });
+  assert.ok(T > ids.length);
 });
 
 test('logprobs: OpenAI\'s shape, equal to the log-softmax of generate\'s step logits; streamed on the content chunk', async () => {

@@ -112,9 +112,10 @@ export interface GenerateOptions {
    * prompt positions bypasses the prefix cache and prefill packing, so every position is computed in its own steps.
    * `hooks`: hook points besides the residual stream (graph/hooks.ts names, not `pattern`) kept at the same
    * positions in `capturedHooks` — the sequence runs the graph with those outputs, so it decodes with the rows that
-   * capture and edit the same points, and its prefill chunks run as single steps.
+   * capture and edit the same points, and its prefill chunks run as single steps. `layers`: the hidden-state rows
+   * kept (0..L, in this order; default all L+1), so a capture of one layer does not hold every layer's.
    */
-  capture?: { promptPositions: readonly number[]; generated: boolean; hooks?: readonly string[] };
+  capture?: { promptPositions: readonly number[]; generated: boolean; hooks?: readonly string[]; layers?: readonly number[] };
   /**
    * log probabilities of every chosen token (log-softmax of its logits) and of the `topLogprobs` most likely ones
    * (0..20; ties by lower id) in `logprobs`; absent = none computed
@@ -139,9 +140,9 @@ export interface GenerateResult {
   firstTokenHidden?: Float32Array;
   /** [L+1, d_model] when requested */
   promptLastHidden?: Float32Array;
-  /** with `capture.promptPositions`: [L+1, n, d_model], n = the positions in the order given */
+  /** with `capture.promptPositions`: [K, n, d_model], K = capture.layers (default L+1), n = the positions in the order given */
   capturedPrompt?: Float32Array;
-  /** with `capture.generated`: one [L+1, d_model] per generated token fed back (generatedIds[k] at row k) */
+  /** with `capture.generated`: one [K, d_model] per generated token fed back (generatedIds[k] at row k) */
   capturedGenerated?: Float32Array[];
   /**
    * with `capture.hooks`: per hook point, [n + g, width]: the prompt positions' rows in the order given, then (with

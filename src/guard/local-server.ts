@@ -306,7 +306,7 @@ export function createLocalServer(o: LocalServerOptions): Server {
     }
     const logprobs = topLogprobs !== undefined ? { logprobs: { content: researchReply?.logprobs ?? [], refusal: null } } : {};
     const activations = rq?.capture && research?.capture && researchReply
-      ? { safekeep: { activations: activationsJson(rq.capture, research.capture.promptPositions, researchReply, o.research!.numLayers, o.research!.hiddenSize) } }
+      ? { safekeep: { activations: activationsJson(rq.capture, research.capture, researchReply, o.research!.hiddenSize) } }
       : {};
     if (c.stream) {
       // streamed: the activations ride on the finish-reason chunk

@@ -245,7 +245,7 @@ export function logprobsOf(body: Record<string, unknown>): number | undefined {
  * The capture's prompt positions for a prompt of `promptTokens` tokens, and its bytes bounded before generation:
  * hooks × (positions + max_tokens when generated tokens are kept) × d × 4.
  */
-export function resolveCapture(spec: CaptureSpec, promptTokens: number, maxTokens: number, maxBytes: number): { promptPositions: number[]; generated: boolean; hooks?: string[] } {
+export function resolveCapture(spec: CaptureSpec, promptTokens: number, maxTokens: number, maxBytes: number): NonNullable<ResearchCall['capture']> {
   let promptPositions: number[];
   try {
     promptPositions = [...new Set(selectPositions(spec.positions, promptTokens, 'safekeep.capture.positions'))];
@@ -260,7 +260,9 @@ export function resolveCapture(spec: CaptureSpec, promptTokens: number, maxToken
     throw badRequest(`safekeep.capture: ${spec.hooks.length} hooks (${floats} floats a position) × ${rows} positions = ${bytes} bytes, above this server's ${maxBytes} bytes per response (fewer hooks, positions or max_tokens)`);
   }
   const graphHooks = spec.hooks.filter((h) => h.hidden === null).map((h) => h.name);
-  return { promptPositions, generated: spec.generated, ...(graphHooks.length ? { hooks: graphHooks } : {}) };
+  // only the hidden-state rows the residual-stream hooks read are kept (not every layer of every position)
+  const layers = [...new Set(spec.hooks.flatMap((h) => (h.hidden === null ? [] : [h.hidden])))].sort((a, b) => a - b);
+  return { promptPositions, generated: spec.generated, layers, ...(graphHooks.length ? { hooks: graphHooks } : {}) };
 }
 
 /** little-endian float32 bytes as base64 (the engine's Float32Arrays are the platform's order: x86 and ARM are little-endian) */
@@ -285,23 +287,29 @@ export interface CapturedActivation {
  * The response's `safekeep.activations`: per hook, the captured prompt positions' rows then (with `generated`) each
  * fed-back generated token's, [n, d].
  */
-export function activationsJson(spec: CaptureSpec, promptPositions: readonly number[], r: ResearchReply, numLayers: number, d: number): Record<string, CapturedActivation> {
+export function activationsJson(spec: CaptureSpec, resolved: NonNullable<ResearchCall['capture']>, r: ResearchReply, d: number): Record<string, CapturedActivation> {
+  const { promptPositions } = resolved;
+  const layers = resolved.layers ?? [];
   const n = promptPositions.length;
   const gen = r.capturedGenerated ?? [];
+  const K = layers.length;
   const out: Record<string, CapturedActivation> = {};
-  const positions = [...promptPositions, ...gen.map((_, k) => r.promptIds.length + k)];
+  /** the positions of `rows` rows: the prompt's, then the generated tokens' */
+  const positionsOf = (rows: number) => [...promptPositions, ...Array.from({ length: Math.max(0, rows - n) }, (_, k) => r.promptIds.length + k)];
   for (const { name, hidden, width } of spec.hooks) {
-    const rows = n + gen.length;
     if (hidden === null) {
-      const m = r.capturedHooks?.[name] ?? new Float32Array(rows * width);
-      out[name] = { shape: [m.length / width, width], dtype: 'float32', data: base64F32(m), positions: positions.slice(0, m.length / width) };
+      const m = r.capturedHooks?.[name] ?? new Float32Array(0);
+      const rows = m.length / width;
+      out[name] = { shape: [rows, width], dtype: 'float32', data: base64F32(m), positions: positionsOf(rows) };
       continue;
     }
+    const k = layers.indexOf(hidden);
+    const rows = n + gen.length;
     const m = new Float32Array(rows * d);
     const p = r.capturedPrompt;
-    if (p && p.length === (numLayers + 1) * n * d) for (let i = 0; i < n; i++) m.set(p.subarray((hidden * n + i) * d, (hidden * n + i + 1) * d), i * d);
-    gen.forEach((h, k) => m.set(h.subarray(hidden * d, (hidden + 1) * d), (n + k) * d));
-    out[name] = { shape: [rows, d], dtype: 'float32', data: base64F32(m), positions };
+    if (p && p.length === K * n * d) for (let i = 0; i < n; i++) m.set(p.subarray((k * n + i) * d, (k * n + i + 1) * d), i * d);
+    gen.forEach((h, j) => m.set(h.subarray(k * d, (k + 1) * d), (n + j) * d));
+    out[name] = { shape: [rows, d], dtype: 'float32', data: base64F32(m), positions: positionsOf(rows) };
   }
   return out;
 }

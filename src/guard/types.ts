@@ -88,7 +88,7 @@ export interface ResearchCall {
   interventions?: Intervention[];
   hooks?: HookIntervention[];
   /** prompt positions (resolved against the prompt's tokens) and whether generated tokens' states are kept too */
-  capture?: { promptPositions: number[]; generated: boolean; hooks?: string[] };
+  capture?: { promptPositions: number[]; generated: boolean; hooks?: string[]; layers?: number[] };
   /** log probabilities of the chosen tokens and the k most likely (0..20) */
   topLogprobs?: number;
 }
@@ -97,9 +97,9 @@ export interface ResearchCall {
 export interface ResearchReply {
   promptIds: number[];
   generatedIds: number[];
-  /** [L+1, n, d]: the captured prompt positions' hidden states */
+  /** [K, n, d]: the captured prompt positions' hidden states at the K = capture.layers kept */
   capturedPrompt?: Float32Array;
-  /** [L+1, d] per generated token fed back */
+  /** [K, d] per generated token fed back */
   capturedGenerated?: Float32Array[];
   /** hook points besides the residual stream: [n + generated, width] each */
   capturedHooks?: Record<string, Float32Array>;

@@ -149,6 +149,8 @@ interface Seq {
   captured: Map<number, Float32Array>;
   /** keep each fed-back generated token's hidden states */
   captureGen: boolean;
+  /** the hidden-state rows kept of each captured position (null: all L+1; [] none: hook points only) */
+  captureLayers: readonly number[] | null;
   /** hook points captured (graph outputs), and their rows so far: prompt positions by position, generated in order */
   captureHooks: readonly string[];
   hookPrompt: Map<number, Record<string, Float32Array>>;
@@ -238,11 +240,13 @@ export class Scheduler {
 
   /** `submit` with the interventions already resolved (generate() resolves a call's once for all its rows) */
   enqueue(ids: number[], opts: GenerateOptions, prefillIv: InterventionInputs, decodeIv: InterventionInputs, halt?: (h: Float32Array) => boolean, hooks?: StepHooks): Promise<GenerateResult> {
-    // hook edits change every position's KV: they salt the prefix cache like interventions; the points edited choose the graph
     const capture = opts.capture;
     const captureHooks = capture?.hooks ?? [];
+    const L = this.s.numLayers;
+    capture?.layers?.forEach((l) => { if (!Number.isInteger(l) || l < 0 || l > L) throw new SafekeepError(`capture: layer ${l} is not in 0..${L}`); });
     // captured hook points are outputs of the sequence's graph: they join its selection (its edits kept)
     if (captureHooks.length > 0) hooks = { selection: { capture: [...captureHooks], edit: hooks?.selection.edit ?? [] }, feeds: hooks?.feeds ?? {} };
+    // hook edits change every position's KV: they salt the prefix cache like interventions; the points edited choose the graph
     const hookKey = hooks ? hooksDigest(hooks) : '';
     const topK = opts.topLogprobs ?? -1;
     if (opts.topLogprobs !== undefined && (!Number.isInteger(topK) || topK < 0 || topK > MAX_TOP_LOGPROBS)) throw new SafekeepError(`topLogprobs must be an integer 0..${MAX_TOP_LOGPROBS}, got ${opts.topLogprobs}`);
@@ -269,7 +273,7 @@ export class Scheduler {
         projectKey: digest([decodeIv.dir, decodeIv.value]),
         prefillSalt: digest([prefillIv.steer, prefillIv.dir, prefillIv.value]) + hookKey,
         kv: null, filled: 0, chain: null, keys: null, stored: 0,
-        capturePrompt: positions, captured: new Map(), captureGen: !!capture?.generated, topK,
+        capturePrompt: positions, captured: new Map(), captureGen: !!capture?.generated, captureLayers: capture?.layers ? [...capture.layers] : null, topK,
         captureHooks, hookPrompt: new Map(), hookGen: [],
         result: { generatedIds: [], finish: 'length', ...(capture?.generated ? { capturedGenerated: [] } : {}), ...(topK >= 0 ? { logprobs: [] } : {}) },
         stepLogits: [], finished: false, resolve, reject,
@@ -420,8 +424,9 @@ export class Scheduler {
   /**
    * The prefilling sequences whose whole rest joins q's in one packed step (prefill-pack.ts), or null for q alone.
    * Candidates: no hook edits (their captures and per-step feeds stay one sequence per step), no captured prompt
-   * positions, any prefill interventions (different ones fed per token row, within PACK_MAX_SET_BYTES), and not waiting for a prefix a pack member is about to compute — a prompt whose first uncached
-   * block is one of a member's computes it once, in a later step, from the member's stored blocks instead of twice.
+   * positions, any prefill interventions (different ones fed per token row, within PACK_MAX_SET_BYTES), and not
+   * waiting for a prefix a pack member is about to compute — a prompt whose first uncached block is one of a
+   * member's computes it once, in a later step, from the member's stored blocks instead of twice.
    */
   private packWith(q: Seq, budget: number): { seqs: Seq[]; layout: PackLayout } | null {
     if (this.packTokens === 0 || q.hooks || q.capturePrompt || this.prefilling.length < 2 || q.ids.length - q.filled > this.packTokens) return null;
@@ -544,12 +549,14 @@ export class Scheduler {
     // captured prompt positions in this chunk come first in the hidden output, the last prompt token's after them
     const from = q.filled;
     const cap = q.capturePrompt ? q.capturePrompt.filter((p) => p >= from && p < from + T) : [];
+    // the hidden rows only when some layer is kept (a capture of hook points alone reads none)
+    const capH = q.captureLayers?.length === 0 ? [] : cap;
     const wantLast = last && q.wantPromptHidden;
     // a step with captured hook points is one graph run (chunkedStep cannot split its outputs); its T is within the budget
     const run = q.captureHooks.length > 0 ? (inp: StepInput) => this.s.step(inp) : (inp: StepInput) => this.s.prefill(inp);
     const out = await this.timedStep(() => run({
       ids, batch: 1, width: T, starts: [0], past: q.kv, steer: q.prefillIv.steer, project: q.prefillIv, ...(q.hooks ? { hooks: q.hooks } : {}),
-      hiddenIndex: [...cap.map((p) => p - from), ...(wantLast ? [T - 1] : [])],
+      hiddenIndex: [...capH.map((p) => p - from), ...(wantLast ? [T - 1] : [])],
       logitsIndex: last && q.maxNew > 0 ? [T - 1] : [],
       ropeLength: [n], // dynamic-NTK RoPE: the whole prompt's length in every chunk, as one prefill step
       reserve: n - q.filled - T,
@@ -557,14 +564,24 @@ export class Scheduler {
     q.kv = out.present;
     this.afterChunk(q, T);
     if (q.captureHooks.length > 0) for (const p of cap) q.hookPrompt.set(p, hookRow(out, q.captureHooks, p - from));
-    if (cap.length === 0) {
+    if (capH.length === 0) {
       if (last) this.prefillOut.set(q, out);
       return;
     }
     const L1 = this.s.numLayers + 1;
-    const N = cap.length + (wantLast ? 1 : 0);
-    cap.forEach((p, i) => q.captured.set(p, hiddenRows(out.hidden, L1, N, this.s.dModel, i, 1)));
-    if (last) this.prefillOut.set(q, { hidden: wantLast ? hiddenRows(out.hidden, L1, N, this.s.dModel, cap.length, 1) : new Float32Array(0), logits: out.logits });
+    const N = capH.length + (wantLast ? 1 : 0);
+    capH.forEach((p, i) => q.captured.set(p, this.keptLayers(q, hiddenRows(out.hidden, L1, N, this.s.dModel, i, 1))));
+    if (last) this.prefillOut.set(q, { hidden: wantLast ? hiddenRows(out.hidden, L1, N, this.s.dModel, capH.length, 1) : new Float32Array(0), logits: out.logits });
+  }
+
+  /** the kept rows ([K, d]) of one position's hidden states [L+1, d] */
+  private keptLayers(q: Seq, h: Float32Array): Float32Array {
+    const ls = q.captureLayers;
+    if (ls === null) return h;
+    const d = this.s.dModel;
+    const out = new Float32Array(ls.length * d);
+    ls.forEach((l, k) => out.set(h.subarray(l * d, (l + 1) * d), k * d));
+    return out;
   }
 
   /** q's KV now holds T more prompt tokens: count them and store the full blocks they completed */
@@ -672,7 +689,7 @@ export class Scheduler {
     const hiddenRowsWanted: number[] = [];
     const logitRows: number[] = [];
     g.seqs.forEach((q, b) => {
-      if ((q.wantFirstHidden && !q.result.firstTokenHidden) || q.captureGen) hiddenRowsWanted.push(b);
+      if ((q.wantFirstHidden && !q.result.firstTokenHidden) || (q.captureGen && q.captureLayers?.length !== 0)) hiddenRowsWanted.push(b);
       if (!q.finished) logitRows.push(b);
     });
     const past = g.kv.view();
@@ -691,7 +708,7 @@ export class Scheduler {
       const q = g.seqs[b]!;
       const h = hiddenRows(out.hidden, L1, hiddenRowsWanted.length, this.s.dModel, i, 1);
       if (q.wantFirstHidden && !q.result.firstTokenHidden) q.result.firstTokenHidden = h;
-      if (q.captureGen) q.result.capturedGenerated!.push(h);
+      if (q.captureGen && q.captureLayers?.length !== 0) q.result.capturedGenerated!.push(this.keptLayers(q, h));
     });
     g.seqs.forEach((q, b) => { if (q.captureGen && q.captureHooks.length > 0) q.hookGen.push(hookRow(out, q.captureHooks, b)); });
     logitRows.forEach((b, i) => this.choose(g.seqs[b]!, out.logits.subarray(i * V, (i + 1) * V)));
@@ -742,9 +759,9 @@ export class Scheduler {
 
   private complete(q: Seq, finish: GenerateResult['finish']): void {
     q.result.finish = finish;
-    if (q.capturePrompt) {
-      // [L+1, n, d] in the order the positions were given (a cancelled or failed prefill leaves zeros)
-      const L1 = this.s.numLayers + 1;
+    if (q.capturePrompt && q.captureLayers?.length !== 0) {
+      // [K, n, d] in the order the positions were given (a cancelled or failed prefill leaves zeros)
+      const L1 = q.captureLayers?.length ?? this.s.numLayers + 1;
       const d = this.s.dModel;
       const n = q.capturePrompt.length;
       const m = new Float32Array(L1 * n * d);
