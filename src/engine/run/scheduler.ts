@@ -19,6 +19,12 @@
  * The prefill of each sequence is its own batch-1 step with its own prefill interventions (positions 'generated'
  * leave it unsteered).
  *
+ * Capture (GenerateOptions.capture, a research server's per-request activations): the hidden states of chosen prompt
+ * positions come from the sequence's own prefill steps (it skips the prefix cache and packing, so each is computed),
+ * each fed-back token's from its row of the decode step; captured hook points inside the blocks are outputs of the
+ * sequence's graph, so it decodes in the group of that selection. Log probabilities (`topLogprobs`) are taken from
+ * the row of logits that chose each token.
+ *
  * Prefix caching (runtime/kv-blocks.ts): when a sequence's prefill starts, the longest chain of cached full blocks
  * of its prompt (under its prefill interventions) is copied into its KV and only the rest is computed; every full
  * block a chunk completes is stored. The last prompt token is always computed (its logits choose the first token).
