@@ -290,6 +290,15 @@ test('guards refuse the field: a server without --allow-interventions, the proxi
   const ok = parseChatRequest(JSON.stringify({ messages: harmful, safekeep: { steer: {} } }), { research: true });
   assert.equal(ok.body.safekeep, undefined);
   assert.deepEqual(ok.research, { steer: {} });
+  // logprobs under a guard: the answer may be the guard's refusal, so only unguarded (tool-free) requests get them
+  const guarded = await start({ research: undefined, method: 'safekeep' });
+  const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }];
+  const lp = await post({ messages: harmful, tools, logprobs: true }, guarded);
+  assert.equal(lp.status, 400);
+  assert.match(lp.json.error!.message, /^"logprobs": not under the guard \(method safekeep\)/);
+  const free = await post({ messages: harmful, max_tokens: 2, logprobs: true }, guarded);
+  assert.equal(free.status, 200);
+  assert.equal(free.json.choices[0]!.logprobs!.content.length, free.json.usage.completion_tokens);
   assert.throws(() => createLocalServer({ backend, method: 'safekeep', modelName: 'm', research: { numLayers: 4, hiddenSize: 64, numHeads: 4, headDim: 16 } }), /need method base/);
   const cli = spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 'serve', '--model', model, '--allow-interventions', '--method', 'safekeep'], { encoding: 'utf8', env: { ...process.env, SAFEKEEP_CACHE: join(dir, '.cache') } });
   assert.equal(cli.status, 2, cli.stderr);
