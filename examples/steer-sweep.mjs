@@ -4,7 +4,10 @@
  * Uses the npm `openai` client when it is installed (`npm install openai`: the extra body field goes in the params
  * as it is), else plain fetch with the same body. One client per α, all at once: the server batches them.
  */
+/** `--name value` or `--name=value` */
 const arg = (name, dflt) => {
+  const eq = process.argv.find((x) => x.startsWith(`--${name}=`));
+  if (eq) return eq.slice(name.length + 3);
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 ? process.argv[i + 1] : dflt;
 };

@@ -13,6 +13,7 @@ of the table.
 """
 import argparse
 import json
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from openai import OpenAI
@@ -46,7 +47,12 @@ def main():
     p.add_argument("--max-tokens", type=int, default=8)
     p.add_argument("--plot", help="write the curve to this image (needs matplotlib)")
     p.add_argument("--json", action="store_true")
-    a = p.parse_args()
+    # "--alphas -2,-1,0" would read as an option to argparse: join it to its value as "--alphas=-2,-1,0"
+    argv = sys.argv[1:]
+    if "--alphas" in argv[:-1]:
+        i = argv.index("--alphas")
+        argv[i:i + 2] = ["--alphas=" + argv[i + 1]]
+    a = p.parse_args(argv)
     alphas = [float(x) for x in a.alphas.split(",")]
     prompts = DEFAULT_PROMPTS
     if a.prompts:
@@ -78,7 +84,10 @@ def main():
         for x, r in zip(alphas, rates):
             print(f"{x:6.2f}  {r:.2f}")
     if a.plot:
-        import matplotlib
+        try:
+            import matplotlib
+        except ImportError:
+            sys.exit("--plot needs matplotlib (pip install matplotlib)")
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
