@@ -13,6 +13,7 @@
  * ways, and the refusal rate per α (planted model: answers starting "sorry").
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { Agent, request } from 'node:http';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -47,14 +48,33 @@ function startServer(args: string[], env: NodeJS.ProcessEnv): Promise<{ proc: Ch
 
 interface Answer { content: string; tokens: number }
 
-async function ask(url: string, prompt: string, alpha: number, maxTokens: number): Promise<Answer> {
-  const r = await fetch(`${url}/chat/completions`, {
-    method: 'POST', headers: { 'content-type': 'application/json' }, signal: AbortSignal.timeout(120_000),
-    body: JSON.stringify({ model: 'planted', messages: [{ role: 'user', content: prompt }], max_tokens: maxTokens, safekeep: { steer: { layer: 2, direction: 'refusal.chatbot', alpha } } }),
+/**
+ * The clients: node:http over kept-alive connections rather than fetch, whose per-request cost on this client's one
+ * thread (~1 ms) would otherwise be a large part of a tiny model's request and hide the server's batching.
+ */
+const agent = new Agent({ keepAlive: true, maxSockets: 64 });
+
+function ask(url: string, prompt: string, alpha: number, maxTokens: number): Promise<Answer> {
+  const body = JSON.stringify({ model: 'planted', messages: [{ role: 'user', content: prompt }], max_tokens: maxTokens, safekeep: { steer: { layer: 2, direction: 'refusal.chatbot', alpha } } });
+  return new Promise((ok, fail) => {
+    const req = request(`${url}/chat/completions`, { method: 'POST', agent, timeout: 120_000, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } }, (res) => {
+      const parts: Buffer[] = [];
+      res.on('data', (d: Buffer) => parts.push(d));
+      res.on('end', () => {
+        try {
+          const j = JSON.parse(Buffer.concat(parts).toString('utf8')) as { choices?: { message: { content: string } }[]; usage?: { completion_tokens: number }; error?: { message: string } };
+          if (res.statusCode !== 200) throw new Error(`${res.statusCode} ${j.error?.message}`);
+          ok({ content: j.choices![0]!.message.content, tokens: j.usage!.completion_tokens });
+        } catch (e) {
+          fail(e);
+        }
+      });
+      res.on('error', fail);
+    });
+    req.on('timeout', () => req.destroy(new Error('request timed out')));
+    req.on('error', fail);
+    req.end(body);
   });
-  const j = (await r.json()) as { choices?: { message: { content: string } }[]; usage?: { completion_tokens: number }; error?: { message: string } };
-  if (!r.ok) throw new Error(`${r.status} ${j.error?.message}`);
-  return { content: j.choices![0]!.message.content, tokens: j.usage!.completion_tokens };
 }
 
 export async function sweep(): Promise<void> {
@@ -138,6 +158,7 @@ export async function sweep(): Promise<void> {
     ];
     finishBench(flag('json') ?? join(tmpdir(), 'safekeep-bench-serve-sweep.json'), { ratio, same, inTurn: { tokensPerS: bestTurn!.tokensPerS, wallS: bestTurn!.wallS }, together: { tokensPerS: bestTogether!.tokensPerS, wallS: bestTogether!.wallS }, alphas }, out, loads);
   } finally {
+    agent.destroy();
     proc?.kill('SIGTERM');
     rmSync(dir, { recursive: true, force: true });
   }
