@@ -19,6 +19,7 @@
  * not speed up with concurrency (a prompt's prefill is compute-bound GEMMs already at batch 1, so C prompts cost C
  * times one): C·(P₁ + D₁) / (C·P₁ + D_C), P₁ / D₁ the prefill / decode seconds of one request alone, D_C the decode
  * seconds of C requests decoding together; and the served ratio's share of it (what HTTP, JSON and scheduling cost).
+ * `--sweep`: the α sweep over the research API instead (bench/serve-sweep.ts).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -229,4 +230,5 @@ async function main(): Promise<void> {
 const fmt = (x: unknown, d = 1): string => (typeof x === 'number' && Number.isFinite(x) ? x.toFixed(d) : '—');
 
 if (flag('child') === 'engine') process.stdout.write(JSON.stringify(await engineChild()) + '\n');
+else if (process.argv.includes('--sweep')) await (await import('./serve-sweep.ts')).sweep();
 else await main();

@@ -8,7 +8,7 @@
 export { createEngine } from './engine/engine.ts';
 export type { OnnxEngine } from './engine/engine.ts';
 export type { EngineOptions } from './engine/engine-config.ts';
-export type { Engine, EngineInfo, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, PositionSelector } from './engine/types.ts';
+export type { Engine, EngineInfo, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, PositionSelector, TokenLogprob } from './engine/types.ts';
 
 // interventions on the residual stream hidden[l]
 export type { Intervention, InterventionKind, Steering, SteerPositions } from './engine/types.ts';

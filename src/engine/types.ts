@@ -105,6 +105,29 @@ export interface GenerateOptions {
    * clamp / ablate_heads without `positions` (patch and positions belong to runWithCache, whose positions are fixed)
    */
   hooks?: readonly HookIntervention[];
+  /**
+   * hidden states to keep (a server's activation capture): `promptPositions` = prompt positions (0-based, each at
+   * most once, any order) whose all-layer hidden states are returned in `capturedPrompt`; `generated` = also each
+   * generated token's as it is fed back (every generated token but the last, which is never fed). A sequence with
+   * prompt positions bypasses the prefix cache and prefill packing, so every position is computed in its own steps.
+   * `hooks`: hook points besides the residual stream (graph/hooks.ts names, not `pattern`) kept at the same
+   * positions in `capturedHooks` — the sequence runs the graph with those outputs, so it decodes with the rows that
+   * capture and edit the same points, and its prefill chunks run as single steps. `layers`: the hidden-state rows
+   * kept (0..L, in this order; default all L+1), so a capture of one layer does not hold every layer's.
+   */
+  capture?: { promptPositions: readonly number[]; generated: boolean; hooks?: readonly string[]; layers?: readonly number[] };
+  /**
+   * log probabilities of every chosen token (log-softmax of its logits) and of the `topLogprobs` most likely ones
+   * (0..20; ties by lower id) in `logprobs`; absent = none computed
+   */
+  topLogprobs?: number;
+}
+
+/** One generated token's log probability and the most likely alternatives at its step (most likely first). */
+export interface TokenLogprob {
+  token: number;
+  logprob: number;
+  top: { token: number; logprob: number }[];
 }
 
 export interface GenerateResult {
@@ -117,6 +140,17 @@ export interface GenerateResult {
   firstTokenHidden?: Float32Array;
   /** [L+1, d_model] when requested */
   promptLastHidden?: Float32Array;
+  /** with `capture.promptPositions`: [K, n, d_model], K = capture.layers (default L+1), n = the positions in the order given */
+  capturedPrompt?: Float32Array;
+  /** with `capture.generated`: one [K, d_model] per generated token fed back (generatedIds[k] at row k) */
+  capturedGenerated?: Float32Array[];
+  /**
+   * with `capture.hooks`: per hook point, [n + g, width]: the prompt positions' rows in the order given, then (with
+   * `generated`) one per generated token fed back
+   */
+  capturedHooks?: Record<string, Float32Array>;
+  /** with `topLogprobs`: one per generated token */
+  logprobs?: TokenLogprob[];
 }
 
 export interface EngineInfo {

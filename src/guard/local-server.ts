@@ -12,8 +12,12 @@
  *   usage chunk when `stream_options.include_usage`).
  *   `finish_reason`: `tool_calls`, `length` (cut by max_tokens) or `stop`. `stop` (at most 4 strings of at most 128
  *   characters) ends each request's own generation at its first stop string, which the answer does not include.
- *   Decoding is greedy: `temperature`/`top_p` are range-checked; `n`, `logprobs`, `top_logprobs`, `logit_bias`,
- *   penalties, `response_format` and `tool_choice` are refused unless at their no-op value; other fields ignored.
+ *   Decoding is greedy: `temperature`/`top_p` are range-checked; `n`, `logit_bias`, penalties, `response_format` and
+ *   `tool_choice` are refused unless at their no-op value; other fields ignored. `logprobs` / `top_logprobs` (k ≤ 20)
+ *   return OpenAI's `choices[0].logprobs.content` (streamed too, on the content chunk), unguarded requests only.
+ * - `research` (`serve --model --allow-interventions`, method base only): the request field `safekeep` — per-request
+ *   steering, interventions and activation capture (research.ts, docs/serve-research.md); each request's own
+ *   sets decode in the same steps as the others'. Without it the field is a 400 naming it.
  * - `GET /v1/models` lists the one model. Anything else → 404 JSON.
  * - Bounded: at most 2048 messages and 128 tools (OpenAI's bounds); max_tokens at most `maxTokensLimit`; prompt +
  *   max_tokens above the context length → 400 in vLLM's wording, before any generation (the
@@ -36,7 +40,8 @@ import { SseStream, sendSse, usageOf } from '../serve/sse.ts';
 import { redactSecrets } from '../serve/upstream.ts';
 import { isSafekeepError } from '../util/errors.ts';
 import { guardedRespond, plannedCalls, type GuardOptions } from './respond.ts';
-import type { ChatBackend, ChatCall, GuardMethod } from './types.ts';
+import type { ChatBackend, ChatCall, GuardMethod, ResearchCall, ResearchReply } from './types.ts';
+import { activationsJson, DEFAULT_MAX_CAPTURE_BYTES, logprobsOf, parseResearchField, resolveCapture, type ResearchOptions } from './research.ts';
 
 export interface LocalServerOptions extends GuardOptions {
   backend: ChatBackend;
@@ -64,6 +69,12 @@ export interface LocalServerOptions extends GuardOptions {
   limits?: ServerLimits;
   /** text never shown to a client (the model folder, the template file): *** in the messages of its 400s */
   hidden?: readonly string[];
+  /**
+   * `--allow-interventions`: the request field `safekeep` (per-request steering, interventions, capture; research.ts)
+   * is accepted, checked against these shapes and bounds. Only with method 'base': a guard never runs a client's
+   * steering. Absent: the field is a 400 naming it.
+   */
+  research?: ResearchOptions;
 }
 
 
@@ -109,8 +120,6 @@ const show = (v: unknown) => JSON.stringify(v)?.slice(0, 40) ?? String(v);
 /** Fields that change the answer in ways this engine does not do: accepted at their no-op value only. */
 const NO_OP: Readonly<Record<string, { ok: (v: unknown) => boolean; says: string }>> = {
   n: { ok: (v) => v === 1, says: 'returns one choice (n = 1)' },
-  logprobs: { ok: (v) => v === false, says: 'returns no log probabilities' },
-  top_logprobs: { ok: (v) => v === 0, says: 'returns no log probabilities' },
   logit_bias: { ok: (v) => isObject(v) && Object.keys(v).length === 0, says: 'applies no logit bias' },
   frequency_penalty: { ok: (v) => v === 0, says: 'applies no penalties' },
   presence_penalty: { ok: (v) => v === 0, says: 'applies no penalties' },
@@ -136,12 +145,29 @@ export function checkSampling(b: Record<string, unknown>): void {
   }
 }
 
+/**
+ * The backend with the research options on the request's agent call (the only call under method base), its research
+ * reply handed to `got`.
+ */
+function withResearch(b: ChatBackend, research: ResearchCall, got: (r: ResearchReply | undefined) => void): ChatBackend {
+  return {
+    name: b.name, callFormat: b.callFormat, activations: b.activations,
+    chat: async (c) => {
+      if (c.purpose !== 'agent') return b.chat(c);
+      const r = await b.chat({ ...c, research });
+      got(r.research);
+      return r;
+    },
+  };
+}
+
 /** The backend with every call tied to this request's signal. */
 function withSignal(b: ChatBackend, signal: AbortSignal): ChatBackend {
   return { name: b.name, callFormat: b.callFormat, activations: b.activations, chat: (c) => b.chat({ ...c, signal }) };
 }
 
 export function createLocalServer(o: LocalServerOptions): Server {
+  if (o.research && o.method !== 'base') throw new Error(`createLocalServer: research fields (--allow-interventions) need method base, not ${o.method}: a guard never runs a client's steering`);
   const maxQueue = o.maxQueue ?? 8;
   const deadlineMs = o.requestTimeoutMs ?? 600_000;
   let admitted = 0;
@@ -164,7 +190,7 @@ export function createLocalServer(o: LocalServerOptions): Server {
   }
 
   async function chatAdmitted(x: Exchange): Promise<void> {
-    const c = parseChatRequest(await x.body());
+    const c = parseChatRequest(await x.body(), { research: o.research !== undefined });
     if (c.nonTextParts.length > 0) throw badRequest(`${c.nonTextParts[0]}: this server reads text only`);
     const { messages, tools } = c;
     if (messages.length > MAX_MESSAGES) throw badRequest(`"messages": at most ${MAX_MESSAGES} messages, got ${messages.length}`);
@@ -178,6 +204,13 @@ export function createLocalServer(o: LocalServerOptions): Server {
     }
     let maxTokens = c.maxTokens ?? Math.min(o.defaultMaxTokens ?? 256, limit ?? Infinity);
     const method: GuardMethod = tools.length ? o.method : 'base';
+    // research fields (research.ts): checked before any counting or generation
+    const parsed = o.research ? parseResearchField(c.research, o.research) : null;
+    // an empty field asks nothing: the request stays a plain one (response cache, live streaming)
+    const rq = parsed && (Object.keys(parsed.call).length > 0 || parsed.capture) ? parsed : null;
+    const topLogprobs = logprobsOf(c.body);
+    if (topLogprobs !== undefined && !o.backend.activations) throw badRequest('"logprobs": this server\'s backend returns no log probabilities');
+    if (topLogprobs !== undefined && method !== 'base') throw badRequest(`"logprobs": not under the guard (method ${method}); the answer may be the guard's refusal`);
     const N = o.contextLength;
     const count = o.countPromptTokens;
     if (N !== undefined && count) {
@@ -201,13 +234,31 @@ export function createLocalServer(o: LocalServerOptions): Server {
         if (q.tokens + call.maxTokens > N) throw badRequest(`the guard's ${call.purpose} call for this request does not fit: ${contextLengthMessage(N, q.tokens, call.maxTokens, q.exact)}`);
       }
     }
+    let research: ResearchCall | undefined;
+    if (rq || topLogprobs !== undefined) {
+      research = { ...rq?.call, ...(topLogprobs !== undefined ? { topLogprobs } : {}) };
+      if (rq?.capture) {
+        if (!count) throw badRequest('safekeep.capture: this server cannot count prompt tokens');
+        const n = count({ messages, tools, maxTokens, purpose: 'agent' }, Infinity).tokens;
+        research.capture = resolveCapture(rq.capture, n, maxTokens, o.research!.maxCaptureBytes ?? DEFAULT_MAX_CAPTURE_BYTES);
+      }
+    }
+    if (research) {
+      // what the log line says of a research request (no vectors, no client text)
+      x.entry.research = {
+        steer: research.steer ? { layer: research.steer.layer, alpha: research.steer.alpha } : null, interventions: (research.interventions?.length ?? 0) + (research.hooks?.length ?? 0),
+        capture: rq?.capture ? rq.capture.hooks.length : 0, logprobs: research.topLogprobs ?? null,
+      };
+    }
+    let researchReply: ResearchReply | undefined;
     const deadline = AbortSignal.timeout(deadlineMs);
     const signal = AbortSignal.any([x.signal, deadline]);
     // without tools the answer is the model's text as it comes (with tools it is parsed for calls when finished)
-    const live = c.stream && tools.length === 0 ? new SseStream(x.res, x.id, o.modelName, { 'x-safekeep-action': 'forward', 'x-safekeep-method': method }) : null;
+    const live = c.stream && tools.length === 0 && !research ? new SseStream(x.res, x.id, o.modelName, { 'x-safekeep-action': 'forward', 'x-safekeep-method': method }) : null;
     let r: Awaited<ReturnType<typeof guardedRespond>> | null = null;
     try {
-      r = await guardedRespond({ messages, tools }, method, withSignal(o.backend, signal), {
+      const backend = withSignal(o.backend, signal);
+      r = await guardedRespond({ messages, tools }, method, research ? withResearch(backend, research, (x) => { researchReply = x; }) : backend, {
         ...o, maxTokens, stop,
         // a judge on its own backend is cancelled with the request too
         ...(o.judgeBackend ? { judgeBackend: withSignal(o.judgeBackend, signal) } : {}),
@@ -257,14 +308,19 @@ export function createLocalServer(o: LocalServerOptions): Server {
       if (!live.finish({ content, toolCalls, finish, usage: c.includeUsage ? usage : undefined }, headers)) x.entry.status = 500;
       return;
     }
+    const logprobs = topLogprobs !== undefined ? { logprobs: { content: researchReply?.logprobs ?? [], refusal: null } } : {};
+    const activations = rq?.capture && research?.capture && researchReply
+      ? { safekeep: { activations: activationsJson(rq.capture, research.capture, researchReply, o.research!.hiddenSize) } }
+      : {};
     if (c.stream) {
-      sendSse(x.res, { id: x.id, model: o.modelName, content, toolCalls, finish, usage: c.includeUsage ? usage : undefined }, headers);
+      // streamed: the activations ride on the finish-reason chunk
+      sendSse(x.res, { id: x.id, model: o.modelName, content, toolCalls, finish, usage: c.includeUsage ? usage : undefined, ...logprobs, ...(activations.safekeep ? { finishExtra: activations } : {}) }, headers);
       return;
     }
     sendJson(x.res, 200, {
       id: x.id, object: 'chat.completion', created: Math.floor(Date.now() / 1000), model: o.modelName,
-      choices: [{ index: 0, message: { role: 'assistant', content, ...(toolCalls.length ? { tool_calls: toolCalls } : {}) }, finish_reason: finish }],
-      usage,
+      choices: [{ index: 0, message: { role: 'assistant', content, ...(toolCalls.length ? { tool_calls: toolCalls } : {}) }, ...logprobs, finish_reason: finish }],
+      usage, ...activations,
     }, headers);
   }
 

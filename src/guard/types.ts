@@ -7,6 +7,7 @@ import type { ToolSpec } from '../data/types.ts';
 import type { ChatMessage } from '../prompts/tokenizer.ts';
 import type { CallFormat } from '../outcome/types.ts';
 import type { WireToolCall } from '../outcome/classify.ts';
+import type { HookIntervention, Intervention, Steering } from '../engine/types.ts';
 
 export type { ChatMessage, WireToolCall };
 
@@ -80,6 +81,44 @@ export interface ChatCall {
    * reply resolves; the pieces join to the reply's `content`. Not called for a cached reply or by an endpoint backend.
    */
   onText?: (delta: string) => void;
+  /**
+   * Local engine, `serve --model --allow-interventions` only (never under a guard): this call's own steering,
+   * interventions, hook edits, activation capture and log probabilities (research.ts). A call with it is never
+   * served from or stored in the response cache.
+   */
+  research?: ResearchCall;
+}
+
+/** What a research request asks of its one generation (src/guard/research.ts parses it from the `safekeep` field). */
+export interface ResearchCall {
+  steer?: Steering;
+  interventions?: Intervention[];
+  hooks?: HookIntervention[];
+  /** prompt positions (resolved against the prompt's tokens) and whether generated tokens' states are kept too */
+  capture?: { promptPositions: number[]; generated: boolean; hooks?: string[]; layers?: number[] };
+  /** log probabilities of the chosen tokens and the k most likely (0..20) */
+  topLogprobs?: number;
+}
+
+/** What a research call returns besides the text. */
+export interface ResearchReply {
+  promptIds: number[];
+  generatedIds: number[];
+  /** [K, n, d]: the captured prompt positions' hidden states at the K = capture.layers kept */
+  capturedPrompt?: Float32Array;
+  /** [K, d] per generated token fed back */
+  capturedGenerated?: Float32Array[];
+  /** hook points besides the residual stream: [n + generated, width] each */
+  capturedHooks?: Record<string, Float32Array>;
+  /** OpenAI's `choices[0].logprobs.content` entries, one per generated token */
+  logprobs?: OpenAiLogprob[];
+}
+
+export interface OpenAiLogprob {
+  token: string;
+  logprob: number;
+  bytes: number[];
+  top_logprobs: { token: string; logprob: number; bytes: number[] }[];
 }
 
 export interface ChatReply {
@@ -93,6 +132,8 @@ export interface ChatReply {
   /** served from the response cache */
   cached: boolean;
   finish: string;
+  /** with `ChatCall.research` */
+  research?: ResearchReply;
 }
 
 export interface ChatBackend {

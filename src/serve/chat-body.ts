@@ -54,7 +54,10 @@ const REFUSED_FIELDS: Readonly<Record<string, string>> = {
   documents: 'documents are rendered into the prompt by the server and the guard does not judge them; send them as message text',
   guided_json: 'guided decoding constraints are not judged; use response_format',
   guided_regex: 'guided decoding constraints are not judged', guided_grammar: 'guided decoding constraints are not judged',
-  guided_choice: 'guided decoding constraints are not judged', extra_body: 'extra_body is the SDK\'s name for fields to merge into the body; send them at the top level',
+  guided_choice: 'guided decoding constraints are not judged',
+  // a per-request steering vector or ablation is a jailbreak tool: only the unguarded research server takes it
+  safekeep: 'per-request steering, interventions and activation capture are accepted only by serve --model --allow-interventions (never by a guard)',
+  extra_body: 'extra_body is the SDK\'s name for fields to merge into the body; send them at the top level',
 };
 
 export interface ChatRequest {
@@ -73,6 +76,11 @@ export interface ChatRequest {
   nonTextParts: string[];
   /** the request's settings that carry client text besides messages and tools (shown to the judge) */
   settings: Record<string, unknown>;
+  /**
+   * the `safekeep` research field as sent (with `{ research: true }` only; never part of `body`, so never forwarded);
+   * src/guard/research.ts checks it
+   */
+  research?: unknown;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
@@ -302,7 +310,11 @@ function textSettings(b: Record<string, unknown>): Record<string, unknown> {
   return out;
 }
 
-export function parseChatRequest(raw: Buffer | string): ChatRequest {
+/**
+ * `research`: the caller is `serve --model --allow-interventions` and accepts the `safekeep` field; every other
+ * caller (the proxies, a guarded local server) refuses it by name.
+ */
+export function parseChatRequest(raw: Buffer | string, opts: { research?: boolean } = {}): ChatRequest {
   let parsed: unknown;
   try {
     parsed = parseJsonBounded(typeof raw === 'string' ? raw : raw.toString('utf8'), 'request body');
@@ -312,7 +324,7 @@ export function parseChatRequest(raw: Buffer | string): ChatRequest {
   }
   if (!isObject(parsed)) throw badRequest('request body must be a JSON object');
   const b = parsed;
-  checkKeys(b, KNOWN_FIELDS, '');
+  checkKeys(b, opts.research ? [...KNOWN_FIELDS, 'safekeep'] : KNOWN_FIELDS, '');
   if (!Array.isArray(b.messages) || b.messages.length === 0) throw badRequest('"messages" must be a non-empty array');
   if (given(b.tools) && !Array.isArray(b.tools)) throw badRequest('"tools" must be an array');
   if (given(b.functions) && !Array.isArray(b.functions)) throw badRequest('"functions" must be an array');
@@ -340,6 +352,7 @@ export function parseChatRequest(raw: Buffer | string): ChatRequest {
     includeUsage: isObject(b.stream_options) && b.stream_options.include_usage === true,
     nonTextParts,
     settings: textSettings(body),
+    ...(opts.research && given(b.safekeep) ? { research: b.safekeep } : {}),
   };
 }
 

@@ -19,6 +19,10 @@ export interface SseCompletion {
   finish?: string;
   /** sent as the last chunk before [DONE] when given */
   usage?: Usage;
+  /** OpenAI's `logprobs` object ({content: [...]}), on the content chunk, when asked */
+  logprobs?: unknown;
+  /** top-level fields of the finish-reason chunk (the research server's `safekeep` activations) */
+  finishExtra?: Record<string, unknown>;
 }
 
 export const SSE_HEADERS = { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' } as const;
@@ -30,12 +34,14 @@ function chunks(id: string, model: string) {
   const chunk = (delta: Record<string, unknown>, finishReason: string | null) => event({ choices: [{ index: 0, delta, finish_reason: finishReason }] });
   return {
     start: () => chunk({ role: 'assistant', content: '' }, null),
-    content: (text: string) => (text ? chunk({ content: text }, null) : ''),
+    content: (text: string, logprobs?: unknown) => (text || logprobs !== undefined ? (logprobs !== undefined
+      ? event({ choices: [{ index: 0, delta: { content: text }, logprobs, finish_reason: null }] })
+      : chunk({ content: text }, null)) : ''),
     /** tool calls, the finish reason, the usage chunk when asked, [DONE] */
     end: (c: Omit<SseCompletion, 'id' | 'model' | 'content'>) => {
       const calls = c.toolCalls ?? [];
       let out = calls.length ? chunk({ tool_calls: calls.map((t, index) => ({ index, id: t.id, type: 'function', function: t.function })) }, null) : '';
-      out += chunk({}, c.finish ?? 'stop');
+      out += c.finishExtra ? event({ choices: [{ index: 0, delta: {}, finish_reason: c.finish ?? 'stop' }], ...c.finishExtra }) : chunk({}, c.finish ?? 'stop');
       if (c.usage) out += event({ choices: [], usage: c.usage });
       return `${out}data: [DONE]\n\n`;
     },
@@ -44,7 +50,7 @@ function chunks(id: string, model: string) {
 
 export function completionToSse(c: SseCompletion): string {
   const k = chunks(c.id, c.model);
-  return k.start() + k.content(c.content) + k.end(c);
+  return k.start() + k.content(c.content, c.logprobs) + k.end(c);
 }
 
 /**

@@ -75,13 +75,17 @@ export const flags: FlagTable = {
     { name: 'max-model-len', value: 'N', default: 'max_position_embeddings', help: 'local: context length; prompt + max_tokens above it → 400' },
     { name: 'max-queue', value: 'N', default: '8', help: 'local: requests admitted at once (running or waiting); more → 429' },
     { name: 'request-timeout-ms', value: 'MS', default: 'upstream: 2 × --timeout-ms; local: 600000', help: 'per-request deadline, judge/guard retries included (→ 504, nothing executed)' },
+    { name: 'allow-interventions', boolean: true, help: 'local: accept the request field "safekeep" (per-request steering, interventions, activation capture; docs/serve-research.md); runs no guard (--method base)' },
+    { name: 'directions', value: 'FILE.safetensors', help: 'local, with --allow-interventions: directions a request may name ("direction": "refusal.chatbot"; what reproduce writes)' },
+    { name: 'max-capture-bytes', value: 'BYTES', default: '64MiB', help: 'local, with --allow-interventions: captured activations per response (more → 400 before generation)' },
+    { name: 'max-hooks', value: 'N', default: '32', help: 'local, with --allow-interventions: hook points (captured and edited) per request' },
     ...THINKING_FLAG_DEFS,
   ],
   example: 'serve --upstream http://localhost:8000/v1 --judge-model meta-llama/Llama-3.1-8B-Instruct --port 8080',
 };
 
 /** flags of the local-engine form only */
-const LOCAL_ONLY = ['probe', 'max-tokens', 'template', 'dtype', 'device', 'kv-dtype', 'threads', 'max-memory', 'thinking', 'chat-template-kwargs', 'max-model-len', 'max-queue'];
+const LOCAL_ONLY = ['allow-interventions', 'directions', 'max-capture-bytes', 'max-hooks', 'probe', 'max-tokens', 'template', 'dtype', 'device', 'kv-dtype', 'threads', 'max-memory', 'thinking', 'chat-template-kwargs', 'max-model-len', 'max-queue'];
 
 const list = (v: string | undefined) => (v === undefined ? undefined : v.split(',').map((x) => x.trim()).filter(Boolean));
 
@@ -178,7 +182,17 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
   for (const f of ['upstream', 'judge-upstream', 'judge-model', 'api-key-env', 'judge-api-key-env', 'timeout-ms', 'prefill', 'skills', 'mitigation', 'no-guard-decision', 'allow-unguarded']) {
     if (args.values.has(f) || args.booleans.has(f)) throw new SafekeepError(`--${f} applies to the --upstream proxy, not to serve --model DIR`);
   }
-  const method = choiceValue(args, 'method', ['base', 'safekeep', 'refusal-probe', 'safekeep+probe', 'probe-cascade', 'probe-steer'] as const, 'safekeep');
+  // --allow-interventions serves research requests (a client's steering vector is a jailbreak tool): no guard at all,
+  // so a guard method with it is refused rather than silently switched off
+  const allowInterventions = args.booleans.has('allow-interventions');
+  if (!allowInterventions) {
+    for (const f of ['directions', 'max-capture-bytes', 'max-hooks']) if (args.values.has(f)) throw new SafekeepError(`--${f} needs --allow-interventions`);
+  } else {
+    const m = args.values.get('method');
+    if (m !== undefined && m !== 'base') throw new SafekeepError(`--allow-interventions runs no guard (a request's steering vector could undo any guard): it serves --method base only, not --method ${m}`);
+    if (args.values.has('probe')) throw new SafekeepError('--probe guards requests; --allow-interventions runs no guard');
+  }
+  const method = allowInterventions ? 'base' : choiceValue(args, 'method', ['base', 'safekeep', 'refusal-probe', 'safekeep+probe', 'probe-cascade', 'probe-steer'] as const, 'safekeep');
   const probeFile = args.values.get('probe');
   if (method !== 'base' && method !== 'safekeep' && probeFile === undefined) {
     throw new SafekeepError(`--method ${method} needs --probe FILE (safekeep probe train writes results/<model>/probe/agent.schema.<kind>.json)`);
@@ -243,8 +257,29 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
     const { parseJsonBounded } = await import('../../util/json-bounded.ts');
     const modelLen = parseModelConfig(parseJsonBounded(readFileSync(join(modelDir, 'config.json'), 'utf8'), join(modelDir, 'config.json')), null).maxPositionEmbeddings;
     if (maxModelLenFlag !== undefined && maxModelLenFlag > modelLen) throw new SafekeepError(`--max-model-len ${maxModelLenFlag} is above the model's max_position_embeddings ${modelLen}`);
+    let research: import('../../guard/research.ts').ResearchOptions | undefined;
+    if (allowInterventions) {
+      const { parseBytes } = await import('../../engine/runtime/memory.ts');
+      const L = engine.numLayers;
+      const d = engine.dModel;
+      const directions = new Map<string, Float32Array>();
+      const dirFile = args.values.get('directions');
+      if (dirFile !== undefined) {
+        const { readDirectionsFile } = await import('../../experiments/directions-file.ts');
+        for (const [name, dir] of readDirectionsFile(dirFile).directions) {
+          if (dir.layers !== L + 1 || dir.d !== d) throw new SafekeepError(`--directions ${dirFile}: '${name}' is [${dir.layers}, ${dir.d}], this model needs [${L + 1}, ${d}]`);
+          directions.set(name, Float32Array.from(dir.data));
+        }
+      }
+      research = {
+        numLayers: L, hiddenSize: d, numHeads: engine.config.numHeads, headDim: engine.config.headDim, directions,
+        maxHooks: positiveIntValue(args, 'max-hooks', 32),
+        maxCaptureBytes: args.values.has('max-capture-bytes') ? parseBytes(args.values.get('max-capture-bytes')!, '--max-capture-bytes') : 64 * 2 ** 20,
+      };
+    }
     const server = createLocalServer({
       backend, method, modelName: basename(modelDir),
+      ...(research ? { research } : {}),
       ...(probe ? { probe } : {}),
       defaultMaxTokens,
       maxTokensLimit: defaultMaxTokens,
@@ -265,7 +300,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
       limits: access.limits,
       hidden: [modelDir, ...(template !== undefined ? [template, resolve(template)] : [])],
     });
-    await listenUntilStopped(server, access.host, access.port, `${modelDir} (local engine, guard ${method}${probe ? `, ${probeLabel}` : ''})`);
+    await listenUntilStopped(server, access.host, access.port, `${modelDir} (local engine, guard ${method}${probe ? `, ${probeLabel}` : ''}${research ? ', research fields allowed: per-request steering, interventions, capture' : ''})`);
   } finally {
     await engine.dispose();
   }

@@ -19,6 +19,12 @@
  * The prefill of each sequence is its own batch-1 step with its own prefill interventions (positions 'generated'
  * leave it unsteered).
  *
+ * Capture (GenerateOptions.capture, a research server's per-request activations): the hidden states of chosen prompt
+ * positions come from the sequence's own prefill steps (it skips the prefix cache and packing, so each is computed),
+ * each fed-back token's from its row of the decode step; captured hook points inside the blocks are outputs of the
+ * sequence's graph, so it decodes in the group of that selection. Log probabilities (`topLogprobs`) are taken from
+ * the row of logits that chose each token.
+ *
  * Prefix caching (runtime/kv-blocks.ts): when a sequence's prefill starts, the longest chain of cached full blocks
  * of its prompt (under its prefill interventions) is copied into its KV and only the rest is computed; every full
  * block a chunk completes is stored. The last prompt token is always computed (its logits choose the first token).
@@ -33,13 +39,13 @@ import { HOOK_IO, hookSelectionKey } from '../graph/hooks.ts';
 import { KvBlockStore } from '../runtime/kv-blocks.ts';
 import { appendKv, kvArray, kvBytes, kvCapacity, kvOfArrays, KV_CHUNK, packRowsKv, rowSlotsKv, type KvArray, type KvCache } from '../runtime/kv.ts';
 import { RowKv } from '../runtime/row-kv.ts';
-import type { GenerateOptions, GenerateResult } from '../types.ts';
+import type { GenerateOptions, GenerateResult, TokenLogprob } from '../types.ts';
 import { argmax } from './argmax.ts';
 import { callInterventions, interventionInputs, type InterventionInputs } from './batch.ts';
 import { checkIds } from './forward.ts';
 import { choosePack, packLayout, type PackLayout } from './prefill-pack.ts';
 import { generationHooks } from './hooked.ts';
-import { hiddenRows, type StepHooks, type StepOutput, type Stepper } from './step.ts';
+import { hiddenRows, type StepHooks, type StepInput, type StepOutput, type Stepper } from './step.ts';
 
 export interface SchedulerOptions {
   /** most tokens per iteration: the decode rows plus the prefill chunks (default 512) */
@@ -88,6 +94,11 @@ export interface SchedulerStats {
 type Projection = Pick<InterventionInputs, 'dir' | 'value'>;
 
 const DEFAULT_PREFIX_BYTES = 256 * 2 ** 20;
+/**
+ * the most bytes of per-token intervention sets a pack of prompts with different prefill interventions feeds (each
+ * token row its sequence's [L+1, d] steer and projection: 1 MiB a token at d = 4096, L = 32); beyond, they prefill apart
+ */
+const PACK_MAX_SET_BYTES = 64 * 2 ** 20;
 /** a pack computes at most this share of its slots for nothing (pads, recomputed cached tokens) */
 const PACK_MAX_WASTE = 0.25;
 /** and masks at most this share of the past slots its rows attend (rows whose past is shorter than the longest) */
@@ -139,6 +150,19 @@ interface Seq {
   keys: string[] | null;
   /** full blocks already in the store */
   stored: number;
+  /** prompt positions whose hidden states are kept (GenerateOptions.capture; null = none), and those computed so far */
+  capturePrompt: readonly number[] | null;
+  captured: Map<number, Float32Array>;
+  /** keep each fed-back generated token's hidden states */
+  captureGen: boolean;
+  /** the hidden-state rows kept of each captured position (null: all L+1; [] none: hook points only) */
+  captureLayers: readonly number[] | null;
+  /** hook points captured (graph outputs), and their rows so far: prompt positions by position, generated in order */
+  captureHooks: readonly string[];
+  hookPrompt: Map<number, Record<string, Float32Array>>;
+  hookGen: Record<string, Float32Array>[];
+  /** top log probabilities per chosen token (-1 = no log probabilities) */
+  topK: number;
   result: GenerateResult;
   stepLogits: Float32Array[];
   /** no more tokens wanted (stays in its batch only for the first generated token's hidden state) */
@@ -178,6 +202,11 @@ export class Scheduler {
   private readonly prefilling: Seq[] = [];
   private readonly groups = new Map<string, Group>();
   private looping = false;
+  /** bytes of one intervention set (steer, projection directions and values) */
+  private get setBytes(): number {
+    const L1 = this.s.numLayers + 1;
+    return (2 * L1 * this.s.dModel + L1) * 4;
+  }
 
   constructor(private readonly s: Stepper, o: SchedulerOptions = {}) {
     this.stepTokens = positive(o.stepTokens ?? 512, 'stepTokens');
@@ -217,8 +246,21 @@ export class Scheduler {
 
   /** `submit` with the interventions already resolved (generate() resolves a call's once for all its rows) */
   enqueue(ids: number[], opts: GenerateOptions, prefillIv: InterventionInputs, decodeIv: InterventionInputs, halt?: (h: Float32Array) => boolean, hooks?: StepHooks): Promise<GenerateResult> {
+    const capture = opts.capture;
+    const captureHooks = capture?.hooks ?? [];
+    const L = this.s.numLayers;
+    capture?.layers?.forEach((l) => { if (!Number.isInteger(l) || l < 0 || l > L) throw new SafekeepError(`capture: layer ${l} is not in 0..${L}`); });
+    // captured hook points are outputs of the sequence's graph: they join its selection (its edits kept)
+    if (captureHooks.length > 0) hooks = { selection: { capture: [...captureHooks], edit: hooks?.selection.edit ?? [] }, feeds: hooks?.feeds ?? {} };
     // hook edits change every position's KV: they salt the prefix cache like interventions; the points edited choose the graph
     const hookKey = hooks ? hooksDigest(hooks) : '';
+    const topK = opts.topLogprobs ?? -1;
+    if (opts.topLogprobs !== undefined && (!Number.isInteger(topK) || topK < 0 || topK > MAX_TOP_LOGPROBS)) throw new SafekeepError(`topLogprobs must be an integer 0..${MAX_TOP_LOGPROBS}, got ${opts.topLogprobs}`);
+    const positions = capture && capture.promptPositions.length > 0 ? [...capture.promptPositions] : null;
+    positions?.forEach((p, i) => {
+      if (!Number.isInteger(p) || p < 0 || p >= ids.length) throw new SafekeepError(`capture: prompt position ${p} is outside a prompt of ${ids.length} tokens`);
+      if (positions.indexOf(p) !== i) throw new SafekeepError(`capture: prompt position ${p} given twice`);
+    });
     return new Promise<GenerateResult>((resolve, reject) => {
       const seq: Seq = {
         ids, maxNew: opts.maxNewTokens, stop: new Set(opts.stopIds ?? this.s.eosIds),
@@ -237,7 +279,10 @@ export class Scheduler {
         projectKey: digest([decodeIv.dir, decodeIv.value]),
         prefillSalt: digest([prefillIv.steer, prefillIv.dir, prefillIv.value]) + hookKey,
         kv: null, filled: 0, chain: null, keys: null, stored: 0,
-        result: { generatedIds: [], finish: 'length' }, stepLogits: [], finished: false, resolve, reject,
+        capturePrompt: positions, captured: new Map(), captureGen: !!capture?.generated, captureLayers: capture?.layers ? [...capture.layers] : null, topK,
+        captureHooks, hookPrompt: new Map(), hookGen: [],
+        result: { generatedIds: [], finish: 'length', ...(capture?.generated ? { capturedGenerated: [] } : {}), ...(topK >= 0 ? { logprobs: [] } : {}) },
+        stepLogits: [], finished: false, resolve, reject,
       };
       this.waiting.push(seq);
       this.kick();
@@ -384,19 +429,20 @@ export class Scheduler {
 
   /**
    * The prefilling sequences whose whole rest joins q's in one packed step (prefill-pack.ts), or null for q alone.
-   * Candidates: no hook edits (their captures and per-step feeds stay one sequence per step), q's prefill
-   * interventions, and not waiting for a prefix a pack member is about to compute — a prompt whose first uncached
-   * block is one of a member's computes it once, in a later step, from the member's stored blocks instead of twice.
+   * Candidates: no hook edits (their captures and per-step feeds stay one sequence per step), no captured prompt
+   * positions, any prefill interventions (different ones fed per token row, within PACK_MAX_SET_BYTES), and not
+   * waiting for a prefix a pack member is about to compute — a prompt whose first uncached block is one of a
+   * member's computes it once, in a later step, from the member's stored blocks instead of twice.
    */
   private packWith(q: Seq, budget: number): { seqs: Seq[]; layout: PackLayout } | null {
-    if (this.packTokens === 0 || q.hooks || this.prefilling.length < 2 || q.ids.length - q.filled > this.packTokens) return null;
+    if (this.packTokens === 0 || q.hooks || q.capturePrompt || this.prefilling.length < 2 || q.ids.length - q.filled > this.packTokens) return null;
     const store = this.prefixStore;
     const claimed = new Set(this.keysOf(q));
     const seqs = [q];
     const limits = { maxWidth: this.packTokens, budget, maxWaste: PACK_MAX_WASTE, maxMaskedPast: PACK_MAX_MASKED_PAST };
     const chunkOf = (y: Seq) => ({ filled: y.filled, end: y.ids.length });
     for (const x of this.prefilling.slice(1)) {
-      if (x.hooks || x.prefillSalt !== q.prefillSalt) continue;
+      if (x.hooks || x.capturePrompt) continue;
       // a sequence not started is looked at by what its prefix lookup would give now, and started only when it joins
       // (one left out stays unstarted: its lookup, later, finds what this pack stores)
       let chunk = chunkOf(x);
@@ -409,7 +455,10 @@ export class Scheduler {
       }
       const chunks = [...seqs.map(chunkOf), chunk];
       const lay = packLayout(chunks);
-      const fits = this.s.memoryFits((B, W) => [{ batch: B, width: W, past: lay.past, hidden: B, logits: B, present: true }]);
+      // rows whose prefill interventions differ feed one set per token row (the step expands a row's set over its slots)
+      const perRow = [...seqs, x].some((y) => y.prefillSalt !== q.prefillSalt);
+      if (perRow && chunks.length * lay.width * this.setBytes > PACK_MAX_SET_BYTES) continue;
+      const fits = this.s.memoryFits((B, W) => [{ batch: B, width: W, past: lay.past, hidden: B, logits: B, present: true, sets: perRow ? B * W : 0 }]);
       if (choosePack(chunks, limits, fits ? (l) => fits(chunks.length, l.width) : undefined).length < chunks.length) continue;
       if (fresh) this.timed('prefixCache', () => this.startPrefill(x));
       seqs.push(x);
@@ -443,8 +492,17 @@ export class Scheduler {
       const hiddenRowsWanted = seqs.flatMap((q, b) => (q.wantPromptHidden ? [b] : []));
       const logitRows = seqs.flatMap((q, b) => (q.maxNew > 0 ? [b] : []));
       const q0 = seqs[0]!;
+      const perRow = seqs.some((q) => q.prefillSalt !== q0.prefillSalt);
+      const stack = (part: (q: Seq) => Float32Array) => {
+        const per = part(q0).length;
+        const m = new Float32Array(B * per);
+        seqs.forEach((q, b) => m.set(part(q), b * per));
+        return m;
+      };
+      const steer = perRow ? stack((q) => q.prefillIv.steer) : q0.prefillIv.steer;
+      const project = perRow ? { dir: stack((q) => q.prefillIv.dir), value: stack((q) => q.prefillIv.value) } : q0.prefillIv;
       out = await this.timedStep(() => this.s.step({
-        ids, batch: B, width: W, starts, past, steer: q0.prefillIv.steer, project: q0.prefillIv,
+        ids, batch: B, width: W, starts, past, steer, project,
         hiddenIndex: hiddenRowsWanted.map((b) => b * W + W - 1), logitsIndex: logitRows.map((b) => b * W + W - 1),
         ropeLength: seqs.map((q) => q.ids.length), reserve: 0,
       }));
@@ -494,16 +552,42 @@ export class Scheduler {
     const n = q.ids.length;
     const last = q.filled + T === n;
     const ids = BigInt64Array.from(q.ids.slice(q.filled, q.filled + T), (x) => BigInt(x));
-    const out = await this.timedStep(() => this.s.prefill({
+    // captured prompt positions in this chunk come first in the hidden output, the last prompt token's after them
+    const from = q.filled;
+    const cap = q.capturePrompt ? q.capturePrompt.filter((p) => p >= from && p < from + T) : [];
+    // the hidden rows only when some layer is kept (a capture of hook points alone reads none)
+    const capH = q.captureLayers?.length === 0 ? [] : cap;
+    const wantLast = last && q.wantPromptHidden;
+    // a step with captured hook points is one graph run (chunkedStep cannot split its outputs); its T is within the budget
+    const run = q.captureHooks.length > 0 ? (inp: StepInput) => this.s.step(inp) : (inp: StepInput) => this.s.prefill(inp);
+    const out = await this.timedStep(() => run({
       ids, batch: 1, width: T, starts: [0], past: q.kv, steer: q.prefillIv.steer, project: q.prefillIv, ...(q.hooks ? { hooks: q.hooks } : {}),
-      hiddenIndex: last && q.wantPromptHidden ? [T - 1] : [],
+      hiddenIndex: [...capH.map((p) => p - from), ...(wantLast ? [T - 1] : [])],
       logitsIndex: last && q.maxNew > 0 ? [T - 1] : [],
       ropeLength: [n], // dynamic-NTK RoPE: the whole prompt's length in every chunk, as one prefill step
       reserve: n - q.filled - T,
     }));
     q.kv = out.present;
     this.afterChunk(q, T);
-    if (last) this.prefillOut.set(q, out);
+    if (q.captureHooks.length > 0) for (const p of cap) q.hookPrompt.set(p, hookRow(out, q.captureHooks, p - from));
+    if (capH.length === 0) {
+      if (last) this.prefillOut.set(q, out);
+      return;
+    }
+    const L1 = this.s.numLayers + 1;
+    const N = capH.length + (wantLast ? 1 : 0);
+    capH.forEach((p, i) => q.captured.set(p, this.keptLayers(q, hiddenRows(out.hidden, L1, N, this.s.dModel, i, 1))));
+    if (last) this.prefillOut.set(q, { hidden: wantLast ? hiddenRows(out.hidden, L1, N, this.s.dModel, capH.length, 1) : new Float32Array(0), logits: out.logits });
+  }
+
+  /** the kept rows ([K, d]) of one position's hidden states [L+1, d] */
+  private keptLayers(q: Seq, h: Float32Array): Float32Array {
+    const ls = q.captureLayers;
+    if (ls === null) return h;
+    const d = this.s.dModel;
+    const out = new Float32Array(ls.length * d);
+    ls.forEach((l, k) => out.set(h.subarray(l * d, (l + 1) * d), k * d));
+    return out;
   }
 
   /** q's KV now holds T more prompt tokens: count them and store the full blocks they completed */
@@ -512,7 +596,7 @@ export class Scheduler {
     this.stats.prefillChunks++;
     this.stats.prefillTokens += T;
     const store = this.prefixStore;
-    if (store && q.chain) {
+    if (store && q.chain && q.chain.length > 0) {
       const full = Math.floor(q.filled / store.blockTokens);
       if (full > q.stored) {
         const kv = q.kv!;
@@ -528,7 +612,8 @@ export class Scheduler {
   /** the prefix cache lookup: the cached full blocks of the prompt become the start of its KV */
   private startPrefill(q: Seq): void {
     const store = this.prefixStore;
-    if (!store) { q.chain = []; return; }
+    // a captured prompt position must be computed, not read from cached KV (which holds no hidden states)
+    if (!store || q.capturePrompt) { q.chain = []; return; }
     const n = q.ids.length;
     q.chain = this.keysOf(q);
     if (q.chain.length === 0) return;
@@ -587,6 +672,7 @@ export class Scheduler {
     const tok = argmax(row);
     q.result.generatedIds.push(tok);
     if (q.wantStepLogits) q.stepLogits.push(row.slice());
+    if (q.topK >= 0) q.result.logprobs!.push(tokenLogprob(row, tok, q.topK));
     if (q.stop.has(tok) || (q.stopWhen && this.stopsHere(q))) { q.finished = true; q.result.finish = 'stop'; } else if (q.result.generatedIds.length >= q.maxNew) { q.finished = true; q.result.finish = 'length'; }
     this.stats.seconds.choose += (performance.now() - t) / 1000;
   }
@@ -609,7 +695,7 @@ export class Scheduler {
     const hiddenRowsWanted: number[] = [];
     const logitRows: number[] = [];
     g.seqs.forEach((q, b) => {
-      if (q.wantFirstHidden && !q.result.firstTokenHidden) hiddenRowsWanted.push(b);
+      if ((q.wantFirstHidden && !q.result.firstTokenHidden) || (q.captureGen && q.captureLayers?.length !== 0)) hiddenRowsWanted.push(b);
       if (!q.finished) logitRows.push(b);
     });
     const past = g.kv.view();
@@ -624,7 +710,13 @@ export class Scheduler {
     this.stats.peakBatch = Math.max(this.stats.peakBatch, B);
     const L1 = this.s.numLayers + 1;
     const V = this.s.vocabSize;
-    hiddenRowsWanted.forEach((b, i) => { g.seqs[b]!.result.firstTokenHidden = hiddenRows(out.hidden, L1, hiddenRowsWanted.length, this.s.dModel, i, 1); });
+    hiddenRowsWanted.forEach((b, i) => {
+      const q = g.seqs[b]!;
+      const h = hiddenRows(out.hidden, L1, hiddenRowsWanted.length, this.s.dModel, i, 1);
+      if (q.wantFirstHidden && !q.result.firstTokenHidden) q.result.firstTokenHidden = h;
+      if (q.captureGen && q.captureLayers?.length !== 0) q.result.capturedGenerated!.push(this.keptLayers(q, h));
+    });
+    g.seqs.forEach((q, b) => { if (q.captureGen && q.captureHooks.length > 0) q.hookGen.push(hookRow(out, q.captureHooks, b)); });
     logitRows.forEach((b, i) => this.choose(g.seqs[b]!, out.logits.subarray(i * V, (i + 1) * V)));
     this.dropRows(g, (q) => q.finished && !(q.wantFirstHidden && !q.result.firstTokenHidden), null);
   }
@@ -673,6 +765,30 @@ export class Scheduler {
 
   private complete(q: Seq, finish: GenerateResult['finish']): void {
     q.result.finish = finish;
+    if (q.capturePrompt && q.captureLayers?.length !== 0) {
+      // [K, n, d] in the order the positions were given (a cancelled or failed prefill leaves zeros)
+      const L1 = q.captureLayers?.length ?? this.s.numLayers + 1;
+      const d = this.s.dModel;
+      const n = q.capturePrompt.length;
+      const m = new Float32Array(L1 * n * d);
+      q.capturePrompt.forEach((p, i) => {
+        const h = q.captured.get(p);
+        for (let l = 0; h && l < L1; l++) m.set(h.subarray(l * d, (l + 1) * d), (l * n + i) * d);
+      });
+      q.result.capturedPrompt = m;
+      q.captured.clear();
+    }
+    if (q.captureHooks.length > 0) {
+      const rows = [...(q.capturePrompt ?? []).map((p) => q.hookPrompt.get(p)), ...q.hookGen];
+      q.result.capturedHooks = Object.fromEntries(q.captureHooks.map((name) => {
+        const w = rows.find((r) => r)?.[name]?.length ?? 0;
+        const m = new Float32Array(rows.length * w);
+        rows.forEach((r, i) => { if (r) m.set(r[name]!, i * w); });
+        return [name, m];
+      }));
+      q.hookPrompt.clear();
+      q.hookGen = [];
+    }
     if (q.wantStepLogits) {
       const V = this.s.vocabSize;
       const m = new Float32Array(q.stepLogits.length * V);
@@ -708,6 +824,41 @@ function rowHooks(seqs: readonly Seq[], first: StepHooks): StepHooks {
     }
   }
   return { selection: first.selection, feeds };
+}
+
+/** row `row` ([BT, width] flat row index) of each captured hook point's output of a step */
+function hookRow(out: StepOutput, names: readonly string[], row: number): Record<string, Float32Array> {
+  return Object.fromEntries(names.map((name) => {
+    const o = out.hooks?.[HOOK_IO.output(name)];
+    if (!o) throw new Error(`scheduler: the step returned no ${name}`);
+    const w = o.dims[o.dims.length - 1]!;
+    return [name, o.data.slice(row * w, (row + 1) * w)];
+  }));
+}
+
+/** OpenAI's bound on `top_logprobs` */
+export const MAX_TOP_LOGPROBS = 20;
+
+/**
+ * The chosen token's log probability (log-softmax of the row, in float64) and the k most likely tokens' (ties by
+ * lower id), one pass over the row keeping the k best in order.
+ */
+export function tokenLogprob(row: Float32Array, token: number, k: number): TokenLogprob {
+  let max = -Infinity;
+  for (let i = 0; i < row.length; i++) if (row[i]! > max) max = row[i]!;
+  let sum = 0;
+  for (let i = 0; i < row.length; i++) sum += Math.exp(row[i]! - max);
+  const lse = max + Math.log(sum);
+  const best: number[] = [];
+  for (let i = 0; i < row.length && k > 0; i++) {
+    const x = row[i]!;
+    if (best.length === k && !(x > row[best[k - 1]!]!)) continue;
+    let j = best.length;
+    while (j > 0 && row[best[j - 1]!]! < x) j--;
+    best.splice(j, 0, i);
+    if (best.length > k) best.pop();
+  }
+  return { token, logprob: row[token]! - lse, top: best.map((t) => ({ token: t, logprob: row[t]! - lse })) };
 }
 
 function positive(x: number, what: string): number {

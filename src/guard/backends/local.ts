@@ -17,13 +17,26 @@
  * no `inspect`) is answered from an in-memory response cache (`cached: true`), as the endpoint backend's disk cache does;
  * one made while its twin is still generating waits for that generation instead of running a second one.
  */
-import type { Engine, GenerateOptions } from '../../engine/types.ts';
+import type { Engine, GenerateOptions, GenerateResult } from '../../engine/types.ts';
+import { openAiLogprobs } from '../research.ts';
 import type { PromptTokenizer, RenderOptions } from '../../prompts/tokenizer.ts';
 import type { CallFormat } from '../../outcome/types.ts';
 import { stripEndTokens } from '../../outcome/parse-calls.ts';
 import { sha256Hex } from '../../util/hash.ts';
 import { cutAtStop, settledText } from './settled-text.ts';
-import type { ChatBackend, ChatCall, ChatMessage, ChatReply } from '../types.ts';
+import type { ChatBackend, ChatCall, ChatMessage, ChatReply, ResearchCall, ResearchReply } from '../types.ts';
+
+/** a research call's generation options (ChatCall.research): its own steering, interventions, hook edits, capture, log probabilities */
+function researchOptions(r: ResearchCall | undefined): Partial<GenerateOptions> {
+  if (!r) return {};
+  return {
+    ...(r.steer ? { steer: r.steer } : {}),
+    ...(r.interventions ? { interventions: r.interventions } : {}),
+    ...(r.hooks ? { hooks: r.hooks } : {}),
+    ...(r.capture ? { capture: r.capture } : {}),
+    ...(r.topLogprobs !== undefined ? { topLogprobs: r.topLogprobs } : {}),
+  };
+}
 
 type LocalEngine = Pick<Engine, 'generate'>;
 /**
@@ -107,9 +120,9 @@ export class LocalBackend implements ChatBackend {
     const ids = this.promptIds(call);
     const inspect = call.inspect;
     const limit = this.opts.responseCache ?? 1024;
-    // a steered call's reply depends on its steering too
+    // a steered call's reply depends on its steering too; a research call is never cached
     const steerKey = call.steer ? `${call.steer.layer}:${call.steer.alpha}:${sha256Hex(new Uint8Array(Float32Array.from(call.steer.vector).buffer))}:` : '';
-    const key = !inspect && limit > 0 ? sha256Hex(`${steerKey}${call.maxTokens}:${JSON.stringify(call.stop ?? [])}:${ids.join(',')}`) : null;
+    const key = !inspect && !call.research && limit > 0 ? sha256Hex(`${steerKey}${call.maxTokens}:${JSON.stringify(call.stop ?? [])}:${ids.join(',')}`) : null;
     const hit = key === null ? undefined : this.replies.get(key);
     if (hit) {
       this.replies.delete(key!);
@@ -171,6 +184,17 @@ export class LocalBackend implements ChatBackend {
     };
   }
 
+  /** what a research call returns besides the text: the captured hidden states, the log probabilities with token texts */
+  private researchReply(ids: number[], g: GenerateResult): ResearchReply {
+    return {
+      promptIds: ids, generatedIds: g.generatedIds,
+      ...(g.capturedPrompt ? { capturedPrompt: g.capturedPrompt } : {}),
+      ...(g.capturedGenerated ? { capturedGenerated: g.capturedGenerated } : {}),
+      ...(g.capturedHooks ? { capturedHooks: g.capturedHooks } : {}),
+      ...(g.logprobs ? { logprobs: openAiLogprobs(g.logprobs, (id) => this.tokenizer.decode([id], { skipSpecial: false })) } : {}),
+    };
+  }
+
   private async generate(call: ChatCall, ids: number[], key: string | null, t0: number): Promise<ChatReply> {
     const inspect = call.inspect;
     const limit = this.opts.responseCache ?? 1024;
@@ -183,7 +207,9 @@ export class LocalBackend implements ChatBackend {
       ...(inspect ? { haltAfterPrefill: (_row: number, h: Float32Array) => inspect(h) } : {}),
       ...(call.signal ? { signal: call.signal } : {}),
       ...(stream ? { stopWhen: stream.perToken } : {}),
+      // the probe's steering and a research call's own sets never meet: a research server runs no guard
       ...(call.steer ? { interventions: [{ kind: 'add' as const, layer: call.steer.layer, vector: call.steer.vector, alpha: call.steer.alpha }] } : {}),
+      ...researchOptions(call.research),
     };
     const [g] = await this.engine.generate([ids], opts);
     // a call halted after its prefill (ChatCall.inspect) generated nothing
@@ -200,6 +226,7 @@ export class LocalBackend implements ChatBackend {
       latencyMs: performance.now() - t0,
       cached: false,
       finish,
+      ...(call.research ? { research: this.researchReply(ids, g!) } : {}),
     };
     if (key !== null && reply.finish !== 'cancelled') {
       this.replies.set(key, reply);
