@@ -271,6 +271,17 @@ test('bounds: $ref/allOf fan-out and a bad JSON pointer are the client\'s 400 be
   assert.equal(up.requests.length, 0);
 });
 
+test('serve --model: a tool schema beyond the flattener\'s bounds is the client\'s 400 before any call', async (t) => {
+  const calls: string[] = [];
+  const backend: ChatBackend = { name: 'x', callFormat: 'qwen', async chat(c) { calls.push(c.purpose); return { content: 'NO', toolCalls: [], promptTokens: 1, completionTokens: 1, latencyMs: 0, cached: false, finish: 'stop' }; } };
+  const server = createLocalServer({ backend, method: 'safekeep', modelName: 'm', log: () => undefined });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }));
+  const badRef = { type: 'function', function: { name: 'g', description: 'd', parameters: { type: 'object', properties: { x: { $ref: '#/%' } } } } };
+  const r = await post((server.address() as AddressInfo).port, JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], tools: [badRef] }));
+  assert.deepEqual([r.status, /not a valid JSON pointer/.test(r.json().error!.message), calls], [400, true, []]);
+});
+
 test('the judge model is the server\'s choice: the client\'s model never picks it', async (t) => {
   const { up, port } = await proxy(t, { judgeModel: 'strong-judge' });
   const tools = [{ type: 'function', function: { name: 'f', description: 'd', parameters: { type: 'object', properties: {} } } }];

@@ -34,7 +34,9 @@ import type { Server } from 'node:http';
 import { parseToolCalls, stripEndTokens } from '../outcome/parse-calls.ts';
 import { contextLengthMessage } from '../serve/context-length.ts';
 import { HttpError, badRequest, capMessage, sendJson } from '../serve/errors.ts';
-import { parseChatRequest } from '../serve/chat-body.ts';
+import { MAX_TOOLS, parseChatRequest, stopStrings } from '../serve/chat-body.ts';
+import { SchemaBoundError } from '../prompts/flatten.ts';
+import { judgeCall } from './judge.ts';
 import { createHttpServer, type Exchange, type ServerLimits } from '../serve/server.ts';
 import { SseStream, sendSse, usageOf } from '../serve/sse.ts';
 import { redactSecrets } from '../serve/upstream.ts';
@@ -78,22 +80,8 @@ export interface LocalServerOptions extends GuardOptions {
 }
 
 
-/** OpenAI's bound on `stop` strings; each at most this many characters (its tail is decoded at every step) */
-export const MAX_STOP_STRINGS = 4;
-export const MAX_STOP_CHARS = 128;
-
-/** `stop`: a string or up to MAX_STOP_STRINGS of them, each 1..MAX_STOP_CHARS characters (absent or null: none). */
-export function stopStrings(b: Record<string, unknown>): string[] {
-  const v = b.stop;
-  if (v === undefined || v === null) return [];
-  const list = typeof v === 'string' ? [v] : v;
-  if (!Array.isArray(list)) throw badRequest('"stop" must be a string or an array of strings');
-  if (list.length > MAX_STOP_STRINGS) throw badRequest(`"stop": at most ${MAX_STOP_STRINGS} strings, got ${list.length}`);
-  list.forEach((x, i) => {
-    if (typeof x !== 'string' || x === '' || x.length > MAX_STOP_CHARS) throw badRequest(`"stop"[${i}] must be a string of 1 to ${MAX_STOP_CHARS} characters`);
-  });
-  return list as string[];
-}
+// the `stop` bounds and parser live with the one request parser (the proxy bounds `stop` too); re-exported here
+export { MAX_STOP_CHARS, MAX_STOP_STRINGS, stopStrings } from '../serve/chat-body.ts';
 
 /**
  * A failure while the model ran (a step, the judge, the probe): the request fails closed — a 500 and no answer, the
@@ -112,7 +100,7 @@ function generationFailed(e: unknown, x: Exchange): HttpError {
  * client's decoding — for seconds.
  */
 export const MAX_MESSAGES = 2048;
-export const MAX_TOOLS = 128;
+export { MAX_TOOLS };
 
 const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
 const show = (v: unknown) => JSON.stringify(v)?.slice(0, 40) ?? String(v);
@@ -125,14 +113,18 @@ const NO_OP: Readonly<Record<string, { ok: (v: unknown) => boolean; says: string
   presence_penalty: { ok: (v) => v === 0, says: 'applies no penalties' },
   response_format: { ok: (v) => isObject(v) && v.type === 'text', says: 'answers in text (response_format text)' },
   tool_choice: { ok: (v) => v === 'auto', says: 'lets the model choose its tool calls (tool_choice auto)' },
+  parallel_tool_calls: { ok: (v) => v === true, says: 'lets the model make several calls in one turn (parallel_tool_calls true)' },
+  // the template's switches are the server's (--chat-template-kwargs, --thinking): a client's would change the prompt
+  chat_template_kwargs: { ok: (v) => isObject(v) && Object.keys(v).length === 0, says: 'sets template switches at start (--chat-template-kwargs, --thinking), not per request' },
+  reasoning_effort: { ok: () => false, says: 'has no reasoning effort setting (thinking is --thinking on|off)' },
 };
 
 /**
  * The sampling fields of a request. This engine decodes greedily, one choice, without log probabilities:
  * `temperature` (0..2) and `top_p` (0..1) are range-checked and decoding stays greedy (their limit; a guard's
  * verdict must not vary from one call to the next); the fields of NO_OP are refused unless at their no-op value (an
- * answer the client did not ask for is worse than a clear 400). Other fields are ignored, as the one request parser
- * (serve/chat-body.ts) ignores them for the proxy.
+ * answer the client did not ask for is worse than a clear 400). Unknown fields never get here: the one request parser
+ * (serve/chat-body.ts) refuses them by name; `seed` and `user` change nothing in greedy decoding.
  */
 export function checkSampling(b: Record<string, unknown>): void {
   for (const [key, lo, hi] of [['temperature', 0, 2], ['top_p', 0, 1]] as const) {
@@ -194,8 +186,17 @@ export function createLocalServer(o: LocalServerOptions): Server {
     if (c.nonTextParts.length > 0) throw badRequest(`${c.nonTextParts[0]}: this server reads text only`);
     const { messages, tools } = c;
     if (messages.length > MAX_MESSAGES) throw badRequest(`"messages": at most ${MAX_MESSAGES} messages, got ${messages.length}`);
-    if (tools.length > MAX_TOOLS) throw badRequest(`"tools": at most ${MAX_TOOLS} tools (functions included), got ${tools.length}`);
     checkSampling(c.body);
+    // a tool schema the judge's view cannot be built for ($ref/allOf fan-out, a bad pointer) is the client's 400 now,
+    // not a 500 once the judge is called
+    if (tools.length > 0) {
+      try {
+        judgeCall(messages, tools, { toolView: 'prose' });
+      } catch (e) {
+        if (e instanceof SchemaBoundError) throw badRequest(e.message);
+        throw e;
+      }
+    }
     const stop = stopStrings(c.body);
     const limit = o.maxTokensLimit;
     if (limit !== undefined && c.maxTokens !== undefined && c.maxTokens > limit) {
