@@ -31,6 +31,7 @@ export const ENV_VARS: readonly EnvVarDef[] = [
   { name: 'SAFEKEEP_DATA', value: 'DIR', help: 'looked in first for data sets, and where `safekeep data pull` writes (default data/)' },
   { name: 'SAFEKEEP_SHARED', value: 'DIR', help: 'the read-only shared folder (data sets, test fixtures; default ../shared)' },
   { name: 'SAFEKEEP_CHROMIUM', value: 'PATH', help: 'tests: the Chromium that renders the HTML report' },
+  { name: 'SAFEKEEP_PYTHON', value: 'PATH', help: 'tests: the Python that runs the research-API example (needs its openai package; default python3)' },
   { name: 'SAFEKEEP_DEBUG', value: '1', help: 'print the stack of an internal error' },
   { name: 'HF_ENDPOINT', value: 'URL', help: 'Hugging Face hub mirror for `pull`, `data pull` and hub ids (default https://huggingface.co)' },
   { name: 'HF_TOKEN', value: 'TOKEN', help: 'hub token for gated or private repos (sent to the hub only, never to its file CDN)' },
