@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { OpenAIBackend, BackendError, refusalFallbackInstruction, completionsUrl } from '../src/guard/backends/openai.ts';
 import { canonicalJson } from '../src/data/jsonfile.ts';
 import { requestHash } from '../src/guard/backends/cache.ts';
-import { Limiter, backoffMs } from '../src/guard/backends/limit.ts';
+import { Limiter, backoffMs } from '../src/util/limit.ts';
 import { REFUSAL_PREFIX } from '../src/guard/prompts.ts';
 import { completion, startMockUpstream } from './helpers/guard-mock.ts';
 import { apiKeyFromEnv } from '../src/cli/env.ts';

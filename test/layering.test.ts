@@ -75,6 +75,16 @@ test('folders by role: src/guard imports nothing from src/experiments, src/repor
   assert.ok(graph.get('guard/probe.ts')?.includes('data/probe-file.ts'));
 });
 
+test('no two top-level folders of src/ import each other (imports point one way, down the pipeline)', () => {
+  const top = (f: string) => (f.includes('/') ? f.slice(0, f.indexOf('/')) : '.');
+  const edges = new Set<string>();
+  for (const [f, deps] of graph) for (const d of deps) if (top(f) !== top(d)) edges.add(`${top(f)} -> ${top(d)}`);
+  const ties = [...edges].filter((e) => { const [a, b] = e.split(' -> '); return a! < b! && edges.has(`${b} -> ${a}`); }).map((e) => e.replace('->', '<->'));
+  assert.deepEqual(ties, [], `folders import each other: ${ties.join('; ')}`);
+  // the scan sees cross-folder edges (the harness's chat records read the chat types below it)
+  assert.ok(edges.has('eval -> chat') && edges.has('cli -> eval'));
+});
+
 test('configuration is read at the CLI edge: no process.env under src/ outside src/cli/', () => {
   const readers = files(src).map((f) => relative(src, f)).filter((f) => !f.startsWith('cli/')
     && /process\.env\b/.test(readFileSync(join(src, f), 'utf8').replace(/\/\*[\s\S]*?\*\/|\/\/.*$/gm, '')));

@@ -11,7 +11,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { writeFileAtomic } from '../util/atomic.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { parseJsonBounded } from '../util/json-bounded.ts';
-import type { ChatReply } from '../guard/types.ts';
+import type { ChatReply } from '../chat/types.ts';
 
 /** One model call of a sample, as the system under test made it: what it was asked, then the reply as it came. */
 export interface CallLog extends ChatReply {

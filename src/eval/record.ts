@@ -3,7 +3,7 @@
  * the reply), so the runner can log a sample's calls without the system under test knowing. The underlying backend
  * is shared — its response cache, concurrency limit and batching stay one — and the view answers exactly as it does.
  */
-import type { ChatBackend, ChatCall, ChatReply } from '../guard/types.ts';
+import type { ChatBackend, ChatCall, ChatReply } from '../chat/types.ts';
 import type { CallLog } from './log.ts';
 
 export class RecordingBackend implements ChatBackend {

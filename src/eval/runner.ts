@@ -11,11 +11,11 @@
  *   same key skips the items already there (an interrupted local run loses at most the items in flight);
  * - progress: items, rate and ETA on stderr through `onProgress`.
  * Response caching stays in the backends (endpoint answers on disk, keyed by request); sharding and merge are the
- * registry's (src/eval/registry.ts), which runs a shard's items through this same runner.
+ * registry's (src/cli/stage-registry.ts), which runs a shard's items through this same runner.
  */
 import { appendFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { Limiter } from '../guard/backends/limit.ts';
+import { Limiter } from '../util/limit.ts';
 import type { CallLog, SampleLog } from './log.ts';
 import { SampleRecorder } from './record.ts';
 

@@ -16,7 +16,7 @@ import type { ExtractContext } from './extract.ts';
 import { generationBatches, generationTask } from '../eval/generation.ts';
 import { writeEvalLog } from '../eval/log.ts';
 import { runTask } from '../eval/runner.ts';
-import { Limiter } from '../guard/backends/limit.ts';
+import { Limiter } from '../util/limit.ts';
 import { callFormatOf, type CallFormat } from '../outcome/types.ts';
 
 const BEHAVIOURAL_CONFIGS = [

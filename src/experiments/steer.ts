@@ -41,7 +41,7 @@ import { ItemProgress } from '../util/progress.ts';
 import { generationTask, type GeneratedRow, type GenerationBatch } from '../eval/generation.ts';
 import { writeEvalLog, type SampleLog } from '../eval/log.ts';
 import { runTask, type Task } from '../eval/runner.ts';
-import { Limiter } from '../guard/backends/limit.ts';
+import { Limiter } from '../util/limit.ts';
 import { callFormatOf, type CallFormat, type OutcomeLabel } from '../outcome/types.ts';
 import {
   extractCondition, openContext, promptCacheName, renderRows, shardIdentity, type ContextOptions, type ExtractContext, type ShardSummary,

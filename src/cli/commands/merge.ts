@@ -12,7 +12,7 @@ import { SafekeepError } from '../../util/errors.ts';
 import { completeShardSet, shardCommands } from '../../util/shard-run.ts';
 import { writeJsonAtomic } from '../../util/atomic.ts';
 import { mergedFile } from '../../cluster/status.ts';
-import { SHARD_STAGES } from '../../eval/registry.ts';
+import { SHARD_STAGES } from '../stage-registry.ts';
 
 export const summary = 'join the part files of sharded runs (--shard i/n) into one result, then analyses and report';
 

@@ -11,7 +11,7 @@
  * are already in RESULTS_DIR/cache), then the steer array + merge; `--only` applies to the first array submitted.
  * guard-eval: `guard eval --model M --results RESULTS` per task (flags such as --bench after `--`; tables in
  * RESULTS/<name>/guard); s3-eval: `s3 eval --model M --results RESULTS` per task, the same way. The stages and their
- * job arrays are the registry's (src/eval/registry.ts).
+ * job arrays are the registry's (src/cli/stage-registry.ts).
  * `safekeep slurm status RESULTS_DIR`: shard progress from the results folder (no accounting database).
  * Assumes a shared filesystem: this repository, node, the model and the results folder at the same paths on
  * every node (the model is read in place by every task, never copied).
@@ -25,7 +25,7 @@ import { looksLikeRepoId, resolveModel } from '../../hub/resolve.ts';
 import { hubEnv } from '../env.ts';
 import { modelDirFor } from '../../hub/pull.ts';
 import { stageScripts, submit, type Submission } from '../../cluster/slurm.ts';
-import { SHARD_STAGES } from '../../eval/registry.ts';
+import { SHARD_STAGES } from '../stage-registry.ts';
 import type { SlurmResources } from '../../cluster/sbatch.ts';
 import { statusLines } from '../../cluster/status.ts';
 import { isSlurmMemory, modelWeightBytes, taskMemoryRequest } from '../../cluster/memory-request.ts';

@@ -16,7 +16,7 @@ import { SafekeepError } from '../../util/errors.ts';
 import type { CallFormat } from '../../outcome/types.ts';
 import type { ChatBackend, ChatCall, ChatMessage, ChatReply, WireToolCall } from '../types.ts';
 import { ResponseCache, requestHash } from './cache.ts';
-import { Limiter, backoffMs } from './limit.ts';
+import { Limiter, backoffMs } from '../../util/limit.ts';
 import { abortedByDeadline, failureDetail, MAX_UPSTREAM_ANSWER, readUpstreamJson, readUpstreamText, redactSecrets, redactUrl, upstreamFetch, UpstreamError } from '../../serve/upstream.ts';
 
 const bearer = (h: string | undefined) => h?.replace(/^bearer\s+/i, '');

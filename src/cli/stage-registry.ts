@@ -22,8 +22,8 @@ import { guardExpectedKeys, guardSamplesFile, writeGuardRun, type GuardMergeOpti
 import { writeS3ReportOf } from '../report/s3-section.ts';
 import { SafekeepError } from '../util/errors.ts';
 import type { ShardEntry } from '../util/shard-run.ts';
-import type { SampleLog } from './log.ts';
-import { mergeShardSamples } from './shard.ts';
+import type { SampleLog } from '../eval/log.ts';
+import { mergeShardSamples } from '../eval/shard.ts';
 
 /** What `safekeep slurm <command>` was asked for. */
 export interface SlurmRequest {
