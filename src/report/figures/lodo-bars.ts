@@ -3,10 +3,9 @@
  * each source (in-distribution first), with 95 % bootstrap intervals — how much of the in-distribution number
  * survives on a data set the probe never saw.
  */
-import type { TopLevelSpec } from 'vega-lite';
 import type { AnalysisResults } from '../../analysis/results.ts';
-import { CONFIG, COLORS } from '../theme.ts';
-import type { Figure } from './spec.ts';
+import { COLORS } from '../theme.ts';
+import { groupedBarsSpec, type Figure } from './spec.ts';
 
 export function lodoBarsFigure(res: AnalysisResults): Figure | null {
   const lodo = res.probe?.lodo;
@@ -18,30 +17,21 @@ export function lodoBarsFigure(res: AnalysisResults): Figure | null {
   const x = { field: 'test', type: 'nominal', title: 'held-out test set', axis: { labelAngle: 0 } } as const;
   const xOffset = { field: 'source', type: 'nominal', sort: sources } as const;
   const title = 'Refusal probes on data sets they never saw';
-  const spec = {
-    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-    title: { text: `${title} — ${res.model}`, subtitle: 'mean-difference probe; error bars: 95% bootstrap interval over test groups' },
-    width: { step: 36 },
+  const spec = groupedBarsSpec({
+    title: `${title} — ${res.model}`,
+    subtitle: 'mean-difference probe; error bars: 95% bootstrap interval over test groups',
+    step: 36,
     height: 260,
-    config: CONFIG,
-    data: { values },
-    layer: [
-      {
-        mark: { type: 'bar' },
-        encoding: {
-          x,
-          xOffset,
-          y: { field: 'auroc', type: 'quantitative', title: 'AUROC (harmful = positive)', scale: { domain: [0, 1] } },
-          color: { field: 'source', type: 'nominal', title: 'probe trained on', scale: { domain: sources, range: COLORS.palette.slice(0, sources.length) } },
-          tooltip: [
-            { field: 'test', title: 'held-out' }, { field: 'source', title: 'trained on' },
-            { field: 'auroc', title: 'AUROC', format: '.3f' }, { field: 'lo', title: '95% CI low', format: '.3f' }, { field: 'hi', title: '95% CI high', format: '.3f' }, { field: 'n', title: 'n test' },
-          ],
-        },
-      },
-      { mark: { type: 'rule', color: '#222', strokeWidth: 1.5 }, encoding: { x, xOffset, y: { field: 'lo', type: 'quantitative' }, y2: { field: 'hi' } } },
+    values,
+    x,
+    xOffset,
+    y: { field: 'auroc', type: 'quantitative', title: 'AUROC (harmful = positive)', scale: { domain: [0, 1] } },
+    color: { field: 'source', type: 'nominal', title: 'probe trained on', scale: { domain: sources, range: COLORS.palette.slice(0, sources.length) } },
+    tooltip: [
+      { field: 'test', title: 'held-out' }, { field: 'source', title: 'trained on' },
+      { field: 'auroc', title: 'AUROC', format: '.3f' }, { field: 'lo', title: '95% CI low', format: '.3f' }, { field: 'hi', title: '95% CI high', format: '.3f' }, { field: 'n', title: 'n test' },
     ],
-  } as TopLevelSpec;
+  });
   return {
     name: 'probe-lodo-bars',
     title,

@@ -2,10 +2,9 @@
  * The S³ evaluation as grouped bars: per configuration, ASR (lower is better) and benign completion (higher is
  * better) in %, with 95 % Wilson intervals as error bars.
  */
-import type { TopLevelSpec } from 'vega-lite';
 import type { S3ConfigRow } from '../../analysis/results.ts';
-import { CONFIG, COLORS } from '../theme.ts';
-import type { Figure } from './spec.ts';
+import { COLORS } from '../theme.ts';
+import { groupedBarsSpec, type Figure } from './spec.ts';
 
 const ASR = 'Attack success (hazardous component carried out)';
 const BENIGN = 'Benign completion';
@@ -18,30 +17,21 @@ export function s3BarsFigure(bench: string, model: string, summaries: readonly P
   ]);
   const x = { field: 'configuration', type: 'nominal', sort: summaries.map((s) => s.config), title: 'Configuration', axis: { labelAngle: -20, labelLimit: 200 } } as const;
   const xOffset = { field: 'metric', type: 'nominal', sort: [ASR, BENIGN] } as const;
-  const spec = {
-    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-    title: { text: `S³ multi-stage defense — ${bench} — ${model}`, subtitle: 'Per task, in %; error bars: 95% Wilson intervals' },
-    width: { step: 56 },
+  const spec = groupedBarsSpec({
+    title: `S³ multi-stage defense — ${bench} — ${model}`,
+    subtitle: 'Per task, in %; error bars: 95% Wilson intervals',
+    step: 56,
     height: 260,
-    config: CONFIG,
-    data: { values },
-    layer: [
-      {
-        mark: { type: 'bar' },
-        encoding: {
-          x,
-          xOffset,
-          y: { field: 'value', type: 'quantitative', title: '% of tasks', scale: { domain: [0, 100] } },
-          color: { field: 'metric', type: 'nominal', title: null, scale: { domain: [ASR, BENIGN], range: [COLORS.harmful, COLORS.benign] } },
-          tooltip: [
-            { field: 'configuration' }, { field: 'metric' }, { field: 'value', title: '%', format: '.1f' },
-            { field: 'lo', title: '95% CI low', format: '.1f' }, { field: 'hi', title: '95% CI high', format: '.1f' }, { field: 'k' }, { field: 'n' },
-          ],
-        },
-      },
-      { mark: { type: 'rule', color: '#222', strokeWidth: 1.5 }, encoding: { x, xOffset, y: { field: 'lo', type: 'quantitative' }, y2: { field: 'hi' } } },
+    values,
+    x,
+    xOffset,
+    y: { field: 'value', type: 'quantitative', title: '% of tasks', scale: { domain: [0, 100] } },
+    color: { field: 'metric', type: 'nominal', title: null, scale: { domain: [ASR, BENIGN], range: [COLORS.harmful, COLORS.benign] } },
+    tooltip: [
+      { field: 'configuration' }, { field: 'metric' }, { field: 'value', title: '%', format: '.1f' },
+      { field: 'lo', title: '95% CI low', format: '.1f' }, { field: 'hi', title: '95% CI high', format: '.1f' }, { field: 'k' }, { field: 'n' },
     ],
-  } as TopLevelSpec;
+  });
   return {
     name: `s3-${bench}`,
     title: `S³ — ${bench}`,

@@ -1,5 +1,6 @@
 /** What every figure builder returns: a named vega-lite spec with the shared theme applied. */
 import type { TopLevelSpec } from 'vega-lite';
+import { CONFIG } from '../theme.ts';
 
 export interface Figure {
   /** file stem, e.g. 'figure3-schema-cosine' */
@@ -28,4 +29,36 @@ export const L_STAR_RULE_MARK = { type: 'rule', strokeDash: [4, 4], color: '#333
 
 export function lStarRule(layer: number): { data: { values: { layer: number }[] }; mark: typeof L_STAR_RULE_MARK; encoding: { x: { field: 'layer'; type: 'quantitative' } } } {
   return { data: { values: [{ layer }] }, mark: L_STAR_RULE_MARK, encoding: { x: { field: 'layer', type: 'quantitative' } } };
+}
+
+/** A grouped bar chart with 95 % interval error bars (rows carry `lo` and `hi`): the figures' one bar-chart shape. */
+export interface GroupedBars {
+  title: string;
+  subtitle: string;
+  /** width of one bar group */
+  step: number;
+  height: number;
+  values: readonly Record<string, unknown>[];
+  /** the group axis and the offset within a group (vega-lite encodings) */
+  x: Record<string, unknown>;
+  xOffset: Record<string, unknown>;
+  y: Record<string, unknown>;
+  color: Record<string, unknown>;
+  tooltip: readonly Record<string, unknown>[];
+}
+
+export function groupedBarsSpec(o: GroupedBars): TopLevelSpec {
+  const { x, xOffset } = o;
+  return {
+    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
+    title: { text: o.title, subtitle: o.subtitle },
+    width: { step: o.step },
+    height: o.height,
+    config: CONFIG,
+    data: { values: o.values },
+    layer: [
+      { mark: { type: 'bar' }, encoding: { x, xOffset, y: o.y, color: o.color, tooltip: o.tooltip } },
+      { mark: { type: 'rule', color: '#222', strokeWidth: 1.5 }, encoding: { x, xOffset, y: { field: 'lo', type: 'quantitative' }, y2: { field: 'hi' } } },
+    ],
+  } as TopLevelSpec;
 }

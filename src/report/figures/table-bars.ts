@@ -1,8 +1,7 @@
 /** Table 1 / Table 2 at ℓ* as grouped bars (chatbot direction vs own direction) with 95 % CI error bars. */
-import type { TopLevelSpec } from 'vega-lite';
 import type { AnalysisResults, TableRow } from '../../analysis/results.ts';
-import { CONFIG, COLORS } from '../theme.ts';
-import type { Figure } from './spec.ts';
+import { COLORS } from '../theme.ts';
+import { groupedBarsSpec, type Figure } from './spec.ts';
 
 const CROSS = 'Chatbot refusal direction (cross-format)';
 const OWN = 'Own direction (within-format)';
@@ -17,37 +16,25 @@ export function tableBarsFigure(res: AnalysisResults, which: 'table1' | 'table2'
   const x = { field: 'configuration', type: 'nominal', sort: rows.map((r) => r.label), title: null, axis: { labelAngle: -20, labelLimit: 200 } } as const;
   const xOffset = { field: 'direction', type: 'nominal', sort: [CROSS, OWN] } as const;
   const title = which === 'table1' ? 'Table 1 — where refusal separability is lost' : 'Table 2 — schema vs flattened vs pseudoword tools';
-  const spec = {
-    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-    title: { text: `${title} — ${res.model}`, subtitle: `AUROC at ℓ* = ${res.lStar.layer}; error bars: 95% paired bootstrap interval` },
-    width: { step: 48 },
+  const spec = groupedBarsSpec({
+    title: `${title} — ${res.model}`,
+    subtitle: `AUROC at ℓ* = ${res.lStar.layer}; error bars: 95% paired bootstrap interval`,
+    step: 48,
     height: 280,
-    config: CONFIG,
-    data: { values },
-    layer: [
-      {
-        mark: { type: 'bar' },
-        encoding: {
-          x,
-          xOffset,
-          y: { field: 'auroc', type: 'quantitative', title: 'AUROC at ℓ* (harmful = positive)', scale: { domain: [0, 1] } },
-          color: { field: 'direction', type: 'nominal', title: 'Direction that scores the configuration', scale: { domain: [CROSS, OWN], range: [COLORS.palette[0], COLORS.palette[1]] } },
-          tooltip: [
-            { field: 'configuration', title: 'configuration' },
-            { field: 'direction', title: 'direction' },
-            { field: 'auroc', title: 'AUROC', format: '.3f' },
-            { field: 'lo', title: '95% CI low', format: '.3f' },
-            { field: 'hi', title: '95% CI high', format: '.3f' },
-            { field: 'n', title: 'n' },
-          ],
-        },
-      },
-      {
-        mark: { type: 'rule', color: '#222', strokeWidth: 1.5 },
-        encoding: { x, xOffset, y: { field: 'lo', type: 'quantitative' }, y2: { field: 'hi' } },
-      },
+    values,
+    x,
+    xOffset,
+    y: { field: 'auroc', type: 'quantitative', title: 'AUROC at ℓ* (harmful = positive)', scale: { domain: [0, 1] } },
+    color: { field: 'direction', type: 'nominal', title: 'Direction that scores the configuration', scale: { domain: [CROSS, OWN], range: [COLORS.palette[0], COLORS.palette[1]] } },
+    tooltip: [
+      { field: 'configuration', title: 'configuration' },
+      { field: 'direction', title: 'direction' },
+      { field: 'auroc', title: 'AUROC', format: '.3f' },
+      { field: 'lo', title: '95% CI low', format: '.3f' },
+      { field: 'hi', title: '95% CI high', format: '.3f' },
+      { field: 'n', title: 'n' },
     ],
-  } as TopLevelSpec;
+  });
   return {
     name: `${which}-bars`,
     title,
