@@ -42,8 +42,8 @@ function script(body: Record<string, unknown> | null) {
   return { json: completion("I'm sorry, but I can't help with that.") };
 }
 
-async function proxy(t: import('node:test').TestContext, extra: Partial<ProxyOptions> = {}): Promise<{ up: MockUpstream; port: number }> {
-  const up = await startMockUpstream(script);
+async function proxy(t: import('node:test').TestContext, extra: Partial<ProxyOptions> = {}, s: Parameters<typeof startMockUpstream>[0] = script): Promise<{ up: MockUpstream; port: number }> {
+  const up = await startMockUpstream(s);
   const server: Server = createGuardProxy({ upstream: up.url, judgeModel: 'judge-m', timeoutMs: 5000, retries: 0, log: () => undefined, ...extra });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.after(async () => {
@@ -107,15 +107,7 @@ function s3MarkerScript(body: Record<string, unknown> | null) {
 }
 
 test('property (S³ proxy, the shipped skills): a marker anywhere in the request is seen by a guard check before any upstream call carries it', async (t) => {
-  const up = await startMockUpstream(s3MarkerScript);
-  const server: Server = createGuardProxy({ upstream: up.url, judgeModel: 'judge-m', timeoutMs: 5000, retries: 0, skills: loadSkills([join(repoRoot, 'skills')]), log: () => undefined });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.after(async () => {
-    server.closeAllConnections();
-    await new Promise<void>((r) => server.close(() => r()));
-    await up.close();
-  });
-  const port = (server.address() as AddressInfo).port;
+  const { up, port } = await proxy(t, { skills: loadSkills([join(repoRoot, 'skills')]) }, s3MarkerScript);
   let seen = 0;
   await fc.assert(
     fc.asyncProperty(markedRequest, async ({ body, slot }) => {

@@ -51,13 +51,8 @@ export async function judge(
   backend: ChatBackend,
   options: JudgeOptions = {},
 ): Promise<JudgeResult> {
-  return judgeWith(judgeCall(request, tools, options), backend, options);
-}
-
-/** `judge` with its call already built (a server builds it first, to refuse a request it cannot show the judge). */
-export async function judgeWith(call: ChatCall, backend: ChatBackend, options: Pick<JudgeOptions, 'onUnparseable'> = {}): Promise<JudgeResult> {
   const t0 = performance.now();
-  const reply = await backend.chat(call);
+  const reply = await backend.chat(judgeCall(request, tools, options));
   // a judge cut off by its caller judged nothing: no verdict (not an unparseable one, which would go on to a refusal)
   if (reply.finish === 'cancelled') throw new SafekeepError('the judge call was cancelled');
   const latencyMs = reply.cached ? reply.latencyMs : performance.now() - t0;

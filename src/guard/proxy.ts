@@ -45,7 +45,7 @@ import { failureDetail, hasCredentials, MAX_UPSTREAM_ANSWER, readUpstreamJson, r
 import { canonicalBytes, parseChatRequest, type ChatRequest } from '../serve/chat-body.ts';
 import { SchemaBoundError } from '../prompts/flatten.ts';
 import { BackendError, OpenAIBackend, type PrefillMode } from './backends/openai.ts';
-import { judgeCall, judgeWith } from './judge.ts';
+import { judge } from './judge.ts';
 import { REFUSAL_PREFIX } from './prompts.ts';
 import type { ChatMessage, Flattener, JudgeResult, UnparseablePolicy, WireToolCall } from './types.ts';
 import type { CheckRegistry } from './s3/check.ts';
@@ -143,16 +143,6 @@ async function failedAnswer(up: Response, url: string, secrets: readonly (string
 function isWireCall(c: unknown): c is WireToolCall {
   const f = (c as { function?: { name?: unknown; arguments?: unknown } } | null)?.function;
   return !!f && typeof f.name === 'string' && (typeof f.arguments === 'string' || (typeof f.arguments === 'object' && f.arguments !== null));
-}
-
-/** The judge's call for a request, built before anything is sent: a schema beyond the flattener's bounds is the client's 400. */
-function judgeView<T>(build: () => T): T {
-  try {
-    return build();
-  } catch (e) {
-    if (e instanceof SchemaBoundError) throw badRequest(e.message);
-    throw e;
-  }
 }
 
 export function createGuardProxy(opts: ProxyOptions): Server {
@@ -264,6 +254,7 @@ export function createGuardProxy(opts: ProxyOptions): Server {
   }
 
   const guardFailed = (e: unknown, what: string): never => {
+    // a tool schema the judge cannot be shown (beyond the flattener's bounds) is the client's error, found before any call
     if (e instanceof SchemaBoundError) throw badRequest(e.message);
     if (e instanceof BackendError) throw new HttpError(e.status === -1 ? 504 : 502, 'judge_error', `${what} failed, request not executed: ${e.message}`);
     throw e;
@@ -295,7 +286,7 @@ export function createGuardProxy(opts: ProxyOptions): Server {
     };
     let verdict: JudgeResult;
     try {
-      verdict = await judgeWith(judgeView(() => judgeCall(c.messages, c.tools, judgeOptions)), judgeBackend, judgeOptions);
+      verdict = await judge(c.messages, c.tools, judgeBackend, judgeOptions);
     } catch (e) {
       return guardFailed(e, 'guard judge');
     }
