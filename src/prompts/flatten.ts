@@ -39,8 +39,7 @@ export interface Reading {
   tool: string;
 }
 
-function use(r: Reading | null, o: object, ...keys: string[]): void {
-  if (!r) return;
+function use(r: Reading, o: object, ...keys: string[]): void {
   let set = r.used.get(o);
   if (!set) r.used.set(o, (set = new Set()));
   for (const k of keys) set.add(k);
@@ -69,13 +68,13 @@ function valueProse(v: unknown): string {
 }
 
 /** Resolve a local `$ref` ('#/$defs/X', '#/definitions/X', any JSON pointer into the root). */
-function resolveRef(root: Schema, ref: string, r: Reading | null): Schema | null {
+function resolveRef(root: Schema, ref: string, r: Reading): Schema | null {
   if (!ref.startsWith('#')) return null;
   let parts: string[];
   try {
     parts = ref.slice(1).split('/').filter((p) => p.length > 0).map((p) => decodeURIComponent(p).replace(/~1/g, '/').replace(/~0/g, '~'));
   } catch {
-    throw new SchemaBoundError(`tool ${r?.tool ?? ''}: "$ref" ${JSON.stringify(ref.slice(0, 60))} is not a valid JSON pointer`);
+    throw new SchemaBoundError(`tool ${r.tool}: "$ref" ${JSON.stringify(ref.slice(0, 60))} is not a valid JSON pointer`);
   }
   let cur: unknown = root;
   const path: Schema[] = [];
@@ -127,8 +126,8 @@ function structural(k: string, v: unknown, s: Schema): boolean {
 
 const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
 
-function mergeInto(acc: Merged, s: Schema, root: Schema, seen: ReadonlySet<string>, r: Reading | null): void {
-  if (r && ++r.visits > MAX_SCHEMA_VISITS) throw new SchemaBoundError(`tool ${r.tool}: its parameters schema expands to more than ${MAX_SCHEMA_VISITS} nodes ($ref/allOf sharing); flatten it`);
+function mergeInto(acc: Merged, s: Schema, root: Schema, seen: ReadonlySet<string>, r: Reading): void {
+  if (++r.visits > MAX_SCHEMA_VISITS) throw new SchemaBoundError(`tool ${r.tool}: its parameters schema expands to more than ${MAX_SCHEMA_VISITS} nodes ($ref/allOf sharing); flatten it`);
   if (typeof s.$ref === 'string') {
     if (!seen.has(s.$ref)) {
       const target = resolveRef(root, s.$ref, r);
@@ -179,7 +178,7 @@ function mergeInto(acc: Merged, s: Schema, root: Schema, seen: ReadonlySet<strin
   }
 }
 
-function merge(schemas: readonly Schema[], root: Schema, seen: ReadonlySet<string>, r: Reading | null): Merged {
+function merge(schemas: readonly Schema[], root: Schema, seen: ReadonlySet<string>, r: Reading): Merged {
   const acc = emptyMerged();
   for (const s of schemas) mergeInto(acc, s, root, seen, r);
   // array of objects: the item fields become the argument's dotted children
@@ -201,8 +200,7 @@ function merge(schemas: readonly Schema[], root: Schema, seen: ReadonlySet<strin
 }
 
 /** Mark as read what an argument's line shows: the description (every source with that text), values, default. */
-function markShown(m: Merged, r: Reading | null): void {
-  if (!r) return;
+function markShown(m: Merged, r: Reading): void {
   for (const [s, key, t] of m.from.desc) if (t === m.description) use(r, s, key);
   for (const [s, key, vs] of m.from.values) if (vs.every((v) => m.enumValues.some((x) => same(x, v)))) use(r, s, key);
   for (const [s, v] of m.from.dflt) if (m.defaultValue && same(v, m.defaultValue.v)) use(r, s, 'default');
@@ -223,7 +221,7 @@ function refsOf(schemas: readonly Schema[]): Set<string> {
   return out;
 }
 
-function argumentLines(path: string, schemas: readonly Schema[], root: Schema, seen: ReadonlySet<string>, out: string[], r: Reading | null): void {
+function argumentLines(path: string, schemas: readonly Schema[], root: Schema, seen: ReadonlySet<string>, out: string[], r: Reading): void {
   const m = merge(schemas, root, seen, r);
   let line = `- ${path}`;
   const bits: string[] = [];
