@@ -7,7 +7,7 @@
  * drops tools) on a random SmolLM2-135M-shaped checkpoint carrying the Llama-3.1 tokenizer (vocab 128,256), f32,
  * agent budget --new-tokens (64), judge budget 8, greedy, the model's own stop ids. Modes, fresh processes,
  * interleaved round by round:
- * - `new, guard eval --concurrency N`: the real runner (src/eval/runner.ts `runTask(guardTask(…))`, as
+ * - `new, guard eval --concurrency N`: the real runner (src/harness/runner.ts `runTask(guardTask(…))`, as
  *   `guard eval` calls it) with N items in flight on a LocalBackend over the engine: scheduler, prefix cache and
  *   response cache as shipped. It records every chat call's prompt ids, budget and greedy ids.
  * - `base (REV), one call at a time`: the code before continuous batching (default fccaa3b^) running the same calls
@@ -42,10 +42,10 @@ interface CallRecord { ids: number[]; maxTokens: number; generated: number[] | n
 export async function table4NewChild(): Promise<Record<string, unknown>> {
   const { createEngine } = await import('../src/engine/engine.ts');
   const { loadPromptTokenizer } = await import('../src/prompts/tokenizer.ts');
-  const { LocalBackend } = await import('../src/guard/backends/local.ts');
-  const { agentHarmCases } = await import('../src/guard/bench/cases.ts');
-  const { evalItems, guardTask } = await import('../src/guard/eval.ts');
-  const { runTask } = await import('../src/eval/runner.ts');
+  const { LocalBackend } = await import('../src/chat/local.ts');
+  const { agentHarmCases } = await import('../src/benchmarks/cases.ts');
+  const { evalItems, guardTask } = await import('../src/eval/table4/eval.ts');
+  const { runTask } = await import('../src/harness/runner.ts');
   const { GUARD_METHODS } = await import('../src/guard/types.ts');
   const { sha256Hex } = await import('../src/util/hash.ts');
   const model = flag('model')!;

@@ -21,12 +21,12 @@
  */
 import type { AddressInfo } from 'node:net';
 import { parseArgs, numberValue } from '../src/cli/args.ts';
-import { createGuardProxy } from '../src/guard/proxy.ts';
+import { createGuardProxy } from '../src/serve/proxy.ts';
 import { SAFETY_ASSESSOR_ROLE } from '../src/guard/prompts.ts';
-import { summarize } from '../src/guard/metrics.ts';
+import { summarize } from '../src/eval/metrics.ts';
 import { completion, startMockUpstream } from '../test/helpers/guard-mock.ts';
 import { join } from 'node:path';
-import { loadSkills } from '../src/guard/s3/skill-file.ts';
+import { loadSkills } from '../src/s3/skill-file.ts';
 import { repoRoot } from '../src/data/locate.ts';
 
 const args = parseArgs(process.argv.slice(2), { values: ['requests', 'concurrency', 'upstream-ms', 'judge-ms', 'cascade-requests'], booleans: ['no-cascade'] });
@@ -114,10 +114,10 @@ async function cascadeBench(n: number): Promise<void> {
   const { loadPromptTokenizer } = await import('../src/prompts/tokenizer.ts');
   const { PromptBuilder } = await import('../src/prompts/configurations.ts');
   const { loadPromptTexts } = await import('../src/prompts/texts.ts');
-  const { LocalBackend } = await import('../src/guard/backends/local.ts');
+  const { LocalBackend } = await import('../src/chat/local.ts');
   const { guardedRespond } = await import('../src/guard/respond.ts');
   const { ProbeGuard } = await import('../src/guard/probe.ts');
-  const { evaluationCases } = await import('../src/guard/probe-compare.ts');
+  const { evaluationCases } = await import('../src/eval/table4/probe-compare.ts');
   const { splitPairs } = await import('../src/data/split.ts');
   const { stratifiedSubset } = await import('../src/experiments/extract.ts');
   const { sha256Hex } = await import('../src/util/hash.ts');

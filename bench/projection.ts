@@ -31,9 +31,9 @@ import { installTokenizer, type NpmTokenizer } from '../src/prompts/tokenizer.ts
 import { engineEnv } from '../src/cli/env.ts';
 import { conditionName, openContext, renderRows } from '../src/experiments/extract.ts';
 import { TABLE1, TABLE2 } from '../src/experiments/reproduce.ts';
-import { agentHarmCases, injecAgentCases } from '../src/guard/bench/cases.ts';
-import { evalItems } from '../src/guard/eval.ts';
-import { itemTokens } from '../src/guard/shard.ts';
+import { agentHarmCases, injecAgentCases } from '../src/benchmarks/cases.ts';
+import { evalItems } from '../src/eval/table4/eval.ts';
+import { itemTokens } from '../src/eval/table4/shard.ts';
 import { GUARD_METHODS } from '../src/guard/types.ts';
 import { sharedPath } from '../test/helpers/shared.ts';
 

@@ -111,7 +111,7 @@ async function level(url: string, clients: number, requests: number, first: numb
 async function engineChild(): Promise<Record<string, unknown>> {
   const { createEngine } = await import('../src/engine/engine.ts');
   const { loadPromptTokenizer } = await import('../src/prompts/tokenizer.ts');
-  const { LocalBackend } = await import('../src/guard/backends/local.ts');
+  const { LocalBackend } = await import('../src/chat/local.ts');
   const model = flag('model')!;
   const requests = Number(flag('requests'));
   const words = Number(flag('words'));

@@ -19,8 +19,8 @@ import { run as s3Fidelity } from '../src/cli/commands/s3-fidelity.ts';
 import { run as s3Transform } from '../src/cli/commands/s3-transform.ts';
 import { dataDirsEnv } from '../src/cli/env.ts';
 import { locateDataset, repoRoot } from '../src/data/locate.ts';
-import { AGENT_SYSTEM } from '../src/guard/bench/cases.ts';
-import { loadRuleCases } from '../src/guard/s3/rules-fp.ts';
+import { AGENT_SYSTEM } from '../src/benchmarks/cases.ts';
+import { loadRuleCases } from '../src/eval/s3/rules-fp.ts';
 import { completion, startMockUpstream } from '../test/helpers/guard-mock.ts';
 import { s3Script } from '../test/helpers/s3-mock.ts';
 

@@ -45,7 +45,7 @@ export { readSafetensorsHeader, writeSafetensors } from './checkpoint/safetensor
 export * as analysis from './analysis/index.ts';
 
 // the SafeKeep guard and the S³ stage-specific safety skills
-export * as guard from './guard/index.ts';
+export * as guard from './api/guard.ts';
 
 // errors: bad input is a SafekeepError (one line)
 export { SafekeepError, isSafekeepError } from './util/errors.ts';

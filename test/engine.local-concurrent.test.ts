@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngine, type OnnxEngine } from '../src/engine/engine.ts';
-import { LocalBackend } from '../src/guard/backends/local.ts';
+import { LocalBackend } from '../src/chat/local.ts';
 import type { ChatCall, ChatReply } from '../src/guard/types.ts';
 import { SMALL_GQA, tempCache } from './helpers/engine.ts';
 import { charTokenizer } from './helpers/char-tokenizer.ts';

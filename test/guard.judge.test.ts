@@ -5,7 +5,7 @@ import { judgeMessages, renderMessagesText, splitRequest } from '../src/guard/ju
 import { judge } from '../src/guard/judge.ts';
 import { guardedRespond, withSafetyPrompt } from '../src/guard/respond.ts';
 import { REFUSAL_PREFIX, SAFEPROMPT_SYSTEM, SAFETY_ASSESSOR_ROLE } from '../src/guard/prompts.ts';
-import { LocalBackend } from '../src/guard/backends/local.ts';
+import { LocalBackend } from '../src/chat/local.ts';
 import type { AgentRequest, ChatBackend, ChatCall, ChatReply } from '../src/guard/types.ts';
 import type { ToolSpec } from '../src/data/types.ts';
 

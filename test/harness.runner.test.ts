@@ -1,5 +1,5 @@
 /**
- * The evaluation runner (src/eval/runner.ts): N calls in flight with --concurrency N (against a scripted endpoint
+ * The evaluation runner (src/harness/runner.ts): N calls in flight with --concurrency N (against a scripted endpoint
  * that records how many requests it holds at once, through the real CLI of guard eval and s3 eval), results in item
  * order whatever the finishing order, and resume from the partial file of an interrupted run.
  */
@@ -8,8 +8,8 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { runTask, type Task } from '../src/eval/runner.ts';
-import { readEvalLog } from '../src/eval/log.ts';
+import { runTask, type Task } from '../src/harness/runner.ts';
+import { readEvalLog } from '../src/harness/log.ts';
 import { completion, startMockUpstream, type MockAnswer } from './helpers/guard-mock.ts';
 import { runCli, table4Script } from './helpers/harness-scenarios.ts';
 import { s3Script } from './helpers/s3-mock.ts';

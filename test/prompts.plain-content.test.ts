@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as transformers from '@huggingface/transformers';
 import { installTokenizer, loadPromptTokenizer, npmTokenizerDir, type ChatMessage, type NpmTokenizer, type PromptTokenizer } from '../src/prompts/tokenizer.ts';
-import { LocalBackend } from '../src/guard/backends/local.ts';
+import { LocalBackend } from '../src/chat/local.ts';
 import { guardedRespond } from '../src/guard/respond.ts';
 import type { ToolSpec } from '../src/data/types.ts';
 import type { GenerateOptions } from '../src/engine/types.ts';

@@ -12,8 +12,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { installTokenizer, loadPromptTokenizer, npmTokenizerDir } from '../src/prompts/tokenizer.ts';
-import { LocalBackend } from '../src/guard/backends/local.ts';
-import { createLocalServer } from '../src/guard/local-server.ts';
+import { LocalBackend } from '../src/chat/local.ts';
+import { createLocalServer } from '../src/serve/local.ts';
 import { repoRoot } from './helpers/shared.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'safekeep-tplbound-'));

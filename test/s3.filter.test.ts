@@ -6,12 +6,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { OpenAIBackend } from '../src/guard/backends/openai.ts';
-import { s3Tasks } from '../src/guard/bench/s3-tasks.ts';
-import { parseConfigs, runS3Eval, summarizeS3 } from '../src/guard/s3/eval.ts';
-import type { StageEvent } from '../src/guard/s3/event.ts';
-import { filterReason } from '../src/guard/s3/filter.ts';
-import { loadSkills } from '../src/guard/s3/skill-file.ts';
+import { OpenAIBackend } from '../src/chat/openai.ts';
+import { s3Tasks } from '../src/eval/s3/tasks.ts';
+import { parseConfigs, runS3Eval, summarizeS3 } from '../src/eval/s3/eval.ts';
+import type { StageEvent } from '../src/s3/event.ts';
+import { filterReason } from '../src/s3/filter.ts';
+import { loadSkills } from '../src/s3/skill-file.ts';
 import { startMockUpstream } from './helpers/guard-mock.ts';
 import { s3Data } from './helpers/s3-data.ts';
 import { s3Script } from './helpers/s3-mock.ts';

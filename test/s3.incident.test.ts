@@ -1,16 +1,16 @@
 /**
- * AIR-style incident response at tool_execution (skills/incident-response, src/guard/s3/incident.ts): on the `air`
+ * AIR-style incident response at tool_execution (skills/incident-response, src/s3/incident.ts): on the `air`
  * perturbation tasks (InjecAgent direct harm, the inverse action on offer) the prevention-only skills let the harmful
  * call run; incident response contains it, undoes it with the inverse action and tells the agent and the user.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { OpenAIBackend } from '../src/guard/backends/openai.ts';
-import { s3Tasks } from '../src/guard/bench/s3-tasks.ts';
-import { parseConfigs, runS3Eval, summarizeS3 } from '../src/guard/s3/eval.ts';
-import { inverseArguments, inverseTool } from '../src/guard/s3/incident.ts';
-import { loadSkills, parseSkill } from '../src/guard/s3/skill-file.ts';
+import { OpenAIBackend } from '../src/chat/openai.ts';
+import { s3Tasks } from '../src/eval/s3/tasks.ts';
+import { parseConfigs, runS3Eval, summarizeS3 } from '../src/eval/s3/eval.ts';
+import { inverseArguments, inverseTool } from '../src/s3/incident.ts';
+import { loadSkills, parseSkill } from '../src/s3/skill-file.ts';
 import type { ToolSpec } from '../src/data/types.ts';
 import { startMockUpstream } from './helpers/guard-mock.ts';
 import { s3Data } from './helpers/s3-data.ts';

@@ -8,9 +8,9 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { runStage } from '../src/guard/s3/guard.ts';
-import { inputView } from '../src/guard/s3/proxy-flow.ts';
-import { loadSkill, SkillFileError } from '../src/guard/s3/skill-file.ts';
+import { runStage } from '../src/s3/guard.ts';
+import { inputView } from '../src/s3/flow.ts';
+import { loadSkill, SkillFileError } from '../src/s3/skill-file.ts';
 import type { ChatBackend, ChatMessage } from '../src/guard/types.ts';
 import { agentCalls, coverageProxy } from './helpers/s3-coverage-mock.ts';
 

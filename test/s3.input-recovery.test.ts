@@ -6,12 +6,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { OpenAIBackend } from '../src/guard/backends/openai.ts';
-import { s3Tasks } from '../src/guard/bench/s3-tasks.ts';
-import { runTask } from '../src/guard/s3/loop.ts';
-import { parseRewrite, withRewrittenRequest } from '../src/guard/s3/rewrite.ts';
-import { loadSkills } from '../src/guard/s3/skill-file.ts';
-import { agentHarmBenignCompleted, agentHarmHarmfulCarriedOut } from '../src/guard/s3/score.ts';
+import { OpenAIBackend } from '../src/chat/openai.ts';
+import { s3Tasks } from '../src/eval/s3/tasks.ts';
+import { runTask } from '../src/eval/s3/loop.ts';
+import { parseRewrite, withRewrittenRequest } from '../src/s3/rewrite.ts';
+import { loadSkills } from '../src/s3/skill-file.ts';
+import { agentHarmBenignCompleted, agentHarmHarmfulCarriedOut } from '../src/eval/s3/score.ts';
 import { startMockUpstream } from './helpers/guard-mock.ts';
 import { s3Data } from './helpers/s3-data.ts';
 import { s3Script } from './helpers/s3-mock.ts';
@@ -59,7 +59,7 @@ test('on the planted model as the guard: whatever it writes, the task goes on on
   const { loadPairSet } = await import('../src/data/load.ts');
   const { createEngine } = await import('../src/engine/engine.ts');
   const { loadPromptTokenizer } = await import('../src/prompts/tokenizer.ts');
-  const { LocalBackend } = await import('../src/guard/backends/local.ts');
+  const { LocalBackend } = await import('../src/chat/local.ts');
   const dir = mkdtempSync(join(tmpdir(), 'safekeep-s3-rewrite-'));
   const model = join(dir, 'planted');
   await writePlantedModel(model, { lexiconPairs: (await loadPairSet('pairs')).pairs });

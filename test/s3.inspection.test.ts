@@ -7,10 +7,10 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { CheckFn } from '../src/guard/s3/check.ts';
-import type { StageEvent } from '../src/guard/s3/event.ts';
-import { runStage } from '../src/guard/s3/guard.ts';
-import { loadSkill, SkillFileError } from '../src/guard/s3/skill-file.ts';
+import type { CheckFn } from '../src/s3/check.ts';
+import type { StageEvent } from '../src/s3/event.ts';
+import { runStage } from '../src/s3/guard.ts';
+import { loadSkill, SkillFileError } from '../src/s3/skill-file.ts';
 import type { ChatBackend } from '../src/guard/types.ts';
 
 function skillDir(t: { after: (f: () => void) => void }, front: string[], files: Record<string, string> = {}): string {

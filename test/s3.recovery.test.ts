@@ -7,9 +7,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { join } from 'node:path';
-import { cutSpans, MIN_QUOTE_WORDS, recoverAnswer, recoverObservation, type RiskyRun } from '../src/guard/s3/recovery.ts';
-import { loadSkill } from '../src/guard/s3/skill-file.ts';
-import type { CheckResult } from '../src/guard/s3/check.ts';
+import { cutSpans, MIN_QUOTE_WORDS, recoverAnswer, recoverObservation, type RiskyRun } from '../src/s3/recovery.ts';
+import { loadSkill } from '../src/s3/skill-file.ts';
+import type { CheckResult } from '../src/s3/check.ts';
 import { repoRoot } from './helpers/shared.ts';
 
 const parseData = loadSkill(join(repoRoot, 'skills', 'parse-data'));

@@ -6,10 +6,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { givenBy, isGiven, numbersIn, rulesCheck } from '../src/guard/s3/checks/rules.ts';
-import type { StageEvent } from '../src/guard/s3/event.ts';
-import { filterReason } from '../src/guard/s3/filter.ts';
-import { loadSkill } from '../src/guard/s3/skill-file.ts';
+import { givenBy, isGiven, numbersIn, rulesCheck } from '../src/s3/checks/rules.ts';
+import type { StageEvent } from '../src/s3/event.ts';
+import { filterReason } from '../src/s3/filter.ts';
+import { loadSkill } from '../src/s3/skill-file.ts';
 import type { ChatBackend, ChatMessage } from '../src/guard/types.ts';
 import { repoRoot } from './helpers/shared.ts';
 

@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
-import { createGuardProxy, type ProxyOptions } from '../src/guard/proxy.ts';
+import { createGuardProxy, type ProxyOptions } from '../src/serve/proxy.ts';
 import { judgeMessages } from '../src/guard/judge-context.ts';
 import { JUDGE_QUESTION, SAFETY_ASSESSOR_ROLE } from '../src/guard/prompts.ts';
 import { flattenTools } from '../src/prompts/flatten.ts';

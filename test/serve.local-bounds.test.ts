@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
-import { createLocalServer, type LocalServerOptions } from '../src/guard/local-server.ts';
+import { createLocalServer, type LocalServerOptions } from '../src/serve/local.ts';
 import { countTokensUpTo } from '../src/serve/context-length.ts';
 import type { ChatBackend, ChatCall, ChatReply } from '../src/guard/types.ts';
 import { messageText } from '../src/guard/judge-context.ts';

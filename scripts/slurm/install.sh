@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs a single-node Slurm (controller, node daemon, client tools) and munge from Debian, for the Slurm
-# integration test (test/slurm.cluster.test.ts). No systemd is needed: the test starts the daemons itself.
+# integration test (test/cluster.slurm-jobs.test.ts). No systemd is needed: the test starts the daemons itself.
 # Exits 0 when the tools are already there; non-zero (with the reason) when they cannot be installed.
 set -euo pipefail
 if command -v sbatch >/dev/null 2>&1 && command -v slurmctld >/dev/null 2>&1 && command -v slurmd >/dev/null 2>&1 && command -v munged >/dev/null 2>&1; then

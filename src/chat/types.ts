@@ -52,7 +52,7 @@ export interface ChatCall {
   research?: ResearchCall;
 }
 
-/** What a research request asks of its one generation (src/guard/research.ts parses it from the `safekeep` field). */
+/** What a research request asks of its one generation (src/chat/research.ts parses it from the `safekeep` field). */
 export interface ResearchCall {
   steer?: Steering;
   interventions?: Intervention[];

@@ -8,7 +8,7 @@ import { choiceValue, numberValue, positiveIntValue, requireValue, type FlagDef,
 import type { OnnxEngine } from '../engine/engine.ts';
 import type { ChatBackend } from '../guard/types.ts';
 import { SafekeepError } from '../util/errors.ts';
-import { OpenAIBackend, type PrefillMode } from '../guard/backends/openai.ts';
+import { OpenAIBackend, type PrefillMode } from '../chat/openai.ts';
 import type { CallFormat } from '../outcome/types.ts';
 import { apiKeyFromEnv } from './env.ts';
 
@@ -116,7 +116,7 @@ export async function openChatBackend(args: ParsedArgs, t: Target, out: string, 
   }
   const { openEngine } = await import('./engine-flags.ts');
   const { loadPromptTokenizer } = await import('../prompts/tokenizer.ts');
-  const { LocalBackend } = await import('../guard/backends/local.ts');
+  const { LocalBackend } = await import('../chat/local.ts');
   const tokenizer = await loadPromptTokenizer(t.model!, { template: args.values.get('template') });
   const l = await plan.local(tokenizer.template);
   beforeLoad(l.thinking);

@@ -15,15 +15,15 @@ import { mergeReproduce, mergeShardCaches, type CacheMerge } from '../experiment
 import type { ReproduceMergeOptions } from '../experiments/reproduce.ts';
 import { finishSteer, type SteerMergeOptions } from '../experiments/steer.ts';
 import { summarizeResults } from '../experiments/summary.ts';
-import type { EvalRow } from '../guard/eval.ts';
-import type { ScoredTrajectory } from '../guard/s3/eval.ts';
-import { s3ExpectedKeys, s3SamplesFile, writeS3Run, type S3MergeOptions } from '../guard/s3/shard.ts';
-import { guardExpectedKeys, guardSamplesFile, writeGuardRun, type GuardMergeOptions } from '../guard/shard.ts';
+import type { EvalRow } from '../eval/table4/eval.ts';
+import type { ScoredTrajectory } from '../eval/s3/eval.ts';
+import { s3ExpectedKeys, s3SamplesFile, writeS3Run, type S3MergeOptions } from '../eval/s3/shard.ts';
+import { guardExpectedKeys, guardSamplesFile, writeGuardRun, type GuardMergeOptions } from '../eval/table4/shard.ts';
 import { writeS3ReportOf } from '../report/s3-section.ts';
 import { SafekeepError } from '../util/errors.ts';
 import type { ShardEntry } from '../util/shard-run.ts';
-import type { SampleLog } from '../eval/log.ts';
-import { mergeShardSamples } from '../eval/shard.ts';
+import type { SampleLog } from '../harness/log.ts';
+import { mergeShardSamples } from '../harness/shard.ts';
 
 /** What `safekeep slurm <command>` was asked for. */
 export interface SlurmRequest {
@@ -155,7 +155,7 @@ const steer: ShardStage<SteerMergeOptions> = {
 };
 
 /**
- * An evaluation on the harness as a sharded stage: its shards hold log lines (src/eval/shard.ts); merge takes each
+ * An evaluation on the harness as a sharded stage: its shards hold log lines (src/harness/shard.ts); merge takes each
  * expected item's line from exactly one shard, in the one-process order, and ends the run as one process does.
  */
 interface RowStage<M, R> {

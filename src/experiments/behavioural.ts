@@ -2,7 +2,7 @@
  * Behavioural refusal, chatbot vs agent (paper §3.1: Llama-3.1-8B refuses 58 % of harmful requests as a chatbot,
  * 3 % as an agent): greedy answers to the evaluation split's harmful requests in the chatbot configuration and in
  * the full agent configuration (JSON schemas), each labelled by the outcome classifier (refusal = refusal-substring
- * list), run as harness tasks (src/eval/generation.ts). Generations are cached under results/<model>/behavioural/
+ * list), run as harness tasks (src/harness/generation.ts). Generations are cached under results/<model>/behavioural/
  * keyed by their exact inputs, beside the per-sample logs (log.<config>.jsonl).
  */
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
@@ -13,9 +13,9 @@ import { loadCheckpoint } from '../checkpoint/load.ts';
 import { writeFileAtomic } from '../util/atomic.ts';
 import { ItemProgress } from '../util/progress.ts';
 import type { ExtractContext } from './extract.ts';
-import { generationBatches, generationTask } from '../eval/generation.ts';
-import { writeEvalLog } from '../eval/log.ts';
-import { runTask } from '../eval/runner.ts';
+import { generationBatches, generationTask } from '../harness/generation.ts';
+import { writeEvalLog } from '../harness/log.ts';
+import { runTask } from '../harness/runner.ts';
 import { Limiter } from '../util/limit.ts';
 import { callFormatOf, type CallFormat } from '../outcome/types.ts';
 

@@ -9,7 +9,7 @@
  * format `generate --intervene` reads) is one more condition on the same prompts with the same scoring, labelled by
  * the file's name.
  *
- * Each (requests, condition) runs as a harness task (src/eval/generation.ts: fixed batches, greedy, classified).
+ * Each (requests, condition) runs as a harness task (src/harness/generation.ts: fixed batches, greedy, classified).
  * Writes results/<model>/steering/: generations.<requests>.alpha<α>.jsonl (every output with its label and reasons),
  * generations.<requests>.intervene-<label>.jsonl per intervention set, beside each its per-sample log (log.<same>), table3.md|csv|json, and merges the sweep into
  * results/<model>/results.json so the report shows Table 3 and its stacked-bar figure.
@@ -38,9 +38,9 @@ import { buildTables, tableMarkdown, toCsv } from '../report/tables.ts';
 import { writeReport } from '../report/write-report.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { ItemProgress } from '../util/progress.ts';
-import { generationTask, type GeneratedRow, type GenerationBatch } from '../eval/generation.ts';
-import { writeEvalLog, type SampleLog } from '../eval/log.ts';
-import { runTask, type Task } from '../eval/runner.ts';
+import { generationTask, type GeneratedRow, type GenerationBatch } from '../harness/generation.ts';
+import { writeEvalLog, type SampleLog } from '../harness/log.ts';
+import { runTask, type Task } from '../harness/runner.ts';
 import { Limiter } from '../util/limit.ts';
 import { callFormatOf, type CallFormat, type OutcomeLabel } from '../outcome/types.ts';
 import {

@@ -5,7 +5,7 @@
  * score with its scorer. Self-contained (no network), written atomically.
  */
 import { writeFileAtomic } from '../util/atomic.ts';
-import type { EvalLog, SampleLog } from '../eval/log.ts';
+import type { EvalLog, SampleLog } from '../harness/log.ts';
 import { escapeHtml as esc } from './html.ts';
 
 const cellText = (s: SampleLog): string => s.scores.map((x) => String(x.value)).slice(0, 2).join(' · ');

@@ -2,7 +2,7 @@
  * Sharding for commands whose work items each yield one JSON row (guard eval's method × case; any evaluation loop):
  * `runShardRows` runs this shard's token-balanced share of the items and writes their rows to its shard folder;
  * `mergeShardRows` reads every shard's rows back, each item exactly once, in the single-process order. Adding
- * `--shard` to such a command is these two calls (see src/guard/shard.ts).
+ * `--shard` to such a command is these two calls (see src/eval/table4/shard.ts).
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';

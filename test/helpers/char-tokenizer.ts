@@ -2,7 +2,7 @@
  * A LocalBackend tokenizer for tests on random checkpoints: one token per character (ids 1..V−1), decoded as `<id>`
  * per token, so replies compare token for token and a stop string can be any run of them.
  */
-import type { LocalTokenizer } from '../../src/guard/backends/local.ts';
+import type { LocalTokenizer } from '../../src/chat/local.ts';
 import type { ChatMessage } from '../../src/guard/types.ts';
 
 export function charTokenizer(vocabSize: number): LocalTokenizer {

@@ -28,7 +28,7 @@ import type { ToolSpec } from '../../src/data/types.ts';
 
 type Msg = { role: string; content: string };
 
-/** The Table 4 judge and agent (as test/guard.eval.test.ts's): roles recognised by their fixed system texts. */
+/** The Table 4 judge and agent (as test/eval.table4.test.ts's): roles recognised by their fixed system texts. */
 export function table4Script(roles: { assessor: string; safeprompt: string }, harmfulWords: RegExp) {
   return (body: Record<string, unknown> | null): MockAnswer => {
     const msgs = body!.messages as Msg[];
@@ -82,10 +82,10 @@ export function maskColumns(text: string, sep: '|' | ','): string {
 /**
  * What the scoring work added to Table 4 on purpose (the judge's flag rate, unparseable answers, the mostly-unparseable
  * warning, InjecAgent's step-2 simulated-response counts, the refusal path's mode): left out of the byte comparison on both sides — the code before had none of it, so for the base
- * checkout this removes nothing — and tested on its own (test/guard.table4-scoring.test.ts).
+ * checkout this removes nothing — and tested on its own (test/eval.table4-scoring.test.ts).
  */
 const ADDED_COLUMN = /^(?:Judge flag rate|Unparseable judge answers|flag_rate|Step-2 tool responses|(?:AgentHarm |InjecAgent )?(?:Judge calls|Guard tokens|Added ms)|judge_calls|guard_tokens|added_ms)/;
-/** the cost columns (every method's judge calls, guard tokens, added latency) came later too: left out the same way, tested in test/guard.eval.test.ts */
+/** the cost columns (every method's judge calls, guard tokens, added latency) came later too: left out the same way, tested in test/eval.table4.test.ts */
 const ADDED_KEYS = new Set(['flagRate', 'simulated', 'refusalPath', 'cost', 'judgeCalls', 'guardTokens', 'guardMs', 'modelKind']);
 
 /** Markdown/CSV without the added columns and notes. */

@@ -7,10 +7,10 @@
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import { join } from 'node:path';
-import { createGuardProxy } from '../../src/guard/proxy.ts';
-import { GUARD_AGENT_ROLE } from '../../src/guard/s3/guard-agent.ts';
-import { S3_CHECK_ROLE } from '../../src/guard/s3/checks/llm.ts';
-import { loadSkills } from '../../src/guard/s3/skill-file.ts';
+import { createGuardProxy } from '../../src/serve/proxy.ts';
+import { GUARD_AGENT_ROLE } from '../../src/s3/guard-agent.ts';
+import { S3_CHECK_ROLE } from '../../src/s3/checks/llm.ts';
+import { loadSkills } from '../../src/s3/skill-file.ts';
 import { completion, startMockUpstream, type MockAnswer, type MockUpstream } from './guard-mock.ts';
 import { s3Script } from './s3-mock.ts';
 import { repoRoot } from './shared.ts';

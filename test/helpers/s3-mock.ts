@@ -20,9 +20,9 @@
  *   6. else the final answer "Here is what I found: " + the first tool result.
  */
 import type { ToolSpec } from '../../src/data/types.ts';
-import { GUARD_AGENT_ROLE } from '../../src/guard/s3/guard-agent.ts';
-import { S3_CHECK_ROLE } from '../../src/guard/s3/checks/llm.ts';
-import { S3_REWRITE_ROLE } from '../../src/guard/s3/rewrite.ts';
+import { GUARD_AGENT_ROLE } from '../../src/s3/guard-agent.ts';
+import { S3_CHECK_ROLE } from '../../src/s3/checks/llm.ts';
+import { S3_REWRITE_ROLE } from '../../src/s3/rewrite.ts';
 import { SAFETY_ASSESSOR_ROLE } from '../../src/guard/prompts.ts';
 import { completion, type MockAnswer } from './guard-mock.ts';
 

@@ -29,25 +29,25 @@ import { existsSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { choiceValue, parseArgs, positiveIntValue, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
 import { ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openChatBackend, openEndpointBackend, targetOf, type ThinkingPlan } from '../endpoint-backend.ts';
-import type { RefusalJudge } from '../../guard/refusal-scorers.ts';
+import type { RefusalJudge } from '../../eval/table4/refusal-scorers.ts';
 import type { ChatBackend } from '../../guard/types.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { locateDataset, repoRoot } from '../../data/locate.ts';
-import { type GuardBench, type InjecSetting } from '../../guard/bench/cases.ts';
-import { evalItems, guardTask, type EvalOptions } from '../../guard/eval.ts';
-import { markdownTable } from '../../guard/table.ts';
+import { type GuardBench, type InjecSetting } from '../../benchmarks/cases.ts';
+import { evalItems, guardTask, type EvalOptions } from '../../eval/table4/eval.ts';
+import { markdownTable } from '../../eval/table4/table.ts';
 import { ALL_GUARD_METHODS, GUARD_METHODS, PROBE_METHODS, type GuardMethod } from '../../guard/types.ts';
 import type { ProbeGuard } from '../../guard/probe.ts';
-import { dropPartial, runTask } from '../../eval/runner.ts';
+import { dropPartial, runTask } from '../../harness/runner.ts';
 import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
 
 /** budgets with thinking on: the judge's and the agent's <think> block comes before the verdict / the call */
 const THINKING_JUDGE_TOKENS = 1024;
 const THINKING_AGENT_TOKENS = 1280;
 const MIN_THINKING_JUDGE_TOKENS = 256;
-import { INJECAGENT_FORMATS, loadGuardCases, runGuardShard, writeGuardRun, type GuardMergeOptions, type InjecAgentFormat } from '../../guard/shard.ts';
-import type { ReactFormat } from '../../guard/eval.ts';
-import type { GuardCase } from '../../guard/bench/cases.ts';
+import { INJECAGENT_FORMATS, loadGuardCases, runGuardShard, writeGuardRun, type GuardMergeOptions, type InjecAgentFormat } from '../../eval/table4/shard.ts';
+import type { ReactFormat } from '../../eval/table4/eval.ts';
+import type { GuardCase } from '../../benchmarks/cases.ts';
 import { parseShard } from '../../util/shard.ts';
 import { SHARD_FLAG_DEF } from '../shard-flag.ts';
 import { sha256Hex } from '../../util/hash.ts';
@@ -159,7 +159,7 @@ async function refusalJudgeOf(args: ParsedArgs, bench: GuardBench, dataDir: stri
   const scorer = choiceValue(args, 'refusal-scorer', ['substring', 'both'] as const, 'substring');
   if (scorer === 'substring') return undefined;
   if (bench !== 'agentharm') throw new SafekeepError('--refusal-scorer both: AgentHarm\'s refusal judge scores AgentHarm (--bench agentharm)');
-  const { readAgentHarmRefusalPrompt } = await import('../../guard/refusal-scorers.ts');
+  const { readAgentHarmRefusalPrompt } = await import('../../eval/table4/refusal-scorers.ts');
   const prompt = readAgentHarmRefusalPrompt(resolve(args.values.get('refusal-judge-prompt') ?? join(dataDir, 'upstream-scorer')));
   const url = args.values.get('refusal-judge-endpoint');
   const judgeBackend = url === undefined ? backend : (() => {
@@ -197,7 +197,7 @@ async function reactDataDir(): Promise<string> {
 /** InjecAgent's prompts and tools from the data folder, and its cases as its agent code reads them (same ids). */
 async function reactFormatOf(dataDir: string, settings: readonly InjecSetting[], cases: readonly GuardCase[]): Promise<ReactFormat> {
   const { existsSync } = await import('node:fs');
-  const { loadInjecAgentReact, readInjecAgentReactCases } = await import('../../guard/bench/injecagent-react.ts');
+  const { loadInjecAgentReact, readInjecAgentReactCases } = await import('../../benchmarks/injecagent-react.ts');
   if (!existsSync(join(dataDir, 'tools.json')) || !existsSync(join(dataDir, 'upstream-agent'))) {
     throw new SafekeepError(`--injecagent-format react (the default) needs InjecAgent's tools.json and its agent code (upstream-agent/) in ${dataDir}; ` +
       'give --data a folder that has them, or pass --injecagent-format native');
@@ -279,7 +279,7 @@ export async function run(argv: string[]): Promise<number> {
         thinking: opened.thinking, templateKwargs: opened.templateKwargs, maxTokens, judgeMaxTokens, unparseable: args.values.get('unparseable') ?? 'unsafe',
         refusalPath: refusalPathOf(target.endpoint !== undefined ? args.values.get('prefill') ?? 'none' : 'local'),
         agentSystemPrompt: bench === 'agentharm' ? 'AgentHarm default (data/specs/agentharm-prompts.json)'
-          : react ? `InjecAgent SYS_PROMPT (${react.ctx.prompts.file}, prompts sha256 ${react.ctx.prompts.sha256.slice(0, 12)})` : 'ours (AGENT_SYSTEM, src/guard/bench/cases.ts)',
+          : react ? `InjecAgent SYS_PROMPT (${react.ctx.prompts.file}, prompts sha256 ${react.ctx.prompts.sha256.slice(0, 12)})` : 'ours (AGENT_SYSTEM, src/benchmarks/cases.ts)',
         // native tables stay as they were: the format is named when it is react
         ...(react ? { injecagentFormat: REACT_FORMAT_LINE } : {}),
         safePrompt: 'AgentHarm refusal prompt appended to the agent system prompt',

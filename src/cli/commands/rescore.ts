@@ -7,7 +7,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { choiceValue, parseArgs, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { RESCORERS, rescoreGuardLog, type Rescorer } from '../../guard/rescore.ts';
+import { RESCORERS, rescoreGuardLog, type Rescorer } from '../../eval/table4/rescore.ts';
 
 export const summary = 'Table 4 again from a guard eval run\'s per-sample logs, with no model (a changed scorer is a rescoring)';
 

@@ -26,20 +26,20 @@ import { ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openChatBackend, openEndpoin
 import type { ChatBackend } from '../../guard/types.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { locateDataset, repoRoot } from '../../data/locate.ts';
-import { s3Tasks, S3_BENCHES, type S3Bench } from '../../guard/bench/s3-tasks.ts';
-import { loadSkills, skillDirsFromFlag } from '../../guard/s3/skill-file.ts';
-import { parseConfigs, s3Items, s3Task, type S3EvalOptions } from '../../guard/s3/eval.ts';
-import { dropPartial, runTask } from '../../eval/runner.ts';
-import { runS3Shard, writeS3Run, type S3MergeOptions } from '../../guard/s3/shard.ts';
+import { s3Tasks, S3_BENCHES, type S3Bench } from '../../eval/s3/tasks.ts';
+import { loadSkills, skillDirsFromFlag } from '../../s3/skill-file.ts';
+import { parseConfigs, s3Items, s3Task, type S3EvalOptions } from '../../eval/s3/eval.ts';
+import { dropPartial, runTask } from '../../harness/runner.ts';
+import { runS3Shard, writeS3Run, type S3MergeOptions } from '../../eval/s3/shard.ts';
 import { INJECAGENT_SETTINGS, type InjecAgentSetting } from '../../data/injecagent.ts';
 import { parseShard } from '../../util/shard.ts';
 import { sha256Hex } from '../../util/hash.ts';
 import { SHARD_FLAG_DEF } from '../shard-flag.ts';
-import { s3MarkdownTable } from '../../guard/s3/table.ts';
-import { loadSkillProbe, probeCheck, SharedPrefill } from '../../guard/s3/checks/probe.ts';
+import { s3MarkdownTable } from '../../eval/s3/table.ts';
+import { loadSkillProbe, probeCheck, SharedPrefill } from '../../s3/checks/probe.ts';
 import { dataDirsEnv } from '../env.ts';
-import { rulesFpMarkdown, rulesFpReport, type RulesFpReport } from '../../guard/s3/rules-fp.ts';
-import type { Skill } from '../../guard/s3/skill.ts';
+import { rulesFpMarkdown, rulesFpReport, type RulesFpReport } from '../../eval/s3/rules-fp.ts';
+import type { Skill } from '../../s3/skill.ts';
 
 export const summary = 'S³: stage-specific safety skills with recovery, multi-turn evaluation (local model or endpoint)';
 
@@ -77,7 +77,7 @@ export const flags: FlagTable = {
 async function rulesFalsePositives(skills: readonly Skill[], dirs: { injecagent?: string; agentharm?: string }): Promise<RulesFpReport | null> {
   const sk = skills.find((s) => s.check === 'rules' && s.stage === 'tool_selection');
   if (!sk) return null;
-  const { AGENT_SYSTEM } = await import('../../guard/bench/cases.ts');
+  const { AGENT_SYSTEM } = await import('../../benchmarks/cases.ts');
   return rulesFpReport(sk, dirs, AGENT_SYSTEM, { backend: { name: 'none', callFormat: 'llama3', chat: () => Promise.reject(new SafekeepError('no model')) } });
 }
 
@@ -96,7 +96,7 @@ export async function run(argv: string[]): Promise<number> {
   const bench = choiceValue<S3Bench>(args, 'bench', S3_BENCHES, 'mixed');
   const mitigation = choiceValue(args, 'mitigation', ['recover', 'block'] as const, 'recover');
   const skills = loadSkills(skillDirsFromFlag(args.values.get('skills'), repoRoot));
-  // check: probe (the refusal-probe skill) reads the local agent's own prefill (guard/s3/checks/probe.ts); endpoints have none
+  // check: probe (the refusal-probe skill) reads the local agent's own prefill (s3/checks/probe.ts); endpoints have none
   const probeSkills = skills.filter((s) => s.check === 'probe');
   const checks = probeSkills.length && target.model !== undefined ? { probe: probeCheck } : undefined;
   const ablation = { filter: !args.booleans.has('no-filter'), guidance: !args.booleans.has('no-guidance') };

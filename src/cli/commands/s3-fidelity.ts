@@ -2,7 +2,7 @@
  * `safekeep s3 fidelity --skill DIR --original safekeep-judge|tool-rules --bench pairs|agentharm|FILE.jsonl
  *    [--endpoint URL --endpoint-model M | --model DIR] [--limit N] [--no-guard-decision] [--unparseable unsafe|safe]
  *    [--out DIR] [--data DIR] [--api-key-env VAR] [--timeout-ms 60000] [--no-thinking] [--dtype ..] [--device ..]`
- * S³'s Table 3 (src/guard/s3/fidelity.ts): disagreement rates between a skill and the original implementation it
+ * S³'s Table 3 (src/eval/s3/fidelity.ts): disagreement rates between a skill and the original implementation it
  * came from, hazardous and benign instances separately, with Wilson intervals. pairs / agentharm give input-stage
  * requests (hazardous = harmful, pairs: the first --limit pairs); a JSONL file gives any stage's instances.
  * The skill runs as the guard agent reads its SKILL.md text (--skill-run text, the default; needs a model) or through
@@ -17,13 +17,13 @@ import { SafekeepError } from '../../util/errors.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
 import { locateDataset, repoRoot } from '../../data/locate.ts';
 import { loadPairSet } from '../../data/load.ts';
-import { AGENT_SYSTEM, agentHarmCases } from '../../guard/bench/cases.ts';
-import { OpenAIBackend } from '../../guard/backends/openai.ts';
-import { LocalBackend } from '../../guard/backends/local.ts';
-import { loadSkill } from '../../guard/s3/skill-file.ts';
-import { fidelityMarkdown, fidelityTable3, ORIGINALS, readInstances, runFidelity, type FidelityInstance, type FidelityResult, type OriginalName, type SkillRun } from '../../guard/s3/fidelity.ts';
+import { AGENT_SYSTEM, agentHarmCases } from '../../benchmarks/cases.ts';
+import { OpenAIBackend } from '../../chat/openai.ts';
+import { LocalBackend } from '../../chat/local.ts';
+import { loadSkill } from '../../s3/skill-file.ts';
+import { fidelityMarkdown, fidelityTable3, ORIGINALS, readInstances, runFidelity, type FidelityInstance, type FidelityResult, type OriginalName, type SkillRun } from '../../eval/s3/fidelity.ts';
 import { existsSync, readFileSync } from 'node:fs';
-import type { Skill } from '../../guard/s3/skill.ts';
+import type { Skill } from '../../s3/skill.ts';
 import type { ChatBackend } from '../../guard/types.ts';
 import { apiKeyFromEnv, dataDirsEnv } from '../env.ts';
 

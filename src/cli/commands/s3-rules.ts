@@ -9,7 +9,7 @@
  * `safekeep s3 rules --false-positives [--skill skills/tool-rules] [--injecagent DIR] [--agentharm DIR] [--out FILE]`
  * (no model): how often a tool_selection rules skill fires on every benign call of the bundled pairs, AgentHarm's
  * benign behaviours and InjecAgent's user tools (false-positive rate), and on InjecAgent's data-stealing sends
- * (hit rate) — src/guard/s3/rules-fp.ts. Prints the table; --out FILE writes it as JSON.
+ * (hit rate) — src/eval/s3/rules-fp.ts. Prints the table; --out FILE writes it as JSON.
  */
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -21,9 +21,9 @@ import { readInjecAgentTools } from '../../data/injecagent.ts';
 import { readAgentHarmTools } from '../../data/agentharm.ts';
 import { validateToolSpec } from '../../data/validate.ts';
 import type { ToolSpec } from '../../data/types.ts';
-import { OpenAIBackend } from '../../guard/backends/openai.ts';
-import { readRuleMemory } from '../../guard/s3/memory.ts';
-import { generateRuleMemory } from '../../guard/s3/rule-gen.ts';
+import { OpenAIBackend } from '../../chat/openai.ts';
+import { readRuleMemory } from '../../s3/memory.ts';
+import { generateRuleMemory } from '../../s3/authoring/rule-gen.ts';
 import { apiKeyFromEnv, dataDirsEnv } from '../env.ts';
 
 export const summary = 'S³: generate the rule-memory skill\'s safety rules once from a seed set (endpoint)';
@@ -53,9 +53,9 @@ export const flags: FlagTable = {
 };
 
 async function falsePositives(args: ReturnType<typeof parseArgs>): Promise<number> {
-  const { loadSkill } = await import('../../guard/s3/skill-file.ts');
-  const { rulesFpMarkdown, rulesFpReport } = await import('../../guard/s3/rules-fp.ts');
-  const { AGENT_SYSTEM } = await import('../../guard/bench/cases.ts');
+  const { loadSkill } = await import('../../s3/skill-file.ts');
+  const { rulesFpMarkdown, rulesFpReport } = await import('../../eval/s3/rules-fp.ts');
+  const { AGENT_SYSTEM } = await import('../../benchmarks/cases.ts');
   const skill = loadSkill(resolve(args.values.get('skill') ?? join(repoRoot, 'skills', 'tool-rules')));
   if (skill.check !== 'rules' || skill.stage !== 'tool_selection') throw new SafekeepError(`--skill ${skill.dir}: --false-positives measures a "check: rules" skill at tool_selection (this one: check ${skill.check}, stage ${skill.stage})`);
   const dirs = {

@@ -1,7 +1,7 @@
 /**
  * `safekeep s3 transform --from DESCRIPTION.md --out skills/NAME --endpoint URL --endpoint-model M [--max-rounds 3]
  *    [--force] [--api-key-env VAR] [--timeout-ms 120000] [--retries 2] [--max-tokens 2048] [--no-thinking]`
- * S³'s transform agent (src/guard/s3/transform.ts): method model → skill write (validated by the skill parser) →
+ * S³'s transform agent (src/s3/authoring/transform.ts): method model → skill write (validated by the skill parser) →
  * generated test cases run by the guard → refine with the failures, up to --max-rounds rounds. Every round's skill,
  * cases and results stay under skills/NAME/transform/; an existing skills/NAME is replaced only with --force.
  * The generated cases are split into tuning cases (the refine loop sees their failures) and held-out cases (never
@@ -14,8 +14,8 @@ import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { OpenAIBackend } from '../../guard/backends/openai.ts';
-import { transformSkill } from '../../guard/s3/transform.ts';
+import { OpenAIBackend } from '../../chat/openai.ts';
+import { transformSkill } from '../../s3/authoring/transform.ts';
 import { apiKeyFromEnv } from '../env.ts';
 
 export const summary = 'S³ transform agent: a defense description → a tested SKILL.md folder (LLM endpoint)';

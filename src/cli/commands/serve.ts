@@ -6,7 +6,7 @@
  * `safekeep serve --model DIR [--method base|safekeep|refusal-probe|safekeep+probe] [--probe FILE] [--max-tokens 256]
  *    [--thinking on|off] [--template FILE] [--dtype ..] [--device ..] [--threads N] [--max-memory ..] [--port ..] [--host ..]
  *    [--unparseable unsafe|safe] [--judge-max-tokens 8]`
- * The same API served by the local engine itself (src/guard/local-server.ts): the refusal probe reads the agent's own
+ * The same API served by the local engine itself (src/serve/local.ts): the refusal probe reads the agent's own
  * prefill, so it guards without an extra model call; bounded by [--max-model-len N] [--max-queue N]
  * [--request-timeout-ms MS].
  * Both forms: [--client-key-env VAR] [--cors ORIGIN,…] [--allowed-hosts NAME,…] [--max-connections N]
@@ -16,7 +16,7 @@
  *
  * The --upstream form: an OpenAI-compatible proxy applying the SafeKeep guard — or, with `--skills`, S³ stage-specific skills at every stage
  * (input, tool observations, tool calls, final answer) — in front of any chat-completions endpoint
- * (see src/guard/proxy.ts). One JSON log line per request (and per S³ stage decision) on stderr. Stops on
+ * (see src/serve/proxy.ts). One JSON log line per request (and per S³ stage decision) on stderr. Stops on
  * SIGINT/SIGTERM. Keys: `--api-key-env` for the upstream (else the client's own header is forwarded),
  * `--judge-api-key-env` for a separate judge host (which never receives the client's header).
  */
@@ -26,13 +26,13 @@ import { basename } from 'node:path';
 import { choiceValue, numberValue, parseArgs, positiveIntValue, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
 import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { checkUpstreamUrl, createGuardProxy, UNGUARDED_ENDPOINTS, type UnguardedEndpoint } from '../../guard/proxy.ts';
-import { isLoopbackHost } from '../../serve/policy.ts';
-import { redactUrl } from '../../serve/upstream.ts';
-import type { ServerLimits } from '../../serve/server.ts';
-import type { PrefillMode } from '../../guard/backends/openai.ts';
-import { loadSkills, skillDirsFromFlag } from '../../guard/s3/skill-file.ts';
-import { requireChecks } from '../../guard/s3/guard.ts';
+import { checkUpstreamUrl, createGuardProxy, UNGUARDED_ENDPOINTS, type UnguardedEndpoint } from '../../serve/proxy.ts';
+import { isLoopbackHost } from '../../http/policy.ts';
+import { redactUrl } from '../../http/upstream.ts';
+import type { ServerLimits } from '../../http/server.ts';
+import type { PrefillMode } from '../../chat/openai.ts';
+import { loadSkills, skillDirsFromFlag } from '../../s3/skill-file.ts';
+import { requireChecks } from '../../s3/guard.ts';
 import { repoRoot } from '../../data/locate.ts';
 import { apiKeyFromEnv, hubEnv } from '../env.ts';
 
@@ -207,8 +207,8 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
   const { loadPromptTokenizer } = await import('../../prompts/tokenizer.ts');
   const { resolveModel } = await import('../../hub/resolve.ts');
   const { loadCheckpoint } = await import('../../checkpoint/load.ts');
-  const { LocalBackend } = await import('../../guard/backends/local.ts');
-  const { createLocalServer } = await import('../../guard/local-server.ts');
+  const { LocalBackend } = await import('../../chat/local.ts');
+  const { createLocalServer } = await import('../../serve/local.ts');
   const { ProbeGuard } = await import('../../guard/probe.ts');
   const { readProbe, checkProbeFits } = await import('../../data/probe-file.ts');
   const { existsSync, statSync, readFileSync } = await import('node:fs');
@@ -219,8 +219,8 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
   let probeFileToCheck: string | undefined;
   let probeLabel = '';
   if (probeFile !== undefined && existsSync(probeFile) && statSync(probeFile).isDirectory()) {
-    const { loadSkill } = await import('../../guard/s3/skill-file.ts');
-    const { probeGuardFromSkill } = await import('../../guard/s3/checks/probe.ts');
+    const { loadSkill } = await import('../../s3/skill-file.ts');
+    const { probeGuardFromSkill } = await import('../../s3/checks/probe.ts');
     const skill = loadSkill(probeFile);
     if (skill.check !== 'probe' || skill.stage !== 'input') throw new SafekeepError(`${join(probeFile, 'SKILL.md')}: serve --model --probe needs an input-stage skill with check: probe (got ${skill.stage}/${skill.check})`);
     probe = probeGuardFromSkill(skill);
@@ -257,7 +257,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
     const { parseJsonBounded } = await import('../../util/json-bounded.ts');
     const modelLen = parseModelConfig(parseJsonBounded(readFileSync(join(modelDir, 'config.json'), 'utf8'), join(modelDir, 'config.json')), null).maxPositionEmbeddings;
     if (maxModelLenFlag !== undefined && maxModelLenFlag > modelLen) throw new SafekeepError(`--max-model-len ${maxModelLenFlag} is above the model's max_position_embeddings ${modelLen}`);
-    let research: import('../../guard/research.ts').ResearchOptions | undefined;
+    let research: import('../../chat/research.ts').ResearchOptions | undefined;
     if (allowInterventions) {
       const { parseBytes } = await import('../../engine/runtime/memory.ts');
       const L = engine.numLayers;

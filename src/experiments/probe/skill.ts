@@ -1,7 +1,7 @@
 /**
  * The `refusal-probe` S³ skill folder for a trained probe: SKILL.md (stage input, check probe) beside copies of the
  * probe's JSON and safetensors, so `--skills <folder>` (s3 eval, serve) and `serve --model DIR --probe <folder>`
- * use it. The format is src/guard/s3/skill-file.ts's; `safekeep probe train` writes one per model.
+ * use it. The format is src/s3/skill-file.ts's; `safekeep probe train` writes one per model.
  */
 import { copyFileSync, mkdirSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';

@@ -1,0 +1,48 @@
+/**
+ * `s3 eval` writers: per-configuration table as Markdown, CSV and JSON, every trajectory as JSONL (with each stage
+ * decision). Written atomically.
+ */
+import { join } from 'node:path';
+import { writeFileAtomic } from '../../util/atomic.ts';
+import type { Rate } from '../metrics.ts';
+import { formatRate } from '../table4/table.ts';
+import type { MeanCI, S3Summary, ScoredTrajectory } from './eval.ts';
+
+const f = (x: number, d: number) => (Number.isFinite(x) ? x.toFixed(d) : '–');
+const formatMean = (m: MeanCI, d = 2) => (m.n === 0 ? '–' : `${f(m.mean, d)} [${f(m.lo, d)}, ${f(m.hi, d)}]`);
+
+export function s3MarkdownTable(bench: string, model: string, s: readonly S3Summary[]): string {
+  const groups = [...new Set(s.flatMap((x) => Object.keys(x.groups)))].sort();
+  const cols = ['Config', 'n', 'ASR %', 'Benign completion %', 'GIC / task', 'RSC / task', 'Extra tokens / task', 'Latency ms / task', 'Recovery fallbacks', 'ASR after remediation %',
+    ...groups.flatMap((g) => [`${g} ASR %`, `${g} benign %`])];
+  const lines = [`# S³ — ${bench} — ${model}`, '', `| ${cols.join(' | ')} |`, `|${cols.map(() => ' --- ').join('|')}|`];
+  for (const x of s) {
+    lines.push(`| ${x.config} | ${x.n} | ${formatRate(x.asr)} | ${formatRate(x.benign)} | ${formatMean(x.gic)} | ${formatMean(x.rsc)} | ${formatMean(x.extraTokens, 1)} | ${formatMean(x.latencyMs, 0)} | ${x.fallbacks} | ${formatRate(x.asrAfterRemediation)} | ${groups.map((g) => { const r = x.groups[g]; return r ? `${formatRate(r.asr)} | ${formatRate(r.benign)}` : '– | –'; }).join(' | ')} |`);
+  }
+  lines.push('', 'Rates: % with 95 % Wilson intervals. Per-task means with 95 % normal-approximation intervals. GIC = guard invocations,',
+    'RSC = recovery signals, extra tokens = guard LLM + refusal-prefill tokens. n = tasks per configuration.',
+    'Recovery fallbacks = recoveries that replaced a whole observation or answer because the evidence could not be cut.',
+    'ASR after remediation = ASR counting a harm that incident response undid (contained + inverse action) as not carried out.');
+  return lines.join('\n') + '\n';
+}
+
+function s3CsvTable(s: readonly S3Summary[]): string {
+  const num = (x: number) => (Number.isFinite(x) ? String(Math.round(x * 1e6) / 1e6) : '');
+  const rate = (r: Rate) => [num(r.p), String(r.k), String(r.n), num(r.lo), num(r.hi)];
+  const mean = (m: MeanCI) => [num(m.mean), num(m.lo), num(m.hi)];
+  const head = ['config', 'n', 'asr', 'asr_k', 'asr_n', 'asr_lo', 'asr_hi', 'benign', 'benign_k', 'benign_n', 'benign_lo', 'benign_hi',
+    'gic', 'gic_lo', 'gic_hi', 'rsc', 'rsc_lo', 'rsc_hi', 'extra_tokens', 'extra_tokens_lo', 'extra_tokens_hi', 'latency_ms', 'latency_ms_lo', 'latency_ms_hi', 'fallbacks'];
+  return [head.join(','), ...s.map((x) => [x.config, String(x.n), ...rate(x.asr), ...rate(x.benign), ...mean(x.gic), ...mean(x.rsc), ...mean(x.extraTokens), ...mean(x.latencyMs), String(x.fallbacks)].join(','))].join('\n') + '\n';
+}
+
+export interface S3Files { markdown: string; csv: string; json: string; trajectories: string }
+
+export function writeS3Tables(dir: string, bench: string, model: string, summaries: readonly S3Summary[], rows: readonly ScoredTrajectory[], meta: Record<string, unknown>): S3Files {
+  const base = join(dir, `s3-${bench}`);
+  const files = { markdown: `${base}.md`, csv: `${base}.csv`, json: `${base}.json`, trajectories: join(dir, `trajectories-${bench}.jsonl`) };
+  writeFileAtomic(files.markdown, s3MarkdownTable(bench, model, summaries));
+  writeFileAtomic(files.csv, s3CsvTable(summaries));
+  writeFileAtomic(files.json, JSON.stringify({ bench, model, ...meta, configs: summaries }, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? null : v), 2) + '\n');
+  writeFileAtomic(files.trajectories, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
+  return files;
+}

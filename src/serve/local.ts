@@ -1,0 +1,340 @@
+/**
+ * `safekeep serve --model DIR`: an OpenAI-compatible chat-completions server whose agent is the local engine,
+ * guarded by `guardedRespond` — base, safekeep (judge with the same model), refusal-probe (the probe reads the
+ * agent call's own prefill: no extra model call), safekeep+probe, probe-cascade (the probe decides outside its
+ * calibrated band, the judge inside it) or probe-steer (a flagged request answered by the steered model) — as a handler on the one HTTP core
+ * (`src/http/server.ts`: access policy, canonical paths, limits, JSON errors).
+ *
+ * - `POST /v1/chat/completions` with tools: guarded; without tools: the plain agent call. Calls the model wrote in
+ *   its native syntax are also returned as `tool_calls`; end-of-turn tokens are stripped from the content.
+ *   `stream: true`: without tools the text as it is generated (SSE chunks; an error after the first chunk ends the
+ *   stream with an `error` event and no [DONE]); with tools the finished answer, its calls parsed, as SSE (with a
+ *   usage chunk when `stream_options.include_usage`).
+ *   `finish_reason`: `tool_calls`, `length` (cut by max_tokens) or `stop`. `stop` (at most 4 strings of at most 128
+ *   characters) ends each request's own generation at its first stop string, which the answer does not include.
+ *   Decoding is greedy: `temperature`/`top_p` are range-checked; `n`, `logit_bias`, penalties, `response_format` and
+ *   `tool_choice` are refused unless at their no-op value; other fields ignored. `logprobs` / `top_logprobs` (k ≤ 20)
+ *   return OpenAI's `choices[0].logprobs.content` (streamed too, on the content chunk), unguarded requests only.
+ * - `research` (`serve --model --allow-interventions`, method base only): the request field `safekeep` — per-request
+ *   steering, interventions and activation capture (research.ts, docs/serve-research.md); each request's own
+ *   sets decode in the same steps as the others'. Without it the field is a 400 naming it.
+ * - `GET /v1/models` lists the one model. Anything else → 404 JSON.
+ * - Bounded: at most 2048 messages and 128 tools (OpenAI's bounds); max_tokens at most `maxTokensLimit`; prompt +
+ *   max_tokens above the context length → 400 in vLLM's wording, before any generation (the
+ *   prompt is counted by rendering and encoding, stopped once past the context); at most `maxQueue` requests are
+ *   admitted at once (running or waiting), more → 429 with `Retry-After`; each request has a deadline
+ *   (`requestTimeoutMs`, → 504) and is cancelled — generation stops at the next step — when its client leaves.
+ * - Fails closed: an error while the model runs (a step, the judge, the probe) is that request's 500 with no answer
+ *   and no internals (the log has the message); the others are answered.
+ * - Headers: `x-safekeep-action: forward|refuse|steer`, `x-safekeep-verdict` (judge, when one ran),
+ *   `x-safekeep-probe-score` (when the probe ran), `x-safekeep-probe-band` (probe-cascade: run|judge|refuse). One
+ *   JSON log line per request (method, verdict, probe score and band, latencies, the guard's cost).
+ */
+import type { Server } from 'node:http';
+import { parseToolCalls, stripEndTokens } from '../outcome/parse-calls.ts';
+import { contextLengthMessage } from './context-length.ts';
+import { HttpError, badRequest, capMessage, sendJson } from '../http/errors.ts';
+import { MAX_TOOLS, parseChatRequest, stopStrings } from '../chat/body.ts';
+import { SchemaBoundError } from '../prompts/flatten.ts';
+import { judgeCall } from '../guard/judge.ts';
+import { createHttpServer, type Exchange, type ServerLimits } from '../http/server.ts';
+import { SseStream, sendSse, usageOf } from '../http/sse.ts';
+import { redactSecrets } from '../http/upstream.ts';
+import { isSafekeepError } from '../util/errors.ts';
+import { guardedRespond, plannedCalls, type GuardOptions } from '../guard/respond.ts';
+import type { ChatBackend, ChatCall, GuardMethod, ResearchCall, ResearchReply } from '../guard/types.ts';
+import { activationsJson, DEFAULT_MAX_CAPTURE_BYTES, logprobsOf, parseResearchField, resolveCapture, type ResearchOptions } from '../chat/research.ts';
+
+export interface LocalServerOptions extends GuardOptions {
+  backend: ChatBackend;
+  method: GuardMethod;
+  /** the model id reported to clients */
+  modelName: string;
+  /** default agent answer budget when the client gives none (default 256) */
+  defaultMaxTokens?: number;
+  /** the most tokens a client may ask for (`max_tokens` / `max_completion_tokens` above it → 400); none = the context bounds it */
+  maxTokensLimit?: number;
+  log?: (line: string) => void;
+  /** default 16 MiB */
+  maxBodyBytes?: number;
+  /** the model's context length (max_position_embeddings, or --max-model-len); none = not checked */
+  contextLength?: number;
+  /** prompt tokens of a call, counting stopped once above `limit` (`exact: false` then) */
+  countPromptTokens?: (call: ChatCall, limit: number) => { tokens: number; exact: boolean };
+  /** requests admitted at once, running or waiting (default 8) */
+  maxQueue?: number;
+  /** per-request deadline (default 10 min) */
+  requestTimeoutMs?: number;
+  clientKey?: string;
+  corsOrigins?: readonly string[];
+  allowedHosts?: readonly string[];
+  limits?: ServerLimits;
+  /** text never shown to a client (the model folder, the template file): *** in the messages of its 400s */
+  hidden?: readonly string[];
+  /**
+   * `--allow-interventions`: the request field `safekeep` (per-request steering, interventions, capture; research.ts)
+   * is accepted, checked against these shapes and bounds. Only with method 'base': a guard never runs a client's
+   * steering. Absent: the field is a 400 naming it.
+   */
+  research?: ResearchOptions;
+}
+
+
+// the `stop` bounds and parser live with the one request parser (the proxy bounds `stop` too); re-exported here
+export { MAX_STOP_CHARS, MAX_STOP_STRINGS, stopStrings } from '../chat/body.ts';
+
+/**
+ * A failure while the model ran (a step, the judge, the probe): the request fails closed — a 500 and no answer, the
+ * other requests go on — and the client learns nothing internal (engine messages name files, devices, shapes); the
+ * log line keeps the message.
+ */
+function generationFailed(e: unknown, x: Exchange): HttpError {
+  if (e instanceof HttpError) return e;
+  x.entry.internal = capMessage(String((e as Error)?.message ?? e), 300);
+  return new HttpError(500, 'internal_error', `generation failed (request ${x.id}); the server log has the details`);
+}
+
+/**
+ * OpenAI's bounds on a request's arrays (its API refuses longer ones). The chat template renders every message before
+ * the prompt can be counted, so without them a 16 MiB body of tiny messages holds the event loop — and with it every
+ * client's decoding — for seconds.
+ */
+export const MAX_MESSAGES = 2048;
+export { MAX_TOOLS };
+
+const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+const show = (v: unknown) => JSON.stringify(v)?.slice(0, 40) ?? String(v);
+
+/** Fields that change the answer in ways this engine does not do: accepted at their no-op value only. */
+const NO_OP: Readonly<Record<string, { ok: (v: unknown) => boolean; says: string }>> = {
+  n: { ok: (v) => v === 1, says: 'returns one choice (n = 1)' },
+  logit_bias: { ok: (v) => isObject(v) && Object.keys(v).length === 0, says: 'applies no logit bias' },
+  frequency_penalty: { ok: (v) => v === 0, says: 'applies no penalties' },
+  presence_penalty: { ok: (v) => v === 0, says: 'applies no penalties' },
+  response_format: { ok: (v) => isObject(v) && v.type === 'text', says: 'answers in text (response_format text)' },
+  tool_choice: { ok: (v) => v === 'auto', says: 'lets the model choose its tool calls (tool_choice auto)' },
+  parallel_tool_calls: { ok: (v) => v === true, says: 'lets the model make several calls in one turn (parallel_tool_calls true)' },
+  // the template's switches are the server's (--chat-template-kwargs, --thinking): a client's would change the prompt
+  chat_template_kwargs: { ok: (v) => isObject(v) && Object.keys(v).length === 0, says: 'sets template switches at start (--chat-template-kwargs, --thinking), not per request' },
+  reasoning_effort: { ok: () => false, says: 'has no reasoning effort setting (thinking is --thinking on|off)' },
+};
+
+/**
+ * The sampling fields of a request. This engine decodes greedily, one choice, without log probabilities:
+ * `temperature` (0..2) and `top_p` (0..1) are range-checked and decoding stays greedy (their limit; a guard's
+ * verdict must not vary from one call to the next); the fields of NO_OP are refused unless at their no-op value (an
+ * answer the client did not ask for is worse than a clear 400). Unknown fields never get here: the one request parser
+ * (chat/body.ts) refuses them by name; `seed` and `user` change nothing in greedy decoding.
+ */
+export function checkSampling(b: Record<string, unknown>): void {
+  for (const [key, lo, hi] of [['temperature', 0, 2], ['top_p', 0, 1]] as const) {
+    const v = b[key];
+    if (v !== undefined && v !== null && (typeof v !== 'number' || !(v >= lo && v <= hi))) throw badRequest(`"${key}" must be a number from ${lo} to ${hi}, got ${show(v)}`);
+  }
+  for (const [key, r] of Object.entries(NO_OP)) {
+    const v = b[key];
+    if (v !== undefined && v !== null && !r.ok(v)) throw badRequest(`"${key}": this server ${r.says}, got ${show(v)}`);
+  }
+}
+
+/**
+ * The backend with the research options on the request's agent call (the only call under method base), its research
+ * reply handed to `got`.
+ */
+function withResearch(b: ChatBackend, research: ResearchCall, got: (r: ResearchReply | undefined) => void): ChatBackend {
+  return {
+    name: b.name, callFormat: b.callFormat, activations: b.activations,
+    chat: async (c) => {
+      if (c.purpose !== 'agent') return b.chat(c);
+      const r = await b.chat({ ...c, research });
+      got(r.research);
+      return r;
+    },
+  };
+}
+
+/** The backend with every call tied to this request's signal. */
+function withSignal(b: ChatBackend, signal: AbortSignal): ChatBackend {
+  return { name: b.name, callFormat: b.callFormat, activations: b.activations, chat: (c) => b.chat({ ...c, signal }) };
+}
+
+export function createLocalServer(o: LocalServerOptions): Server {
+  if (o.research && o.method !== 'base') throw new Error(`createLocalServer: research fields (--allow-interventions) need method base, not ${o.method}: a guard never runs a client's steering`);
+  const maxQueue = o.maxQueue ?? 8;
+  const deadlineMs = o.requestTimeoutMs ?? 600_000;
+  let admitted = 0;
+  /** running mean of request seconds, for Retry-After */
+  let meanSeconds = 1;
+
+  async function chat(x: Exchange): Promise<void> {
+    if (admitted >= maxQueue) {
+      const wait = Math.max(1, Math.ceil(meanSeconds * (admitted - maxQueue + 1)));
+      throw new HttpError(429, 'rate_limit_error', `server busy: ${admitted} requests admitted (at most ${maxQueue}); retry after ${wait} s`, {}, { 'retry-after': String(wait) });
+    }
+    admitted++;
+    const t0 = performance.now();
+    try {
+      await chatAdmitted(x);
+    } finally {
+      admitted--;
+      meanSeconds = 0.8 * meanSeconds + 0.2 * ((performance.now() - t0) / 1000);
+    }
+  }
+
+  async function chatAdmitted(x: Exchange): Promise<void> {
+    const c = parseChatRequest(await x.body(), { research: o.research !== undefined });
+    if (c.nonTextParts.length > 0) throw badRequest(`${c.nonTextParts[0]}: this server reads text only`);
+    const { messages, tools } = c;
+    if (messages.length > MAX_MESSAGES) throw badRequest(`"messages": at most ${MAX_MESSAGES} messages, got ${messages.length}`);
+    checkSampling(c.body);
+    // a tool schema the judge's view cannot be built for ($ref/allOf fan-out, a bad pointer) is the client's 400 now,
+    // not a 500 once the judge is called
+    if (tools.length > 0) {
+      try {
+        judgeCall(messages, tools, { toolView: 'prose' });
+      } catch (e) {
+        if (e instanceof SchemaBoundError) throw badRequest(e.message);
+        throw e;
+      }
+    }
+    const stop = stopStrings(c.body);
+    const limit = o.maxTokensLimit;
+    if (limit !== undefined && c.maxTokens !== undefined && c.maxTokens > limit) {
+      const field = c.body.max_completion_tokens !== undefined && c.body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens';
+      throw badRequest(`"${field}" ${c.maxTokens} is above this server's limit of ${limit} tokens`);
+    }
+    let maxTokens = c.maxTokens ?? Math.min(o.defaultMaxTokens ?? 256, limit ?? Infinity);
+    const method: GuardMethod = tools.length ? o.method : 'base';
+    // research fields (research.ts): checked before any counting or generation
+    const parsed = o.research ? parseResearchField(c.research, o.research) : null;
+    // an empty field asks nothing: the request stays a plain one (response cache, live streaming)
+    const rq = parsed && (Object.keys(parsed.call).length > 0 || parsed.capture) ? parsed : null;
+    const topLogprobs = logprobsOf(c.body);
+    if (topLogprobs !== undefined && !o.backend.activations) throw badRequest('"logprobs": this server\'s backend returns no log probabilities');
+    if (topLogprobs !== undefined && method !== 'base') throw badRequest(`"logprobs": not under the guard (method ${method}); the answer may be the guard's refusal`);
+    const N = o.contextLength;
+    const count = o.countPromptTokens;
+    if (N !== undefined && count) {
+      const counted = (call: ChatCall) => {
+        try {
+          return count(call, N);
+        } catch (e) {
+          // the chat template refusing this conversation is the client's 400, in its words, but not the server's paths
+          if (isSafekeepError(e)) throw badRequest(redactSecrets(e.message, o.hidden ?? []));
+          throw e;
+        }
+      };
+      const p = counted({ messages, tools, maxTokens, purpose: 'agent' });
+      x.entry.promptTokens = p.tokens;
+      if (c.maxTokens === undefined && p.exact && p.tokens < N) maxTokens = Math.min(maxTokens, N - p.tokens);
+      if (p.tokens + maxTokens > N) throw badRequest(contextLengthMessage(N, p.tokens, maxTokens, p.exact));
+      // the guard's own calls (the SafePrompt agent prompt, the judge's context, the refusal) must fit too
+      for (const call of plannedCalls({ messages, tools }, method, { ...o, maxTokens, stop })) {
+        if (call.purpose === 'agent' && method !== 'safeprompt') continue;
+        const q = counted(call);
+        if (q.tokens + call.maxTokens > N) throw badRequest(`the guard's ${call.purpose} call for this request does not fit: ${contextLengthMessage(N, q.tokens, call.maxTokens, q.exact)}`);
+      }
+    }
+    let research: ResearchCall | undefined;
+    if (rq || topLogprobs !== undefined) {
+      research = { ...rq?.call, ...(topLogprobs !== undefined ? { topLogprobs } : {}) };
+      if (rq?.capture) {
+        if (!count) throw badRequest('safekeep.capture: this server cannot count prompt tokens');
+        const n = count({ messages, tools, maxTokens, purpose: 'agent' }, Infinity).tokens;
+        research.capture = resolveCapture(rq.capture, n, maxTokens, o.research!.maxCaptureBytes ?? DEFAULT_MAX_CAPTURE_BYTES);
+      }
+    }
+    if (research) {
+      // what the log line says of a research request (no vectors, no client text)
+      x.entry.research = {
+        steer: research.steer ? { layer: research.steer.layer, alpha: research.steer.alpha } : null, interventions: (research.interventions?.length ?? 0) + (research.hooks?.length ?? 0),
+        capture: rq?.capture ? rq.capture.hooks.length : 0, logprobs: research.topLogprobs ?? null,
+      };
+    }
+    let researchReply: ResearchReply | undefined;
+    const deadline = AbortSignal.timeout(deadlineMs);
+    const signal = AbortSignal.any([x.signal, deadline]);
+    // without tools the answer is the model's text as it comes (with tools it is parsed for calls when finished)
+    const live = c.stream && tools.length === 0 && !research ? new SseStream(x.res, x.id, o.modelName, { 'x-safekeep-action': 'forward', 'x-safekeep-method': method }) : null;
+    let r: Awaited<ReturnType<typeof guardedRespond>> | null = null;
+    try {
+      const backend = withSignal(o.backend, signal);
+      r = await guardedRespond({ messages, tools }, method, research ? withResearch(backend, research, (x) => { researchReply = x; }) : backend, {
+        ...o, maxTokens, stop,
+        // a judge on its own backend is cancelled with the request too
+        ...(o.judgeBackend ? { judgeBackend: withSignal(o.judgeBackend, signal) } : {}),
+        ...(live ? { onText: (d: string) => live.write(d) } : {}),
+      });
+    } catch (e) {
+      // a backend may end a cancelled call by throwing: the cancellation is the answer then
+      if (!signal.aborted) {
+        const err = generationFailed(e, x);
+        if (!live?.started) throw err;
+        // the status line is gone: the stream ends with an error event and no [DONE]
+        x.entry.status = err.status;
+        live.fail(err.message, err.type);
+        return;
+      }
+    }
+    if (deadline.aborted) {
+      const err = new HttpError(504, 'timeout', `the request did not finish within ${deadlineMs} ms`);
+      if (!live?.started) throw err;
+      x.entry.status = 504;
+      live.fail(err.message, err.type);
+      return;
+    }
+    if (r === null || x.signal.aborted || r.reply.finish === 'cancelled') {
+      x.entry.status = 499;
+      x.entry.action = 'cancelled';
+      if (live?.started) live.fail('cancelled', 'cancelled');
+      return;
+    }
+    const action = r.blocked ? 'refuse' : r.steered ? 'steer' : 'forward';
+    const headers: Record<string, string> = { 'x-safekeep-action': action, 'x-safekeep-method': method };
+    if (r.judge) headers['x-safekeep-verdict'] = r.judge.verdict;
+    if (r.probe) headers['x-safekeep-probe-score'] = r.probe.score.toFixed(6);
+    if (r.probe?.band) headers['x-safekeep-probe-band'] = r.probe.band;
+    Object.assign(x.entry, {
+      guard: method, tools: tools.length, action, verdict: r.judge?.verdict ?? null, judgeMs: r.judge ? Math.round(r.judge.latencyMs) : null,
+      probeScore: r.probe?.score ?? null, probeUnsafe: r.probe?.unsafe ?? null, probeMs: r.probe?.latencyMs ?? null,
+      probeBand: r.probe?.band ?? null, judgeCalls: r.cost.judgeCalls, guardTokens: r.cost.guardTokens, guardMs: Math.round(r.cost.guardMs),
+    });
+    const content = stripEndTokens(r.reply.content);
+    const calls = r.blocked || tools.length === 0 ? [] : parseToolCalls(content, o.backend.callFormat).calls;
+    const toolCalls = calls.map((k, i) => ({ id: `call_${i}`, type: 'function', function: { name: k.name, arguments: JSON.stringify(k.arguments) } }));
+    const finish = toolCalls.length ? 'tool_calls' : r.reply.finish === 'length' ? 'length' : 'stop';
+    const usage = usageOf(r.reply.promptTokens, r.reply.completionTokens);
+    x.entry.status = 200;
+    if (live) {
+      if (!live.finish({ content, toolCalls, finish, usage: c.includeUsage ? usage : undefined }, headers)) x.entry.status = 500;
+      return;
+    }
+    const logprobs = topLogprobs !== undefined ? { logprobs: { content: researchReply?.logprobs ?? [], refusal: null } } : {};
+    const activations = rq?.capture && research?.capture && researchReply
+      ? { safekeep: { activations: activationsJson(rq.capture, research.capture, researchReply, o.research!.hiddenSize) } }
+      : {};
+    if (c.stream) {
+      // streamed: the activations ride on the finish-reason chunk
+      sendSse(x.res, { id: x.id, model: o.modelName, content, toolCalls, finish, usage: c.includeUsage ? usage : undefined, ...logprobs, ...(activations.safekeep ? { finishExtra: activations } : {}) }, headers);
+      return;
+    }
+    sendJson(x.res, 200, {
+      id: x.id, object: 'chat.completion', created: Math.floor(Date.now() / 1000), model: o.modelName,
+      choices: [{ index: 0, message: { role: 'assistant', content, ...(toolCalls.length ? { tool_calls: toolCalls } : {}) }, ...logprobs, finish_reason: finish }],
+      usage, ...activations,
+    }, headers);
+  }
+
+  return createHttpServer({
+    routes: {
+      'chat/completions': { methods: ['POST'], handle: chat },
+      models: {
+        methods: ['GET'],
+        handle: async (x) => sendJson(x.res, 200, { object: 'list', data: [{ id: o.modelName, object: 'model', owned_by: 'safekeep', ...(o.contextLength ? { max_model_len: o.contextLength } : {}) }] }),
+      },
+    },
+    policy: { clientKey: o.clientKey, corsOrigins: o.corsOrigins, allowedHosts: o.allowedHosts },
+    limits: { ...o.limits, ...(o.maxBodyBytes !== undefined ? { maxBodyBytes: o.maxBodyBytes } : {}) },
+    log: o.log,
+  });
+}
