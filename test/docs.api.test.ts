@@ -20,17 +20,23 @@ test('docs/api.md: every ts example runs; the patching example prints the oracle
   try {
     let patching = null;
     let steering: RegExpExecArray | null = null;
+    let guarded: RegExpExecArray | null = null;
     for (const [i, code] of examples.entries()) {
       const file = join(tmp, `example-${i}.mts`);
       writeFileSync(file, code.replaceAll("from 'safekeep'", `from '${pathToFileURL(join(repoRoot, 'src', 'index.ts')).href}'`));
       const out = execFileSync(process.execPath, ['--import', 'tsx', file], { cwd: repoRoot, encoding: 'utf8', timeout: 120_000 });
       patching ??= parsePatchingLine(out);
       steering ??= /^projection on r at hidden\[1\]: (\S+) steered: (\S+)/m.exec(out);
+      guarded ??= /^verdict (\S+) blocked (\S+) judge calls (\d+) \| (.*)$/m.exec(out);
     }
     // steering subtracts 4·r̂ from hidden[1]: the projection on r̂ moves by exactly −4
     assert.ok(steering, 'the engine example prints its projections');
     assert.ok(Math.abs(Number(steering[1]) - Number(steering[2]) - 4) <= 2e-3, `projection ${steering[1]} → ${steering[2]}`);
     assert.ok(patching, 'the patching example prints its line');
+    // the guard example: a YES from the judge is SafeKeep's refusal, one judge call, the refusal prefix as the answer
+    assert.ok(guarded, 'the guard example prints its line');
+    assert.deepEqual(guarded.slice(1, 4), ['yes', 'true', '1']);
+    assert.match(guarded[4]!, /^I'm sorry/);
     const ref = await oraclePatching(join(tmp, 'planted'));
     for (const k of ['clean', 'corrupted', 'patched'] as const) {
       assert.ok(Math.abs(patching[k] - ref[k]) <= 1.5e-4, `${k}: printed ${patching[k]}, oracle ${ref[k]}`);

@@ -1,5 +1,5 @@
 /**
- * The evaluations on the harness (src/eval/) write the same tables as before it: every scenario of
+ * The evaluations on the harness (src/harness/) write the same tables as before it: every scenario of
  * test/helpers/harness-scenarios.ts (guard eval on the scripted endpoint and on the planted model, s3 eval on the
  * scripted endpoint, steer and the behavioural refusal of reproduce on the planted model) is run on this checkout and
  * compared byte for byte with test/fixtures/harness/<scenario>.txt — the outputs of the code before the harness

@@ -1,6 +1,6 @@
 /**
  * S³ (multi-stage defense) on the SafeKeep guard: stages, skills (SKILL.md), the guard with its layered trigger,
- * checks, recovery. See src/guard/README.md.
+ * checks, recovery. See src/s3/README.md.
  */
 export { STAGES, isStage, type Stage } from '../s3/stages.ts';
 export { CHECK_KINDS, MITIGATIONS, BUILTIN_PROMPTS, PROMPT_VARS, TEMPLATE_VARS, fillTemplate, type CheckKind, type Mitigation, type ProbeSpec, type Skill, type SkillFilter } from '../s3/skill.ts';

@@ -23,7 +23,8 @@
  */
 import { SafekeepError } from '../util/errors.ts';
 import type { ProbeGuard, ProbeVerdict } from './probe.ts';
-import { judge, judgeCall, type JudgeOptions } from './judge.ts';
+import { judgeCall, type JudgeOptions } from './judge.ts';
+import { safekeepDecision } from './decision.ts';
 import { REFUSAL_PREFIX, SAFEPROMPT_SYSTEM } from './prompts.ts';
 import { agentHarmPrompts } from '../data/agentharm-prompts.ts';
 import type { AgentRequest, ChatBackend, ChatCall, ChatMessage, ChatReply, GuardMethod, JudgeResult } from './types.ts';
@@ -140,18 +141,17 @@ export async function guardedRespond(
 }
 
 /** guardedRespond without its cost; `rereadTokens`: the prompt of a halted agent call that the next call reads again */
-async function respond(
-  request: AgentRequest,
-  method: GuardMethod,
-  backend: ChatBackend,
-  options: GuardOptions,
-): Promise<Omit<GuardedResponse, 'cost'> & { rereadTokens?: number }> {
+type Responded = Omit<GuardedResponse, 'cost'> & { rereadTokens?: number };
+
+async function respond(request: AgentRequest, method: GuardMethod, backend: ChatBackend, options: GuardOptions): Promise<Responded> {
   const maxTokens = options.maxTokens ?? 256;
   const judged = options.judgeRequest ?? request;
   const stop = options.stop?.length ? { stop: options.stop } : {};
   const agentCall = (messages: ChatMessage[]) =>
     backend.chat({ messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, ...stop, ...(options.onText ? { onText: options.onText } : {}) });
   const refuse = () => backend.chat(refusalCall(request, options));
+  const judgeBackend = options.judgeBackend ?? backend;
+  const judgeOptions: JudgeOptions = { ...options, toolView: JUDGE_VIEW[method] ?? 'prose', maxTokens: options.judgeMaxTokens };
   if (method === 'refusal-probe' || method === 'safekeep+probe' || method === 'probe-cascade' || method === 'probe-steer') {
     const probe = options.probe;
     if (!probe) throw new SafekeepError(`guard method ${method} needs a trained probe (safekeep probe train; --probe FILE)`);
@@ -163,10 +163,9 @@ async function respond(
       if (!pv) throw new SafekeepError(`${backend.name}: the agent call ran without reporting its prefill hidden states`);
       if (pv.band === 'run') return { method, judge: null, blocked: false, reply: first, probe: pv, agentMs: first.latencyMs };
       if (pv.band === 'refuse') return { method, judge: null, blocked: true, reply: await refuse(), probe: pv, agentMs: first.latencyMs, rereadTokens: first.promptTokens };
-      // inside the band: SafeKeep's judge (prose tool view) decides
-      const verdict = await judge(judged.messages, judged.tools, options.judgeBackend ?? backend, { ...options, toolView: JUDGE_VIEW[method]!, maxTokens: options.judgeMaxTokens });
-      const reply = verdict.unsafe ? await refuse() : await agentCall(request.messages);
-      return { method, judge: verdict, blocked: verdict.unsafe, reply, probe: pv, agentMs: first.latencyMs + (verdict.unsafe ? 0 : reply.latencyMs), rereadTokens: first.promptTokens };
+      // inside the band: SafeKeep's decision (prose tool view)
+      const d = await safekeepDecision(judged, judgeBackend, judgeOptions, { run: () => agentCall(request.messages), refuse });
+      return { method, judge: d.verdict, blocked: d.blocked, reply: d.outcome, probe: pv, agentMs: first.latencyMs + (d.blocked ? 0 : d.outcome.latencyMs), rereadTokens: first.promptTokens };
     }
     if (method === 'probe-steer') {
       const steer = probe.steering();
@@ -179,27 +178,27 @@ async function respond(
       const reply = await backend.chat({ messages: request.messages, tools: request.tools, maxTokens, purpose: 'refusal', model: options.model, authorization: options.authorization, steer, ...stop });
       return { method, judge: null, blocked: false, steered: true, reply, probe: pv, agentMs: first.latencyMs, rereadTokens: first.promptTokens };
     }
-    let verdict: JudgeResult | null = null;
-    if (method === 'safekeep+probe') {
-      verdict = await judge(judged.messages, judged.tools, options.judgeBackend ?? backend, { ...options, toolView: JUDGE_VIEW[method]!, maxTokens: options.judgeMaxTokens });
-      if (verdict.unsafe) return { method, judge: verdict, blocked: true, reply: await refuse(), probe: null, agentMs: null };
-    }
-    const hook = probe.hook();
-    const reply = await backend.chat({ messages: request.messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, inspect: hook.inspect, ...stop });
-    const pv = hook.verdict();
-    if (!pv) throw new SafekeepError(`${backend.name}: the agent call ran without reporting its prefill hidden states`);
-    if (!pv.unsafe) return { method, judge: verdict, blocked: false, reply, probe: pv, agentMs: reply.latencyMs };
-    return { method, judge: verdict, blocked: true, reply: await refuse(), probe: pv, agentMs: reply.latencyMs, rereadTokens: reply.promptTokens };
+    /** the probed agent call: flagged → the refusal */
+    const probed = async (verdict: JudgeResult | null): Promise<Responded> => {
+      const hook = probe.hook();
+      const reply = await backend.chat({ messages: request.messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, inspect: hook.inspect, ...stop });
+      const pv = hook.verdict();
+      if (!pv) throw new SafekeepError(`${backend.name}: the agent call ran without reporting its prefill hidden states`);
+      if (!pv.unsafe) return { method, judge: verdict, blocked: false, reply, probe: pv, agentMs: reply.latencyMs };
+      return { method, judge: verdict, blocked: true, reply: await refuse(), probe: pv, agentMs: reply.latencyMs, rereadTokens: reply.promptTokens };
+    };
+    if (method === 'refusal-probe') return probed(null);
+    // safekeep+probe: SafeKeep's decision, whose safe branch is the probed agent call
+    return (await safekeepDecision(judged, judgeBackend, judgeOptions, {
+      run: probed,
+      refuse: async (verdict) => ({ method, judge: verdict, blocked: true, reply: await refuse(), probe: null, agentMs: null }),
+    })).outcome;
   }
   if (method === 'base') return { method, judge: null, blocked: false, reply: await agentCall(request.messages) };
   if (method === 'safeprompt') {
     return { method, judge: null, blocked: false, reply: await agentCall(withSafetyPrompt(request.messages)) };
   }
-  const verdict = await judge(judged.messages, judged.tools, options.judgeBackend ?? backend, {
-    ...options,
-    toolView: JUDGE_VIEW[method]!,
-    maxTokens: options.judgeMaxTokens,
-  });
-  if (!verdict.unsafe) return { method, judge: verdict, blocked: false, reply: await agentCall(request.messages) };
-  return { method, judge: verdict, blocked: true, reply: await refuse() };
+  // safekeep / safejudge: SafeKeep's decision with the method's tool view
+  const d = await safekeepDecision(judged, judgeBackend, judgeOptions, { run: () => agentCall(request.messages), refuse });
+  return { method, judge: d.verdict, blocked: d.blocked, reply: d.outcome };
 }

@@ -156,32 +156,114 @@ interface Conn {
   bytesAtIdle: number;
 }
 
+/** The connections being served (at most `limits.maxConnections`), each with its requests in flight. */
+class ConnectionTable {
+  private readonly conns = new Map<Socket, Conn>();
+  constructor(private readonly max: number) {}
+
+  get size(): number { return this.conns.size; }
+  get(s: Socket): Conn | undefined { return this.conns.get(s); }
+
+  admit(s: Socket): Conn {
+    const c: Conn = { inFlight: 0, served: false, idleSince: 0, bytesAtIdle: 0 };
+    this.conns.set(s, c);
+    s.once('close', () => this.conns.delete(s));
+    return c;
+  }
+
+  /** Close the longest-idle kept-alive connection to make room; false when none is idle. */
+  closeIdle(): boolean {
+    let oldest: [Socket, Conn] | undefined;
+    for (const e of this.conns) {
+      const [s, c] = e;
+      if (c.served && c.inFlight === 0 && s.bytesRead === c.bytesAtIdle && (!oldest || c.idleSince < oldest[1].idleSince)) oldest = e;
+    }
+    if (!oldest) return false;
+    this.conns.delete(oldest[0]);
+    oldest[0].destroy();
+    return true;
+  }
+
+  /** The request's connection, admitted now if there is room (one refused at accept may be let in later); undefined = over the cap. */
+  forRequest(socket: Socket): Conn | undefined {
+    return this.conns.get(socket) ?? (this.conns.size < this.max || this.closeIdle() ? this.admit(socket) : undefined);
+  }
+}
+
+/**
+ * The route for this request — access policy first (CORS headers set), then the canonical path, the route table and
+ * the method: deny by default. null when the request was a CORS preflight, already answered.
+ */
+function resolveRoute(req: IncomingMessage, res: ServerResponse, path: string | null, routes: Readonly<Record<string, Route>>, policy: AccessPolicy, entry: Record<string, unknown>): { name: string; route: Route } | null {
+  const cors = checkAccess(req, policy);
+  for (const [k, v] of Object.entries(cors)) res.setHeader(k, v);
+  if (path === null) throw new HttpError(400, 'invalid_request_error', 'malformed request path (a bad percent-escape or a control character)');
+  const name = apiPath(path);
+  const route = Object.hasOwn(routes, name) ? routes[name] : undefined;
+  if (!route) throw new HttpError(404, 'not_found_error', `no route ${String(req.method).slice(0, 16)} ${capMessage(path, 200)}`);
+  if (req.method === 'OPTIONS' && Object.keys(cors).length > 0) {
+    res.writeHead(204, { allow: [...route.methods, 'OPTIONS'].join(', ') });
+    res.end();
+    entry.status = 204;
+    return null;
+  }
+  if (!route.methods.includes(req.method ?? '')) {
+    throw new HttpError(405, 'invalid_request_error', `method ${String(req.method).slice(0, 16)} not allowed on ${path}`, {}, { allow: route.methods.join(', ') });
+  }
+  return { name, route };
+}
+
+/**
+ * One request's deadline: past it the handler's signal is aborted and, after a grace period for it to stop, the
+ * request fails with 504. An answer that has begun (a stream) is bounded by its own timeouts, not cut here.
+ */
+class Deadline {
+  passed = false;
+  private timer: NodeJS.Timeout | undefined;
+  constructor(readonly ms: number | undefined) {}
+
+  timedOut(): HttpError {
+    return new HttpError(504, 'timeout', `the request did not finish within its deadline of ${this.ms} ms; nothing further was done`);
+  }
+
+  async race(handled: Promise<void>, res: ServerResponse, ac: AbortController): Promise<void> {
+    const ms = this.ms;
+    if (ms === undefined) return handled;
+    // a handler that has lost the race below may still fail later: nobody is waiting for it then
+    handled.catch(() => undefined);
+    await Promise.race([handled, new Promise<never>((_, reject) => {
+      this.timer = setTimeout(() => {
+        if (res.headersSent) return;
+        this.passed = true;
+        ac.abort(deadlineReason(ms));
+        this.timer = setTimeout(() => reject(this.timedOut()), DEADLINE_GRACE_MS);
+      }, ms);
+    })]);
+  }
+
+  clear(): void { clearTimeout(this.timer); }
+}
+
+/** A failed request's answer: its JSON error (or the end of a begun answer), and the log fields that say why. */
+function answerFailure(e: unknown, req: IncomingMessage, res: ServerResponse, id: string, entry: Record<string, unknown>, deadline: Deadline, requestTimeoutMs: number): void {
+  let err = asHttpError(e, id);
+  // whatever the abort made the handler throw (a cancelled call, a cut-off answer), the client is told the cause
+  if (deadline.passed && err.status !== 504) err = deadline.timedOut();
+  entry.status = err.status;
+  entry.action ??= 'error';
+  entry.error = capMessage(err.message, 300);
+  if (!(e instanceof HttpError) && !isSafekeepError(e)) entry.internal = capMessage(String((e as Error)?.message ?? e), 300);
+  if (res.headersSent) res.end();
+  else if (err.headers.connection === 'close') answerThenClose(req, res, err, { 'x-safekeep-action': 'error' }, requestTimeoutMs);
+  else sendError(res, err, { 'x-safekeep-action': 'error' });
+}
+
 export function createHttpServer(o: HttpServerOptions): Server {
   const limits = { ...DEFAULT_LIMITS, ...o.limits };
   const log = o.log ?? ((l: string) => process.stderr.write(`${l}\n`));
   const policy = o.policy ?? {};
   let counter = 0;
-  /** the connections being served (at most maxConnections) */
-  const conns = new Map<Socket, Conn>();
-
-  const admit = (s: Socket): Conn => {
-    const c: Conn = { inFlight: 0, served: false, idleSince: 0, bytesAtIdle: 0 };
-    conns.set(s, c);
-    s.once('close', () => conns.delete(s));
-    return c;
-  };
-  /** Close the longest-idle kept-alive connection to make room; false when none is idle. */
-  const closeIdle = (): boolean => {
-    let oldest: [Socket, Conn] | undefined;
-    for (const e of conns) {
-      const [s, c] = e;
-      if (c.served && c.inFlight === 0 && s.bytesRead === c.bytesAtIdle && (!oldest || c.idleSince < oldest[1].idleSince)) oldest = e;
-    }
-    if (!oldest) return false;
-    conns.delete(oldest[0]);
-    oldest[0].destroy();
-    return true;
-  };
+  const conns = new ConnectionTable(limits.maxConnections);
 
   async function handle(req: IncomingMessage, res: ServerResponse, overCap: boolean): Promise<void> {
     const t0 = performance.now();
@@ -190,67 +272,27 @@ export function createHttpServer(o: HttpServerOptions): Server {
     const entry: Record<string, unknown> = { ts: new Date().toISOString(), id, method: req.method, path: path ?? capMessage(String(req.url), 200) };
     const ac = new AbortController();
     res.on('close', () => { if (!res.writableFinished) ac.abort(); });
-    let deadlinePassed = false;
-    let deadlineTimer: NodeJS.Timeout | undefined;
-    const deadlineMs = limits.deadlineMs;
-    const timedOut = () => new HttpError(504, 'timeout', `the request did not finish within its deadline of ${deadlineMs} ms; nothing further was done`);
+    const deadline = new Deadline(limits.deadlineMs);
     try {
       if (overCap) {
         throw new HttpError(503, 'server_overloaded', `server busy: all ${limits.maxConnections} connections are in use; retry after ${RETRY_AFTER_S} s`, {}, { 'retry-after': String(RETRY_AFTER_S), connection: 'close' });
       }
-      const cors = checkAccess(req, policy);
-      for (const [k, v] of Object.entries(cors)) res.setHeader(k, v);
-      if (path === null) throw new HttpError(400, 'invalid_request_error', 'malformed request path (a bad percent-escape or a control character)');
-      const name = apiPath(path);
-      const route = Object.hasOwn(o.routes, name) ? o.routes[name] : undefined;
-      if (!route) throw new HttpError(404, 'not_found_error', `no route ${String(req.method).slice(0, 16)} ${capMessage(path, 200)}`);
-      if (req.method === 'OPTIONS' && Object.keys(cors).length > 0) {
-        res.writeHead(204, { allow: [...route.methods, 'OPTIONS'].join(', ') });
-        res.end();
-        entry.status = 204;
-        return;
-      }
-      if (!route.methods.includes(req.method ?? '')) {
-        throw new HttpError(405, 'invalid_request_error', `method ${String(req.method).slice(0, 16)} not allowed on ${path}`, {}, { allow: route.methods.join(', ') });
-      }
-      entry.route = name;
+      const found = resolveRoute(req, res, path, o.routes, policy, entry);
+      if (!found) return;
+      entry.route = found.name;
       const x: Exchange = {
-        id, req, res, route: name, entry, signal: ac.signal,
+        id, req, res, route: found.name, entry, signal: ac.signal,
         body: () => {
           checkJsonContentType(req);
           return readBody(req, limits.maxBodyBytes);
         },
       };
-      if (deadlineMs === undefined) {
-        await route.handle(x);
-      } else {
-        const handled = route.handle(x);
-        // a handler that has lost the race below may still fail later: nobody is waiting for it then
-        handled.catch(() => undefined);
-        await Promise.race([handled, new Promise<never>((_, reject) => {
-          deadlineTimer = setTimeout(() => {
-            // an answer that has begun (a stream) is bounded by its own timeouts, not cut here
-            if (res.headersSent) return;
-            deadlinePassed = true;
-            ac.abort(deadlineReason(deadlineMs));
-            deadlineTimer = setTimeout(() => reject(timedOut()), DEADLINE_GRACE_MS);
-          }, deadlineMs);
-        })]);
-      }
+      await deadline.race(found.route.handle(x), res, ac);
       entry.status ??= res.statusCode;
     } catch (e) {
-      let err = asHttpError(e, id);
-      // whatever the abort made the handler throw (a cancelled call, a cut-off answer), the client is told the cause
-      if (deadlinePassed && err.status !== 504) err = timedOut();
-      entry.status = err.status;
-      entry.action ??= 'error';
-      entry.error = capMessage(err.message, 300);
-      if (!(e instanceof HttpError) && !isSafekeepError(e)) entry.internal = capMessage(String((e as Error)?.message ?? e), 300);
-      if (res.headersSent) res.end();
-      else if (err.headers.connection === 'close') answerThenClose(req, res, err, { 'x-safekeep-action': 'error' }, limits.requestTimeoutMs);
-      else sendError(res, err, { 'x-safekeep-action': 'error' });
+      answerFailure(e, req, res, id, entry, deadline, limits.requestTimeoutMs);
     } finally {
-      clearTimeout(deadlineTimer);
+      deadline.clear();
       entry.ms = Math.round(performance.now() - t0);
       log(JSON.stringify(entry));
     }
@@ -264,8 +306,7 @@ export function createHttpServer(o: HttpServerOptions): Server {
   }, (req, res) => {
     res.on('error', () => undefined);
     const socket = req.socket;
-    // a connection refused at accept may be let in once there is room again
-    const c = conns.get(socket) ?? (conns.size < limits.maxConnections || closeIdle() ? admit(socket) : undefined);
+    const c = conns.forRequest(socket);
     if (c) {
       c.inFlight++;
       res.once('close', () => {
@@ -280,8 +321,8 @@ export function createHttpServer(o: HttpServerOptions): Server {
   // room for the cap's worth of connections that are only told 503; beyond that a flood is dropped on accept
   server.maxConnections = 2 * limits.maxConnections;
   server.on('connection', (socket: Socket) => {
-    if (conns.size >= limits.maxConnections) closeIdle();
-    if (conns.size < limits.maxConnections) admit(socket);
+    if (conns.size >= limits.maxConnections) conns.closeIdle();
+    if (conns.size < limits.maxConnections) conns.admit(socket);
   });
   // a socket that never sends a full request line is timed out by headersTimeout; one that opens and sends nothing at
   // all too (node starts the headers clock at connect)

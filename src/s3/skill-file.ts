@@ -73,7 +73,7 @@ export function parseSkill(text: string, file: string, dir: string): Skill {
   try {
     fm = parseFrontMatter(split.front);
   } catch (e) {
-    if (e instanceof FrontMatterError) throw new SkillFileError(file, e.key ?? `line ${e.line + 1}`, `${e.message} (line ${e.line + 1})`, 'write "key: value" lines as in src/guard/README.md');
+    if (e instanceof FrontMatterError) throw new SkillFileError(file, e.key ?? `line ${e.line + 1}`, `${e.message} (line ${e.line + 1})`, 'write "key: value" lines as in src/s3/README.md');
     throw e;
   }
   const err = (field: string, problem: string, fix: string) => new SkillFileError(file, field, problem, fix);

@@ -1,7 +1,7 @@
 /**
  * A stage-specific safety skill (S³): a folder with a SKILL.md whose front matter says when the skill applies and
  * how it checks, and whose body is the checking procedure in prose (shown to the guard agent when it decides which
- * skills to run, and to `llm` checks as `{{procedure}}`). See `skill-file.ts` for the format and src/guard/README.md.
+ * skills to run, and to `llm` checks as `{{procedure}}`). See `skill-file.ts` for the format and src/s3/README.md.
  */
 import type { InspectionPart } from './inspection.ts';
 import type { Stage } from './stages.ts';

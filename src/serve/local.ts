@@ -34,14 +34,14 @@ import type { Server } from 'node:http';
 import { parseToolCalls, stripEndTokens } from '../outcome/parse-calls.ts';
 import { contextLengthMessage } from './context-length.ts';
 import { HttpError, badRequest, capMessage, sendJson } from '../http/errors.ts';
-import { MAX_TOOLS, parseChatRequest, stopStrings } from '../chat/body.ts';
+import { MAX_TOOLS, parseChatRequest, stopStrings, type ChatRequest } from '../chat/body.ts';
 import { SchemaBoundError } from '../prompts/flatten.ts';
 import { judgeCall } from '../guard/judge.ts';
 import { createHttpServer, type Exchange, type ServerLimits } from '../http/server.ts';
 import { SseStream, sendSse, usageOf } from '../http/sse.ts';
 import { redactSecrets } from '../http/upstream.ts';
 import { isSafekeepError } from '../util/errors.ts';
-import { guardedRespond, plannedCalls, type GuardOptions } from '../guard/respond.ts';
+import { guardedRespond, plannedCalls, type GuardedResponse, type GuardOptions } from '../guard/respond.ts';
 import type { ChatBackend, ChatCall, GuardMethod, ResearchCall, ResearchReply } from '../guard/types.ts';
 import { activationsJson, DEFAULT_MAX_CAPTURE_BYTES, logprobsOf, parseResearchField, resolveCapture, type ResearchOptions } from '../chat/research.ts';
 
@@ -158,6 +158,184 @@ function withSignal(b: ChatBackend, signal: AbortSignal): ChatBackend {
   return { name: b.name, callFormat: b.callFormat, activations: b.activations, chat: (c) => b.chat({ ...c, signal }) };
 }
 
+/** A request past its checks: what its guarded call needs. */
+interface Admitted {
+  c: ChatRequest;
+  messages: ChatRequest['messages'];
+  tools: ChatRequest['tools'];
+  method: GuardMethod;
+  /** the agent answer budget (shrunk to the context when the client gave none) */
+  maxTokens: number;
+  stop: ReturnType<typeof stopStrings>;
+  /** the research field when it asks something (an empty one leaves the request a plain one: cache, live streaming) */
+  rq: ReturnType<typeof parseResearchField> | null;
+  topLogprobs: number | undefined;
+}
+
+/** The request's own checks, in the client's terms (400s), before any counting or generation. */
+function admit(c: ChatRequest, o: LocalServerOptions): Admitted {
+  if (c.nonTextParts.length > 0) throw badRequest(`${c.nonTextParts[0]}: this server reads text only`);
+  const { messages, tools } = c;
+  if (messages.length > MAX_MESSAGES) throw badRequest(`"messages": at most ${MAX_MESSAGES} messages, got ${messages.length}`);
+  checkSampling(c.body);
+  // a tool schema the judge's view cannot be built for ($ref/allOf fan-out, a bad pointer) is the client's 400 now,
+  // not a 500 once the judge is called
+  if (tools.length > 0) {
+    try {
+      judgeCall(messages, tools, { toolView: 'prose' });
+    } catch (e) {
+      if (e instanceof SchemaBoundError) throw badRequest(e.message);
+      throw e;
+    }
+  }
+  const stop = stopStrings(c.body);
+  const limit = o.maxTokensLimit;
+  if (limit !== undefined && c.maxTokens !== undefined && c.maxTokens > limit) {
+    const field = c.body.max_completion_tokens !== undefined && c.body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens';
+    throw badRequest(`"${field}" ${c.maxTokens} is above this server's limit of ${limit} tokens`);
+  }
+  const maxTokens = c.maxTokens ?? Math.min(o.defaultMaxTokens ?? 256, limit ?? Infinity);
+  const method: GuardMethod = tools.length ? o.method : 'base';
+  // research fields (research.ts): checked before any counting or generation
+  const parsed = o.research ? parseResearchField(c.research, o.research) : null;
+  const rq = parsed && (Object.keys(parsed.call).length > 0 || parsed.capture) ? parsed : null;
+  const topLogprobs = logprobsOf(c.body);
+  if (topLogprobs !== undefined && !o.backend.activations) throw badRequest('"logprobs": this server\'s backend returns no log probabilities');
+  if (topLogprobs !== undefined && method !== 'base') throw badRequest(`"logprobs": not under the guard (method ${method}); the answer may be the guard's refusal`);
+  return { c, messages, tools, method, maxTokens, stop, rq, topLogprobs };
+}
+
+/**
+ * Prompt + answer within the context, for the agent call and every call the guard will make for this request (the
+ * SafePrompt agent prompt, the judge's context, the refusal): 400s in vLLM's wording before anything runs. A client
+ * that gave no max_tokens gets the room that is left.
+ */
+function fitContext(x: Exchange, o: LocalServerOptions, a: Admitted): void {
+  const N = o.contextLength;
+  const count = o.countPromptTokens;
+  if (N === undefined || !count) return;
+  const counted = (call: ChatCall) => {
+    try {
+      return count(call, N);
+    } catch (e) {
+      // the chat template refusing this conversation is the client's 400, in its words, but not the server's paths
+      if (isSafekeepError(e)) throw badRequest(redactSecrets(e.message, o.hidden ?? []));
+      throw e;
+    }
+  };
+  const p = counted({ messages: a.messages, tools: a.tools, maxTokens: a.maxTokens, purpose: 'agent' });
+  x.entry.promptTokens = p.tokens;
+  if (a.c.maxTokens === undefined && p.exact && p.tokens < N) a.maxTokens = Math.min(a.maxTokens, N - p.tokens);
+  if (p.tokens + a.maxTokens > N) throw badRequest(contextLengthMessage(N, p.tokens, a.maxTokens, p.exact));
+  for (const call of plannedCalls({ messages: a.messages, tools: a.tools }, a.method, { ...o, maxTokens: a.maxTokens, stop: a.stop })) {
+    if (call.purpose === 'agent' && a.method !== 'safeprompt') continue;
+    const q = counted(call);
+    if (q.tokens + call.maxTokens > N) throw badRequest(`the guard's ${call.purpose} call for this request does not fit: ${contextLengthMessage(N, q.tokens, call.maxTokens, q.exact)}`);
+  }
+}
+
+/** The agent call's research options (steering, interventions, capture, log probabilities), and what the log says of them. */
+function researchOf(x: Exchange, o: LocalServerOptions, a: Admitted): ResearchCall | undefined {
+  const { rq, topLogprobs } = a;
+  if (!rq && topLogprobs === undefined) return undefined;
+  const research: ResearchCall = { ...rq?.call, ...(topLogprobs !== undefined ? { topLogprobs } : {}) };
+  if (rq?.capture) {
+    const count = o.countPromptTokens;
+    if (!count) throw badRequest('safekeep.capture: this server cannot count prompt tokens');
+    const n = count({ messages: a.messages, tools: a.tools, maxTokens: a.maxTokens, purpose: 'agent' }, Infinity).tokens;
+    research.capture = resolveCapture(rq.capture, n, a.maxTokens, o.research!.maxCaptureBytes ?? DEFAULT_MAX_CAPTURE_BYTES);
+  }
+  // no vectors, no client text
+  x.entry.research = {
+    steer: research.steer ? { layer: research.steer.layer, alpha: research.steer.alpha } : null, interventions: (research.interventions?.length ?? 0) + (research.hooks?.length ?? 0),
+    capture: rq?.capture ? rq.capture.hooks.length : 0, logprobs: research.topLogprobs ?? null,
+  };
+  return research;
+}
+
+type Responded = { r: GuardedResponse; researchReply: ResearchReply | undefined };
+
+/** Fail a request whose SSE stream may have started: before the first chunk the error is the status; after it an error event. */
+function failLive(x: Exchange, live: SseStream | null, err: HttpError): void {
+  if (!live?.started) throw err;
+  // the status line is gone: the stream ends with an error event and no [DONE]
+  x.entry.status = err.status;
+  live.fail(err.message, err.type);
+}
+
+/** The guarded call within the request's deadline, cancelled when the client leaves; null when the request was already answered (failed, timed out, cancelled). */
+async function respondWithin(x: Exchange, o: LocalServerOptions, a: Admitted, research: ResearchCall | undefined, live: SseStream | null, deadlineMs: number): Promise<Responded | null> {
+  let researchReply: ResearchReply | undefined;
+  const deadline = AbortSignal.timeout(deadlineMs);
+  const signal = AbortSignal.any([x.signal, deadline]);
+  let r: GuardedResponse | null = null;
+  try {
+    const backend = withSignal(o.backend, signal);
+    r = await guardedRespond({ messages: a.messages, tools: a.tools }, a.method, research ? withResearch(backend, research, (got) => { researchReply = got; }) : backend, {
+      ...o, maxTokens: a.maxTokens, stop: a.stop,
+      // a judge on its own backend is cancelled with the request too
+      ...(o.judgeBackend ? { judgeBackend: withSignal(o.judgeBackend, signal) } : {}),
+      ...(live ? { onText: (d: string) => live.write(d) } : {}),
+    });
+  } catch (e) {
+    // a backend may end a cancelled call by throwing: the cancellation is the answer then
+    if (!signal.aborted) {
+      failLive(x, live, generationFailed(e, x));
+      return null;
+    }
+  }
+  if (deadline.aborted) {
+    failLive(x, live, new HttpError(504, 'timeout', `the request did not finish within ${deadlineMs} ms`));
+    return null;
+  }
+  if (r === null || x.signal.aborted || r.reply.finish === 'cancelled') {
+    x.entry.status = 499;
+    x.entry.action = 'cancelled';
+    if (live?.started) live.fail('cancelled', 'cancelled');
+    return null;
+  }
+  return { r, researchReply };
+}
+
+/** The answer: headers and log fields from the guard's response, the calls parsed, then JSON, SSE or the live stream's end. */
+function sendReply(x: Exchange, o: LocalServerOptions, a: Admitted, { r, researchReply }: Responded, live: SseStream | null, research: ResearchCall | undefined): void {
+  const { c, tools, method, rq, topLogprobs } = a;
+  const action = r.blocked ? 'refuse' : r.steered ? 'steer' : 'forward';
+  const headers: Record<string, string> = { 'x-safekeep-action': action, 'x-safekeep-method': method };
+  if (r.judge) headers['x-safekeep-verdict'] = r.judge.verdict;
+  if (r.probe) headers['x-safekeep-probe-score'] = r.probe.score.toFixed(6);
+  if (r.probe?.band) headers['x-safekeep-probe-band'] = r.probe.band;
+  Object.assign(x.entry, {
+    guard: method, tools: tools.length, action, verdict: r.judge?.verdict ?? null, judgeMs: r.judge ? Math.round(r.judge.latencyMs) : null,
+    probeScore: r.probe?.score ?? null, probeUnsafe: r.probe?.unsafe ?? null, probeMs: r.probe?.latencyMs ?? null,
+    probeBand: r.probe?.band ?? null, judgeCalls: r.cost.judgeCalls, guardTokens: r.cost.guardTokens, guardMs: Math.round(r.cost.guardMs),
+  });
+  const content = stripEndTokens(r.reply.content);
+  const calls = r.blocked || tools.length === 0 ? [] : parseToolCalls(content, o.backend.callFormat).calls;
+  const toolCalls = calls.map((k, i) => ({ id: `call_${i}`, type: 'function', function: { name: k.name, arguments: JSON.stringify(k.arguments) } }));
+  const finish = toolCalls.length ? 'tool_calls' : r.reply.finish === 'length' ? 'length' : 'stop';
+  const usage = usageOf(r.reply.promptTokens, r.reply.completionTokens);
+  x.entry.status = 200;
+  if (live) {
+    if (!live.finish({ content, toolCalls, finish, usage: c.includeUsage ? usage : undefined }, headers)) x.entry.status = 500;
+    return;
+  }
+  const logprobs = topLogprobs !== undefined ? { logprobs: { content: researchReply?.logprobs ?? [], refusal: null } } : {};
+  const activations = rq?.capture && research?.capture && researchReply
+    ? { safekeep: { activations: activationsJson(rq.capture, research.capture, researchReply, o.research!.hiddenSize) } }
+    : {};
+  if (c.stream) {
+    // streamed: the activations ride on the finish-reason chunk
+    sendSse(x.res, { id: x.id, model: o.modelName, content, toolCalls, finish, usage: c.includeUsage ? usage : undefined, ...logprobs, ...(activations.safekeep ? { finishExtra: activations } : {}) }, headers);
+    return;
+  }
+  sendJson(x.res, 200, {
+    id: x.id, object: 'chat.completion', created: Math.floor(Date.now() / 1000), model: o.modelName,
+    choices: [{ index: 0, message: { role: 'assistant', content, ...(toolCalls.length ? { tool_calls: toolCalls } : {}) }, ...logprobs, finish_reason: finish }],
+    usage, ...activations,
+  }, headers);
+}
+
 export function createLocalServer(o: LocalServerOptions): Server {
   if (o.research && o.method !== 'base') throw new Error(`createLocalServer: research fields (--allow-interventions) need method base, not ${o.method}: a guard never runs a client's steering`);
   const maxQueue = o.maxQueue ?? 8;
@@ -181,149 +359,15 @@ export function createLocalServer(o: LocalServerOptions): Server {
     }
   }
 
-  async function chatAdmitted(x: Exchange): Promise<void> {
-    const c = parseChatRequest(await x.body(), { research: o.research !== undefined });
-    if (c.nonTextParts.length > 0) throw badRequest(`${c.nonTextParts[0]}: this server reads text only`);
-    const { messages, tools } = c;
-    if (messages.length > MAX_MESSAGES) throw badRequest(`"messages": at most ${MAX_MESSAGES} messages, got ${messages.length}`);
-    checkSampling(c.body);
-    // a tool schema the judge's view cannot be built for ($ref/allOf fan-out, a bad pointer) is the client's 400 now,
-    // not a 500 once the judge is called
-    if (tools.length > 0) {
-      try {
-        judgeCall(messages, tools, { toolView: 'prose' });
-      } catch (e) {
-        if (e instanceof SchemaBoundError) throw badRequest(e.message);
-        throw e;
-      }
-    }
-    const stop = stopStrings(c.body);
-    const limit = o.maxTokensLimit;
-    if (limit !== undefined && c.maxTokens !== undefined && c.maxTokens > limit) {
-      const field = c.body.max_completion_tokens !== undefined && c.body.max_completion_tokens !== null ? 'max_completion_tokens' : 'max_tokens';
-      throw badRequest(`"${field}" ${c.maxTokens} is above this server's limit of ${limit} tokens`);
-    }
-    let maxTokens = c.maxTokens ?? Math.min(o.defaultMaxTokens ?? 256, limit ?? Infinity);
-    const method: GuardMethod = tools.length ? o.method : 'base';
-    // research fields (research.ts): checked before any counting or generation
-    const parsed = o.research ? parseResearchField(c.research, o.research) : null;
-    // an empty field asks nothing: the request stays a plain one (response cache, live streaming)
-    const rq = parsed && (Object.keys(parsed.call).length > 0 || parsed.capture) ? parsed : null;
-    const topLogprobs = logprobsOf(c.body);
-    if (topLogprobs !== undefined && !o.backend.activations) throw badRequest('"logprobs": this server\'s backend returns no log probabilities');
-    if (topLogprobs !== undefined && method !== 'base') throw badRequest(`"logprobs": not under the guard (method ${method}); the answer may be the guard's refusal`);
-    const N = o.contextLength;
-    const count = o.countPromptTokens;
-    if (N !== undefined && count) {
-      const counted = (call: ChatCall) => {
-        try {
-          return count(call, N);
-        } catch (e) {
-          // the chat template refusing this conversation is the client's 400, in its words, but not the server's paths
-          if (isSafekeepError(e)) throw badRequest(redactSecrets(e.message, o.hidden ?? []));
-          throw e;
-        }
-      };
-      const p = counted({ messages, tools, maxTokens, purpose: 'agent' });
-      x.entry.promptTokens = p.tokens;
-      if (c.maxTokens === undefined && p.exact && p.tokens < N) maxTokens = Math.min(maxTokens, N - p.tokens);
-      if (p.tokens + maxTokens > N) throw badRequest(contextLengthMessage(N, p.tokens, maxTokens, p.exact));
-      // the guard's own calls (the SafePrompt agent prompt, the judge's context, the refusal) must fit too
-      for (const call of plannedCalls({ messages, tools }, method, { ...o, maxTokens, stop })) {
-        if (call.purpose === 'agent' && method !== 'safeprompt') continue;
-        const q = counted(call);
-        if (q.tokens + call.maxTokens > N) throw badRequest(`the guard's ${call.purpose} call for this request does not fit: ${contextLengthMessage(N, q.tokens, call.maxTokens, q.exact)}`);
-      }
-    }
-    let research: ResearchCall | undefined;
-    if (rq || topLogprobs !== undefined) {
-      research = { ...rq?.call, ...(topLogprobs !== undefined ? { topLogprobs } : {}) };
-      if (rq?.capture) {
-        if (!count) throw badRequest('safekeep.capture: this server cannot count prompt tokens');
-        const n = count({ messages, tools, maxTokens, purpose: 'agent' }, Infinity).tokens;
-        research.capture = resolveCapture(rq.capture, n, maxTokens, o.research!.maxCaptureBytes ?? DEFAULT_MAX_CAPTURE_BYTES);
-      }
-    }
-    if (research) {
-      // what the log line says of a research request (no vectors, no client text)
-      x.entry.research = {
-        steer: research.steer ? { layer: research.steer.layer, alpha: research.steer.alpha } : null, interventions: (research.interventions?.length ?? 0) + (research.hooks?.length ?? 0),
-        capture: rq?.capture ? rq.capture.hooks.length : 0, logprobs: research.topLogprobs ?? null,
-      };
-    }
-    let researchReply: ResearchReply | undefined;
-    const deadline = AbortSignal.timeout(deadlineMs);
-    const signal = AbortSignal.any([x.signal, deadline]);
+  const chatAdmitted = async (x: Exchange): Promise<void> => {
+    const a = admit(parseChatRequest(await x.body(), { research: o.research !== undefined }), o);
+    fitContext(x, o, a);
+    const research = researchOf(x, o, a);
     // without tools the answer is the model's text as it comes (with tools it is parsed for calls when finished)
-    const live = c.stream && tools.length === 0 && !research ? new SseStream(x.res, x.id, o.modelName, { 'x-safekeep-action': 'forward', 'x-safekeep-method': method }) : null;
-    let r: Awaited<ReturnType<typeof guardedRespond>> | null = null;
-    try {
-      const backend = withSignal(o.backend, signal);
-      r = await guardedRespond({ messages, tools }, method, research ? withResearch(backend, research, (x) => { researchReply = x; }) : backend, {
-        ...o, maxTokens, stop,
-        // a judge on its own backend is cancelled with the request too
-        ...(o.judgeBackend ? { judgeBackend: withSignal(o.judgeBackend, signal) } : {}),
-        ...(live ? { onText: (d: string) => live.write(d) } : {}),
-      });
-    } catch (e) {
-      // a backend may end a cancelled call by throwing: the cancellation is the answer then
-      if (!signal.aborted) {
-        const err = generationFailed(e, x);
-        if (!live?.started) throw err;
-        // the status line is gone: the stream ends with an error event and no [DONE]
-        x.entry.status = err.status;
-        live.fail(err.message, err.type);
-        return;
-      }
-    }
-    if (deadline.aborted) {
-      const err = new HttpError(504, 'timeout', `the request did not finish within ${deadlineMs} ms`);
-      if (!live?.started) throw err;
-      x.entry.status = 504;
-      live.fail(err.message, err.type);
-      return;
-    }
-    if (r === null || x.signal.aborted || r.reply.finish === 'cancelled') {
-      x.entry.status = 499;
-      x.entry.action = 'cancelled';
-      if (live?.started) live.fail('cancelled', 'cancelled');
-      return;
-    }
-    const action = r.blocked ? 'refuse' : r.steered ? 'steer' : 'forward';
-    const headers: Record<string, string> = { 'x-safekeep-action': action, 'x-safekeep-method': method };
-    if (r.judge) headers['x-safekeep-verdict'] = r.judge.verdict;
-    if (r.probe) headers['x-safekeep-probe-score'] = r.probe.score.toFixed(6);
-    if (r.probe?.band) headers['x-safekeep-probe-band'] = r.probe.band;
-    Object.assign(x.entry, {
-      guard: method, tools: tools.length, action, verdict: r.judge?.verdict ?? null, judgeMs: r.judge ? Math.round(r.judge.latencyMs) : null,
-      probeScore: r.probe?.score ?? null, probeUnsafe: r.probe?.unsafe ?? null, probeMs: r.probe?.latencyMs ?? null,
-      probeBand: r.probe?.band ?? null, judgeCalls: r.cost.judgeCalls, guardTokens: r.cost.guardTokens, guardMs: Math.round(r.cost.guardMs),
-    });
-    const content = stripEndTokens(r.reply.content);
-    const calls = r.blocked || tools.length === 0 ? [] : parseToolCalls(content, o.backend.callFormat).calls;
-    const toolCalls = calls.map((k, i) => ({ id: `call_${i}`, type: 'function', function: { name: k.name, arguments: JSON.stringify(k.arguments) } }));
-    const finish = toolCalls.length ? 'tool_calls' : r.reply.finish === 'length' ? 'length' : 'stop';
-    const usage = usageOf(r.reply.promptTokens, r.reply.completionTokens);
-    x.entry.status = 200;
-    if (live) {
-      if (!live.finish({ content, toolCalls, finish, usage: c.includeUsage ? usage : undefined }, headers)) x.entry.status = 500;
-      return;
-    }
-    const logprobs = topLogprobs !== undefined ? { logprobs: { content: researchReply?.logprobs ?? [], refusal: null } } : {};
-    const activations = rq?.capture && research?.capture && researchReply
-      ? { safekeep: { activations: activationsJson(rq.capture, research.capture, researchReply, o.research!.hiddenSize) } }
-      : {};
-    if (c.stream) {
-      // streamed: the activations ride on the finish-reason chunk
-      sendSse(x.res, { id: x.id, model: o.modelName, content, toolCalls, finish, usage: c.includeUsage ? usage : undefined, ...logprobs, ...(activations.safekeep ? { finishExtra: activations } : {}) }, headers);
-      return;
-    }
-    sendJson(x.res, 200, {
-      id: x.id, object: 'chat.completion', created: Math.floor(Date.now() / 1000), model: o.modelName,
-      choices: [{ index: 0, message: { role: 'assistant', content, ...(toolCalls.length ? { tool_calls: toolCalls } : {}) }, ...logprobs, finish_reason: finish }],
-      usage, ...activations,
-    }, headers);
-  }
+    const live = a.c.stream && a.tools.length === 0 && !research ? new SseStream(x.res, x.id, o.modelName, { 'x-safekeep-action': 'forward', 'x-safekeep-method': a.method }) : null;
+    const done = await respondWithin(x, o, a, research, live, deadlineMs);
+    if (done) sendReply(x, o, a, done, live, research);
+  };
 
   return createHttpServer({
     routes: {

@@ -1,5 +1,5 @@
 /**
- * The evaluation scenarios whose tables must not change when the evaluations move onto the harness (src/eval/):
+ * The evaluation scenarios whose tables must not change when the evaluations move onto the harness (src/harness/):
  * each runs one CLI command of a given checkout against a scripted endpoint on 127.0.0.1 or the planted model, on the
  * miniature data sets (test/helpers/s3-data.ts), and returns its table files with what is measured (latencies) or
  * machine-specific (temp paths, the endpoint's port) masked.
@@ -15,7 +15,7 @@
  *   and again when the one end-of-turn token list (outcome/parse-calls.ts END_TOKENS) gained Phi's `<|end|>`: the
  *   planted model's refusals no longer end in a leaked `<|end|>` (the only change, checked with a diff);
  * - s3-mixed-endpoint.txt: S³'s filters now filter, input recovery completes the benign half of a mixed task, and
- *   the table gained the recovery-fallback and after-remediation columns (skills/, guard/s3/).
+ *   the table gained the recovery-fallback and after-remediation columns (skills/, src/s3/).
  */
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';

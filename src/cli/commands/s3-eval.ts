@@ -6,7 +6,7 @@
  *    [--unparseable unsafe|safe] [--concurrency 4] [--api-key-env VAR] [--timeout-ms 60000] [--retries 3]
  *    [--prefill none|continue|prefix] [--call-format llama3|qwen|mistral] [--no-cache] [--no-thinking]
  *    [--template FILE] [--dtype ..] [--device ..] [--threads ..]`
- * S³ multi-stage defense: a multi-turn agent loop with simulated tools per task × configuration (src/guard/s3/).
+ * S³ multi-stage defense: a multi-turn agent loop with simulated tools per task × configuration (src/s3/, src/eval/s3/).
  * Writes results/<name>/s3/s3-<bench>.{md,csv,json}, trajectories-<bench>.jsonl (every trajectory with each stage
  * decision), the per-sample log the tables are computed from (log-<bench>.jsonl: every agent and guard call) and the figure s3-<bench>.{svg,png,vl.json}, and adds the run to results/<name>/results.json (a results
  * shell when the model has no reproduce run) and report.html. `--limit N` keeps the first N tasks of each group

@@ -11,7 +11,7 @@
  * [--request-timeout-ms MS].
  * Both forms: [--client-key-env VAR] [--cors ORIGIN,…] [--allowed-hosts NAME,…] [--max-connections N]
  * [--headers-timeout-ms MS] [--body-timeout-ms MS] [--request-timeout-ms MS]; --host beyond loopback needs
- * --client-key-env (src/serve/). --request-timeout-ms is one request's whole deadline (→ 504): for the proxy until its
+ * --client-key-env (src/http/). --request-timeout-ms is one request's whole deadline (→ 504): for the proxy until its
  * answer begins, judge retries included (default 2 × --timeout-ms); for the local engine the whole answer (10 min).
  *
  * The --upstream form: an OpenAI-compatible proxy applying the SafeKeep guard — or, with `--skills`, S³ stage-specific skills at every stage
@@ -177,8 +177,12 @@ async function listenUntilStopped(server: Server, host: string, port: number, ta
   });
 }
 
-/** `serve --model DIR`: the local engine behind the same API, guarded by guardedRespond. */
-async function serveLocal(args: ParsedArgs): Promise<number> {
+type LocalMethod = 'base' | 'safekeep' | 'refusal-probe' | 'safekeep+probe' | 'probe-cascade' | 'probe-steer';
+type OpenedEngine = Awaited<ReturnType<typeof import('../engine-flags.ts').openEngine>>;
+type ProbeGuardT = import('../../guard/probe.ts').ProbeGuard;
+
+/** serve --model's flags that decide what it serves: the guard method, or research fields with no guard at all. */
+function localMethod(args: ParsedArgs): { method: LocalMethod; allowInterventions: boolean } {
   for (const f of ['upstream', 'judge-upstream', 'judge-model', 'api-key-env', 'judge-api-key-env', 'timeout-ms', 'prefill', 'skills', 'mitigation', 'no-guard-decision', 'allow-unguarded']) {
     if (args.values.has(f) || args.booleans.has(f)) throw new SafekeepError(`--${f} applies to the --upstream proxy, not to serve --model DIR`);
   }
@@ -193,10 +197,85 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
     if (args.values.has('probe')) throw new SafekeepError('--probe guards requests; --allow-interventions runs no guard');
   }
   const method = allowInterventions ? 'base' : choiceValue(args, 'method', ['base', 'safekeep', 'refusal-probe', 'safekeep+probe', 'probe-cascade', 'probe-steer'] as const, 'safekeep');
-  const probeFile = args.values.get('probe');
-  if (method !== 'base' && method !== 'safekeep' && probeFile === undefined) {
+  if (method !== 'base' && method !== 'safekeep' && args.values.get('probe') === undefined) {
     throw new SafekeepError(`--method ${method} needs --probe FILE (safekeep probe train writes results/<model>/probe/agent.schema.<kind>.json)`);
   }
+  return { method, allowInterventions };
+}
+
+/** --probe: a probe file, or a refusal-probe skill folder (SKILL.md with check: probe; probe train writes one). */
+async function skillProbe(probeFile: string | undefined): Promise<{ probe?: ProbeGuardT; fileToCheck?: string; label: string }> {
+  const { existsSync, statSync, readFileSync } = await import('node:fs');
+  const { join } = await import('node:path');
+  if (probeFile === undefined) return { label: '' };
+  if (!existsSync(probeFile) || !statSync(probeFile).isDirectory()) return { fileToCheck: probeFile, label: '' };
+  const { loadSkill } = await import('../../s3/skill-file.ts');
+  const { probeGuardFromSkill } = await import('../../s3/checks/probe.ts');
+  const skill = loadSkill(probeFile);
+  if (skill.check !== 'probe' || skill.stage !== 'input') throw new SafekeepError(`${join(probeFile, 'SKILL.md')}: serve --model --probe needs an input-stage skill with check: probe (got ${skill.stage}/${skill.check})`);
+  const j = JSON.parse(readFileSync(skill.probe!.direction, 'utf8')) as { format?: string };
+  return { probe: probeGuardFromSkill(skill), fileToCheck: j.format === 'safekeep-probe' ? skill.probe!.direction : undefined, label: `skill ${skill.name} ℓ=${skill.probe!.layer}` };
+}
+
+/** The probe the method reads, checked against this model and its method's calibration before the server starts. */
+async function serveProbe(given: Awaited<ReturnType<typeof skillProbe>>, method: LocalMethod, engine: OpenedEngine, modelDir: string): Promise<{ probe?: ProbeGuardT; label: string }> {
+  const { ProbeGuard } = await import('../../guard/probe.ts');
+  const { readProbe, checkProbeFits } = await import('../../data/probe-file.ts');
+  const { loadCheckpoint } = await import('../../checkpoint/load.ts');
+  let { probe, label } = given;
+  const { fileToCheck } = given;
+  if (fileToCheck !== undefined) {
+    const p = readProbe(fileToCheck);
+    const ckpt = await loadCheckpoint(modelDir);
+    checkProbeFits(p, { configHash: ckpt.configHash, numLayers: engine.numLayers, dModel: engine.dModel });
+    // the cascade and the steering read the calibration in the probe file itself (a skill carries none)
+    probe = method === 'probe-cascade' || method === 'probe-steer' ? new ProbeGuard(p) : probe ?? new ProbeGuard(p);
+    label ||= `probe ${p.kind} ℓ=${p.layer}`;
+  }
+  if (probe && (probe.probe.dModel !== engine.dModel || probe.probe.layer > engine.numLayers)) {
+    throw new SafekeepError(`--probe: d_model ${probe.probe.dModel}, layer ${probe.probe.layer} do not fit this model (d_model ${engine.dModel}, ${engine.numLayers} layers)`);
+  }
+  // a probe without the calibration its method reads is refused before the server starts
+  if (method === 'probe-cascade') label += ` band [${probe!.cascade().low.toPrecision(4)}, ${probe!.cascade().high.toPrecision(4)}]`;
+  if (method === 'probe-steer') label += ` α=${probe!.steering().alpha.toPrecision(4)}`;
+  return { probe, label };
+}
+
+/** --allow-interventions: the research field's shapes and bounds for this model, --directions by name. */
+async function researchOptions(args: ParsedArgs, engine: OpenedEngine): Promise<import('../../chat/research.ts').ResearchOptions> {
+  const { parseBytes } = await import('../../engine/runtime/memory.ts');
+  const L = engine.numLayers;
+  const d = engine.dModel;
+  const directions = new Map<string, Float32Array>();
+  const dirFile = args.values.get('directions');
+  if (dirFile !== undefined) {
+    const { readDirectionsFile } = await import('../../experiments/directions-file.ts');
+    for (const [name, dir] of readDirectionsFile(dirFile).directions) {
+      if (dir.layers !== L + 1 || dir.d !== d) throw new SafekeepError(`--directions ${dirFile}: '${name}' is [${dir.layers}, ${dir.d}], this model needs [${L + 1}, ${d}]`);
+      directions.set(name, Float32Array.from(dir.data));
+    }
+  }
+  return {
+    numLayers: L, hiddenSize: d, numHeads: engine.config.numHeads, headDim: engine.config.headDim, directions,
+    maxHooks: positiveIntValue(args, 'max-hooks', 32),
+    maxCaptureBytes: args.values.has('max-capture-bytes') ? parseBytes(args.values.get('max-capture-bytes')!, '--max-capture-bytes') : 64 * 2 ** 20,
+  };
+}
+
+/** The model's context length: max_position_embeddings, or a smaller --max-model-len. */
+async function contextLengthOf(modelDir: string, flag: number | undefined): Promise<number> {
+  const { readFileSync } = await import('node:fs');
+  const { join } = await import('node:path');
+  const { parseModelConfig } = await import('../../checkpoint/config.ts');
+  const { parseJsonBounded } = await import('../../util/json-bounded.ts');
+  const modelLen = parseModelConfig(parseJsonBounded(readFileSync(join(modelDir, 'config.json'), 'utf8'), join(modelDir, 'config.json')), null).maxPositionEmbeddings;
+  if (flag !== undefined && flag > modelLen) throw new SafekeepError(`--max-model-len ${flag} is above the model's max_position_embeddings ${modelLen}`);
+  return flag ?? modelLen;
+}
+
+/** `serve --model DIR`: the local engine behind the same API, guarded by guardedRespond. */
+async function serveLocal(args: ParsedArgs): Promise<number> {
+  const { method, allowInterventions } = localMethod(args);
   const access = accessFlags(args);
   const defaultMaxTokens = positiveIntValue(args, 'max-tokens', 256);
   const judgeMaxTokens = positiveIntValue(args, 'judge-max-tokens', 8);
@@ -206,77 +285,23 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
   const { openEngine } = await import('../engine-flags.ts');
   const { loadPromptTokenizer } = await import('../../prompts/tokenizer.ts');
   const { resolveModel } = await import('../../hub/resolve.ts');
-  const { loadCheckpoint } = await import('../../checkpoint/load.ts');
   const { LocalBackend } = await import('../../chat/local.ts');
   const { createLocalServer } = await import('../../serve/local.ts');
-  const { ProbeGuard } = await import('../../guard/probe.ts');
-  const { readProbe, checkProbeFits } = await import('../../data/probe-file.ts');
-  const { existsSync, statSync, readFileSync } = await import('node:fs');
-  const { join, resolve } = await import('node:path');
+  const { resolve } = await import('node:path');
   const modelDir = await resolveModel(requireValue(args, 'model'), hubEnv());
-  // --probe: a probe file, or a refusal-probe skill folder (SKILL.md with check: probe; probe train writes one)
-  let probe: InstanceType<typeof ProbeGuard> | undefined;
-  let probeFileToCheck: string | undefined;
-  let probeLabel = '';
-  if (probeFile !== undefined && existsSync(probeFile) && statSync(probeFile).isDirectory()) {
-    const { loadSkill } = await import('../../s3/skill-file.ts');
-    const { probeGuardFromSkill } = await import('../../s3/checks/probe.ts');
-    const skill = loadSkill(probeFile);
-    if (skill.check !== 'probe' || skill.stage !== 'input') throw new SafekeepError(`${join(probeFile, 'SKILL.md')}: serve --model --probe needs an input-stage skill with check: probe (got ${skill.stage}/${skill.check})`);
-    probe = probeGuardFromSkill(skill);
-    const j = JSON.parse(readFileSync(skill.probe!.direction, 'utf8')) as { format?: string };
-    if (j.format === 'safekeep-probe') probeFileToCheck = skill.probe!.direction;
-    probeLabel = `skill ${skill.name} ℓ=${skill.probe!.layer}`;
-  } else if (probeFile !== undefined) {
-    probeFileToCheck = probeFile;
-  }
+  const given = await skillProbe(args.values.get('probe'));
   const template = args.values.get('template');
   const tokenizer = await loadPromptTokenizer(modelDir, { template });
   const engine = await openEngine(args);
   try {
-    if (probeFileToCheck !== undefined) {
-      const p = readProbe(probeFileToCheck);
-      const ckpt = await loadCheckpoint(modelDir);
-      checkProbeFits(p, { configHash: ckpt.configHash, numLayers: engine.numLayers, dModel: engine.dModel });
-      // the cascade and the steering read the calibration in the probe file itself (a skill carries none)
-      probe = method === 'probe-cascade' || method === 'probe-steer' ? new ProbeGuard(p) : probe ?? new ProbeGuard(p);
-      probeLabel ||= `probe ${p.kind} ℓ=${p.layer}`;
-    }
-    if (probe && (probe.probe.dModel !== engine.dModel || probe.probe.layer > engine.numLayers)) {
-      throw new SafekeepError(`--probe: d_model ${probe.probe.dModel}, layer ${probe.probe.layer} do not fit this model (d_model ${engine.dModel}, ${engine.numLayers} layers)`);
-    }
-    // a probe without the calibration its method reads is refused before the server starts
-    if (method === 'probe-cascade') probeLabel += ` band [${probe!.cascade().low.toPrecision(4)}, ${probe!.cascade().high.toPrecision(4)}]`;
-    if (method === 'probe-steer') probeLabel += ` α=${probe!.steering().alpha.toPrecision(4)}`;
+    const { probe, label: probeLabel } = await serveProbe(given, method, engine, modelDir);
     const { resolveTemplateKwargs } = await import('../../prompts/thinking.ts');
     const th = thinkingOptions(args);
     // default: thinking off where the template has the switch (as guard eval)
     const backend = new LocalBackend(engine, tokenizer, { templateKwargs: resolveTemplateKwargs(tokenizer.template, th.thinking, th.chatTemplateKwargs).kwargs });
-    const { parseModelConfig } = await import('../../checkpoint/config.ts');
     const { countTokensUpTo } = await import('../../serve/context-length.ts');
-    const { parseJsonBounded } = await import('../../util/json-bounded.ts');
-    const modelLen = parseModelConfig(parseJsonBounded(readFileSync(join(modelDir, 'config.json'), 'utf8'), join(modelDir, 'config.json')), null).maxPositionEmbeddings;
-    if (maxModelLenFlag !== undefined && maxModelLenFlag > modelLen) throw new SafekeepError(`--max-model-len ${maxModelLenFlag} is above the model's max_position_embeddings ${modelLen}`);
-    let research: import('../../chat/research.ts').ResearchOptions | undefined;
-    if (allowInterventions) {
-      const { parseBytes } = await import('../../engine/runtime/memory.ts');
-      const L = engine.numLayers;
-      const d = engine.dModel;
-      const directions = new Map<string, Float32Array>();
-      const dirFile = args.values.get('directions');
-      if (dirFile !== undefined) {
-        const { readDirectionsFile } = await import('../../experiments/directions-file.ts');
-        for (const [name, dir] of readDirectionsFile(dirFile).directions) {
-          if (dir.layers !== L + 1 || dir.d !== d) throw new SafekeepError(`--directions ${dirFile}: '${name}' is [${dir.layers}, ${dir.d}], this model needs [${L + 1}, ${d}]`);
-          directions.set(name, Float32Array.from(dir.data));
-        }
-      }
-      research = {
-        numLayers: L, hiddenSize: d, numHeads: engine.config.numHeads, headDim: engine.config.headDim, directions,
-        maxHooks: positiveIntValue(args, 'max-hooks', 32),
-        maxCaptureBytes: args.values.has('max-capture-bytes') ? parseBytes(args.values.get('max-capture-bytes')!, '--max-capture-bytes') : 64 * 2 ** 20,
-      };
-    }
+    const contextLength = await contextLengthOf(modelDir, maxModelLenFlag);
+    const research = allowInterventions ? await researchOptions(args, engine) : undefined;
     const server = createLocalServer({
       backend, method, modelName: basename(modelDir),
       ...(research ? { research } : {}),
@@ -285,7 +310,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
       maxTokensLimit: defaultMaxTokens,
       judgeMaxTokens,
       onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'),
-      contextLength: maxModelLenFlag ?? modelLen,
+      contextLength,
       // the ids the call will run with (client text plain); a rendering far past the context is counted in chunks
       countPromptTokens: (call, limit) => {
         const text = backend.renderCall(call);
@@ -306,4 +331,3 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
   }
   return 0;
 }
-

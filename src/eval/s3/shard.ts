@@ -1,6 +1,6 @@
 /**
  * `s3 eval --shard i/n`: this shard's token-balanced share of the (configuration × task) items, run through the
- * harness (src/eval/) and written as log lines to results/<name>/shards/s3-eval/shard-<i>-of-<n>/samples-<bench>.jsonl;
+ * harness (src/harness/) and written as log lines to results/<name>/shards/s3-eval/shard-<i>-of-<n>/samples-<bench>.jsonl;
  * `safekeep merge` joins them in the single-process order and writes the log, tables and trajectories exactly as one
  * process does (as `guard eval` does, src/eval/table4/shard.ts).
  * Token cost of an item is ESTIMATED from characters (≈ 4 per token: endpoints give us no tokenizer): one agent

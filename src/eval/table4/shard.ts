@@ -1,6 +1,6 @@
 /**
  * `guard eval --shard i/n`: this shard's share of the (method × case) work items, token-balanced, run through the
- * harness (src/eval/) as one process runs them, their log lines written to
+ * harness (src/harness/) as one process runs them, their log lines written to
  * results/<name>/shards/guard-eval/shard-<i>-of-<n>/samples-<bench>.jsonl; `safekeep merge` joins the lines in the
  * single-process order and writes the log and Table 4 exactly as one process does (`s3 eval` shards the same way).
  * Token cost of an item is ESTIMATED from characters (≈ 4 per token: endpoints give us no tokenizer) — the request

@@ -99,7 +99,7 @@ export interface TransformResult {
   passed: boolean;
 }
 
-/** The format the LLM writes to (kept short; the full reference is src/guard/README.md). */
+/** The format the LLM writes to (kept short; the full reference is src/s3/README.md). */
 export const SKILL_FORMAT = [
   'A skill is a folder: SKILL.md plus resource files beside it. SKILL.md = front matter between two "---" lines, then the checking procedure in prose.',
   'Fields: name (= the folder name), stage (input | tool_selection | tool_execution | tool_observation | output), description (one line),',
