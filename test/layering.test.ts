@@ -1,8 +1,10 @@
 /**
- * Imports point one way (developers' brief): no import cycle anywhere under src/, nothing under src/engine imports
- * from src/cli, the engine's layers only import downwards (graph ← runtime ← run ← engine.ts), src/guard imports
- * nothing from src/experiments and src/report nothing from src/guard. Type imports
- * count too: a cycle through types is still a cycle for the reader.
+ * Imports point one way (developers' brief): no import cycle anywhere under src/; no two folders import each other at
+ * any level (a folder's units are its subfolders and the files directly in it); the guards' roles in their order
+ * (http ← chat ← harness ← guard ← s3 ← benchmarks ← eval ← serve ← cli); nothing under src/engine imports from
+ * src/cli and the engine's layers only import downwards (graph ← runtime ← run ← engine.ts); src/guard imports nothing
+ * from src/experiments and src/report nothing from src/guard. Type imports count too: a cycle through types is still
+ * a cycle for the reader.
  */
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
