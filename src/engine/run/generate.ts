@@ -7,7 +7,7 @@
  * boundary; once aborted, the rows still generating end with finish 'cancelled' and the tokens so far.
  */
 import { SafekeepError } from '../../util/errors.ts';
-import type { GenerateOptions, GenerateResult } from '../types.ts';
+import type { GenerateOptions, GenerateResult } from './types.ts';
 import { callInterventions, interventionInputs } from './batch.ts';
 import { checkIds } from './forward.ts';
 import { generationHooks } from './hooked.ts';

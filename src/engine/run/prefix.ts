@@ -20,7 +20,7 @@ import { selectPositions, type InterventionInputs } from './batch.ts';
 import { compactKv, kvArray, kvArrayLike, kvBytes, kvCapacity, kvTensor, type KvArray, type KvCache } from '../runtime/kv.ts';
 import { PrefixCache, type PrefixKv } from './prefix-cache.ts';
 import { hiddenRows, type Stepper } from './step.ts';
-import type { FirstTokenSharedOptions, FirstTokenSharedResult, ForwardResult, GenerateResult, ReuseStats, SharedForwardOptions, SharedForwardResult } from '../types.ts';
+import type { FirstTokenSharedOptions, FirstTokenSharedResult, ForwardResult, GenerateResult, ReuseStats, SharedForwardOptions, SharedForwardResult } from './types.ts';
 
 /** lcp of two token sequences */
 export function lcp(a: readonly number[], b: readonly number[]): number {

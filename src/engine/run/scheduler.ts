@@ -39,7 +39,7 @@ import { HOOK_IO, hookSelectionKey } from '../graph/hooks.ts';
 import { KvBlockStore } from '../runtime/kv-blocks.ts';
 import { appendKv, kvArray, kvBytes, kvCapacity, kvOfArrays, KV_CHUNK, packRowsKv, rowSlotsKv, type KvArray, type KvCache } from '../runtime/kv.ts';
 import { RowKv } from '../runtime/row-kv.ts';
-import type { GenerateOptions, GenerateResult, TokenLogprob } from '../types.ts';
+import type { GenerateOptions, GenerateResult, TokenLogprob } from './types.ts';
 import { argmax } from './argmax.ts';
 import { callInterventions, interventionInputs, type InterventionInputs } from './batch.ts';
 import { checkIds } from './forward.ts';
