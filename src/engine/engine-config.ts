@@ -6,30 +6,18 @@
  */
 import { homedir } from 'node:os';
 import { join } from 'node:path';
+import {
+  DEFAULT_QUANT_BLOCK, DEVICES, KV_DTYPES, type AttentionImpl, type Device, type EngineConfig, type KvDType, type QuantBlock,
+  type QuantScheme,
+} from './graph/config.ts';
 import { defaultDType, type ComputeDType } from './graph/precision.ts';
-import { KV_DTYPES, type KvDType } from './runtime/kv.ts';
 import { machineThreads } from './runtime/threads.ts';
 import { SafekeepError } from '../util/errors.ts';
 
-export const DEVICES = ['cpu', 'cuda', 'webgpu'] as const;
-export type Device = (typeof DEVICES)[number];
-
-/**
- * Attention kernel. A decode step (one new token) always runs standard ops on the KV buffer in place. A multi-token
- * step (prefill, a prefix's suffix, a chunk) runs onnxruntime's fused MultiHeadAttention on the buffer and the new
- * slots with 'mha' (default; measured 1.11× / 1.28× a 2048-token prefill at 1 / 2 threads over standard ops on the
- * SmolLM2 shape, and the scores never materialized) or the same standard ops with 'matmul'. Both are tested against
- * HF and the oracle.
- */
-export const ATTENTION_IMPLS = ['onnx', 'mha', 'matmul'] as const;
-export type AttentionImpl = (typeof ATTENTION_IMPLS)[number];
-
-/** q8/q4 block quantization: symmetric, or asymmetric with a zero point per block. */
-export type QuantScheme = 'sym' | 'asym';
-
-/** q8/q4: weights per block (one scale, and zero point, each) */
-export type QuantBlock = 32 | 64 | 128;
-export const QUANT_BLOCKS: readonly QuantBlock[] = [32, 64, 128];
+// the resolved config and its vocabularies live below the layers (graph/config.ts, so graph/ and runtime/ read them
+// without importing upwards); re-exported here for the callers above the engine
+export { ATTENTION_IMPLS, DEFAULT_QUANT_BLOCK, DEVICES, graphConfigKey, QUANT_BLOCKS } from './graph/config.ts';
+export type { AttentionImpl, Device, EngineConfig, QuantBlock, QuantScheme } from './graph/config.ts';
 
 export interface EngineOptions {
   dtype?: ComputeDType;
@@ -94,24 +82,6 @@ export interface EngineOptions {
   kvDType?: KvDType;
 }
 
-/** What the session and the graph are made from: every choice resolved. */
-export interface EngineConfig {
-  dtype: ComputeDType;
-  device: Device;
-  threads: number;
-  cacheDir: string;
-  lowMemory: boolean;
-  attention: AttentionImpl;
-  fuse: boolean;
-  /** null unless dtype is q8/q4 */
-  quant: { bits: 4 | 8; scheme: QuantScheme; accuracyLevel: number; block: QuantBlock } | null;
-  spin: boolean;
-  quiet: boolean;
-  /** trace path prefix, or null: no profiling */
-  profile: string | null;
-  kvDType: KvDType;
-}
-
 /**
  * Default quantization: symmetric blocks of 32 with f32 scales (5 / 9 bits per weight). Symmetric 4-bit uses
  * llama.cpp Q4_0's scale rule (quant.ts). Measured against the other stores (src/engine/README.md "q8 / q4"): the
@@ -125,8 +95,6 @@ export interface EngineConfig {
 function defaultQuantScheme(): QuantScheme {
   return 'sym';
 }
-
-export const DEFAULT_QUANT_BLOCK: QuantBlock = 32;
 
 /**
  * MatMulNBits accuracy level: 0 = f32 activations × dequantized weights, 4 = int8 activations (blockwise-quantized
@@ -184,10 +152,4 @@ export function resolveEngineConfig(o: EngineOptions): EngineConfig {
     profile: o.profile ?? null,
     kvDType: o.kvDType ?? (device === 'cpu' ? 'f32' : 'f16'),
   };
-}
-
-/** The fields of a config that change the graph's bytes (the graph-cache key's share of it). */
-export function graphConfigKey(c: EngineConfig): string {
-  // webgpu graphs differ (attention.ts joinValues); the other devices' keys stay as they were
-  return `${c.dtype}\n${c.attention}\n${c.fuse}\n${c.device === 'webgpu' ? 'webgpu\n' : ''}${c.kvDType === 'f16' ? 'kv f16\n' : ''}`;
 }

@@ -24,7 +24,7 @@
  */
 import { readTensorF32 } from '../checkpoint/read.ts';
 import { roundToBf16 } from '../checkpoint/dtype.ts';
-import { layerWeights, tensorName } from '../checkpoint/tensors.ts';
+import { layerWeights, tensorName, type LayerWeights } from '../checkpoint/tensors.ts';
 import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { hookName, parseHookName, resolveHookNames, type HookPoint } from './graph/hooks.ts';
@@ -259,19 +259,112 @@ function hookEditor(list: readonly HookIntervention[], c: ModelConfig): (name: s
 
 // ---- the forward pass -------------------------------------------------------------------------------------------
 
+/** A hook call of one token at one layer: `x` edited in place at `point` (and captured when asked). */
+type TokenHook = (point: HookPoint, x: Float64Array) => void;
+
+/**
+ * One token's q [H·hd], k and v [kvH·hd] after the attention norm, q and k per head normed (qwen3 qk-norm) and roped
+ * at `pos`: what the token adds to the cache, and what it attends with.
+ */
+function projectQkv(c: ModelConfig, w: Weights, lw: LayerWeights, x: Float64Array, pos: number,
+  rope: { invFreq: Float64Array; scale: number }): { q: Float64Array; k: Float64Array; v: Float64Array } {
+  const hd = c.headDim;
+  const h = rmsNorm(x, W(w, lw.attnNorm), c.rmsNormEps);
+  const q = linear(W(w, lw.q), h, lw.bias ? W(w, lw.bias.q) : undefined);
+  const k = linear(W(w, lw.k), h, lw.bias ? W(w, lw.bias.k) : undefined);
+  const v = linear(W(w, lw.v), h, lw.bias ? W(w, lw.bias.v) : undefined);
+  for (const [vec, nHeads, norm] of [[q, c.numHeads, lw.qkNorm?.q], [k, c.numKvHeads, lw.qkNorm?.k]] as const) {
+    for (let hh = 0; hh < nHeads; hh++) {
+      let head: Float64Array = vec.slice(hh * hd, (hh + 1) * hd);
+      if (norm) head = rmsNorm(head, W(w, norm), c.rmsNormEps);
+      ropeInPlace(head, rope.invFreq, pos, rope.scale);
+      vec.set(head, hh * hd);
+    }
+  }
+  return { q, k, v };
+}
+
+/**
+ * One token's attention over cache positions j0..n−1 of its layer (keys / values [n] of [kvH·hd]; query head hh reads
+ * KV head hh / g): z [H·hd], the heads side by side. With `pattern`, head hh's probability of position j goes to
+ * data[hh·headStride + base + j] (the [H, T, S] pattern: base = t·S, headStride = T·S).
+ */
+function attendToken(c: ModelConfig, q: Float64Array, keys: readonly Float64Array[], values: readonly Float64Array[], j0: number, n: number,
+  pattern: { data: Float64Array; base: number; headStride: number } | null): Float64Array {
+  const hd = c.headDim;
+  const group = c.numHeads / c.numKvHeads;
+  const attn = new Float64Array(c.numHeads * hd);
+  for (let hh = 0; hh < c.numHeads; hh++) {
+    const kvh = Math.floor(hh / group);
+    const scores = new Float64Array(n);
+    let max = -Infinity;
+    for (let j = j0; j < n; j++) {
+      const kj = keys[j]!;
+      let s = 0;
+      for (let i = 0; i < hd; i++) s += q[hh * hd + i]! * kj[kvh * hd + i]!;
+      scores[j] = s / Math.sqrt(hd);
+      if (scores[j]! > max) max = scores[j]!;
+    }
+    let z = 0;
+    for (let j = j0; j < n; j++) { scores[j] = Math.exp(scores[j]! - max); z += scores[j]!; }
+    for (let j = j0; j < n; j++) {
+      const pj = scores[j]! / z;
+      if (pattern) pattern.data[hh * pattern.headStride + pattern.base + j] = pj;
+      const vj = values[j]!;
+      for (let i = 0; i < hd; i++) attn[hh * hd + i] = attn[hh * hd + i]! + pj * vj[kvh * hd + i]!;
+    }
+  }
+  return attn;
+}
+
+/**
+ * The rest of a decoder block for one token after attention: x + z·Woᵀ, then + the gated MLP; the new residual
+ * stream [d] (x itself untouched). Hooks attn_out, resid_mid, mlp_out in that order, each edited in place.
+ */
+function blockTail(c: ModelConfig, w: Weights, lw: LayerWeights, xIn: Float64Array, attn: Float64Array, hook: TokenHook): Float64Array {
+  const d = c.hiddenSize;
+  const x = Float64Array.from(xIn);
+  const o = linear(W(w, lw.o), attn);
+  hook('attn_out', o);
+  for (let i = 0; i < d; i++) x[i] = x[i]! + o[i]!;
+  hook('resid_mid', x);
+  // gated MLP
+  const h = rmsNorm(x, W(w, lw.mlpNorm), c.rmsNormEps);
+  const g = linear(W(w, lw.gate), h);
+  const u = linear(W(w, lw.up), h);
+  for (let i = 0; i < g.length; i++) g[i] = silu(g[i]!) * u[i]!;
+  const m = linear(W(w, lw.down), g);
+  hook('mlp_out', m);
+  for (let i = 0; i < d; i++) x[i] = x[i]! + m[i]!;
+  return x;
+}
+
+/** the captured hook points as arrays: per-token rows stacked [T, width], patterns as recorded [H, T, S] */
+function stackCaptures(c: ModelConfig, names: ReadonlySet<string>, captured: ReadonlyMap<string, Float64Array[]>,
+  patterns: ReadonlyMap<number, Float64Array>, T: number): Map<string, Float64Array> {
+  const hooks = new Map<string, Float64Array>();
+  for (const name of names) {
+    const { layer, point } = parseHookName(name, c);
+    if (point === 'pattern') { hooks.set(name, patterns.get(layer)!); continue; }
+    const rows = captured.get(name)!;
+    const out = new Float64Array(T * rows[0]!.length);
+    rows.forEach((r, t) => out.set(r, t * r.length));
+    hooks.set(name, out);
+  }
+  return hooks;
+}
+
 export function referenceForward(ckpt: Checkpoint, ids: number[], opts: ReferenceForwardOptions = {}): ReferenceForwardResult {
   const c = ckpt.config;
   const w = weights(ckpt, opts.weights);
   const d = c.hiddenSize;
   const L = c.numLayers;
   const T = ids.length;
-  const hd = c.headDim;
-  const group = c.numHeads / c.numKvHeads;
   const steer = steeringRows(c, opts);
   const past = opts.past;
   const start = past?.length ?? 0;
   // dynamic NTK: the frequencies of this call's length (transformers recomputes them per forward as the length grows)
-  const { invFreq, scale: ropeScale } = referenceRope(c, start + T);
+  const rope = referenceRope(c, start + T);
   const keys = Array.from({ length: L }, (_, l) => [...(past?.keys[l] ?? [])]);
   const values = Array.from({ length: L }, (_, l) => [...(past?.values[l] ?? [])]);
 
@@ -313,65 +406,21 @@ export function referenceForward(ckpt: Checkpoint, ids: number[], opts: Referenc
     // 1. project and rope every new token, extending the cache
     const qs: Float64Array[] = [];
     for (let t = 0; t < T; t++) {
-      const h = rmsNorm(xs[t]!, W(w, lw.attnNorm), c.rmsNormEps);
-      const q = linear(W(w, lw.q), h, lw.bias ? W(w, lw.bias.q) : undefined);
-      const k = linear(W(w, lw.k), h, lw.bias ? W(w, lw.bias.k) : undefined);
-      const v = linear(W(w, lw.v), h, lw.bias ? W(w, lw.bias.v) : undefined);
-      const pos = start + t;
-      for (const [vec, nHeads, norm] of [[q, c.numHeads, lw.qkNorm?.q], [k, c.numKvHeads, lw.qkNorm?.k]] as const) {
-        for (let hh = 0; hh < nHeads; hh++) {
-          let head: Float64Array = vec.slice(hh * hd, (hh + 1) * hd);
-          if (norm) head = rmsNorm(head, W(w, norm), c.rmsNormEps);
-          ropeInPlace(head, invFreq, pos, ropeScale);
-          vec.set(head, hh * hd);
-        }
-      }
+      const { q, k, v } = projectQkv(c, w, lw, xs[t]!, start + t, rope);
       qs.push(q);
       keys[l]!.push(k);
       values[l]!.push(v);
     }
-    // 2. causal attention: token t sees cache positions 0..start+t (a sliding-window layer: the last W of them)
+    // 2. causal attention: token t sees cache positions 0..start+t (a sliding-window layer: the last W of them);
+    // 3. the block's output projection and gated MLP
     const next: Float64Array[] = [];
     const win = c.attentionWindows[l] ?? null;
     for (let t = 0; t < T; t++) {
       const n = start + t + 1;
       const j0 = win === null ? 0 : Math.max(0, n - win);
-      const attn = new Float64Array(c.numHeads * hd);
-      for (let hh = 0; hh < c.numHeads; hh++) {
-        const kvh = Math.floor(hh / group);
-        const scores = new Float64Array(n);
-        let max = -Infinity;
-        for (let j = j0; j < n; j++) {
-          const kj = keys[l]![j]!;
-          let s = 0;
-          for (let i = 0; i < hd; i++) s += qs[t]![hh * hd + i]! * kj[kvh * hd + i]!;
-          scores[j] = s / Math.sqrt(hd);
-          if (scores[j]! > max) max = scores[j]!;
-        }
-        let z = 0;
-        for (let j = j0; j < n; j++) { scores[j] = Math.exp(scores[j]! - max); z += scores[j]!; }
-        for (let j = j0; j < n; j++) {
-          const pj = scores[j]! / z;
-          if (pattern) pattern[(hh * T + t) * S + j] = pj;
-          const vj = values[l]![j]!;
-          for (let i = 0; i < hd; i++) attn[hh * hd + i] = attn[hh * hd + i]! + pj * vj[kvh * hd + i]!;
-        }
-      }
+      const attn = attendToken(c, qs[t]!, keys[l]!, values[l]!, j0, n, pattern ? { data: pattern, base: t * S, headStride: T * S } : null);
       hook(l, 'z', t, attn);
-      const x = Float64Array.from(xs[t]!);
-      const o = linear(W(w, lw.o), attn);
-      hook(l, 'attn_out', t, o);
-      for (let i = 0; i < d; i++) x[i] = x[i]! + o[i]!;
-      hook(l, 'resid_mid', t, x);
-      // 3. gated MLP
-      const h = rmsNorm(x, W(w, lw.mlpNorm), c.rmsNormEps);
-      const g = linear(W(w, lw.gate), h);
-      const u = linear(W(w, lw.up), h);
-      for (let i = 0; i < g.length; i++) g[i] = silu(g[i]!) * u[i]!;
-      const m = linear(W(w, lw.down), g);
-      hook(l, 'mlp_out', t, m);
-      for (let i = 0; i < d; i++) x[i] = x[i]! + m[i]!;
-      next.push(x);
+      next.push(blockTail(c, w, lw, xs[t]!, attn, (point, x) => hook(l, point, t, x)));
     }
     xs = next;
     record(l + 1);
@@ -380,16 +429,7 @@ export function referenceForward(ckpt: Checkpoint, ids: number[], opts: Referenc
   const head = c.tieWordEmbeddings ? emb : W(w, tensorName('lmHead'));
   const logits = new Float64Array(T * c.vocabSize);
   xs.forEach((x, t) => logits.set(linear(head, rmsNorm(x, W(w, tensorName('finalNorm')), c.rmsNormEps)), t * c.vocabSize));
-  const hooks = new Map<string, Float64Array>();
-  for (const name of captureNames) {
-    const { layer, point } = parseHookName(name, c);
-    if (point === 'pattern') { hooks.set(name, patterns.get(layer)!); continue; }
-    const rows = captured.get(name)!;
-    const out = new Float64Array(T * rows[0]!.length);
-    rows.forEach((r, t) => out.set(r, t * r.length));
-    hooks.set(name, out);
-  }
-  return { hidden, logits, kv: { keys, values, length: start + T }, hooks };
+  return { hidden, logits, kv: { keys, values, length: start + T }, hooks: stackCaptures(c, captureNames, captured, patterns, T) };
 }
 
 // ---- greedy generation ------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
  * concatenated, K/V repeated per query head. 'matmul' runs the standard ops always.
  */
 import type { ModelConfig } from '../../checkpoint/types.ts';
-import type { AttentionImpl } from '../engine-config.ts';
+import type { AttentionImpl } from './config.ts';
 import type { GraphBuilder } from './onnx/builder.ts';
 import { DataType } from './onnx/proto.ts';
 

@@ -26,7 +26,7 @@
 import { ropeAttentionScaling } from '../../checkpoint/rope.ts';
 import { layerWeights, tensorName } from '../../checkpoint/tensors.ts';
 import type { Checkpoint, ModelConfig } from '../../checkpoint/types.ts';
-import type { EngineConfig } from '../engine-config.ts';
+import type { EngineConfig } from './config.ts';
 import type { QuantStore } from './quant-index.ts';
 import { attention, type Attend, type AttendWithPattern } from './attention.ts';
 import { hiddenCapture } from './capture.ts';

@@ -4,7 +4,7 @@
  * `<name>.scales` and, asymmetric, `<name>.zp`.
  */
 import type { DType } from '../../checkpoint/types.ts';
-import type { QuantScheme } from '../engine-config.ts';
+import type { QuantScheme } from './config.ts';
 
 /** One tensor in weights.bin. */
 export interface StoredTensor {

@@ -5,7 +5,7 @@
  */
 import { SafekeepError } from '../../util/errors.ts';
 import { MASKED } from '../graph/io.ts';
-import { INTERVENTION_KINDS, STEER_POSITIONS, type Intervention, type PositionSelector, type Steering } from '../types.ts';
+import { INTERVENTION_KINDS, STEER_POSITIONS, type Intervention, type PositionSelector, type Steering } from './types.ts';
 
 interface PaddedBatch {
   batch: number;

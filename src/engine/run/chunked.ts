@@ -7,7 +7,7 @@
  * Sliding windows are in each chunk's bias (kv.ts); dynamic-NTK RoPE gets the whole step's length in every chunk.
  */
 import type { ModelConfig } from '../../checkpoint/types.ts';
-import type { AttentionImpl } from '../engine-config.ts';
+import type { AttentionImpl } from '../graph/config.ts';
 import { chunkTokens, fitsStep, type MemoryPlan, type StepShape } from '../runtime/memory.ts';
 import type { StepInput, StepOutput, StepRunner } from './step.ts';
 

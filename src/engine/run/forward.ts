@@ -3,7 +3,7 @@
  * each sequence. Batches are grouped by length under the token cap and, with a memory plan, so every step fits.
  */
 import { SafekeepError } from '../../util/errors.ts';
-import type { ForwardOptions, ForwardResult } from '../types.ts';
+import type { ForwardOptions, ForwardResult } from './types.ts';
 import { callInterventions, interventionInputs, leftPad, planChunks, selectPositions } from './batch.ts';
 import { hiddenRows, type Stepper } from './step.ts';
 

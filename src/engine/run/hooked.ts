@@ -8,13 +8,13 @@
  */
 import { SafekeepError } from '../../util/errors.ts';
 import { EDITABLE_POINTS, HOOK_IO, hasHooks, hookWidth, parseHookName, resolveHookNames, type HookPoint, type HookShape } from '../graph/hooks.ts';
-import type { HookIntervention, Intervention, PositionSelector, Steering } from '../types.ts';
+import type { HookIntervention, Intervention, PositionSelector, Steering } from './types.ts';
 import { ActivationCache, type Activation } from './activation-cache.ts';
 import { callInterventions, interventionInputs, selectPositions } from './batch.ts';
 import { checkIds } from './forward.ts';
 import type { StepHooks, Stepper } from './step.ts';
 
-export type { ActivationSource, HookIntervention } from '../types.ts';
+export type { ActivationSource, HookIntervention } from './types.ts';
 
 export const HOOK_INTERVENTION_KINDS = ['add', 'ablate', 'clamp', 'patch', 'ablate_heads'] as const;
 

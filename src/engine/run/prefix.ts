@@ -19,8 +19,8 @@ import { argmax } from './argmax.ts';
 import { selectPositions, type InterventionInputs } from './batch.ts';
 import { compactKv, kvArray, kvArrayLike, kvBytes, kvCapacity, kvTensor, type KvArray, type KvCache } from '../runtime/kv.ts';
 import { PrefixCache, type PrefixKv } from './prefix-cache.ts';
-import { hiddenRows, type Stepper } from './step.ts';
-import type { FirstTokenSharedOptions, FirstTokenSharedResult, ForwardResult, GenerateResult, ReuseStats, SharedForwardOptions, SharedForwardResult } from '../types.ts';
+import { hiddenRows, type Stepper, type StepOutput } from './step.ts';
+import type { FirstTokenSharedOptions, FirstTokenSharedResult, ForwardResult, GenerateResult, ReuseStats, SharedForwardOptions, SharedForwardResult } from './types.ts';
 
 /** lcp of two token sequences */
 export function lcp(a: readonly number[], b: readonly number[]): number {
@@ -104,92 +104,85 @@ export async function firstTokenShared(engine: Stepper, prompts: number[][], iv:
   return { results: out, stats };
 }
 
+/** One prompt of a shared forward: the positions it wants and the prefix it reuses. */
+interface SharedRow {
+  /** the prompt's index in the call */
+  i: number;
+  ids: number[];
+  hiddenPos: number[];
+  logitPos: number[];
+  /** tokens whose KV comes from the prefix cache (0: none) */
+  prefix: number;
+  /** the boundaries below `prefix`, along which its KV is built */
+  chain: number[];
+}
+
+/** What the steps of one shared forward share: the engine, the interventions, the cache and the running counts. */
+interface SharedRun {
+  engine: Stepper;
+  iv: InterventionInputs;
+  cache: PrefixCache;
+  /** the interventions' share of every prefix key */
+  sKey: string;
+  stats: ReuseStats;
+}
+
+/** The first token fed back after the prefill (firstTokenShared): stop ids and the results it fills. */
+interface FirstToken {
+  stop: Set<number>;
+  out: GenerateResult[];
+}
+
 async function sharedCore(engine: Stepper, prompts: number[][], iv: InterventionInputs, opts: SharedForwardOptions,
-  first: { stop: Set<number>; out: GenerateResult[] } | null): Promise<SharedForwardResult> {
+  first: FirstToken | null): Promise<SharedForwardResult> {
   const n = prompts.length;
   const boundaries = opts.boundaries ?? prefixPlan(prompts);
   if (boundaries.length !== n) throw new Error(`forwardShared: ${boundaries.length} boundary lists for ${n} prompts`);
-  const cache = opts.cache ?? new PrefixCache(engine.memoryPlan?.prefixCacheBytes);
-  const { numKvHeads: kvH, headDim: hd } = engine.config;
-  const L = engine.numLayers;
-  const L1 = L + 1;
-  const d = engine.dModel;
-  const V = engine.vocabSize;
-  const sKey = steerKey(iv);
-  const stats: ReuseStats = { promptTokens: 0, computedTokens: 0 };
-
-  /** KV of ids[0..prefix) built along `chain` (each piece one batch-1 step), from the cache when there */
-  const prefixKv = async (ids: readonly number[], prefix: number, chain: readonly number[]): Promise<PrefixKv> => {
-    const key = prefixKey(ids, prefix, chain, sKey);
-    const hit = cache.get(key);
-    if (hit) { cache.hits++; return hit; }
-    cache.misses++;
-    const below = chain.at(-1) ?? 0;
-    const past = below > 0 ? await prefixKv(ids, below, chain.slice(0, -1)) : null;
-    const piece = ids.slice(below, prefix);
-    const out = await engine.prefill({
-      ids: BigInt64Array.from(piece, BigInt), batch: 1, width: piece.length, starts: [0],
-      past: past ? toCache([past], below) : null, steer: iv.steer, project: iv, hiddenIndex: [], logitsIndex: [],
-    });
-    stats.computedTokens += piece.length;
-    const kv: PrefixKv = {
-      ...compactKv(out.present!), // [1, kvH, prefix, hd] per layer
-      length: prefix,
-      bytes: 2 * L * kvH * prefix * hd * kvBytes(engine.kvDType ?? 'f32'),
-    };
-    cache.set(key, kv);
-    return kv;
+  const run: SharedRun = {
+    engine, iv, cache: opts.cache ?? new PrefixCache(engine.memoryPlan?.prefixCacheBytes), sKey: steerKey(iv),
+    stats: { promptTokens: 0, computedTokens: 0 },
   };
+  const rows = prompts.map((ids, i) => planRow(engine, ids, i, boundaries[i]!, opts));
+  for (const r of rows) run.stats.promptTokens += r.ids.length;
+  const results: ForwardResult[] = new Array(n);
+  for (const batch of suffixBatches(engine, rows, first !== null)) {
+    const kvs = await batchPrefixes(run, batch);
+    const { out, P, starts } = await runSuffixBatch(run, batch, kvs, first !== null);
+    splitResults(engine, batch, out, results);
+    if (first) await feedFirstTokens(run, batch, out, P, starts, results, first);
+  }
+  return { results, stats: run.stats };
+}
 
-  /** B prefixes left-padded into one past [B, kvH, P, hd] */
-  const toCache = (kvs: readonly (PrefixKv | null)[], P: number): KvCache => {
-    const B = kvs.length;
-    const keys: ort.Tensor[] = [];
-    const values: ort.Tensor[] = [];
-    for (let l = 0; l < L; l++) {
-      const k = kvArray(engine.kvDType ?? 'f32', B * kvH * P * hd);
-      const v = kvArray(engine.kvDType ?? 'f32', B * kvH * P * hd);
-      kvs.forEach((kv, b) => {
-        if (!kv) return;
-        const p = kv.length;
-        for (let h = 0; h < kvH; h++) {
-          const dst = ((b * kvH + h) * P + (P - p)) * hd;
-          (k as Float32Array).set((kv.keys[l] as Float32Array).subarray(h * p * hd, (h + 1) * p * hd), dst);
-          (v as Float32Array).set((kv.values[l] as Float32Array).subarray(h * p * hd, (h + 1) * p * hd), dst);
-        }
-      });
-      keys.push(kvTensor(k, [B, kvH, P, hd]));
-      values.push(kvTensor(v, [B, kvH, P, hd]));
-    }
-    return { keys, values, batch: B, length: P, starts: kvs.map((kv) => P - (kv?.length ?? 0)) };
-  };
+/** what prompt `i` needs and which prefix it reuses */
+function planRow(engine: Stepper, ids: number[], i: number, boundaries: readonly number[], opts: SharedForwardOptions): SharedRow {
+  const hiddenPos = selectPositions(opts.hiddenAt, ids.length, `sequence ${i} hiddenAt`);
+  const logitPos = selectPositions(opts.logitsAt, ids.length, `sequence ${i} logitsAt`);
+  const first = Math.min(ids.length - 1, ...hiddenPos, ...logitPos);
+  // dynamic-NTK RoPE rotates every token by the frequencies of the whole length run; beyond max_position_embeddings
+  // those differ from what a shorter prefix was computed with, so such prompts reuse nothing (results = forward)
+  const rope = engine.config.rope;
+  const reusable = rope.type !== 'dynamic' || ids.length <= rope.maxPositionEmbeddings;
+  const { prefix, chain } = reusable ? choosePrefix(boundaries, ids.length, first) : { prefix: 0, chain: [] };
+  return { i, ids, hiddenPos, logitPos, prefix, chain };
+}
 
-  // what each prompt needs and which prefix it reuses
-  const rows = prompts.map((ids, i) => {
-    const hiddenPos = selectPositions(opts.hiddenAt, ids.length, `sequence ${i} hiddenAt`);
-    const logitPos = selectPositions(opts.logitsAt, ids.length, `sequence ${i} logitsAt`);
-    const first = Math.min(ids.length - 1, ...hiddenPos, ...logitPos);
-    // dynamic-NTK RoPE rotates every token by the frequencies of the whole length run; beyond max_position_embeddings
-    // those differ from what a shorter prefix was computed with, so such prompts reuse nothing (results = forward)
-    const rope = engine.config.rope;
-    const reusable = rope.type !== 'dynamic' || ids.length <= rope.maxPositionEmbeddings;
-    const { prefix, chain } = reusable ? choosePrefix(boundaries[i]!, ids.length, first) : { prefix: 0, chain: [] };
-    stats.promptTokens += ids.length;
-    return { i, ids, hiddenPos, logitPos, prefix, chain };
-  });
-
-  // suffix batches: rows sorted by (prefix, suffix length), packed while B·(Pmax + Tmax) stays under the token cap
-  // and, with a memory plan, the step fits it (memory.ts; a row alone that does not is prefilled in chunks)
+/**
+ * Suffix batches: rows sorted by (prefix, suffix length), packed while B·(Pmax + Tmax) stays under the token cap
+ * and, with a memory plan, the step fits it (memory.ts; a row alone that does not is prefilled in chunks).
+ * `present`: the steps return their KV (for the first token fed back).
+ */
+function suffixBatches(engine: Stepper, rows: readonly SharedRow[], present: boolean): SharedRow[][] {
   const order = [...rows].sort((a, b) => a.prefix - b.prefix || (a.ids.length - a.prefix) - (b.ids.length - b.prefix) || a.i - b.i);
   const budget = engine.maxBatchTokens;
-  const batches: (typeof rows)[] = [];
-  let cur: typeof rows = [];
+  const batches: SharedRow[][] = [];
+  let cur: SharedRow[] = [];
   for (const r of order) {
     const P = Math.max(r.prefix, ...cur.map((x) => x.prefix));
     const T = Math.max(r.ids.length - r.prefix, ...cur.map((x) => x.ids.length - x.prefix));
     const B = cur.length + 1;
     const fits = engine.memoryFits(() => [{
-      batch: B, width: T, past: P, present: first !== null,
+      batch: B, width: T, past: P, present,
       hidden: r.hiddenPos.length + cur.reduce((s, x) => s + x.hiddenPos.length, 0),
       logits: r.logitPos.length + cur.reduce((s, x) => s + x.logitPos.length, 0),
     }]);
@@ -198,67 +191,140 @@ async function sharedCore(engine: Stepper, prompts: number[][], iv: Intervention
     cur.push(r);
   }
   if (cur.length) batches.push(cur);
+  return batches;
+}
 
-  const results: ForwardResult[] = new Array(n);
-  for (const batch of batches) {
-    const B = batch.length;
-    const kvs: (PrefixKv | null)[] = [];
-    // rows of a batch that share a prefix share its KV even when the LRU is too small to keep it
-    const local = new Map<string, PrefixKv>();
-    for (const r of batch) {
-      if (r.prefix === 0) { kvs.push(null); continue; }
-      const key = prefixKey(r.ids, r.prefix, r.chain, sKey);
-      const kv = local.get(key) ?? await prefixKv(r.ids, r.prefix, r.chain);
-      local.set(key, kv);
-      kvs.push(kv);
-    }
-    const P = Math.max(...batch.map((r) => r.prefix));
-    const T = Math.max(...batch.map((r) => r.ids.length - r.prefix));
-    const ids = new BigInt64Array(B * T);
-    batch.forEach((r, b) => { for (let t = r.prefix; t < r.ids.length; t++) ids[b * T + t - r.prefix] = BigInt(r.ids[t]!); });
-    const starts = batch.map((r) => P - r.prefix);
-    const flat = (pick: (r: (typeof rows)[number]) => number[]) => batch.flatMap((r, b) => pick(r).map((p) => b * T + p - r.prefix));
-    const out = await engine.prefill({
-      ids, batch: B, width: T, starts, past: P > 0 ? toCache(kvs, P) : null, steer: iv.steer, project: iv,
-      hiddenIndex: flat((r) => r.hiddenPos), logitsIndex: flat((r) => r.logitPos), wantPresent: first !== null,
-      ropeLength: batch.map((r) => r.ids.length), // real lengths: the right pads are not part of a row's sequence
-    });
-    stats.computedTokens += batch.reduce((s, r) => s + r.ids.length - r.prefix, 0);
-    const N = batch.reduce((s, r) => s + r.hiddenPos.length, 0);
-    let hOff = 0;
-    let lOff = 0;
-    for (const r of batch) {
-      const nh = r.hiddenPos.length;
-      const hidden = hiddenRows(out.hidden, L1, N, d, hOff, nh);
-      const m = r.logitPos.length;
-      results[r.i] = { length: r.ids.length, hiddenPositions: r.hiddenPos, hidden, logitPositions: r.logitPos, logits: out.logits.slice(lOff * V, (lOff + m) * V) };
-      hOff += nh;
-      lOff += m;
-    }
-    if (first) {
-      // feed each row's greedy token on its own KV: row b's real slots starts[b] .. P + suffix_b − 1 (no right pads)
-      const { numKvHeads: kvH, headDim: hd } = engine.config;
-      const S = kvCapacity(out.present!); // buffer stride (≥ P + T)
-      for (let b = 0; b < B; b++) {
-        const r = batch[b]!;
-        const res = results[r.i]!;
-        const tok = argmax(res.logits);
-        const from = starts[b]!;
-        const len = P + r.ids.length - r.prefix - from;
-        const slice = (t: ort.Tensor): ort.Tensor => {
-          const src = t.data as KvArray;
-          const dst = kvArrayLike(src, kvH * len * hd);
-          for (let h = 0; h < kvH; h++) (dst as Float32Array).set((src as Float32Array).subarray(((b * kvH + h) * S + from) * hd, ((b * kvH + h) * S + from + len) * hd), h * len * hd);
-          return kvTensor(dst, [1, kvH, len, hd]);
-        };
-        const past: KvCache = { keys: out.present!.keys.map(slice), values: out.present!.values.map(slice), batch: 1, length: len, starts: [0] };
-        const next = await engine.step({ ids: BigInt64Array.from([BigInt(tok)]), batch: 1, width: 1, starts: [0], past, steer: iv.steer, project: iv, hiddenIndex: [0], logitsIndex: [], wantPresent: false });
-        stats.computedTokens += 1;
-        first.out[r.i] = { generatedIds: [tok], finish: first.stop.has(tok) ? 'stop' : 'length', promptLastHidden: res.hidden, firstTokenHidden: next.hidden };
-      }
-    }
+/** KV of ids[0..prefix) built along `chain` (each piece one batch-1 step), from the cache when there */
+async function prefixKv(run: SharedRun, ids: readonly number[], prefix: number, chain: readonly number[]): Promise<PrefixKv> {
+  const { engine, iv, cache } = run;
+  const key = prefixKey(ids, prefix, chain, run.sKey);
+  const hit = cache.get(key);
+  if (hit) { cache.hits++; return hit; }
+  cache.misses++;
+  const below = chain.at(-1) ?? 0;
+  const past = below > 0 ? await prefixKv(run, ids, below, chain.slice(0, -1)) : null;
+  const piece = ids.slice(below, prefix);
+  const out = await engine.prefill({
+    ids: BigInt64Array.from(piece, BigInt), batch: 1, width: piece.length, starts: [0],
+    past: past ? leftPadPrefixes(engine, [past], below) : null, steer: iv.steer, project: iv, hiddenIndex: [], logitsIndex: [],
+  });
+  run.stats.computedTokens += piece.length;
+  const { numKvHeads: kvH, headDim: hd } = engine.config;
+  const kv: PrefixKv = {
+    ...compactKv(out.present!), // [1, kvH, prefix, hd] per layer
+    length: prefix,
+    bytes: 2 * engine.numLayers * kvH * prefix * hd * kvBytes(engine.kvDType ?? 'f32'),
+  };
+  cache.set(key, kv);
+  return kv;
+}
+
+/** each row's prefix KV (null: no prefix); rows of a batch that share a prefix share its KV even when the LRU is too small to keep it */
+async function batchPrefixes(run: SharedRun, batch: readonly SharedRow[]): Promise<(PrefixKv | null)[]> {
+  const kvs: (PrefixKv | null)[] = [];
+  const local = new Map<string, PrefixKv>();
+  for (const r of batch) {
+    if (r.prefix === 0) { kvs.push(null); continue; }
+    const key = prefixKey(r.ids, r.prefix, r.chain, run.sKey);
+    const kv = local.get(key) ?? await prefixKv(run, r.ids, r.prefix, r.chain);
+    local.set(key, kv);
+    kvs.push(kv);
   }
-  return { results, stats };
+  return kvs;
+}
+
+/** B prefixes left-padded into one past: per layer [B, kvH, P, hd], row b's prefix in slots P − p_b .. P − 1 */
+function leftPadPrefixes(engine: Stepper, kvs: readonly (PrefixKv | null)[], P: number): KvCache {
+  const { numKvHeads: kvH, headDim: hd } = engine.config;
+  const B = kvs.length;
+  const keys: ort.Tensor[] = [];
+  const values: ort.Tensor[] = [];
+  for (let l = 0; l < engine.numLayers; l++) {
+    const k = kvArray(engine.kvDType ?? 'f32', B * kvH * P * hd);
+    const v = kvArray(engine.kvDType ?? 'f32', B * kvH * P * hd);
+    kvs.forEach((kv, b) => {
+      if (!kv) return;
+      const p = kv.length;
+      for (let h = 0; h < kvH; h++) {
+        const dst = ((b * kvH + h) * P + (P - p)) * hd;
+        (k as Float32Array).set((kv.keys[l] as Float32Array).subarray(h * p * hd, (h + 1) * p * hd), dst);
+        (v as Float32Array).set((kv.values[l] as Float32Array).subarray(h * p * hd, (h + 1) * p * hd), dst);
+      }
+    });
+    keys.push(kvTensor(k, [B, kvH, P, hd]));
+    values.push(kvTensor(v, [B, kvH, P, hd]));
+  }
+  return { keys, values, batch: B, length: P, starts: kvs.map((kv) => P - (kv?.length ?? 0)) };
+}
+
+/**
+ * One step for a batch's suffixes on their left-padded prefixes, the suffixes right-padded to the longest (T).
+ * P = the longest prefix, starts[b] = P − prefix_b (row b's first real slot).
+ */
+async function runSuffixBatch(run: SharedRun, batch: readonly SharedRow[], kvs: readonly (PrefixKv | null)[], present: boolean): Promise<{ out: StepOutput; P: number; starts: number[] }> {
+  const { engine, iv } = run;
+  const B = batch.length;
+  const P = Math.max(...batch.map((r) => r.prefix));
+  const T = Math.max(...batch.map((r) => r.ids.length - r.prefix));
+  const ids = new BigInt64Array(B * T);
+  batch.forEach((r, b) => { for (let t = r.prefix; t < r.ids.length; t++) ids[b * T + t - r.prefix] = BigInt(r.ids[t]!); });
+  const starts = batch.map((r) => P - r.prefix);
+  const flat = (pick: (r: SharedRow) => number[]) => batch.flatMap((r, b) => pick(r).map((p) => b * T + p - r.prefix));
+  const out = await engine.prefill({
+    ids, batch: B, width: T, starts, past: P > 0 ? leftPadPrefixes(engine, kvs, P) : null, steer: iv.steer, project: iv,
+    hiddenIndex: flat((r) => r.hiddenPos), logitsIndex: flat((r) => r.logitPos), wantPresent: present,
+    ropeLength: batch.map((r) => r.ids.length), // real lengths: the right pads are not part of a row's sequence
+  });
+  run.stats.computedTokens += batch.reduce((s, r) => s + r.ids.length - r.prefix, 0);
+  return { out, P, starts };
+}
+
+/** each row's hidden rows [L+1, n_b, d] and logits [m_b, V] of a suffix step, into results[row.i] */
+function splitResults(engine: Stepper, batch: readonly SharedRow[], out: StepOutput, results: ForwardResult[]): void {
+  const L1 = engine.numLayers + 1;
+  const d = engine.dModel;
+  const V = engine.vocabSize;
+  const N = batch.reduce((s, r) => s + r.hiddenPos.length, 0);
+  let hOff = 0;
+  let lOff = 0;
+  for (const r of batch) {
+    const nh = r.hiddenPos.length;
+    const hidden = hiddenRows(out.hidden, L1, N, d, hOff, nh);
+    const m = r.logitPos.length;
+    results[r.i] = { length: r.ids.length, hiddenPositions: r.hiddenPos, hidden, logitPositions: r.logitPos, logits: out.logits.slice(lOff * V, (lOff + m) * V) };
+    hOff += nh;
+    lOff += m;
+  }
+}
+
+/** row b's slots from .. from + len − 1 of a step's present KV (stride S ≥ P + T): a batch-1 past [1, kvH, len, hd] */
+function rowPast(engine: Stepper, present: KvCache, b: number, from: number, len: number): KvCache {
+  const { numKvHeads: kvH, headDim: hd } = engine.config;
+  const S = kvCapacity(present); // buffer stride (≥ P + T)
+  const slice = (t: ort.Tensor): ort.Tensor => {
+    const src = t.data as KvArray;
+    const dst = kvArrayLike(src, kvH * len * hd);
+    for (let h = 0; h < kvH; h++) (dst as Float32Array).set((src as Float32Array).subarray(((b * kvH + h) * S + from) * hd, ((b * kvH + h) * S + from + len) * hd), h * len * hd);
+    return kvTensor(dst, [1, kvH, len, hd]);
+  };
+  return { keys: present.keys.map(slice), values: present.values.map(slice), batch: 1, length: len, starts: [0] };
+}
+
+/** feed each row's greedy token on its own KV: row b's real slots starts[b] .. P + suffix_b − 1 (no right pads) */
+async function feedFirstTokens(run: SharedRun, batch: readonly SharedRow[], out: StepOutput, P: number, starts: readonly number[],
+  results: readonly ForwardResult[], first: FirstToken): Promise<void> {
+  const { engine, iv } = run;
+  for (let b = 0; b < batch.length; b++) {
+    const r = batch[b]!;
+    const res = results[r.i]!;
+    const tok = argmax(res.logits);
+    const from = starts[b]!;
+    const len = P + r.ids.length - r.prefix - from;
+    const past = rowPast(engine, out.present!, b, from, len);
+    const next = await engine.step({ ids: BigInt64Array.from([BigInt(tok)]), batch: 1, width: 1, starts: [0], past, steer: iv.steer, project: iv, hiddenIndex: [0], logitsIndex: [], wantPresent: false });
+    run.stats.computedTokens += 1;
+    first.out[r.i] = { generatedIds: [tok], finish: first.stop.has(tok) ? 'stop' : 'length', promptLastHidden: res.hidden, firstTokenHidden: next.hidden };
+  }
 }
 
 /**

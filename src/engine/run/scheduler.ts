@@ -39,12 +39,11 @@ import { HOOK_IO, hookSelectionKey } from '../graph/hooks.ts';
 import { KvBlockStore } from '../runtime/kv-blocks.ts';
 import { appendKv, kvArray, kvBytes, kvCapacity, kvOfArrays, KV_CHUNK, packRowsKv, rowSlotsKv, type KvArray, type KvCache } from '../runtime/kv.ts';
 import { RowKv } from '../runtime/row-kv.ts';
-import type { GenerateOptions, GenerateResult, TokenLogprob } from '../types.ts';
+import type { GenerateOptions, GenerateResult, TokenLogprob } from './types.ts';
 import { argmax } from './argmax.ts';
-import { callInterventions, interventionInputs, type InterventionInputs } from './batch.ts';
-import { checkIds } from './forward.ts';
+import type { InterventionInputs } from './batch.ts';
+import { generationInputs } from './generation-inputs.ts';
 import { choosePack, packLayout, type PackLayout } from './prefill-pack.ts';
-import { generationHooks } from './hooked.ts';
 import { hiddenRows, type StepHooks, type StepInput, type StepOutput, type Stepper } from './step.ts';
 
 export interface SchedulerOptions {
@@ -232,16 +231,8 @@ export class Scheduler {
    * or its signal: finish 'cancelled' with the tokens so far). `haltAfterPrefill` is called with row 0.
    */
   submit(ids: number[], opts: GenerateOptions): Promise<GenerateResult> {
-    checkIds([ids], this.s.vocabSize);
-    if (!Number.isInteger(opts.maxNewTokens) || opts.maxNewTokens < 0) {
-      throw new SafekeepError(`maxNewTokens must be a non-negative integer, got ${opts.maxNewTokens}`);
-    }
-    const { numLayers: L, dModel: d } = this.s;
-    const all = callInterventions(opts);
-    // positions 'generated': the prompt (prefill) runs without those interventions, the decode steps with all
-    const prefillIv = interventionInputs(L, d, all.filter((x) => (x.positions ?? 'all') === 'all'));
-    const decodeIv = interventionInputs(L, d, all);
-    return this.enqueue(ids, opts, prefillIv, decodeIv, undefined, generationHooks(this.s, opts.hooks));
+    const { prefillIv, decodeIv, hooks } = generationInputs(this.s, [ids], opts);
+    return this.enqueue(ids, opts, prefillIv, decodeIv, undefined, hooks);
   }
 
   /** `submit` with the interventions already resolved (generate() resolves a call's once for all its rows) */

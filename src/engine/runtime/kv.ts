@@ -14,11 +14,11 @@
  * KvCache value never changes under its holder; only capacity beyond its length is reused.
  */
 import * as ort from 'onnxruntime-node';
+import type { KvDType } from '../graph/config.ts';
 import { MASKED } from '../graph/io.ts';
 
-/** KV element type: f32, or f16 (held as its bits in a Uint16Array, onnxruntime's 'float16' tensor data) */
-export type KvDType = 'f32' | 'f16';
-export const KV_DTYPES: readonly KvDType[] = ['f32', 'f16'];
+// the KV element type is part of the resolved config (the graph casts to it), so it is defined there
+export { KV_DTYPES, type KvDType } from '../graph/config.ts';
 /** a KV buffer's data: Float32Array (f32) or Uint16Array (f16 bits) */
 export type KvArray = Float32Array | Uint16Array;
 

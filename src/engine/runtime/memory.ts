@@ -22,7 +22,7 @@
  */
 import type { DType, ModelConfig } from '../../checkpoint/types.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { DEFAULT_QUANT_BLOCK, type AttentionImpl, type QuantBlock, type QuantScheme } from '../engine-config.ts';
+import { DEFAULT_QUANT_BLOCK, type AttentionImpl, type QuantBlock, type QuantScheme } from '../graph/config.ts';
 import type { ComputeDType } from '../graph/precision.ts';
 
 const F32 = 4;

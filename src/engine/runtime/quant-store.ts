@@ -18,7 +18,7 @@ import { layerWeights, lmHeadName, tensorName } from '../../checkpoint/tensors.t
 import type { Checkpoint } from '../../checkpoint/types.ts';
 import { tempPathFor, writeFileAtomic } from '../../util/atomic.ts';
 import { sha256Hex } from '../../util/hash.ts';
-import type { QuantBlock, QuantScheme } from '../engine-config.ts';
+import type { QuantBlock, QuantScheme } from '../graph/config.ts';
 import type { QuantIndex, QuantStore, StoredTensor } from '../graph/quant-index.ts';
 import { quantizeBlockwise, type QuantBits } from './quant.ts';
 import { resolveWeightFiles, weightFilesStamp } from './weight-files.ts';

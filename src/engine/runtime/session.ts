@@ -14,7 +14,7 @@ import type { Checkpoint } from '../../checkpoint/types.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { sha256Hex } from '../../util/hash.ts';
-import { graphConfigKey, type EngineConfig } from '../engine-config.ts';
+import { graphConfigKey, type EngineConfig } from '../graph/config.ts';
 import { isQuantized } from '../graph/precision.ts';
 import { buildModelGraph } from '../graph/decoder.ts';
 import { hookSelectionKey, type HookSelection } from '../graph/hooks.ts';
