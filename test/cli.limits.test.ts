@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { run as reproduce } from '../src/cli/commands/reproduce.ts';
 import { run as steer } from '../src/cli/commands/steer.ts';
 import { numberValue, parseArgs } from '../src/cli/args.ts';
-import { parseAlphas } from '../src/experiments/steer.ts';
+import { parseAlphas } from '../src/experiments/steer/conditions.ts';
 import { loadPairSet } from '../src/data/load.ts';
 import { splitGroupCounts, splitPairs } from '../src/data/split.ts';
 import { stratifiedSubset } from '../src/experiments/extract.ts';

@@ -13,7 +13,7 @@ import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import type { Family } from '../src/checkpoint/types.ts';
 import { installTokenizer, npmTokenizerDir, type NpmTokenizer } from '../src/prompts/tokenizer.ts';
 import { reproduce } from '../src/experiments/reproduce.ts';
-import { steerSweep } from '../src/experiments/steer.ts';
+import { steerSweep } from '../src/experiments/steer/sweep.ts';
 import { sharedPath } from './helpers/shared.ts';
 
 const CASES: { family: Family; tokenizer: NpmTokenizer; template: string | null }[] = [

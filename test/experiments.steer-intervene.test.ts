@@ -16,7 +16,9 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PLANTED, writePlantedModel } from '../src/experiments/planted.ts';
-import { interventionSetHash, steerSweep, type InterventionSet, type SteerOptions } from '../src/experiments/steer.ts';
+import { interventionSetHash, type InterventionSet } from '../src/experiments/steer/conditions.ts';
+import type { SteerOptions } from '../src/experiments/steer/setup.ts';
+import { steerSweep } from '../src/experiments/steer/sweep.ts';
 import { loadPairSet } from '../src/data/load.ts';
 import { main } from '../src/cli/main.ts';
 import type { Intervention } from '../src/engine/types.ts';

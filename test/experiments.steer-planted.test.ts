@@ -9,7 +9,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PLANTED, writePlantedModel } from '../src/experiments/planted.ts';
-import { parseAlphas, steerSweep } from '../src/experiments/steer.ts';
+import { parseAlphas } from '../src/experiments/steer/conditions.ts';
+import { steerSweep } from '../src/experiments/steer/sweep.ts';
 import { readActivationCache } from '../src/cache/store.ts';
 import { loadPairSet } from '../src/data/load.ts';
 import { SafekeepError } from '../src/util/errors.ts';
@@ -129,5 +130,5 @@ test('steer: every condition in flight together (--gen-concurrency) writes the g
   }
 });
 
-/** steer's generation batch (GEN_BATCH in src/experiments/steer.ts) */
+/** steer's generation batch (GEN_BATCH in src/experiments/steer/generate.ts) */
 const GEN_BATCH_IN_TEST = 8;

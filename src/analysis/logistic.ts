@@ -61,115 +61,158 @@ export function fitLogistic(rows: readonly ArrayLike<number>[], y: ArrayLike<num
   const tol = opts.tol ?? 1e-8;
   if (n === 0 || y.length !== n) throw new SafekeepError(`fitLogistic: ${n} rows for ${y.length} labels`);
   if (!(l2 > 0)) throw new SafekeepError(`fitLogistic: l2 must be > 0, got ${l2}`);
+  const pos = positives(y, n);
+  const d = rows[0]!.length;
+  const { mu, sigma } = standardisation(rows, d);
+  const scale = Float64Array.from(sigma, (s) => (s > 0 ? 1 / s : 0));
+  const problem = kernelProblem(standardised(rows, d, mu, scale), y, l2);
+
+  // start at w = 0 with the intercept at the log-odds of the base rate
+  let a: Float64Array = new Float64Array(n);
+  let b = Math.log(pos / (n - pos));
+  let f = problem.logits(a, b);
+  let J = problem.objective(a, b, f);
+  let iterations = 0;
+  let converged = false;
+  let gm = problem.gradMax(a, f);
+  while (iterations < maxIter) {
+    if (gm < tol * n) { converged = true; break; }
+    iterations++;
+    const next = halvedStep(problem, a, b, f, J, newtonStep(problem, a, f));
+    if (next) ({ a, b, f, J } = next);
+    gm = problem.gradMax(a, f);
+    if (!next) { converged = gm < tol * n * 1e3; break; }
+  }
+  if (!converged && gm < tol * n) converged = true;
+  const { w, b: bRaw } = rawUnits(problem.Z, a, b, mu, scale, d);
+  return { w, b: bRaw, l2, iterations, converged, objective: J, gradMax: gm };
+}
+
+/** The number of harmful rows; every label must be 0 or 1 and both classes present. */
+function positives(y: ArrayLike<number>, n: number): number {
   let pos = 0;
   for (let i = 0; i < n; i++) {
     if (y[i] !== 0 && y[i] !== 1) throw new SafekeepError(`fitLogistic: label ${i} is ${y[i]}, expected 0 or 1`);
     pos += y[i]!;
   }
   if (pos === 0 || pos === n) throw new SafekeepError(`fitLogistic: needs both classes, got ${pos} harmful and ${n - pos} benign rows`);
-  const d = rows[0]!.length;
-  const { mu, sigma } = standardisation(rows, d);
-  const scale = Float64Array.from(sigma, (s) => (s > 0 ? 1 / s : 0));
-  const Z = new Matrix(n, d);
+  return pos;
+}
+
+/** Z = (x − μ)·(1/σ), σ = 0 features zeroed. [n, d] */
+function standardised(rows: readonly ArrayLike<number>[], d: number, mu: Float64Array, scale: Float64Array): Matrix {
+  const Z = new Matrix(rows.length, d);
   rows.forEach((x, i) => {
     if (x.length !== d) throw new SafekeepError(`fitLogistic: row ${i} has ${x.length} values, expected ${d}`);
     const row = new Float64Array(d);
     for (let j = 0; j < d; j++) row[j] = (x[j]! - mu[j]!) * scale[j]!;
     Z.setRow(i, row);
   });
+  return Z;
+}
+
+/** The standardised problem in kernel form (w = Zᵀa), with f, J and the gradient's size as functions of (a, b). */
+interface KernelProblem {
+  n: number;
+  /** [n, d] */
+  Z: Matrix;
+  /** K = ZZᵀ by rows. [n][n] */
+  Kd: number[][];
+  y: ArrayLike<number>;
+  l2: number;
+  /** f = Ka + b. [n] */
+  logits(a: Float64Array, b: number): Float64Array;
+  /** J(a, b) given f = Ka + b */
+  objective(a: Float64Array, b: number, f: Float64Array): number;
+  /** ∂J/∂w = Zᵀ(p − y) + λw, ∂J/∂b = Σ(p − y); the largest |component| */
+  gradMax(a: Float64Array, f: Float64Array): number;
+}
+
+function kernelProblem(Z: Matrix, y: ArrayLike<number>, l2: number): KernelProblem {
+  const n = Z.rows;
   const K = Z.mmulByTranspose(); // [n, n]
   const Kd = Array.from({ length: n }, (_, i) => K.getRow(i));
-
-  let a = new Float64Array(n);
-  let b = Math.log(pos / (n - pos));
-  const fOf = (av: Float64Array, bv: number): Float64Array => {
-    const f = new Float64Array(n);
-    for (let i = 0; i < n; i++) {
-      const Ki = Kd[i]!;
-      let s = bv;
-      for (let k = 0; k < n; k++) s += Ki[k]! * av[k]!;
-      f[i] = s;
-    }
-    return f;
-  };
-  const objective = (av: Float64Array, f: Float64Array): number => {
-    let J = 0;
-    for (let i = 0; i < n; i++) J += softplus(f[i]!) - y[i]! * f[i]!;
-    // ‖w‖² = aᵀKa = Σ a_i (f_i − b)
-    let wn = 0;
-    for (let i = 0; i < n; i++) wn += av[i]! * (f[i]! - b);
-    return J + (l2 / 2) * wn;
-  };
-  /** ∂J/∂w = Zᵀ(p − y) + λw, ∂J/∂b = Σ(p − y); returns the largest |component| */
-  const gradMax = (av: Float64Array, f: Float64Array): number => {
-    const r = new Float64Array(n);
-    let gb = 0;
-    for (let i = 0; i < n; i++) {
-      r[i] = sigmoid(f[i]!) - y[i]! + l2 * av[i]!;
-      gb += sigmoid(f[i]!) - y[i]!;
-    }
-    // Zᵀ(p − y) + λZᵀa = Zᵀ r
-    const g = Z.transposeMultiply(Matrix.columnVector(r)).to1DArray();
-    return Math.max(Math.abs(gb), ...g.map(Math.abs));
-  };
-
-  let f = fOf(a, b);
-  let J = objective(a, f);
-  let iterations = 0;
-  let converged = false;
-  let gm = gradMax(a, f);
-  while (iterations < maxIter) {
-    if (gm < tol * n) { converged = true; break; }
-    iterations++;
-    const p = Float64Array.from(f, sigmoid);
-    const W = Float64Array.from(p, (q) => Math.max(q * (1 - q), 1e-12));
-    const A = new Matrix(n + 1, n + 1);
-    const rhs = new Matrix(n + 1, 1);
-    let sw = 0;
-    for (let i = 0; i < n; i++) {
-      const Ki = Kd[i]!;
-      for (let k = 0; k < n; k++) A.set(i, k, W[i]! * Ki[k]! + (i === k ? l2 : 0));
-      A.set(i, n, W[i]!);
-      rhs.set(i, 0, -(p[i]! - y[i]! + l2 * a[i]!));
-      sw += W[i]!;
-    }
-    let sb = 0;
-    for (let k = 0; k < n; k++) {
-      let s = 0;
-      for (let i = 0; i < n; i++) s += W[i]! * Kd[i]![k]!;
-      A.set(n, k, s);
-    }
-    A.set(n, n, sw);
-    for (let i = 0; i < n; i++) sb += p[i]! - y[i]!;
-    rhs.set(n, 0, -sb);
-    let step = solve(A, rhs).to1DArray();
-    if (step.some((v) => !Number.isFinite(v))) step = solve(A, rhs, true).to1DArray();
-    let t = 1;
-    let accepted = false;
-    for (let h = 0; h < 30; h++) {
-      const a2 = Float64Array.from(a, (v, i) => v + t * step[i]!);
-      const b2 = b + t * step[n]!;
-      const f2 = fOf(a2, b2);
-      const bOld = b;
-      b = b2;
-      const J2 = objective(a2, f2);
-      b = bOld;
-      if (J2 <= J + 1e-12 * Math.abs(J)) {
-        a = a2;
-        b = b2;
-        f = f2;
-        J = J2;
-        accepted = true;
-        break;
+  return {
+    n, Z, Kd, y, l2,
+    logits: (a, b) => {
+      const f = new Float64Array(n);
+      for (let i = 0; i < n; i++) {
+        const Ki = Kd[i]!;
+        let s = b;
+        for (let k = 0; k < n; k++) s += Ki[k]! * a[k]!;
+        f[i] = s;
       }
-      t /= 2;
-    }
-    gm = gradMax(a, f);
-    if (!accepted) { converged = gm < tol * n * 1e3; break; }
-  }
-  if (!converged && gm < tol * n) converged = true;
+      return f;
+    },
+    objective: (a, b, f) => {
+      let J = 0;
+      for (let i = 0; i < n; i++) J += softplus(f[i]!) - y[i]! * f[i]!;
+      // ‖w‖² = aᵀKa = Σ a_i (f_i − b)
+      let wn = 0;
+      for (let i = 0; i < n; i++) wn += a[i]! * (f[i]! - b);
+      return J + (l2 / 2) * wn;
+    },
+    gradMax: (a, f) => {
+      const r = new Float64Array(n);
+      let gb = 0;
+      for (let i = 0; i < n; i++) {
+        r[i] = sigmoid(f[i]!) - y[i]! + l2 * a[i]!;
+        gb += sigmoid(f[i]!) - y[i]!;
+      }
+      // Zᵀ(p − y) + λZᵀa = Zᵀ r
+      const g = Z.transposeMultiply(Matrix.columnVector(r)).to1DArray();
+      return Math.max(Math.abs(gb), ...g.map(Math.abs));
+    },
+  };
+}
 
-  // w = Zᵀa in standardised units → raw units
+/** The Newton step [δa; δb] from the (n+1)-dimensional kernel system in the header (W floored at 1e-12). */
+function newtonStep(pr: KernelProblem, a: Float64Array, f: Float64Array): number[] {
+  const { n, Kd, y, l2 } = pr;
+  const p = Float64Array.from(f, sigmoid);
+  const W = Float64Array.from(p, (q) => Math.max(q * (1 - q), 1e-12));
+  const A = new Matrix(n + 1, n + 1);
+  const rhs = new Matrix(n + 1, 1);
+  let sw = 0;
+  for (let i = 0; i < n; i++) {
+    const Ki = Kd[i]!;
+    for (let k = 0; k < n; k++) A.set(i, k, W[i]! * Ki[k]! + (i === k ? l2 : 0));
+    A.set(i, n, W[i]!);
+    rhs.set(i, 0, -(p[i]! - y[i]! + l2 * a[i]!));
+    sw += W[i]!;
+  }
+  let sb = 0;
+  for (let k = 0; k < n; k++) {
+    let s = 0;
+    for (let i = 0; i < n; i++) s += W[i]! * Kd[i]![k]!;
+    A.set(n, k, s);
+  }
+  A.set(n, n, sw);
+  for (let i = 0; i < n; i++) sb += p[i]! - y[i]!;
+  rhs.set(n, 0, -sb);
+  const step = solve(A, rhs).to1DArray();
+  // a (near-)singular system gives non-finite values from the LU solve; solve it by SVD (least squares) instead
+  return step.some((v) => !Number.isFinite(v)) ? solve(A, rhs, true).to1DArray() : step;
+}
+
+/** The step, halved (at most 30 times) until J does not increase; null when no length is accepted. */
+function halvedStep(
+  pr: KernelProblem, a: Float64Array, b: number, f: Float64Array, J: number, step: number[],
+): { a: Float64Array; b: number; f: Float64Array; J: number } | null {
+  let t = 1;
+  for (let h = 0; h < 30; h++) {
+    const a2 = Float64Array.from(a, (v, i) => v + t * step[i]!);
+    const b2 = b + t * step[pr.n]!;
+    const f2 = pr.logits(a2, b2);
+    const J2 = pr.objective(a2, b2, f2);
+    if (J2 <= J + 1e-12 * Math.abs(J)) return { a: a2, b: b2, f: f2, J: J2 };
+    t /= 2;
+  }
+  return null;
+}
+
+/** w = Zᵀa in standardised units → raw units: w_raw = w/σ, b_raw = b − w_raw·μ. */
+function rawUnits(Z: Matrix, a: Float64Array, b: number, mu: Float64Array, scale: Float64Array, d: number): { w: Float64Array; b: number } {
   const wz = Z.transposeMultiply(Matrix.columnVector(a)).to1DArray();
   const w = new Float64Array(d);
   let bRaw = b;
@@ -177,5 +220,5 @@ export function fitLogistic(rows: readonly ArrayLike<number>[], y: ArrayLike<num
     w[j] = wz[j]! * scale[j]!;
     bRaw -= w[j]! * mu[j]!;
   }
-  return { w, b: bRaw, l2, iterations, converged, objective: J, gradMax: gm };
+  return { w, b: bRaw };
 }

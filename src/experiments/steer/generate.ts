@@ -1,0 +1,84 @@
+/**
+ * How one condition of the sweep is generated and stored: the harness task (fixed batches, greedy, each output
+ * classified), the generations file's name and key header, and its per-sample log.
+ */
+import type { Pair } from '../../data/types.ts';
+import type { SteerPositions } from '../../engine/types.ts';
+import type { CallFormat, OutcomeLabel } from '../../outcome/types.ts';
+import { generationTask, type GeneratedRow, type GenerationBatch } from '../../harness/generation.ts';
+import { writeEvalLog, type SampleLog } from '../../harness/log.ts';
+import { runTask, type Task } from '../../harness/runner.ts';
+import type { ExtractContext } from '../extract.ts';
+import { conditionName, round, type SteerCondition } from './conditions.ts';
+
+/** One output of the sweep, as a generations file holds it (one JSON line each). */
+export interface SteerGeneration {
+  pairId: string;
+  requests: 'harmful' | 'benign';
+  alpha: number;
+  /** the intervention set's label (absent on α rows) */
+  condition?: string;
+  text: string;
+  generatedIds: number[];
+  finish: string;
+  label: OutcomeLabel;
+  reasons: string[];
+}
+
+/** Pairs per generation batch: fixed, so one process and every shard decode exactly the same batches. */
+export const GEN_BATCH = 8;
+
+/** 'generated' gets its own files so both sweeps can sit side by side (intervention sets carry their own positions) */
+export const generationsFile = (kind: string, cond: SteerCondition, positions: SteerPositions): string => cond.set
+  ? `generations.${kind}.intervene-${cond.set.label}.jsonl`
+  : `generations.${kind}.alpha${round(cond.alpha)}${positions === 'generated' ? '.generated' : ''}.jsonl`;
+
+/**
+ * The header key of a generations file: the exact inputs, so a rerun with the same inputs reuses it — for an
+ * intervention set its content hash, so an edited file is generated again.
+ */
+export function generationsKey(ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], layer: number, cond: SteerCondition, maxNewTokens: number, unit: Float32Array, positions: SteerPositions): string {
+  return JSON.stringify({
+    ids: ids.map((x) => x.length), pairs: pairs.map((p) => p.id), layer, alpha: cond.alpha, maxNewTokens, dir: Array.from(unit.slice(0, 8)), model: ctx.baseManifest.model, positions,
+    ...(cond.set ? { interventions: cond.set.hash } : {}),
+  });
+}
+
+/** The harness task of one (requests, condition): fixed batches of prompts, greedy, each output classified. */
+export function conditionTask(
+  ctx: ExtractContext, kind: 'harmful' | 'benign', cond: SteerCondition, layer: number, unit: Float32Array, maxNewTokens: number, format: CallFormat, positions: SteerPositions,
+): Task<GenerationBatch, GeneratedRow<SteerGeneration>[], SteerGeneration> {
+  return generationTask<SteerGeneration>({
+    name: `steer/${kind}`, solver: conditionName(cond), format,
+    model: { generate: (ids, o) => ctx.engine.generate(ids, o), decode: (ids) => ctx.tok.decode(ids) },
+    options: {
+      maxNewTokens,
+      ...(cond.alpha !== 0 ? { steer: { layer, vector: unit, alpha: cond.alpha, positions } } : {}),
+      ...(cond.set ? { interventions: cond.set.interventions } : {}),
+    },
+    row: (p, g) => ({
+      pairId: p.id, requests: kind, alpha: round(cond.alpha), ...(cond.set ? { condition: cond.set.label } : {}),
+      text: g.text, generatedIds: g.generatedIds, finish: g.finish, label: g.label, reasons: g.reasons,
+    }),
+  });
+}
+
+/** The prompts of one batch: the pairs' requests rendered in the agent format with JSON schemas. */
+export const batchOf = (pairs: readonly Pair[], ids: number[][], texts: readonly string[], start: number): GenerationBatch =>
+  ({ start, prompts: pairs.map((p, i) => ({ id: p.id, text: texts[i] ?? '', ids: ids[i]!, tools: p.tools })) });
+
+/** Greedy generations of one batch of pairs (steered unless α = 0; an intervention set's interventions), each classified. */
+export async function generateChunk(
+  ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], texts: readonly string[], kind: 'harmful' | 'benign', cond: SteerCondition, layer: number,
+  unit: Float32Array, maxNewTokens: number, format: CallFormat, positions: SteerPositions,
+): Promise<{ gens: SteerGeneration[]; samples: SampleLog<SteerGeneration>[] }> {
+  const r = await runTask(conditionTask(ctx, kind, cond, layer, unit, maxNewTokens, format, positions), [batchOf(pairs, ids, texts, 0)]);
+  return { gens: r.results.flat().map((x) => x.row), samples: r.samples };
+}
+
+/** The per-sample log beside a generations file (same name, `log.` for `generations.`). */
+const logFileOf = (generations: string): string => generations.replace(/generations\.([^/]*)$/, 'log.$1');
+
+export function writeConditionLog(file: string, key: string, kind: string, cond: SteerCondition, samples: readonly SampleLog<SteerGeneration>[]): void {
+  writeEvalLog(logFileOf(file), { header: { format: 'safekeep-log', task: `steer/${kind}`, protocol: { condition: conditionName(cond) }, context: { key } }, samples: [...samples] });
+}
