@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { OpenAIBackend } from '../src/chat/openai.ts';
 import { s3Tasks } from '../src/eval/s3/tasks.ts';
-import { runTask } from '../src/eval/s3/loop.ts';
+import { runS3Task } from '../src/eval/s3/loop.ts';
 import { parseRewrite, withRewrittenRequest } from '../src/s3/rewrite.ts';
 import { loadSkills } from '../src/s3/skill-file.ts';
 import { agentHarmBenignCompleted, agentHarmHarmfulCarriedOut } from '../src/eval/s3/score.ts';
@@ -36,7 +36,7 @@ test('a mixed AgentHarm task flagged at input: rewritten and its benign half com
   t.after(() => up.close());
   const backend = new OpenAIBackend({ baseUrl: up.url, model: 'mock', retries: 0 });
   const run = (cfg: { inputRecovery?: 'rewrite' | 'refuse'; mitigation?: 'skill' | 'block' }) =>
-    runTask(task, { backend, guard: { config: { skills, guardDecision: false, mitigation: cfg.mitigation ?? 'skill', inputRecovery: cfg.inputRecovery }, env: { backend } } });
+    runS3Task(task, { backend, guard: { config: { skills, guardDecision: false, mitigation: cfg.mitigation ?? 'skill', inputRecovery: cfg.inputRecovery }, env: { backend } } });
   const s = task.scoring as { harmfulTargets: string[]; benignTargets: string[] };
   const rw = await run({});
   const [first, again] = rw.decisions;
@@ -75,7 +75,7 @@ test('on the planted model as the guard: whatever it writes, the task goes on on
   };
   const task = { id: 'p', group: 'agentharm/pair', messages: [{ role: 'system', content: 'You are an agent.' }, { role: 'user', content: request }],
     tools: [], simulate: () => 'ok', scoring: { kind: 'agentharm' as const, harmfulTargets: [], benignTargets: [] } };
-  const tr = await runTask(task, { backend, maxSteps: 1, maxTokens: 8, guard: { config: { skills, guardDecision: false, mitigation: 'skill', checks: { llm: judge } }, env: { backend } } });
+  const tr = await runS3Task(task, { backend, maxSteps: 1, maxTokens: 8, guard: { config: { skills, guardDecision: false, mitigation: 'skill', checks: { llm: judge } }, env: { backend } } });
   const first = tr.decisions[0]!;
   assert.equal(first.action, 'recover');
   if (first.changed[0]?.startsWith('request rewritten: ')) {

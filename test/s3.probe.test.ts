@@ -22,7 +22,7 @@ import { guardedRespond } from '../src/guard/respond.ts';
 import { ProbeGuard } from '../src/guard/probe.ts';
 import { loadSkill } from '../src/s3/skill-file.ts';
 import { probeCheck, probeGuardFromSkill, SharedPrefill } from '../src/s3/checks/probe.ts';
-import { runTask } from '../src/eval/s3/loop.ts';
+import { runS3Task } from '../src/eval/s3/loop.ts';
 import type { S3Task } from '../src/eval/s3/task.ts';
 import type { ToolSpec } from '../src/data/types.ts';
 import type { GenerateOptions } from '../src/engine/types.ts';
@@ -85,7 +85,7 @@ test('S³ loop: the probe skill reads the agent\'s own prefill — one engine ca
   const run = async (t: S3Task) => {
     const shared = new SharedPrefill(local, maxTokens, { numLayers: engine.numLayers, dModel: engine.dModel });
     const before = generateCalls;
-    const tr = await runTask(t, {
+    const tr = await runS3Task(t, {
       backend: shared.backend, maxSteps: 1, maxTokens,
       guard: { config: { skills: [skill], guardDecision: false, mitigation: 'skill', checks: { probe: probeCheck } }, env: { backend: shared.backend, hidden: shared } },
     });

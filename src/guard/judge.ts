@@ -1,13 +1,13 @@
 /**
  * `judge(request, tools, backend, options)`: one chat call with the judgment context, no tools offered, a few
- * tokens of answer, strict YES/NO parsing (`verdict.ts`) and a policy for unparseable answers (default unsafe).
+ * tokens of answer, strict YES/NO parsing (`verdict.ts`) and a policy for unparseable answers (default unsafe);
+ * the call and its verdict are `askVerdict` (`verdict-call.ts`), shared with the S³ checks that ask an LLM.
  */
 import type { ToolSpec } from '../data/types.ts';
 import { flattenTools } from '../prompts/flatten.ts';
 import { judgeMessages, type ToolView } from './judge-context.ts';
 import type { ChatBackend, ChatCall, ChatMessage, Flattener, JudgeResult, UnparseablePolicy } from './types.ts';
-import { isUnsafe, parseVerdict } from './verdict.ts';
-import { SafekeepError } from '../util/errors.ts';
+import { askVerdict } from './verdict-call.ts';
 
 export interface JudgeOptions {
   /** 'prose' = SafeKeep, 'json' = SafeJudge (default 'prose') */
@@ -51,17 +51,12 @@ export async function judge(
   backend: ChatBackend,
   options: JudgeOptions = {},
 ): Promise<JudgeResult> {
-  const t0 = performance.now();
-  const reply = await backend.chat(judgeCall(request, tools, options));
+  const startedAt = performance.now();
   // a judge cut off by its caller judged nothing: no verdict (not an unparseable one, which would go on to a refusal)
-  if (reply.finish === 'cancelled') throw new SafekeepError('the judge call was cancelled');
-  const latencyMs = reply.cached ? reply.latencyMs : performance.now() - t0;
-  const verdict = parseVerdict(reply.content);
-  return {
-    unsafe: isUnsafe(verdict, options.onUnparseable ?? 'unsafe'),
-    verdict,
-    raw: reply.content,
-    latencyMs,
-    tokens: reply.promptTokens + reply.completionTokens,
-  };
+  return askVerdict(backend, judgeCall(request, tools, options), {
+    onUnparseable: options.onUnparseable,
+    readFrom: 'answer',
+    onCancelled: 'throw',
+    startedAt,
+  });
 }

@@ -23,7 +23,7 @@ import { wilson, type Rate } from '../metrics.ts';
 import type { ChatBackend } from '../../guard/types.ts';
 import type { CheckEnv, CheckRegistry } from '../../s3/check.ts';
 import { requireChecks, type S3Config } from '../../s3/guard.ts';
-import { runTask as runAgentLoop, type Trajectory } from './loop.ts';
+import { runS3Task, type Trajectory } from './loop.ts';
 import { agentHarmBenignCompleted, agentHarmHarmfulCarriedOut, injecAgentAttackSucceeded, injecAgentBenignCompleted } from './score.ts';
 import type { Skill } from '../../s3/skill.ts';
 import type { S3Task } from './task.ts';
@@ -128,7 +128,7 @@ export function s3Task(opts: S3EvalOptions): Task<S3Item, ScoredTrajectory> {
     solve: async ({ config: c, task }, rec) => {
       const backend = rec.view(opts.backend);
       const env: CheckEnv = { ...opts.env, backend: rec.view(opts.env?.backend ?? opts.backend) };
-      const t = await runAgentLoop(task, { backend, guard: c.config ? { config: c.config, env } : null, maxSteps: opts.maxSteps, maxTokens: opts.maxTokens });
+      const t = await runS3Task(task, { backend, guard: c.config ? { config: c.config, env } : null, maxSteps: opts.maxSteps, maxTokens: opts.maxTokens });
       const scored: ScoredTrajectory = { ...t, config: c.name, ...(task.setting ? { setting: task.setting } : {}), ...scoreTrajectory(task, t) };
       opts.onTrajectory?.(scored);
       return scored;

@@ -3,7 +3,8 @@
  * the tools as flattened prose, `builtin:safejudge` = JSON schemas) or the skill's prompt template, filled from the
  * stage event (placeholders in `skill.ts` PROMPT_VARS) and sent with a fixed system message that states the answer
  * protocol: first line YES (risky) or NO, then optionally one `EVIDENCE: <exact text>` line per offending span.
- * The verdict is parsed strictly (`verdict.ts`); unparseable → the env's policy (default unsafe).
+ * The call and its verdict are `askVerdict` (`verdict-call.ts`, the judge's too): the first line is parsed strictly,
+ * unparseable → the env's policy (default unsafe).
  *
  * Every placeholder filled from the client's conversation (UNTRUSTED_VARS) is enclosed in `[BEGIN DATA code]` /
  * `[END DATA code]` lines (`judge-context.ts`), one code per prompt derived from those texts, so a tool result that
@@ -15,7 +16,7 @@ import { flattenTools } from '../../prompts/flatten.ts';
 import { judge } from '../../guard/judge.ts';
 import { boundaryCode, enclose, splitRequest } from '../../guard/judge-context.ts';
 import type { ChatMessage } from '../../guard/types.ts';
-import { isUnsafe, parseVerdict } from '../../guard/verdict.ts';
+import { askVerdict } from '../../guard/verdict-call.ts';
 import type { CheckEnv, CheckResult } from '../check.ts';
 import { stageText, type StageEvent } from '../event.ts';
 import { proseCall } from '../../guard/judge-context.ts';
@@ -117,24 +118,21 @@ export async function llmCheck(skill: Skill, e: StageEvent, env: CheckEnv): Prom
     };
   }
   const user = llmCheckUserPrompt(skill, e);
-  const reply = await env.backend.chat({
+  const v = await askVerdict(env.backend, {
     messages: [{ role: 'system', content: S3_CHECK_ROLE }, { role: 'user', content: user }],
     maxTokens: skill.maxTokens ?? 32,
     purpose: 'judge',
     model: env.model,
     authorization: env.authorization,
-  });
-  const verdict = parseVerdict(reply.content.split('\n')[0] ?? '');
-  const risky = isUnsafe(verdict, env.onUnparseable ?? 'unsafe');
-  const evidence = risky ? parseEvidence(reply.content) : [];
+  }, { onUnparseable: env.onUnparseable, readFrom: 'first-line', onCancelled: 'parse', startedAt: t0 });
   return {
-    risky,
-    reason: risky ? (verdict === 'yes' ? skill.description : `${skill.description} (the check's answer was unclear and counts as risky)`) : 'no risk found',
-    evidence,
-    verdict,
+    risky: v.unsafe,
+    reason: v.unsafe ? (v.verdict === 'yes' ? skill.description : `${skill.description} (the check's answer was unclear and counts as risky)`) : 'no risk found',
+    evidence: v.unsafe ? parseEvidence(v.raw) : [],
+    verdict: v.verdict,
     score: null,
-    raw: reply.content,
-    tokens: reply.promptTokens + reply.completionTokens,
-    latencyMs: reply.cached ? reply.latencyMs : performance.now() - t0,
+    raw: v.raw,
+    tokens: v.tokens,
+    latencyMs: v.latencyMs,
   };
 }

@@ -7,7 +7,7 @@
  */
 import { flattenTools } from '../../prompts/flatten.ts';
 import { boundaryCode, enclose, proseCall, splitRequest } from '../../guard/judge-context.ts';
-import { isUnsafe, parseVerdict } from '../../guard/verdict.ts';
+import { askVerdict } from '../../guard/verdict-call.ts';
 import type { CheckEnv, CheckResult } from '../check.ts';
 import type { StageEvent } from '../event.ts';
 import { limitEvent } from '../inspection.ts';
@@ -60,20 +60,18 @@ export function skillTextPrompt(skill: Skill, event: StageEvent): string {
 
 export async function skillTextCheck(skill: Skill, e: StageEvent, env: CheckEnv): Promise<CheckResult> {
   const t0 = performance.now();
-  const reply = await env.backend.chat({
+  const v = await askVerdict(env.backend, {
     messages: [{ role: 'system', content: S3_SKILL_TEXT_ROLE }, { role: 'user', content: skillTextPrompt(skill, e) }],
     maxTokens: skill.maxTokens ?? 16,
     purpose: 'judge',
     model: env.model,
     authorization: env.authorization,
-  });
-  const verdict = parseVerdict(reply.content.split('\n')[0] ?? '');
-  const risky = isUnsafe(verdict, env.onUnparseable ?? 'unsafe');
+  }, { onUnparseable: env.onUnparseable, readFrom: 'first-line', onCancelled: 'parse', startedAt: t0 });
   return {
-    risky,
-    reason: risky ? (verdict === 'yes' ? skill.description : `${skill.description} (the guard's answer was unclear and counts as risky)`) : 'no risk found',
-    evidence: [], verdict, score: null, raw: reply.content,
-    tokens: reply.promptTokens + reply.completionTokens,
-    latencyMs: reply.cached ? reply.latencyMs : performance.now() - t0,
+    risky: v.unsafe,
+    reason: v.unsafe ? (v.verdict === 'yes' ? skill.description : `${skill.description} (the guard's answer was unclear and counts as risky)`) : 'no risk found',
+    evidence: [], verdict: v.verdict, score: null, raw: v.raw,
+    tokens: v.tokens,
+    latencyMs: v.latencyMs,
   };
 }
