@@ -35,7 +35,7 @@ import { INJECAGENT_SETTINGS, type InjecAgentSetting } from '../../data/injecage
 import { parseShard } from '../../util/shard.ts';
 import { sha256Hex } from '../../util/hash.ts';
 import { SHARD_FLAG_DEF } from '../shard-flag.ts';
-import { s3MarkdownTable } from '../../eval/s3/table.ts';
+import { s3MarkdownTable, s3ReportRows } from '../../eval/s3/table.ts';
 import { loadSkillProbe, probeCheck, SharedPrefill } from '../../s3/checks/probe.ts';
 import { dataDirsEnv } from '../env.ts';
 import { rulesFpMarkdown, rulesFpReport, type RulesFpReport } from '../../eval/s3/rules-fp.ts';
@@ -208,7 +208,7 @@ export async function run(argv: string[]): Promise<number> {
     const { summaries, files } = writeS3Run(m, samples);
     dropPartial(resume);
     const { writeS3ReportOf } = await import('../../report/s3-section.ts');
-    const rep = await writeS3ReportOf(m, summaries);
+    const rep = await writeS3ReportOf(m, s3ReportRows(summaries));
     process.stdout.write(s3MarkdownTable(bench, name, summaries));
     process.stdout.write(`\nagent ${backend.name}, guard ${(guardBackend ?? backend).name}\n`);
     if (rulesFp) process.stdout.write(`\n${rulesFpMarkdown(rulesFp)}`);
