@@ -28,7 +28,7 @@
 import { existsSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { choiceValue, parseArgs, positiveIntValue, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
-import { ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openChatBackend, openEndpointBackend, targetOf, type ThinkingPlan } from '../endpoint-backend.ts';
+import { checkEndpointUrl, endpointBackend, ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openChatBackend, targetOf, type ThinkingPlan } from '../backend.ts';
 import type { RefusalJudge } from '../../eval/table4/refusal-scorers.ts';
 import type { ChatBackend } from '../../guard/types.ts';
 import { SafekeepError } from '../../util/errors.ts';
@@ -162,10 +162,8 @@ async function refusalJudgeOf(args: ParsedArgs, bench: GuardBench, dataDir: stri
   const { readAgentHarmRefusalPrompt } = await import('../../eval/table4/refusal-scorers.ts');
   const prompt = readAgentHarmRefusalPrompt(resolve(args.values.get('refusal-judge-prompt') ?? join(dataDir, 'upstream-scorer')));
   const url = args.values.get('refusal-judge-endpoint');
-  const judgeBackend = url === undefined ? backend : (() => {
-    if (!/^https?:\/\/[^/]+/.test(url)) throw new SafekeepError(`--refusal-judge-endpoint must be an http(s) URL, got '${url}'`);
-    return openEndpointBackend(args, url, requireValue(args, 'refusal-judge-model'), join(out, 'refusal-judge')).backend;
-  })();
+  const judgeBackend = url === undefined ? backend
+    : endpointBackend(args, checkEndpointUrl('refusal-judge-endpoint', url), requireValue(args, 'refusal-judge-model'), { cacheDir: join(out, 'refusal-judge', 'cache') }).backend;
   return { backend: judgeBackend, prompt, maxTokens: positiveIntValue(args, 'refusal-judge-max-tokens', 256) };
 }
 
@@ -246,7 +244,7 @@ export async function run(argv: string[]): Promise<number> {
     },
   };
   // a budget that cannot reach a verdict stops before the model loads
-  const opened = await openChatBackend(args, target, out, plan, (thinking) => { budgets(args, thinking, methods); });
+  const opened = await openChatBackend(args, target, plan, { cacheDir: join(out, 'cache'), beforeLoad: (thinking) => { budgets(args, thinking, methods); } });
   try {
     let probe: ProbeGuard | undefined;
     if (probeFile !== undefined && opened.engine) {

@@ -22,7 +22,7 @@
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { choiceValue, parseArgs, positiveIntValue, type FlagTable, type ParsedArgs } from '../args.ts';
-import { ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openChatBackend, openEndpointBackend, targetOf } from '../endpoint-backend.ts';
+import { checkEndpointUrl, endpointBackend, ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, noThinkingBody, noThinkingPlan, openChatBackend, targetOf } from '../backend.ts';
 import type { ChatBackend } from '../../guard/types.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { locateDataset, repoRoot } from '../../data/locate.ts';
@@ -120,23 +120,18 @@ export async function run(argv: string[]): Promise<number> {
   const shard = shardArg !== undefined ? parseShard(shardArg) : null;
   const tasks = s3Tasks(bench, dirs, limit, settings);
   if (tasks.length === 0) throw new SafekeepError(`--bench ${bench}: no tasks`);
-  const noThinking = args.booleans.has('no-thinking');
   // the guard agent as a different model (the paper compares a strong and a fast guard)
   const guardEndpoint = args.values.get('guard-endpoint') ?? target.endpoint;
   const guardModel = args.values.get('guard-model');
   let guardBackend: ChatBackend | undefined;
   if (args.values.has('guard-endpoint') || guardModel !== undefined) {
     if (guardEndpoint === undefined) throw new SafekeepError('--guard-model needs an endpoint: give --guard-endpoint URL (the agent is a local --model)');
-    if (!/^https?:\/\/[^/]+/.test(guardEndpoint)) throw new SafekeepError(`--guard-endpoint must be an http(s) URL, got '${guardEndpoint}'`);
+    checkEndpointUrl('guard-endpoint', guardEndpoint);
     if (guardModel === undefined) throw new SafekeepError('--guard-endpoint needs --guard-model NAME');
-    guardBackend = openEndpointBackend(args, guardEndpoint, guardModel, out, noThinking ? { chat_template_kwargs: { enable_thinking: false } } : undefined).backend;
+    guardBackend = endpointBackend(args, guardEndpoint, guardModel, { cacheDir: join(out, 'cache'), extraBody: noThinkingBody(args) }).backend;
   }
   const maxTokens = positiveIntValue(args, 'max-tokens', 256);
-  const off = { enable_thinking: false };
-  const opened = await openChatBackend(args, target, out, {
-    endpoint: () => ({ thinking: noThinking ? 'off' : 'endpoint default', templateKwargs: noThinking ? off : {}, ...(noThinking ? { extraBody: { chat_template_kwargs: off } } : {}) }),
-    local: async () => ({ thinking: noThinking ? 'off' : 'template default', templateKwargs: noThinking ? off : {} }),
-  });
+  const opened = await openChatBackend(args, target, noThinkingPlan(args), { cacheDir: join(out, 'cache') });
   try {
     let backend = opened.backend;
     let shared: SharedPrefill | undefined;
