@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { wilson, agentHarmMetrics, injecAgentMetrics, injecValid, summarize, type AgentHarmRow } from '../src/eval/metrics.ts';
+import { wilson, tableJsonValue, agentHarmMetrics, injecAgentMetrics, injecValid, summarize, type AgentHarmRow } from '../src/eval/metrics.ts';
 import { classifyOutput } from '../src/outcome/classify.ts';
 import { csvTable, formatRate } from '../src/eval/table4/table.ts';
 import type { ToolSpec } from '../src/data/types.ts';
@@ -21,6 +21,12 @@ test('wilson: published 95 % intervals', () => {
   const w5 = wilson(81, 263); near(w5.lo, 0.2553); near(w5.hi, 0.3662);
   assert.ok(Number.isNaN(wilson(0, 0).p));
   assert.throws(() => wilson(3, 2));
+  // no trials: no rate, and every rate is possible
+  const w0 = wilson(0, 0);
+  assert.equal(w0.k, 0); assert.equal(w0.n, 0); assert.equal(w0.lo, 0); assert.equal(w0.hi, 1);
+  assert.throws(() => wilson(0.5, 2));
+  assert.throws(() => wilson(-1, 2));
+  assert.throws(() => wilson(1, 2.5));
   // analytic symmetry: interval of k/n mirrors that of (n-k)/n
   const a = wilson(7, 31), b = wilson(24, 31);
   near(a.lo, 1 - b.hi, 1e-12); near(a.hi, 1 - b.lo, 1e-12);
@@ -70,6 +76,12 @@ test('summarize: nearest-rank percentiles', () => {
 
 test('table formatting: percentages with intervals; CSV keeps k and n', () => {
   assert.equal(formatRate(wilson(5, 10)), '50.0 [23.7, 76.3]');
+  // an empty rate prints as it always has: '–' in Markdown, empty cells in CSV, null in JSON
+  assert.equal(formatRate(wilson(0, 0)), '–');
+  assert.deepEqual(JSON.parse(JSON.stringify({ r: wilson(0, 0), q: wilson(1, 2) }, tableJsonValue)).r, { k: 0, n: 0, p: null, lo: null, hi: null });
+  assert.equal(JSON.parse(JSON.stringify({ q: wilson(2, 2) }, tableJsonValue)).q.hi, 1);
+  const empty = csvTable([{ method: 'base', metrics: { refusal: wilson(0, 0) }, n: 0, judged: 0, flagged: 0, unparseable: 0, judgeLatencyMs: summarize([]), judgeTokensPerRequest: 0 }]);
+  assert.equal(empty.split('\n')[1]!.split(',').slice(1, 6).join(','), ',0,0,,');
   const csv = csvTable([{ method: 'safekeep', metrics: { refusal: wilson(1, 4) }, n: 4, judged: 4, flagged: 1, unparseable: 0, judgeLatencyMs: summarize([10, 20]), judgeTokensPerRequest: 12 }]);
   const [head, row] = csv.trim().split('\n');
   assert.equal(head!.split(',').slice(0, 6).join(','), 'method,refusal,refusal_k,refusal_n,refusal_lo,refusal_hi');

@@ -37,13 +37,18 @@ export function percentileInterval(x: ArrayLike<number>, level = 0.95): Interval
   return { lo: quantile(x, a), hi: quantile(x, 1 - a) };
 }
 
-/** Wilson score interval for a proportion k/n at `level` (95 % → z = 1.959964). */
+/**
+ * Wilson score interval for a proportion k/n (z = 1.959964: 95 %). k and n are counts (integers, 0 ≤ k ≤ n);
+ * anything else is a caller's bug and throws. n = 0 gives [0, 1]: with no trials every proportion is possible.
+ * The bounds at k = 0 and k = n are exactly 0 and 1 (analytically they are; floating point would miss by an ulp).
+ */
 export function wilsonInterval(k: number, n: number, z = 1.959963984540054): Interval {
+  if (!Number.isInteger(k) || !Number.isInteger(n) || k < 0 || n < 0 || k > n) throw new Error(`wilson: bad counts k=${k} n=${n}`);
   if (n === 0) return { lo: 0, hi: 1 };
   const p = k / n;
   const z2 = z * z;
   const den = 1 + z2 / n;
   const centre = (p + z2 / (2 * n)) / den;
   const half = (z * Math.sqrt((p * (1 - p)) / n + z2 / (4 * n * n))) / den;
-  return { lo: Math.max(0, centre - half), hi: Math.min(1, centre + half) };
+  return { lo: k === 0 ? 0 : Math.max(0, centre - half), hi: k === n ? 1 : Math.min(1, centre + half) };
 }

@@ -21,6 +21,7 @@ import type { ScoredTrajectory } from '../eval/s3/eval.ts';
 import { s3ExpectedKeys, s3SamplesFile, writeS3Run, type S3MergeOptions } from '../eval/s3/shard.ts';
 import { guardExpectedKeys, guardSamplesFile, writeGuardRun, type GuardMergeOptions } from '../eval/table4/shard.ts';
 import { writeS3ReportOf } from '../report/s3-section.ts';
+import { s3ReportRows } from '../eval/s3/table.ts';
 import { SafekeepError } from '../util/errors.ts';
 import type { ShardEntry } from '../util/shard-run.ts';
 import type { SampleLog } from '../harness/log.ts';
@@ -203,7 +204,7 @@ const s3Eval = rowStage<S3MergeOptions, ScoredTrajectory>({
   expected: s3ExpectedKeys,
   write: async (m, samples) => {
     const r = writeS3Run(m, samples);
-    const rep = await writeS3ReportOf(m, r.summaries);
+    const rep = await writeS3ReportOf(m, s3ReportRows(r.summaries));
     return `${r.files.markdown}, ${r.files.trajectories} (${samples.length} samples, per-sample log ${r.files.log})\nreport: ${rep.html}`;
   },
 });

@@ -14,28 +14,39 @@
  *           bench/injecagent-score.ts).
  */
 import type { Outcome } from '../outcome/types.ts';
+import { wilsonInterval } from '../analysis/stats.ts';
 
 export interface Rate {
   k: number;
   n: number;
-  /** k / n (NaN when n = 0) */
+  /** k / n; NaN when n = 0 (no trials: no rate) */
   p: number;
-  /** 95 % Wilson score interval */
+  /** 95 % Wilson score interval; [0, 1] when n = 0 (every rate is possible) */
   lo: number;
   hi: number;
 }
 
-/** Wilson score interval for k successes out of n (z = 1.959964 for 95 %). */
+/** k successes out of n with their Wilson score interval (analysis/stats.ts; z = 1.959964 for 95 %). */
 export function wilson(k: number, n: number, z = 1.959963984540054): Rate {
-  if (!Number.isInteger(k) || !Number.isInteger(n) || k < 0 || n < 0 || k > n) throw new Error(`wilson: bad counts k=${k} n=${n}`);
-  if (n === 0) return { k, n, p: Number.NaN, lo: Number.NaN, hi: Number.NaN };
-  const p = k / n;
-  const z2 = z * z;
-  const denom = 1 + z2 / n;
-  const center = (p + z2 / (2 * n)) / denom;
-  const half = (z * Math.sqrt((p * (1 - p)) / n + z2 / (4 * n * n))) / denom;
-  // the bounds at k = 0 and k = n are exactly 0 and 1 analytically
-  return { k, n, p, lo: k === 0 ? 0 : Math.max(0, center - half), hi: k === n ? 1 : Math.min(1, center + half) };
+  const { lo, hi } = wilsonInterval(k, n, z);
+  return { k, n, p: n === 0 ? Number.NaN : k / n, lo, hi };
+}
+
+/**
+ * A rate as the tables and files show it: an empty rate (n = 0) shows no estimate and no interval — its lo and hi
+ * become NaN, which the writers print as '–' (Markdown), '' (CSV) and null (JSON), as they always have.
+ */
+export function shownRate<R extends Rate>(r: R): R {
+  return r.n === 0 ? { ...r, lo: Number.NaN, hi: Number.NaN } : r;
+}
+
+const isRate = (v: unknown): v is Rate => typeof v === 'object' && v !== null
+  && ['k', 'n', 'p', 'lo', 'hi'].every((f) => typeof (v as Record<string, unknown>)[f] === 'number');
+
+/** JSON.stringify's replacer for the tables' JSON: non-finite numbers as null, empty rates without an interval. */
+export function tableJsonValue(_key: string, v: unknown): unknown {
+  if (typeof v === 'number' && !Number.isFinite(v)) return null;
+  return isRate(v) ? shownRate(v) : v;
 }
 
 /** What the metrics need from one classified output. */

@@ -28,7 +28,7 @@
 import { existsSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { choiceValue, parseArgs, positiveIntValue, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
-import { ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openChatBackend, openEndpointBackend, targetOf, type ThinkingPlan } from '../endpoint-backend.ts';
+import { checkEndpointUrl, endpointBackend, ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openChatBackend, targetOf, type OpenedBackend, type ThinkingPlan } from '../backend.ts';
 import type { RefusalJudge } from '../../eval/table4/refusal-scorers.ts';
 import type { ChatBackend } from '../../guard/types.ts';
 import { SafekeepError } from '../../util/errors.ts';
@@ -49,7 +49,8 @@ import { INJECAGENT_FORMATS, loadGuardCases, runGuardShard, writeGuardRun, type 
 import type { ReactFormat } from '../../eval/table4/eval.ts';
 import type { GuardCase } from '../../benchmarks/cases.ts';
 import { parseShard } from '../../util/shard.ts';
-import { SHARD_FLAG_DEF } from '../shard-flag.ts';
+import { argvWithoutShard, SHARD_FLAG_DEF, shortHash } from '../shard-flag.ts';
+import { progressLine } from '../progress.ts';
 import { sha256Hex } from '../../util/hash.ts';
 import { dataDirsEnv } from '../env.ts';
 
@@ -90,21 +91,6 @@ function list<T extends string>(flag: string, v: string, allowed: readonly T[]):
   for (const x of xs) if (!(allowed as readonly string[]).includes(x)) throw new SafekeepError(`--${flag}: unknown '${x}' (known: ${allowed.join(', ')})`);
   if (xs.length === 0) throw new SafekeepError(`--${flag} is empty`);
   return xs as T[];
-}
-
-
-
-function progress(label: string): (done: number, total: number) => void {
-  const t0 = performance.now();
-  let last = 0;
-  return (done, total) => {
-    const now = performance.now();
-    if (done !== total && now - last < 1000) return;
-    last = now;
-    const rate = done / ((now - t0) / 1000);
-    const eta = rate > 0 ? (total - done) / rate : Infinity;
-    process.stderr.write(`${label}: ${done}/${total} (${rate.toFixed(2)}/s, ETA ${Number.isFinite(eta) ? `${Math.ceil(eta)} s` : '?'})\n`);
-  };
 }
 
 /**
@@ -162,10 +148,8 @@ async function refusalJudgeOf(args: ParsedArgs, bench: GuardBench, dataDir: stri
   const { readAgentHarmRefusalPrompt } = await import('../../eval/table4/refusal-scorers.ts');
   const prompt = readAgentHarmRefusalPrompt(resolve(args.values.get('refusal-judge-prompt') ?? join(dataDir, 'upstream-scorer')));
   const url = args.values.get('refusal-judge-endpoint');
-  const judgeBackend = url === undefined ? backend : (() => {
-    if (!/^https?:\/\/[^/]+/.test(url)) throw new SafekeepError(`--refusal-judge-endpoint must be an http(s) URL, got '${url}'`);
-    return openEndpointBackend(args, url, requireValue(args, 'refusal-judge-model'), join(out, 'refusal-judge')).backend;
-  })();
+  const judgeBackend = url === undefined ? backend
+    : endpointBackend(args, checkEndpointUrl('refusal-judge-endpoint', url), requireValue(args, 'refusal-judge-model'), { cacheDir: join(out, 'refusal-judge', 'cache') }).backend;
   return { backend: judgeBackend, prompt, maxTokens: positiveIntValue(args, 'refusal-judge-max-tokens', 256) };
 }
 
@@ -208,6 +192,78 @@ async function reactFormatOf(dataDir: string, settings: readonly InjecSetting[],
   return { ctx, cases: new Map(all.filter((c) => want.has(c.id)).map((c) => [c.id, c])) };
 }
 
+/** --thinking / --no-thinking / --chat-template-kwargs as the template's thinking switch on either kind of backend. */
+function thinkingPlanOf(args: ParsedArgs): ThinkingPlan {
+  if (args.booleans.has('no-thinking') && args.values.get('thinking') === 'on') throw new SafekeepError('--no-thinking contradicts --thinking on');
+  const th = thinkingOptions(args);
+  const thinkingFlag = args.booleans.has('no-thinking') ? 'off' : th.thinking;
+  return {
+    endpoint: () => {
+      // an endpoint's template is unknown here: chat_template_kwargs are sent only when asked for
+      const templateKwargs = { ...th.chatTemplateKwargs, ...(thinkingFlag !== undefined ? { enable_thinking: thinkingFlag === 'on' } : {}) };
+      const asked = thinkingFlag !== undefined || Object.keys(th.chatTemplateKwargs).length > 0;
+      const thinking = thinkingFlag ?? (th.chatTemplateKwargs.enable_thinking === undefined ? 'endpoint default' : th.chatTemplateKwargs.enable_thinking ? 'on' : 'off');
+      return { thinking, templateKwargs, ...(asked ? { extraBody: { chat_template_kwargs: templateKwargs } } : {}) };
+    },
+    local: async (template) => {
+      // default: thinking off where the template has the switch
+      const { resolveTemplateKwargs } = await import('../../prompts/thinking.ts');
+      const r = resolveTemplateKwargs(template, thinkingFlag, th.chatTemplateKwargs);
+      return { thinking: r.thinking, templateKwargs: r.kwargs };
+    },
+  };
+}
+
+/** --probe on a local model: checked against the checkpoint, and against the calibration its methods read. */
+async function probeOf(probeFile: string, opened: OpenedBackend, methods: readonly GuardMethod[]): Promise<ProbeGuard | undefined> {
+  if (!opened.engine) return undefined;
+  const { readProbe, checkProbeFits } = await import('../../data/probe-file.ts');
+  const { loadCheckpoint } = await import('../../checkpoint/load.ts');
+  const { ProbeGuard: Guard } = await import('../../guard/probe.ts');
+  const p = readProbe(probeFile);
+  checkProbeFits(p, { configHash: (await loadCheckpoint(opened.modelDir!)).configHash, numLayers: opened.engine.numLayers, dModel: opened.engine.dModel });
+  const probe = new Guard(p);
+  // a probe without the calibration its method reads is refused before any case runs
+  if (methods.includes('probe-cascade')) probe.cascade();
+  if (methods.includes('probe-steer')) probe.steering();
+  return probe;
+}
+
+/** How the refusal path runs: the endpoint's --prefill mode, or the local engine's prefill. */
+const refusalMode = (args: ParsedArgs, opened: OpenedBackend): string => (opened.engine ? 'local' : args.values.get('prefill') ?? 'none');
+
+/** The protocol values this run used (docs/protocol.md). */
+function protocolOf(args: ParsedArgs, bench: GuardBench, opened: OpenedBackend, o: EvalOptions): Record<string, unknown> {
+  const { react, refusalJudge, probe } = o;
+  return {
+    thinking: opened.thinking, templateKwargs: opened.templateKwargs, maxTokens: o.maxTokens, judgeMaxTokens: o.judgeMaxTokens, unparseable: args.values.get('unparseable') ?? 'unsafe',
+    refusalPath: refusalPathOf(refusalMode(args, opened)),
+    agentSystemPrompt: bench === 'agentharm' ? 'AgentHarm default (data/specs/agentharm-prompts.json)'
+      : react ? `InjecAgent SYS_PROMPT (${react.ctx.prompts.file}, prompts sha256 ${react.ctx.prompts.sha256.slice(0, 12)})` : 'ours (AGENT_SYSTEM, src/benchmarks/cases.ts)',
+    // native tables stay as they were: the format is named when it is react
+    ...(react ? { injecagentFormat: REACT_FORMAT_LINE } : {}),
+    safePrompt: 'AgentHarm refusal prompt appended to the agent system prompt',
+    ...(refusalJudge ? { refusalScorer: `substring list + AgentHarm refusal judge (${refusalJudge.backend.name}); agreement on harmful requests` } : {}),
+    ...(bench === 'injecagent' ? { injecagentScoring: 'InjecAgent two-step: data stealing succeeds only when step 2 calls the sending tool; ASR = Total' } : {}),
+    // which kind of model produced the numbers, and the probe the probe methods read (its band and α)
+    modelKind: modelKindOf(opened.modelDir, o.backend.name),
+    ...(probe ? { probe: probeLine(probe) } : {}),
+  };
+}
+
+/** The end of a one-process run: log and Table 4 written, the partial log dropped, a mostly unparseable judge said. */
+function writeRun(args: ParsedArgs, m: GuardMergeOptions, samples: Parameters<typeof writeGuardRun>[1], resume: Parameters<typeof dropPartial>[0], refusalPath: string): void {
+  const r = writeGuardRun(m, samples);
+  dropPartial(resume);
+  if (r.unparseable.judged && r.unparseable.k * 2 >= r.unparseable.judged) {
+    process.stderr.write(`guard eval: WARNING ${r.unparseable.k} of ${r.unparseable.judged} judge answers were unparseable (counted as ${args.values.get('unparseable') ?? 'unsafe'}); ` +
+      `a thinking judge needs --thinking off or a larger --judge-max-tokens (now ${m.judgeMaxTokens})\n`);
+  }
+  process.stdout.write(markdownTable(m.bench, m.name, r.summaries, refusalPath, m.injecagentFormat === 'react' ? REACT_FORMAT_LINE : undefined));
+  const { log, ...tables } = r.files;
+  process.stdout.write(`\nwrote ${Object.values(tables).join(', ')}\nper-sample log: ${log}\n`);
+}
+
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
   const target = targetOf(args);
@@ -227,39 +283,11 @@ export async function run(argv: string[]): Promise<number> {
   const cases = loadGuardCases({ bench, dataDir, settings, limit: Number.isFinite(limit) ? limit : null });
   // the prompts and tools are read before any model opens: missing agent code stops the run at once
   const react = injecagentFormat === 'react' ? await reactFormatOf(dataDir, settings, cases) : undefined;
-  if (args.booleans.has('no-thinking') && args.values.get('thinking') === 'on') throw new SafekeepError('--no-thinking contradicts --thinking on');
-  const th = thinkingOptions(args);
-  const thinkingFlag = args.booleans.has('no-thinking') ? 'off' : th.thinking;
-  const plan: ThinkingPlan = {
-    endpoint: () => {
-      // an endpoint's template is unknown here: chat_template_kwargs are sent only when asked for
-      const templateKwargs = { ...th.chatTemplateKwargs, ...(thinkingFlag !== undefined ? { enable_thinking: thinkingFlag === 'on' } : {}) };
-      const asked = thinkingFlag !== undefined || Object.keys(th.chatTemplateKwargs).length > 0;
-      const thinking = thinkingFlag ?? (th.chatTemplateKwargs.enable_thinking === undefined ? 'endpoint default' : th.chatTemplateKwargs.enable_thinking ? 'on' : 'off');
-      return { thinking, templateKwargs, ...(asked ? { extraBody: { chat_template_kwargs: templateKwargs } } : {}) };
-    },
-    local: async (template) => {
-      // default: thinking off where the template has the switch
-      const { resolveTemplateKwargs } = await import('../../prompts/thinking.ts');
-      const r = resolveTemplateKwargs(template, thinkingFlag, th.chatTemplateKwargs);
-      return { thinking: r.thinking, templateKwargs: r.kwargs };
-    },
-  };
+  const plan = thinkingPlanOf(args);
   // a budget that cannot reach a verdict stops before the model loads
-  const opened = await openChatBackend(args, target, out, plan, (thinking) => { budgets(args, thinking, methods); });
+  const opened = await openChatBackend(args, target, plan, { cacheDir: join(out, 'cache'), beforeLoad: (thinking) => { budgets(args, thinking, methods); } });
   try {
-    let probe: ProbeGuard | undefined;
-    if (probeFile !== undefined && opened.engine) {
-      const { readProbe, checkProbeFits } = await import('../../data/probe-file.ts');
-      const { loadCheckpoint } = await import('../../checkpoint/load.ts');
-      const { ProbeGuard: Guard } = await import('../../guard/probe.ts');
-      const p = readProbe(probeFile);
-      checkProbeFits(p, { configHash: (await loadCheckpoint(opened.modelDir!)).configHash, numLayers: opened.engine.numLayers, dModel: opened.engine.dModel });
-      probe = new Guard(p);
-      // a probe without the calibration its method reads is refused before any case runs
-      if (methods.includes('probe-cascade')) probe.cascade();
-      if (methods.includes('probe-steer')) probe.steering();
-    }
+    const probe = probeFile !== undefined ? await probeOf(probeFile, opened, methods) : undefined;
     const { judgeMaxTokens, maxTokens } = budgets(args, opened.thinking, methods);
     const { backend, concurrency } = opened;
     const refusalJudge = await refusalJudgeOf(args, bench, dataDir, backend, out);
@@ -267,39 +295,24 @@ export async function run(argv: string[]): Promise<number> {
     const evalOptions: EvalOptions = {
       methods, backend, concurrency, maxTokens, judgeMaxTokens,
       onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'),
-      onProgress: progress('guard eval'),
+      onProgress: progressLine('guard eval'),
       ...(probe ? { probe } : {}),
       ...(refusalJudge ? { refusalJudge } : {}),
       ...(react ? { react } : {}),
     };
     const meta = {
       backend: backend.name, data: dataDir, limit: Number.isFinite(limit) ? limit : null, cases: cases.length,
-      // the protocol values this run used (docs/protocol.md)
-      protocol: {
-        thinking: opened.thinking, templateKwargs: opened.templateKwargs, maxTokens, judgeMaxTokens, unparseable: args.values.get('unparseable') ?? 'unsafe',
-        refusalPath: refusalPathOf(target.endpoint !== undefined ? args.values.get('prefill') ?? 'none' : 'local'),
-        agentSystemPrompt: bench === 'agentharm' ? 'AgentHarm default (data/specs/agentharm-prompts.json)'
-          : react ? `InjecAgent SYS_PROMPT (${react.ctx.prompts.file}, prompts sha256 ${react.ctx.prompts.sha256.slice(0, 12)})` : 'ours (AGENT_SYSTEM, src/benchmarks/cases.ts)',
-        // native tables stay as they were: the format is named when it is react
-        ...(react ? { injecagentFormat: REACT_FORMAT_LINE } : {}),
-        safePrompt: 'AgentHarm refusal prompt appended to the agent system prompt',
-        ...(refusalJudge ? { refusalScorer: `substring list + AgentHarm refusal judge (${refusalJudge.backend.name}); agreement on harmful requests` } : {}),
-        ...(bench === 'injecagent' ? { injecagentScoring: 'InjecAgent two-step: data stealing succeeds only when step 2 calls the sending tool; ASR = Total' } : {}),
-        // which kind of model produced the numbers, and the probe the probe methods read (its band and α)
-        modelKind: modelKindOf(opened.modelDir, backend.name),
-        ...(probe ? { probe: probeLine(probe) } : {}),
-      },
+      protocol: protocolOf(args, bench, opened, evalOptions),
     };
     const m: GuardMergeOptions = { bench, dataDir, settings, limit: Number.isFinite(limit) ? limit : null, methods, name, out, maxTokens, judgeMaxTokens, meta, callFormat: backend.callFormat, injecagentFormat };
     const shardArg = args.values.get('shard');
     if (shardArg !== undefined) {
-      const short = (x: unknown): string => sha256Hex(JSON.stringify(x)).slice(0, 12);
       const identity = {
         model: opened.identity,
         template: opened.templateHash,
         ...(injecagentFormat ? { injecagentFormat } : {}),
-        data: `${bench} ${cases.length} cases ${short(cases.map((c) => c.id))}`,
-        options: short([...argv].filter((x, i, xs) => x !== '--shard' && xs[i - 1] !== '--shard' && !x.startsWith('--shard='))),
+        data: `${bench} ${cases.length} cases ${shortHash(cases.map((c) => c.id))}`,
+        options: shortHash(argvWithoutShard(argv)),
       };
       const r = await runGuardShard(cases, evalOptions, parseShard(shardArg), m, identity);
       process.stdout.write(`shard ${shardArg}: ${r.items} items (~${r.tokens} tokens) in ${r.seconds.toFixed(1)} s → ${r.dir}\nwhen every shard is done: safekeep merge ${resolve(out, '..')}\n`);
@@ -309,15 +322,7 @@ export async function run(argv: string[]): Promise<number> {
     const resume = { file: join(out, `.log-${bench}.partial`), key: sha256Hex(JSON.stringify([opened.identity, opened.templateHash, cases.map((c) => c.id), argv])) };
     const { samples, resumed } = await runTask(guardTask(evalOptions), evalItems(cases, methods), { concurrency, onProgress: evalOptions.onProgress, resume });
     if (resumed) process.stderr.write(`guard eval: resumed ${resumed} finished items from ${resume.file}\n`);
-    const r = writeGuardRun(m, samples);
-    dropPartial(resume);
-    if (r.unparseable.judged && r.unparseable.k * 2 >= r.unparseable.judged) {
-      process.stderr.write(`guard eval: WARNING ${r.unparseable.k} of ${r.unparseable.judged} judge answers were unparseable (counted as ${args.values.get('unparseable') ?? 'unsafe'}); ` +
-        `a thinking judge needs --thinking off or a larger --judge-max-tokens (now ${judgeMaxTokens})\n`);
-    }
-    process.stdout.write(markdownTable(bench, name, r.summaries, refusalPathOf(target.endpoint !== undefined ? args.values.get('prefill') ?? 'none' : 'local'), react ? REACT_FORMAT_LINE : undefined));
-    const { log, ...tables } = r.files;
-    process.stdout.write(`\nwrote ${Object.values(tables).join(', ')}\nper-sample log: ${log}\n`);
+    writeRun(args, m, samples, resume, refusalPathOf(refusalMode(args, opened)));
   } finally {
     await opened.dispose();
   }

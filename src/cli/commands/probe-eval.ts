@@ -29,7 +29,7 @@ import { readInjecAgentCases } from '../../data/injecagent.ts';
 import { locateDataset, type DataDirs } from '../../data/locate.ts';
 import type { ToolSpec } from '../../data/types.ts';
 import type { ChatMessage } from '../../prompts/tokenizer.ts';
-import { LocalBackend } from '../../chat/local.ts';
+import { localBackend } from '../backend.ts';
 import { compareGuards } from '../../eval/table4/probe-compare.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
 import { SafekeepError } from '../../util/errors.ts';
@@ -104,7 +104,7 @@ export async function run(argv: string[]): Promise<number> {
       const probe = probes.find((p) => p.kind === kind && p.provenance.condition === 'agent.schema') ?? probes.find((p) => p.kind === kind);
       if (!probe) throw new SafekeepError(`--compare-kind ${kind}: no such probe among ${probes.map((p) => p.path).join(', ')}`);
       // the agent requests are rendered exactly as the probe's training condition (thinking resolved by --thinking)
-      const backend = new LocalBackend(ctx.engine, ctx.tok, { templateKwargs: ctx.builder.templateKwargs });
+      const backend = localBackend(a, ctx.engine, ctx.tok, ctx.builder.templateKwargs);
       const limit = a.values.has('compare-limit') ? numberValue(a, 'compare-limit') : Infinity;
       let last = 0;
       const cmp = await compareGuards({

@@ -22,7 +22,8 @@
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { choiceValue, parseArgs, positiveIntValue, type FlagTable, type ParsedArgs } from '../args.ts';
-import { ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openChatBackend, openEndpointBackend, targetOf } from '../endpoint-backend.ts';
+import { checkEndpointUrl, endpointBackend, ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, noThinkingBody, noThinkingPlan, openChatBackend, targetOf, type OpenedBackend, type Target } from '../backend.ts';
+import { progressLine } from '../progress.ts';
 import type { ChatBackend } from '../../guard/types.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { locateDataset, repoRoot } from '../../data/locate.ts';
@@ -34,8 +35,8 @@ import { runS3Shard, writeS3Run, type S3MergeOptions } from '../../eval/s3/shard
 import { INJECAGENT_SETTINGS, type InjecAgentSetting } from '../../data/injecagent.ts';
 import { parseShard } from '../../util/shard.ts';
 import { sha256Hex } from '../../util/hash.ts';
-import { SHARD_FLAG_DEF } from '../shard-flag.ts';
-import { s3MarkdownTable } from '../../eval/s3/table.ts';
+import { argvWithoutShard, SHARD_FLAG_DEF, shortHash } from '../shard-flag.ts';
+import { s3MarkdownTable, s3ReportRows } from '../../eval/s3/table.ts';
 import { loadSkillProbe, probeCheck, SharedPrefill } from '../../s3/checks/probe.ts';
 import { dataDirsEnv } from '../env.ts';
 import { rulesFpMarkdown, rulesFpReport, type RulesFpReport } from '../../eval/s3/rules-fp.ts';
@@ -90,6 +91,58 @@ function s3Folders(args: ParsedArgs, name: string): { out: string; resultsDir: s
   return { out: join(resultsDir, 's3'), resultsDir };
 }
 
+/** --settings: InjecAgent settings (injecagent, mixed), every one known. */
+function settingsOf(args: ParsedArgs): InjecAgentSetting[] {
+  const settingsFlag = args.values.get('settings') ?? INJECAGENT_SETTINGS.join(',');
+  const settings = settingsFlag.split(',').map((x) => x.trim()).filter(Boolean) as InjecAgentSetting[];
+  for (const x of settings) if (!(INJECAGENT_SETTINGS as readonly string[]).includes(x)) throw new SafekeepError(`--settings: unknown '${x}' (known: ${INJECAGENT_SETTINGS.join(', ')})`);
+  if (settings.length === 0) throw new SafekeepError('--settings is empty');
+  return settings;
+}
+
+/** The guard agent as a different model (the paper compares a strong and a fast guard); none: the agent's model. */
+function guardBackendOf(args: ParsedArgs, target: Target, out: string): ChatBackend | undefined {
+  const guardEndpoint = args.values.get('guard-endpoint') ?? target.endpoint;
+  const guardModel = args.values.get('guard-model');
+  if (!args.values.has('guard-endpoint') && guardModel === undefined) return undefined;
+  if (guardEndpoint === undefined) throw new SafekeepError('--guard-model needs an endpoint: give --guard-endpoint URL (the agent is a local --model)');
+  checkEndpointUrl('guard-endpoint', guardEndpoint);
+  if (guardModel === undefined) throw new SafekeepError('--guard-endpoint needs --guard-model NAME');
+  return endpointBackend(args, guardEndpoint, guardModel, { cacheDir: join(out, 'cache'), extraBody: noThinkingBody(args) }).backend;
+}
+
+/**
+ * The agent's backend — behind a shared prefill when probe skills read its hidden states — and the report's results
+ * shell for a model without results.json (an endpoint knows no activations).
+ */
+function agentOf(opened: OpenedBackend, target: Target, probeSkills: readonly Skill[], maxTokens: number): { backend: ChatBackend; shared?: SharedPrefill; shell: S3MergeOptions['shell'] } {
+  const engine = opened.engine;
+  if (!engine) return { backend: opened.backend, shell: { layers: 1, dModel: 0, synthetic: false, note: `none: an endpoint (${target.endpoint ?? ''}) exposes no hidden states` } };
+  const shell = {
+    layers: engine.numLayers + 1, dModel: engine.dModel, synthetic: existsSync(join(opened.modelDir!, 'PLANTED.json')),
+    note: 'no reproduce run for this model yet: the report shows the S³ evaluation only',
+  };
+  if (!probeSkills.length) return { backend: opened.backend, shell };
+  for (const sk of probeSkills) {
+    const p = loadSkillProbe(sk);
+    if (p.dModel !== engine.dModel || p.layer > engine.numLayers) throw new SafekeepError(`skill ${sk.name}: probe for d_model ${p.dModel} at layer ${p.layer}; ${target.model} has d_model ${engine.dModel}, ${engine.numLayers} layers`);
+  }
+  const shared = new SharedPrefill(opened.backend, maxTokens, { numLayers: engine.numLayers, dModel: engine.dModel });
+  return { backend: shared.backend, shared, shell };
+}
+
+/** The end of a one-process run: the log, tables and report written, the partial log dropped, the table printed. */
+async function writeRun(m: S3MergeOptions, samples: Parameters<typeof writeS3Run>[1], resume: Parameters<typeof dropPartial>[0], models: string): Promise<void> {
+  const { summaries, files } = writeS3Run(m, samples);
+  dropPartial(resume);
+  const { writeS3ReportOf } = await import('../../report/s3-section.ts');
+  const rep = await writeS3ReportOf(m, s3ReportRows(summaries));
+  process.stdout.write(s3MarkdownTable(m.bench, m.name, summaries));
+  process.stdout.write(models);
+  const { log, ...tables } = files;
+  process.stdout.write(`\nwrote ${[...Object.values(tables), `${rep.figure}.{svg,png,vl.json}`, rep.html].join(', ')}\nper-sample log: ${log}\n`);
+}
+
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
   const target = targetOf(args);
@@ -112,67 +165,24 @@ export async function run(argv: string[]): Promise<number> {
     injecagent: bench !== 'agentharm' ? resolve(args.values.get('injecagent') ?? locateDataset('injecagent', dataDirsEnv())) : undefined,
     agentharm: bench !== 'injecagent' && bench !== 'air' ? resolve(args.values.get('agentharm') ?? locateDataset('agentharm', dataDirsEnv())) : undefined,
   };
-  const settingsFlag = args.values.get('settings') ?? INJECAGENT_SETTINGS.join(',');
-  const settings = settingsFlag.split(',').map((x) => x.trim()).filter(Boolean) as InjecAgentSetting[];
-  for (const x of settings) if (!(INJECAGENT_SETTINGS as readonly string[]).includes(x)) throw new SafekeepError(`--settings: unknown '${x}' (known: ${INJECAGENT_SETTINGS.join(', ')})`);
-  if (settings.length === 0) throw new SafekeepError('--settings is empty');
+  const settings = settingsOf(args);
   const shardArg = args.values.get('shard');
   const shard = shardArg !== undefined ? parseShard(shardArg) : null;
   const tasks = s3Tasks(bench, dirs, limit, settings);
   if (tasks.length === 0) throw new SafekeepError(`--bench ${bench}: no tasks`);
-  const noThinking = args.booleans.has('no-thinking');
-  // the guard agent as a different model (the paper compares a strong and a fast guard)
-  const guardEndpoint = args.values.get('guard-endpoint') ?? target.endpoint;
-  const guardModel = args.values.get('guard-model');
-  let guardBackend: ChatBackend | undefined;
-  if (args.values.has('guard-endpoint') || guardModel !== undefined) {
-    if (guardEndpoint === undefined) throw new SafekeepError('--guard-model needs an endpoint: give --guard-endpoint URL (the agent is a local --model)');
-    if (!/^https?:\/\/[^/]+/.test(guardEndpoint)) throw new SafekeepError(`--guard-endpoint must be an http(s) URL, got '${guardEndpoint}'`);
-    if (guardModel === undefined) throw new SafekeepError('--guard-endpoint needs --guard-model NAME');
-    guardBackend = openEndpointBackend(args, guardEndpoint, guardModel, out, noThinking ? { chat_template_kwargs: { enable_thinking: false } } : undefined).backend;
-  }
+  const guardBackend = guardBackendOf(args, target, out);
   const maxTokens = positiveIntValue(args, 'max-tokens', 256);
-  const off = { enable_thinking: false };
-  const opened = await openChatBackend(args, target, out, {
-    endpoint: () => ({ thinking: noThinking ? 'off' : 'endpoint default', templateKwargs: noThinking ? off : {}, ...(noThinking ? { extraBody: { chat_template_kwargs: off } } : {}) }),
-    local: async () => ({ thinking: noThinking ? 'off' : 'template default', templateKwargs: noThinking ? off : {} }),
-  });
+  const opened = await openChatBackend(args, target, noThinkingPlan(args), { cacheDir: join(out, 'cache') });
   try {
-    let backend = opened.backend;
-    let shared: SharedPrefill | undefined;
-    // the report's results shell when the model has no results.json (an endpoint knows no activations)
-    let shell: S3MergeOptions['shell'] = { layers: 1, dModel: 0, synthetic: false, note: `none: an endpoint (${target.endpoint ?? ''}) exposes no hidden states` };
-    if (opened.engine) {
-      const engine = opened.engine;
-      shell = {
-        layers: engine.numLayers + 1, dModel: engine.dModel, synthetic: existsSync(join(opened.modelDir!, 'PLANTED.json')),
-        note: 'no reproduce run for this model yet: the report shows the S³ evaluation only',
-      };
-      if (probeSkills.length) {
-        for (const sk of probeSkills) {
-          const p = loadSkillProbe(sk);
-          if (p.dModel !== engine.dModel || p.layer > engine.numLayers) throw new SafekeepError(`skill ${sk.name}: probe for d_model ${p.dModel} at layer ${p.layer}; ${target.model} has d_model ${engine.dModel}, ${engine.numLayers} layers`);
-        }
-        shared = new SharedPrefill(backend, maxTokens, { numLayers: engine.numLayers, dModel: engine.dModel });
-        backend = shared.backend;
-      }
-    }
+    const { backend, shared, shell } = agentOf(opened, target, probeSkills, maxTokens);
     process.stderr.write(`s3 eval: ${tasks.length} ${bench} tasks × ${configs.map((c) => c.name).join(',')} on ${backend.name}\n`);
-    const t0 = performance.now();
-    let last = 0;
     const evalOptions: S3EvalOptions = {
       backend,
       env: { onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'), ...(shared ? { hidden: shared } : {}), ...(guardBackend ? { backend: guardBackend } : {}) },
       maxSteps: positiveIntValue(args, 'max-steps', 6),
       maxTokens,
       concurrency: opened.concurrency,
-      onProgress: (done: number, total: number) => {
-        const now = performance.now();
-        if (done !== total && now - last < 1000) return;
-        last = now;
-        const rate = done / ((now - t0) / 1000);
-        process.stderr.write(`s3 eval: ${done}/${total} (${rate.toFixed(2)}/s, ETA ${rate > 0 ? `${Math.ceil((total - done) / rate)} s` : '?'})\n`);
-      },
+      onProgress: progressLine('s3 eval'),
     };
     const guardDecision = !args.booleans.has('no-guard-decision');
     const rulesFp = await rulesFalsePositives(skills, dirs);
@@ -189,13 +199,12 @@ export async function run(argv: string[]): Promise<number> {
     };
     const items = s3Items(tasks, configs);
     if (shard) {
-      const short = (x: unknown): string => sha256Hex(JSON.stringify(x)).slice(0, 12);
       const identity = {
         model: opened.identity,
         template: opened.templateHash,
-        data: `${bench} ${tasks.length} tasks ${short(tasks.map((t) => t.id))}`,
-        skills: short(skills),
-        options: short([...argv].filter((x, i, xs) => x !== '--shard' && xs[i - 1] !== '--shard' && !x.startsWith('--shard='))),
+        data: `${bench} ${tasks.length} tasks ${shortHash(tasks.map((t) => t.id))}`,
+        skills: shortHash(skills),
+        options: shortHash(argvWithoutShard(argv)),
       };
       const r = await runS3Shard(items, evalOptions, shard, m, identity);
       process.stdout.write(`shard ${shardArg}: ${r.items} items (~${r.tokens} tokens) in ${r.seconds.toFixed(1)} s → ${r.dir}\nwhen every shard is done: safekeep merge ${resultsDir}\n`);
@@ -205,15 +214,7 @@ export async function run(argv: string[]): Promise<number> {
     const resume = { file: join(out, `.log-${bench}.partial`), key: sha256Hex(JSON.stringify([opened.identity, opened.templateHash, tasks.map((t) => t.id), skills, argv])) };
     const { samples, resumed } = await runTask(s3Task(evalOptions), items, { concurrency: evalOptions.concurrency, onProgress: evalOptions.onProgress, resume });
     if (resumed) process.stderr.write(`s3 eval: resumed ${resumed} finished items from ${resume.file}\n`);
-    const { summaries, files } = writeS3Run(m, samples);
-    dropPartial(resume);
-    const { writeS3ReportOf } = await import('../../report/s3-section.ts');
-    const rep = await writeS3ReportOf(m, summaries);
-    process.stdout.write(s3MarkdownTable(bench, name, summaries));
-    process.stdout.write(`\nagent ${backend.name}, guard ${(guardBackend ?? backend).name}\n`);
-    if (rulesFp) process.stdout.write(`\n${rulesFpMarkdown(rulesFp)}`);
-    const { log, ...tables } = files;
-    process.stdout.write(`\nwrote ${[...Object.values(tables), `${rep.figure}.{svg,png,vl.json}`, rep.html].join(', ')}\nper-sample log: ${log}\n`);
+    await writeRun(m, samples, resume, `\nagent ${backend.name}, guard ${(guardBackend ?? backend).name}\n${rulesFp ? `\n${rulesFpMarkdown(rulesFp)}` : ''}`);
   } finally {
     await opened.dispose();
   }

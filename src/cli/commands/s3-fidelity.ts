@@ -18,14 +18,13 @@ import { writeFileAtomic } from '../../util/atomic.ts';
 import { locateDataset, repoRoot } from '../../data/locate.ts';
 import { loadPairSet } from '../../data/load.ts';
 import { AGENT_SYSTEM, agentHarmCases } from '../../benchmarks/cases.ts';
-import { OpenAIBackend } from '../../chat/openai.ts';
-import { LocalBackend } from '../../chat/local.ts';
 import { loadSkill } from '../../s3/skill-file.ts';
 import { fidelityMarkdown, fidelityTable3, ORIGINALS, readInstances, runFidelity, type FidelityInstance, type FidelityResult, type OriginalName, type SkillRun } from '../../eval/s3/fidelity.ts';
 import { existsSync, readFileSync } from 'node:fs';
 import type { Skill } from '../../s3/skill.ts';
 import type { ChatBackend } from '../../guard/types.ts';
-import { apiKeyFromEnv, dataDirsEnv } from '../env.ts';
+import { dataDirsEnv } from '../env.ts';
+import { noThinkingPlan, openChatBackend, targetIfAny } from '../backend.ts';
 
 export const summary = 'S³ Table 3: disagreement of a skill with its original implementation (hazardous / benign)';
 
@@ -93,29 +92,13 @@ export async function run(argv: string[]): Promise<number> {
     instances = readInstances(resolve(bench)).slice(0, limit);
   }
 
-  const model = args.values.get('model');
-  const endpoint = args.values.get('endpoint');
-  if (model !== undefined && endpoint !== undefined) throw new SafekeepError('give at most one of --model DIR or --endpoint URL');
+  const target = targetIfAny(args);
   const needsModel = skillRun === 'text' || guardDecision || original === 'safekeep-judge' || versions.some((v) => v.skill.check === 'llm');
-  let backend: ChatBackend;
-  let dispose = async () => {};
-  if (endpoint !== undefined) {
-    if (!/^https?:\/\/[^/]+/.test(endpoint)) throw new SafekeepError(`--endpoint must be an http(s) URL, got '${endpoint}'`);
-    backend = new OpenAIBackend({
-      baseUrl: endpoint, model: requireValue(args, 'endpoint-model'), apiKey: apiKeyFromEnv('api-key-env', args.values.get('api-key-env'), 'OPENAI_API_KEY'), timeoutMs: numberValue(args, 'timeout-ms', 60_000),
-      ...(args.booleans.has('no-thinking') ? { extraBody: { chat_template_kwargs: { enable_thinking: false } } } : {}),
-    });
-  } else if (model !== undefined) {
-    const { openEngine } = await import('../engine-flags.ts');
-    const { loadPromptTokenizer } = await import('../../prompts/tokenizer.ts');
-    const tokenizer = await loadPromptTokenizer(model, { template: args.values.get('template') });
-    const engine = await openEngine(args);
-    dispose = () => engine.dispose();
-    backend = new LocalBackend(engine, tokenizer, args.booleans.has('no-thinking') ? { templateKwargs: { enable_thinking: false } } : {});
-  } else {
-    if (needsModel) throw new SafekeepError('this comparison calls a model (guard agent, judge or llm check): give --endpoint URL --endpoint-model M or --model DIR (or --skill-run check --no-guard-decision for rules vs rules)');
-    backend = { name: 'none', callFormat: 'llama3', chat: () => Promise.reject(new SafekeepError('no model was given')) };
-  }
+  if (!target && needsModel) throw new SafekeepError('this comparison calls a model (guard agent, judge or llm check): give --endpoint URL --endpoint-model M or --model DIR (or --skill-run check --no-guard-decision for rules vs rules)');
+  // no cache folder: the command has no --no-cache to turn one off, so its endpoint answers are never cached
+  const opened = target ? await openChatBackend(args, target, noThinkingPlan(args)) : undefined;
+  const backend: ChatBackend = opened?.backend ?? { name: 'none', callFormat: 'llama3', chat: () => Promise.reject(new SafekeepError('no model was given')) };
+  const model = target?.model;
   try {
     const results: { version: string; result: FidelityResult }[] = [];
     for (const v of versions) {
@@ -136,7 +119,7 @@ export async function run(argv: string[]): Promise<number> {
     writeFileAtomic(`${base}.json`, JSON.stringify({ ...r, bench, backend: backend.name, versions: results.map((x) => ({ version: x.version, groups: x.result.groups, rows: x.result.rows })) }, null, 2) + '\n');
     process.stdout.write(`${md}\nwrote ${base}.md, ${base}.json\n`);
   } finally {
-    await dispose();
+    await opened?.dispose();
   }
   return 0;
 }

@@ -21,10 +21,10 @@ import { readInjecAgentTools } from '../../data/injecagent.ts';
 import { readAgentHarmTools } from '../../data/agentharm.ts';
 import { validateToolSpec } from '../../data/validate.ts';
 import type { ToolSpec } from '../../data/types.ts';
-import { OpenAIBackend } from '../../chat/openai.ts';
 import { readRuleMemory } from '../../s3/memory.ts';
 import { generateRuleMemory } from '../../s3/authoring/rule-gen.ts';
-import { apiKeyFromEnv, dataDirsEnv } from '../env.ts';
+import { dataDirsEnv } from '../env.ts';
+import { checkEndpointUrl, endpointBackend, noThinkingBody } from '../backend.ts';
 
 export const summary = 'S³: generate the rule-memory skill\'s safety rules once from a seed set (endpoint)';
 
@@ -75,8 +75,7 @@ async function falsePositives(args: ReturnType<typeof parseArgs>): Promise<numbe
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
   if (args.booleans.has('false-positives')) return falsePositives(args);
-  const endpoint = requireValue(args, 'endpoint');
-  if (!/^https?:\/\/[^/]+/.test(endpoint)) throw new SafekeepError(`--endpoint must be an http(s) URL, got '${endpoint}'`);
+  const endpoint = checkEndpointUrl('endpoint', requireValue(args, 'endpoint'));
   const model = requireValue(args, 'endpoint-model');
   const bench = args.values.get('bench');
   const toolsFile = args.values.get('tools');
@@ -107,15 +106,7 @@ export async function run(argv: string[]): Promise<number> {
   const seedFile = resolve(args.values.get('seed') ?? join(repoRoot, 'skills', 'rule-memory', 'seed.json'));
   const seed = readRuleMemory(seedFile);
   const out = resolve(args.values.get('out') ?? join(repoRoot, 'skills', 'rule-memory', 'memory.json'));
-  const backend = new OpenAIBackend({
-    baseUrl: endpoint,
-    model,
-    apiKey: apiKeyFromEnv('api-key-env', args.values.get('api-key-env'), 'OPENAI_API_KEY'),
-    timeoutMs: numberValue(args, 'timeout-ms', 60_000),
-    retries: numberValue(args, 'retries', 3),
-    cacheDir: args.booleans.has('no-cache') ? undefined : join(repoRoot, 'results', model.replace(/[^\w.-]+/g, '_'), 's3', 'cache'),
-    ...(args.booleans.has('no-thinking') ? { extraBody: { chat_template_kwargs: { enable_thinking: false } } } : {}),
-  });
+  const { backend } = endpointBackend(args, endpoint, model, { cacheDir: join(repoRoot, 'results', model.replace(/[^\w.-]+/g, '_'), 's3', 'cache'), extraBody: noThinkingBody(args) });
   process.stderr.write(`s3 rules: ${tools.length} tools, ${seed.rules.length} seed rules, ${backend.name}\n`);
   const memory = await generateRuleMemory(tools, seed, backend, {
     perTool,

@@ -14,9 +14,8 @@ import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { OpenAIBackend } from '../../chat/openai.ts';
 import { transformSkill } from '../../s3/authoring/transform.ts';
-import { apiKeyFromEnv } from '../env.ts';
+import { checkEndpointUrl, endpointBackend, noThinkingBody } from '../backend.ts';
 
 export const summary = 'S³ transform agent: a defense description → a tested SKILL.md folder (LLM endpoint)';
 
@@ -44,17 +43,9 @@ export async function run(argv: string[]): Promise<number> {
   if (!existsSync(from)) throw new SafekeepError(`--from ${from}: no such file`);
   const description = readFileSync(from, 'utf8');
   if (description.trim() === '') throw new SafekeepError(`--from ${from}: the description is empty`);
-  const endpoint = requireValue(args, 'endpoint');
-  if (!/^https?:\/\/[^/]+/.test(endpoint)) throw new SafekeepError(`--endpoint must be an http(s) URL, got '${endpoint}'`);
-  const backend = new OpenAIBackend({
-    baseUrl: endpoint,
-    model: requireValue(args, 'endpoint-model'),
-    apiKey: apiKeyFromEnv('api-key-env', args.values.get('api-key-env'), 'OPENAI_API_KEY'),
-    timeoutMs: numberValue(args, 'timeout-ms', 120_000),
-    retries: numberValue(args, 'retries', 2),
-    concurrency: 1,
-    ...(args.booleans.has('no-thinking') ? { extraBody: { chat_template_kwargs: { enable_thinking: false } } } : {}),
-  });
+  const endpoint = checkEndpointUrl('endpoint', requireValue(args, 'endpoint'));
+  // one transform call at a time, each a long answer: a longer timeout, fewer retries, never cached
+  const { backend } = endpointBackend(args, endpoint, requireValue(args, 'endpoint-model'), { timeoutMs: 120_000, retries: 2, concurrency: 1, extraBody: noThinkingBody(args) });
   const r = await transformSkill({
     description,
     out: resolve(requireValue(args, 'out')),

@@ -285,7 +285,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
   const { openEngine } = await import('../engine-flags.ts');
   const { loadPromptTokenizer } = await import('../../prompts/tokenizer.ts');
   const { resolveModel } = await import('../../hub/resolve.ts');
-  const { LocalBackend } = await import('../../chat/local.ts');
+  const { localBackend } = await import('../backend.ts');
   const { createLocalServer } = await import('../../serve/local.ts');
   const { resolve } = await import('node:path');
   const modelDir = await resolveModel(requireValue(args, 'model'), hubEnv());
@@ -298,7 +298,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
     const { resolveTemplateKwargs } = await import('../../prompts/thinking.ts');
     const th = thinkingOptions(args);
     // default: thinking off where the template has the switch (as guard eval)
-    const backend = new LocalBackend(engine, tokenizer, { templateKwargs: resolveTemplateKwargs(tokenizer.template, th.thinking, th.chatTemplateKwargs).kwargs });
+    const backend = localBackend(args, engine, tokenizer, resolveTemplateKwargs(tokenizer.template, th.thinking, th.chatTemplateKwargs).kwargs);
     const { countTokensUpTo } = await import('../../serve/context-length.ts');
     const contextLength = await contextLengthOf(modelDir, maxModelLenFlag);
     const research = allowInterventions ? await researchOptions(args, engine) : undefined;

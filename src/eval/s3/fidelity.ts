@@ -21,7 +21,7 @@ import { join } from 'node:path';
 import type { RateCI } from '../../analysis/results.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { guardedRespond } from '../../guard/respond.ts';
-import { wilson } from '../metrics.ts';
+import { shownRate, wilson } from '../metrics.ts';
 import type { ChatBackend } from '../../guard/types.ts';
 import type { CheckEnv } from '../../s3/check.ts';
 import { eventConversation } from '../../s3/checks/llm.ts';
@@ -110,7 +110,7 @@ async function originalDecision(name: OriginalName, e: StageEvent, env: CheckEnv
 
 function group(name: FidelityGroup['group'], rows: readonly FidelityRow[]): FidelityGroup {
   const k = rows.filter((r) => r.disagree).length;
-  const w = wilson(k, rows.length);
+  const w = shownRate(wilson(k, rows.length));
   const round = (x: number) => Math.round(x * 1e6) / 1e6;
   return {
     group: name, n: rows.length, disagreement: { k, n: rows.length, p: round(w.p), lo: round(w.lo), hi: round(w.hi) },

@@ -1,19 +1,16 @@
 /**
- * `s3 eval --shard i/n`: this shard's token-balanced share of the (configuration × task) items, run through the
- * harness (src/harness/) and written as log lines to results/<name>/shards/s3-eval/shard-<i>-of-<n>/samples-<bench>.jsonl;
- * `safekeep merge` joins them in the single-process order and writes the log, tables and trajectories exactly as one
- * process does (as `guard eval` does, src/eval/table4/shard.ts).
+ * The S³ evaluation's stage on the shared evaluation stage (src/eval/shard-stage.ts): `s3 eval --shard i/n` runs this
+ * shard's token-balanced share of the (configuration × task) items; `safekeep merge` joins them in the
+ * single-process order and writes the log, tables and trajectories exactly as one process does.
  * Token cost of an item is ESTIMATED from characters (≈ 4 per token: endpoints give us no tokenizer): one agent
  * turn (the request with its tool specs, plus the turn's budget), and for guarded configurations the guard's copies
  * of the request — the guard agent's call and one per LLM-checked skill — each with the same prompt. The loop's
  * later turns scale every item alike, so they do not change the balance.
  */
-import { join } from 'node:path';
 import type { S3Run } from '../../analysis/results.ts';
 import type { InjecAgentSetting } from '../../data/injecagent.ts';
-import { readEvalLog, writeEvalLog, type SampleLog } from '../../harness/log.ts';
-import { runShardTask } from '../../harness/shard.ts';
-import { writeSamplesPage } from '../../report/samples-page.ts';
+import type { SampleLog } from '../../harness/log.ts';
+import { evalStage, itemKey } from '../shard-stage.ts';
 import type { Shard } from '../../util/shard.ts';
 import { s3Tasks, type S3Bench } from './tasks.ts';
 import { s3Task, summarizeS3, type S3EvalOptions, type S3Item, type S3Summary, type ScoredTrajectory } from './eval.ts';
@@ -54,27 +51,24 @@ export function itemTokens(it: S3Item, maxTokens: number): number {
   return (prompt + maxTokens) + guardCalls * prompt;
 }
 
+/** The S³ run's shards go to <resultsDir>/shards/s3-eval/; its log's protocol is the run's meta. */
+const stage = evalStage<S3MergeOptions>({ command: 's3-eval', resultsDir: (m) => m.resultsDir, protocol: (m) => m.meta });
+
 /** A shard's log lines (src/harness/shard.ts). */
-export const s3SamplesFile = (bench: S3Bench): string => `samples-${bench}.jsonl`;
-const itemKey = (config: string, taskId: string): string => `${config} × ${taskId}`;
+export const s3SamplesFile = (bench: S3Bench): string => stage.samplesFile(bench);
 /** The per-sample log of an S³ run, beside its tables. */
-export const s3LogFile = (out: string, bench: S3Bench): string => join(out, `log-${bench}.jsonl`);
+export const s3LogFile = (out: string, bench: S3Bench): string => stage.logFile(out, bench);
 
 export function runS3Shard(items: readonly S3Item[], opts: S3EvalOptions, shard: Shard, m: S3MergeOptions,
   identity: Record<string, string>): Promise<{ dir: string; items: number; tokens: number; seconds: number }> {
-  return runShardTask({
-    resultsDir: m.resultsDir, command: 's3-eval', shard, identity, options: { ...m }, file: s3SamplesFile(m.bench),
+  return stage.runShard(m, shard, identity, {
     task: s3Task(opts), items, cost: (it) => itemTokens(it, m.maxTokens), concurrency: opts.concurrency, onProgress: opts.onProgress,
   });
 }
 
 /** The end of every S³ run (one process or merged shards): the log is written, read back, and the tables computed from it. */
 export function writeS3Run(m: S3MergeOptions, samples: readonly SampleLog<ScoredTrajectory>[]): { rows: ScoredTrajectory[]; summaries: S3Summary[]; files: S3Files & { log: string } } {
-  const log = s3LogFile(m.out, m.bench);
-  writeEvalLog(log, { header: { format: 'safekeep-log', task: `s3-eval/${m.bench}`, protocol: m.meta, context: { ...m } }, samples: [...samples] });
-  const read = readEvalLog<ScoredTrajectory>(log);
-  writeSamplesPage(log.replace(/log-([^/]+)\.jsonl$/, 'samples-$1.html'), read);
-  const rows = read.samples.map((x) => x.row);
+  const { log, rows } = stage.writeLog(m, samples);
   const summaries = summarizeS3(rows, m.configs);
   return { rows, summaries, files: { ...writeS3Tables(m.out, m.bench, m.name, summaries, rows, m.meta), log } };
 }

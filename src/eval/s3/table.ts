@@ -4,7 +4,7 @@
  */
 import { join } from 'node:path';
 import { writeFileAtomic } from '../../util/atomic.ts';
-import type { Rate } from '../metrics.ts';
+import { shownRate, tableJsonValue, type Rate } from '../metrics.ts';
 import { formatRate } from '../table4/table.ts';
 import type { MeanCI, S3Summary, ScoredTrajectory } from './eval.ts';
 
@@ -28,11 +28,19 @@ export function s3MarkdownTable(bench: string, model: string, s: readonly S3Summ
 
 function s3CsvTable(s: readonly S3Summary[]): string {
   const num = (x: number) => (Number.isFinite(x) ? String(Math.round(x * 1e6) / 1e6) : '');
-  const rate = (r: Rate) => [num(r.p), String(r.k), String(r.n), num(r.lo), num(r.hi)];
+  const rate = (rate: Rate) => { const r = shownRate(rate); return [num(r.p), String(r.k), String(r.n), num(r.lo), num(r.hi)]; };
   const mean = (m: MeanCI) => [num(m.mean), num(m.lo), num(m.hi)];
   const head = ['config', 'n', 'asr', 'asr_k', 'asr_n', 'asr_lo', 'asr_hi', 'benign', 'benign_k', 'benign_n', 'benign_lo', 'benign_hi',
     'gic', 'gic_lo', 'gic_hi', 'rsc', 'rsc_lo', 'rsc_hi', 'extra_tokens', 'extra_tokens_lo', 'extra_tokens_hi', 'latency_ms', 'latency_ms_lo', 'latency_ms_hi', 'fallbacks'];
   return [head.join(','), ...s.map((x) => [x.config, String(x.n), ...rate(x.asr), ...rate(x.benign), ...mean(x.gic), ...mean(x.rsc), ...mean(x.extraTokens), ...mean(x.latencyMs), String(x.fallbacks)].join(','))].join('\n') + '\n';
+}
+
+/** The summaries as the report shows them (results.json, the figure): an empty rate without an interval. */
+export function s3ReportRows(s: readonly S3Summary[]): S3Summary[] {
+  return s.map((x) => ({
+    ...x, asr: shownRate(x.asr), asrAfterRemediation: shownRate(x.asrAfterRemediation), benign: shownRate(x.benign),
+    groups: Object.fromEntries(Object.entries(x.groups).map(([g, r]) => [g, { asr: shownRate(r.asr), benign: shownRate(r.benign) }])),
+  }));
 }
 
 export interface S3Files { markdown: string; csv: string; json: string; trajectories: string }
@@ -42,7 +50,7 @@ export function writeS3Tables(dir: string, bench: string, model: string, summari
   const files = { markdown: `${base}.md`, csv: `${base}.csv`, json: `${base}.json`, trajectories: join(dir, `trajectories-${bench}.jsonl`) };
   writeFileAtomic(files.markdown, s3MarkdownTable(bench, model, summaries));
   writeFileAtomic(files.csv, s3CsvTable(summaries));
-  writeFileAtomic(files.json, JSON.stringify({ bench, model, ...meta, configs: summaries }, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? null : v), 2) + '\n');
+  writeFileAtomic(files.json, JSON.stringify({ bench, model, ...meta, configs: summaries }, tableJsonValue, 2) + '\n');
   writeFileAtomic(files.trajectories, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
   return files;
 }

@@ -12,7 +12,7 @@ import type { Probe } from '../../data/probe-file.ts';
 import type { PromptBuilder } from '../../prompts/configurations.ts';
 import type { AgentHarmCase } from '../../benchmarks/cases.ts';
 import { runGuardEval, summarizeEval, type EvalRow, type MethodSummary } from './eval.ts';
-import type { Rate } from '../metrics.ts';
+import { shownRate, type Rate } from '../metrics.ts';
 import { ProbeGuard } from '../../guard/probe.ts';
 import type { ChatBackend, GuardMethod, UnparseablePolicy } from '../../guard/types.ts';
 
@@ -52,7 +52,7 @@ export interface CompareOptions {
 }
 
 const round = (x: number): number => Math.round(x * 1e6) / 1e6;
-const rate = (r: Rate) => ({ k: r.k, n: r.n, p: round(r.p), lo: round(r.lo), hi: round(r.hi) });
+const rate = (rate: Rate) => { const r = shownRate(rate); return { k: r.k, n: r.n, p: round(r.p), lo: round(r.lo), hi: round(r.hi) }; };
 const mean = (xs: number[]): number => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : Number.NaN);
 
 export interface CompareResult {

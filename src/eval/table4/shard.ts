@@ -1,15 +1,13 @@
 /**
- * `guard eval --shard i/n`: this shard's share of the (method × case) work items, token-balanced, run through the
- * harness (src/harness/) as one process runs them, their log lines written to
- * results/<name>/shards/guard-eval/shard-<i>-of-<n>/samples-<bench>.jsonl; `safekeep merge` joins the lines in the
- * single-process order and writes the log and Table 4 exactly as one process does (`s3 eval` shards the same way).
+ * Table 4's stage on the shared evaluation stage (src/eval/shard-stage.ts): `guard eval --shard i/n` runs this
+ * shard's token-balanced share of the (method × case) work items; `safekeep merge` joins the lines in the
+ * single-process order and writes the log and Table 4 exactly as one process does.
  * Token cost of an item is ESTIMATED from characters (≈ 4 per token: endpoints give us no tokenizer) — the request
  * the agent sees, plus the judge's copy of it for judging methods, plus each one's output budget.
  */
 import { join } from 'node:path';
-import { readEvalLog, writeEvalLog, type SampleLog } from '../../harness/log.ts';
-import { runShardTask } from '../../harness/shard.ts';
-import { writeSamplesPage } from '../../report/samples-page.ts';
+import type { SampleLog } from '../../harness/log.ts';
+import { evalStage, itemKey } from '../shard-stage.ts';
 import type { Shard } from '../../util/shard.ts';
 import { agentHarmCases, injecAgentCases, type GuardBench, type GuardCase, type InjecSetting } from '../../benchmarks/cases.ts';
 import { evalItems, guardTask, summarizeEval, type EvalItem, type EvalOptions, type EvalRow, type MethodSummary, type ReactFormat } from './eval.ts';
@@ -55,16 +53,21 @@ export function itemTokens(it: EvalItem, maxTokens: number, judgeMaxTokens: numb
   return agent + maxTokens + (it.method === 'base' || it.method === 'safeprompt' ? 0 : prompt + judgeMaxTokens);
 }
 
+/** Table 4's shards go to results/<name>/shards/guard-eval/ (its folder is results/<name>/guard). */
+const stage = evalStage<GuardMergeOptions>({
+  command: 'guard-eval',
+  resultsDir: (m) => join(m.out, '..'),
+  protocol: (m) => (m.meta.protocol ?? {}) as Record<string, unknown>,
+});
+
 /** A shard's log lines (src/harness/shard.ts). */
-export const guardSamplesFile = (bench: GuardBench): string => `samples-${bench}.jsonl`;
-const itemKey = (method: string, caseId: string): string => `${method} × ${caseId}`;
+export const guardSamplesFile = (bench: GuardBench): string => stage.samplesFile(bench);
 /** The per-sample log of a Table 4 run, beside its tables. */
-export const guardLogFile = (out: string, bench: GuardBench): string => join(out, `log-${bench}.jsonl`);
+export const guardLogFile = (out: string, bench: GuardBench): string => stage.logFile(out, bench);
 
 export function runGuardShard(cases: readonly GuardCase[], opts: EvalOptions, shard: Shard, m: GuardMergeOptions,
   identity: Record<string, string>): Promise<{ dir: string; items: number; tokens: number; seconds: number }> {
-  return runShardTask({
-    resultsDir: join(m.out, '..'), command: 'guard-eval', shard, identity, options: { ...m }, file: guardSamplesFile(m.bench),
+  return stage.runShard(m, shard, identity, {
     task: guardTask(opts), items: evalItems(cases, m.methods), cost: (it) => itemTokens(it, m.maxTokens, m.judgeMaxTokens, opts.react),
     concurrency: opts.concurrency, onProgress: opts.onProgress,
   });
@@ -83,11 +86,7 @@ export interface GuardRunFiles {
  * Table 4 is computed from it — so what the tables say is what the log holds, and a rescoring reproduces them.
  */
 export function writeGuardRun(m: GuardMergeOptions, samples: readonly SampleLog<EvalRow>[]): GuardRunFiles {
-  const log = guardLogFile(m.out, m.bench);
-  writeEvalLog(log, { header: { format: 'safekeep-log', task: `guard-eval/${m.bench}`, protocol: (m.meta.protocol ?? {}) as Record<string, unknown>, context: { ...m } }, samples: [...samples] });
-  const read = readEvalLog<EvalRow>(log);
-  writeSamplesPage(log.replace(/log-([^/]+)\.jsonl$/, 'samples-$1.html'), read);
-  const rows = read.samples.map((s) => s.row);
+  const { log, rows } = stage.writeLog(m, samples);
   const cases = loadGuardCases(m);
   const summaries = summarizeEval(m.bench, cases, rows, m.methods);
   const judged = rows.filter((r) => r.verdict !== null);

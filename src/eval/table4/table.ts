@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import type { GuardBench } from '../../benchmarks/cases.ts';
 import type { EvalRow, MethodSummary } from './eval.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
-import type { Rate } from '../metrics.ts';
+import { shownRate, tableJsonValue, type Rate } from '../metrics.ts';
 
 const LABELS: Record<string, string> = {
   refusal: 'Refusal', acc: 'Acc', valid: 'Valid', asr: 'ASR (Total)',
@@ -99,12 +99,13 @@ export function csvTable(s: readonly MethodSummary[]): string {
     ...(judging ? ['flag_rate', 'flag_rate_k', 'flag_rate_n', 'flag_rate_lo', 'flag_rate_hi'] : []),
     'judge_calls_per_request', 'guard_tokens_per_request', 'added_ms_p50', 'added_ms_p95'];
   const num = (x: number) => (Number.isFinite(x) ? String(Math.round(x * 1e6) / 1e6) : '');
+  const flagCells = (r: Rate) => [num(r.p), String(r.k), String(r.n), num(r.lo), num(r.hi)];
   const rows = s.map((m) => [
     m.method,
-    ...keys.flatMap((k) => { const r = m.metrics[k]!; return [num(r.p), String(r.k), String(r.n), num(r.lo), num(r.hi)]; }),
+    ...keys.flatMap((k) => { const r = shownRate(m.metrics[k]!); return [num(r.p), String(r.k), String(r.n), num(r.lo), num(r.hi)]; }),
     String(m.n), String(m.judged), String(m.flagged), String(m.unparseable),
     num(m.judgeLatencyMs.mean), num(m.judgeLatencyMs.p50), num(m.judgeLatencyMs.p99), num(m.judgeTokensPerRequest),
-    ...(judging ? (m.flagRate ? [num(m.flagRate.p), String(m.flagRate.k), String(m.flagRate.n), num(m.flagRate.lo), num(m.flagRate.hi)] : ['', '', '', '', '']) : []),
+    ...(judging ? (m.flagRate ? flagCells(shownRate(m.flagRate)) : ['', '', '', '', '']) : []),
     ...(m.cost ? [num(m.cost.judgeCallsPerRequest), num(m.cost.guardTokensPerRequest), num(m.cost.addedMs.p50), num(m.cost.addedMs.p95)] : ['', '', '', '']),
   ].join(','));
   return [head.join(','), ...rows].join('\n') + '\n';
@@ -122,7 +123,7 @@ export function writeGuardTables(dir: string, bench: GuardBench, model: string, 
   const extra = [...(str(protocol?.modelKind) ? [`Model: ${str(protocol?.modelKind)}.`] : []), ...(str(protocol?.probe) ? [`Probe: ${str(protocol?.probe)}.`] : [])];
   writeFileAtomic(files.markdown, extra.length ? `${md}\n${extra.join('\n\n')}\n` : md);
   writeFileAtomic(files.csv, csvTable(summaries));
-  writeFileAtomic(files.json, JSON.stringify({ bench, model, ...meta, methods: summaries }, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? null : v), 2) + '\n');
+  writeFileAtomic(files.json, JSON.stringify({ bench, model, ...meta, methods: summaries }, tableJsonValue, 2) + '\n');
   writeFileAtomic(files.rows, rows.map(({ outcome: _o, ...r }) => JSON.stringify(r)).join('\n') + '\n');
   const combined = combinedTable4(dir);
   if (combined) writeFileAtomic(join(dir, 'table4.md'), combined);

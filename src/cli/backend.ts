@@ -1,14 +1,18 @@
 /**
- * The flags and the backend of commands that run an agent either on the local engine or at an OpenAI-compatible
- * endpoint (`guard eval`, `s3 eval`): one declaration of each flag, one place that turns them into an
- * OpenAIBackend.
+ * Every command's chat backend, built from its parsed flags in one place: an OpenAI-compatible endpoint
+ * (`endpointBackend`: --endpoint-model, --api-key-env, --timeout-ms, --retries, --concurrency, --prefill,
+ * --call-format, --no-cache), a local model (`localBackend`: template kwargs, --no-cache), or either of them as one
+ * command opens it (`openChatBackend`, with the thinking setting and the identity shards record). The flag rows of
+ * the commands that take both (`guard eval`, `s3 eval`) are declared here once; a command whose defaults differ
+ * (a longer timeout, one call in flight) passes them, and a flag it does not declare reads as its default.
  */
-import { basename, join, resolve } from 'node:path';
+import { basename, resolve } from 'node:path';
 import { choiceValue, numberValue, positiveIntValue, requireValue, type FlagDef, type ParsedArgs } from './args.ts';
 import type { OnnxEngine } from '../engine/engine.ts';
 import type { ChatBackend } from '../guard/types.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { OpenAIBackend, type PrefillMode } from '../chat/openai.ts';
+import { LocalBackend, type LocalTokenizer } from '../chat/local.ts';
 import type { CallFormat } from '../outcome/types.ts';
 import { apiKeyFromEnv } from './env.ts';
 
@@ -35,24 +39,55 @@ export const ENDPOINT_FLAG_DEFS: readonly FlagDef[] = [
   { name: 'no-cache', boolean: true, help: 'do not cache endpoint answers (local model: no in-memory reply cache either)' },
 ];
 
-/** The endpoint backend of `--endpoint`; answers are cached under `<out>/cache` unless --no-cache. */
-export function openEndpointBackend(
-  args: ParsedArgs, endpoint: string, model: string, out: string, extraBody?: Record<string, unknown>,
-): { backend: OpenAIBackend; concurrency: number } {
-  const concurrency = positiveIntValue(args, 'concurrency', 4);
+/** `--FLAG URL` must name an http(s) endpoint. */
+export function checkEndpointUrl(flag: string, url: string): string {
+  if (!/^https?:\/\/[^/]+/.test(url)) throw new SafekeepError(`--${flag} must be an http(s) URL, got '${url}'`);
+  return url;
+}
+
+/** `--no-thinking` at an endpoint: the request body that switches a Qwen3-style template's thinking off (else none). */
+export function noThinkingBody(args: ParsedArgs): Record<string, unknown> | undefined {
+  return args.booleans.has('no-thinking') ? { chat_template_kwargs: { enable_thinking: false } } : undefined;
+}
+
+/** What a command sets for an endpoint beyond the flags: where answers are cached, the body, its own defaults. */
+export interface EndpointSettings {
+  /** answers are cached here unless --no-cache; none: never cached */
+  cacheDir?: string;
+  /** merged into every request body (e.g. chat_template_kwargs) */
+  extraBody?: Record<string, unknown>;
+  /** defaults of --timeout-ms (60000), --retries (3) and --concurrency (4) where the command's differ */
+  timeoutMs?: number;
+  retries?: number;
+  concurrency?: number;
+}
+
+/** The endpoint backend of `url` (checked by the caller, under its own flag's name) and model `model`. */
+export function endpointBackend(args: ParsedArgs, url: string, model: string, s: EndpointSettings = {}): { backend: OpenAIBackend; concurrency: number } {
+  const concurrency = positiveIntValue(args, 'concurrency', s.concurrency ?? 4);
   const backend = new OpenAIBackend({
-    baseUrl: endpoint,
+    baseUrl: url,
     model,
     apiKey: apiKeyFromEnv('api-key-env', args.values.get('api-key-env'), 'OPENAI_API_KEY'),
-    timeoutMs: numberValue(args, 'timeout-ms', 60_000),
-    retries: numberValue(args, 'retries', 3),
+    timeoutMs: numberValue(args, 'timeout-ms', s.timeoutMs ?? 60_000),
+    retries: numberValue(args, 'retries', s.retries ?? 3),
     concurrency,
-    cacheDir: args.booleans.has('no-cache') ? undefined : join(out, 'cache'),
+    cacheDir: args.booleans.has('no-cache') ? undefined : s.cacheDir,
     prefill: choiceValue<PrefillMode>(args, 'prefill', ['none', 'continue', 'prefix'], 'none'),
     callFormat: choiceValue<CallFormat>(args, 'call-format', ['llama3', 'qwen', 'mistral'], 'llama3'),
-    ...(extraBody ? { extraBody } : {}),
+    ...(s.extraBody ? { extraBody: s.extraBody } : {}),
   });
   return { backend, concurrency };
+}
+
+/**
+ * A local model's backend: its template rendered with `templateKwargs`. --no-cache: every call computed (identical
+ * calls of different methods are otherwise answered from memory, and a latency comparison between methods would
+ * time a lookup).
+ */
+export function localBackend(args: ParsedArgs, engine: ConstructorParameters<typeof LocalBackend>[0], tokenizer: LocalTokenizer,
+  templateKwargs: Record<string, unknown> = {}): LocalBackend {
+  return new LocalBackend(engine, tokenizer, { templateKwargs, ...(args.booleans.has('no-cache') ? { responseCache: 0 } : {}) });
 }
 
 /** `--model DIR` or `--endpoint URL --endpoint-model NAME`: exactly one, checked at the edge. */
@@ -64,13 +99,23 @@ export interface Target {
   defaultName: string;
 }
 
+/** `--model DIR` or `--endpoint URL --endpoint-model NAME`, exactly one. */
 export function targetOf(args: ParsedArgs): Target {
+  const t = targetIfAny(args, 'give exactly one of --model DIR or --endpoint URL');
+  if (!t) throw new SafekeepError('give exactly one of --model DIR or --endpoint URL');
+  return t;
+}
+
+/** At most one of `--model DIR` and `--endpoint URL --endpoint-model NAME` (none: undefined); `both` says why not both. */
+export function targetIfAny(args: ParsedArgs, both = 'give at most one of --model DIR or --endpoint URL'): Target | undefined {
   const model = args.values.get('model');
   const endpoint = args.values.get('endpoint');
-  if ((model === undefined) === (endpoint === undefined)) throw new SafekeepError('give exactly one of --model DIR or --endpoint URL');
-  if (endpoint !== undefined && !/^https?:\/\/[^/]+/.test(endpoint)) throw new SafekeepError(`--endpoint must be an http(s) URL, got '${endpoint}'`);
-  const endpointModel = endpoint !== undefined ? requireValue(args, 'endpoint-model') : '';
-  return { ...(model !== undefined ? { model } : {}), ...(endpoint !== undefined ? { endpoint } : {}), endpointModel, defaultName: model !== undefined ? basename(resolve(model)) : endpointModel };
+  if (model !== undefined && endpoint !== undefined) throw new SafekeepError(both);
+  if (model !== undefined) return { model, endpointModel: '', defaultName: basename(resolve(model)) };
+  if (endpoint === undefined) return undefined;
+  checkEndpointUrl('endpoint', endpoint);
+  const endpointModel = requireValue(args, 'endpoint-model');
+  return { endpoint, endpointModel, defaultName: endpointModel };
 }
 
 /** How a command sets the template's thinking switch on either kind of backend. */
@@ -79,6 +124,16 @@ export interface ThinkingPlan {
   endpoint(): { extraBody?: Record<string, unknown>; thinking: string; templateKwargs: Record<string, unknown> };
   /** a local model's template is known: the kwargs it renders with */
   local(template: string): Promise<{ thinking: string; templateKwargs: Record<string, unknown> }>;
+}
+
+/** `--no-thinking` or the template's own default: what `s3 eval` and `s3 fidelity` run with. */
+export function noThinkingPlan(args: ParsedArgs): ThinkingPlan {
+  const off = args.booleans.has('no-thinking');
+  const kwargs = off ? { enable_thinking: false } : {};
+  return {
+    endpoint: () => ({ thinking: off ? 'off' : 'endpoint default', templateKwargs: kwargs, ...(off ? { extraBody: { chat_template_kwargs: kwargs } } : {}) }),
+    local: async () => ({ thinking: off ? 'off' : 'template default', templateKwargs: kwargs }),
+  };
 }
 
 /** calls in flight on a local model by default: enough to fill a decode batch of the workloads' agent and judge calls */
@@ -101,30 +156,31 @@ export interface OpenedBackend {
   dispose(): Promise<void>;
 }
 
-/**
- * The one opener of `guard eval` and `s3 eval`: the endpoint backend (answers cached under `<out>/cache`) or the
- * local engine + tokenizer behind a LocalBackend. `beforeLoad` runs once the thinking setting is known and before
- * any weights load (a budget that cannot work stops there).
- */
-export async function openChatBackend(args: ParsedArgs, t: Target, out: string, plan: ThinkingPlan,
-  beforeLoad: (thinking: string) => void = () => {}): Promise<OpenedBackend> {
+/** Where an opened endpoint caches its answers, and what runs before any weights load. */
+export interface OpenOptions {
+  /** endpoint answers are cached here unless --no-cache; none: never cached */
+  cacheDir?: string;
+  /** runs once the thinking setting is known and before any weights load (a budget that cannot work stops there) */
+  beforeLoad?: (thinking: string) => void;
+}
+
+/** The one opener of a model or endpoint: the endpoint backend, or the local engine + tokenizer behind a LocalBackend. */
+export async function openChatBackend(args: ParsedArgs, t: Target, plan: ThinkingPlan, o: OpenOptions = {}): Promise<OpenedBackend> {
+  const beforeLoad = o.beforeLoad ?? (() => {});
   if (t.endpoint !== undefined) {
     const e = plan.endpoint();
     beforeLoad(e.thinking);
-    const { backend, concurrency } = openEndpointBackend(args, t.endpoint, t.endpointModel, out, e.extraBody);
+    const { backend, concurrency } = endpointBackend(args, t.endpoint, t.endpointModel, { cacheDir: o.cacheDir, extraBody: e.extraBody });
     return { backend, concurrency, templateHash: 'none (endpoint)', identity: `${t.endpoint} ${t.endpointModel}`, thinking: e.thinking, templateKwargs: e.templateKwargs, dispose: async () => {} };
   }
   const { openEngine } = await import('./engine-flags.ts');
   const { loadPromptTokenizer } = await import('../prompts/tokenizer.ts');
-  const { LocalBackend } = await import('../chat/local.ts');
   const tokenizer = await loadPromptTokenizer(t.model!, { template: args.values.get('template') });
   const l = await plan.local(tokenizer.template);
   beforeLoad(l.thinking);
   const engine = await openEngine(args);
   return {
-    // --no-cache: every call computed (identical calls of different methods are otherwise answered from memory,
-    // and a latency comparison between methods would time a lookup)
-    backend: new LocalBackend(engine, tokenizer, { templateKwargs: l.templateKwargs, ...(args.booleans.has('no-cache') ? { responseCache: 0 } : {}) }),
+    backend: localBackend(args, engine, tokenizer, l.templateKwargs),
     // the scheduler decodes concurrent calls in one batch and shares their prompts' prefix blocks; a sequence it
     // cannot admit under --max-memory waits, so more calls in flight cost memory only up to the plan
     concurrency: positiveIntValue(args, 'concurrency', LOCAL_CONCURRENCY),
