@@ -62,6 +62,11 @@ test('bad --intervene files exit 2 with one line', () => {
     [{ interventions: [{ layer: 1, kind: 'scale', vector: [1] }] }, /kind must be one of add, ablate, clamp/],
     [{ interventions: [{ layer: 1, kind: 'ablate', vector: [1, 2] }] }, /d_model is 32/],
     [{ interventions: [{ layer: 9, kind: 'ablate', vector: new Array(32).fill(1) }] }, /out of range 0\.\.2/],
+    // read as the server reads them: nothing silently unused
+    [{ interventions: [{ layer: 1, kind: 'add', vector: new Array(32).fill(1), alpha: 1, postions: 'generated' }] }, /bad\.json: interventions\[0\]\.postions: unknown field \(known: layer, kind, vector, alpha, positions\)/],
+    [{ interventions: [{ layer: 1, kind: 'ablate', vector: new Array(32).fill(1), alpha: 2 }] }, /interventions\[0\]\.alpha: an ablation has no alpha/],
+    [{ interventions: [{ layer: 1, kind: 'clamp', vector: new Array(32).fill(1) }] }, /interventions\[0\]\.alpha must be a finite number .*got undefined/],
+    [{ interventions: [{ layer: 1.5, kind: 'add', vector: new Array(32).fill(1), alpha: 1 }] }, /interventions\[0\]\.layer must be an integer, got 1\.5/],
   ];
   for (const [file, msg] of cases) {
     writeFileSync(join(tmp, 'bad.json'), JSON.stringify(file));

@@ -22,14 +22,14 @@ import { parseHookName, resolveHookNames, type HookShape } from '../engine/graph
 import { callInterventions, interventionInputs, selectPositions } from '../engine/run/batch.ts';
 import { hookEditInputs } from '../engine/run/hooked.ts';
 import { MAX_TOP_LOGPROBS } from '../engine/run/scheduler.ts';
-import { INTERVENTION_KINDS, STEER_POSITIONS, type HookIntervention, type Intervention, type InterventionKind, type Steering, type SteerPositions, type TokenLogprob } from '../engine/types.ts';
+import type { HookIntervention, Intervention, Steering, TokenLogprob } from '../engine/types.ts';
+import { alphaField, alphaValue, isF32, isObject, kindField, knownFields, layerField, positionsField, shown, type Fail } from '../engine/run/intervention-json.ts';
 import type { OpenAiLogprob, ResearchCall, ResearchReply } from './types.ts';
 
 export const DEFAULT_MAX_CAPTURE_BYTES = 64 * 2 ** 20;
 export const DEFAULT_MAX_HOOKS = 32;
 /** interventions per request */
 export const MAX_INTERVENTIONS = 64;
-const F32_MAX = 3.4028234663852886e38;
 
 /** What the server knows to check a research request: the model's shapes, the named directions, the bounds. */
 export interface ResearchOptions extends HookShape {
@@ -57,26 +57,15 @@ export interface ResearchRequest {
   capture: CaptureSpec | null;
 }
 
-const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
-const show = (v: unknown) => JSON.stringify(v)?.slice(0, 40) ?? String(v);
-
-function keys(o: Record<string, unknown>, known: readonly string[], at: string): void {
-  for (const k of Object.keys(o)) if (!known.includes(k)) throw badRequest(`${at}.${k}: unknown field (known: ${known.join(', ')})`);
-}
-
-const f32 = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && Math.abs(v) <= F32_MAX;
-
-function alphaOf(v: unknown, at: string): number {
-  if (!f32(v)) throw badRequest(`${at} must be a finite number within the float32 range (|alpha| ≤ 3.4e38), got ${show(v)}`);
-  return v;
-}
+/** the server's failures are JSON 400s */
+const fail: Fail = (message) => { throw badRequest(message); };
 
 function vectorOf(v: unknown, width: number, at: string): number[] {
   if (!Array.isArray(v)) throw badRequest(`${at} must be an array of ${width} numbers`);
   if (v.length !== width) throw badRequest(`${at} has ${v.length} values; this model's width there is ${width}`);
   let nonzero = false;
   v.forEach((x, i) => {
-    if (!f32(x)) throw badRequest(`${at}[${i}] is not a finite float32 number: ${show(x)}`);
+    if (!isF32(x)) throw badRequest(`${at}[${i}] is not a finite float32 number: ${shown(x)}`);
     if (x !== 0) nonzero = true;
   });
   if (!nonzero) throw badRequest(`${at} is all zeros (it has no direction)`);
@@ -95,47 +84,34 @@ function directionOrVector(o: Record<string, unknown>, layer: number | null, wid
   const dirs = opts.directions;
   if (!dirs || dirs.size === 0) throw badRequest(`${at}.direction: this server has no directions file (start it with --directions FILE.safetensors), send "vector"`);
   const m = dirs.get(o.direction);
-  if (!m) throw badRequest(`${at}.direction: no direction ${show(o.direction)} (this server has ${[...dirs.keys()].join(', ')})`);
+  if (!m) throw badRequest(`${at}.direction: no direction ${shown(o.direction)} (this server has ${[...dirs.keys()].join(', ')})`);
   const d = opts.hiddenSize;
-  if (m.length !== (opts.numLayers + 1) * d) throw badRequest(`${at}.direction: ${show(o.direction)} does not fit this model`);
+  if (m.length !== (opts.numLayers + 1) * d) throw badRequest(`${at}.direction: ${shown(o.direction)} does not fit this model`);
   return Array.from(m.subarray(layer * d, (layer + 1) * d));
-}
-
-function layerOf(v: unknown, L: number, at: string): number {
-  if (!Number.isInteger(v) || (v as number) < 0 || (v as number) > L) throw badRequest(`${at} must be an integer 0..${L} (hidden[0] = embeddings, hidden[${L}] = the last block's output), got ${show(v)}`);
-  return v as number;
-}
-
-function positionsOf(v: unknown, at: string): SteerPositions | undefined {
-  if (v === undefined) return undefined;
-  if (!STEER_POSITIONS.includes(v as SteerPositions)) throw badRequest(`${at} must be one of ${STEER_POSITIONS.join(', ')}, got ${show(v)}`);
-  return v as SteerPositions;
 }
 
 function parseSteer(v: unknown, opts: ResearchOptions): Steering {
   const at = 'safekeep.steer';
   if (!isObject(v)) throw badRequest(`${at} must be {"layer", "vector" | "direction", "alpha", "positions"}`);
-  keys(v, ['layer', 'vector', 'direction', 'alpha', 'positions'], at);
-  const layer = layerOf(v.layer, opts.numLayers, `${at}.layer`);
+  knownFields(v, ['layer', 'vector', 'direction', 'alpha', 'positions'], at, fail);
+  const layer = layerField(v.layer, `${at}.layer`, fail, opts.numLayers);
   const vector = directionOrVector(v, layer, opts.hiddenSize, at, opts);
-  const positions = positionsOf(v.positions, `${at}.positions`);
-  return { layer, vector, alpha: alphaOf(v.alpha, `${at}.alpha`), ...(positions ? { positions } : {}) };
+  const positions = positionsField(v.positions, `${at}.positions`, fail);
+  return { layer, vector, alpha: alphaValue(v.alpha, `${at}.alpha`, fail), ...(positions ? { positions } : {}) };
 }
 
 /** one `interventions` entry: at a layer (an Intervention) or at a hook point (a HookIntervention) */
 function parseIntervention(v: unknown, i: number, opts: ResearchOptions): { iv?: Intervention; hook?: HookIntervention } {
   const at = `safekeep.interventions[${i}]`;
   if (!isObject(v)) throw badRequest(`${at} must be {"layer" | "hook", "kind", "vector" | "direction", "alpha", "positions"}`);
-  keys(v, ['layer', 'hook', 'kind', 'vector', 'direction', 'alpha', 'positions'], at);
-  if (!INTERVENTION_KINDS.includes(v.kind as InterventionKind)) throw badRequest(`${at}.kind must be one of ${INTERVENTION_KINDS.join(', ')}, got ${show(v.kind)}`);
-  const kind = v.kind as InterventionKind;
-  const alpha = kind === 'ablate' ? undefined : alphaOf(v.alpha, `${at}.alpha`);
-  if (kind === 'ablate' && v.alpha !== undefined) throw badRequest(`${at}.alpha: an ablation has no alpha`);
+  knownFields(v, ['layer', 'hook', 'kind', 'vector', 'direction', 'alpha', 'positions'], at, fail);
+  const kind = kindField(v.kind, `${at}.kind`, fail);
+  const alpha = alphaField(kind, v.alpha, `${at}.alpha`, fail);
   if ((v.layer === undefined) === (v.hook === undefined)) throw badRequest(`${at}: give "layer" (the residual stream hidden[layer]) or "hook" (a hook point name), one of them`);
   if (v.layer !== undefined) {
-    const layer = layerOf(v.layer, opts.numLayers, `${at}.layer`);
+    const layer = layerField(v.layer, `${at}.layer`, fail, opts.numLayers);
     const vector = directionOrVector(v, layer, opts.hiddenSize, at, opts);
-    const positions = positionsOf(v.positions, `${at}.positions`);
+    const positions = positionsField(v.positions, `${at}.positions`, fail);
     return { iv: { layer, kind, vector, ...(alpha !== undefined ? { alpha } : {}), ...(positions ? { positions } : {}) } };
   }
   if (typeof v.hook !== 'string' || v.hook.includes('*')) throw badRequest(`${at}.hook must be one hook point name, blocks.<layer>.<point>`);
@@ -158,7 +134,7 @@ function parseIntervention(v: unknown, i: number, opts: ResearchOptions): { iv?:
 function parseCapture(v: unknown, opts: ResearchOptions): CaptureSpec {
   const at = 'safekeep.capture';
   if (!isObject(v)) throw badRequest(`${at} must be {"hooks": [names], "positions": "last" | "all" | [i, …], "generated": bool}`);
-  keys(v, ['hooks', 'positions', 'generated'], at);
+  knownFields(v, ['hooks', 'positions', 'generated'], at, fail);
   if (!Array.isArray(v.hooks) || v.hooks.length === 0) throw badRequest(`${at}.hooks must be a non-empty array of hook point names`);
   const names: string[] = [];
   v.hooks.forEach((h, i) => {
@@ -183,7 +159,7 @@ function parseCapture(v: unknown, opts: ResearchOptions): CaptureSpec {
   if (v.positions !== undefined) {
     if (v.positions === 'last' || v.positions === 'all') positions = v.positions;
     else if (Array.isArray(v.positions) && v.positions.length > 0 && v.positions.every((p) => Number.isInteger(p))) positions = v.positions as number[];
-    else throw badRequest(`${at}.positions must be "last", "all" or a non-empty array of integer positions, got ${show(v.positions)}`);
+    else throw badRequest(`${at}.positions must be "last", "all" or a non-empty array of integer positions, got ${shown(v.positions)}`);
   }
   if (v.generated !== undefined && typeof v.generated !== 'boolean') throw badRequest(`${at}.generated must be a boolean`);
   return { hooks, positions, generated: v.generated === true };
@@ -196,7 +172,7 @@ function parseCapture(v: unknown, opts: ResearchOptions): CaptureSpec {
 export function parseResearchField(field: unknown, opts: ResearchOptions): ResearchRequest {
   if (field === undefined || field === null) return { call: {}, capture: null };
   if (!isObject(field)) throw badRequest('"safekeep" must be an object: {"steer", "interventions", "capture"}');
-  keys(field, ['steer', 'interventions', 'capture'], 'safekeep');
+  knownFields(field, ['steer', 'interventions', 'capture'], 'safekeep', fail);
   const call: ResearchRequest['call'] = {};
   if (field.steer !== undefined) call.steer = parseSteer(field.steer, opts);
   if (field.interventions !== undefined) {
@@ -235,7 +211,7 @@ export function logprobsOf(body: Record<string, unknown>): number | undefined {
   const want = body.logprobs === true;
   const k = body.top_logprobs;
   if (k !== undefined && k !== null) {
-    if (!Number.isInteger(k) || (k as number) < 0 || (k as number) > MAX_TOP_LOGPROBS) throw badRequest(`"top_logprobs" must be an integer 0..${MAX_TOP_LOGPROBS}, got ${show(k)}`);
+    if (!Number.isInteger(k) || (k as number) < 0 || (k as number) > MAX_TOP_LOGPROBS) throw badRequest(`"top_logprobs" must be an integer 0..${MAX_TOP_LOGPROBS}, got ${shown(k)}`);
     if (!want && k !== 0) throw badRequest('"top_logprobs" needs "logprobs": true');
   }
   return want ? ((k as number | undefined | null) ?? 0) : undefined;

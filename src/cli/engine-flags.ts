@@ -10,7 +10,8 @@ import { createEngine, type OnnxEngine } from '../engine/engine.ts';
 import { KV_DTYPES, type KvDType } from '../engine/runtime/kv.ts';
 import { parseBytes } from '../engine/runtime/memory.ts';
 import { COMPUTE_DTYPES, defaultDType, type ComputeDType } from '../engine/graph/precision.ts';
-import { INTERVENTION_KINDS, STEER_POSITIONS, type Intervention, type InterventionKind, type SteerPositions } from '../engine/types.ts';
+import type { Intervention } from '../engine/types.ts';
+import { alphaField, isF32, isObject, kindField, knownFields, layerField, positionsField, type Fail } from '../engine/run/intervention-json.ts';
 import { resolveModel } from '../hub/resolve.ts';
 import { SafekeepError } from '../util/errors.ts';
 import type { FlagDef, ParsedArgs } from './args.ts';
@@ -94,29 +95,28 @@ export const INTERVENE_FLAG_DEF: FlagDef = {
     + 'takes row l of a direction reproduce wrote (path relative to FILE.json)',
 };
 
-/** FILE.json = {"interventions": [...]} (or the bare list); the engine checks layers, sizes and alphas */
+/**
+ * FILE.json = {"interventions": [...]} (or the bare list). Each entry's fields are read as the server reads them
+ * (engine/run/intervention-json.ts: unknown fields, an ablation's alpha, a missing alpha refused by name); the engine
+ * checks what needs the model (layer range, width, overflow).
+ */
 export function readInterventionsFile(path: string): Intervention[] {
   const j = readJsonFile(path);
   const list = Array.isArray(j) ? j : (j as { interventions?: unknown } | null)?.interventions;
   if (!Array.isArray(list) || list.length === 0) throw new SafekeepError(`${path}: needs "interventions": a non-empty list`);
-  return list.map((x, i) => {
-    const o = x as Record<string, unknown> | null;
+  const fail: Fail = (message) => { throw new SafekeepError(message); };
+  return list.map((o, i) => {
     const where = `${path}: interventions[${i}]`;
-    if (o === null || typeof o !== 'object') throw new SafekeepError(`${where} must be an object`);
-    if (!Number.isInteger(o.layer)) throw new SafekeepError(`${where}.layer must be an integer`);
-    if (!INTERVENTION_KINDS.includes(o.kind as InterventionKind)) throw new SafekeepError(`${where}.kind must be one of ${INTERVENTION_KINDS.join(', ')}`);
+    if (!isObject(o)) throw new SafekeepError(`${where} must be an object`);
+    knownFields(o, ['layer', 'kind', 'vector', 'alpha', 'positions'], where, fail);
+    const layer = layerField(o.layer, `${where}.layer`, fail);
+    const kind = kindField(o.kind, `${where}.kind`, fail);
     // a direction from a directions file (reproduce's directions.safetensors): row `layer`, path relative to FILE.json
-    if (typeof o.vector === 'string') o.vector = Array.from(directionFromFile(resolve(dirname(path), o.vector), o.layer as number).v);
-    // JSON's 1e400 parses to Infinity, and float32 (what the graph computes in) ends at 3.4e38
-    const f32 = (v: unknown): boolean => typeof v === 'number' && Number.isFinite(v) && Math.abs(v) <= 3.4028234663852886e38;
-    if (!Array.isArray(o.vector) || !o.vector.every(f32)) throw new SafekeepError(`${where}.vector must be a list of finite numbers within the float32 range (|x| ≤ 3.4e38) or "FILE.safetensors[#name]"`);
-    if (o.alpha !== undefined && !f32(o.alpha)) throw new SafekeepError(`${where}.alpha must be a finite number within the float32 range (|alpha| ≤ 3.4e38), got ${String(o.alpha).slice(0, 40)}`);
-    if (o.positions !== undefined && !STEER_POSITIONS.includes(o.positions as SteerPositions)) throw new SafekeepError(`${where}.positions must be one of ${STEER_POSITIONS.join(', ')}`);
-    return {
-      layer: o.layer as number, kind: o.kind as InterventionKind, vector: o.vector as number[],
-      ...(o.alpha !== undefined ? { alpha: o.alpha as number } : {}),
-      ...(o.positions !== undefined ? { positions: o.positions as SteerPositions } : {}),
-    };
+    const vector = typeof o.vector === 'string' ? Array.from(directionFromFile(resolve(dirname(path), o.vector), layer).v) : o.vector;
+    if (!Array.isArray(vector) || !vector.every(isF32)) throw new SafekeepError(`${where}.vector must be a list of finite numbers within the float32 range (|x| ≤ 3.4e38) or "FILE.safetensors[#name]"`);
+    const alpha = alphaField(kind, o.alpha, `${where}.alpha`, fail);
+    const positions = positionsField(o.positions, `${where}.positions`, fail);
+    return { layer, kind, vector, ...(alpha !== undefined ? { alpha } : {}), ...(positions !== undefined ? { positions } : {}) };
   });
 }
 

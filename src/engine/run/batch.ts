@@ -6,6 +6,7 @@
 import { SafekeepError } from '../../util/errors.ts';
 import { MASKED } from '../graph/io.ts';
 import { INTERVENTION_KINDS, STEER_POSITIONS, type Intervention, type PositionSelector, type Steering } from './types.ts';
+import { F32_MAX } from './intervention-json.ts';
 
 interface PaddedBatch {
   batch: number;
@@ -97,7 +98,6 @@ export function interventionInputs(numLayers: number, dModel: number, list: read
     if (iv.positions !== undefined && !STEER_POSITIONS.includes(iv.positions)) throw new SafekeepError(`${what}: positions must be one of ${STEER_POSITIONS.join(', ')}`);
     if (vector.length !== dModel) throw new SafekeepError(`${what}: vector has ${vector.length} values, the model's d_model is ${dModel}`);
     // the graph computes in float32: a value it cannot hold becomes ±Inf and then NaN in every later hidden state
-    const F32_MAX = 3.4028234663852886e38;
     if (kind !== 'ablate' && (alpha === undefined || !Number.isFinite(alpha) || Math.abs(alpha) > F32_MAX)) {
       throw new SafekeepError(`${what}: alpha must be a finite number within the float32 range (|alpha| ≤ 3.4e38), got ${alpha}`);
     }
