@@ -14,14 +14,13 @@
  */
 import { flattenTools } from '../../prompts/flatten.ts';
 import { judge } from '../../guard/judge.ts';
-import { boundaryCode, enclose, splitRequest } from '../../guard/judge-context.ts';
+import { boundaryCode, enclose, proseCall, splitRequest } from '../../guard/judge-context.ts';
 import type { ChatMessage } from '../../guard/types.ts';
-import { askVerdict } from '../../guard/verdict-call.ts';
 import type { CheckEnv, CheckResult } from '../check.ts';
 import { stageText, type StageEvent } from '../event.ts';
-import { proseCall } from '../../guard/judge-context.ts';
 import { retrieveRules, readRuleMemory } from '../memory.ts';
 import type { Skill } from '../skill.ts';
+import { askCheckVerdict, verdictResult } from './verdict-check.ts';
 
 export const S3_CHECK_ROLE = [
   'You are a safety checker for an AI agent that calls tools. You run one safety skill at one stage of the agent\'s',
@@ -111,28 +110,8 @@ export async function llmCheck(skill: Skill, e: StageEvent, env: CheckEnv): Prom
       authorization: env.authorization,
       ...(e.settings ? { settings: e.settings } : {}),
     });
-    return {
-      risky: j.unsafe,
-      reason: j.unsafe ? (j.verdict === 'yes' ? skill.description : `${skill.description} (the judge's answer was unclear and counts as unsafe)`) : 'judged safe',
-      evidence: [], verdict: j.verdict, score: null, raw: j.raw, tokens: j.tokens, latencyMs: j.latencyMs,
-    };
+    return verdictResult(skill, j, "the judge's answer was unclear and counts as unsafe", 'judged safe');
   }
-  const user = llmCheckUserPrompt(skill, e);
-  const v = await askVerdict(env.backend, {
-    messages: [{ role: 'system', content: S3_CHECK_ROLE }, { role: 'user', content: user }],
-    maxTokens: skill.maxTokens ?? 32,
-    purpose: 'judge',
-    model: env.model,
-    authorization: env.authorization,
-  }, { onUnparseable: env.onUnparseable, readFrom: 'first-line', onCancelled: 'parse', startedAt: t0 });
-  return {
-    risky: v.unsafe,
-    reason: v.unsafe ? (v.verdict === 'yes' ? skill.description : `${skill.description} (the check's answer was unclear and counts as risky)`) : 'no risk found',
-    evidence: v.unsafe ? parseEvidence(v.raw) : [],
-    verdict: v.verdict,
-    score: null,
-    raw: v.raw,
-    tokens: v.tokens,
-    latencyMs: v.latencyMs,
-  };
+  const v = await askCheckVerdict(env, S3_CHECK_ROLE, llmCheckUserPrompt(skill, e), skill.maxTokens ?? 32, t0);
+  return verdictResult(skill, v, "the check's answer was unclear and counts as risky", 'no risk found', parseEvidence(v.raw));
 }

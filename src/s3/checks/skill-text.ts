@@ -7,12 +7,12 @@
  */
 import { flattenTools } from '../../prompts/flatten.ts';
 import { boundaryCode, enclose, proseCall, splitRequest } from '../../guard/judge-context.ts';
-import { askVerdict } from '../../guard/verdict-call.ts';
 import type { CheckEnv, CheckResult } from '../check.ts';
 import type { StageEvent } from '../event.ts';
 import { limitEvent } from '../inspection.ts';
 import { readSkillFile } from '../skill-file.ts';
 import type { Skill } from '../skill.ts';
+import { askCheckVerdict, verdictResult } from './verdict-check.ts';
 
 export const S3_SKILL_TEXT_ROLE = [
   'You are the guard agent of an AI agent that calls tools. You are given one safety skill — its SKILL.md file and',
@@ -60,18 +60,6 @@ export function skillTextPrompt(skill: Skill, event: StageEvent): string {
 
 export async function skillTextCheck(skill: Skill, e: StageEvent, env: CheckEnv): Promise<CheckResult> {
   const t0 = performance.now();
-  const v = await askVerdict(env.backend, {
-    messages: [{ role: 'system', content: S3_SKILL_TEXT_ROLE }, { role: 'user', content: skillTextPrompt(skill, e) }],
-    maxTokens: skill.maxTokens ?? 16,
-    purpose: 'judge',
-    model: env.model,
-    authorization: env.authorization,
-  }, { onUnparseable: env.onUnparseable, readFrom: 'first-line', onCancelled: 'parse', startedAt: t0 });
-  return {
-    risky: v.unsafe,
-    reason: v.unsafe ? (v.verdict === 'yes' ? skill.description : `${skill.description} (the guard's answer was unclear and counts as risky)`) : 'no risk found',
-    evidence: [], verdict: v.verdict, score: null, raw: v.raw,
-    tokens: v.tokens,
-    latencyMs: v.latencyMs,
-  };
+  const v = await askCheckVerdict(env, S3_SKILL_TEXT_ROLE, skillTextPrompt(skill, e), skill.maxTokens ?? 16, t0);
+  return verdictResult(skill, v, "the guard's answer was unclear and counts as risky", 'no risk found');
 }
