@@ -15,14 +15,12 @@ import { OpenAIBackend, type PrefillMode } from '../chat/openai.ts';
 import { LocalBackend, type LocalTokenizer } from '../chat/local.ts';
 import type { CallFormat } from '../outcome/types.ts';
 import { apiKeyFromEnv } from './env.ts';
+import { ENGINE_FLAG_DEFS } from './engine-flag-defs.ts';
 
-/** Local model flags (the engine's, without --max-memory) */
+/** Local model flags: the engine's (--max-memory bounds what the scheduler admits) and the chat template */
 export const LOCAL_MODEL_FLAG_DEFS: readonly FlagDef[] = [
   { name: 'model', value: 'M', help: 'local checkpoint folder or Hugging Face repo id' },
-  { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda and webgpu', help: 'local model precision' },
-  { name: 'device', value: 'cpu|cuda|webgpu', default: 'cpu', help: 'local model device' },
-  { name: 'kv-dtype', value: 'f32|f16', default: 'f32 on cpu, f16 on cuda and webgpu', help: 'local model KV cache element type' },
-  { name: 'threads', value: 'N', default: 'one per physical core', help: 'intra-op threads' },
+  ...ENGINE_FLAG_DEFS.filter((f) => f.name !== 'model').map((f) => ({ ...f, help: `local model: ${f.help}` })),
   { name: 'template', value: 'FILE', help: 'chat template file instead of the model folder\'s' },
 ];
 

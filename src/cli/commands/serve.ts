@@ -25,6 +25,7 @@ import type { Server } from 'node:http';
 import { basename } from 'node:path';
 import { choiceValue, numberValue, parseArgs, positiveIntValue, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
 import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
+import { ENGINE_FLAG_DEFS } from '../engine-flag-defs.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { checkUpstreamUrl, createGuardProxy, UNGUARDED_ENDPOINTS, type UnguardedEndpoint } from '../../serve/proxy.ts';
 import { isLoopbackHost } from '../../http/policy.ts';
@@ -67,11 +68,7 @@ export const flags: FlagTable = {
     { name: 'probe', value: 'FILE|DIR', help: 'local: a probe file or the refusal-probe skill folder from safekeep probe train (--method refusal-probe, safekeep+probe; probe-cascade and probe-steer need one from probe train --calibrate)' },
     { name: 'max-tokens', value: 'N', default: '256', help: 'local: answer budget when the client gives none, and the most it may ask for (above → 400)' },
     { name: 'template', value: 'FILE', help: 'local: chat template file instead of the model folder\'s' },
-    { name: 'dtype', value: 'f32|bf16|f16|bf16w|q8|q4', default: 'f32 on cpu, f16 on cuda and webgpu', help: 'local: model precision' },
-    { name: 'device', value: 'cpu|cuda|webgpu', default: 'cpu', help: 'local: model device' },
-    { name: 'kv-dtype', value: 'f32|f16', default: 'f32 on cpu, f16 on cuda and webgpu', help: 'local: KV cache element type' },
-    { name: 'threads', value: 'N', default: 'one per physical core', help: 'local: intra-op threads' },
-    { name: 'max-memory', value: 'BYTES', help: 'local: memory budget, e.g. 6GB' },
+    ...ENGINE_FLAG_DEFS.filter((f) => f.name !== 'model').map((f) => ({ ...f, help: `local: ${f.help}` })),
     { name: 'max-model-len', value: 'N', default: 'max_position_embeddings', help: 'local: context length; prompt + max_tokens above it → 400' },
     { name: 'max-queue', value: 'N', default: '8', help: 'local: requests admitted at once (running or waiting); more → 429' },
     { name: 'request-timeout-ms', value: 'MS', default: 'upstream: 2 × --timeout-ms; local: 600000', help: 'per-request deadline, judge/guard retries included (→ 504, nothing executed)' },
