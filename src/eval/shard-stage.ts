@@ -48,9 +48,6 @@ export interface EvalStage<M extends StageRun> {
   writeLog<S>(m: M, samples: readonly SampleLog<S>[]): { log: string; rows: S[] };
 }
 
-/** An item's key in the log (`<solver> × <sample>`): what merge expects from the shards. */
-export const itemKey = (solver: string, sample: string): string => `${solver} × ${sample}`;
-
 export function evalStage<M extends StageRun>(def: EvalStageDef<M>): EvalStage<M> {
   const samplesFile = (bench: string): string => `samples-${bench}.jsonl`;
   const logFile = (out: string, bench: string): string => join(out, `log-${bench}.jsonl`);

@@ -9,7 +9,7 @@ import type { ToolSpec } from '../data/types.ts';
 import type { GenerateOptions, GenerateResult } from '../engine/types.ts';
 import { classifyOutput } from '../outcome/classify.ts';
 import type { CallFormat, OutcomeLabel } from '../outcome/types.ts';
-import type { CallLog } from './log.ts';
+import { sampleId, type CallLog } from './log.ts';
 import type { Task } from './runner.ts';
 
 export interface GenerationPrompt {
@@ -86,7 +86,7 @@ export function generationTask<Row>(o: {
         content: g.text, toolCalls: [], promptTokens: p.ids.length, completionTokens: g.generatedIds.length, latencyMs: ms, cached: false, finish: g.finish,
       };
       return {
-        format: 'safekeep-sample', id: `${o.solver} × ${p.id}`, sample: p.id, solver: o.solver, calls: [call],
+        format: 'safekeep-sample', id: sampleId(o.solver, p.id), sample: p.id, solver: o.solver, calls: [call],
         scores: [{ scorer: 'outcome', value: g.label, explanation: g.reasons.join('; ') }],
         output: g.text, tokens: { prompt: p.ids.length, completion: g.generatedIds.length }, latencyMs: ms, row,
       };

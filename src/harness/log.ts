@@ -33,6 +33,9 @@ export interface Score {
   explanation?: string;
 }
 
+/** A work item's key in the log, `<solver> × <sample>`: what the tasks write and what merge expects of the shards. */
+export const sampleId = (solver: string, sample: string): string => `${solver} × ${sample}`;
+
 export interface SampleLog<R = unknown> {
   format: 'safekeep-sample';
   /** the work item's key (unique in the task): `<solver> × <sample>` */

@@ -17,7 +17,7 @@
  */
 import type { MeanCI } from '../../analysis/results.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { callTotals } from '../../harness/log.ts';
+import { callTotals, sampleId } from '../../harness/log.ts';
 import { runTask, type Task } from '../../harness/runner.ts';
 import { wilson, type Rate } from '../metrics.ts';
 import type { ChatBackend } from '../../guard/types.ts';
@@ -115,7 +115,7 @@ export async function runS3Items(items: readonly S3Item[], opts: S3EvalOptions):
   return (await runTask(s3Task(opts), items, { concurrency: opts.concurrency, onProgress: opts.onProgress })).results;
 }
 
-export const s3ItemKey = (it: S3Item): string => `${it.config.name} × ${it.task.id}`;
+const s3ItemKey = (it: S3Item): string => sampleId(it.config.name, it.task.id);
 
 /**
  * S³ as a harness task: the solver is the agent loop under the item's configuration (agent and guard calls

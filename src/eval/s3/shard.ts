@@ -9,8 +9,8 @@
  */
 import type { S3Run } from '../../analysis/results.ts';
 import type { InjecAgentSetting } from '../../data/injecagent.ts';
-import type { SampleLog } from '../../harness/log.ts';
-import { evalStage, itemKey } from '../shard-stage.ts';
+import { sampleId, type SampleLog } from '../../harness/log.ts';
+import { evalStage } from '../shard-stage.ts';
 import type { Shard } from '../../util/shard.ts';
 import { s3Tasks, type S3Bench } from './tasks.ts';
 import { s3Task, summarizeS3, type S3EvalOptions, type S3Item, type S3Summary, type ScoredTrajectory } from './eval.ts';
@@ -76,5 +76,5 @@ export function writeS3Run(m: S3MergeOptions, samples: readonly SampleLog<Scored
 /** The keys of a run's items in the one-process order (what merge expects from the shards). */
 export function s3ExpectedKeys(m: S3MergeOptions): string[] {
   const tasks = loadS3Tasks(m);
-  return m.configs.flatMap((c) => tasks.map((t) => itemKey(c, t.id)));
+  return m.configs.flatMap((c) => tasks.map((t) => sampleId(c, t.id)));
 }

@@ -18,7 +18,7 @@ import { SafekeepError } from '../../util/errors.ts';
 import { parseJsonBounded } from '../../util/json-bounded.ts';
 import type { Outcome } from '../../outcome/types.ts';
 import { runTask, type Task } from '../../harness/runner.ts';
-import { callTotals, type CallLog, type SampleLog, type Score } from '../../harness/log.ts';
+import { callTotals, sampleId, type CallLog, type SampleLog, type Score } from '../../harness/log.ts';
 import type { GuardBench, GuardCase } from '../../benchmarks/cases.ts';
 import { agentHarmMetrics, summarize, wilson, type Rate } from '../metrics.ts';
 import { injecAgentScore, injecStep, simulatedToolResponse, type StepEval } from './injecagent-score.ts';
@@ -127,7 +127,7 @@ export async function runEvalItems(items: readonly EvalItem[], opts: Omit<EvalOp
   return (await runTask(guardTask(opts), items, { concurrency: opts.concurrency, onProgress: opts.onProgress })).results;
 }
 
-const itemKey = (it: EvalItem): string => `${it.method} × ${it.c.id}`;
+const itemKey = (it: EvalItem): string => sampleId(it.method, it.c.id);
 
 /**
  * Table 4 as a harness task: the solver is `guardedRespond` under the item's method (judge, agent and refusal calls

@@ -6,8 +6,8 @@
  * the agent sees, plus the judge's copy of it for judging methods, plus each one's output budget.
  */
 import { join } from 'node:path';
-import type { SampleLog } from '../../harness/log.ts';
-import { evalStage, itemKey } from '../shard-stage.ts';
+import { sampleId, type SampleLog } from '../../harness/log.ts';
+import { evalStage } from '../shard-stage.ts';
 import type { Shard } from '../../util/shard.ts';
 import { agentHarmCases, injecAgentCases, type GuardBench, type GuardCase, type InjecSetting } from '../../benchmarks/cases.ts';
 import { evalItems, guardTask, summarizeEval, type EvalItem, type EvalOptions, type EvalRow, type MethodSummary, type ReactFormat } from './eval.ts';
@@ -97,5 +97,5 @@ export function writeGuardRun(m: GuardMergeOptions, samples: readonly SampleLog<
 
 /** The keys of a run's items in the one-process order (what merge expects from the shards). */
 export function guardExpectedKeys(m: GuardMergeOptions): string[] {
-  return evalItems(loadGuardCases(m), m.methods).map((it) => itemKey(it.method, it.c.id));
+  return evalItems(loadGuardCases(m), m.methods).map((it) => sampleId(it.method, it.c.id));
 }
