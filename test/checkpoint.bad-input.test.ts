@@ -4,7 +4,6 @@
  */
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
 import { cpSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync, unlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,7 +12,7 @@ import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { readSafetensorsHeader, writeSafetensors, type TensorToWrite } from '../src/checkpoint/safetensors.ts';
 import { readTensorF32 } from '../src/checkpoint/read.ts';
 import { SafekeepError } from '../src/util/errors.ts';
-import { repoRoot } from './helpers/shared.ts';
+import { runCli } from './helpers/cli.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'safekeep-bad-'));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -167,16 +166,8 @@ for (const c of cases) {
   });
 }
 
-function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((res) => {
-    execFile(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), ...args], { cwd: root }, (err, stdout, stderr) => {
-      res({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stdout, stderr });
-    });
-  });
-}
-
 test('safekeep inspect: prints the model; every bad input exits 2 with one line, no stack', async () => {
-  const ok = await cli(['inspect', '--model', good]);
+  const ok = await runCli(['inspect', '--model', good], { cwd: root });
   assert.equal(ok.code, 0, ok.stderr);
   // qwen2, 2 layers, hidden 64, 4 heads / 2 KV × 16, intermediate 128, vocab 512, tied, q/k/v bias
   const perLayer = 2 * 64 + 64 * 64 + 2 * 32 * 64 + 64 * 64 + 64 + 2 * 32 + 3 * 64 * 128;
@@ -189,7 +180,7 @@ test('safekeep inspect: prints the model; every bad input exits 2 with one line,
   assert.match(ok.stdout, /dtype\s+F32\n/);
   assert.match(ok.stdout, new RegExp(`parameters\\s+${params} `));
   assert.match(ok.stdout, /eos ids\s+2\n/);
-  const js = await cli(['inspect', '--model', goodSharded, '--json']);
+  const js = await runCli(['inspect', '--model', goodSharded, '--json'], { cwd: root });
   assert.equal(js.code, 0, js.stderr);
   const info = JSON.parse(js.stdout);
   assert.equal(info.family, 'llama');
@@ -197,7 +188,7 @@ test('safekeep inspect: prints the model; every bad input exits 2 with one line,
   assert.deepEqual(info.rope.type, 'llama3');
 
   const picked = cases.filter((_, i) => i % 2 === 0 || /model_type|config\.json|wrong shape|missing tensor/.test(cases[i]!.name));
-  const results = await Promise.all(picked.map(async (c) => ({ c, r: await cli(['inspect', '--model', c.make()]) })));
+  const results = await Promise.all(picked.map(async (c) => ({ c, r: await runCli(['inspect', '--model', c.make()], { cwd: root }) })));
   for (const { c, r } of results) {
     assert.equal(r.code, 2, `${c.name}: exit ${r.code}\n${r.stderr}`);
     assert.equal(r.stdout, '');
@@ -206,7 +197,7 @@ test('safekeep inspect: prints the model; every bad input exits 2 with one line,
     assert.match(lines[0]!, /^safekeep: /);
     assert.match(lines[0]!, c.msg);
   }
-  const none = await cli(['inspect', '--model', join(root, 'nope', 'x')]);
+  const none = await runCli(['inspect', '--model', join(root, 'nope', 'x')], { cwd: root });
   assert.equal(none.code, 2);
   assert.match(none.stderr, /^safekeep: --model .*nope\/x: no such folder\n$/);
 });

@@ -5,32 +5,24 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { HF5 } from './helpers/hf5.ts';
 import { repoRoot } from './helpers/shared.ts';
-
-function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((res) => {
-    execFile(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), ...args], { cwd: repoRoot }, (err, stdout, stderr) => {
-      res({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stdout, stderr });
-    });
-  });
-}
+import { runCli } from './helpers/cli.ts';
 
 const line = (out: string, key: string): string => out.split('\n').find((l) => l.startsWith(key.padEnd(13) + ' ')) ?? '';
 
 test('inspect prints the resolved RoPE, the attention window and the config keys read (5.x and 4.x configs)', async () => {
   const model = (tag: string) => join(HF5, tag, 'model');
   const [l3, l34x, yarnWin, mis, dyn, json] = await Promise.all([
-    cli(['inspect', '--model', model('llama-llama3')]),
-    cli(['inspect', '--model', model('llama-llama3-4x')]),
-    cli(['inspect', '--model', model('qwen2-yarn-window')]),
-    cli(['inspect', '--model', model('mistral-linear-window')]),
-    cli(['inspect', '--model', model('qwen3-dynamic')]),
-    cli(['inspect', '--model', model('qwen3-yarn-window'), '--json']),
+    runCli(['inspect', '--model', model('llama-llama3')], { cwd: repoRoot }),
+    runCli(['inspect', '--model', model('llama-llama3-4x')], { cwd: repoRoot }),
+    runCli(['inspect', '--model', model('qwen2-yarn-window')], { cwd: repoRoot }),
+    runCli(['inspect', '--model', model('mistral-linear-window')], { cwd: repoRoot }),
+    runCli(['inspect', '--model', model('qwen3-dynamic')], { cwd: repoRoot }),
+    runCli(['inspect', '--model', model('qwen3-yarn-window'), '--json'], { cwd: repoRoot }),
   ]);
   for (const r of [l3, l34x, yarnWin, mis, dyn, json]) assert.equal(r.code, 0, r.stderr);
   // a transformers 5 Llama-3 config is llama3 with its θ, not "default (theta 10000)"
@@ -73,7 +65,7 @@ test('inspect refuses unsupported RoPE types and forward-changing keys: exit 2, 
       ['softcap', (c) => { c.final_logit_softcapping = 30.0; }, /config\.json: final_logit_softcapping 30 is not supported \(tanh soft-capping of the logits\)/],
       ['unknown', (c) => { c.attention_sink_size = 4; }, /config\.json: config key "attention_sink_size" is not known to safekeep for qwen3/],
     ];
-    const results = await Promise.all(cases.map(async ([name, edit, re]) => ({ name, re, r: await cli(['inspect', '--model', variant(name, edit)]) })));
+    const results = await Promise.all(cases.map(async ([name, edit, re]) => ({ name, re, r: await runCli(['inspect', '--model', variant(name, edit)], { cwd: repoRoot }) })));
     for (const { name, re, r } of results) {
       assert.equal(r.code, 2, `${name}: exit ${r.code}\n${r.stderr}`);
       assert.equal(r.stdout, '');

@@ -5,7 +5,6 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,19 +17,10 @@ import { parseConfigs, s3Items } from '../src/eval/s3/eval.ts';
 import { itemTokens } from '../src/eval/s3/shard.ts';
 import { loadSkills } from '../src/s3/skill-file.ts';
 import { partitionByCost } from '../src/util/shard.ts';
+import { runCli } from './helpers/cli.ts';
 
 const fixtures = s3Data();
 const data = ['--injecagent', fixtures.injecagent, '--agentharm', fixtures.agentharm];
-
-function runCli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '', stderr = '';
-    child.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
-    child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
-    child.on('exit', (code) => resolve({ code, stdout, stderr }));
-  });
-}
 
 /** Drops every measured time (latencyMs, in trajectories, decisions, guard-agent calls and the summaries). */
 function stripTiming(x: unknown): unknown {

@@ -4,23 +4,13 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { completion, startMockUpstream } from './helpers/guard-mock.ts';
-import { needShared, repoRoot } from './helpers/shared.ts';
+import { needShared } from './helpers/shared.ts';
 import { SAFETY_ASSESSOR_ROLE } from '../src/guard/prompts.ts';
-
-function runCli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '', stderr = '';
-    child.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
-    child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
-    child.on('exit', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+import { runCli } from './helpers/cli.ts';
 
 type Msg = { role: string; content: string };
 

@@ -3,7 +3,6 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { spawn } from 'node:child_process';
 import { runGuardEval, summarizeEval } from '../src/eval/table4/eval.ts';
 import { OpenAIBackend } from '../src/chat/openai.ts';
 import { agentHarmCases, injecAgentCases, AGENT_SYSTEM, type GuardCase } from '../src/benchmarks/cases.ts';
@@ -12,6 +11,7 @@ import { withSafetyPrompt } from '../src/guard/respond.ts';
 import type { ToolSpec } from '../src/data/types.ts';
 import { completion, startMockUpstream, type MockAnswer } from './helpers/guard-mock.ts';
 import { needShared, repoRoot } from './helpers/shared.ts';
+import { runCli } from './helpers/cli.ts';
 
 type Msg = { role: string; content: string };
 type Schema = { type?: string; enum?: unknown[]; properties?: Record<string, Schema>; required?: string[] };
@@ -86,16 +86,6 @@ test('guard eval on hand-built cases against a scripted endpoint: exact Table 4 
   // requests: base 5 + safejudge 10 + safeprompt 5 + safekeep 10
   assert.equal(up.requests.length, 30);
 });
-
-function runCli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '', stderr = '';
-    child.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
-    child.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
-    child.on('exit', (code) => resolve({ code, stdout, stderr }));
-  });
-}
 
 type Table = { methods: { method: string; n: number; metrics: Record<string, { k: number; n: number }> }[] };
 const kn = (tbl: Table) => Object.fromEntries(tbl.methods.map((m) => [m.method, Object.fromEntries(Object.entries(m.metrics).map(([k, r]) => [k, `${r.k}/${r.n}`]))]));

@@ -6,7 +6,6 @@
  */
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative, resolve, sep } from 'node:path';
@@ -18,7 +17,7 @@ import { repoPathProblem } from '../src/hub/api.ts';
 import { hubEnv, hubTimeoutsEnv } from '../src/cli/env.ts';
 import { SafekeepError } from '../src/util/errors.ts';
 import { startMockHub } from './helpers/mockHub.ts';
-import { repoRoot } from './helpers/shared.ts';
+import { runCli } from './helpers/cli.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'safekeep-hubb-'));
 const ck = await writeRandomCheckpoint(join(root, 'src'), 'qwen3', { seed: 7, numLayers: 1 });
@@ -175,23 +174,16 @@ test('timeouts from the environment (HF_HUB_ETAG_TIMEOUT, HF_HUB_DOWNLOAD_TIMEOU
   for (const v of ['0', '-1', 'abc', 'Infinity', '1e9']) assert.throws(() => hubTimeoutsEnv({ HF_HUB_DOWNLOAD_TIMEOUT: v }), /HF_HUB_DOWNLOAD_TIMEOUT .*: expected a number of seconds > 0/);
 });
 
-function cli(args: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((res) => {
-    execFile(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), ...args], { cwd: root, env: { ...process.env, HF_TOKEN: '', ...env }, timeout: 60_000 }, (err, stdout, stderr) => {
-      res({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stdout, stderr });
-    });
-  });
-}
-
 test('CLI: a stalled hub ends with one line and exit 2 (--timeout and HF_HUB_ETAG_TIMEOUT); a bad --timeout is exit 2', async () => {
   hub.stallListing = true;
   try {
     const models = join(root, 'cli-models');
-    const env = { HF_ENDPOINT: hub.endpoint, SAFEKEEP_MODELS: models };
+    const env = { HF_TOKEN: '', HF_ENDPOINT: hub.endpoint, SAFEKEEP_MODELS: models };
+    const run = (args: string[], e: Record<string, string> = env) => runCli(args, { cwd: root, env: e, timeoutMs: 60_000 });
     const [a, b, c] = await Promise.all([
-      cli(['pull', 'acme/ok', '--timeout', '0.3', '--quiet'], env),
-      cli(['pull', 'acme/ok', '--quiet'], { ...env, HF_HUB_ETAG_TIMEOUT: '0.3' }),
-      cli(['pull', 'acme/ok', '--timeout', 'soon'], env),
+      run(['pull', 'acme/ok', '--timeout', '0.3', '--quiet']),
+      run(['pull', 'acme/ok', '--quiet'], { ...env, HF_HUB_ETAG_TIMEOUT: '0.3' }),
+      run(['pull', 'acme/ok', '--timeout', 'soon']),
     ]);
     for (const r of [a, b]) {
       assert.equal(r.code, 2, r.stderr);

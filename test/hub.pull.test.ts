@@ -5,7 +5,7 @@
  */
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative, resolve } from 'node:path';
@@ -20,7 +20,7 @@ import { resolveModel } from '../src/hub/resolve.ts';
 import { hubEnv } from '../src/cli/env.ts';
 import { SafekeepError } from '../src/util/errors.ts';
 import { startMockHub, type MockHub } from './helpers/mockHub.ts';
-import { repoRoot } from './helpers/shared.ts';
+import { runCli } from './helpers/cli.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'safekeep-hub-'));
 const src = await writeRandomCheckpoint(join(root, 'src'), 'llama', { seed: 4, shards: 2, numLayers: 2 });
@@ -268,22 +268,15 @@ test('resolveModel: folder → itself; owner/name → pulled into $SAFEKEEP_MODE
   await assert.rejects(resolveModel('acme/other', hubAt(dead)), /cannot reach/);
 });
 
-function cli(args: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((res) => {
-    execFile(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), ...args], { cwd: root, env: { ...process.env, HF_TOKEN: '', ...env } }, (err, stdout, stderr) => {
-      res({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stdout, stderr });
-    });
-  });
-}
-
 test('CLI: safekeep pull (HF_ENDPOINT, --revision, progress on stderr), gated → exit 2, inspect --model owner/name pulls', async () => {
   const models = join(root, 'cli-models');
-  const env = { HF_ENDPOINT: hub.endpoint, SAFEKEEP_MODELS: models };
+  const env = { HF_TOKEN: '', HF_ENDPOINT: hub.endpoint, SAFEKEEP_MODELS: models };
+  const run = (args: string[], e: Record<string, string> = env) => runCli(args, { cwd: root, env: e });
   const [a, b, c, d] = await Promise.all([
-    cli(['pull', 'acme/tiny-llama', '--revision', 'v1'], env),
-    cli(['pull', 'acme/gated'], env),
-    cli(['inspect', '--model', 'acme/tiny-qwen3'], env),
-    cli(['pull', 'acme/gated'], { ...env, HF_TOKEN: 'hf_secret' }),
+    run(['pull', 'acme/tiny-llama', '--revision', 'v1']),
+    run(['pull', 'acme/gated']),
+    run(['inspect', '--model', 'acme/tiny-qwen3']),
+    run(['pull', 'acme/gated'], { ...env, HF_TOKEN: 'hf_secret' }),
   ]);
   assert.equal(a.code, 0, a.stderr);
   assert.match(a.stdout, /^acme\/tiny-llama@bbbbbbbbbbbb → .*acme--tiny-llama@v1 \(10 files, [\d.]+ kB; 10 downloaded, 0 already present\)\n$/);
