@@ -7,26 +7,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, type Socket } from 'node:net';
-import type { AddressInfo } from 'node:net';
-import type { Server } from 'node:http';
-import { createGuardProxy, type ProxyOptions } from '../src/serve/proxy.ts';
+import type { ProxyOptions } from '../src/serve/proxy.ts';
 import { bearerToken, hostName, isLoopbackHost, secretEquals } from '../src/http/policy.ts';
-import { completion, startMockUpstream, type MockUpstream } from './helpers/guard-mock.ts';
+import { completion } from './helpers/guard-mock.ts';
 import { rawRequest } from './helpers/http-raw.ts';
+import { startProxy } from './helpers/proxy.ts';
 
 const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'Hello' }] });
 
-async function setup(t: import('node:test').TestContext, extra: Partial<ProxyOptions> = {}): Promise<{ up: MockUpstream; port: number }> {
-  const up = await startMockUpstream(() => ({ json: completion('hi') }));
-  const server: Server = createGuardProxy({ upstream: up.url, judgeModel: 'judge-m', timeoutMs: 5000, retries: 0, log: () => undefined, ...extra });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.after(async () => {
-    server.closeAllConnections();
-    await new Promise<void>((r) => server.close(() => r()));
-    await up.close();
-  });
-  return { up, port: (server.address() as AddressInfo).port };
-}
+const setup = (t: import('node:test').TestContext, extra: Partial<ProxyOptions> = {}) => startProxy(t, () => ({ json: completion('hi') }), { timeoutMs: 5000, ...extra });
 
 test('secretEquals / bearerToken', () => {
   assert.equal(secretEquals('abc', 'abc'), true);

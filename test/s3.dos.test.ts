@@ -7,19 +7,16 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { cpSync, mkdirSync, mkdtempSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
-import type { AddressInfo } from 'node:net';
-import type { Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createGuardProxy } from '../src/serve/proxy.ts';
 import { addressesIn, rulesCheck, secretsIn } from '../src/s3/checks/rules.ts';
 import { loadSkill, loadSkills } from '../src/s3/skill-file.ts';
 import { SafekeepError } from '../src/util/errors.ts';
 import type { ChatBackend } from '../src/guard/types.ts';
-import { startMockUpstream } from './helpers/guard-mock.ts';
 import { s3Script } from './helpers/s3-mock.ts';
 import { serveExit } from './helpers/serve-cli.ts';
 import { repoRoot } from './helpers/shared.ts';
+import { startProxy } from './helpers/proxy.ts';
 
 const noModel: ChatBackend = { name: 'none', callFormat: 'llama3', chat: () => Promise.reject(new Error('no model')) };
 
@@ -47,20 +44,13 @@ test('rules: a 40 KB adversarial tool argument is scanned in linear time (no pat
 });
 
 test('proxy (S³): more than 64 stage decisions → 200 with an ASCII stage header, not a 500 after the upstream was called', async (t) => {
-  const up = await startMockUpstream(s3Script);
-  const server: Server = createGuardProxy({ upstream: up.url, judgeModel: 'judge-m', timeoutMs: 10_000, retries: 0, skills: loadSkills([join(repoRoot, 'skills')]), maxFreshObservations: 100, log: () => {} });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.after(async () => {
-    server.closeAllConnections();
-    await new Promise<void>((r) => server.close(() => r()));
-    await up.close();
-  });
+  const { up, url } = await startProxy(t, s3Script, { skills: loadSkills([join(repoRoot, 'skills')]), maxFreshObservations: 100 });
   const tool = { type: 'function', function: { name: 'WeatherGetForecast', description: 'forecast', parameters: { type: 'object', properties: { city: { type: 'string' } } } } };
   const messages = [{ role: 'user', content: 'What is the weather in these cities?' }, ...Array.from({ length: 70 }, (_, i) => [
     { role: 'assistant', content: '', tool_calls: [{ id: `w${i}`, type: 'function', function: { name: 'WeatherGetForecast', arguments: `{"city":"C${i}"}` } }] },
     { role: 'tool', tool_call_id: `w${i}`, name: 'WeatherGetForecast', content: `{"city":"C${i}","forecast":"sunny"}` },
   ]).flat()];
-  const r = await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/chat/completions`, {
+  const r = await fetch(`${url}/chat/completions`, {
     method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages, tools: [tool] }),
   });
   assert.equal(r.status, 200, await r.clone().text());

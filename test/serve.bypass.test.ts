@@ -7,15 +7,14 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { AddressInfo } from 'node:net';
-import type { Server } from 'node:http';
 import { createGuardProxy, type ProxyOptions } from '../src/serve/proxy.ts';
 import { judgeMessages } from '../src/guard/judge-context.ts';
 import { JUDGE_QUESTION, SAFETY_ASSESSOR_ROLE } from '../src/guard/prompts.ts';
 import { flattenTools } from '../src/prompts/flatten.ts';
-import { completion, startMockUpstream, type MockAnswer, type MockUpstream, type RecordedRequest } from './helpers/guard-mock.ts';
+import { completion, type MockAnswer, type MockUpstream, type RecordedRequest } from './helpers/guard-mock.ts';
 import { rawRequest } from './helpers/http-raw.ts';
 import { serveExit } from './helpers/serve-cli.ts';
+import { startProxy } from './helpers/proxy.ts';
 
 const fnSpec = { name: 'post_on_x', description: 'Post on X.', parameters: { type: 'object', properties: { content: { type: 'string' } }, required: ['content'] } };
 const tools = [{ type: 'function', function: fnSpec }];
@@ -33,19 +32,7 @@ function script(body: Record<string, unknown> | null): MockAnswer {
   return { json: completion('Because it would deceive people.') };
 }
 
-async function setup(t: import('node:test').TestContext, extra: Partial<ProxyOptions> = {}, s = script): Promise<{ up: MockUpstream; port: number; url: string; logs: string[] }> {
-  const up = await startMockUpstream(s);
-  const logs: string[] = [];
-  const server: Server = createGuardProxy({ upstream: up.url, judgeModel: 'judge-m', timeoutMs: 5000, retries: 0, log: (l) => logs.push(l), ...extra });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.after(async () => {
-    server.closeAllConnections();
-    await new Promise<void>((r) => server.close(() => r()));
-    await up.close();
-  });
-  const port = (server.address() as AddressInfo).port;
-  return { up, port, url: `http://127.0.0.1:${port}/v1`, logs };
-}
+const setup = (t: import('node:test').TestContext, extra: Partial<ProxyOptions> = {}, s = script) => startProxy(t, s, { timeoutMs: 5000, ...extra });
 
 /** agent calls that reached the upstream with tools (executions) */
 const executed = (up: MockUpstream): RecordedRequest[] => up.requests.filter((q) => !isJudge(q.body) && (q.body?.tools || q.body?.functions));

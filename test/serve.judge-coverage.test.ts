@@ -13,7 +13,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { AddressInfo } from 'node:net';
-import type { Server } from 'node:http';
 import fc from 'fast-check';
 import { createGuardProxy, type ProxyOptions } from '../src/serve/proxy.ts';
 import { createLocalServer } from '../src/serve/local.ts';
@@ -27,9 +26,10 @@ import { join } from 'node:path';
 import type { ChatBackend, ChatCall, ChatReply } from '../src/guard/types.ts';
 import { loadPromptTokenizer, npmTokenizerDir } from '../src/prompts/tokenizer.ts';
 import { parseChatRequest } from '../src/chat/body.ts';
-import { completion, startMockUpstream, type MockUpstream } from './helpers/guard-mock.ts';
+import { completion, startMockUpstream } from './helpers/guard-mock.ts';
 import { MARKER, markAt, markedRequest } from './helpers/marked-request.ts';
 import { rawRequest } from './helpers/http-raw.ts';
+import { startProxy } from './helpers/proxy.ts';
 
 type Msg = { role: string; content: string };
 const isJudge = (b: Record<string, unknown> | null) => (b?.messages as Msg[] | undefined)?.[0]?.content === SAFETY_ASSESSOR_ROLE;
@@ -42,17 +42,7 @@ function script(body: Record<string, unknown> | null) {
   return { json: completion("I'm sorry, but I can't help with that.") };
 }
 
-async function proxy(t: import('node:test').TestContext, extra: Partial<ProxyOptions> = {}, s: Parameters<typeof startMockUpstream>[0] = script): Promise<{ up: MockUpstream; port: number }> {
-  const up = await startMockUpstream(s);
-  const server: Server = createGuardProxy({ upstream: up.url, judgeModel: 'judge-m', timeoutMs: 5000, retries: 0, log: () => undefined, ...extra });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.after(async () => {
-    server.closeAllConnections();
-    await new Promise<void>((r) => server.close(() => r()));
-    await up.close();
-  });
-  return { up, port: (server.address() as AddressInfo).port };
-}
+const proxy = (t: import('node:test').TestContext, extra: Partial<ProxyOptions> = {}, s: Parameters<typeof startMockUpstream>[0] = script) => startProxy(t, s, { timeoutMs: 5000, ...extra });
 
 const post = (port: number, body: string) => rawRequest(port, { path: '/v1/chat/completions', body });
 

@@ -1,12 +1,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { AddressInfo } from 'node:net';
-import type { Server } from 'node:http';
 import { join } from 'node:path';
-import { createGuardProxy, type ProxyOptions } from '../src/serve/proxy.ts';
+import type { ProxyOptions } from '../src/serve/proxy.ts';
 import { REFUSAL_PREFIX, SAFETY_ASSESSOR_ROLE } from '../src/guard/prompts.ts';
-import { completion, startMockUpstream, type MockAnswer, type MockUpstream } from './helpers/guard-mock.ts';
+import { completion, startMockUpstream, type MockAnswer } from './helpers/guard-mock.ts';
 import { serveExit, startServeCli, stopServe } from './helpers/serve-cli.ts';
+import { startProxy } from './helpers/proxy.ts';
 
 const tools = [{ type: 'function', function: { name: 'post_on_x', description: 'Post on X.', parameters: { type: 'object', properties: { content: { type: 'string' } }, required: ['content'] } } }];
 type Msg = { role: string; content: string };
@@ -25,18 +24,7 @@ function script(body: Record<string, unknown> | null): MockAnswer {
   return { json: completion('Because it would deceive people.') };
 }
 
-async function setup(t: import('node:test').TestContext, extra: Partial<ProxyOptions> = {}, s = script): Promise<{ up: MockUpstream; url: string; logs: Record<string, unknown>[] }> {
-  const up = await startMockUpstream(s);
-  const logs: Record<string, unknown>[] = [];
-  const server: Server = createGuardProxy({ upstream: up.url, judgeModel: 'judge-m', timeoutMs: 10_000, retries: 0, log: (l) => logs.push(JSON.parse(l) as Record<string, unknown>), ...extra });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.after(async () => {
-    server.closeAllConnections();
-    await new Promise<void>((r) => server.close(() => r()));
-    await up.close();
-  });
-  return { up, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`, logs };
-}
+const setup = (t: import('node:test').TestContext, extra: Partial<ProxyOptions> = {}, s = script) => startProxy(t, s, extra);
 
 const post = (url: string, body: unknown) =>
   fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer client-key' }, body: typeof body === 'string' ? body : JSON.stringify(body) });

@@ -1,9 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { AddressInfo } from 'node:net';
-import type { Server } from 'node:http';
 import { join } from 'node:path';
-import { createGuardProxy, type ProxyOptions } from '../src/serve/proxy.ts';
+import type { ProxyOptions } from '../src/serve/proxy.ts';
 import { loadSkills } from '../src/s3/skill-file.ts';
 import { inputEnd, newMessagesStart } from '../src/s3/flow.ts';
 import { S3_CHECK_ROLE } from '../src/s3/checks/llm.ts';
@@ -12,6 +10,7 @@ import { completion, startMockUpstream, type MockAnswer, type MockUpstream } fro
 import { s3Script } from './helpers/s3-mock.ts';
 import { serveExit, startServeCli, stopServe } from './helpers/serve-cli.ts';
 import { repoRoot } from './helpers/shared.ts';
+import { startProxy } from './helpers/proxy.ts';
 
 const skills = loadSkills([join(repoRoot, 'skills')]);
 const fn = (name: string, props: string[]) => ({ type: 'function', function: { name, description: name, parameters: { type: 'object', properties: Object.fromEntries(props.map((p) => [p, { type: 'string' }])), required: props } } });
@@ -32,18 +31,7 @@ function agent(body: Record<string, unknown> | null): MockAnswer {
   return { json: completion('?') };
 }
 
-async function setup(t: import('node:test').TestContext, extra: Partial<ProxyOptions> = {}, script = agent): Promise<{ up: MockUpstream; url: string; logs: Record<string, unknown>[] }> {
-  const up = await startMockUpstream(script);
-  const logs: Record<string, unknown>[] = [];
-  const server: Server = createGuardProxy({ upstream: up.url, judgeModel: 'judge-m', timeoutMs: 10_000, retries: 0, skills, log: (l) => logs.push(JSON.parse(l) as Record<string, unknown>), ...extra });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  t.after(async () => {
-    server.closeAllConnections();
-    await new Promise<void>((r) => server.close(() => r()));
-    await up.close();
-  });
-  return { up, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`, logs };
-}
+const setup = (t: import('node:test').TestContext, extra: Partial<ProxyOptions> = {}, script = agent) => startProxy(t, script, { skills, ...extra });
 
 const post = (url: string, body: unknown, auth: string | null = 'Bearer client-key') =>
   fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...(auth ? { authorization: auth } : {}) }, body: JSON.stringify(body) });
