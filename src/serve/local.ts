@@ -33,12 +33,13 @@
 import type { Server } from 'node:http';
 import { parseToolCalls, stripEndTokens } from '../outcome/parse-calls.ts';
 import { contextLengthMessage } from './context-length.ts';
+import { sendCompletion } from './completion.ts';
 import { HttpError, badRequest, capMessage, sendJson } from '../http/errors.ts';
 import { MAX_TOOLS, parseChatRequest, stopStrings, type ChatRequest } from '../chat/body.ts';
 import { SchemaBoundError } from '../prompts/flatten.ts';
 import { judgeCall } from '../guard/judge.ts';
 import { createHttpServer, type Exchange, type ServerLimits } from '../http/server.ts';
-import { SseStream, sendSse, usageOf } from '../http/sse.ts';
+import { SseStream, usageOf } from '../http/sse.ts';
 import { redactSecrets } from '../http/upstream.ts';
 import { isSafekeepError } from '../util/errors.ts';
 import { guardedRespond, plannedCalls, type GuardedResponse, type GuardOptions } from '../guard/respond.ts';
@@ -314,26 +315,19 @@ function sendReply(x: Exchange, o: LocalServerOptions, a: Admitted, { r, researc
   const calls = r.blocked || tools.length === 0 ? [] : parseToolCalls(content, o.backend.callFormat).calls;
   const toolCalls = calls.map((k, i) => ({ id: `call_${i}`, type: 'function', function: { name: k.name, arguments: JSON.stringify(k.arguments) } }));
   const finish = toolCalls.length ? 'tool_calls' : r.reply.finish === 'length' ? 'length' : 'stop';
-  const usage = usageOf(r.reply.promptTokens, r.reply.completionTokens);
-  x.entry.status = 200;
   if (live) {
+    x.entry.status = 200;
+    const usage = usageOf(r.reply.promptTokens, r.reply.completionTokens);
     if (!live.finish({ content, toolCalls, finish, usage: c.includeUsage ? usage : undefined }, headers)) x.entry.status = 500;
     return;
   }
-  const logprobs = topLogprobs !== undefined ? { logprobs: { content: researchReply?.logprobs ?? [], refusal: null } } : {};
   const activations = rq?.capture && research?.capture && researchReply
     ? { safekeep: { activations: activationsJson(rq.capture, research.capture, researchReply, o.research!.hiddenSize) } }
-    : {};
-  if (c.stream) {
-    // streamed: the activations ride on the finish-reason chunk
-    sendSse(x.res, { id: x.id, model: o.modelName, content, toolCalls, finish, usage: c.includeUsage ? usage : undefined, ...logprobs, ...(activations.safekeep ? { finishExtra: activations } : {}) }, headers);
-    return;
-  }
-  sendJson(x.res, 200, {
-    id: x.id, object: 'chat.completion', created: Math.floor(Date.now() / 1000), model: o.modelName,
-    choices: [{ index: 0, message: { role: 'assistant', content, ...(toolCalls.length ? { tool_calls: toolCalls } : {}) }, ...logprobs, finish_reason: finish }],
-    usage, ...activations,
-  }, headers);
+    : undefined;
+  sendCompletion(x, c, o.modelName, { content, toolCalls, finish, promptTokens: r.reply.promptTokens, completionTokens: r.reply.completionTokens }, headers, {
+    ...(topLogprobs !== undefined ? { logprobs: { content: researchReply?.logprobs ?? [], refusal: null } } : {}),
+    ...(activations ? { body: activations } : {}),
+  });
 }
 
 export function createLocalServer(o: LocalServerOptions): Server {
