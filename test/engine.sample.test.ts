@@ -1,0 +1,158 @@
+/**
+ * Sampling (src/engine/sample/, run/choose-token.ts): the processed distribution equals transformers' own
+ * (`generate(do_sample=True)`'s processor list on recorded and synthetic logits, scripts/hf-fixtures/sampling.py)
+ * within 1e-6 per probability; greedy rows take HF's `do_sample=False` choice; top_k 1 and top_p → 0 reduce to
+ * greedy; draws pass a chi-square test against the processed distribution (seeded, so the test cannot flake — and a
+ * wrong distribution is rejected, so it can fail); Philox matches Random123's known answers.
+ */
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { argmax } from '../src/engine/run/argmax.ts';
+import { TokenChooser } from '../src/engine/run/choose-token.ts';
+import { drawIndex } from '../src/engine/sample/draw.ts';
+import { tokenHistory } from '../src/engine/sample/penalties.ts';
+import { philox4x32, uniformAt } from '../src/engine/sample/philox.ts';
+import { processLogits } from '../src/engine/sample/process.ts';
+import { largest, topIndices } from '../src/engine/sample/select.ts';
+import type { SamplingSettings } from '../src/engine/sample/settings.ts';
+import { softmax } from '../src/engine/sample/softmax.ts';
+import { chiSquare } from './helpers/chi-square.ts';
+import { repoRoot } from './helpers/shared.ts';
+
+interface FixtureCase { temperature: number; top_k?: number; top_p?: number; min_p?: number; repetition_penalty?: number; frequency_penalty?: number; presence_penalty?: number; logit_bias?: Record<string, number> }
+interface FixtureRow { name: string; logits: number[]; prompt: number[]; generated: number[]; cases: Record<string, { processors: string[]; probs: number[]; greedy: number; kept: number }> }
+const fx = JSON.parse(readFileSync(join(repoRoot, 'test', 'fixtures', 'sampling', 'processors.json'), 'utf8')) as { cases: Record<string, FixtureCase>; rows: FixtureRow[] };
+
+const settingsOf = (c: FixtureCase): SamplingSettings => ({
+  temperature: c.temperature, topK: c.top_k, topP: c.top_p, minP: c.min_p, repetitionPenalty: c.repetition_penalty,
+  frequencyPenalty: c.frequency_penalty, presencePenalty: c.presence_penalty,
+  logitBias: c.logit_bias && Object.fromEntries(Object.entries(c.logit_bias).map(([k, v]) => [Number(k), v])),
+});
+
+test('the fixture covers every processor and their combination, in HF generate\'s order', () => {
+  assert.equal(fx.rows.length, 3);
+  assert.deepEqual(fx.rows[0]!.cases.all!.processors, ['SequenceBiasLogitsProcessor', 'OpenAiPenalties', 'RepetitionPenaltyLogitsProcessor',
+    'TemperatureLogitsWarper', 'TopKLogitsWarper', 'TopPLogitsWarper', 'MinPLogitsWarper']);
+  // the cuts cut: top-k, top-p and min-p keep fewer tokens than the vocabulary
+  for (const r of fx.rows) for (const n of ['top-k-5', 'top-p-0.8', 'min-p-0.1', 'all']) assert.ok(r.cases[n]!.kept < r.logits.length, `${r.name} ${n}`);
+});
+
+test('processed distributions equal transformers\' within 1e-6 per probability, for each processor and all together', () => {
+  for (const row of fx.rows) {
+    const h = tokenHistory(row.prompt, row.generated);
+    for (const [name, c] of Object.entries(fx.cases)) {
+      const want = row.cases[name]!;
+      const s = settingsOf(c);
+      if (c.temperature === 0) continue; // a greedy case has no sampled distribution (its argmax is checked below)
+      const z = processLogits(Float32Array.from(row.logits), s, h);
+      // the same tokens filtered (a −100 logit_bias underflows to probability 0 in float32 but is not filtered)
+      assert.equal(z.filter((v) => v > -Infinity).length, want.kept, `${row.name} ${name}: tokens kept`);
+      const got = softmax(z);
+      let worst = 0;
+      for (let i = 0; i < got.length; i++) worst = Math.max(worst, Math.abs(got[i]! - want.probs[i]!));
+      assert.ok(worst <= 1e-6, `${row.name} ${name}: max |Δp| ${worst}`);
+    }
+  }
+});
+
+test('greedy rows (temperature 0 or none) choose HF\'s do_sample=False token: the argmax of the penalised logits', () => {
+  for (const row of fx.rows) {
+    const prompt = row.prompt, gen = row.generated;
+    for (const [name, c] of Object.entries(fx.cases)) {
+      const s = { ...settingsOf(c), temperature: 0 };
+      assert.equal(new TokenChooser(s, prompt).choose(Float32Array.from(row.logits), gen), row.cases[name]!.greedy, `${row.name} ${name}`);
+    }
+    // no settings at all: the plain argmax, as before sampling existed
+    assert.equal(new TokenChooser(undefined, prompt).choose(Float32Array.from(row.logits), gen), argmax(Float32Array.from(row.logits)));
+  }
+  // the penalties did move the greedy choice somewhere (the check above is not only the raw argmax)
+  const r0 = fx.rows[0]!;
+  assert.notEqual(r0.cases['greedy-penalised']!.greedy, argmax(Float32Array.from(r0.logits)));
+});
+
+test('top_k 1 and top_p → 0 reduce to greedy exactly, at any temperature and seed', () => {
+  for (const row of fx.rows) {
+    const logits = Float32Array.from(row.logits);
+    const best = argmax(logits);
+    for (const s of [{ topK: 1 }, { topP: 0 }, { topP: 1e-12 }, { topK: 1, topP: 0.5 }]) {
+      for (const temperature of [0.5, 1, 2, 10]) {
+        for (let seed = 0; seed < 20; seed++) {
+          const c = new TokenChooser({ ...s, temperature, seed }, row.prompt);
+          for (let step = 0; step < 5; step++) assert.equal(c.choose(logits, Array(step).fill(best)), best);
+        }
+      }
+    }
+  }
+});
+
+/** draws of a row's token at steps 0..n-1 of one seed, and at step 0 of seeds 0..n-1 */
+function draws(z: Float64Array, n: number, seed: number, across: 'steps' | 'seeds'): Float64Array {
+  const counts = new Float64Array(z.length);
+  for (let k = 0; k < n; k++) counts[drawIndex(z, across === 'steps' ? uniformAt(seed, k) : uniformAt(seed + k, 0))]!++;
+  return counts;
+}
+
+test('chi-square: 24,000 draws follow the processed distribution (p > 0.001), and a wrong distribution is rejected', () => {
+  const row = fx.rows[0]!; // the tiny model's recorded logits
+  const h = tokenHistory(row.prompt, row.generated);
+  for (const name of ['temperature-0.7', 'top-p-0.8', 'min-p-0.3-t1.5', 'all']) {
+    const z = processLogits(Float32Array.from(row.logits), settingsOf(fx.cases[name]!), h);
+    for (const across of ['steps', 'seeds'] as const) {
+      const counts = draws(z, 24_000, 1234, across);
+      const r = chiSquare(counts, row.cases[name]!.probs);
+      assert.ok(r.df >= 3, `${name}: ${r.df} degrees of freedom`);
+      assert.ok(r.p > 0.001, `${name} across ${across}: χ² ${r.statistic.toFixed(1)} on ${r.df} df, p ${r.p}`);
+    }
+  }
+  // power: draws at temperature 0.7 tested against temperature 2's distribution (and top-p's against the unfiltered one)
+  const t07 = draws(processLogits(Float32Array.from(row.logits), { temperature: 0.7, seed: 0 }, h), 24_000, 99, 'steps');
+  assert.ok(chiSquare(t07, row.cases['temperature-2']!.probs).p < 1e-12);
+  const z1 = processLogits(Float32Array.from(row.logits), { temperature: 0.8, seed: 0 }, h);
+  const near = chiSquare(draws(z1, 24_000, 5, 'steps'), row.cases['temperature-0.7']!.probs);
+  assert.ok(near.p < 0.001, `temperature 0.8 vs 0.7: p ${near.p}`);
+});
+
+test('Philox4x32-10 matches Random123\'s known-answer vectors; uniforms are in [0, 1) and uniform (chi-square on 20 bins)', () => {
+  const hex = (w: number[]) => w.map((x) => x.toString(16).padStart(8, '0')).join(' ');
+  assert.equal(hex(philox4x32([0, 0, 0, 0], [0, 0])), '6627e8d5 e169c58d bc57ac4c 9b00dbd8');
+  assert.equal(hex(philox4x32([0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff], [0xffffffff, 0xffffffff])), '408f276d 41c83b0e a20bc7c6 6d5451fd');
+  assert.equal(hex(philox4x32([0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344], [0xa4093822, 0x299f31d0])), 'd16cfe09 94fdcceb 5001e420 24126ea1');
+  assert.equal(hex(philox4x32([0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344], [0xa4093822, 0x299f31d0], 7)), '4dfccaba 190a87f0 c47362ba b6b5242a');
+  for (const seq of [(k: number) => uniformAt(42, k), (k: number) => uniformAt(k, 0), (k: number) => uniformAt(-k, 3)]) {
+    const bins = new Float64Array(20);
+    for (let k = 0; k < 20_000; k++) {
+      const u = seq(k);
+      assert.ok(u >= 0 && u < 1);
+      bins[Math.floor(u * 20)]!++;
+    }
+    assert.ok(chiSquare(bins, new Float64Array(20).fill(0.05)).p > 0.001);
+  }
+  // a draw depends on (seed, step) only: the same value however often and in whatever order it is asked for
+  assert.equal(uniformAt(7, 3), uniformAt(7, 3));
+  assert.notEqual(uniformAt(7, 3), uniformAt(8, 3));
+  assert.notEqual(uniformAt(7, 3), uniformAt(7, 4));
+});
+
+test('selection: the k-th largest and the top indices agree with a full sort (ties: the lower index first)', () => {
+  const x = Float64Array.from({ length: 1000 }, (_, i) => Math.round(Math.sin(i * 12.9898) * 43758.5453 % 50));
+  const sorted = [...x].sort((a, b) => b - a);
+  for (const k of [1, 2, 10, 500, 1000]) assert.equal(largest(x, k), sorted[k - 1]);
+  const order = [...x.keys()].sort((a, b) => x[b]! - x[a]! || a - b);
+  for (const m of [1, 7, 64, 1000]) assert.deepEqual([...topIndices(x, m)], order.slice(0, m));
+  assert.equal(largest([-Infinity, 2, -Infinity], 2), -Infinity);
+});
+
+test('a sampled row needs a seed; the draw is a function of (logits, seed, step)', () => {
+  assert.throws(() => new TokenChooser({ temperature: 1 }, [1]), /seed/);
+  const row = fx.rows[1]!, logits = Float32Array.from(row.logits);
+  const s = { temperature: 2, seed: 3 };
+  const a = new TokenChooser(s, row.prompt), b = new TokenChooser(s, row.prompt);
+  const ids: number[] = [];
+  for (let t = 0; t < 30; t++) ids.push(a.choose(logits, ids));
+  const again: number[] = [];
+  for (let t = 0; t < 30; t++) again.push(b.choose(logits, again));
+  assert.deepEqual(again, ids);
+  assert.ok(new Set(ids).size > 5, 'temperature 2 varies the tokens');
+});
