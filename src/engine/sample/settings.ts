@@ -101,6 +101,6 @@ export function drawSeed(): number {
  * with its own seed (n = 1 with seed + i gives choice i's tokens).
  */
 export function choiceSettings(s: SamplingSettings & { seed: number }, n: number): SamplingSettings[] {
-  if (!Number.isSafeInteger(s.seed + n - 1)) throw new SafekeepError(`seed ${s.seed} + ${n - 1} choices leaves the 53-bit integers`);
+  if (!Number.isSafeInteger(s.seed + (n - 1))) throw new SafekeepError(`seed ${s.seed} + ${n - 1} choices leaves the 53-bit integers`);
   return Array.from({ length: n }, (_, i) => ({ ...s, seed: s.seed + i }));
 }
