@@ -10,14 +10,13 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { argmax } from '../src/engine/run/argmax.ts';
-import { TokenChooser } from '../src/engine/run/choose-token.ts';
+import { TokenChooser, tokenChooser } from '../src/engine/run/choose-token.ts';
 import { drawIndex } from '../src/engine/sample/draw.ts';
 import { tokenHistory } from '../src/engine/sample/penalties.ts';
 import { philox4x32, uniformAt } from '../src/engine/sample/philox.ts';
-import { processLogits } from '../src/engine/sample/process.ts';
+import { sampleDistribution, sampleWeights } from '../src/engine/sample/process.ts';
 import { largest, topIndices } from '../src/engine/sample/select.ts';
 import type { SamplingSettings } from '../src/engine/sample/settings.ts';
-import { softmax } from '../src/engine/sample/softmax.ts';
 import { chiSquare } from './helpers/chi-square.ts';
 import { repoRoot } from './helpers/shared.ts';
 
@@ -46,10 +45,9 @@ test('processed distributions equal transformers\' within 1e-6 per probability, 
       const want = row.cases[name]!;
       const s = settingsOf(c);
       if (c.temperature === 0) continue; // a greedy case has no sampled distribution (its argmax is checked below)
-      const z = processLogits(Float32Array.from(row.logits), s, h);
+      const got = sampleDistribution(Float32Array.from(row.logits), s, h);
       // the same tokens filtered (a −100 logit_bias underflows to probability 0 in float32 but is not filtered)
-      assert.equal(z.filter((v) => v > -Infinity).length, want.kept, `${row.name} ${name}: tokens kept`);
-      const got = softmax(z);
+      assert.equal(got.filter((v) => v > 0).length, want.kept, `${row.name} ${name}: tokens kept`);
       let worst = 0;
       for (let i = 0; i < got.length; i++) worst = Math.max(worst, Math.abs(got[i]! - want.probs[i]!));
       assert.ok(worst <= 1e-6, `${row.name} ${name}: max |Δp| ${worst}`);
@@ -62,10 +60,11 @@ test('greedy rows (temperature 0 or none) choose HF\'s do_sample=False token: th
     const prompt = row.prompt, gen = row.generated;
     for (const [name, c] of Object.entries(fx.cases)) {
       const s = { ...settingsOf(c), temperature: 0 };
-      assert.equal(new TokenChooser(s, prompt).choose(Float32Array.from(row.logits), gen), row.cases[name]!.greedy, `${row.name} ${name}`);
+      assert.equal(new TokenChooser(s, prompt, gen).next(Float32Array.from(row.logits)), row.cases[name]!.greedy, `${row.name} ${name}`);
     }
-    // no settings at all: the plain argmax, as before sampling existed
-    assert.equal(new TokenChooser(undefined, prompt).choose(Float32Array.from(row.logits), gen), argmax(Float32Array.from(row.logits)));
+    // no settings at all, or greedy without penalties: no chooser, the plain argmax as before sampling existed
+    assert.equal(tokenChooser(undefined, prompt), undefined);
+    assert.equal(tokenChooser({ temperature: 0, topK: 3, repetitionPenalty: 1 }, prompt), undefined);
   }
   // the penalties did move the greedy choice somewhere (the check above is not only the raw argmax)
   const r0 = fx.rows[0]!;
@@ -80,7 +79,7 @@ test('top_k 1 and top_p → 0 reduce to greedy exactly, at any temperature and s
       for (const temperature of [0.5, 1, 2, 10]) {
         for (let seed = 0; seed < 20; seed++) {
           const c = new TokenChooser({ ...s, temperature, seed }, row.prompt);
-          for (let step = 0; step < 5; step++) assert.equal(c.choose(logits, Array(step).fill(best)), best);
+          for (let step = 0; step < 5; step++) assert.equal(c.next(logits), best);
         }
       }
     }
@@ -98,7 +97,7 @@ test('chi-square: 24,000 draws follow the processed distribution (p > 0.001), an
   const row = fx.rows[0]!; // the tiny model's recorded logits
   const h = tokenHistory(row.prompt, row.generated);
   for (const name of ['temperature-0.7', 'top-p-0.8', 'min-p-0.3-t1.5', 'all']) {
-    const z = processLogits(Float32Array.from(row.logits), settingsOf(fx.cases[name]!), h);
+    const z = sampleWeights(Float32Array.from(row.logits), settingsOf(fx.cases[name]!), h);
     for (const across of ['steps', 'seeds'] as const) {
       const counts = draws(z, 24_000, 1234, across);
       const r = chiSquare(counts, row.cases[name]!.probs);
@@ -107,9 +106,9 @@ test('chi-square: 24,000 draws follow the processed distribution (p > 0.001), an
     }
   }
   // power: draws at temperature 0.7 tested against temperature 2's distribution (and top-p's against the unfiltered one)
-  const t07 = draws(processLogits(Float32Array.from(row.logits), { temperature: 0.7, seed: 0 }, h), 24_000, 99, 'steps');
+  const t07 = draws(sampleWeights(Float32Array.from(row.logits), { temperature: 0.7, seed: 0 }, h), 24_000, 99, 'steps');
   assert.ok(chiSquare(t07, row.cases['temperature-2']!.probs).p < 1e-12);
-  const z1 = processLogits(Float32Array.from(row.logits), { temperature: 0.8, seed: 0 }, h);
+  const z1 = sampleWeights(Float32Array.from(row.logits), { temperature: 0.8, seed: 0 }, h);
   const near = chiSquare(draws(z1, 24_000, 5, 'steps'), row.cases['temperature-0.7']!.probs);
   assert.ok(near.p < 0.001, `temperature 0.8 vs 0.7: p ${near.p}`);
 });
@@ -136,11 +135,12 @@ test('Philox4x32-10 matches Random123\'s known-answer vectors; uniforms are in [
 });
 
 test('selection: the k-th largest and the top indices agree with a full sort (ties: the lower index first)', () => {
-  const x = Float64Array.from({ length: 1000 }, (_, i) => Math.round(Math.sin(i * 12.9898) * 43758.5453 % 50));
+  // many ties (50 distinct values); k up to the heap's limit and past it (quickselect)
+  const x = Float64Array.from({ length: 3000 }, (_, i) => Math.round(Math.sin(i * 12.9898) * 43758.5453 % 50));
   const sorted = [...x].sort((a, b) => b - a);
-  for (const k of [1, 2, 10, 500, 1000]) assert.equal(largest(x, k), sorted[k - 1]);
+  for (const k of [1, 2, 10, 500, 1024, 1025, 2999, 3000]) assert.equal(largest(x, k), sorted[k - 1], `k ${k}`);
   const order = [...x.keys()].sort((a, b) => x[b]! - x[a]! || a - b);
-  for (const m of [1, 7, 64, 1000]) assert.deepEqual([...topIndices(x, m)], order.slice(0, m));
+  for (const m of [1, 7, 64, 1000, 2000, 3000]) assert.deepEqual([...topIndices(x, m)], order.slice(0, m), `m ${m}`);
   assert.equal(largest([-Infinity, 2, -Infinity], 2), -Infinity);
 });
 
@@ -149,10 +149,8 @@ test('a sampled row needs a seed; the draw is a function of (logits, seed, step)
   const row = fx.rows[1]!, logits = Float32Array.from(row.logits);
   const s = { temperature: 2, seed: 3 };
   const a = new TokenChooser(s, row.prompt), b = new TokenChooser(s, row.prompt);
-  const ids: number[] = [];
-  for (let t = 0; t < 30; t++) ids.push(a.choose(logits, ids));
-  const again: number[] = [];
-  for (let t = 0; t < 30; t++) again.push(b.choose(logits, again));
+  const ids = Array.from({ length: 30 }, () => a.next(logits));
+  const again = Array.from({ length: 30 }, () => b.next(logits));
   assert.deepEqual(again, ids);
   assert.ok(new Set(ids).size > 5, 'temperature 2 varies the tokens');
 });

@@ -1,48 +1,61 @@
 /**
  * A row's next-token choice: greedy (argmax, as every row chose before sampling existed) or a draw from its processed
- * logits (sample/process.ts) with the uniform philox(seed, step) (sample/philox.ts), step = tokens generated so far.
- * The choice reads nothing but the row's own logits, settings, seed and history, so it is the same alone or in any
- * batch. Logprobs stay those of the raw logits (what OpenAI and vLLM report), at whichever token was chosen.
+ * distribution (sample/process.ts) with the uniform philox(seed, step) (sample/philox.ts), step = the tokens this row
+ * chose before. It reads nothing but the row's own logits, settings, seed and history (its prompt and its own
+ * choices, which it records), so it is the same alone or in any batch. Log probabilities stay those of the raw logits
+ * (what OpenAI and vLLM report), at whichever token was chosen.
  */
 import { SafekeepError } from '../../util/errors.ts';
 import { drawIndex } from '../sample/draw.ts';
-import type { TokenHistory } from '../sample/penalties.ts';
 import { uniformAt } from '../sample/philox.ts';
-import { penalise, processLogits } from '../sample/process.ts';
+import { penalisedLogits, sampleScratch, sampleWeights, type SampleScratch } from '../sample/process.ts';
 import { hasPenalties, isGreedy, type SamplingSettings } from '../sample/settings.ts';
 import { argmax } from './argmax.ts';
 
 export class TokenChooser {
   private readonly seen: Set<number>;
   private readonly counts = new Map<number, number>();
-  /** generated ids already folded into `seen` / `counts` */
-  private absorbed = 0;
-  private readonly plain: boolean;
+  /** tokens chosen so far (= the next draw's step) */
+  private step = 0;
+  private readonly settings: SamplingSettings;
   private readonly greedy: boolean;
+  /** [vocab] buffers reused every step (allocated at the first) */
+  private scratch: SampleScratch | undefined;
 
-  /** `settings.seed` must be set when the row samples (the caller draws and reports one when the user gave none) */
-  constructor(readonly settings: SamplingSettings | undefined, promptIds: readonly number[]) {
+  /**
+   * `settings.seed` must be set when the row samples (the caller draws and reports one when the user gave none);
+   * `generated`: tokens the row already has (a row resumed after them: its next draw is step generated.length)
+   */
+  constructor(settings: SamplingSettings, promptIds: readonly number[], generated: readonly number[] = []) {
+    this.settings = settings;
     this.greedy = isGreedy(settings);
-    this.plain = this.greedy && !hasPenalties(settings);
-    if (!this.greedy && settings!.seed === undefined) throw new SafekeepError('a sampling row needs a seed (drawSeed() when none was given)');
-    this.seen = this.plain ? new Set() : new Set(promptIds);
+    if (!this.greedy && settings.seed === undefined) throw new SafekeepError('a sampling row needs a seed (drawSeed() when none was given)');
+    this.seen = new Set(promptIds);
+    for (const t of generated) this.record(t);
   }
 
-  /** the token after `generatedIds`, from `row` ([vocab] logits of the last position) */
-  choose(row: Float32Array, generatedIds: readonly number[]): number {
-    if (this.plain) return argmax(row);
-    for (; this.absorbed < generatedIds.length; this.absorbed++) {
-      const t = generatedIds[this.absorbed]!;
-      this.seen.add(t);
-      this.counts.set(t, (this.counts.get(t) ?? 0) + 1);
-    }
-    const h: TokenHistory = { seen: this.seen, generatedCounts: this.counts };
-    const s = this.settings!;
-    if (this.greedy) {
-      const z = Float64Array.from(row);
-      penalise(z, s, h);
-      return argmax(z);
-    }
-    return drawIndex(processLogits(row, s, h), uniformAt(s.seed!, generatedIds.length));
+  private record(tok: number): void {
+    this.step++;
+    this.seen.add(tok);
+    this.counts.set(tok, (this.counts.get(tok) ?? 0) + 1);
   }
+
+  /** the row's next token from `row` ([vocab] logits of its last position); recorded as the row's own history */
+  next(row: Float32Array): number {
+    const s = this.settings, h = { seen: this.seen, generatedCounts: this.counts };
+    if (this.scratch?.z.length !== row.length) this.scratch = sampleScratch(row.length);
+    const tok = this.greedy ? argmax(penalisedLogits(row, s, h, this.scratch)) : drawIndex(sampleWeights(row, s, h, this.scratch), uniformAt(s.seed!, this.step));
+    this.record(tok);
+    return tok;
+  }
+}
+
+/**
+ * The choice function of a row with these settings, or undefined for the plain greedy argmax (no settings, or
+ * greedy without penalties): the default path stays the one it always was.
+ */
+export function tokenChooser(settings: SamplingSettings | undefined, promptIds: readonly number[]): ((row: Float32Array) => number) | undefined {
+  if (isGreedy(settings) && !hasPenalties(settings)) return undefined;
+  const c = new TokenChooser(settings!, promptIds);
+  return (row) => c.next(row);
 }
