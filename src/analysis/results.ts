@@ -119,6 +119,23 @@ export interface SteeringRow {
   interventionsSha256?: string;
   n: number;
   counts: { refusal: number; valid: number; invalid: number };
+  /**
+   * a sampled sweep (`steer --samples K --temperature T`): n = prompts × samples, and the refusal rate over them with
+   * a Wilson interval (every answer as independent) and a per-prompt bootstrap interval (prompts resampled, each with
+   * all its answers: the one to read, since answers to one prompt are not independent; analysis/sampled-rate.ts)
+   */
+  sampled?: { prompts: number; samples: number; refusal: { rate: number; wilson: { lo: number; hi: number }; bootstrap: { lo: number; hi: number }; reps: number; seed: number } };
+}
+
+/** how a sampled sweep decoded (engine/sample/settings.ts's fields) and its answers per request */
+export interface SteeringSampling {
+  temperature?: number;
+  topK?: number;
+  topP?: number;
+  minP?: number;
+  repetitionPenalty?: number;
+  seed?: number;
+  samples: number;
 }
 
 export interface SteeringResults {
@@ -129,6 +146,8 @@ export interface SteeringResults {
   /** which positions were steered: every prompt and generated position (default), or generated tokens only */
   positions?: 'all' | 'generated';
   rows: SteeringRow[];
+  /** a sampled sweep's decoding (absent: greedy) */
+  sampling?: SteeringSampling;
 }
 
 /** k of n with its 95 % Wilson interval. */

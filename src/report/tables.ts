@@ -114,34 +114,52 @@ function normsTable(res: AnalysisResults): Table {
 
 function steeringTable(res: AnalysisResults): Table | null {
   if (!res.steering?.length) return null;
+  // a sampled sweep (steer --samples K --temperature T) adds its columns at the end, so a greedy table is unchanged
+  const sampled = res.steering.some((s) => s.rows.some((r) => r.sampled));
   // `condition` (last, so the earlier columns keep their places): 'alpha' on the shorthand rows, the intervention
   // file's name on `--intervene` rows (their alpha empty)
-  const columns = ['direction', 'requests', 'layer', 'alpha', 'alpha_relative', 'n', 'outcome', 'count', 'percent', 'lo_percent', 'hi_percent', 'condition'];
+  const columns = ['direction', 'requests', 'layer', 'alpha', 'alpha_relative', 'n', 'outcome', 'count', 'percent', 'lo_percent', 'hi_percent', 'condition',
+    ...(sampled ? ['prompts', 'samples', 'boot_lo_percent', 'boot_hi_percent'] : [])];
   const rows: Cell[][] = [];
   const mdRows: string[][] = [];
+  const pct1 = (x: number) => (100 * x).toFixed(1);
   for (const s of res.steering) {
     for (const r of s.rows) {
       const cells: string[] = [s.requests, steeringConditionLabel(r), String(r.n)];
       for (const k of ['refusal', 'valid', 'invalid'] as const) {
         const iv = wilsonInterval(r.counts[k], r.n);
         const pct = r.n ? (100 * r.counts[k]) / r.n : 0;
+        const boot = k === 'refusal' ? r.sampled?.refusal.bootstrap : undefined;
         rows.push([s.direction, s.requests, s.layer, r.condition === undefined ? r.alpha : null, r.condition === undefined ? r.alphaRelative ?? null : null,
-          r.n, k, r.counts[k], +pct.toFixed(4), +(100 * iv.lo).toFixed(4), +(100 * iv.hi).toFixed(4), r.condition ?? 'alpha']);
+          r.n, k, r.counts[k], +pct.toFixed(4), +(100 * iv.lo).toFixed(4), +(100 * iv.hi).toFixed(4), r.condition ?? 'alpha',
+          ...(sampled ? [r.sampled?.prompts ?? null, r.sampled?.samples ?? null, boot ? +(100 * boot.lo).toFixed(4) : null, boot ? +(100 * boot.hi).toFixed(4) : null] : [])]);
         cells.push(`${pct.toFixed(1)}% [${(100 * iv.lo).toFixed(1)}, ${(100 * iv.hi).toFixed(1)}]`);
+        if (sampled && k === 'refusal') cells.push(r.sampled ? `[${pct1(r.sampled.refusal.bootstrap.lo)}, ${pct1(r.sampled.refusal.bootstrap.hi)}]` : '');
       }
       mdRows.push(cells);
     }
   }
   const title = 'Table 3 — steering outcomes vs α';
   const s0 = res.steering[0]!;
-  const header = ['Requests', 'α (relative to mean ‖h‖) or intervention set', 'n', 'Refusal [95% CI]', 'Valid harmful call [95% CI]', 'Invalid [95% CI]'];
+  const header = ['Requests', 'α (relative to mean ‖h‖) or intervention set', 'n', 'Refusal [95% CI]', ...(sampled ? ['Refusal, per-prompt bootstrap [95% CI]'] : []), 'Valid harmful call [95% CI]', 'Invalid [95% CI]'];
   const display = mdRows;
   const where = s0.positions === 'generated' ? 'at generated tokens only (--steer-positions generated)' : 'at every prompt position and generated token (--steer-positions all)';
   const sets = s0.rows.some((r) => r.condition !== undefined)
     ? ' Rows "intervene: NAME" run the interventions of NAME.json (--intervene; add / ablate / clamp, with their own layers and positions) instead, on the same prompts.'
     : '';
-  const note = `Steering: hidden[${s0.layer}] −= α · unit(${s0.direction}) ${where}.${sets} Intervals: Wilson 95%.`;
+  const note = `Steering: hidden[${s0.layer}] −= α · unit(${s0.direction}) ${where}.${sets} Intervals: Wilson 95%.${sampled ? sampledNote(res.steering) : ''}`;
   return { name: 'table3-steering', title, columns, rows, header, display, note, json: { title, positions: s0.positions ?? 'all', steering: res.steering } };
+}
+
+/** how a sampled sweep decoded and how to read its two refusal intervals */
+function sampledNote(sweeps: NonNullable<AnalysisResults['steering']>): string {
+  const s = sweeps.find((x) => x.sampling)?.sampling;
+  const row = sweeps.flatMap((x) => x.rows).find((r) => r.sampled)?.sampled;
+  const how = s ? [`temperature ${s.temperature ?? 0}`, ...(s.topK ? [`top-k ${s.topK}`] : []), ...(s.topP !== undefined && s.topP < 1 ? [`top-p ${s.topP}`] : []),
+    ...(s.minP ? [`min-p ${s.minP}`] : []), ...(s.repetitionPenalty !== undefined && s.repetitionPenalty !== 1 ? [`repetition penalty ${s.repetitionPenalty}`] : []),
+    `seed ${s.seed}${s.samples > 1 ? ` (sample j: seed + j)` : ''}`].join(', ') : 'sampled';
+  return ` Sampled (${how}), ${row?.samples ?? s?.samples ?? 1} answers per request: n = requests × answers; the Wilson interval counts every answer as independent, `
+    + `the per-prompt bootstrap (${row?.refusal.reps ?? 1000} resamples of the requests, each with all its answers, seed ${row?.refusal.seed ?? 0}) does not — read that one.`;
 }
 
 function behaviouralTable(res: AnalysisResults): Table | null {

@@ -2,11 +2,14 @@
  * `safekeep generate --model DIR (--ids IDS.json | --prompt TEXT | --chat TEXT) --max-new-tokens N [--no-stop]
  *    [--steer-layer l --steer-vector V.json --alpha a] [--intervene FILE.json] [--logits none|last|all]
  *    [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda|webgpu] [--out OUT.json]`
- * Greedy decoding with a KV cache, batched internally. Prints each decoded answer (when the model folder has a
- * tokenizer; else the ids). Steering subtracts a·v/|v| from hidden[l] at every prompt position and every generated
+ * Greedy decoding with a KV cache, batched internally; `--temperature T` (with `--top-k --top-p --min-p
+ * --repetition-penalty --seed --samples K`) samples instead, K answers per prompt with seeds S, S+1, … (a seed is
+ * drawn and printed when none is given). Prints each decoded answer (when the model folder has a tokenizer; else the
+ * ids), prompt by prompt, its samples in order. Steering subtracts a·v/|v| from hidden[l] at every prompt position and every generated
  * token (`--steer-positions generated`: generated tokens only); `--intervene` adds interventions (add / ablate /
  * clamp, several at once) from a file, with the steering flags as a shorthand for one add. OUT = {"sequences":
- * [{"generated_ids", "text", "finish", "step_logits" (only with --logits last|all), "first_token_hidden"}]}.
+ * [{"generated_ids", "text", "finish", "step_logits" (only with --logits last|all), "first_token_hidden"}]}; sampled,
+ * also "sampling" (the settings, the seed, samples) and per sequence "prompt", "sample" and "seed".
  */
 import { choiceValue, numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
@@ -16,9 +19,10 @@ import { createEngine } from '../../engine/engine.ts';
 import { resolveModel } from '../../hub/resolve.ts';
 import { hubEnv } from '../env.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
-import { STEER_POSITIONS, type Steering } from '../../engine/types.ts';
+import { STEER_POSITIONS, type GenerateResult, type Steering } from '../../engine/types.ts';
+import { SAMPLING_FLAG_DEFS, samplingFlags, samplingSummary } from '../sampling-flags.ts';
 
-export const summary = 'greedy generation with KV cache, optional steering: prints the answers; JSON (ids, text, logits if asked, hidden)';
+export const summary = 'generation with KV cache (greedy, or sampled with --temperature), optional steering: prints the answers; JSON (ids, text, logits if asked, hidden)';
 
 export const flags: FlagTable = {
   usage: 'generate --model M (--ids IDS.json | --prompt TEXT | --chat TEXT) --max-new-tokens N [--steer-layer l --steer-vector V.json --alpha a] [--out OUT.json]',
@@ -34,6 +38,7 @@ export const flags: FlagTable = {
     { name: 'steer-positions', value: 'all|generated', default: 'all', help: 'steer every prompt and generated position, or generated tokens only (the prompt runs unsteered)' },
     INTERVENE_FLAG_DEF,
     { name: 'no-stop', boolean: true, help: 'ignore end-of-sequence tokens' },
+    ...SAMPLING_FLAG_DEFS,
   ],
   example: "generate --model models/planted --chat 'how do i build a bomb' --max-new-tokens 16",
 };
@@ -57,26 +62,35 @@ export async function run(argv: string[]): Promise<number> {
   }
   const intervene = args.values.get('intervene');
   const interventions = intervene === undefined ? undefined : readInterventionsFile(intervene);
+  const sampling = samplingFlags(args);
+  const K = sampling.samples;
   const t0 = performance.now();
   const modelDir = await resolveModel(requireValue(args, 'model'), hubEnv());
   const { ids, tok } = await readTextInput(args, modelDir);
   const engine = await createEngine(modelDir, engineOptions(args));
   try {
-    const results = await engine.generate(ids, {
+    const opts = {
       maxNewTokens,
       ...(args.booleans.has('no-stop') ? { stopIds: [] } : {}),
       ...(steer ? { steer } : {}),
       ...(interventions ? { interventions } : {}),
       returnStepLogits: logits !== 'none',
       returnFirstTokenHidden: out !== undefined,
-    });
+    };
+    // sample j of every prompt with seed S + j: one call per sample, all in flight together (the scheduler batches them)
+    const ss = sampling.settings;
+    const perSample = await Promise.all(Array.from({ length: K }, (_, j) =>
+      engine.generate(ids, ss ? { ...opts, sampling: ss.seed === undefined ? ss : { ...ss, seed: ss.seed + j } } : opts)));
+    const results: GenerateResult[] = ids.flatMap((_, i) => perSample.map((r) => r[i]!));
     const V = engine.vocabSize;
     const d = engine.dModel;
     const rows = (m: Float32Array | undefined, w: number) =>
       m ? Array.from({ length: m.length / w }, (_, k) => Array.from(m.subarray(k * w, (k + 1) * w))) : [];
     const texts = results.map((r) => (tok ? tok.decode(r.generatedIds, { skipSpecial: true }) : null));
     if (out !== undefined) {
+      const sampled = ss?.seed !== undefined;
       const sequences = results.map((r, i) => ({
+        ...(sampled ? { prompt: Math.floor(i / K), sample: i % K, seed: ss!.seed! + (i % K) } : {}),
         generated_ids: r.generatedIds,
         ...(texts[i] !== null ? { text: texts[i] } : {}),
         finish: r.finish,
@@ -87,6 +101,7 @@ export async function run(argv: string[]): Promise<number> {
       writeFileAtomic(out, JSON.stringify({
         steering: steer ? { layer: steer.layer, alpha: steer.alpha, positions: steer.positions } : null,
         ...(interventions ? { interventions: interventionSummary(interventions) } : {}),
+        ...(ss ? { sampling: { ...ss, samples: K } } : {}),
         logits,
         sequences,
       }));
@@ -95,7 +110,7 @@ export async function run(argv: string[]): Promise<number> {
     results.forEach((r, i) => process.stdout.write(`${texts[i] !== null ? texts[i]!.replace(/\r?\n/g, '\\n') : r.generatedIds.join(' ')}\n`));
     const n = results.reduce((a, r) => a + r.generatedIds.length, 0);
     const s = (performance.now() - t0) / 1000;
-    process.stderr.write(`generate: ${results.length} sequences, ${n} new tokens${steer ? `, steered at layer ${steer.layer} (alpha ${steer.alpha}, positions ${steer.positions})` : ''}${interventions ? `, ${interventions.length} interventions` : ''}${out !== undefined ? ` → ${out}` : ''} (${s.toFixed(2)} s)\n`);
+    process.stderr.write(`generate: ${results.length} sequences, ${n} new tokens${sampling.settings ? `, ${samplingSummary(sampling)}` : ''}${steer ? `, steered at layer ${steer.layer} (alpha ${steer.alpha}, positions ${steer.positions})` : ''}${interventions ? `, ${interventions.length} interventions` : ''}${out !== undefined ? ` → ${out}` : ''} (${s.toFixed(2)} s)\n`);
   } finally {
     await engine.dispose();
   }

@@ -6,6 +6,9 @@
  * `--intervene` (a comma list; one flag, since a repeated flag would replace the earlier one): each file is an
  * intervention set as `generate --intervene` reads it, run as one more row labelled by the file's name.
  * `Nx` alphas are multiples of mean ‖hidden[ℓ*]‖ (residual units), so sweeps transfer across models.
+ * `--temperature T [--samples K --seed S --top-k --top-p --min-p --repetition-penalty]`: sampled answers, K per request
+ * (seeds S, S+1, …); Table 3 then reports refusal over requests × answers with a Wilson and a per-prompt bootstrap
+ * interval. Greedy by default, as the paper decodes.
  * `--shard i/n` (0-based): this shard's token-balanced share of the (requests × α × batch) generations, into
  * results/<model>/shards/steer/; needs the chatbot/agent.schema/agent.flattened caches first (`safekeep slurm steer`
  * runs that extraction as its own sharded stage); `safekeep merge results/<model>` writes Table 3 and the report.
@@ -23,6 +26,7 @@ import { SHARD_FLAG_DEF } from '../shard-flag.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { readInterventionsFile } from '../engine-flags.ts';
 import { basename } from 'node:path';
+import { SAMPLING_FLAG_DEFS, samplingFlags, samplingSummary } from '../sampling-flags.ts';
 
 export const summary = 'steering sweep (Table 3): subtract α·R̂ at ℓ*, classify agent outputs';
 
@@ -42,6 +46,7 @@ export const flags: FlagTable = {
     },
     ...ANALYSIS_FLAG_DEFS,
     SHARD_FLAG_DEF,
+    ...SAMPLING_FLAG_DEFS,
   ],
   example: 'steer --model models/planted --alphas 0,1,1.5',
 };
@@ -62,6 +67,7 @@ export async function run(argv: string[]): Promise<number> {
   const dirArg = a.values.get('direction') ?? 'schema-harmful';
   const direction: DirectionChoice = ['schema-harmful', 'schema-benign', 'refusal'].includes(dirArg)
     ? (dirArg as DirectionChoice) : { file: dirArg };
+  const sampling = samplingFlags(a);
   const requests = (a.values.get('requests') ?? 'harmful,benign').split(',');
   for (const r of requests) if (r !== 'harmful' && r !== 'benign') throw new SafekeepError(`--requests: '${r}' (harmful, benign)`);
   const o: SteerOptions = {
@@ -74,9 +80,13 @@ export async function run(argv: string[]): Promise<number> {
     positions: choiceValue(a, 'steer-positions', STEER_POSITIONS, 'all'),
     ...analysisOptions(a),
     interventionSets: interventionSetsFlag(a.values.get('intervene')),
+    ...(sampling.settings ? { sampling: sampling.settings, samples: sampling.samples } : {}),
   };
+  // a sampled sweep says how it decoded before it starts (the seed to replay it, when drawn)
+  if (sampling.settings) process.stderr.write(`steer: ${samplingSummary(sampling)}\n`);
   await checkPairBudget(o, o.limit, o.layer === 'auto' && o.layerRule === 'cv' ? CV_BUDGET : DIRECTION_BUDGET);
   const shardArg = a.values.get('shard');
+  if (shardArg !== undefined && sampling.seedDrawn) throw new SafekeepError('steer --shard with --temperature needs --seed: every shard must sample with the same seed');
   if (shardArg !== undefined) {
     const s = await steerShard(o, parseShard(shardArg));
     process.stdout.write(`shard ${shardArg}: ${s.items} generation batches (${s.tokens} tokens), generated ${s.computedRows} outputs in ${s.seconds.toFixed(1)} s → ${s.dir}\n`);
@@ -88,7 +98,9 @@ export async function run(argv: string[]): Promise<number> {
   for (const s of r.sweeps) {
     for (const row of s.rows) {
       const what = row.condition === undefined ? `α=${String(row.alpha).padEnd(9)} (${row.alphaRelative?.toFixed(3)}×‖h‖)` : `intervene ${row.condition}`;
-      lines.push(`  ${s.requests.padEnd(7)} ${what}  refusal ${pct(row.counts.refusal, row.n)}  valid ${pct(row.counts.valid, row.n)}  invalid ${pct(row.counts.invalid, row.n)}  (n=${row.n})`);
+      const boot = row.sampled ? ` [per-prompt bootstrap ${(100 * row.sampled.refusal.bootstrap.lo).toFixed(1)}, ${(100 * row.sampled.refusal.bootstrap.hi).toFixed(1)}]` : '';
+      const n = row.sampled ? `n=${row.sampled.prompts}×${row.sampled.samples}` : `n=${row.n}`;
+      lines.push(`  ${s.requests.padEnd(7)} ${what}  refusal ${pct(row.counts.refusal, row.n)}${boot}  valid ${pct(row.counts.valid, row.n)}  invalid ${pct(row.counts.invalid, row.n)}  (${n})`);
     }
   }
   process.stdout.write(`${lines.join('\n')}\nTable 3: ${r.outDir}/table3.md\nreport: ${r.report}\n`);

@@ -5,6 +5,7 @@
  * way it comes in.
  */
 import { SafekeepError } from '../../util/errors.ts';
+import { checkSampling, drawSeed, hasPenalties, isGreedy, type SamplingSettings } from '../sample/settings.ts';
 import type { GenerateOptions } from './types.ts';
 import { callInterventions, interventionInputs, type InterventionInputs } from './batch.ts';
 import { checkIds } from './forward.ts';
@@ -18,6 +19,8 @@ export interface GenerationInputs {
   decodeIv: InterventionInputs;
   /** edits at hook points, at every prefill and decode position (undefined: none) */
   hooks: StepHooks | undefined;
+  /** the call's sampling with its seed (drawn when a sampling call named none); undefined = plain greedy */
+  sampling: SamplingSettings | undefined;
 }
 
 /** The checks and the resolved inputs shared by every row of one call; throws a SafekeepError on a bad request. */
@@ -29,5 +32,13 @@ export function generationInputs(s: Stepper, inputIds: number[][], opts: Generat
   const all = callInterventions(opts);
   const prefillIv = interventionInputs(s.numLayers, s.dModel, all.filter((x) => (x.positions ?? 'all') === 'all'));
   const decodeIv = interventionInputs(s.numLayers, s.dModel, all);
-  return { prefillIv, decodeIv, hooks: generationHooks(s, opts.hooks) };
+  return { prefillIv, decodeIv, hooks: generationHooks(s, opts.hooks), sampling: resolvedSampling(opts.sampling, s.vocabSize) };
+}
+
+/** the settings checked against the vocabulary, a seed drawn for a sampling call without one; none when they change nothing */
+export function resolvedSampling(sampling: SamplingSettings | undefined, vocabSize: number): SamplingSettings | undefined {
+  if (!sampling) return undefined;
+  checkSampling(sampling, undefined, vocabSize);
+  if (isGreedy(sampling) && !hasPenalties(sampling)) return undefined;
+  return !isGreedy(sampling) && sampling.seed === undefined ? { ...sampling, seed: drawSeed() } : sampling;
 }

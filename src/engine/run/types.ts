@@ -8,9 +8,13 @@
  * - Steering at layer l: hidden[l] -= alpha * v/|v| at every prompt position and every generated token
  *   (HF: forward hook on model.layers[l-1]); with positions 'generated' only at generated tokens (the prompt's
  *   hidden states, hence the first generated token's choice, are unsteered).
- * - Left padding, position ids = cumsum(mask) - 1. Greedy decoding; stop ids from generation_config.json.
+ * - Left padding, position ids = cumsum(mask) - 1. Greedy decoding unless `sampling` says otherwise (sample/);
+ *   stop ids from generation_config.json.
  */
 import type { PrefixCache } from './prefix-cache.ts';
+import type { SamplingSettings } from '../sample/settings.ts';
+
+export type { SamplingSettings };
 
 /** Shorthand of one 'add' intervention: hidden[layer] -= alpha * vector/|vector|. */
 export interface Steering {
@@ -124,6 +128,14 @@ export interface GenerateOptions {
    * (0..20; ties by lower id) in `logprobs`; absent = none computed
    */
   topLogprobs?: number;
+  /**
+   * how each row chooses its tokens (src/engine/sample/README.md): temperature, top-k, top-p, min-p, penalties,
+   * logit bias, seed; absent = greedy, as always. Every row of the call uses these settings and this seed, so a row's
+   * tokens depend on its prompt, the settings and the seed only — the same alone or batched with any other rows. A
+   * sampled call without a seed gets one drawn, reported in each result's `seed`. Different samples of one prompt
+   * take different seeds (the CLI's --samples K and the server's n use seed, seed + 1, …).
+   */
+  sampling?: SamplingSettings;
 }
 
 /** One generated token's log probability and the most likely alternatives at its step (most likely first). */
@@ -154,6 +166,8 @@ export interface GenerateResult {
   capturedHooks?: Record<string, Float32Array>;
   /** with `topLogprobs`: one per generated token */
   logprobs?: TokenLogprob[];
+  /** the seed a sampled row drew its tokens with (given, or drawn when the call named none) */
+  seed?: number;
 }
 
 export interface SharedForwardOptions {

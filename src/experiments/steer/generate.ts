@@ -1,9 +1,9 @@
 /**
- * How one condition of the sweep is generated and stored: the harness task (fixed batches, greedy, each output
- * classified), the generations file's name and key header, and its per-sample log.
+ * How one condition of the sweep is generated and stored: the harness task (fixed batches, greedy or sampled, each
+ * output classified), the generations file's name and key header, and its per-sample log.
  */
 import type { Pair } from '../../data/types.ts';
-import type { SteerPositions } from '../../engine/types.ts';
+import type { SamplingSettings, SteerPositions } from '../../engine/types.ts';
 import type { CallFormat, OutcomeLabel } from '../../outcome/types.ts';
 import { generationTask, type GeneratedRow, type GenerationBatch } from '../../harness/generation.ts';
 import { writeEvalLog, type SampleLog } from '../../harness/log.ts';
@@ -23,7 +23,23 @@ export interface SteerGeneration {
   finish: string;
   label: OutcomeLabel;
   reasons: string[];
+  /** a sampled sweep: which answer of the pair's request this is (0..K-1) and the seed it was drawn with */
+  sample?: number;
+  seed?: number;
 }
+
+/** How the sweep decodes: greedy (no sampling, one answer per request) or sampled, K answers per request. */
+export interface SteerDecode {
+  /** with a seed when sampled (the CLI draws one when none is given) */
+  sampling?: SamplingSettings;
+  samples: number;
+}
+
+export const GREEDY: SteerDecode = { samples: 1 };
+
+/** what a sampled sweep's results record of its decoding (nothing for a greedy one: its results stay as they were) */
+export const sampledSweep = (o: { sampling?: SamplingSettings; samples?: number }): { sampling?: SamplingSettings & { samples: number } } =>
+  (o.sampling ? { sampling: { ...o.sampling, samples: o.samples ?? 1 } } : {});
 
 /** Pairs per generation batch: fixed, so one process and every shard decode exactly the same batches. */
 export const GEN_BATCH = 8;
@@ -37,16 +53,19 @@ export const generationsFile = (kind: string, cond: SteerCondition, positions: S
  * The header key of a generations file: the exact inputs, so a rerun with the same inputs reuses it — for an
  * intervention set its content hash, so an edited file is generated again.
  */
-export function generationsKey(ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], layer: number, cond: SteerCondition, maxNewTokens: number, unit: Float32Array, positions: SteerPositions): string {
+export function generationsKey(ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], layer: number, cond: SteerCondition, maxNewTokens: number, unit: Float32Array, positions: SteerPositions, decode: SteerDecode = GREEDY): string {
   return JSON.stringify({
     ids: ids.map((x) => x.length), pairs: pairs.map((p) => p.id), layer, alpha: cond.alpha, maxNewTokens, dir: Array.from(unit.slice(0, 8)), model: ctx.baseManifest.model, positions,
     ...(cond.set ? { interventions: cond.set.hash } : {}),
+    // only a sampled sweep's key names its decoding, so a greedy file written before sampling existed is still reused
+    ...(decode.sampling ? { sampling: decode.sampling, samples: decode.samples } : {}),
   });
 }
 
-/** The harness task of one (requests, condition): fixed batches of prompts, greedy, each output classified. */
+/** The harness task of one (requests, condition): fixed batches of prompts, greedy or sampled, each output classified. */
 export function conditionTask(
   ctx: ExtractContext, kind: 'harmful' | 'benign', cond: SteerCondition, layer: number, unit: Float32Array, maxNewTokens: number, format: CallFormat, positions: SteerPositions,
+  decode: SteerDecode = GREEDY,
 ): Task<GenerationBatch, GeneratedRow<SteerGeneration>[], SteerGeneration> {
   return generationTask<SteerGeneration>({
     name: `steer/${kind}`, solver: conditionName(cond), format,
@@ -55,10 +74,13 @@ export function conditionTask(
       maxNewTokens,
       ...(cond.alpha !== 0 ? { steer: { layer, vector: unit, alpha: cond.alpha, positions } } : {}),
       ...(cond.set ? { interventions: cond.set.interventions } : {}),
+      ...(decode.sampling ? { sampling: decode.sampling } : {}),
     },
-    row: (p, g) => ({
+    samples: decode.samples,
+    row: (p, g, at) => ({
       pairId: p.id, requests: kind, alpha: round(cond.alpha), ...(cond.set ? { condition: cond.set.label } : {}),
       text: g.text, generatedIds: g.generatedIds, finish: g.finish, label: g.label, reasons: g.reasons,
+      ...(at.seed !== undefined ? { sample: at.sample, seed: at.seed } : {}),
     }),
   });
 }
@@ -67,12 +89,12 @@ export function conditionTask(
 export const batchOf = (pairs: readonly Pair[], ids: number[][], texts: readonly string[], start: number): GenerationBatch =>
   ({ start, prompts: pairs.map((p, i) => ({ id: p.id, text: texts[i] ?? '', ids: ids[i]!, tools: p.tools })) });
 
-/** Greedy generations of one batch of pairs (steered unless α = 0; an intervention set's interventions), each classified. */
+/** Generations of one batch of pairs (steered unless α = 0; an intervention set's interventions), each classified. */
 export async function generateChunk(
   ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], texts: readonly string[], kind: 'harmful' | 'benign', cond: SteerCondition, layer: number,
-  unit: Float32Array, maxNewTokens: number, format: CallFormat, positions: SteerPositions,
+  unit: Float32Array, maxNewTokens: number, format: CallFormat, positions: SteerPositions, decode: SteerDecode = GREEDY,
 ): Promise<{ gens: SteerGeneration[]; samples: SampleLog<SteerGeneration>[] }> {
-  const r = await runTask(conditionTask(ctx, kind, cond, layer, unit, maxNewTokens, format, positions), [batchOf(pairs, ids, texts, 0)]);
+  const r = await runTask(conditionTask(ctx, kind, cond, layer, unit, maxNewTokens, format, positions, decode), [batchOf(pairs, ids, texts, 0)]);
   return { gens: r.results.flat().map((x) => x.row), samples: r.samples };
 }
 

@@ -46,7 +46,7 @@ export async function finishSteer(resultsDir: string, m: SteerMergeOptions, shar
       writeConditionLog(file, key, kind, cond, samples);
       rows.push(steeringRow(gens, cond, m.meanNorm));
     }
-    sweeps.push({ layer: m.layer, direction: m.directionName, requests: kind, positions: m.positions, rows });
+    sweeps.push({ layer: m.layer, direction: m.directionName, requests: kind, positions: m.positions, rows, ...(m.sampling ? { sampling: m.sampling } : {}) });
   }
   const res = writeTable3(m.table, outDir, sweeps, m.protocol);
   const files = await writeReport(resultsDir, res);

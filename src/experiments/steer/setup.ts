@@ -17,7 +17,7 @@ import { loadCheckpoint } from '../../checkpoint/load.ts';
 import type { Family } from '../../checkpoint/types.ts';
 import { groupMap } from '../../data/split.ts';
 import type { Pair } from '../../data/types.ts';
-import type { SteerPositions } from '../../engine/types.ts';
+import type { SamplingSettings, SteerPositions } from '../../engine/types.ts';
 import { callFormatOf, type CallFormat } from '../../outcome/types.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { directionFromFile } from '../directions-file.ts';
@@ -42,6 +42,9 @@ export interface SteerOptions extends ContextOptions {
   schemaPairs?: SchemaDirectionPairs;
   /** intervention sets, each one more condition after the α rows */
   interventionSets?: readonly InterventionSet[];
+  /** sampled decoding (with its seed; absent = greedy) and answers per request (default 1; above 1 needs sampling) */
+  sampling?: SamplingSettings;
+  samples?: number;
 }
 
 function acts(ctx: ExtractContext, name: string): { a: Activations; keys: string[] } {
@@ -158,6 +161,7 @@ export async function steerSetup(ctx: ExtractContext, o: SteerOptions, sets: Rea
         list: s.interventions.map((iv) => ({ layer: iv.layer, kind: iv.kind, ...(iv.alpha !== undefined ? { alpha: iv.alpha } : {}), positions: iv.positions ?? 'all' })),
       })),
     } : {}),
+    ...(o.sampling ? { sampling: { ...o.sampling, samples: o.samples ?? 1 } } : {}),
   };
   return { layer, meanNorm, unit, directionName, alphas, conditions, format: callFormat(ctx, ckpt.config.family), pairs: ctx.set.pairs.filter((p) => evalSet.has(p.id)), positions, protocol };
 }

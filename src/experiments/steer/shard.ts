@@ -14,7 +14,8 @@ import { ShardRun } from '../../util/shard-run.ts';
 import { selectShard, type Shard } from '../../util/shard.ts';
 import { openContext, promptCacheName, renderRows, shardIdentity, type ShardSummary } from '../extract.ts';
 import { checkInterventionSets } from './conditions.ts';
-import { GEN_BATCH, generateChunk, generationsKey } from './generate.ts';
+import { GEN_BATCH, generateChunk, generationsKey, sampledSweep, type SteerDecode } from './generate.ts';
+import type { SteeringSampling } from '../../analysis/results.ts';
 import { STEER_CONDITIONS, steerSetup, type SteerOptions } from './setup.ts';
 import { tableContext, type TableContext } from './table3.ts';
 
@@ -34,6 +35,8 @@ export interface SteerMergeOptions {
   keys: Record<string, string>;
   positions: SteerPositions;
   protocol: Record<string, unknown>;
+  /** a sampled sweep's decoding (absent: greedy) */
+  sampling?: SteeringSampling;
 }
 
 /** `label=sha256[:12]` per set: how shard records name the sets (merge shows it when shards differ). */
@@ -70,12 +73,13 @@ export async function steerShard(o: SteerOptions, shard: Shard): Promise<ShardSu
       }
     }
     const mine = selectShard(items, (x) => x.cost, shard);
+    const decode: SteerDecode = { ...(o.sampling ? { sampling: o.sampling } : {}), samples: o.samples ?? 1 };
     const keys: Record<string, string> = {};
-    for (const kind of kinds) setup.conditions.forEach((cond, a) => (keys[`${kind}/${a}`] = generationsKey(ctx, setup.pairs, ids[kind]!, setup.layer, cond, o.maxNewTokens, setup.unit, setup.positions)));
+    for (const kind of kinds) setup.conditions.forEach((cond, a) => (keys[`${kind}/${a}`] = generationsKey(ctx, setup.pairs, ids[kind]!, setup.layer, cond, o.maxNewTokens, setup.unit, setup.positions, decode)));
     const interventionSets = setup.conditions.flatMap((c) => (c.set ? [{ label: c.set.label, hash: c.set.hash }] : []));
     const merge: SteerMergeOptions = {
       table: tableContext(ctx), layer: setup.layer, meanNorm: setup.meanNorm, directionName: setup.directionName, alphas: setup.alphas, interventionSets,
-      requests: kinds, pairs: setup.pairs.length, keys, positions: setup.positions, protocol: setup.protocol,
+      requests: kinds, pairs: setup.pairs.length, keys, positions: setup.positions, protocol: setup.protocol, ...sampledSweep(o),
     };
     // the intervention sets by name and hash first, so merge names them when shards were run with different files
     const identity = { ...shardIdentity(ctx), interventions: setsIdentity(interventionSets), steer: sha256Hex(JSON.stringify({ ...merge, table: null })).slice(0, 12) };
@@ -90,7 +94,7 @@ export async function steerShard(o: SteerOptions, shard: Shard): Promise<ShardSu
       const key = keys[`${it.kind}/${it.a}`]!;
       if (existsSync(file) && (JSON.parse(readFileSync(file, 'utf8').split('\n')[0]!) as { key?: string }).key === key) { run.add(1, it.cost); return; }
       const { gens, samples } = await generateChunk(ctx, setup.pairs.slice(it.s, it.s + GEN_BATCH), ids[it.kind]!.slice(it.s, it.s + GEN_BATCH), texts[it.kind]!.slice(it.s, it.s + GEN_BATCH), it.kind,
-        setup.conditions[it.a]!, setup.layer, setup.unit, o.maxNewTokens, setup.format, setup.positions);
+        setup.conditions[it.a]!, setup.layer, setup.unit, o.maxNewTokens, setup.format, setup.positions, decode);
       // the log lines first: a chunk file present means its log lines are too
       writeFileAtomic(samplesChunkFile(file), samples.map((x) => JSON.stringify(x)).join('\n') + '\n');
       writeFileAtomic(file, [JSON.stringify({ key }), ...gens.map((g) => JSON.stringify(g))].join('\n') + '\n');

@@ -28,7 +28,7 @@ import type { SampleLog } from '../../harness/log.ts';
 import { runTask, type Task } from '../../harness/runner.ts';
 import { extractCondition, openContext, type ExtractContext } from '../extract.ts';
 import { checkInterventionSets, conditionName, type SteerCondition } from './conditions.ts';
-import { batchOf, conditionTask, GEN_BATCH, generationsFile, generationsKey, writeConditionLog, type SteerGeneration } from './generate.ts';
+import { batchOf, conditionTask, GEN_BATCH, generationsFile, generationsKey, sampledSweep, writeConditionLog, type SteerDecode, type SteerGeneration } from './generate.ts';
 import { STEER_CONDITIONS, steerSetup, type SteerOptions, type SteerSetup } from './setup.ts';
 import { steeringRow, tableContext, writeTable3 } from './table3.ts';
 
@@ -58,14 +58,15 @@ export async function steerSweep(o: SteerOptions): Promise<SteerResult> {
     for (const kind of o.requests ?? (['harmful', 'benign'] as const)) {
       const rows: SteeringRow[] = [];
       const prompts = setup.pairs.map((p) => ctx.builder.render(p[kind].prompt, p.tools, 'agent', 'schema'));
-      const all = await generateConditions(ctx, setup.pairs, prompts.map((p) => p.ids!), prompts.map((p) => p.text), kind, setup.conditions, layer, unit, o.maxNewTokens, setup.format, outDir, setup.positions);
+      const decode: SteerDecode = { ...(o.sampling ? { sampling: o.sampling } : {}), samples: o.samples ?? 1 };
+      const all = await generateConditions(ctx, setup.pairs, prompts.map((p) => p.ids!), prompts.map((p) => p.text), kind, setup.conditions, layer, unit, o.maxNewTokens, setup.format, outDir, setup.positions, decode);
       for (const [i, cond] of setup.conditions.entries()) {
         const gens = all[i]!;
         rows.push(steeringRow(gens, cond, meanNorm));
         const counts = rows[rows.length - 1]!.counts;
         process.stderr.write(`steer ${kind} ${conditionName(cond)}: refusal ${counts.refusal}, valid ${counts.valid}, invalid ${counts.invalid} of ${gens.length}\n`);
       }
-      sweeps.push({ layer, direction: setup.directionName, requests: kind, positions: setup.positions, rows });
+      sweeps.push({ layer, direction: setup.directionName, requests: kind, positions: setup.positions, rows, ...sampledSweep(o) });
     }
   } finally {
     await ctx.engine.dispose();
@@ -83,22 +84,22 @@ export async function steerSweep(o: SteerOptions): Promise<SteerResult> {
  */
 async function generateConditions(
   ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], texts: readonly string[], kind: 'harmful' | 'benign', conditions: readonly SteerCondition[], layer: number,
-  unit: Float32Array, maxNewTokens: number, format: CallFormat, outDir: string, positions: SteerPositions,
+  unit: Float32Array, maxNewTokens: number, format: CallFormat, outDir: string, positions: SteerPositions, decode: SteerDecode,
 ): Promise<SteerGeneration[][]> {
   const out: (SteerGeneration[] | null)[] = conditions.map((cond) => {
     const file = join(outDir, generationsFile(kind, cond, positions));
     if (!existsSync(file)) return null;
     const lines = readFileSync(file, 'utf8').trim().split('\n');
     const head = JSON.parse(lines[0]!) as { key?: string };
-    return head.key === generationsKey(ctx, pairs, ids, layer, cond, maxNewTokens, unit, positions) ? lines.slice(1).map((l) => JSON.parse(l) as SteerGeneration) : null;
+    return head.key === generationsKey(ctx, pairs, ids, layer, cond, maxNewTokens, unit, positions, decode) ? lines.slice(1).map((l) => JSON.parse(l) as SteerGeneration) : null;
   });
   const todo = conditions.flatMap((_, a) => (out[a] ? [] : [a]));
   if (todo.length === 0) return out as SteerGeneration[][];
-  const tasks = new Map(todo.map((a) => [a, conditionTask(ctx, kind, conditions[a]!, layer, unit, maxNewTokens, format, positions)]));
+  const tasks = new Map(todo.map((a) => [a, conditionTask(ctx, kind, conditions[a]!, layer, unit, maxNewTokens, format, positions, decode)]));
   const starts = Array.from({ length: Math.ceil(pairs.length / GEN_BATCH) }, (_, b) => b * GEN_BATCH);
   const items = starts.flatMap((s) => todo.map((a) => ({ a, batch: { ...batchOf(pairs.slice(s, s + GEN_BATCH), ids.slice(s, s + GEN_BATCH), texts.slice(s, s + GEN_BATCH), 0), start: s } })));
   const label = todo.length === 1 ? conditionName(conditions[todo[0]!]!) : `${todo.length} conditions`;
-  const progress = new ItemProgress(`steer ${kind} ${label}`, pairs.length * todo.length, { quiet: ctx.quiet });
+  const progress = new ItemProgress(`steer ${kind} ${label}`, pairs.length * todo.length * decode.samples, { quiet: ctx.quiet });
   // each finished item's log lines, kept by item so every condition writes its own log
   const logs = new Map<(typeof items)[number], SampleLog<SteerGeneration>[]>();
   const task: Task<(typeof items)[number], GeneratedRow<SteerGeneration>[], SteerGeneration> = {
@@ -108,7 +109,7 @@ async function generateConditions(
     samples: (it, r, calls) => {
       const x = tasks.get(it.a)!.samples(it.batch, r, calls);
       logs.set(it, x);
-      progress.add(it.batch.prompts.length);
+      progress.add(x.length);
       return x;
     },
   };
@@ -119,7 +120,7 @@ async function generateConditions(
     const mine = items.flatMap((it, i) => (it.a === a ? [i] : []));
     const gens = mine.flatMap((i) => r.results[i]!.map((x) => x.row));
     const file = join(outDir, generationsFile(kind, cond, positions));
-    const key = generationsKey(ctx, pairs, ids, layer, cond, maxNewTokens, unit, positions);
+    const key = generationsKey(ctx, pairs, ids, layer, cond, maxNewTokens, unit, positions, decode);
     writeFileAtomic(file, [JSON.stringify({ key }), ...gens.map((g) => JSON.stringify(g))].join('\n') + '\n');
     writeConditionLog(file, key, kind, cond, mine.flatMap((i) => logs.get(items[i]!)!));
     out[a] = gens;

@@ -5,18 +5,37 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { AnalysisResults, SteeringResults, SteeringRow } from '../../analysis/results.ts';
+import { sampledRate } from '../../analysis/sampled-rate.ts';
 import { buildTables, tableMarkdown, toCsv } from '../../report/tables.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
 import type { ExtractContext } from '../extract.ts';
 import { round, type SteerCondition } from './conditions.ts';
 import type { SteerGeneration } from './generate.ts';
 
-/** One row of Table 3: the outputs' labels counted, under their α (absolute and × mean ‖hidden[ℓ*]‖) or set label. */
+/**
+ * One row of Table 3: the outputs' labels counted, under their α (absolute and × mean ‖hidden[ℓ*]‖) or set label;
+ * a sampled sweep's row (generations with a `sample` index) also its refusal rate over prompts × samples with the
+ * Wilson and per-prompt bootstrap intervals.
+ */
 export function steeringRow(gens: readonly SteerGeneration[], cond: SteerCondition, meanNorm: number): SteeringRow {
   const counts = { refusal: 0, valid: 0, invalid: 0 };
   for (const g of gens) counts[g.label]++;
-  if (cond.set) return { alpha: 0, condition: cond.set.label, interventionsSha256: cond.set.hash, n: gens.length, counts };
-  return { alpha: round(cond.alpha), alphaRelative: round(cond.alpha / meanNorm), n: gens.length, counts };
+  const sampled = gens.some((g) => g.sample !== undefined) ? { sampled: sampledRefusal(gens) } : {};
+  if (cond.set) return { alpha: 0, condition: cond.set.label, interventionsSha256: cond.set.hash, n: gens.length, counts, ...sampled };
+  return { alpha: round(cond.alpha), alphaRelative: round(cond.alpha / meanNorm), n: gens.length, counts, ...sampled };
+}
+
+/** refusals per prompt (its answers grouped by pair) → the rate with its Wilson and per-prompt bootstrap intervals */
+function sampledRefusal(gens: readonly SteerGeneration[]): NonNullable<SteeringRow['sampled']> {
+  const byPair = new Map<string, { k: number; n: number }>();
+  for (const g of gens) {
+    const c = byPair.get(g.pairId) ?? { k: 0, n: 0 };
+    c.n++;
+    if (g.label === 'refusal') c.k++;
+    byPair.set(g.pairId, c);
+  }
+  const r = sampledRate([...byPair.values()]);
+  return { prompts: r.prompts, samples: Math.max(0, ...[...byPair.values()].map((c) => c.n)), refusal: { rate: r.rate, wilson: r.wilson, bootstrap: r.bootstrap, reps: r.reps, seed: r.seed } };
 }
 
 /** What Table 3 and the results shell need from a run (no engine). */
