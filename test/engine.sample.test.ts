@@ -16,7 +16,7 @@ import { tokenHistory } from '../src/engine/sample/penalties.ts';
 import { philox4x32, uniformAt } from '../src/engine/sample/philox.ts';
 import { sampleDistribution, sampleWeights } from '../src/engine/sample/process.ts';
 import { largest, topIndices } from '../src/engine/sample/select.ts';
-import type { SamplingSettings } from '../src/engine/sample/settings.ts';
+import { choiceSettings, DRAWN_SEED_LIMIT, drawSeed, type SamplingSettings } from '../src/engine/sample/settings.ts';
 import { chiSquare } from './helpers/chi-square.ts';
 import { repoRoot } from './helpers/shared.ts';
 
@@ -153,4 +153,12 @@ test('a sampled row needs a seed; the draw is a function of (logits, seed, step)
   const again = Array.from({ length: 30 }, () => b.next(logits));
   assert.deepEqual(again, ids);
   assert.ok(new Set(ids).size > 5, 'temperature 2 varies the tokens');
+});
+
+test('drawn seeds: safe integers below 2^48 − 1, different from draw to draw; choice i takes seed + i', () => {
+  const seeds = Array.from({ length: 50 }, drawSeed);
+  for (const x of seeds) assert.ok(Number.isSafeInteger(x) && x >= 0 && x < DRAWN_SEED_LIMIT);
+  assert.ok(new Set(seeds).size > 45);
+  assert.deepEqual(choiceSettings({ temperature: 1, seed: 9 }, 3).map((c) => c.seed), [9, 10, 11]);
+  assert.throws(() => choiceSettings({ temperature: 1, seed: Number.MAX_SAFE_INTEGER }, 2), /53-bit/);
 });

@@ -122,7 +122,9 @@ export class LocalBackend implements ChatBackend {
     const limit = this.opts.responseCache ?? 1024;
     // a steered call's reply depends on its steering too; a research call is never cached
     const steerKey = call.steer ? `${call.steer.layer}:${call.steer.alpha}:${sha256Hex(new Uint8Array(Float32Array.from(call.steer.vector).buffer))}:` : '';
-    const key = !inspect && !call.research && limit > 0 ? sha256Hex(`${steerKey}${call.maxTokens}:${JSON.stringify(call.stop ?? [])}:${ids.join(',')}`) : null;
+    // a sampled call's reply is a function of its settings and seed too (none drawn here: a call without a seed is not cached)
+    const sampled = call.sampling ? (call.sampling.seed !== undefined || !(call.sampling.temperature! > 0) ? `${JSON.stringify(call.sampling)}:` : null) : '';
+    const key = !inspect && !call.research && sampled !== null && limit > 0 ? sha256Hex(`${sampled}${steerKey}${call.maxTokens}:${JSON.stringify(call.stop ?? [])}:${ids.join(',')}`) : null;
     const hit = key === null ? undefined : this.replies.get(key);
     if (hit) {
       this.replies.delete(key!);
@@ -210,6 +212,7 @@ export class LocalBackend implements ChatBackend {
       // the probe's steering and a research call's own sets never meet: a research server runs no guard
       ...(call.steer ? { interventions: [{ kind: 'add' as const, layer: call.steer.layer, vector: call.steer.vector, alpha: call.steer.alpha }] } : {}),
       ...researchOptions(call.research),
+      ...(call.sampling ? { sampling: call.sampling } : {}),
     };
     const [g] = await this.engine.generate([ids], opts);
     // a call halted after its prefill (ChatCall.inspect) generated nothing

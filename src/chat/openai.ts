@@ -12,6 +12,7 @@
  *   the prefix and explain the refusal is added to the system message, and the prefix is prepended to the reply
  *   unless the model already began with it. The user sees the same opening either way.
  */
+import { samplingBody } from './sampling.ts';
 import { SafekeepError } from '../util/errors.ts';
 import type { CallFormat } from '../outcome/types.ts';
 import type { ChatBackend, ChatCall, ChatMessage, ChatReply, WireToolCall } from './types.ts';
@@ -126,7 +127,7 @@ export class OpenAIBackend implements ChatBackend {
       model: call.model ?? this.opts.model,
       messages,
       max_tokens: call.maxTokens,
-      temperature: 0,
+      ...samplingBody(call.sampling),
       ...extra,
     };
     if (call.tools && call.tools.length > 0) body.tools = call.tools;

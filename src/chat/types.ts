@@ -7,7 +7,7 @@ import type { ToolSpec } from '../data/types.ts';
 import type { ChatMessage } from '../prompts/tokenizer.ts';
 import type { CallFormat } from '../outcome/types.ts';
 import type { WireToolCall } from '../outcome/classify.ts';
-import type { HookIntervention, Intervention, Steering } from '../engine/types.ts';
+import type { HookIntervention, Intervention, SamplingSettings, Steering } from '../engine/types.ts';
 
 export type { ChatMessage, WireToolCall };
 
@@ -50,6 +50,11 @@ export interface ChatCall {
    * served from or stored in the response cache.
    */
   research?: ResearchCall;
+  /**
+   * how this call's answer is decoded (engine/sample/settings.ts): absent = greedy (`temperature: 0` at an
+   * endpoint); the local engine samples it itself, an endpoint gets the OpenAI / vLLM body fields (chat/sampling.ts)
+   */
+  sampling?: SamplingSettings;
 }
 
 /** What a research request asks of its one generation (src/chat/research.ts parses it from the `safekeep` field). */

@@ -13,6 +13,8 @@ import type { ChatBackend } from '../guard/types.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { OpenAIBackend, type PrefillMode } from '../chat/openai.ts';
 import { LocalBackend, type LocalTokenizer } from '../chat/local.ts';
+import { withAgentSampling } from '../chat/sampling.ts';
+import type { SamplingSettings } from '../engine/types.ts';
 import type { CallFormat } from '../outcome/types.ts';
 import { apiKeyFromEnv } from './env.ts';
 import { ENGINE_FLAG_DEFS } from './engine-flag-defs.ts';
@@ -160,6 +162,8 @@ export interface OpenOptions {
   cacheDir?: string;
   /** runs once the thinking setting is known and before any weights load (a budget that cannot work stops there) */
   beforeLoad?: (thinking: string) => void;
+  /** every agent call samples with these settings (guard eval / s3 eval --temperature …); judge calls stay greedy */
+  agentSampling?: SamplingSettings;
 }
 
 /** The one opener of a model or endpoint: the endpoint backend, or the local engine + tokenizer behind a LocalBackend. */
@@ -169,7 +173,7 @@ export async function openChatBackend(args: ParsedArgs, t: Target, plan: Thinkin
     const e = plan.endpoint();
     beforeLoad(e.thinking);
     const { backend, concurrency } = endpointBackend(args, t.endpoint, t.endpointModel, { cacheDir: o.cacheDir, extraBody: e.extraBody });
-    return { backend, concurrency, templateHash: 'none (endpoint)', identity: `${t.endpoint} ${t.endpointModel}`, thinking: e.thinking, templateKwargs: e.templateKwargs, dispose: async () => {} };
+    return { backend: withAgentSampling(backend, o.agentSampling), concurrency, templateHash: 'none (endpoint)', identity: `${t.endpoint} ${t.endpointModel}`, thinking: e.thinking, templateKwargs: e.templateKwargs, dispose: async () => {} };
   }
   const { openEngine } = await import('./engine-flags.ts');
   const { loadPromptTokenizer } = await import('../prompts/tokenizer.ts');
@@ -178,7 +182,7 @@ export async function openChatBackend(args: ParsedArgs, t: Target, plan: Thinkin
   beforeLoad(l.thinking);
   const engine = await openEngine(args);
   return {
-    backend: localBackend(args, engine, tokenizer, l.templateKwargs),
+    backend: withAgentSampling(localBackend(args, engine, tokenizer, l.templateKwargs), o.agentSampling),
     // the scheduler decodes concurrent calls in one batch and shares their prompts' prefix blocks; a sequence it
     // cannot admit under --max-memory waits, so more calls in flight cost memory only up to the plan
     concurrency: positiveIntValue(args, 'concurrency', LOCAL_CONCURRENCY),

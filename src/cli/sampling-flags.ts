@@ -1,6 +1,6 @@
 /**
- * `--temperature --top-k --top-p --min-p --repetition-penalty --seed --samples` (generate, steer, guard eval, s3 eval):
- * flag-table rows and their parsing into the engine's SamplingSettings (engine/sample/settings.ts). Without
+ * `--temperature --top-k --top-p --min-p --repetition-penalty --seed --samples` (generate, steer; guard eval and s3 eval
+ * without --samples, for their agent's calls): flag-table rows and their parsing into the engine's SamplingSettings (engine/sample/settings.ts). Without
  * `--temperature` (or with 0) decoding is greedy as it always was; the filters then change nothing, so giving them
  * without a temperature is refused rather than silently ignored, as is `--samples` above 1 (greedy samples are
  * identical). Without `--seed` a sampled run draws one, which the caller reports.
@@ -21,6 +21,21 @@ export const SAMPLING_FLAG_DEFS: readonly FlagDef[] = [
   { name: 'seed', value: 'S', default: 'drawn and reported', help: 'sampling seed (an integer); sample i of a prompt uses S + i' },
   { name: 'samples', value: 'K', default: '1', help: 'samples per prompt (needs --temperature); seeds S, S+1, …' },
 ];
+
+/** guard eval / s3 eval: the agent's sampling (one answer per case; its judge stays greedy) */
+export const AGENT_SAMPLING_FLAG_DEFS: readonly FlagDef[] = SAMPLING_FLAG_DEFS
+  .filter((f) => f.name !== 'samples')
+  .map((f) => ({ ...f, help: `agent: ${f.help.replace(/; sample i of a prompt uses S \+ i$/, '')}` }));
+
+/**
+ * The agent's sampling of an evaluation (every agent call with these settings and this seed), or none (greedy). A
+ * sharded run must name its seed: every shard samples with the same one.
+ */
+export function agentSamplingFlags(a: ParsedArgs, draw: () => number = drawSeed): SamplingFlags {
+  const f = samplingFlags(a, draw);
+  if (f.seedDrawn && a.values.has('shard')) throw new SafekeepError('--shard with --temperature needs --seed: every shard must sample with the same seed');
+  return f;
+}
 
 /** how errors name each setting: by its flag */
 const FLAG_NAMES: SamplingNames = {

@@ -28,6 +28,7 @@
 import { existsSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { choiceValue, parseArgs, positiveIntValue, requireValue, type FlagTable, type ParsedArgs } from '../args.ts';
+import { AGENT_SAMPLING_FLAG_DEFS, agentSamplingFlags, samplingSummary } from '../sampling-flags.ts';
 import { checkEndpointUrl, endpointBackend, ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, openChatBackend, targetOf, type OpenedBackend, type ThinkingPlan } from '../backend.ts';
 import type { RefusalJudge } from '../../eval/table4/refusal-scorers.ts';
 import type { ChatBackend } from '../../guard/types.ts';
@@ -82,6 +83,7 @@ export const flags: FlagTable = {
     ...THINKING_FLAG_DEFS,
     { name: 'no-thinking', boolean: true, help: 'the same as --thinking off (older name)' },
     SHARD_FLAG_DEF,
+    ...AGENT_SAMPLING_FLAG_DEFS,
   ],
   example: 'guard eval --model models/planted --bench injecagent --limit 5',
 };
@@ -284,8 +286,10 @@ export async function run(argv: string[]): Promise<number> {
   // the prompts and tools are read before any model opens: missing agent code stops the run at once
   const react = injecagentFormat === 'react' ? await reactFormatOf(dataDir, settings, cases) : undefined;
   const plan = thinkingPlanOf(args);
+  const agent = agentSamplingFlags(args);
+  if (agent.settings) process.stderr.write(`guard eval: agent ${samplingSummary(agent)}\n`);
   // a budget that cannot reach a verdict stops before the model loads
-  const opened = await openChatBackend(args, target, plan, { cacheDir: join(out, 'cache'), beforeLoad: (thinking) => { budgets(args, thinking, methods); } });
+  const opened = await openChatBackend(args, target, plan, { cacheDir: join(out, 'cache'), beforeLoad: (thinking) => { budgets(args, thinking, methods); }, agentSampling: agent.settings });
   try {
     const probe = probeFile !== undefined ? await probeOf(probeFile, opened, methods) : undefined;
     const { judgeMaxTokens, maxTokens } = budgets(args, opened.thinking, methods);
@@ -302,7 +306,7 @@ export async function run(argv: string[]): Promise<number> {
     };
     const meta = {
       backend: backend.name, data: dataDir, limit: Number.isFinite(limit) ? limit : null, cases: cases.length,
-      protocol: protocolOf(args, bench, opened, evalOptions),
+      protocol: { ...protocolOf(args, bench, opened, evalOptions), ...(agent.settings ? { agentSampling: agent.settings } : {}) },
     };
     const m: GuardMergeOptions = { bench, dataDir, settings, limit: Number.isFinite(limit) ? limit : null, methods, name, out, maxTokens, judgeMaxTokens, meta, callFormat: backend.callFormat, injecagentFormat };
     const shardArg = args.values.get('shard');
@@ -319,7 +323,7 @@ export async function run(argv: string[]): Promise<number> {
       return 0;
     }
     // an interrupted run resumes from its finished items (same model, template, cases and flags)
-    const resume = { file: join(out, `.log-${bench}.partial`), key: sha256Hex(JSON.stringify([opened.identity, opened.templateHash, cases.map((c) => c.id), argv])) };
+    const resume = { file: join(out, `.log-${bench}.partial`), key: sha256Hex(JSON.stringify([opened.identity, opened.templateHash, cases.map((c) => c.id), argv, ...(agent.settings ? [agent.settings] : [])])) };
     const { samples, resumed } = await runTask(guardTask(evalOptions), evalItems(cases, methods), { concurrency, onProgress: evalOptions.onProgress, resume });
     if (resumed) process.stderr.write(`guard eval: resumed ${resumed} finished items from ${resume.file}\n`);
     writeRun(args, m, samples, resume, refusalPathOf(refusalMode(args, opened)));

@@ -22,6 +22,7 @@
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { choiceValue, parseArgs, positiveIntValue, type FlagTable, type ParsedArgs } from '../args.ts';
+import { AGENT_SAMPLING_FLAG_DEFS, agentSamplingFlags, samplingSummary } from '../sampling-flags.ts';
 import { checkEndpointUrl, endpointBackend, ENDPOINT_FLAG_DEFS, LOCAL_MODEL_FLAG_DEFS, noThinkingBody, noThinkingPlan, openChatBackend, targetOf, type OpenedBackend, type Target } from '../backend.ts';
 import { progressLine } from '../progress.ts';
 import type { ChatBackend } from '../../guard/types.ts';
@@ -70,6 +71,7 @@ export const flags: FlagTable = {
     { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'verdict when a guard answer cannot be parsed' },
     { name: 'no-thinking', boolean: true, help: 'ask the endpoint to answer without thinking' },
     SHARD_FLAG_DEF,
+    ...AGENT_SAMPLING_FLAG_DEFS,
   ],
   example: 's3 eval --model models/planted --bench mixed --limit 2 --configs none,no-recovery,full',
 };
@@ -172,7 +174,9 @@ export async function run(argv: string[]): Promise<number> {
   if (tasks.length === 0) throw new SafekeepError(`--bench ${bench}: no tasks`);
   const guardBackend = guardBackendOf(args, target, out);
   const maxTokens = positiveIntValue(args, 'max-tokens', 256);
-  const opened = await openChatBackend(args, target, noThinkingPlan(args), { cacheDir: join(out, 'cache') });
+  const agent = agentSamplingFlags(args);
+  if (agent.settings) process.stderr.write(`s3 eval: agent ${samplingSummary(agent)}\n`);
+  const opened = await openChatBackend(args, target, noThinkingPlan(args), { cacheDir: join(out, 'cache'), agentSampling: agent.settings });
   try {
     const { backend, shared, shell } = agentOf(opened, target, probeSkills, maxTokens);
     process.stderr.write(`s3 eval: ${tasks.length} ${bench} tasks × ${configs.map((c) => c.name).join(',')} on ${backend.name}\n`);
@@ -193,6 +197,7 @@ export async function run(argv: string[]): Promise<number> {
         backend: backend.name, data: dirs, limit: Number.isFinite(limit) ? limit : null, tasks: tasks.length, settings: injecSettings,
         skills: skills.map((s) => s.name), guardDecision, mitigation,
         models: { agent: backend.name, guard: (guardBackend ?? backend).name }, ablation, ...(rulesFp ? { rulesFalsePositives: rulesFp } : {}),
+        ...(agent.settings ? { agentSampling: agent.settings } : {}),
       },
       run: { bench, backend: backend.name, tasks: tasks.length, settings: injecSettings, guardDecision, mitigation },
       shell,
@@ -211,7 +216,7 @@ export async function run(argv: string[]): Promise<number> {
       return 0;
     }
     // an interrupted run resumes from its finished items (same model, template, tasks, skills and flags)
-    const resume = { file: join(out, `.log-${bench}.partial`), key: sha256Hex(JSON.stringify([opened.identity, opened.templateHash, tasks.map((t) => t.id), skills, argv])) };
+    const resume = { file: join(out, `.log-${bench}.partial`), key: sha256Hex(JSON.stringify([opened.identity, opened.templateHash, tasks.map((t) => t.id), skills, argv, ...(agent.settings ? [agent.settings] : [])])) };
     const { samples, resumed } = await runTask(s3Task(evalOptions), items, { concurrency: evalOptions.concurrency, onProgress: evalOptions.onProgress, resume });
     if (resumed) process.stderr.write(`s3 eval: resumed ${resumed} finished items from ${resume.file}\n`);
     await writeRun(m, samples, resume, `\nagent ${backend.name}, guard ${(guardBackend ?? backend).name}\n${rulesFp ? `\n${rulesFpMarkdown(rulesFp)}` : ''}`);

@@ -88,8 +88,11 @@ export function checkSampling(s: SamplingSettings, names: SamplingNames = OPTION
   }
 }
 
-/** the most a drawn seed can be: 2^48, so it survives JSON readers that hold numbers as doubles and prints short */
-const DRAWN_SEED_LIMIT = 2 ** 48;
+/**
+ * drawn seeds are below this: 2^48 − 1 (the most node's randomInt spans), so they survive JSON readers that hold
+ * numbers as doubles, leave room for seed + i, and print short
+ */
+export const DRAWN_SEED_LIMIT = 2 ** 48 - 1;
 
 /** A fresh seed for a sampled run that named none (reported with its results, so the run can be replayed). */
 export function drawSeed(): number {
