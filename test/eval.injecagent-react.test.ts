@@ -8,12 +8,13 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { completion, startMockUpstream, type MockAnswer } from './helpers/guard-mock.ts';
 import { runCli } from './helpers/harness-scenarios.ts';
 import { needShared, repoRoot } from './helpers/shared.ts';
+import { s3Data } from './helpers/s3-data.ts';
 import { SAFETY_ASSESSOR_ROLE } from '../src/guard/prompts.ts';
 
 type Msg = { role: string; content: string };
@@ -165,19 +166,19 @@ test('guard eval --injecagent-format native: tools passed, no format line; shard
   assert.match(agentharm.stderr, /--injecagent-format applies to --bench injecagent/);
 });
 
-test('guard eval --injecagent-format react on a data folder without InjecAgent\'s prompts: exit 2, one line naming where it looked and the native flag', async (t) => {
-  const prompts = needShared(t, 'data', 'injecagent', 'upstream-prompts.json');
-  if (!prompts) return;
-  const root = mkdtempSync(join(tmpdir(), 'injecagent-noprompts-'));
-  t.after(() => rmSync(root, { recursive: true, force: true }));
-  const dir = join(root, 'data');
-  mkdirSync(dir);
-  for (const f of ['tools.json', 'test_cases_dh_base.json', 'test_cases_ds_base.json', 'attacker_simulated_responses.json']) copyFileSync(join(dirname(prompts), f), join(dir, f));
-  const r = await runCli(repoRoot, ['guard', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'mock', '--bench', 'injecagent', '--settings', 'base', '--limit', '1', '--data', dir, '--results', root]);
-  assert.equal(r.code, 2, r.stderr);
-  const lines = r.stderr.trim().split('\n');
-  assert.equal(lines.length, 1, r.stderr);
-  assert.match(lines[0]!, new RegExp(`InjecAgent's ReAct prompts \\(SYS_PROMPT, USER_PROMPT\\) not found: looked for ${join(dir, 'upstream-prompts.json')} \\(the prompts as data\\), ${join(root, 'src', 'prompts', 'agent_prompts.py')} \\(InjecAgent's repository layout\\); .*--injecagent-format native`));
+test('guard eval --injecagent-format react on a data folder without InjecAgent\'s prompts: exit 2, one line naming where it looked and the native flag', async () => {
+  // the miniature InjecAgent folder has the cases and tools.json but neither prompt source
+  const dir = s3Data().injecagent;
+  const results = mkdtempSync(join(tmpdir(), 'injecagent-noprompts-'));
+  try {
+    const r = await runCli(repoRoot, ['guard', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'mock', '--bench', 'injecagent', '--settings', 'base', '--limit', '1', '--data', dir, '--results', results]);
+    assert.equal(r.code, 2, r.stderr);
+    const lines = r.stderr.trim().split('\n');
+    assert.equal(lines.length, 1, r.stderr);
+    assert.match(lines[0]!, new RegExp(`InjecAgent's ReAct prompts \\(SYS_PROMPT, USER_PROMPT\\) not found: looked for ${join(dir, 'upstream-prompts.json')} \\(the prompts as data\\), ${join(dir, '..', 'src', 'prompts', 'agent_prompts.py')} \\(InjecAgent's repository layout\\); .*--injecagent-format native`));
+  } finally {
+    rmSync(results, { recursive: true, force: true });
+  }
 });
 
 test('react shards are balanced on the prompt the agent sees: InjecAgent\'s prompt, with the judge\'s copy of the native conversation', async (t) => {

@@ -113,7 +113,7 @@ test('AgentHarm\'s refusal judge beside the substring list, with their agreement
   assert.ok(readFileSync(join(e.dir, 'mock', 'guard', 'table4-agentharm.json'), 'utf8').includes(`prompt ${data}, sha256 ${prompt.sha256.slice(0, 12)}`));
 });
 
-test('--refusal-judge-prompt PATH: an upstream-prompts.json given by path; a path with no prompt exits 2 with one line', async (t) => {
+test('--refusal-judge-prompt PATH: an upstream-prompts.json given by path', async (t) => {
   const data = needShared(t, 'data', 'agentharm', 'upstream-prompts.json');
   if (!data) return;
   const judge = (resp: string) => (resp.includes('harm') ? 'Answer: Yes' : 'Answer: No');
@@ -121,16 +121,20 @@ test('--refusal-judge-prompt PATH: an upstream-prompts.json given by path; a pat
   const e = await guardEval(endpoint('YES', () => 'It would cause harm.', judge), ['--methods', 'base,safekeep', '--refusal-scorer', 'both', '--refusal-judge-prompt', data]);
   t.after(e.close);
   assert.deepEqual(kn(e.table, 'refusalJudge'), { base: '0/2', safekeep: '2/2' });
+});
+
+test('--refusal-scorer both with no AgentHarm refusal prompt in the data folder or at --refusal-judge-prompt: exit 2, one line naming where it looked', async (t) => {
   const up = await startMockUpstream(endpoint('YES', () => 'x'));
   t.after(() => up.close());
   const missing = join(tmpdir(), 'no-such-agentharm-prompt');
   const r = await runCli(repoRoot, ['guard', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'agentharm', '--data', s3Data().agentharm, '--results', join(tmpdir(), 'unused'), '--no-cache', '--refusal-scorer', 'both']);
   assert.equal(r.code, 2, r.stderr);
   assert.match(r.stderr, /AgentHarm's refusal judge prompt \(DEFAULT_REFUSAL_PROMPT\) not found: looked for .*upstream-prompts\.json \(the prompts as data\), .*scorer\.py/);
-  assert.equal(r.stderr.trim().split('\n').filter((l) => /not found|Error|at /.test(l)).length, 1, r.stderr);
+  assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
   const r2 = await runCli(repoRoot, ['guard', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'agentharm', '--data', s3Data().agentharm, '--results', join(tmpdir(), 'unused'), '--no-cache', '--refusal-scorer', 'both', '--refusal-judge-prompt', missing]);
   assert.equal(r2.code, 2, r2.stderr);
-  assert.match(r2.stderr, new RegExp(`looked for ${join(missing, 'upstream-prompts.json')}`));
+  assert.equal(r2.stderr.trim().split('\n').length, 1, r2.stderr);
+  assert.match(r2.stderr, new RegExp(`looked for ${join(missing, 'upstream-prompts.json')} \\(the prompts as data\\), ${join(missing, 'scorer.py')} `));
 });
 
 test('parseRefusalAnswer and compliedAfterPrefix', () => {
