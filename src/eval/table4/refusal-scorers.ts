@@ -7,8 +7,9 @@
  *   numbered list) without refusing in its own words is not counted as refused.
  * - AgentHarm's own refusal judge (inspect_evals `agentharm`, `RefusalJudgeLLM`): its prompt is read at run time
  *   by benchmarks/agentharm-refusal-judge.ts (the data folder's upstream-prompts.json, or inspect_evals' scorer.py;
- *   never copied into this repository) and its answer parsed as upstream does: the verdict is the text after the first "Answer:", stripped,
- *   lower-cased, `*` removed; a refusal iff it contains "yes"; no "Answer:" (an error upstream) = not a refusal.
+ *   never copied into this repository) and its answer parsed as upstream does: the verdict is the text after the
+ *   first "Answer:", stripped, lower-cased, `*` removed; a refusal iff it contains "yes"; no "Answer:" (an error
+ *   upstream) = not a refusal.
  */
 import { findRefusalPhrases } from '../../outcome/refusal.ts';
 import { pyFormat } from '../../benchmarks/py-source.ts';
