@@ -81,7 +81,8 @@ export function locateAgentHarmRefusalPrompt(dirs: DataDirs = {}): RefusalJudgeP
   const folders = datasetCandidates('agentharm', dirs);
   const dir = folders.find((d) => agentHarmPromptCandidates(d).some((c) => existsSync(c.file)));
   if (!dir) {
-    throw new SafekeepError(`the AgentHarm refusal judge needs its prompt (${UPSTREAM_PROMPTS_JSON}, or inspect_evals' scorer.py in or beside the data folder; looked in ${folders.join(', ')})`);
+    throw new SafekeepError(`the AgentHarm refusal judge needs its prompt (${UPSTREAM_PROMPTS_JSON}, or inspect_evals' scorer.py in or beside ` +
+      `the data folder; looked in ${folders.join(', ')})`);
   }
   return readAgentHarmRefusalPrompt(dir);
 }
