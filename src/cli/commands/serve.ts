@@ -27,7 +27,7 @@ import { choiceValue, numberValue, parseArgs, positiveIntValue, requireValue, ty
 import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
 import { ENGINE_FLAG_DEFS } from '../engine-flag-defs.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { checkUpstreamUrl, createGuardProxy, UNGUARDED_ENDPOINTS, type UnguardedEndpoint } from '../../serve/proxy.ts';
+import { checkUpstreamUrl, createGuardProxy, PASS_UNJUDGED, UNGUARDED_ENDPOINTS, type PassUnjudged, type UnguardedEndpoint } from '../../serve/proxy.ts';
 import { isLoopbackHost } from '../../http/policy.ts';
 import { redactUrl } from '../../http/upstream.ts';
 import type { ServerLimits } from '../../http/server.ts';
@@ -58,6 +58,7 @@ export const flags: FlagTable = {
     { name: 'cors', value: 'ORIGIN[,ORIGIN]', help: 'browser origins allowed to call the server (default: cross-origin requests refused)' },
     { name: 'allowed-hosts', value: 'NAME[,NAME]', help: 'Host names served besides localhost/127.0.0.1/[::1] while bound to loopback (DNS-rebinding check)' },
     { name: 'allow-unguarded', value: 'completions,responses', help: 'upstream: forward these endpoints unjudged (default: 404 — the guard cannot judge them)' },
+    { name: 'pass-unjudged', value: 'no-tools', help: 'let chat requests without a "tools" field through unjudged, logged as unjudged (default: every request is judged — a prompted agent describes its tools in its messages)' },
     { name: 'max-connections', value: 'N', default: '256', help: 'connections served at once (over it an idle keep-alive one is closed, else 503 with Retry-After)' },
     { name: 'headers-timeout-ms', value: 'MS', default: '10000', help: 'a request\'s headers must arrive within this' },
     { name: 'body-timeout-ms', value: 'MS', default: '60000', help: 'a whole request (headers and body) must arrive within this' },
@@ -141,6 +142,7 @@ export async function run(argv: string[]): Promise<number> {
     allowedHosts: access.allowedHosts,
     limits: access.limits,
     unguarded: unguarded as UnguardedEndpoint[],
+    passUnjudged: passUnjudgedFlag(args),
     upstream,
     judgeUpstream: args.values.get('judge-upstream'),
     judgeModel: args.values.get('judge-model') ?? '',
@@ -177,6 +179,15 @@ async function listenUntilStopped(server: Server, host: string, port: number, ta
 type LocalMethod = 'base' | 'safekeep' | 'refusal-probe' | 'safekeep+probe' | 'probe-cascade' | 'probe-steer';
 type OpenedEngine = Awaited<ReturnType<typeof import('../engine-flags.ts').openEngine>>;
 type ProbeGuardT = import('../../guard/probe.ts').ProbeGuard;
+
+/** `--pass-unjudged KIND[,KIND]`: the kinds of chat request an operator lets through unjudged (none by default). */
+function passUnjudgedFlag(args: ParsedArgs): PassUnjudged[] {
+  const kinds = list(args.values.get('pass-unjudged')) ?? [];
+  for (const k of kinds) {
+    if (!(PASS_UNJUDGED as readonly string[]).includes(k)) throw new SafekeepError(`--pass-unjudged: unknown kind '${k}' (one of ${PASS_UNJUDGED.join(', ')})`);
+  }
+  return kinds as PassUnjudged[];
+}
 
 /** serve --model's flags that decide what it serves: the guard method, or research fields with no guard at all. */
 function localMethod(args: ParsedArgs): { method: LocalMethod; allowInterventions: boolean } {
@@ -300,7 +311,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
     const contextLength = await contextLengthOf(modelDir, maxModelLenFlag);
     const research = allowInterventions ? await researchOptions(args, engine) : undefined;
     const server = createLocalServer({
-      backend, method, modelName: basename(modelDir),
+      backend, method, modelName: basename(modelDir), passUnjudged: passUnjudgedFlag(args),
       ...(research ? { research } : {}),
       ...(probe ? { probe } : {}),
       defaultMaxTokens,
