@@ -36,7 +36,8 @@ import { SchemaBoundError } from '../prompts/flatten.ts';
 import { BackendError, type PrefillMode } from '../chat/openai.ts';
 import { safekeepDecision } from '../guard/decision.ts';
 import { REFUSAL_PREFIX } from '../guard/prompts.ts';
-import type { Flattener, UnparseablePolicy } from '../guard/types.ts';
+import type { Flattener, GuardMethod, UnparseablePolicy } from '../guard/types.ts';
+import { ENDPOINT_JUDGE_METHODS, METHOD_TABLE } from '../guard/methods.ts';
 import type { CheckRegistry } from '../s3/check.ts';
 import { StageCache } from '../s3/flow.ts';
 import type { Skill } from '../s3/skill.ts';
@@ -61,7 +62,8 @@ export interface ProxyOptions {
    * judge)
    */
   judgeModel: string;
-  method?: 'safekeep' | 'safejudge';
+  /** one of the method table's endpoint judge methods (`ENDPOINT_JUDGE_METHODS`: safekeep, safejudge); default safekeep */
+  method?: GuardMethod;
   flatten?: Flattener;
   /** the upstream's key; when unset, the client's Authorization header is forwarded (unless `clientKey` is set) */
   apiKey?: string;
@@ -132,7 +134,7 @@ function guardFailed(what: string): (e: unknown) => never {
 /** SafeKeep / SafeJudge on one parsed request with tools: the decision, whose safe step forwards the canonical bytes. */
 async function chatSafeKeep(x: Exchange, c: ChatRequest, model: string, up: ProxyUpstreams, opts: ProxyOptions): Promise<void> {
   const judgeOptions = {
-    toolView: (opts.method ?? 'safekeep') === 'safekeep' ? 'prose' as const : 'json' as const,
+    toolView: METHOD_TABLE[opts.method ?? 'safekeep'].judge ?? 'prose',
     flatten: opts.flatten ?? flattenTools,
     onUnparseable: opts.onUnparseable,
     maxTokens: opts.judgeMaxTokens,
@@ -170,6 +172,7 @@ export function createGuardProxy(opts: ProxyOptions): Server {
   checkUpstreamUrl(opts.upstream, '--upstream');
   if (opts.judgeUpstream !== undefined) checkUpstreamUrl(opts.judgeUpstream, '--judge-upstream');
   if (typeof opts.judgeModel !== 'string' || opts.judgeModel === '') throw new SafekeepError('the guard proxy needs its judge model (--judge-model): the judge is the server\'s choice, never the client\'s');
+  if (opts.method !== undefined && !ENDPOINT_JUDGE_METHODS.includes(opts.method)) throw new SafekeepError(`the guard proxy judges with ${ENDPOINT_JUDGE_METHODS.join(' or ')}, not ${opts.method} (an endpoint reports no hidden states)`);
   const timeoutMs = opts.timeoutMs ?? 60_000;
   const up = new ProxyUpstreams({
     upstream: opts.upstream.replace(/\/+$/, ''), judgeUpstream: opts.judgeUpstream, judgeModel: opts.judgeModel, apiKey: opts.apiKey, judgeApiKey: opts.judgeApiKey,

@@ -27,6 +27,8 @@ import { choiceValue, numberValue, parseArgs, positiveIntValue, requireValue, ty
 import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
 import { ENGINE_FLAG_DEFS } from '../engine-flag-defs.ts';
 import { SafekeepError } from '../../util/errors.ts';
+import { ENDPOINT_JUDGE_METHODS, METHOD_TABLE, TABLE_METHODS } from '../../guard/methods.ts';
+import type { GuardMethod } from '../../guard/types.ts';
 import { checkUpstreamUrl, createGuardProxy, PASS_UNJUDGED, UNGUARDED_ENDPOINTS, type PassUnjudged, type UnguardedEndpoint } from '../../serve/proxy.ts';
 import { isLoopbackHost } from '../../http/policy.ts';
 import { redactUrl } from '../../http/upstream.ts';
@@ -47,7 +49,7 @@ export const flags: FlagTable = {
     { name: 'host', value: 'H', default: '127.0.0.1', help: 'listen address' },
     { name: 'judge-model', value: 'NAME', help: 'model name for the judge call (required with --upstream: the judge is the server\'s choice, never the client\'s)' },
     { name: 'judge-upstream', value: 'URL', default: '--upstream', help: 'endpoint of the judge' },
-    { name: 'method', value: 'METHOD', default: 'safekeep', help: 'upstream: safekeep|safejudge (judge with prose specs or JSON schemas); --model: base|safekeep|refusal-probe|safekeep+probe|probe-cascade|probe-steer' },
+    { name: 'method', value: 'METHOD', default: 'safekeep', help: `upstream: ${ENDPOINT_JUDGE_METHODS.join('|')} (judge with prose specs or JSON schemas); --model: ${TABLE_METHODS.join('|')}` },
     { name: 'skills', value: 'DIR[,DIR]', help: 'S³: skill folders (or names under skills/) checked at every stage; excludes --method' },
     { name: 'no-guard-decision', boolean: true, help: 'S³: run every skill that passes its filter (no guard-agent pick)' },
     { name: 'mitigation', value: 'recover|block', default: 'recover', help: 'S³: recover (strip/replace, let the task go on) or block (end with a refusal)' },
@@ -146,7 +148,7 @@ export async function run(argv: string[]): Promise<number> {
     upstream,
     judgeUpstream: args.values.get('judge-upstream'),
     judgeModel: args.values.get('judge-model') ?? '',
-    method: choiceValue(args, 'method', ['safekeep', 'safejudge'] as const, 'safekeep'),
+    method: choiceValue(args, 'method', ENDPOINT_JUDGE_METHODS, 'safekeep'),
     apiKey: apiKeyFromEnv('api-key-env', args.values.get('api-key-env')),
     judgeApiKey: apiKeyFromEnv('judge-api-key-env', args.values.get('judge-api-key-env')),
     skills,
@@ -176,7 +178,7 @@ async function listenUntilStopped(server: Server, host: string, port: number, ta
   });
 }
 
-type LocalMethod = 'base' | 'safekeep' | 'refusal-probe' | 'safekeep+probe' | 'probe-cascade' | 'probe-steer';
+type LocalMethod = GuardMethod;
 type OpenedEngine = Awaited<ReturnType<typeof import('../engine-flags.ts').openEngine>>;
 type ProbeGuardT = import('../../guard/probe.ts').ProbeGuard;
 
@@ -204,8 +206,8 @@ function localMethod(args: ParsedArgs): { method: LocalMethod; allowIntervention
     if (m !== undefined && m !== 'base') throw new SafekeepError(`--allow-interventions runs no guard (a request's steering vector could undo any guard): it serves --method base only, not --method ${m}`);
     if (args.values.has('probe')) throw new SafekeepError('--probe guards requests; --allow-interventions runs no guard');
   }
-  const method = allowInterventions ? 'base' : choiceValue(args, 'method', ['base', 'safekeep', 'refusal-probe', 'safekeep+probe', 'probe-cascade', 'probe-steer'] as const, 'safekeep');
-  if (method !== 'base' && method !== 'safekeep' && args.values.get('probe') === undefined) {
+  const method: GuardMethod = allowInterventions ? 'base' : choiceValue(args, 'method', TABLE_METHODS, 'safekeep');
+  if (METHOD_TABLE[method].probe !== null && args.values.get('probe') === undefined) {
     throw new SafekeepError(`--method ${method} needs --probe FILE (safekeep probe train writes results/<model>/probe/agent.schema.<kind>.json)`);
   }
   return { method, allowInterventions };
@@ -237,15 +239,15 @@ async function serveProbe(given: Awaited<ReturnType<typeof skillProbe>>, method:
     const ckpt = await loadCheckpoint(modelDir);
     checkProbeFits(p, { configHash: ckpt.configHash, numLayers: engine.numLayers, dModel: engine.dModel });
     // the cascade and the steering read the calibration in the probe file itself (a skill carries none)
-    probe = method === 'probe-cascade' || method === 'probe-steer' ? new ProbeGuard(p) : probe ?? new ProbeGuard(p);
+    probe = METHOD_TABLE[method].probe === 'cascade' || METHOD_TABLE[method].probe === 'steer' ? new ProbeGuard(p) : probe ?? new ProbeGuard(p);
     label ||= `probe ${p.kind} ℓ=${p.layer}`;
   }
   if (probe && (probe.probe.dModel !== engine.dModel || probe.probe.layer > engine.numLayers)) {
     throw new SafekeepError(`--probe: d_model ${probe.probe.dModel}, layer ${probe.probe.layer} do not fit this model (d_model ${engine.dModel}, ${engine.numLayers} layers)`);
   }
   // a probe without the calibration its method reads is refused before the server starts
-  if (method === 'probe-cascade') label += ` band [${probe!.cascade().low.toPrecision(4)}, ${probe!.cascade().high.toPrecision(4)}]`;
-  if (method === 'probe-steer') label += ` α=${probe!.steering().alpha.toPrecision(4)}`;
+  if (METHOD_TABLE[method].probe === 'cascade') label += ` band [${probe!.cascade().low.toPrecision(4)}, ${probe!.cascade().high.toPrecision(4)}]`;
+  if (METHOD_TABLE[method].probe === 'steer') label += ` α=${probe!.steering().alpha.toPrecision(4)}`;
   return { probe, label };
 }
 
