@@ -83,6 +83,8 @@ for (const method of ['safekeep', 'safejudge'] as const) {
 
 const GUARD_ROLES = [SAFETY_ASSESSOR_ROLE, GUARD_AGENT_ROLE, S3_CHECK_ROLE, S3_REWRITE_ROLE];
 const isGuard = (b: Record<string, unknown> | null) => GUARD_ROLES.includes(String((b?.messages as Msg[] | undefined)?.[0]?.content ?? ''));
+/** the shipped skills' harm judge: the input stage's mandatory safekeep-judge (the judge's own prompt) */
+const isHarmJudge = (b: Record<string, unknown> | null) => isJudge(b);
 
 /**
  * S³ endpoint: every guard call answers "risky" exactly when it is shown the marker; the guard agent picks nothing
@@ -98,7 +100,7 @@ function s3MarkerScript(body: Record<string, unknown> | null) {
   return script(body);
 }
 
-test('property (S³ proxy, the shipped skills): a marker anywhere in the request is seen by a guard check before any upstream call carries it', async (t) => {
+test('property (S³ proxy, the shipped skills): a marker anywhere in the request is seen by a harm-judging check before any upstream call carries it', async (t) => {
   const { up, port } = await proxy(t, { skills: loadSkills([join(repoRoot, 'skills')]) }, s3MarkerScript);
   let seen = 0;
   await fc.assert(
@@ -110,11 +112,12 @@ test('property (S³ proxy, the shipped skills): a marker anywhere in the request
       const r = await post(port, JSON.stringify(value));
       const calls = up.requests.slice(before);
       assert.ok([200, 400].includes(r.status), `status ${r.status} for a marker at ${at}: ${r.body.slice(0, 200)}`);
-      // in order: no call of the agent's carries the marker before a guard call has shown it
+      // in order: no call of the agent's carries the marker before a harm-judging check has shown it (the input
+      // stage's judge — not only the tool-result check, which asks whether data carries instructions)
       let guardSaw = false;
       for (const q of calls) {
-        if (isGuard(q.body)) guardSaw ||= seesMarker(q.body);
-        else assert.ok(guardSaw || !seesMarker(q.body), `the marker at ${at} reached the upstream before any guard check saw it`);
+        if (isHarmJudge(q.body)) guardSaw ||= seesMarker(q.body);
+        else if (!isGuard(q.body)) assert.ok(guardSaw || !seesMarker(q.body), `the marker at ${at} reached the upstream before a harm-judging check saw it`);
       }
       if (guardSaw) seen++;
     }),
