@@ -155,6 +155,8 @@ async function respond(request: AgentRequest, method: GuardMethod, backend: Chat
   const judgeOptions: JudgeOptions = { ...options, toolView: row.judge ?? 'prose', maxTokens: options.judgeMaxTokens };
   const decide = <T>(steps: DecisionSteps<T>) => safekeepDecision(judged, options.judgeBackend ?? backend, judgeOptions, steps);
   const probe = row.probe === null ? null : requireProbe(method, backend, options.probe);
+  // the calibration a row reads is checked before any call: a missing one is an error, not a half-run request
+  const steering = row.probe === 'steer' ? probe!.steering() : undefined;
 
   if (row.gate === 'none') return { method, judge: null, blocked: false, reply: await agent() };
   if (row.gate === 'judge') {
@@ -179,7 +181,7 @@ async function respond(request: AgentRequest, method: GuardMethod, backend: Chat
     if (!pv.unsafe) return { method, judge: verdict, blocked: false, reply, probe: pv, agentMs: reply.latencyMs };
     if (row.flagged === 'steer') {
       // tools kept, no prefix, +α·r̂ at ℓ*: the answer is the model's own
-      const steered = await agent({ purpose: 'refusal', steer: probe!.steering() });
+      const steered = await agent({ purpose: 'refusal', steer: steering! });
       return { method, judge: verdict, blocked: false, steered: true, reply: steered, probe: pv, agentMs: reply.latencyMs, rereadTokens: reply.promptTokens };
     }
     return { method, judge: verdict, blocked: true, reply: await refuse(), probe: pv, agentMs: reply.latencyMs, rereadTokens: reply.promptTokens };
