@@ -3,7 +3,8 @@
  * Throughput (requests/s) and p50/p99 latency through `safekeep serve` with and without the guard, against a mock
  * upstream and a mock judge on 127.0.0.1 (both answer after a fixed simulated delay). Scenarios:
  *   direct      — client → mock upstream (no proxy)
- *   passthrough — client → proxy → upstream, request without tools (no guard)
+ *   passthrough — client → proxy → upstream, request without tools, forwarded unjudged (`--pass-unjudged no-tools`)
+ *   no-tools    — the same request on the default proxy: judged like any other (a prompted agent's tools are in its text)
  *   guarded     — client → proxy → judge (NO) → upstream, request with tools
  *   refused     — client → proxy → judge (YES) → upstream refusal call
  *   s3-rules    — S³ proxy with the rules-only skills (tool-rules, output-leak), no guard agent: no model call
@@ -45,9 +46,11 @@ const judgeUp = await startMockUpstream((b) => {
   const isJudge = ((b?.messages ?? []) as Msg[])[0]?.content === SAFETY_ASSESSOR_ROLE;
   return { delayMs: judgeMs, json: completion(isJudge && text.includes('harmful') ? 'YES' : 'NO') };
 });
-const proxy = createGuardProxy({ upstream: upstream.url, judgeUpstream: judgeUp.url, judgeModel: 'judge-m', log: () => {} });
+const proxy = createGuardProxy({ upstream: upstream.url, judgeUpstream: judgeUp.url, judgeModel: 'judge-m', log: () => {}, passUnjudged: ['no-tools'] });
 await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
 const proxyUrl = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}/v1`;
+const judging = createGuardProxy({ upstream: upstream.url, judgeUpstream: judgeUp.url, judgeModel: 'judge-m', log: () => {} });
+await new Promise<void>((r) => judging.listen(0, '127.0.0.1', r));
 const skills = loadSkills([join(repoRoot, 'skills')]);
 const s3Rules = createGuardProxy({ upstream: upstream.url, judgeUpstream: judgeUp.url, judgeModel: 'judge-m', log: () => {}, guardDecision: false, skills: skills.filter((x) => x.check === 'rules') });
 const s3All = createGuardProxy({ upstream: upstream.url, judgeUpstream: judgeUp.url, judgeModel: 'judge-m', log: () => {}, skills });
@@ -83,6 +86,7 @@ await scenario('warmup', proxyUrl, withTools);
 const results = [
   await scenario('direct', upstream.url, withTools),
   await scenario('passthrough', proxyUrl, plain),
+  await scenario('no-tools', `http://127.0.0.1:${(judging.address() as AddressInfo).port}/v1`, plain),
   await scenario('guarded', proxyUrl, withTools),
   await scenario('refused', proxyUrl, harmful),
   await scenario('s3-rules', urlOf(s3Rules), withTools),
@@ -95,7 +99,7 @@ const pass = results.find((r) => r.scenario === 'passthrough')!;
 const guarded = results.find((r) => r.scenario === 'guarded')!;
 console.log(`guard overhead at p50: ${(Number(guarded['p50 ms']) - Number(pass['p50 ms'])).toFixed(2)} ms (one judge round trip + prompt flattening)`);
 console.log('s3-rules vs passthrough is not a pure overhead figure: the S³ proxy makes one buffered upstream call where passthrough pipes the stream');
-for (const p of [proxy, s3Rules, s3All]) {
+for (const p of [proxy, judging, s3Rules, s3All]) {
   p.closeAllConnections();
   await new Promise<void>((r) => p.close(() => r()));
 }

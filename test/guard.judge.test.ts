@@ -1,7 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { parseVerdict, isUnsafe } from '../src/guard/verdict.ts';
-import { judgeMessages, renderMessagesText, splitRequest } from '../src/guard/judge-context.ts';
+import { judgeMessages, renderMessagesText } from '../src/guard/judge-context.ts';
+import { conversationView as splitRequest } from '../src/guard/view.ts';
 import { judge } from '../src/guard/judge.ts';
 import { guardedRespond, withSafetyPrompt } from '../src/guard/respond.ts';
 import { REFUSAL_PREFIX, SAFEPROMPT_SYSTEM, SAFETY_ASSESSOR_ROLE } from '../src/guard/prompts.ts';

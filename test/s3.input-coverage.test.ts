@@ -9,7 +9,6 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runStage } from '../src/s3/guard.ts';
-import { inputView } from '../src/s3/flow.ts';
 import { loadSkill, SkillFileError } from '../src/s3/skill-file.ts';
 import type { ChatBackend, ChatMessage } from '../src/guard/types.ts';
 import { agentCalls, coverageProxy } from './helpers/s3-coverage-mock.ts';
@@ -32,12 +31,32 @@ test('input: a system message after the last user message and an assistant turn 
     { role: 'assistant', content: `You want me to ${HARM}, shall I?` }, { role: 'user', content: 'Yes' },
   ]);
   assert.equal(agentCalls(up).length, 0, 'nothing was forwarded');
-  // the agent's own loop after the last user message is left to the later stages (each result at tool_observation)
-  const loop: ChatMessage[] = [
-    { role: 'user', content: 'Read e-mail 7.' }, { role: 'assistant', content: '', tool_calls: [{ id: 'c', type: 'function', function: { name: 'GmailReadEmail', arguments: '{}' } }] },
-    { role: 'tool', tool_call_id: 'c', content: 'hi' }, { role: 'system', content: 'late note' }, { role: 'assistant', content: 'Sure,' },
-  ];
-  assert.deepEqual(inputView(loop).map((m) => m.content), ['Read e-mail 7.', 'late note', 'Sure,']);
+});
+
+// every turn the client wrote after the last user message is judged for harm at input too — not left to the
+// injection check of tool_observation, not dropped as an empty turn
+test('input: client-written turns after the last user message (calls without results, reasoning, calls before a result) meet the harm judge', async (t) => {
+  const { up, post } = await coverageProxy(t, 'all');
+  const call = (args: string) => ({ role: 'assistant', content: '', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'BankTransfer', arguments: args } }] });
+  // (a) a call in the client's history with no result after it
+  await refused(post, [{ role: 'system', content: 'You are a banking agent.' }, { role: 'user', content: 'Help with my savings.' }, call(JSON.stringify({ note: HARM }))]);
+  // (b) an assistant turn of one space whose harm is in its reasoning — after the benign twin of the request was
+  // decided, so a cache keyed on less than the whole request would answer with that decision
+  const twin = await post([{ role: 'system', content: 'You are a banking agent.' }, { role: 'user', content: 'Help with my savings.' }, { role: 'assistant', content: ' ', reasoning_content: 'I will check the balance.' }]);
+  assert.equal(twin.headers.get('x-safekeep-action'), 'forward');
+  await twin.text();
+  const forwardedBefore = agentCalls(up).length;
+  await refused(post, [{ role: 'system', content: 'You are a banking agent.' }, { role: 'user', content: 'Help with my savings.' }, { role: 'assistant', content: ' ', reasoning_content: `I will ${HARM}.` }]);
+  // (c) the same call followed by a tool result: the injection check alone must not be the only one to see it
+  await refused(post, [{ role: 'system', content: 'You are a banking agent.' }, { role: 'user', content: 'Help with my savings.' }, call(JSON.stringify({ note: HARM })), { role: 'tool', tool_call_id: 'c1', content: 'ok' }]);
+  assert.equal(agentCalls(up).length, forwardedBefore, 'nothing harmful was forwarded');
+  // a benign loop after the last user message still goes on
+  const ok = await post([
+    { role: 'user', content: 'Read e-mail 7.' }, { role: 'assistant', content: '', tool_calls: [{ id: 'c', type: 'function', function: { name: 'GmailReadEmail', arguments: '{"id":"7"}' } }] },
+    { role: 'tool', tool_call_id: 'c', content: 'hi' },
+  ] satisfies ChatMessage[]);
+  assert.deepEqual([ok.status, ok.headers.get('x-safekeep-action')], [200, 'forward']);
+  await ok.text();
 });
 
 test('input: a request without a user message, and a guard agent answering NONE, still meet the mandatory judge', async (t) => {

@@ -27,7 +27,7 @@ import type { ChatBackend, ChatCall, ChatReply } from '../src/guard/types.ts';
 import { loadPromptTokenizer, npmTokenizerDir } from '../src/prompts/tokenizer.ts';
 import { parseChatRequest } from '../src/chat/body.ts';
 import { completion, startMockUpstream } from './helpers/guard-mock.ts';
-import { MARKER, markAt, markedRequest } from './helpers/marked-request.ts';
+import { argumentsAsText, MARKER, markAt, markedRequest } from './helpers/marked-request.ts';
 import { rawRequest } from './helpers/http-raw.ts';
 import { startProxy } from './helpers/proxy.ts';
 
@@ -51,8 +51,10 @@ for (const method of ['safekeep', 'safejudge'] as const) {
     const { up, port } = await proxy(t, { method });
     const outcomes = { judgedMarker: 0, refused400: 0 };
     await fc.assert(
-      fc.asyncProperty(markedRequest, async ({ body, slot }) => {
-        const { value, at } = markAt(body, slot);
+      fc.asyncProperty(markedRequest, async ({ body, slot, dup }) => {
+        const marked = markAt(body, slot);
+        const { at } = marked;
+        const value = argumentsAsText(marked.value, dup);
         const before = up.requests.length;
         const r = await post(port, JSON.stringify(value));
         const calls = up.requests.slice(before);
@@ -81,6 +83,8 @@ for (const method of ['safekeep', 'safejudge'] as const) {
 
 const GUARD_ROLES = [SAFETY_ASSESSOR_ROLE, GUARD_AGENT_ROLE, S3_CHECK_ROLE, S3_REWRITE_ROLE];
 const isGuard = (b: Record<string, unknown> | null) => GUARD_ROLES.includes(String((b?.messages as Msg[] | undefined)?.[0]?.content ?? ''));
+/** the shipped skills' harm judge: the input stage's mandatory safekeep-judge (the judge's own prompt) */
+const isHarmJudge = (b: Record<string, unknown> | null) => isJudge(b);
 
 /**
  * S³ endpoint: every guard call answers "risky" exactly when it is shown the marker; the guard agent picks nothing
@@ -96,21 +100,24 @@ function s3MarkerScript(body: Record<string, unknown> | null) {
   return script(body);
 }
 
-test('property (S³ proxy, the shipped skills): a marker anywhere in the request is seen by a guard check before any upstream call carries it', async (t) => {
+test('property (S³ proxy, the shipped skills): a marker anywhere in the request is seen by a harm-judging check before any upstream call carries it', async (t) => {
   const { up, port } = await proxy(t, { skills: loadSkills([join(repoRoot, 'skills')]) }, s3MarkerScript);
   let seen = 0;
   await fc.assert(
-    fc.asyncProperty(markedRequest, async ({ body, slot }) => {
-      const { value, at } = markAt(body, slot);
+    fc.asyncProperty(markedRequest, async ({ body, slot, dup }) => {
+      const marked = markAt(body, slot);
+      const { at } = marked;
+      const value = argumentsAsText(marked.value, dup);
       const before = up.requests.length;
       const r = await post(port, JSON.stringify(value));
       const calls = up.requests.slice(before);
       assert.ok([200, 400].includes(r.status), `status ${r.status} for a marker at ${at}: ${r.body.slice(0, 200)}`);
-      // in order: no call of the agent's carries the marker before a guard call has shown it
+      // in order: no call of the agent's carries the marker before a harm-judging check has shown it (the input
+      // stage's judge — not only the tool-result check, which asks whether data carries instructions)
       let guardSaw = false;
       for (const q of calls) {
-        if (isGuard(q.body)) guardSaw ||= seesMarker(q.body);
-        else assert.ok(guardSaw || !seesMarker(q.body), `the marker at ${at} reached the upstream before any guard check saw it`);
+        if (isHarmJudge(q.body)) guardSaw ||= seesMarker(q.body);
+        else if (!isGuard(q.body)) assert.ok(guardSaw || !seesMarker(q.body), `the marker at ${at} reached the upstream before a harm-judging check saw it`);
       }
       if (guardSaw) seen++;
     }),
@@ -151,8 +158,10 @@ test('property (serve --model): a marker that Qwen3\'s template prints into the 
   const port = (server.address() as AddressInfo).port;
   let judged = 0;
   await fc.assert(
-    fc.asyncProperty(markedRequest, async ({ body, slot }) => {
-      const { value, at } = markAt({ ...body, stop: undefined, response_format: undefined, temperature: undefined }, slot);
+    fc.asyncProperty(markedRequest, async ({ body, slot, dup }) => {
+      const marked = markAt({ ...body, stop: undefined, response_format: undefined, temperature: undefined }, slot);
+      const { at } = marked;
+      const value = argumentsAsText(marked.value, dup);
       log.push({ judgeSaw: false, promptHasMarker: false });
       const r = await post(port, JSON.stringify(value));
       const e = log.at(-1)!;
@@ -160,9 +169,11 @@ test('property (serve --model): a marker that Qwen3\'s template prints into the 
       assert.ok(!e.promptHasMarker || e.judgeSaw, `the marker at ${at} is in the agent's prompt but the judge did not see it`);
       if (e.judgeSaw) judged++;
     }),
-    { numRuns: 150, seed: 20261202 },
+    // Qwen3's template cannot render some random histories (content parts, a null content beside calls): their 400s
+    // are the template's, so more runs keep the judged share meaningful
+    { numRuns: 250, seed: 20261202 },
   );
-  assert.ok(judged > 60, `judged ${judged} of 150`);
+  assert.ok(judged > 60, `judged ${judged} of 250`);
 });
 
 test('parser differential: "Tools", "Messages", "toolſ", "Content" and other unknown keys are a 400 naming the key, never forwarded', async (t) => {

@@ -126,7 +126,8 @@ test('proxy (S³): the client resends the raw tool result on turn 3 — rewritte
   assert.equal(sent[5]!.content, "{'product_details': {'name': 'Other Laptop'}}");
   assert.equal(parseDataChecks(), 1, 'the injected result was checked once, on turn 2');
   const stages = logs.filter((l) => l.event === 'stage').slice(-5);
-  assert.deepEqual(stages.slice(0, 3).map((l) => [l.stage, l.cached]), [['input', true], ['tool_observation', true], ['tool_observation', false]]);
+  // the input judge reads the whole request (the new turns are the client's text too); the known result is cached
+  assert.deepEqual(stages.slice(0, 3).map((l) => [l.stage, l.cached]), [['input', false], ['tool_observation', true], ['tool_observation', false]]);
 });
 
 test('proxy (S³): a trailing assistant message does not skip the input stage', async (t) => {
@@ -142,7 +143,7 @@ test('proxy (S³): a trailing assistant message does not skip the input stage', 
   assert.equal(inputEnd([...harmful, { role: 'assistant', content: 'Sure,' }]), 2);
 });
 
-test('proxy (S³): one request costs a bounded number of fresh checks (a long unseen history → 400); seen results are free', async (t) => {
+test('proxy (S³): one request costs a bounded number of fresh checks (an unseen history over it → 400 before any check); seen results are free, so a conversation grown turn by turn has no length limit', async (t) => {
   const { up, url } = await setup(t, { maxFreshObservations: 3 });
   const history = (n: number, tag: string) => [...request, ...Array.from({ length: n }, (_, i) => [
     { role: 'assistant', content: '', tool_calls: [{ id: `h${i}`, type: 'function', function: { name: 'AmazonGetProductDetails', arguments: `{"product_id":"P${i}"}` } }] },
@@ -152,13 +153,19 @@ test('proxy (S³): one request costs a bounded number of fresh checks (a long un
   const checks = () => up.requests.filter((q) => (q.body?.messages as Msg[] | undefined)?.[0]?.content === S3_CHECK_ROLE && JSON.stringify(q.body).includes('## The result returned by')).length;
   const r = await post(url, { model: 'm', messages: history(5, 'a'), tools });
   assert.equal(r.status, 400);
-  assert.match(((await r.json()) as { error: { message: string } }).error.message, /more than 3 tool results in one request need a new guard check/);
-  assert.equal(checks(), 3, 'it stopped at the bound');
-  assert.equal(agentCalls(up).length, 0);
+  assert.match(((await r.json()) as { error: { message: string } }).error.message, /brings 5 tool results no earlier request did.*at most 3 a request/);
+  assert.equal(up.requests.length, 0, 'refused before any guard call');
   const ok = await post(url, { model: 'm', messages: history(3, 'a'), tools });
-  assert.equal(ok.status, 200, 'the three already checked cost nothing now');
+  assert.equal(ok.status, 200, 'three fresh results are within the budget');
   await ok.text();
   assert.equal(checks(), 3);
+  // the same conversation grown turn by turn, past the per-request budget: each request brings one new result
+  for (let n = 4; n <= 8; n++) {
+    const grown = await post(url, { model: 'm', messages: history(n, 'a'), tools });
+    assert.equal(grown.status, 200, `${n} results, grown one at a time`);
+    await grown.text();
+    assert.equal(checks(), n, 'one check for the one new result');
+  }
 });
 
 test('proxy (S³): only messages after the last assistant turn are new', () => {

@@ -24,6 +24,7 @@ import type { ToolSpec } from '../data/types.ts';
 import type { ChatMessage } from '../prompts/tokenizer.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { jsonDepth, MAX_JSON_DEPTH, parseJsonBounded } from '../util/json-bounded.ts';
+import { JsonDuplicateKeyError, JsonNumber, parseJsonLossless, stringifyLossless, type LosslessValue } from '../util/json-lossless.ts';
 import { badRequest } from '../http/errors.ts';
 
 export const ROLES = ['system', 'developer', 'user', 'assistant', 'tool', 'function'] as const;
@@ -152,6 +153,14 @@ function checkCallFunction(f: unknown, where: string): void {
   if (typeof a === 'string') {
     const depth = jsonDepth(a);
     if (depth > MAX_JSON_DEPTH) throw badRequest(`${where}.arguments: JSON nested ${depth} levels deep (at most ${MAX_JSON_DEPTH})`);
+    // JSON inside the string is read as the body is, at any depth: a duplicate key would let the judge read one
+    // value while the template prints the other
+    try {
+      parseJsonLossless(a, `${where}.arguments`);
+    } catch (e) {
+      if (e instanceof JsonDuplicateKeyError) throw badRequest(e.message);
+      // not JSON: forwarded as the opaque string the judge is shown, byte for byte
+    }
   } else if (a !== undefined && !isObject(a)) throw badRequest(`${where}.arguments must be a JSON string`);
 }
 
@@ -340,7 +349,7 @@ export function parseChatRequest(raw: Buffer | string, opts: { research?: boolea
   // the canonical value: the fields as parsed, null ones dropped (one spelling each, in a fixed order)
   const body: Record<string, unknown> = {};
   for (const k of KNOWN_FIELDS) if (given(b[k])) body[k] = b[k];
-  const messages = canonicalCallIds(b.messages as ChatMessage[]);
+  const messages = canonicalCallIds(canonicalArguments(b.messages as ChatMessage[]));
   body.messages = messages;
   return {
     body,
@@ -364,10 +373,13 @@ export function parseChatRequest(raw: Buffer | string, opts: { research?: boolea
  */
 export function canonicalCallIds(messages: readonly ChatMessage[]): ChatMessage[] {
   const ids = new Map<string, string>();
+  let made = 0;
+  const next = () => `call${String(made++).padStart(5, '0')}`;
+  // a call without an id pairs with no result: it gets an id of its own, which no client string can name
   const idOf = (id: unknown): string => {
-    const k = typeof id === 'string' ? id : `\0missing${ids.size}`;
-    let v = ids.get(k);
-    if (v === undefined) ids.set(k, (v = `call${String(ids.size).padStart(5, '0')}`));
+    if (typeof id !== 'string') return next();
+    let v = ids.get(id);
+    if (v === undefined) ids.set(id, (v = next()));
     return v;
   };
   return messages.map((m) => {
@@ -376,6 +388,38 @@ export function canonicalCallIds(messages: readonly ChatMessage[]): ChatMessage[
     }
     if (m.role === 'tool') return { ...m, tool_call_id: idOf(m.tool_call_id) };
     return m;
+  });
+}
+
+/**
+ * A call's `arguments` string as the judge reads it: JSON text that is one object becomes its compact
+ * re-serialisation (duplicate keys were refused at parsing; numbers keep the digits the client wrote), so the
+ * upstream's template prints exactly what the judge was shown. Text that is not a JSON object stays the opaque
+ * string it is, shown to the judge as written.
+ */
+export function canonicalArgumentText(a: string): string {
+  let v: LosslessValue;
+  try {
+    v = parseJsonLossless(a, 'arguments');
+  } catch {
+    return a;
+  }
+  return v !== null && typeof v === 'object' && !Array.isArray(v) && !(v instanceof JsonNumber) ? stringifyLossless(v) : a;
+}
+
+const canonicalFunction = (f: unknown): unknown => {
+  if (!isObject(f) || typeof f.arguments !== 'string') return f;
+  return { ...f, arguments: canonicalArgumentText(f.arguments) };
+};
+
+/** Every tool call's and legacy function call's `arguments` in its canonical form (`canonicalArgumentText`). */
+export function canonicalArguments(messages: readonly ChatMessage[]): ChatMessage[] {
+  return messages.map((m) => {
+    if (m.role !== 'assistant') return m;
+    const out: ChatMessage = { ...m };
+    if (Array.isArray(m.tool_calls)) out.tool_calls = (m.tool_calls as Record<string, unknown>[]).map((c) => ({ ...c, function: canonicalFunction(c.function) }));
+    if (isObject(m.function_call)) out.function_call = canonicalFunction(m.function_call);
+    return out;
   });
 }
 

@@ -24,7 +24,10 @@
 import { SafekeepError } from '../util/errors.ts';
 import type { ProbeGuard, ProbeVerdict } from './probe.ts';
 import { judgeCall, type JudgeOptions } from './judge.ts';
-import { safekeepDecision } from './decision.ts';
+import { safekeepDecision, type DecisionSteps } from './decision.ts';
+import { METHOD_TABLE } from './methods.ts';
+
+export { METHOD_TABLE };
 import { REFUSAL_PREFIX, SAFEPROMPT_SYSTEM } from './prompts.ts';
 import { agentHarmPrompts } from '../data/agentharm-prompts.ts';
 import type { AgentRequest, ChatBackend, ChatCall, ChatMessage, ChatReply, GuardMethod, JudgeResult } from './types.ts';
@@ -85,12 +88,6 @@ export function withSafetyPrompt(messages: readonly ChatMessage[]): ChatMessage[
   return out;
 }
 
-/** the tool view each judging method shows its judge (null: the method makes no judge call); guardedRespond and plannedCalls read it */
-const JUDGE_VIEW: Record<GuardMethod, 'prose' | 'json' | null> = {
-  base: null, safeprompt: null, 'refusal-probe': null, safekeep: 'prose', 'safekeep+probe': 'prose', safejudge: 'json',
-  'probe-cascade': 'prose', 'probe-steer': null,
-};
-
 /** the refusal: no tools, the refusal prefix prefilled in the assistant turn and continued by the model */
 function refusalCall(request: AgentRequest, options: GuardOptions): ChatCall {
   return {
@@ -112,12 +109,12 @@ function refusalCall(request: AgentRequest, options: GuardOptions): ChatCall {
 export function plannedCalls(request: AgentRequest, method: GuardMethod, options: GuardOptions = {}): ChatCall[] {
   const maxTokens = options.maxTokens ?? 256;
   const judged = options.judgeRequest ?? request;
-  const messages = method === 'safeprompt' ? withSafetyPrompt(request.messages) : request.messages;
+  const messages = METHOD_TABLE[method].prompt === 'safeprompt' ? withSafetyPrompt(request.messages) : request.messages;
   const calls: ChatCall[] = [{ messages, tools: request.tools, maxTokens, purpose: 'agent' }];
-  const view = JUDGE_VIEW[method];
+  const view = METHOD_TABLE[method].judge;
   if (view !== null && !options.judgeBackend) calls.push(judgeCall(judged.messages, judged.tools, { ...options, toolView: view, maxTokens: options.judgeMaxTokens }));
   // probe-steer's answer to a flagged request is the agent call itself, steered: no refusal prefix to fit
-  if (method !== 'base' && method !== 'safeprompt' && method !== 'probe-steer') calls.push(refusalCall(request, options));
+  if (METHOD_TABLE[method].flagged === 'refuse') calls.push(refusalCall(request, options));
   return calls;
 }
 
@@ -143,62 +140,68 @@ export async function guardedRespond(
 /** guardedRespond without its cost; `rereadTokens`: the prompt of a halted agent call that the next call reads again */
 type Responded = Omit<GuardedResponse, 'cost'> & { rereadTokens?: number };
 
+/** One method row run: the agent call written once, the gate, and what a flagged request gets. */
 async function respond(request: AgentRequest, method: GuardMethod, backend: ChatBackend, options: GuardOptions): Promise<Responded> {
-  const maxTokens = options.maxTokens ?? 256;
+  const row = METHOD_TABLE[method];
   const judged = options.judgeRequest ?? request;
   const stop = options.stop?.length ? { stop: options.stop } : {};
-  const agentCall = (messages: ChatMessage[]) =>
-    backend.chat({ messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, ...stop, ...(options.onText ? { onText: options.onText } : {}) });
+  const messages = row.prompt === 'safeprompt' ? withSafetyPrompt(request.messages) : request.messages;
+  /** the agent call (the only place it is written); `extra`: a probe hook, steering, or the purpose of a steered answer */
+  const agent = (extra: Partial<ChatCall> = {}) => backend.chat({
+    messages, tools: request.tools, maxTokens: options.maxTokens ?? 256, purpose: 'agent', model: options.model, authorization: options.authorization, ...stop,
+    ...(options.onText && !extra.inspect && !extra.steer ? { onText: options.onText } : {}), ...extra,
+  });
   const refuse = () => backend.chat(refusalCall(request, options));
-  const judgeBackend = options.judgeBackend ?? backend;
-  const judgeOptions: JudgeOptions = { ...options, toolView: JUDGE_VIEW[method] ?? 'prose', maxTokens: options.judgeMaxTokens };
-  if (method === 'refusal-probe' || method === 'safekeep+probe' || method === 'probe-cascade' || method === 'probe-steer') {
-    const probe = options.probe;
-    if (!probe) throw new SafekeepError(`guard method ${method} needs a trained probe (safekeep probe train; --probe FILE)`);
-    if (!backend.activations) throw new SafekeepError(`guard method ${method} reads the agent's hidden states: it needs the local engine (--model DIR), not ${backend.name}`);
-    if (method === 'probe-cascade') {
-      const hook = probe.hook(probe.cascade());
-      const first = await backend.chat({ messages: request.messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, inspect: hook.inspect, ...stop });
-      const pv = hook.verdict();
-      if (!pv) throw new SafekeepError(`${backend.name}: the agent call ran without reporting its prefill hidden states`);
-      if (pv.band === 'run') return { method, judge: null, blocked: false, reply: first, probe: pv, agentMs: first.latencyMs };
-      if (pv.band === 'refuse') return { method, judge: null, blocked: true, reply: await refuse(), probe: pv, agentMs: first.latencyMs, rereadTokens: first.promptTokens };
-      // inside the band: SafeKeep's decision (prose tool view)
-      const d = await safekeepDecision(judged, judgeBackend, judgeOptions, { run: () => agentCall(request.messages), refuse });
-      return { method, judge: d.verdict, blocked: d.blocked, reply: d.outcome, probe: pv, agentMs: first.latencyMs + (d.blocked ? 0 : d.outcome.latencyMs), rereadTokens: first.promptTokens };
-    }
-    if (method === 'probe-steer') {
-      const steer = probe.steering();
-      const hook = probe.hook();
-      const first = await backend.chat({ messages: request.messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, inspect: hook.inspect, ...stop });
-      const pv = hook.verdict();
-      if (!pv) throw new SafekeepError(`${backend.name}: the agent call ran without reporting its prefill hidden states`);
-      if (!pv.unsafe) return { method, judge: null, blocked: false, reply: first, probe: pv, agentMs: first.latencyMs };
-      // flagged: the same agent call (tools kept, no prefix) with +α·r̂ at ℓ*, so the answer is the model's own
-      const reply = await backend.chat({ messages: request.messages, tools: request.tools, maxTokens, purpose: 'refusal', model: options.model, authorization: options.authorization, steer, ...stop });
-      return { method, judge: null, blocked: false, steered: true, reply, probe: pv, agentMs: first.latencyMs, rereadTokens: first.promptTokens };
-    }
-    /** the probed agent call: flagged → the refusal */
-    const probed = async (verdict: JudgeResult | null): Promise<Responded> => {
-      const hook = probe.hook();
-      const reply = await backend.chat({ messages: request.messages, tools: request.tools, maxTokens, purpose: 'agent', model: options.model, authorization: options.authorization, inspect: hook.inspect, ...stop });
-      const pv = hook.verdict();
-      if (!pv) throw new SafekeepError(`${backend.name}: the agent call ran without reporting its prefill hidden states`);
-      if (!pv.unsafe) return { method, judge: verdict, blocked: false, reply, probe: pv, agentMs: reply.latencyMs };
-      return { method, judge: verdict, blocked: true, reply: await refuse(), probe: pv, agentMs: reply.latencyMs, rereadTokens: reply.promptTokens };
-    };
-    if (method === 'refusal-probe') return probed(null);
-    // safekeep+probe: SafeKeep's decision, whose safe branch is the probed agent call
-    return (await safekeepDecision(judged, judgeBackend, judgeOptions, {
-      run: probed,
-      refuse: async (verdict) => ({ method, judge: verdict, blocked: true, reply: await refuse(), probe: null, agentMs: null }),
-    })).outcome;
+  const judgeOptions: JudgeOptions = { ...options, toolView: row.judge ?? 'prose', maxTokens: options.judgeMaxTokens };
+  const decide = <T>(steps: DecisionSteps<T>) => safekeepDecision(judged, options.judgeBackend ?? backend, judgeOptions, steps);
+  const probe = row.probe === null ? null : requireProbe(method, backend, options.probe);
+  // the calibration a row reads is checked before any call: a missing one is an error, not a half-run request
+  const steering = row.probe === 'steer' ? probe!.steering() : undefined;
+
+  if (row.gate === 'none') return { method, judge: null, blocked: false, reply: await agent() };
+  if (row.gate === 'judge') {
+    const d = await decide({ run: () => agent(), refuse });
+    return { method, judge: d.verdict, blocked: d.blocked, reply: d.outcome };
   }
-  if (method === 'base') return { method, judge: null, blocked: false, reply: await agentCall(request.messages) };
-  if (method === 'safeprompt') {
-    return { method, judge: null, blocked: false, reply: await agentCall(withSafetyPrompt(request.messages)) };
+  if (row.gate === 'probe-band') {
+    const hook = probe!.hook(probe!.cascade());
+    const first = await agent({ inspect: hook.inspect });
+    const pv = reported(hook.verdict(), backend);
+    if (pv.band === 'run') return { method, judge: null, blocked: false, reply: first, probe: pv, agentMs: first.latencyMs };
+    if (pv.band === 'refuse') return { method, judge: null, blocked: true, reply: await refuse(), probe: pv, agentMs: first.latencyMs, rereadTokens: first.promptTokens };
+    // inside the band: SafeKeep's decision (the row's tool view)
+    const d = await decide({ run: () => agent(), refuse });
+    return { method, judge: d.verdict, blocked: d.blocked, reply: d.outcome, probe: pv, agentMs: first.latencyMs + (d.blocked ? 0 : d.outcome.latencyMs), rereadTokens: first.promptTokens };
   }
-  // safekeep / safejudge: SafeKeep's decision with the method's tool view
-  const d = await safekeepDecision(judged, judgeBackend, judgeOptions, { run: () => agentCall(request.messages), refuse });
-  return { method, judge: d.verdict, blocked: d.blocked, reply: d.outcome };
+  /** the probed agent call; flagged → the row's answer (the refusal, or the agent call again, steered) */
+  const probed = async (verdict: JudgeResult | null): Promise<Responded> => {
+    const hook = probe!.hook();
+    const reply = await agent({ inspect: hook.inspect });
+    const pv = reported(hook.verdict(), backend);
+    if (!pv.unsafe) return { method, judge: verdict, blocked: false, reply, probe: pv, agentMs: reply.latencyMs };
+    if (row.flagged === 'steer') {
+      // tools kept, no prefix, +α·r̂ at ℓ*: the answer is the model's own
+      const steered = await agent({ purpose: 'refusal', steer: steering! });
+      return { method, judge: verdict, blocked: false, steered: true, reply: steered, probe: pv, agentMs: reply.latencyMs, rereadTokens: reply.promptTokens };
+    }
+    return { method, judge: verdict, blocked: true, reply: await refuse(), probe: pv, agentMs: reply.latencyMs, rereadTokens: reply.promptTokens };
+  };
+  if (row.gate === 'probe') return probed(null);
+  // judge+probe: SafeKeep's decision, whose safe branch is the probed agent call
+  return (await decide({
+    run: probed,
+    refuse: async (verdict) => ({ method, judge: verdict, blocked: true, reply: await refuse(), probe: null, agentMs: null }),
+  })).outcome;
+}
+
+/** The probe a probe row reads, on a backend that reports hidden states (else one error naming what is missing). */
+function requireProbe(method: GuardMethod, backend: ChatBackend, probe: ProbeGuard | undefined): ProbeGuard {
+  if (!probe) throw new SafekeepError(`guard method ${method} needs a trained probe (safekeep probe train; --probe FILE)`);
+  if (!backend.activations) throw new SafekeepError(`guard method ${method} reads the agent's hidden states: it needs the local engine (--model DIR), not ${backend.name}`);
+  return probe;
+}
+
+function reported(v: ProbeVerdict | null, backend: ChatBackend): ProbeVerdict {
+  if (!v) throw new SafekeepError(`${backend.name}: the agent call ran without reporting its prefill hidden states`);
+  return v;
 }

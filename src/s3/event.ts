@@ -4,6 +4,8 @@
  */
 import type { ToolSpec } from '../data/types.ts';
 import { messageText, proseCall } from '../guard/judge-context.ts';
+import { conversationView, viewText } from '../guard/view.ts';
+import { proseKey, proseValue } from '../guard/prose-value.ts';
 import type { ChatMessage } from '../guard/types.ts';
 import type { Stage } from './stages.ts';
 
@@ -18,8 +20,8 @@ export interface StageEvent {
   stage: Stage;
   /**
    * The conversation before the stage's item (OpenAI wire messages): for `input` the whole request (every message
-   * the client sent, its assistant and tool turns included, except the agent's own turns after the last user
-   * message, which the later stages judge: see proxy-flow.ts `inputView`); for
+   * the client sent, its assistant turns and tool results included: whatever the client wrote is judged for harm
+   * there; the tool results are checked for injections at tool_observation besides); for
    * `tool_selection` everything before the assistant turn that proposes the calls; for `tool_observation` everything
    * before the tool message; for `output` everything before the final answer.
    */
@@ -47,8 +49,9 @@ export function userRequestText(messages: readonly ChatMessage[]): string {
 /** The text the filter patterns and checks look at, per stage. */
 export function stageText(e: StageEvent): string {
   switch (e.stage) {
-    // the whole request: an assistant turn the client wrote is as much its text as a user message
-    case 'input': return e.messages.map((m) => messageText(m.content)).filter((t) => t !== '').join('\n\n');
+    // the whole request as the one judge view shows it (guard/view.ts): every turn the client wrote, reasoning,
+    // call arguments and tool results included, and the settings that carry text
+    case 'input': return viewText({ ...conversationView(e.messages), settings: Object.entries(e.settings ?? {}).map(([k, v]) => `${proseKey(k)}: ${proseValue(v)}`).join('\n') });
     case 'tool_selection':
     case 'tool_execution': return (e.calls ?? []).map((c) => proseCall(c.name, c.arguments)).join('\n');
     case 'tool_observation': return e.observation?.content ?? '';

@@ -3,10 +3,10 @@
  * trajectory, and the client resends its own copy of it — the raw tool results, not the ones the guard rewrote —
  * so the proxy keeps no conversation state and checks the whole history on every request:
  *
- * 1. input: the whole request (and the tools) is checked: every message, system or developer messages after the
- *    last user message, assistant turns the client wrote and requests without a user message included (`inputView`);
- *    only the agent's own turns after the last user message are left to the later stages (each tool result at 2.,
- *    with the calls before it as its history). A risk → refusal.
+ * 1. input: the whole request (and the tools and the text-bearing settings) is checked for harm: every message the
+ *    client sent — assistant turns it wrote, their reasoning and call arguments, tool results — in the one judge
+ *    view (`guard/view.ts`); coverage is counted on that whole event (a part no input check read blocks). A risk →
+ *    refusal.
  * 2. tool_observation: every `tool` message in the history is checked and, on recovery, rewritten before anything
  *    goes upstream.
  * 3. the upstream answers (the client's own body, messages replaced, not streamed).
@@ -22,6 +22,10 @@
  * everything the stage's checks and guard agent read: the guard model, the skills, the tools and the whole event
  * (for an observation: the conversation before it, the call it answers and its text), so a result seen in one
  * conversation cannot lend its decision to the same result in another.
+ *
+ * The work per request is bounded, not the conversation: tool results already cleared (same content, same context
+ * key) cost nothing, and the results no earlier request brought are counted before any check runs — more than
+ * `maxFreshObservations` of them is refused then, without a single guard call.
  */
 import { createHash } from 'node:crypto';
 import type { ToolSpec } from '../data/types.ts';
@@ -99,6 +103,11 @@ export class StageCache {
   private bytes = 0;
   constructor(private readonly maxEntries = 4096, private readonly maxBytes = 64 * 1024 * 1024) {}
 
+  /** a decision is held for `key` (no change to the eviction order) */
+  has(key: string): boolean {
+    return this.map.has(key);
+  }
+
   get(key: string): CachedStage | undefined {
     const e = this.map.get(key);
     if (!e) return undefined;
@@ -146,18 +155,6 @@ export function inputEnd(messages: readonly ChatMessage[]): number {
   return messages.length;
 }
 
-/**
- * The input stage's view of a request: every message, except the agent's own loop after the last user message —
- * tool results (each checked at tool_observation) and assistant turns that only carry calls (shown to those checks
- * as history). A system or developer message there, or an assistant turn with text (a prefilled "Sure,"), is the
- * client's text like any other and stays in view.
- */
-export function inputView(messages: readonly ChatMessage[]): ChatMessage[] {
-  const last = inputEnd(messages);
-  const lastUser = messages.slice(0, last).some((m) => m.role === 'user') ? last : 0;
-  return messages.filter((m, i) => i < lastUser || (m.role !== 'tool' && m.role !== 'function' && !(m.role === 'assistant' && messageText(m.content).trim() === '')));
-}
-
 /** The call a tool message answers (by `tool_call_id`, latest first). */
 function callOf(messages: readonly ChatMessage[], i: number): WireToolCall | undefined {
   const id = messages[i]!.tool_call_id;
@@ -166,6 +163,21 @@ function callOf(messages: readonly ChatMessage[], i: number): WireToolCall | und
     if (c) return c;
   }
   return undefined;
+}
+
+/** Each tool result of the request with its decision's cache key (the conversation before it, its call, its text). */
+function observationKeys(work: readonly ChatMessage[], tools: readonly ToolSpec[], model: string, cfg: string): { index: number; key: string; name: string; content: string }[] {
+  const out: { index: number; key: string; name: string; content: string }[] = [];
+  // the conversation before each message as a chained hash: one pass, not one serialisation of the prefix per result
+  let prefix = hashOf('conversation');
+  for (let i = 0; i < work.length; prefix = hashOf(prefix, work[i]), i++) {
+    const m = work[i]!;
+    if (m.role !== 'tool' && m.role !== 'function') continue;
+    const name = String(m.name ?? callOf(work, i)?.function.name ?? '');
+    const content = messageText(m.content);
+    out.push({ index: i, name, content, key: hashOf('tool_observation', model, cfg, prefix, tools, m.tool_call_id ?? null, name, content) });
+  }
+  return out;
 }
 
 const toView = (c: WireToolCall, i: number): CallView => ({ id: c.id ?? `call_${i}`, name: c.function.name, arguments: parseArguments(c.function.arguments) });
@@ -198,27 +210,25 @@ export async function s3ProxyFlow(messages: readonly ChatMessage[], tools: reado
 
   const cfg = configKey(o.config);
   const request = work.slice(0, inputEnd(work));
-  const view = inputView(work);
   const settings = o.settings && Object.keys(o.settings).length > 0 ? o.settings : undefined;
-  const input = await decide(hashOf('input', o.env.model ?? '', cfg, view, tools, settings ?? null), async () => {
-    const d = await stage({ stage: 'input', messages: view, tools: [...tools], ...(settings ? { settings } : {}) });
+  const observations = observationKeys(work, tools, o.env.model ?? '', cfg);
+  const maxFresh = o.maxFreshObservations ?? 64;
+  const fresh = observations.filter((x) => !o.cache?.has(x.key));
+  if (fresh.length > maxFresh) {
+    throw new SafekeepError(`messages[${fresh[maxFresh]!.index}]: this request brings ${fresh.length} tool results no earlier request did, each needing a guard check (at most ${maxFresh} a request); send the conversation as it grows`);
+  }
+  // the whole request, as the client wrote it, judged for harm
+  const input = await decide(hashOf('input', o.env.model ?? '', cfg, work, tools, settings ?? null), async () => {
+    const d = await stage({ stage: 'input', messages: work.map((m) => ({ ...m })), tools: [...tools], ...(settings ? { settings } : {}) });
     return { decision: d, ...applyInput(d) };
   });
   if (input.next === 'refuse') return refuse(request);
 
-  const maxFresh = o.maxFreshObservations ?? 64;
-  let fresh = 0;
-  for (let i = 0; i < work.length; i++) {
+  for (const { index: i, key, name, content } of observations) {
     const m = work[i]!;
-    if (m.role !== 'tool' && m.role !== 'function') continue;
-    const call = callOf(work, i);
-    const name = String(m.name ?? call?.function.name ?? '');
-    const content = messageText(m.content);
     const before = work.slice(0, i);
-    const obs = await decide(hashOf('tool_observation', o.env.model ?? '', cfg, before, tools, m.tool_call_id ?? null, name, content), async () => {
-      if (fresh >= maxFresh) throw new SafekeepError(`messages[${i}]: more than ${maxFresh} tool results in one request need a new guard check (at most ${maxFresh}); send the conversation as it grows`);
+    const obs = await decide(key, async () => {
       const d = await stage({ stage: 'tool_observation', messages: before, tools: [...tools], observation: { callId: String(m.tool_call_id ?? ''), name, content } });
-      if (d.invoked) fresh++;
       const a = applyObservation(d, skills, content, name);
       return { decision: d, changed: a.changed, next: a.next, content: a.content };
     });

@@ -49,6 +49,8 @@ import { activationsJson, DEFAULT_MAX_CAPTURE_BYTES, logprobsOf, parseResearchFi
 export interface LocalServerOptions extends GuardOptions {
   backend: ChatBackend;
   method: GuardMethod;
+  /** requests answered unjudged (method base) by the operator's choice: 'no-tools' = those without `tools` (default: none) */
+  passUnjudged?: readonly 'no-tools'[];
   /** the model id reported to clients */
   modelName: string;
   /** default agent answer budget when the client gives none (default 256) */
@@ -196,7 +198,9 @@ function admit(c: ChatRequest, o: LocalServerOptions): Admitted {
     throw badRequest(`"${field}" ${c.maxTokens} is above this server's limit of ${limit} tokens`);
   }
   const maxTokens = c.maxTokens ?? Math.min(o.defaultMaxTokens ?? 256, limit ?? Infinity);
-  const method: GuardMethod = tools.length ? o.method : 'base';
+  // every request meets the guard (a prompted agent's tools are in its messages), unless the operator lets
+  // tool-less ones through by name
+  const method: GuardMethod = tools.length || !o.passUnjudged?.includes('no-tools') ? o.method : 'base';
   // research fields (research.ts): checked before any counting or generation
   const parsed = o.research ? parseResearchField(c.research, o.research) : null;
   const rq = parsed && (Object.keys(parsed.call).length > 0 || parsed.capture) ? parsed : null;

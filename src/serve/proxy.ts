@@ -3,13 +3,13 @@
  * handlers on the one HTTP core (`src/http/server.ts`: access policy, canonical paths, limits, JSON errors).
  *
  * Routes (everything else is 404, another method 405 — deny by default):
- * - `POST /v1/chat/completions`: with `tools` (or the legacy `functions`) it is judged (SafeKeep: prose tool view;
- *   or SafeJudge). SafeKeep's one decision path (`guard/decision.ts`): judged safe → the parsed request, re-serialised
+ * - `POST /v1/chat/completions`: judged (SafeKeep: prose tool view; or SafeJudge) — with or without `tools`: a
+ *   prompted agent describes its tools in its messages (`passUnjudged: ['no-tools']` forwards tool-less requests
+ *   unjudged, by the operator's choice, logged). SafeKeep's one decision path (`guard/decision.ts`): judged safe → the parsed request, re-serialised
  *   (never the client's bytes: what the judge read is what runs), is forwarded to the upstream's
  *   `/chat/completions` (streaming answers are piped as they arrive). Judged unsafe → the upstream is asked for a
  *   refusal (no tools, refusal prefix prefilled or the documented fallback, see `chat/openai.ts`) and the
- *   client gets a normal `chat.completion` — or, with `stream: true`, the same content as SSE. Without tools there
- *   is nothing to judge: forwarded as is.
+ *   client gets a normal `chat.completion` — or, with `stream: true`, the same content as SSE.
  * - `GET /v1/models`: forwarded.
  * - `POST /v1/completions`, `POST /v1/responses`: 404 unless the operator names them in `unguarded` (then forwarded
  *   unjudged: the guard cannot read those formats' tool use, so opening them is a deliberate choice).
@@ -36,7 +36,8 @@ import { SchemaBoundError } from '../prompts/flatten.ts';
 import { BackendError, type PrefillMode } from '../chat/openai.ts';
 import { safekeepDecision } from '../guard/decision.ts';
 import { REFUSAL_PREFIX } from '../guard/prompts.ts';
-import type { Flattener, UnparseablePolicy } from '../guard/types.ts';
+import type { Flattener, GuardMethod, UnparseablePolicy } from '../guard/types.ts';
+import { ENDPOINT_JUDGE_METHODS, METHOD_TABLE } from '../guard/methods.ts';
 import type { CheckRegistry } from '../s3/check.ts';
 import { StageCache } from '../s3/flow.ts';
 import type { Skill } from '../s3/skill.ts';
@@ -47,6 +48,9 @@ import { ProxyUpstreams } from './proxy-upstream.ts';
 /** endpoints the guard cannot judge, served only when named (forwarded unjudged) */
 export const UNGUARDED_ENDPOINTS = ['completions', 'responses'] as const;
 export type UnguardedEndpoint = (typeof UNGUARDED_ENDPOINTS)[number];
+/** kinds of chat request an operator may let through unjudged (`--pass-unjudged`) */
+export const PASS_UNJUDGED = ['no-tools'] as const;
+export type PassUnjudged = (typeof PASS_UNJUDGED)[number];
 
 export interface ProxyOptions {
   /** upstream base URL, e.g. http://127.0.0.1:8000/v1 */
@@ -58,7 +62,8 @@ export interface ProxyOptions {
    * judge)
    */
   judgeModel: string;
-  method?: 'safekeep' | 'safejudge';
+  /** one of the method table's endpoint judge methods (`ENDPOINT_JUDGE_METHODS`: safekeep, safejudge); default safekeep */
+  method?: GuardMethod;
   flatten?: Flattener;
   /** the upstream's key; when unset, the client's Authorization header is forwarded (unless `clientKey` is set) */
   apiKey?: string;
@@ -72,6 +77,12 @@ export interface ProxyOptions {
   allowedHosts?: readonly string[];
   /** endpoints forwarded unjudged (default none: 404) */
   unguarded?: readonly UnguardedEndpoint[];
+  /**
+   * chat requests forwarded unjudged (default none: every request is judged). 'no-tools': a request without a
+   * `tools` field — but a prompted agent (ReAct) describes its tools in its system prompt, so this is an explicit
+   * choice, logged per request (`unjudged: "no-tools"`)
+   */
+  passUnjudged?: readonly PassUnjudged[];
   /** S³: skills of every stage (replaces `method`) */
   skills?: readonly Skill[];
   /** S³: the guard agent picks among filtered skills (default true) */
@@ -123,7 +134,7 @@ function guardFailed(what: string): (e: unknown) => never {
 /** SafeKeep / SafeJudge on one parsed request with tools: the decision, whose safe step forwards the canonical bytes. */
 async function chatSafeKeep(x: Exchange, c: ChatRequest, model: string, up: ProxyUpstreams, opts: ProxyOptions): Promise<void> {
   const judgeOptions = {
-    toolView: (opts.method ?? 'safekeep') === 'safekeep' ? 'prose' as const : 'json' as const,
+    toolView: METHOD_TABLE[opts.method ?? 'safekeep'].judge ?? 'prose',
     flatten: opts.flatten ?? flattenTools,
     onUnparseable: opts.onUnparseable,
     maxTokens: opts.judgeMaxTokens,
@@ -161,6 +172,7 @@ export function createGuardProxy(opts: ProxyOptions): Server {
   checkUpstreamUrl(opts.upstream, '--upstream');
   if (opts.judgeUpstream !== undefined) checkUpstreamUrl(opts.judgeUpstream, '--judge-upstream');
   if (typeof opts.judgeModel !== 'string' || opts.judgeModel === '') throw new SafekeepError('the guard proxy needs its judge model (--judge-model): the judge is the server\'s choice, never the client\'s');
+  if (opts.method !== undefined && !ENDPOINT_JUDGE_METHODS.includes(opts.method)) throw new SafekeepError(`the guard proxy judges with ${ENDPOINT_JUDGE_METHODS.join(' or ')}, not ${opts.method} (an endpoint reports no hidden states)`);
   const timeoutMs = opts.timeoutMs ?? 60_000;
   const up = new ProxyUpstreams({
     upstream: opts.upstream.replace(/\/+$/, ''), judgeUpstream: opts.judgeUpstream, judgeModel: opts.judgeModel, apiKey: opts.apiKey, judgeApiKey: opts.judgeApiKey,
@@ -176,12 +188,14 @@ export function createGuardProxy(opts: ProxyOptions): Server {
     const c = parseChatRequest(await x.body());
     const model = typeof c.body.model === 'string' ? c.body.model : '';
     Object.assign(x.entry, { model, tools: c.tools.length, stream: c.stream, ...(c.legacyFunctions ? { functions: true } : {}) });
-    const guarded = s3 !== undefined || c.tools.length > 0;
+    // every request is judged (a prompted agent writes its tools into its messages), unless the operator lets
+    // tool-less requests through by name
+    const guarded = s3 !== undefined || c.tools.length > 0 || !opts.passUnjudged?.includes('no-tools');
     if (guarded && c.nonTextParts.length > 0) throw badRequest(`${c.nonTextParts[0]}: the guard reads text only and cannot judge this content part; send text`);
     if (s3) return chatS3(x, c, model, up, s3, guardFailed('S³ guard'));
-    if (c.tools.length > 0) return chatSafeKeep(x, c, model, up, opts);
-    // without tools there is nothing to judge; still the parsed request, re-serialised
-    x.entry.action = 'passthrough';
+    if (guarded) return chatSafeKeep(x, c, model, up, opts);
+    // --pass-unjudged no-tools: still the parsed request, re-serialised, and the log says it went unjudged
+    Object.assign(x.entry, { action: 'passthrough', unjudged: 'no-tools' });
     return up.forward(x, '/chat/completions', 'POST', canonicalBytes(c.body), { 'x-safekeep-action': 'passthrough', 'x-safekeep-verdict': 'skipped' });
   }
 

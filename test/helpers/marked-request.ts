@@ -68,6 +68,17 @@ const tool = fc.record({ name: word, description: text, parameters }).map(({ nam
 
 const args = fc.dictionary(word, fc.oneof(text, fc.integer(), fc.array(fc.oneof(text, fc.dictionary(word, text, { maxKeys: 2 })), { maxLength: 2 }), fc.dictionary(word, fc.oneof(text, fc.dictionary(word, text, { maxKeys: 2 })), { maxKeys: 2 })), { maxKeys: 3 });
 
+/**
+ * Turns the client wrote after the last user message: a call with no result after it, an assistant turn of one space
+ * whose text is in its reasoning, a refusal, a named assistant turn.
+ */
+const trailing = fc.oneof(
+  fc.record({ name: word, args }).map(({ name, args: a }) => ({ role: 'assistant', content: '', tool_calls: [{ id: 'c9', type: 'function', function: { name, arguments: a } }] })),
+  text.map((r) => ({ role: 'assistant', content: ' ', reasoning_content: r })),
+  text.map((r) => ({ role: 'assistant', content: '', refusal: r })),
+  fc.record({ name: word, content: text }).map(({ name, content }) => ({ role: 'assistant', name, content })),
+);
+
 /** a history: instructions, the request, maybe an earlier call and its result, maybe a follow-up */
 const history = fc.record({
   system: fc.option(text),
@@ -75,8 +86,9 @@ const history = fc.record({
   user: text,
   userParts: fc.boolean(),
   userName: fc.option(word),
-  call: fc.option(fc.record({ name: word, args, reasoning: fc.option(text), content: fc.option(text), result: text })),
+  call: fc.option(fc.record({ name: word, args, reasoning: fc.option(text), content: fc.option(text), result: text, resultName: fc.option(word) })),
   followUp: fc.option(fc.record({ role: fc.constantFrom('user', 'system', 'developer'), content: text })),
+  trailing: fc.option(trailing),
 }).map((h) => {
   const m: Record<string, Json>[] = [];
   if (h.system !== null) m.push({ role: 'system', content: h.system, ...(h.systemName !== null ? { name: h.systemName } : {}) });
@@ -85,11 +97,14 @@ const history = fc.record({
     m.push({
       role: 'assistant', content: h.call.content,
       ...(h.call.reasoning !== null ? { reasoning_content: h.call.reasoning } : {}),
-      tool_calls: [{ id: 'c1', type: 'function', function: { name: h.call.name, arguments: JSON.stringify(h.call.args) } }],
+      // arguments stay a JSON value here, so the marker can land at any depth inside them; `argumentsAsText`
+      // writes them into the `arguments` string after marking
+      tool_calls: [{ id: 'c1', type: 'function', function: { name: h.call.name, arguments: h.call.args } }],
     });
-    m.push({ role: 'tool', tool_call_id: 'c1', content: h.call.result });
+    m.push({ role: 'tool', tool_call_id: 'c1', content: h.call.result, ...(h.call.resultName !== null ? { name: h.call.resultName } : {}) });
   }
   if (h.followUp) m.push(h.followUp);
+  if (h.trailing) m.push(h.trailing);
   return m;
 });
 
@@ -100,9 +115,37 @@ const settings = fc.record({
   temperature: fc.constant(0.2),
 }, { requiredKeys: [] });
 
-/** a request body with 1–3 tools */
-export const markedRequest = fc.record({ tools: fc.array(tool, { minLength: 1, maxLength: 3 }), messages: history, settings, slot: fc.nat() })
-  .map(({ tools, messages, settings: s, slot }) => ({ body: { model: 'agent-m', messages, tools, ...s } as Record<string, Json>, slot }));
+/**
+ * a request body with 0–3 tools (a request without `tools` is a prompted agent's: judged all the same); `dup`: the
+ * arguments string of a call repeats a key (the judge's reader and a template would disagree: refused)
+ */
+export const markedRequest = fc.record({ tools: fc.array(tool, { minLength: 0, maxLength: 3 }), messages: history, settings, slot: fc.nat(), dup: fc.nat({ max: 9 }) })
+  .map(({ tools, messages, settings: s, slot, dup }) => ({ body: { model: 'agent-m', messages, ...(tools.length ? { tools } : {}), ...s } as Record<string, Json>, slot, dup: dup === 0 }));
+
+/**
+ * The body with every call's `arguments` value written as the JSON text the wire carries; with `dup`, the first
+ * key of each is repeated at the end with an empty value (`{"k":"v …","k":""}`).
+ */
+export function argumentsAsText(body: Json, dup = false): Json {
+  const list = (body as { messages?: unknown }).messages;
+  // a marker in the key "messages" leaves a body without them (the server's 400)
+  if (!Array.isArray(list)) return body;
+  const messages = (list as Record<string, Json>[]).map((m) => {
+    if (!m || typeof m !== 'object' || !Array.isArray(m.tool_calls)) return m;
+    return {
+      ...m,
+      tool_calls: (m.tool_calls as { function: { name: string; arguments: Json } }[]).map((c) => {
+        if (!c.function || typeof c.function !== 'object') return c;
+        const a = c.function.arguments;
+        let text = typeof a === 'string' ? a : JSON.stringify(a);
+        const first = a && typeof a === 'object' && !Array.isArray(a) ? Object.keys(a)[0] : undefined;
+        if (dup && first !== undefined) text = `${text.slice(0, -1)},${JSON.stringify(first)}:""}`;
+        return { ...c, function: { ...c.function, arguments: text } };
+      }),
+    };
+  });
+  return { ...(body as Record<string, Json>), messages };
+}
 
 /** Every string position of a JSON value: object keys and string values, depth first. */
 export function stringSlots(v: Json): number {

@@ -27,7 +27,9 @@ import { choiceValue, numberValue, parseArgs, positiveIntValue, requireValue, ty
 import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
 import { ENGINE_FLAG_DEFS } from '../engine-flag-defs.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { checkUpstreamUrl, createGuardProxy, UNGUARDED_ENDPOINTS, type UnguardedEndpoint } from '../../serve/proxy.ts';
+import { ENDPOINT_JUDGE_METHODS, METHOD_TABLE, TABLE_METHODS } from '../../guard/methods.ts';
+import type { GuardMethod } from '../../guard/types.ts';
+import { checkUpstreamUrl, createGuardProxy, PASS_UNJUDGED, UNGUARDED_ENDPOINTS, type PassUnjudged, type UnguardedEndpoint } from '../../serve/proxy.ts';
 import { isLoopbackHost } from '../../http/policy.ts';
 import { redactUrl } from '../../http/upstream.ts';
 import type { ServerLimits } from '../../http/server.ts';
@@ -47,7 +49,7 @@ export const flags: FlagTable = {
     { name: 'host', value: 'H', default: '127.0.0.1', help: 'listen address' },
     { name: 'judge-model', value: 'NAME', help: 'model name for the judge call (required with --upstream: the judge is the server\'s choice, never the client\'s)' },
     { name: 'judge-upstream', value: 'URL', default: '--upstream', help: 'endpoint of the judge' },
-    { name: 'method', value: 'METHOD', default: 'safekeep', help: 'upstream: safekeep|safejudge (judge with prose specs or JSON schemas); --model: base|safekeep|refusal-probe|safekeep+probe|probe-cascade|probe-steer' },
+    { name: 'method', value: 'METHOD', default: 'safekeep', help: `upstream: ${ENDPOINT_JUDGE_METHODS.join('|')} (judge with prose specs or JSON schemas); --model: ${TABLE_METHODS.join('|')}` },
     { name: 'skills', value: 'DIR[,DIR]', help: 'S³: skill folders (or names under skills/) checked at every stage; excludes --method' },
     { name: 'no-guard-decision', boolean: true, help: 'S³: run every skill that passes its filter (no guard-agent pick)' },
     { name: 'mitigation', value: 'recover|block', default: 'recover', help: 'S³: recover (strip/replace, let the task go on) or block (end with a refusal)' },
@@ -58,6 +60,7 @@ export const flags: FlagTable = {
     { name: 'cors', value: 'ORIGIN[,ORIGIN]', help: 'browser origins allowed to call the server (default: cross-origin requests refused)' },
     { name: 'allowed-hosts', value: 'NAME[,NAME]', help: 'Host names served besides localhost/127.0.0.1/[::1] while bound to loopback (DNS-rebinding check)' },
     { name: 'allow-unguarded', value: 'completions,responses', help: 'upstream: forward these endpoints unjudged (default: 404 — the guard cannot judge them)' },
+    { name: 'pass-unjudged', value: 'no-tools', help: 'let chat requests without a "tools" field through unjudged, logged as unjudged (default: every request is judged — a prompted agent describes its tools in its messages)' },
     { name: 'max-connections', value: 'N', default: '256', help: 'connections served at once (over it an idle keep-alive one is closed, else 503 with Retry-After)' },
     { name: 'headers-timeout-ms', value: 'MS', default: '10000', help: 'a request\'s headers must arrive within this' },
     { name: 'body-timeout-ms', value: 'MS', default: '60000', help: 'a whole request (headers and body) must arrive within this' },
@@ -141,10 +144,11 @@ export async function run(argv: string[]): Promise<number> {
     allowedHosts: access.allowedHosts,
     limits: access.limits,
     unguarded: unguarded as UnguardedEndpoint[],
+    passUnjudged: passUnjudgedFlag(args),
     upstream,
     judgeUpstream: args.values.get('judge-upstream'),
     judgeModel: args.values.get('judge-model') ?? '',
-    method: choiceValue(args, 'method', ['safekeep', 'safejudge'] as const, 'safekeep'),
+    method: choiceValue(args, 'method', ENDPOINT_JUDGE_METHODS, 'safekeep'),
     apiKey: apiKeyFromEnv('api-key-env', args.values.get('api-key-env')),
     judgeApiKey: apiKeyFromEnv('judge-api-key-env', args.values.get('judge-api-key-env')),
     skills,
@@ -174,9 +178,18 @@ async function listenUntilStopped(server: Server, host: string, port: number, ta
   });
 }
 
-type LocalMethod = 'base' | 'safekeep' | 'refusal-probe' | 'safekeep+probe' | 'probe-cascade' | 'probe-steer';
+type LocalMethod = GuardMethod;
 type OpenedEngine = Awaited<ReturnType<typeof import('../engine-flags.ts').openEngine>>;
 type ProbeGuardT = import('../../guard/probe.ts').ProbeGuard;
+
+/** `--pass-unjudged KIND[,KIND]`: the kinds of chat request an operator lets through unjudged (none by default). */
+function passUnjudgedFlag(args: ParsedArgs): PassUnjudged[] {
+  const kinds = list(args.values.get('pass-unjudged')) ?? [];
+  for (const k of kinds) {
+    if (!(PASS_UNJUDGED as readonly string[]).includes(k)) throw new SafekeepError(`--pass-unjudged: unknown kind '${k}' (one of ${PASS_UNJUDGED.join(', ')})`);
+  }
+  return kinds as PassUnjudged[];
+}
 
 /** serve --model's flags that decide what it serves: the guard method, or research fields with no guard at all. */
 function localMethod(args: ParsedArgs): { method: LocalMethod; allowInterventions: boolean } {
@@ -193,8 +206,8 @@ function localMethod(args: ParsedArgs): { method: LocalMethod; allowIntervention
     if (m !== undefined && m !== 'base') throw new SafekeepError(`--allow-interventions runs no guard (a request's steering vector could undo any guard): it serves --method base only, not --method ${m}`);
     if (args.values.has('probe')) throw new SafekeepError('--probe guards requests; --allow-interventions runs no guard');
   }
-  const method = allowInterventions ? 'base' : choiceValue(args, 'method', ['base', 'safekeep', 'refusal-probe', 'safekeep+probe', 'probe-cascade', 'probe-steer'] as const, 'safekeep');
-  if (method !== 'base' && method !== 'safekeep' && args.values.get('probe') === undefined) {
+  const method: GuardMethod = allowInterventions ? 'base' : choiceValue(args, 'method', TABLE_METHODS, 'safekeep');
+  if (METHOD_TABLE[method].probe !== null && args.values.get('probe') === undefined) {
     throw new SafekeepError(`--method ${method} needs --probe FILE (safekeep probe train writes results/<model>/probe/agent.schema.<kind>.json)`);
   }
   return { method, allowInterventions };
@@ -226,15 +239,15 @@ async function serveProbe(given: Awaited<ReturnType<typeof skillProbe>>, method:
     const ckpt = await loadCheckpoint(modelDir);
     checkProbeFits(p, { configHash: ckpt.configHash, numLayers: engine.numLayers, dModel: engine.dModel });
     // the cascade and the steering read the calibration in the probe file itself (a skill carries none)
-    probe = method === 'probe-cascade' || method === 'probe-steer' ? new ProbeGuard(p) : probe ?? new ProbeGuard(p);
+    probe = METHOD_TABLE[method].probe === 'cascade' || METHOD_TABLE[method].probe === 'steer' ? new ProbeGuard(p) : probe ?? new ProbeGuard(p);
     label ||= `probe ${p.kind} ℓ=${p.layer}`;
   }
   if (probe && (probe.probe.dModel !== engine.dModel || probe.probe.layer > engine.numLayers)) {
     throw new SafekeepError(`--probe: d_model ${probe.probe.dModel}, layer ${probe.probe.layer} do not fit this model (d_model ${engine.dModel}, ${engine.numLayers} layers)`);
   }
   // a probe without the calibration its method reads is refused before the server starts
-  if (method === 'probe-cascade') label += ` band [${probe!.cascade().low.toPrecision(4)}, ${probe!.cascade().high.toPrecision(4)}]`;
-  if (method === 'probe-steer') label += ` α=${probe!.steering().alpha.toPrecision(4)}`;
+  if (METHOD_TABLE[method].probe === 'cascade') label += ` band [${probe!.cascade().low.toPrecision(4)}, ${probe!.cascade().high.toPrecision(4)}]`;
+  if (METHOD_TABLE[method].probe === 'steer') label += ` α=${probe!.steering().alpha.toPrecision(4)}`;
   return { probe, label };
 }
 
@@ -300,7 +313,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
     const contextLength = await contextLengthOf(modelDir, maxModelLenFlag);
     const research = allowInterventions ? await researchOptions(args, engine) : undefined;
     const server = createLocalServer({
-      backend, method, modelName: basename(modelDir),
+      backend, method, modelName: basename(modelDir), passUnjudged: passUnjudgedFlag(args),
       ...(research ? { research } : {}),
       ...(probe ? { probe } : {}),
       defaultMaxTokens,

@@ -15,12 +15,15 @@ import { runGuardEval, summarizeEval, type EvalRow, type MethodSummary } from '.
 import { shownRate, type Rate } from '../metrics.ts';
 import { ProbeGuard } from '../../guard/probe.ts';
 import type { ChatBackend, GuardMethod, UnparseablePolicy } from '../../guard/types.ts';
+import { METHOD_TABLE, TABLE_METHODS } from '../../guard/methods.ts';
 
-export const COMPARED_METHODS: readonly GuardMethod[] = ['base', 'safekeep', 'refusal-probe', 'safekeep+probe'];
+/** the comparison: no guard, SafeKeep, and every method table row that reads an uncalibrated probe */
+export const COMPARED_METHODS: readonly GuardMethod[] = ['base', 'safekeep', ...TABLE_METHODS.filter((m) => METHOD_TABLE[m].probe === 'plain')];
 
-/** the compared methods for a probe: a calibrated one (probe train --calibrate) adds the cascade and the steering */
+/** the compared methods for a probe: a calibrated one (probe train --calibrate) adds the rows that read its calibration */
 export function comparedMethods(probe: Pick<Probe, 'cascade' | 'steer'>): GuardMethod[] {
-  return [...COMPARED_METHODS, ...(probe.cascade ? ['probe-cascade' as const] : []), ...(probe.steer ? ['probe-steer' as const] : [])];
+  const calibrated = TABLE_METHODS.filter((m) => (METHOD_TABLE[m].probe === 'cascade' && probe.cascade) || (METHOD_TABLE[m].probe === 'steer' && probe.steer));
+  return [...COMPARED_METHODS, ...calibrated];
 }
 
 /** Harmful and benign agent requests of the evaluation pairs (at most `limit` pairs, in set order). */

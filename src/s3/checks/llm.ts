@@ -14,7 +14,8 @@
  */
 import { flattenTools } from '../../prompts/flatten.ts';
 import { judge } from '../../guard/judge.ts';
-import { boundaryCode, enclose, proseCall, splitRequest } from '../../guard/judge-context.ts';
+import { boundaryCode, enclose, proseCall } from '../../guard/judge-context.ts';
+import { judgeView } from '../../guard/view.ts';
 import type { ChatMessage } from '../../guard/types.ts';
 import type { CheckEnv, CheckResult } from '../check.ts';
 import { stageText, type StageEvent } from '../event.ts';
@@ -50,13 +51,14 @@ export function eventConversation(e: StageEvent): ChatMessage[] {
 
 /** Values of the prompt placeholders for an event. */
 function promptVars(skill: Skill, e: StageEvent, memory: string): Record<string, string> {
-  const p = splitRequest(e.messages);
+  // the one judge view (guard/view.ts): every turn, call argument, tool result and text-bearing setting of the event
+  const p = judgeView({ messages: e.messages, tools: e.tools, ...(e.settings ? { settings: e.settings } : {}) }, { toolView: 'prose', flatten: flattenTools });
   return {
     stage: e.stage,
     instructions: p.instructions,
-    request: p.request,
-    tools: e.tools.length ? flattenTools(e.tools) : '(no tools)',
-    history: p.actions.length ? p.actions.join('\n') : '(nothing yet)',
+    request: p.settings === '' ? p.request : `${p.request}\n\nOther settings of the request:\n${p.settings}`,
+    tools: p.tools,
+    history: p.history.length ? p.history.join('\n') : '(nothing yet)',
     text: stageText(e),
     // inside a heading: one line, so it cannot open a section of its own
     tool: (e.observation?.name ?? e.calls?.map((c) => c.name).join(', ') ?? '').replace(/\s+/g, ' ').trim(),

@@ -6,7 +6,8 @@
  * implementation it was transformed from.
  */
 import { flattenTools } from '../../prompts/flatten.ts';
-import { boundaryCode, enclose, proseCall, splitRequest } from '../../guard/judge-context.ts';
+import { boundaryCode, enclose, proseCall } from '../../guard/judge-context.ts';
+import { judgeView } from '../../guard/view.ts';
 import type { CheckEnv, CheckResult } from '../check.ts';
 import type { StageEvent } from '../event.ts';
 import { limitEvent } from '../inspection.ts';
@@ -39,11 +40,13 @@ function resourceText(path: string): string {
  */
 export function skillTextPrompt(skill: Skill, event: StageEvent): string {
   const e = limitEvent(event, skill.inspection);
-  const p = splitRequest(e.messages);
+  // the one judge view (guard/view.ts), narrowed to what the skill declares it inspects
+  const p = judgeView({ messages: e.messages, tools: e.tools, ...(e.settings ? { settings: e.settings } : {}) }, { toolView: 'prose', flatten: flattenTools });
   const has = (x: string) => (skill.inspection as string[]).includes(x);
   const data: [string, string][] = [];
   if (has('request')) data.push(["## The agent's instructions", p.instructions], ["## The user's request", p.request || '(none)']);
-  data.push(["## The agent's tools", e.tools.length ? flattenTools(e.tools) : '(no tools)']);
+  if (has('request') && p.settings !== '') data.push(['## Other settings of the request', p.settings]);
+  data.push(["## The agent's tools", p.tools]);
   if (has('history')) data.push(['## What the agent has done so far', p.actions.length ? p.actions.join('\n') : '(nothing yet)']);
   if (has('history') && p.observations.length) data.push(['## What the tools returned so far', p.observations.join('\n\n')]);
   if (has('calls') && e.calls?.length) data.push(['## The proposed call(s)', e.calls.map((c) => proseCall(c.name, c.arguments)).join('\n')]);
