@@ -258,7 +258,7 @@ test('fail closed: a judge or backend that throws is a 500 without its message a
   assert.equal(((await r.json()) as { error: { message: string } }).error.message, '***: chat template rendering failed (Conversation roles must alternate)');
 });
 
-test('bounds: max_tokens at most the server\'s limit, 2048 messages, 128 tools; greedy-only fields at their no-op value, sampling ranges checked, unknown fields refused by name', async (t) => {
+test('bounds: max_tokens at most the server\'s limit, 2048 messages, 128 tools; fields at their no-op value, sampling ranges checked (a filter without a temperature refused), unknown fields refused by name', async (t) => {
   const b = fakeBackend();
   let counted = 0;
   const url = await serve(t, b, { maxTokensLimit: 20, countPromptTokens: (c, limit) => { counted++; return countTokensUpTo(promptText(c), words, limit); } });
@@ -273,12 +273,14 @@ test('bounds: max_tokens at most the server\'s limit, 2048 messages, 128 tools; 
   assert.equal(await status({}), 200);
   assert.equal(b.calls.at(-1)!.maxTokens, 16, 'the default when none is given');
   for (const ok of [{ n: 1 }, { logprobs: false }, { top_logprobs: 0 }, { temperature: 0.7, top_p: 0.9 }, { temperature: 0 }, { tool_choice: 'auto' },
-    { response_format: { type: 'text' } }, { frequency_penalty: 0, presence_penalty: 0, logit_bias: {} }, { seed: 3, user: 'u' }, { chat_template_kwargs: {}, parallel_tool_calls: true }]) {
+    { response_format: { type: 'text' } }, { frequency_penalty: 0, presence_penalty: 0, logit_bias: {} }, { seed: 3, user: 'u' }, { chat_template_kwargs: {}, parallel_tool_calls: true },
+    { n: 2, temperature: 1 }, { presence_penalty: 1, logit_bias: { 5: 100 } }, { temperature: 1, top_k: 5, min_p: 0.1, repetition_penalty: 1.2 }]) {
     assert.equal(await status(ok), 200, JSON.stringify(ok));
   }
   for (const [bad, field] of [[{ n: 2 }, 'n'], [{ logprobs: true }, 'logprobs'], [{ top_logprobs: 3 }, 'top_logprobs'], [{ temperature: 2.5 }, 'temperature'],
     [{ temperature: 'hot' }, 'temperature'], [{ top_p: 1.5 }, 'top_p'], [{ top_p: -0.1 }, 'top_p'], [{ tool_choice: 'required' }, 'tool_choice'],
-    [{ response_format: { type: 'json_object' } }, 'response_format'], [{ logit_bias: { 5: 100 } }, 'logit_bias'], [{ presence_penalty: 1 }, 'presence_penalty'],
+    [{ response_format: { type: 'json_object' } }, 'response_format'], [{ logit_bias: { 5: 101 } }, 'logit_bias'], [{ presence_penalty: 3 }, 'presence_penalty'],
+    [{ top_p: 0.9 }, 'top_p'], [{ top_k: 5 }, 'top_k'], [{ n: 17 }, 'n'], [{ n: 2, stream: true }, 'n'], [{ repetition_penalty: 0 }, 'repetition_penalty'],
     [{ some_future_field: [1] }, 'some_future_field'], [{ Tools: [] }, 'Tools'], [{ chat_template: '{{ 1 }}' }, 'chat_template'],
     [{ chat_template_kwargs: { enable_thinking: true } }, 'chat_template_kwargs'], [{ reasoning_effort: 'low' }, 'reasoning_effort'],
     [{ parallel_tool_calls: false }, 'parallel_tool_calls']] as const) {

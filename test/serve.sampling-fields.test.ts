@@ -16,6 +16,7 @@ test('no field, or only greedy no-op values: no settings (the plain greedy path)
   assert.deepEqual(parse({ temperature: null, top_p: null, n: null, seed: null }), { n: 1, seedDrawn: false });
   // explicit temperature 0: the filters are the greedy limit's no-ops, as in vLLM
   assert.deepEqual(parse({ temperature: 0, top_p: 0.5, top_k: 3, min_p: 0.2 }), { n: 1, seedDrawn: false });
+  assert.deepEqual(parse({ temperature: 0, n: 3 }), { n: 3, seedDrawn: false });
 });
 
 test('OpenAI and vLLM fields map to the settings; n and the seed', () => {
@@ -50,6 +51,7 @@ test('a bad value is a 400 naming the field', () => {
     [{ logit_bias: Object.fromEntries(Array.from({ length: 1025 }, (_, i) => [String(i), 1])) }, /at most 1024 entries/],
     [{ top_p: 0.9 }, /"top_p" needs "temperature": this server decodes greedily when a request names no temperature/],
     [{ top_k: 5, min_p: 0.1 }, /"top_k", "min_p" need "temperature"/],
+    [{ n: 2 }, /"n" needs "temperature"/],
     [{ temperature: 1, seed: Number.MAX_SAFE_INTEGER, n: 2 }, /"seed" \+ "n" − 1 must stay a 53-bit integer/],
   ];
   for (const [b, re] of bad) {

@@ -44,6 +44,8 @@ export const KNOWN_FIELDS = [
   'max_tokens', 'max_completion_tokens', 'stream', 'stream_options', 'temperature', 'top_p', 'n', 'seed', 'stop',
   'presence_penalty', 'frequency_penalty', 'logit_bias', 'logprobs', 'top_logprobs', 'user', 'response_format',
   'reasoning_effort', 'chat_template_kwargs',
+  // vLLM's sampling extras in the body (its OpenAI server reads them there; the SDKs send them via extra_body)
+  'top_k', 'min_p', 'repetition_penalty',
 ] as const;
 
 /** Message fields (anything else is a 400 naming it). */
@@ -280,8 +282,8 @@ function checkSettings(b: Record<string, unknown>, toolNames: readonly string[])
   if (b.model !== undefined && (typeof b.model !== 'string' || !/^[A-Za-z0-9._:/@+-]{0,256}$/.test(b.model))) {
     throw badRequest('"model" must be a model name (at most 256 letters, digits and . _ : / @ + -)');
   }
-  for (const k of ['temperature', 'top_p', 'presence_penalty', 'frequency_penalty']) checkNumber(b, k);
-  for (const k of ['n', 'seed', 'top_logprobs']) checkNumber(b, k, true);
+  for (const k of ['temperature', 'top_p', 'presence_penalty', 'frequency_penalty', 'min_p', 'repetition_penalty']) checkNumber(b, k);
+  for (const k of ['n', 'seed', 'top_logprobs', 'top_k']) checkNumber(b, k, true);
   for (const k of ['stream', 'logprobs', 'parallel_tool_calls']) checkBoolean(b, k);
   if (given(b.logit_bias)) {
     if (!isObject(b.logit_bias)) throw badRequest('"logit_bias" must be an object of token ids to numbers');

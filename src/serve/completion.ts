@@ -14,6 +14,8 @@ export interface CompletionTurn {
   finish: string;
   promptTokens: number;
   completionTokens: number;
+  /** OpenAI's choice `logprobs` object of this choice (the local server's `n` choices each carry their own) */
+  logprobs?: unknown;
 }
 
 /** What the local research server adds to a completion; the proxy adds nothing. */
@@ -24,20 +26,33 @@ export interface CompletionExtras {
   body?: Record<string, unknown>;
 }
 
-export function sendCompletion(x: Exchange, c: ChatRequest, model: string, t: CompletionTurn, headers: Record<string, string>, extras: CompletionExtras = {}): void {
-  const usage = usageOf(t.promptTokens, t.completionTokens);
-  const logprobs = extras.logprobs !== undefined ? { logprobs: extras.logprobs } : {};
+/**
+ * One completion with one choice, or (the local server's `n`) several: each its own message, finish and logprobs;
+ * usage counts the prompt once and every choice's tokens. Streamed: one choice only.
+ */
+export function sendCompletion(x: Exchange, c: ChatRequest, model: string, turn: CompletionTurn | readonly CompletionTurn[], headers: Record<string, string>, extras: CompletionExtras = {}): void {
+  const turns = Array.isArray(turn) ? turn as readonly CompletionTurn[] : [turn as CompletionTurn];
+  const t = turns[0]!;
+  const usage = usageOf(t.promptTokens, turns.reduce((k, u) => k + u.completionTokens, 0));
+  const logprobsOf = (u: CompletionTurn, i: number) => {
+    const lp = u.logprobs ?? (i === 0 ? extras.logprobs : undefined);
+    return lp !== undefined ? { logprobs: lp } : {};
+  };
   if (c.stream) {
+    if (turns.length !== 1) throw new Error('sendCompletion: a stream carries one choice');
     sendSse(x.res, {
       id: x.id, model, content: t.content ?? '', toolCalls: t.toolCalls, finish: t.finish, usage: c.includeUsage ? usage : undefined,
-      ...logprobs, ...(extras.body ? { finishExtra: extras.body } : {}),
+      ...logprobsOf(t, 0), ...(extras.body ? { finishExtra: extras.body } : {}),
     }, headers);
   } else {
-    const message: Record<string, unknown> = { role: 'assistant', content: t.content };
-    if (t.toolCalls.length) message.tool_calls = t.toolCalls;
+    const choices = turns.map((u, i) => {
+      const message: Record<string, unknown> = { role: 'assistant', content: u.content };
+      if (u.toolCalls.length) message.tool_calls = u.toolCalls;
+      return { index: i, message, ...logprobsOf(u, i), finish_reason: u.finish };
+    });
     sendJson(x.res, 200, {
       id: x.id, object: 'chat.completion', created: Math.floor(Date.now() / 1000), model,
-      choices: [{ index: 0, message, ...logprobs, finish_reason: t.finish }], usage, ...extras.body,
+      choices, usage, ...extras.body,
     }, headers);
   }
   x.entry.status = 200;

@@ -12,8 +12,11 @@
  *   usage chunk when `stream_options.include_usage`).
  *   `finish_reason`: `tool_calls`, `length` (cut by max_tokens) or `stop`. `stop` (at most 4 strings of at most 128
  *   characters) ends each request's own generation at its first stop string, which the answer does not include.
- *   Decoding is greedy: `temperature`/`top_p` are range-checked; `n`, `logit_bias`, penalties, `response_format` and
- *   `tool_choice` are refused unless at their no-op value; other fields ignored. `logprobs` / `top_logprobs` (k ≤ 20)
+ *   Sampling (sampling-fields.ts): greedy unless the request names a temperature above 0 (OpenAI's default is 1);
+ *   `temperature`, `top_p`, `seed`, `frequency_penalty`, `presence_penalty`, `logit_bias` and vLLM's `top_k`, `min_p`,
+ *   `repetition_penalty` apply to the agent's calls (a judge stays greedy); `n` choices (not streamed) run seeds
+ *   seed, seed + 1, …; a sampled reply reports its seed (`x-safekeep-seed`, body `safekeep.seed`), drawn when the
+ *   request named none. `response_format` and `tool_choice` are refused unless at their no-op value. `logprobs` / `top_logprobs` (k ≤ 20)
  *   return OpenAI's `choices[0].logprobs.content` (streamed too, on the content chunk), unguarded requests only.
  * - `research` (`serve --model --allow-interventions`, method base only): the request field `safekeep` — per-request
  *   steering, interventions and activation capture (research.ts, docs/serve-research.md); each request's own
@@ -44,6 +47,8 @@ import { redactSecrets } from '../http/upstream.ts';
 import { isSafekeepError } from '../util/errors.ts';
 import { guardedRespond, plannedCalls, type GuardedResponse, type GuardOptions } from '../guard/respond.ts';
 import type { ChatBackend, ChatCall, GuardMethod, ResearchCall, ResearchReply } from '../guard/types.ts';
+import { withAgentSampling } from '../chat/sampling.ts';
+import { samplingFields, type RequestSampling } from './sampling-fields.ts';
 import { activationsJson, DEFAULT_MAX_CAPTURE_BYTES, logprobsOf, parseResearchField, resolveCapture, type ResearchOptions } from '../chat/research.ts';
 
 export interface LocalServerOptions extends GuardOptions {
@@ -74,6 +79,8 @@ export interface LocalServerOptions extends GuardOptions {
   limits?: ServerLimits;
   /** text never shown to a client (the model folder, the template file): *** in the messages of its 400s */
   hidden?: readonly string[];
+  /** the model's vocabulary size: a `logit_bias` id at or above it is a 400 (none: not checked before generation) */
+  vocabSize?: number;
   /**
    * `--allow-interventions`: the request field `safekeep` (per-request steering, interventions, capture; research.ts)
    * is accepted, checked against these shapes and bounds. Only with method 'base': a guard never runs a client's
@@ -110,10 +117,6 @@ const show = (v: unknown) => JSON.stringify(v)?.slice(0, 40) ?? String(v);
 
 /** Fields that change the answer in ways this engine does not do: accepted at their no-op value only. */
 const NO_OP: Readonly<Record<string, { ok: (v: unknown) => boolean; says: string }>> = {
-  n: { ok: (v) => v === 1, says: 'returns one choice (n = 1)' },
-  logit_bias: { ok: (v) => isObject(v) && Object.keys(v).length === 0, says: 'applies no logit bias' },
-  frequency_penalty: { ok: (v) => v === 0, says: 'applies no penalties' },
-  presence_penalty: { ok: (v) => v === 0, says: 'applies no penalties' },
   response_format: { ok: (v) => isObject(v) && v.type === 'text', says: 'answers in text (response_format text)' },
   tool_choice: { ok: (v) => v === 'auto', says: 'lets the model choose its tool calls (tool_choice auto)' },
   parallel_tool_calls: { ok: (v) => v === true, says: 'lets the model make several calls in one turn (parallel_tool_calls true)' },
@@ -123,22 +126,22 @@ const NO_OP: Readonly<Record<string, { ok: (v: unknown) => boolean; says: string
 };
 
 /**
- * The sampling fields of a request. This engine decodes greedily, one choice, without log probabilities:
- * `temperature` (0..2) and `top_p` (0..1) are range-checked and decoding stays greedy (their limit; a guard's
- * verdict must not vary from one call to the next); the fields of NO_OP are refused unless at their no-op value (an
- * answer the client did not ask for is worse than a clear 400). Unknown fields never get here: the one request parser
- * (chat/body.ts) refuses them by name; `seed` and `user` change nothing in greedy decoding.
+ * The sampling fields of a request (sampling-fields.ts: ranges, and a filter without a temperature is a 400) and the
+ * fields of NO_OP, refused unless at their no-op value (an answer the client did not ask for is worse than a clear
+ * 400). Unknown fields never get here: the one request parser (chat/body.ts) refuses them by name.
  */
-export function checkSampling(b: Record<string, unknown>): void {
-  for (const [key, lo, hi] of [['temperature', 0, 2], ['top_p', 0, 1]] as const) {
-    const v = b[key];
-    if (v !== undefined && v !== null && (typeof v !== 'number' || !(v >= lo && v <= hi))) throw badRequest(`"${key}" must be a number from ${lo} to ${hi}, got ${show(v)}`);
-  }
+export function checkSampling(b: Record<string, unknown>, vocabSize?: number): RequestSampling {
   for (const [key, r] of Object.entries(NO_OP)) {
     const v = b[key];
     if (v !== undefined && v !== null && !r.ok(v)) throw badRequest(`"${key}": this server ${r.says}, got ${show(v)}`);
   }
+  const sampling = samplingFields(b, { vocabSize });
+  if (sampling.n > 1 && b.stream === true) throw badRequest(`"n": this server streams one choice; send "stream": false for ${sampling.n} choices`);
+  return sampling;
 }
+
+/** the agent's sampling for choice i: seed + i */
+const choiceSampling = (s: RequestSampling, i: number) => (s.settings && i > 0 ? { ...s.settings, seed: s.settings.seed! + i } : s.settings);
 
 /**
  * The backend with the research options on the request's agent call (the only call under method base), its research
@@ -173,6 +176,7 @@ interface Admitted {
   /** the research field when it asks something (an empty one leaves the request a plain one: cache, live streaming) */
   rq: ReturnType<typeof parseResearchField> | null;
   topLogprobs: number | undefined;
+  sampling: RequestSampling;
 }
 
 /** The request's own checks, in the client's terms (400s), before any counting or generation. */
@@ -180,7 +184,7 @@ function admit(c: ChatRequest, o: LocalServerOptions): Admitted {
   if (c.nonTextParts.length > 0) throw badRequest(`${c.nonTextParts[0]}: this server reads text only`);
   const { messages, tools } = c;
   if (messages.length > MAX_MESSAGES) throw badRequest(`"messages": at most ${MAX_MESSAGES} messages, got ${messages.length}`);
-  checkSampling(c.body);
+  const sampling = checkSampling(c.body, o.vocabSize);
   // a tool schema the judge's view cannot be built for ($ref/allOf fan-out, a bad pointer) is the client's 400 now,
   // not a 500 once the judge is called
   if (tools.length > 0) {
@@ -207,7 +211,8 @@ function admit(c: ChatRequest, o: LocalServerOptions): Admitted {
   const topLogprobs = logprobsOf(c.body);
   if (topLogprobs !== undefined && !o.backend.activations) throw badRequest('"logprobs": this server\'s backend returns no log probabilities');
   if (topLogprobs !== undefined && method !== 'base') throw badRequest(`"logprobs": not under the guard (method ${method}); the answer may be the guard's refusal`);
-  return { c, messages, tools, method, maxTokens, stop, rq, topLogprobs };
+  if (sampling.n > 1 && rq?.capture) throw badRequest('"n": activations are captured for one choice; send n = 1');
+  return { c, messages, tools, method, maxTokens, stop, rq, topLogprobs, sampling };
 }
 
 /**
@@ -269,13 +274,13 @@ function failLive(x: Exchange, live: SseStream | null, err: HttpError): void {
 }
 
 /** The guarded call within the request's deadline, cancelled when the client leaves; null when the request was already answered (failed, timed out, cancelled). */
-async function respondWithin(x: Exchange, o: LocalServerOptions, a: Admitted, research: ResearchCall | undefined, live: SseStream | null, deadlineMs: number): Promise<Responded | null> {
+async function respondWithin(x: Exchange, o: LocalServerOptions, a: Admitted, research: ResearchCall | undefined, live: SseStream | null, deadlineMs: number, choice = 0): Promise<Responded | null> {
   let researchReply: ResearchReply | undefined;
   const deadline = AbortSignal.timeout(deadlineMs);
   const signal = AbortSignal.any([x.signal, deadline]);
   let r: GuardedResponse | null = null;
   try {
-    const backend = withSignal(o.backend, signal);
+    const backend = withAgentSampling(withSignal(o.backend, signal), choiceSampling(a.sampling, choice));
     r = await guardedRespond({ messages: a.messages, tools: a.tools }, a.method, research ? withResearch(backend, research, (got) => { researchReply = got; }) : backend, {
       ...o, maxTokens: a.maxTokens, stop: a.stop,
       // a judge on its own backend is cancelled with the request too
@@ -302,36 +307,48 @@ async function respondWithin(x: Exchange, o: LocalServerOptions, a: Admitted, re
   return { r, researchReply };
 }
 
-/** The answer: headers and log fields from the guard's response, the calls parsed, then JSON, SSE or the live stream's end. */
-function sendReply(x: Exchange, o: LocalServerOptions, a: Admitted, { r, researchReply }: Responded, live: SseStream | null, research: ResearchCall | undefined): void {
+/**
+ * The answer: headers and log fields from the guard's response (the first choice's: the guard's verdict and probe do
+ * not depend on the agent's sampling), each choice's calls parsed, then JSON, SSE or the live stream's end.
+ */
+function sendReply(x: Exchange, o: LocalServerOptions, a: Admitted, done: readonly Responded[], live: SseStream | null, research: ResearchCall | undefined): void {
   const { c, tools, method, rq, topLogprobs } = a;
+  const { r, researchReply } = done[0]!;
   const action = r.blocked ? 'refuse' : r.steered ? 'steer' : 'forward';
   const headers: Record<string, string> = { 'x-safekeep-action': action, 'x-safekeep-method': method };
   if (r.judge) headers['x-safekeep-verdict'] = r.judge.verdict;
   if (r.probe) headers['x-safekeep-probe-score'] = r.probe.score.toFixed(6);
   if (r.probe?.band) headers['x-safekeep-probe-band'] = r.probe.band;
+  const seed = a.sampling.settings?.seed;
+  if (seed !== undefined) headers['x-safekeep-seed'] = String(seed);
   Object.assign(x.entry, {
     guard: method, tools: tools.length, action, verdict: r.judge?.verdict ?? null, judgeMs: r.judge ? Math.round(r.judge.latencyMs) : null,
     probeScore: r.probe?.score ?? null, probeUnsafe: r.probe?.unsafe ?? null, probeMs: r.probe?.latencyMs ?? null,
     probeBand: r.probe?.band ?? null, judgeCalls: r.cost.judgeCalls, guardTokens: r.cost.guardTokens, guardMs: Math.round(r.cost.guardMs),
+    ...(a.sampling.settings ? { sampling: { ...a.sampling.settings, logitBias: undefined, n: a.sampling.n, seedDrawn: a.sampling.seedDrawn } } : {}),
   });
-  const content = stripEndTokens(r.reply.content);
-  const calls = r.blocked || tools.length === 0 ? [] : parseToolCalls(content, o.backend.callFormat).calls;
-  const toolCalls = calls.map((k, i) => ({ id: `call_${i}`, type: 'function', function: { name: k.name, arguments: JSON.stringify(k.arguments) } }));
-  const finish = toolCalls.length ? 'tool_calls' : r.reply.finish === 'length' ? 'length' : 'stop';
+  const turns = done.map((d) => {
+    const content = stripEndTokens(d.r.reply.content);
+    const calls = d.r.blocked || tools.length === 0 ? [] : parseToolCalls(content, o.backend.callFormat).calls;
+    const toolCalls = calls.map((k, i) => ({ id: `call_${i}`, type: 'function', function: { name: k.name, arguments: JSON.stringify(k.arguments) } }));
+    const finish = toolCalls.length ? 'tool_calls' : d.r.reply.finish === 'length' ? 'length' : 'stop';
+    return {
+      content, toolCalls, finish, promptTokens: d.r.reply.promptTokens, completionTokens: d.r.reply.completionTokens,
+      ...(topLogprobs !== undefined ? { logprobs: { content: d.researchReply?.logprobs ?? [], refusal: null } } : {}),
+    };
+  });
   if (live) {
     x.entry.status = 200;
-    const usage = usageOf(r.reply.promptTokens, r.reply.completionTokens);
-    if (!live.finish({ content, toolCalls, finish, usage: c.includeUsage ? usage : undefined }, headers)) x.entry.status = 500;
+    const t = turns[0]!;
+    const usage = usageOf(t.promptTokens, t.completionTokens);
+    if (!live.finish({ content: t.content, toolCalls: t.toolCalls, finish: t.finish, usage: c.includeUsage ? usage : undefined }, headers)) x.entry.status = 500;
     return;
   }
   const activations = rq?.capture && research?.capture && researchReply
-    ? { safekeep: { activations: activationsJson(rq.capture, research.capture, researchReply, o.research!.hiddenSize) } }
+    ? { activations: activationsJson(rq.capture, research.capture, researchReply, o.research!.hiddenSize) }
     : undefined;
-  sendCompletion(x, c, o.modelName, { content, toolCalls, finish, promptTokens: r.reply.promptTokens, completionTokens: r.reply.completionTokens }, headers, {
-    ...(topLogprobs !== undefined ? { logprobs: { content: researchReply?.logprobs ?? [], refusal: null } } : {}),
-    ...(activations ? { body: activations } : {}),
-  });
+  const safekeep = { ...activations, ...(seed !== undefined ? { seed } : {}) };
+  sendCompletion(x, c, o.modelName, turns, headers, Object.keys(safekeep).length ? { body: { safekeep } } : {});
 }
 
 export function createLocalServer(o: LocalServerOptions): Server {
@@ -363,8 +380,10 @@ export function createLocalServer(o: LocalServerOptions): Server {
     const research = researchOf(x, o, a);
     // without tools the answer is the model's text as it comes (with tools it is parsed for calls when finished)
     const live = a.c.stream && a.tools.length === 0 && !research ? new SseStream(x.res, x.id, o.modelName, { 'x-safekeep-action': 'forward', 'x-safekeep-method': a.method }) : null;
-    const done = await respondWithin(x, o, a, research, live, deadlineMs);
-    if (done) sendReply(x, o, a, done, live, research);
+    // n choices: the same request n times with seeds seed, seed + 1, … in flight together (the scheduler batches them,
+    // the prefix cache shares their prompt); an answer only when every one finished
+    const done = await Promise.all(Array.from({ length: a.sampling.n }, (_, i) => respondWithin(x, o, a, research, live, deadlineMs, i)));
+    if (done.every((d) => d !== null)) sendReply(x, o, a, done as Responded[], live, research);
   };
 
   return createHttpServer({

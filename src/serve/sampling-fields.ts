@@ -6,8 +6,9 @@
  *
  * Greedy unless the request names a temperature above 0 — OpenAI's default temperature is 1, this server's is greedy
  * (a guard's verdict and a research run must not vary between calls unless asked to). So a filter (`top_p` < 1,
- * `top_k`, `min_p`) in a request that names no temperature is a 400 saying so, not a silent greedy answer; with an
- * explicit `"temperature": 0` it changes nothing (the greedy limit), as in vLLM. Penalties and `logit_bias` apply to
+ * `top_k`, `min_p`) or `n` > 1 in a request that names no temperature is a 400 saying so, not a silent greedy answer;
+ * with an explicit `"temperature": 0` a filter changes nothing (the greedy limit) and n choices are one answer n
+ * times, as in vLLM. Penalties and `logit_bias` apply to
  * greedy requests too (HF and vLLM take the argmax of the penalised logits). A sampled request without `seed` gets a
  * drawn one, which the response reports, so any answer can be replayed; choice i uses seed + i.
  */
@@ -77,7 +78,7 @@ export function samplingFields(b: Record<string, unknown>, o: SamplingFieldOptio
     throw isSafekeepError(e) ? badRequest(e.message) : e;
   }
   if (!given(b.temperature)) {
-    const filters = [['top_p', (s.topP ?? 1) < 1], ['top_k', s.topK !== undefined], ['min_p', !!s.minP]].filter(([, on]) => on).map(([k]) => `"${k}"`);
+    const filters = [['top_p', (s.topP ?? 1) < 1], ['top_k', s.topK !== undefined], ['min_p', !!s.minP], ['n', n > 1]].filter(([, on]) => on).map(([k]) => `"${k}"`);
     if (filters.length) throw badRequest(`${filters.join(', ')} ${filters.length > 1 ? 'need' : 'needs'} "temperature": this server decodes greedily when a request names no temperature (OpenAI's default is 1; send "temperature": 1 to sample)`);
   }
   if (isGreedy(s) && !hasPenalties(s)) return { n, seedDrawn: false }; // greedy and unpenalised: the plain path, as before

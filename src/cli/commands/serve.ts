@@ -321,6 +321,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
       judgeMaxTokens,
       onUnparseable: choiceValue(args, 'unparseable', ['unsafe', 'safe'] as const, 'unsafe'),
       contextLength,
+      vocabSize: engine.vocabSize,
       // the ids the call will run with (client text plain); a rendering far past the context is counted in chunks
       countPromptTokens: (call, limit) => {
         const text = backend.renderCall(call);
