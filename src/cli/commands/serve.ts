@@ -28,7 +28,7 @@ import { THINKING_FLAG_DEFS, thinkingOptions } from '../thinking-flags.ts';
 import { ENGINE_FLAG_DEFS } from '../engine-flag-defs.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { checkUpstreamUrl, createGuardProxy, UNGUARDED_ENDPOINTS, type UnguardedEndpoint } from '../../serve/proxy.ts';
-import { isLoopbackHost } from '../../http/policy.ts';
+import { hostName, hostParts, isLoopbackHost } from '../../http/policy.ts';
 import { redactUrl } from '../../http/upstream.ts';
 import type { ServerLimits } from '../../http/server.ts';
 import type { PrefillMode } from '../../chat/openai.ts';
@@ -107,7 +107,12 @@ function accessFlags(args: ParsedArgs): { host: string; port: number; clientKey?
     headersTimeoutMs: positiveIntValue(args, 'headers-timeout-ms', 10_000),
     requestTimeoutMs: positiveIntValue(args, 'body-timeout-ms', 60_000),
   };
-  return { host, port, clientKey, corsOrigins, allowedHosts: list(args.values.get('allowed-hosts')), limits };
+  const allowedHosts = list(args.values.get('allowed-hosts'));
+  for (const h of allowedHosts ?? []) {
+    // compared with the Host header's parsed name: a value with a port or malformed would never match
+    if (hostParts(h)?.port !== undefined || hostName(h) === null) throw new SafekeepError(`--allowed-hosts: '${h.slice(0, 100)}' is not a host name (a DNS name or a bracketed IPv6 literal, no port)`);
+  }
+  return { host, port, clientKey, corsOrigins, allowedHosts, limits };
 }
 
 
