@@ -7,6 +7,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { connect } from 'node:net';
 import { SAFETY_ASSESSOR_ROLE } from '../src/guard/prompts.ts';
 import { completion, type MockAnswer, type RecordedRequest } from './helpers/guard-mock.ts';
 import { startProxy } from './helpers/proxy.ts';
@@ -118,4 +119,21 @@ test('a whole answer, streamed or not, is passed on unchanged within the limits'
   const j = await readAll(url, false);
   assert.equal(j.status, 200);
   assert.equal((JSON.parse(j.text) as { choices: { message: { content: string } }[] }).choices[0]!.message.content, 'Hello');
+});
+
+test('a client that stops reading a stream is let go at the deadline: the request ends (logged) and the upstream read is cancelled', async (t) => {
+  // 40 MB of events sent as fast as possible; the client reads nothing, so the proxy waits on a full socket buffer
+  const big = chunk('x'.repeat(10_000));
+  const { up, port, logs } = await startProxy(t, judgedSafe({ sse: Array.from({ length: 4000 }, () => big) }), { timeoutMs: 5000, requestTimeoutMs: 1000 });
+  const body = JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'Post hello' }], tools });
+  const s = connect(port, '127.0.0.1');
+  s.on('error', () => undefined);
+  t.after(() => s.destroy());
+  s.pause();
+  s.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  const t0 = performance.now();
+  assert.ok(await until(() => logs.length === 1, 6000), 'the request ended');
+  assert.ok(performance.now() - t0 < 5000, `ended after ${Math.round(performance.now() - t0)} ms; the deadline is 1000 ms`);
+  assert.equal(logs[0]!.status, 504);
+  assert.ok(await until(() => agentRequest(up.requests).closed === true, 3000), 'the upstream read was cancelled');
 });

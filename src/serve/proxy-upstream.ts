@@ -64,12 +64,14 @@ function isWireCall(c: unknown): c is WireToolCall {
   return !!f && typeof f.name === 'string' && (typeof f.arguments === 'string' || (typeof f.arguments === 'object' && f.arguments !== null));
 }
 
-/** Wait until the client has taken what was written (or left). */
-function drained(res: Exchange['res']): Promise<void> {
+/** Wait until the client has taken what was written, left, or the request's deadline passed. */
+function drained(res: Exchange['res'], signal: AbortSignal): Promise<void> {
   return new Promise<void>((r) => {
-    const go = () => { res.off('drain', go); res.off('close', go); r(); };
+    const go = () => { res.off('drain', go); res.off('close', go); signal.removeEventListener('abort', go); r(); };
     res.once('drain', go);
     res.once('close', go);
+    if (signal.aborted) go();
+    else signal.addEventListener('abort', go, { once: true });
   });
 }
 
@@ -91,12 +93,16 @@ async function pipeStream(up: Response, x: Exchange, idleMs: number, url: string
       const value = await readChunk(reader, idleMs, url, x.signal);
       if (value === null || res.destroyed) break;
       if (value.byteLength) tail = (tail + Buffer.from(value.subarray(-2)).toString('latin1')).slice(-2);
-      if (!res.write(value)) await drained(res);
+      if (!res.write(value)) await drained(res, x.signal);
     }
   } catch (e) {
     if (res.destroyed || (e instanceof UpstreamError && e.kind === 'cancelled')) { res.end(); return; }
     const err = e instanceof UpstreamError ? upstreamHttpError(e) : new HttpError(502, 'upstream_error', 'upstream: the answer was cut off');
     res.end(`${tail === '\n\n' ? '' : '\n\n'}${sseErrorEvent(err.message, err.type, { param: null, code: err.status })}`);
+    // a client that does not read what was sent holds the connection no longer than a second more
+    const cut = setTimeout(() => res.destroy(), 1000).unref();
+    res.once('finish', () => clearTimeout(cut));
+    res.once('close', () => clearTimeout(cut));
     throw err;
   }
   res.end();
