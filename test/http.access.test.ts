@@ -12,6 +12,7 @@ import { bearerToken, hostName, isLoopbackHost, secretEquals } from '../src/http
 import { completion } from './helpers/guard-mock.ts';
 import { rawRequest } from './helpers/http-raw.ts';
 import { startProxy } from './helpers/proxy.ts';
+import { runCli } from './helpers/cli.ts';
 
 const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'Hello' }] });
 
@@ -88,6 +89,59 @@ test('Host check on loopback (DNS rebinding): a foreign Host is refused, loopbac
   }
 });
 
+/**
+ * The Host header parsed whole: a name or a bracketed IPv6 literal followed by nothing but an optional port 1..65535.
+ * Before, anything after `[::1]` was taken for a port and `[::1]evil.example` was served as loopback.
+ */
+const HOSTS: readonly (readonly [string, 200 | 403])[] = [
+  // loopback names, any case, any valid port
+  ['localhost', 200], ['LOCALHOST:8080', 200], ['app.localhost', 200], ['A.B.LocalHost:1', 200], ['localhost:65535', 200],
+  ['127.0.0.1', 200], ['127.255.0.9:80', 200], ['[::1]', 200], ['[::1]:80', 200], ['[0:0:0:0:0:0:0:1]:8080', 200], ['[0000::0001]', 200],
+  // configured names (compared without case)
+  ['gpu-box.internal', 200], ['GPU-Box.Internal:443', 200],
+  // bracketed literal followed by anything but a port
+  ['[::1]evil.example', 403], ['[::1].evil.example:80', 403], ['[::1]:80evil.example', 403], ['[::1]:', 403], ['[::1', 403], ['[::1]]', 403],
+  ['[::1]:80:80', 403], ['[::1%25lo]', 403], ['[v1.x]', 403], ['[::ffff:7f00:1]', 403], ['[::2]', 403], ['[]', 403],
+  // ports out of range or not a number
+  ['localhost:0', 403], ['localhost:65536', 403], ['localhost:99999', 403], ['localhost:', 403], ['localhost:+80', 403], ['localhost:0x50', 403],
+  ['localhost:80:80', 403], ['127.0.0.1:123456', 403],
+  // names that only look like loopback
+  ['localhost.', 403], ['localhost.evil.example', 403], ['evil-localhost', 403], ['127.0.0.1.evil.example', 403], ['127.1', 403],
+  ['127.0.1', 403], ['127.000.0.1', 403], ['127.0.0.256', 403], ['0x7f.0.0.1', 403], ['128.0.0.1', 403], ['::1', 403],
+  ['evil.example', 403], ['gpu-box.internal.evil.example', 403], ['gpu-box.internal..', 403], ['local host', 403], ['user@localhost', 403],
+  ['localhost/x', 403], ['localhost#', 403], ['.localhost', 403], ['a..localhost', 403],
+];
+
+test('Host names: a table of loopback, configured and malformed Host values through the server (403 = refused before any upstream call)', async (t) => {
+  const { up, port } = await setup(t, { allowedHosts: ['gpu-box.internal'] });
+  const wrong: string[] = [];
+  for (const [host, want] of HOSTS) {
+    const before = up.requests.length;
+    const r = await rawRequest(port, { path: '/v1/chat/completions', body, headers: { host } });
+    if (r.status !== want) wrong.push(`Host: ${host} → ${r.status}, want ${want}`);
+    if (want === 403 && r.status === 403) {
+      assert.match(r.json().error!.message, /DNS-rebinding/, host);
+      assert.equal(up.requests.length, before, `nothing forwarded for Host: ${host}`);
+    }
+  }
+  assert.deepEqual(wrong, []);
+});
+
+test('Host names: two Host headers are refused (a server in front may have read the other one)', async (t) => {
+  const { up, port } = await setup(t);
+  const answer = await new Promise<string>((resolve, reject) => {
+    const s = connect(port, '127.0.0.1');
+    let got = '';
+    s.on('data', (c: Buffer) => { got += c.toString('utf8'); });
+    s.on('end', () => resolve(got));
+    s.on('error', reject);
+    s.setTimeout(5000, () => { s.destroy(); resolve(got); });
+    s.end(`POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+  });
+  assert.match(answer, /^HTTP\/1\.1 403 /);
+  assert.equal(up.requests.length, 0);
+});
+
 test('slow clients: 60 slow-loris connections are dropped by the timeouts and the connection cap; a normal client is served', async (t) => {
   const { port } = await setup(t, { limits: { maxConnections: 20, headersTimeoutMs: 800, requestTimeoutMs: 1200, idleTimeoutMs: 500 } });
   const sockets: Socket[] = [];
@@ -118,4 +172,13 @@ test('a body over the limit is refused before it is read: 413 JSON', async (t) =
   assert.equal(r.status, 413);
   assert.match(r.json().error!.message, /exceeds 1000 bytes/);
   assert.equal(up.requests.length, 0);
+});
+
+test('--allowed-hosts: a value that is not a host name (a port, a path, junk after a literal) is exit 2 with one line', async () => {
+  for (const bad of ['gpu-box.internal:8080', '[::1]evil.example', 'a/b']) {
+    const r = await runCli(['serve', '--upstream', 'http://127.0.0.1:9/v1', '--port', '0', '--allowed-hosts', `ok.internal,${bad}`], { timeoutMs: 20_000 });
+    assert.equal(r.code, 2, bad);
+    assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+    assert.match(r.stderr, /--allowed-hosts: .* is not a host name/);
+  }
 });

@@ -106,15 +106,21 @@ test('deadline: the S³ guard is bounded by it too', async (t) => {
   assert.equal(hung.bodies.length, n, 'no guard attempts after the deadline');
 });
 
-test('deadline: an answer that has begun is not cut by it (a stream longer than the deadline is piped whole)', async (t) => {
-  const chunks = Array.from({ length: 20 }, (_, i) => JSON.stringify({ choices: [{ index: 0, delta: { content: `t${i} ` } }] }));
+test('deadline: it bounds the whole answer — a stream still running at the deadline ends there with an SSE error event, no [DONE]', async (t) => {
+  const chunks = Array.from({ length: 100 }, (_, i) => JSON.stringify({ choices: [{ index: 0, delta: { content: `t${i} ` } }] }));
   const up = await mock(t, (b) => ((b?.messages as Msg[])[0]!.content === SAFETY_ASSESSOR_ROLE ? { json: completion('NO') } : { sse: [...chunks, '[DONE]'], sseDelayMs: 30 }));
-  const { url } = await proxy(t, { upstream: up.url, judgeModel: 'judge-m', timeoutMs: 5000, retries: 0, requestTimeoutMs: 300 });
+  const { url } = await proxy(t, { upstream: up.url, judgeModel: 'judge-m', timeoutMs: 5000, retries: 0, requestTimeoutMs: 600 });
+  const t0 = performance.now();
   const r = await postChat(url, { ...chatBody, stream: true });
   assert.equal(r.status, 200);
   const text = await r.text();
-  assert.match(text, /t19 /);
-  assert.match(text, /\[DONE\]/);
+  const ms = performance.now() - t0;
+  assert.match(text, /t0 /, 'what came before the deadline was passed on');
+  assert.doesNotMatch(text, /t99 |\[DONE\]/);
+  const last = JSON.parse(text.trim().split('\n\n').at(-1)!.replace(/^data: /, '')) as { error?: { type: string; message: string } };
+  assert.equal(last.error?.type, 'upstream_timeout');
+  assert.match(last.error!.message, /deadline/);
+  assert.ok(ms < 2500, `ended ${Math.round(ms)} ms after the request; the deadline is 600 ms, the stream 3 s`);
 });
 
 test('deadline (HTTP core): a handler that ignores its signal is answered for with a 504 a second after the deadline; the signal fired with a TimeoutError', async (t) => {

@@ -9,7 +9,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writePlantedModel, type PlantedTruth } from '../src/experiments/planted.ts';
@@ -109,5 +109,18 @@ test('serve --model: probe-cascade / probe-steer with a probe trained without --
     const r = spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 'serve', '--model', model, '--method', method, '--probe', uncalibrated, '--port', '0'], { env: env(), encoding: 'utf8' });
     assert.equal(r.status, 2, r.stderr);
     assert.match(r.stderr, /probe train --calibrate/);
+  }
+});
+
+test('serve --model --method probe-steer: a calibration whose steer.alpha would overflow the steered hidden state (1e300, 1e13) exits 2 with one line naming it', async () => {
+  for (const alpha of [1e300, 1e13]) {
+    const { probeJson } = await writePlantedProbe(join(dir, `huge-${alpha}`), model, truth.r, known, { low: 0, high: 1, alpha: 1 });
+    const meta = JSON.parse(readFileSync(probeJson, 'utf8')) as { steer: { alpha: number } };
+    meta.steer.alpha = alpha;
+    writeFileSync(probeJson, JSON.stringify(meta));
+    const r = spawnSync(process.execPath, [join(repoRoot, 'bin', 'safekeep.mjs'), 'serve', '--model', model, '--method', 'probe-steer', '--probe', probeJson, '--port', '0'], { env: env(), encoding: 'utf8', timeout: 60_000 });
+    assert.equal(r.status, 2, r.stderr);
+    assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+    assert.match(r.stderr, /steer\.alpha must be a finite number with alpha ≤ 1e\+12/);
   }
 });

@@ -178,9 +178,9 @@ test('serve CLI: listens, guards, stops on SIGTERM; bad flags exit 2', async (t)
   assert.match(bad.stderr, /--upstream must be an http\(s\) URL/);
 });
 
-test('serve: the upstream timeout is for the answer\'s headers — a stream longer than it is piped whole', async (t) => {
+test('serve: the upstream timeout bounds the wait for the headers and between two chunks — a stream longer than it in all is piped whole', async (t) => {
   const chunks = Array.from({ length: 30 }, (_, i) => JSON.stringify({ choices: [{ index: 0, delta: { content: `t${i} ` } }] }));
-  const { url } = await setup(t, { timeoutMs: 300 }, (b) => (isJudge(b) ? script(b) : { sse: [...chunks, '[DONE]'], sseDelayMs: 30 }));
+  const { url } = await setup(t, { timeoutMs: 300, requestTimeoutMs: 10_000 }, (b) => (isJudge(b) ? script(b) : { sse: [...chunks, '[DONE]'], sseDelayMs: 30 }));
   const r = await post(url, { model: 'm', stream: true, messages: [{ role: 'user', content: 'Post hello' }], tools });
   const s = await sseContents(r);
   assert.equal(s.done, true);

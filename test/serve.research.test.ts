@@ -86,7 +86,7 @@ interface Completion {
   choices: { message: { content: string }; finish_reason: string; logprobs?: { content: { token: string; logprob: number; bytes: number[]; top_logprobs: { token: string; logprob: number }[] }[] } }[];
   usage: { completion_tokens: number };
   safekeep?: { activations: Record<string, { shape: number[]; dtype: string; data: string; positions: number[] }> };
-  error?: { message: string };
+  error?: { message: string; type?: string };
 }
 
 const post = async (body: unknown, at = url): Promise<{ status: number; json: Completion }> => {
@@ -253,7 +253,7 @@ test('bounds: each bad research value is a 400 naming its field, before any gene
     [{ safekeep: { steer: { layer: 2, vector: [1, 2, 3], alpha: 1 } } }, /^safekeep\.steer\.vector has 3 values; this model's width there is 64/],
     [`{"messages": [{"role": "user", "content": "x"}], "safekeep": {"steer": {"layer": 2, "vector": [1e400${', 0'.repeat(63)}], "alpha": 1}}}`, /^safekeep\.steer\.vector\[0\] is not a finite float32 number/],
     [{ safekeep: { steer: { layer: 2, vector: truth.r.map((x, i) => (i === 5 ? 1e39 : x)), alpha: 1 } } }, /^safekeep\.steer\.vector\[5\] is not a finite float32/],
-    [{ safekeep: { steer: { layer: 2, vector: truth.r, alpha: 1e39 } } }, /^safekeep\.steer\.alpha must be a finite number within the float32 range/],
+    [{ safekeep: { steer: { layer: 2, vector: truth.r, alpha: 1e39 } } }, /^safekeep\.steer\.alpha must be a finite number with \|alpha\| ≤ 1e\+12/],
     [{ safekeep: { steer: { layer: 2, vector: truth.r, alpha: 'big' } } }, /^safekeep\.steer\.alpha/],
     [{ safekeep: { steer: { layer: 2, vector: truth.r.map(() => 0), alpha: 1 } } }, /^safekeep\.steer\.vector is all zeros/],
     [{ safekeep: { steer: { layer: 9, vector: truth.r, alpha: 1 } } }, /^safekeep\.steer\.layer must be an integer 0\.\.4/],
@@ -278,6 +278,34 @@ test('bounds: each bad research value is a 400 naming its field, before any gene
     assert.match(r.json.error!.message, re);
   }
   assert.equal(engine.scheduler.stats.sequences, before, 'nothing was generated for a refused request');
+});
+
+test('overflow: an add or clamp whose steered hidden state would overflow float32 is a 400 naming the field; at the bound the answer and its activations are finite', async () => {
+  const before = engine.scheduler.stats.sequences;
+  const huge = truth.r.map(() => 1e38);
+  const cases: [Record<string, unknown>, RegExp][] = [
+    // α·v̂ is finite in float32 (3.4e38/8 per entry), the hidden state it makes is not: its square overflows in the norm
+    [{ interventions: [{ layer: 2, kind: 'add', vector: huge, alpha: 3.4e38 }] }, /^safekeep\.interventions\[0\]\.alpha must be a finite number with \|alpha\| ≤ 1e\+12/],
+    [{ interventions: [{ layer: 2, kind: 'add', vector: truth.r, alpha: -1e20 }] }, /^safekeep\.interventions\[0\]\.alpha must be/],
+    [{ interventions: [{ layer: 2, kind: 'clamp', vector: truth.r, alpha: 3e38 }] }, /^safekeep\.interventions\[0\]\.alpha must be/],
+    [{ interventions: [{ hook: 'blocks.1.attn_out', kind: 'add', vector: huge, alpha: 3.4e38 }] }, /^safekeep\.interventions\[0\]\.alpha must be/],
+    [{ steer: { layer: 2, vector: huge, alpha: 1.0000001e12 } }, /^safekeep\.steer\.alpha must be/],
+    // each within the bound, together above it
+    [{ interventions: [{ layer: 2, kind: 'add', vector: truth.r, alpha: 8e11 }, { layer: 2, kind: 'add', vector: truth.r, alpha: 8e11 }] }, /^safekeep: .*steering at layer 2 \(all its adds together\) has norm above 1e\+12/],
+    [{ interventions: [{ hook: 'blocks.1.attn_out', kind: 'add', vector: truth.r, alpha: 8e11 }, { hook: 'blocks.1.attn_out', kind: 'add', vector: truth.r, alpha: 8e11 }] }, /^safekeep\.interventions: .*adds at blocks\.1\.attn_out together have norm above 1e\+12/],
+  ];
+  for (const [field, re] of cases) {
+    const r = await post({ messages: [{ role: 'user', content: 'steal' }], max_tokens: 2, safekeep: field });
+    assert.equal(r.status, 400, `${JSON.stringify(field).slice(0, 120)} → ${r.status}`);
+    assert.equal(r.json.error!.type, 'invalid_request_error');
+    assert.match(r.json.error!.message, re);
+  }
+  assert.equal(engine.scheduler.stats.sequences, before, 'nothing was generated for a refused request');
+  // at the bound: generated, every captured value finite (the planted model's norm sees a state of norm 1e12)
+  const ok = await post({ messages: benign, max_tokens: 2, safekeep: { interventions: [{ layer: 1, kind: 'add', vector: huge, alpha: 1e12 }], capture: { hooks: ['blocks.3.resid_post'], positions: 'last' } } });
+  assert.equal(ok.status, 200);
+  const vals = f32Of(ok.json.safekeep!.activations['blocks.3.resid_post']!.data);
+  assert.ok(vals.length > 0 && vals.every(Number.isFinite), 'the steered activations are finite');
 });
 
 test('guards refuse the field: a server without --allow-interventions, the proxies\' parser, and --allow-interventions with a guard method (exit 2)', async () => {

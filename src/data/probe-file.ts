@@ -12,6 +12,7 @@ import { readSafetensorsHeader, writeSafetensors } from '../checkpoint/safetenso
 import { writeJsonAtomic } from '../util/atomic.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { sha256Hex } from '../util/hash.ts';
+import { ALPHA_RULE, MAX_ALPHA } from '../engine/run/intervention-json.ts';
 
 export type ProbeKind = 'mean-diff' | 'logistic';
 export const PROBE_KINDS: readonly ProbeKind[] = ['mean-diff', 'logistic'];
@@ -199,6 +200,9 @@ export function readProbe(path: string): Probe {
   if (m.steer !== undefined) {
     const st = m.steer;
     if (!st || !isNum(st.alpha) || st.alpha < 0 || !Number.isInteger(st.layer) || st.layer < 0 || !st.calibration) bad('steer must have a finite "alpha" ≥ 0, an integer "layer" ≥ 0 and a "calibration"');
+    // the bound every steering strength has (engine/run/intervention-json.ts MAX_ALPHA: beyond it the steered
+    // hidden state overflows float32), checked when the file is read rather than on the first flagged request
+    if (st.alpha > MAX_ALPHA) bad(`steer.alpha ${ALPHA_RULE.replace('|alpha|', 'alpha')}, got ${st.alpha}`);
   }
   if (typeof m.weights !== 'string' || m.weights.includes('/') || m.weights.includes('\\')) bad('weights must be a file name beside the JSON');
   const wPath = join(dirname(json), m.weights);

@@ -8,13 +8,18 @@
  *   needs no preflight). A request with an `Origin` not named by `--cors` is refused (403); a named one gets the
  *   CORS headers, and its preflight (`OPTIONS`) is answered.
  * - Host (DNS rebinding): while the server listens on a loopback address, a page on `evil.example` that rebinds its
- *   name to 127.0.0.1 still sends `Host: evil.example`; only loopback names (`localhost`, `127.x.x.x`, `[::1]`) and
- *   the names given in `allowedHosts` are served.
+ *   name to 127.0.0.1 still sends `Host: evil.example`; only loopback names and the names given in `allowedHosts`
+ *   are served. The header is parsed strictly, whole (`hostParts`): a name (DNS labels) or a bracketed IPv6 literal,
+ *   then nothing but an optional port 1..65535 — `[::1]evil.example`, `[::1].evil.example:80`, `localhost:`,
+ *   `127.0.0.1:99999` and two Host headers are refused. Loopback names, compared without case: `localhost` and
+ *   `*.localhost` (RFC 6761 reserves them for loopback), 127.0.0.0/8 as an exact dotted quad (no leading zeros, no
+ *   short forms such as `127.1`), and ::1 in brackets however it is spelt (`[::1]`, `[0:0:0:0:0:0:0:1]`).
  * - Content type: a POST body must be `application/json` (415 otherwise), which also keeps browsers' simple
  *   requests out.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
+import { isIPv6 } from 'node:net';
 import { HttpError } from './errors.ts';
 
 export interface AccessPolicy {
@@ -51,19 +56,60 @@ export function isLoopbackHost(host: string): boolean {
   return host === 'localhost' || isLoopbackAddress(host.replace(/^\[|\]$/g, ''));
 }
 
-/** The host name of a Host header (port and IPv6 brackets handled), lower-cased. */
-export function hostName(header: string): string {
-  const h = header.trim().toLowerCase();
-  if (h.startsWith('[')) return h.slice(0, h.indexOf(']') + 1);
-  const colon = h.lastIndexOf(':');
-  return colon >= 0 ? h.slice(0, colon) : h;
+/** a DNS name: labels of letters, digits, `-` and `_` (at most 63 each, 253 in all), no empty label or trailing dot */
+const NAME = /^(?=.{1,253}$)[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?)*$/;
+/** 1..65535, digits only */
+const PORT = /^[0-9]{1,5}$/;
+/** one decimal octet 0..255 without leading zeros (`010` reads as octal to some resolvers) */
+const OCTET = '(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])';
+const LOOPBACK_V4 = new RegExp(`^127\\.${OCTET}\\.${OCTET}\\.${OCTET}$`);
+
+/**
+ * A Host header value split into its name (lower-cased; an IPv6 literal as `[canonical form]`) and port, or null
+ * when it is not exactly `name[:port]` or `[IPv6][:port]` with a port 1..65535.
+ */
+export function hostParts(header: string): { name: string; port?: number } | null {
+  const h = header.toLowerCase();
+  let name: string;
+  let rest: string;
+  if (h.startsWith('[')) {
+    const close = h.indexOf(']');
+    if (close < 0) return null;
+    const literal = h.slice(1, close);
+    // hex digits, colons and an embedded dotted quad only: no zone id, no IPvFuture
+    if (!/^[0-9a-f:.]+$/.test(literal) || !isIPv6(literal)) return null;
+    name = new URL(`http://[${literal}]/`).hostname;
+    rest = h.slice(close + 1);
+  } else {
+    const colon = h.indexOf(':');
+    name = colon < 0 ? h : h.slice(0, colon);
+    rest = colon < 0 ? '' : h.slice(colon);
+    if (!NAME.test(name)) return null;
+  }
+  if (rest === '') return { name };
+  if (rest[0] !== ':' || !PORT.test(rest.slice(1))) return null;
+  const port = Number(rest.slice(1));
+  return port >= 1 && port <= 65535 ? { name, port } : null;
 }
 
-function hostAllowed(header: string | undefined, p: AccessPolicy): boolean {
-  if (typeof header !== 'string' || header === '') return false;
-  const name = hostName(header);
-  if (name === 'localhost' || name.endsWith('.localhost') || name === '[::1]' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(name)) return true;
-  return (p.allowedHosts ?? []).some((h) => h.toLowerCase() === name);
+/** The host name of a Host header (port dropped, IPv6 in canonical brackets), lower-cased; null when malformed. */
+export function hostName(header: string): string | null {
+  return hostParts(header)?.name ?? null;
+}
+
+/** A Host name that only ever means this machine. */
+export function isLoopbackName(name: string): boolean {
+  return name === 'localhost' || name.endsWith('.localhost') || name === '[::1]' || LOOPBACK_V4.test(name);
+}
+
+function hostAllowed(req: IncomingMessage, p: AccessPolicy): boolean {
+  const all = req.headersDistinct.host;
+  // node keeps the first of two Host headers; a proxy in front may have read the other
+  if (!all || all.length !== 1 || all[0] === '') return false;
+  const name = hostName(all[0]!);
+  if (name === null) return false;
+  if (isLoopbackName(name)) return true;
+  return (p.allowedHosts ?? []).some((h) => hostName(h) === name);
 }
 
 /** CORS response headers for an allowed origin. */
@@ -83,7 +129,7 @@ export function corsHeaders(origin: string): Record<string, string> {
  * request); throws the refusal.
  */
 export function checkAccess(req: IncomingMessage, p: AccessPolicy): Record<string, string> {
-  if (isLoopbackAddress(req.socket.localAddress) && !hostAllowed(req.headers.host, p)) {
+  if (isLoopbackAddress(req.socket.localAddress) && !hostAllowed(req, p)) {
     throw new HttpError(403, 'forbidden', `Host '${String(req.headers.host ?? '').slice(0, 100)}' is not served here (this server listens on loopback; DNS-rebinding protection)`);
   }
   let cors: Record<string, string> = {};

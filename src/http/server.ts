@@ -7,8 +7,10 @@
  * `headersTimeoutMs`, the whole request (headers and body) within `requestTimeoutMs` (checked every second), an idle
  * keep-alive connection is closed after `idleTimeoutMs`, bodies are capped at `maxBodyBytes`. A handler gets an
  * AbortSignal that fires when the client goes away before its answer is complete, so upstream calls and generation
- * stop with it; with `deadlineMs` it also fires (reason: a `TimeoutError`) when the answer has not begun by then, and
- * a handler that does not stop within a second of it is answered for (504).
+ * stop with it; with `deadlineMs` it also fires (reason: a `TimeoutError`) when the answer is not complete by then —
+ * the deadline is for the whole answer, a stream's last byte included. A handler that does not stop within a second
+ * of it is answered for: 504 when nothing was sent yet, else the connection is closed mid-answer (a begun answer is
+ * ended by its handler, which can say why: the proxy's stream ends with an SSE error event).
  *
  * Over the cap (`maxConnections` sockets served at once) the longest-idle keep-alive connection is closed to make
  * room; when none is idle, the new connection's request is answered 503 with `Retry-After` and the connection closed
@@ -41,8 +43,9 @@ export interface ServerLimits {
   /** connections served at once, default 256 (over it: an idle one is closed, else 503) */
   maxConnections?: number;
   /**
-   * from a request's arrival until its answer begins — every upstream call and retry included; past it the handler's
-   * signal fires and the client gets a 504. Default none (the handler keeps its own).
+   * from a request's arrival until its answer is complete — every upstream call and retry, and a streamed answer's
+   * piping, included; past it the handler's signal fires and the client gets a 504 (or, once the answer has begun,
+   * the end its handler writes). Default none (the handler keeps its own).
    */
   deadlineMs?: number;
 }
@@ -58,7 +61,7 @@ export interface Exchange {
   entry: Record<string, unknown>;
   /**
    * aborted when the client leaves before the answer is complete, or (reason: a `TimeoutError` DOMException) when the
-   * server's deadline passes before the answer has begun
+   * server's deadline passes before the answer is complete (begun or not: `res.headersSent` tells)
    */
   signal: AbortSignal;
   /** the body, size-capped; a POST route's body is checked to be declared JSON first */
@@ -214,8 +217,8 @@ function resolveRoute(req: IncomingMessage, res: ServerResponse, path: string | 
 }
 
 /**
- * One request's deadline: past it the handler's signal is aborted and, after a grace period for it to stop, the
- * request fails with 504. An answer that has begun (a stream) is bounded by its own timeouts, not cut here.
+ * One request's deadline, for the whole answer: past it the handler's signal is aborted and, after a grace period for
+ * it to stop, the request fails with 504 — or, when the answer has begun (a stream), its connection is closed.
  */
 class Deadline {
   passed = false;
@@ -233,7 +236,7 @@ class Deadline {
     handled.catch(() => undefined);
     await Promise.race([handled, new Promise<never>((_, reject) => {
       this.timer = setTimeout(() => {
-        if (res.headersSent) return;
+        if (res.writableEnded) return;
         this.passed = true;
         ac.abort(deadlineReason(ms));
         this.timer = setTimeout(() => reject(this.timedOut()), DEADLINE_GRACE_MS);
@@ -253,7 +256,8 @@ function answerFailure(e: unknown, req: IncomingMessage, res: ServerResponse, id
   entry.action ??= 'error';
   entry.error = capMessage(err.message, 300);
   if (!(e instanceof HttpError) && !isSafekeepError(e)) entry.internal = capMessage(String((e as Error)?.message ?? e), 300);
-  if (res.headersSent) res.end();
+  // a begun answer its handler did not end within the grace period: cut, so that it is not taken for a whole one
+  if (res.headersSent) { if (deadline.passed && !res.writableEnded) res.destroy(); else res.end(); }
   else if (err.headers.connection === 'close') answerThenClose(req, res, err, { 'x-safekeep-action': 'error' }, requestTimeoutMs);
   else sendError(res, err, { 'x-safekeep-action': 'error' });
 }

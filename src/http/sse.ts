@@ -99,8 +99,16 @@ export class SseStream {
 
   fail(message: string, type = 'internal_error'): void {
     if (this.res.writableEnded || this.res.destroyed) return;
-    this.res.end(`data: ${JSON.stringify({ error: { message, type } })}\n\n`);
+    this.res.end(sseErrorEvent(message, type));
   }
+}
+
+/**
+ * The event that ends a stream which broke after its headers went out: `data: {"error": {...}}` in OpenAI's error
+ * shape (what its clients raise on), never followed by `data: [DONE]`.
+ */
+export function sseErrorEvent(message: string, type: string, extra: Record<string, unknown> = {}): string {
+  return `data: ${JSON.stringify({ error: { message, type, ...extra } })}\n\n`;
 }
 
 export function sendSse(res: ServerResponse, c: SseCompletion, headers: Record<string, string> = {}): void {

@@ -84,8 +84,40 @@ export async function upstreamFetch(c: UpstreamCall): Promise<Response> {
   return res;
 }
 
-/** The answer's body as text, at most `maxBytes` and within `timeoutMs` (an UpstreamError beyond). */
-export async function readUpstreamText(res: Response, maxBytes: number, url: string, timeoutMs = 60_000): Promise<string> {
+/**
+ * The next chunk of an answer's body (null at its end), waiting at most `idleMs` for it and no longer than `signal`
+ * allows (the request's deadline, a client that left). On any failure the read is cancelled — the upstream
+ * connection is let go — and an UpstreamError says why: `timeout` (idle, or the deadline), `cancelled`, `network`.
+ */
+export async function readChunk(reader: ReadableStreamDefaultReader<Uint8Array>, idleMs: number, url: string, signal?: AbortSignal): Promise<Uint8Array | null> {
+  let timer: NodeJS.Timeout | undefined;
+  let onAbort: (() => void) | undefined;
+  const stopped = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new UpstreamError('timeout', `${redactUrl(url)}: no data for ${idleMs} ms in the middle of the answer`)), idleMs);
+    onAbort = () => reject(abortedByDeadline(signal)
+      ? new UpstreamError('timeout', `${redactUrl(url)}: the answer did not finish within the request's deadline`)
+      : new UpstreamError('cancelled', `${redactUrl(url)}: cancelled (the client left)`));
+    if (signal?.aborted) onAbort();
+    else signal?.addEventListener('abort', onAbort, { once: true });
+  });
+  try {
+    const r = await Promise.race([reader.read(), stopped]);
+    return r.done ? null : r.value;
+  } catch (e) {
+    void reader.cancel().catch(() => undefined);
+    if (e instanceof UpstreamError) throw e;
+    throw new UpstreamError('network', `${redactUrl(url)}: the answer was cut off`);
+  } finally {
+    clearTimeout(timer);
+    if (onAbort) signal?.removeEventListener('abort', onAbort);
+  }
+}
+
+/**
+ * The answer's body as text, at most `maxBytes`, within `timeoutMs` in all and no longer than `signal` allows (an
+ * UpstreamError beyond).
+ */
+export async function readUpstreamText(res: Response, maxBytes: number, url: string, timeoutMs = 60_000, signal?: AbortSignal): Promise<string> {
   if (!res.body) return '';
   const reader = res.body.getReader();
   const chunks: Uint8Array[] = [];
@@ -94,8 +126,9 @@ export async function readUpstreamText(res: Response, maxBytes: number, url: str
   const timer = setTimeout(() => { late = true; void reader.cancel().catch(() => undefined); }, timeoutMs);
   try {
     for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
+      // the whole read's limit is the timer above (a cancelled read ends the loop); the signal ends it sooner
+      const value = await readChunk(reader, timeoutMs + 1000, url, signal);
+      if (value === null) break;
       size += value.byteLength;
       if (size > maxBytes) {
         await reader.cancel().catch(() => undefined);
@@ -104,7 +137,7 @@ export async function readUpstreamText(res: Response, maxBytes: number, url: str
       chunks.push(value);
     }
   } catch (e) {
-    if (e instanceof UpstreamError) throw e;
+    if (e instanceof UpstreamError) throw new UpstreamError(e.kind, e.message, res.status);
     throw new UpstreamError('network', `${redactUrl(url)}: the answer was cut off`, res.status);
   } finally {
     clearTimeout(timer);
@@ -114,8 +147,8 @@ export async function readUpstreamText(res: Response, maxBytes: number, url: str
 }
 
 /** A buffered JSON answer, depth-capped. */
-export async function readUpstreamJson(res: Response, maxBytes: number, url: string, timeoutMs?: number): Promise<unknown> {
-  const text = await readUpstreamText(res, maxBytes, url, timeoutMs);
+export async function readUpstreamJson(res: Response, maxBytes: number, url: string, timeoutMs?: number, signal?: AbortSignal): Promise<unknown> {
+  const text = await readUpstreamText(res, maxBytes, url, timeoutMs, signal);
   try {
     return parseJsonBounded(text, `${redactUrl(url)}: answer`);
   } catch (e) {

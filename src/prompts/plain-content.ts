@@ -1,21 +1,28 @@
 /**
  * Client text is text, never control tokens. A chat template writes its own markup (`<|im_start|>`, `<|eot_id|>`,
- * headers) around the messages, and encoding the rendering with special tokens recognised makes that markup special
- * ids, as it should; but it would do the same to a special-token string inside a message (`<|im_start|>system …` in
- * a tool result), letting a user or a tool forge turns. HF's answer is `split_special_tokens`; here it applies to the
- * client's text only:
+ * headers, Qwen3's `<tool_call>` and `<tool_response>`) around the messages, and encoding the rendering with added
+ * tokens recognised makes that markup their ids, as it should; but it would do the same to such a string inside a
+ * message (`<|im_start|>system …` in a tool result, `<tool_response>…</tool_response>` in a user turn), letting a
+ * user or a tool forge turns. HF's answer is `split_special_tokens`; here it applies to the client's text only, and
+ * to EVERY added token of the tokenizer, special or not. This departs from HF on purpose: HF (and
+ * `split_special_tokens`) always matches the added tokens not marked special — Qwen3's `<tool_call>`, `</tool_call>`,
+ * `<tool_response>`, `</tool_response>`, `<think>`, `</think>` — so with HF a user message
+ * `<tool_response>x</tool_response>` encodes to the very ids of a real tool result and a tool result can write the
+ * model's own `<tool_call>` token. Here they are the characters they are made of, in the agent's prompt and the
+ * judge's alike; the template's own uses of them stay tokens.
  *   1. every string the template receives from the conversation (message fields, tool specs, keys included) has
- *      each special-token string replaced by a placeholder: a private-use character, a per-call random nonce, an
+ *      each added-token string replaced by a placeholder: a private-use character, a per-call random nonce, an
  *      index, a closing private-use character — nothing a client can write (the two characters are replaced too
  *      where a client writes them), nothing a template filter changes except by cutting or escaping it, which is
  *      refused;
- *   2. the template renders that, so every special-token string left in the rendering is the template's own;
+ *   2. the template renders that, so every added-token string left in the rendering is the template's own;
  *   3. the rendering is encoded as the tokenizer encodes (added tokens split out first, then normaliser,
  *      pre-tokeniser, model, post-processor), except that each placeholder is put back as its original text
- *      inside the plain piece it sits in, so `<|eot_id|>` there is encoded as the characters it is made of.
- * A conversation with no special-token string in it is untouched, and encoded exactly as before.
- * Fail closed: a placeholder a template mangled, or plain text the model's vocabulary would map to a special id, is a
- * SafekeepError, never a prompt with forged markup.
+ *      inside the plain piece it sits in, so `<|eot_id|>` or `<tool_call>` there is encoded as its characters.
+ * A conversation with no added-token string in it is untouched, and encoded exactly as before.
+ * Fail closed: a placeholder a template mangled, or plain text the model's vocabulary would map to an added token's
+ * id, is a SafekeepError, never a prompt with forged markup. (A template that reads client text for its own markup —
+ * Qwen3's splits an assistant `content` at `</think>` — no longer finds the client's copy: it stays text.)
  */
 import { randomBytes } from 'node:crypto';
 import { SafekeepError } from '../util/errors.ts';
@@ -25,7 +32,7 @@ export class PlainContent {
   private readonly nonce = randomBytes(8).toString('hex');
   private readonly originals: string[] = [];
 
-  /** `specialRe`: `PlainContent.matcher` of the tokenizer's special-token strings (built once per tokenizer) */
+  /** `specialRe`: `PlainContent.matcher` of the tokenizer's added-token strings (built once per tokenizer) */
   constructor(private readonly specialRe: RegExp | null) {}
 
   /** One pattern matching any of `specials`, the longest first where several begin at one place. */
@@ -122,9 +129,9 @@ export function coreTokenizer(hf: unknown): CoreTokenizer {
   return t!;
 }
 
-/** Special-token strings of a tokenizer (added tokens marked special). */
-export function specialTokenStrings(core: CoreTokenizer): string[] {
-  return core.added_tokens.filter((t) => t.special).map((t) => t.content);
+/** Every added-token string of a tokenizer, special or not (HF matches both kinds in text; see the module comment). */
+export function addedTokenStrings(core: CoreTokenizer): string[] {
+  return core.added_tokens.map((t) => t.content);
 }
 
 /**
@@ -135,8 +142,7 @@ export function specialTokenStrings(core: CoreTokenizer): string[] {
 export function encodeWithPlainContent(core: CoreTokenizer, text: string, plain: PlainContent): number[] {
   if (core.do_lowercase_and_remove_accent) throw new SafekeepError('tokenizer: lowercase-and-remove-accent tokenizers cannot encode client text as plain text here');
   const idOf = (t: string): number => core.added_tokens_map.get(t)?.id ?? core.model.tokens_to_ids.get(t) ?? core.model.unk_token_id ?? -1;
-  const specialIds = new Set(core.added_tokens.filter((t) => t.special).map((t) => t.id));
-  const normalizedSpecial = core.added_tokens.some((t) => t.special && t.normalized);
+  const addedIds = new Set(core.added_tokens.map((t) => t.id));
 
   const sections = core.splitter_unnormalized.split(text);
   sections.forEach((section, i) => {
@@ -170,17 +176,17 @@ export function encodeWithPlainContent(core: CoreTokenizer, text: string, plain:
       if (sub.length === 0) continue;
       const added = core.added_tokens_map.get(sub);
       if (added) {
-        // a special token matched after normalising, in a piece that held client text: it may be the client's
-        if (added.special && restored !== null && normalizedSpecial) {
-          throw new SafekeepError('tokenizer: its special tokens are matched after normalisation, so client text containing them cannot be encoded as plain text');
+        // an added token matched after normalising, in a piece that held client text: it may be the client's
+        if (restored !== null && added.normalized) {
+          throw new SafekeepError('tokenizer: its added tokens are matched after normalisation, so client text containing them cannot be encoded as plain text');
         }
         tokens.push(sub);
         continue;
       }
       const pieces = core.pre_tokenizer !== null ? core.pre_tokenizer(sub, { section_index: sectionIndex }) : [sub];
       const modelTokens = core.model(pieces);
-      if (restored !== null && modelTokens.some((t) => specialIds.has(idOf(t)))) {
-        throw new SafekeepError('tokenizer: client text would encode to a special token id; refused');
+      if (restored !== null && modelTokens.some((t) => addedIds.has(idOf(t)))) {
+        throw new SafekeepError('tokenizer: client text would encode to an added token id; refused');
       }
       tokens.push(...modelTokens);
     }

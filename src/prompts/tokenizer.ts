@@ -12,7 +12,7 @@
  * - `encode` parses special tokens inside rendered text as special tokens and never doubles BOS: when the text
  *   already begins with the BOS string (templates emit it), the tokenizer's own BOS is dropped.
  * - `encodeChat` is how a conversation from outside becomes ids: the template's own markup is special tokens, every
- *   string of the conversation plain text, even one that spells a special token (plain-content.ts).
+ *   string of the conversation plain text, even one that spells an added token, special or not (plain-content.ts).
  * - Rendering is bounded (bounded-render.ts): a template that loops or grows without end is one SafekeepError.
  */
 import { existsSync, mkdirSync, statSync } from 'node:fs';
@@ -22,7 +22,7 @@ import { dirname, join, resolve } from 'node:path';
 import * as transformers from '@huggingface/transformers';
 import { Template } from '@huggingface/jinja';
 import { budgetError, renderBounded, TemplateBudgetError } from './bounded-render.ts';
-import { coreTokenizer, encodeWithPlainContent, PlainContent, specialTokenStrings } from './plain-content.ts';
+import { addedTokenStrings, coreTokenizer, encodeWithPlainContent, PlainContent } from './plain-content.ts';
 import type { ToolSpec } from '../data/types.ts';
 import { readRegularText } from '../checkpoint/regular-file.ts';
 import { SafekeepError } from '../util/errors.ts';
@@ -364,12 +364,12 @@ function encoders(
     const hfTok = needVocab();
     if (!plainEncoding) {
       const core = coreTokenizer(hfTok);
-      plainEncoding = { core, specials: PlainContent.matcher(specialTokenStrings(core)) };
+      plainEncoding = { core, specials: PlainContent.matcher(addedTokenStrings(core)) };
     }
     const { core } = plainEncoding;
     const plain = new PlainContent(plainEncoding.specials);
     const text = build((v) => plain.neutralise(v));
-    // no special-token string anywhere in what the client gave: the plain encoding, unchanged
+    // no added-token string anywhere in what the client gave: the plain encoding, unchanged
     if (!plain.replaced) return { text, ids: encode(text) };
     return { text: plain.restoreAll(text), ids: dropDoubleBos(encodeWithPlainContent(core, text, plain), text) };
   };

@@ -2,6 +2,11 @@
  * The proxy's side of its upstreams: who gets which credentials, forwarding a request and piping the answer back,
  * one non-streamed turn for S³, the refusal call, and how an upstream's failure becomes the client's JSON error.
  *
+ * Time: `timeoutMs` (`--timeout-ms`) bounds the wait for an answer's headers and, after them, every wait between two
+ * chunks of its body; the request's deadline (`--request-timeout-ms`, the server's `deadlineMs`, reaching here as
+ * `x.signal`) bounds the whole answer, a stream's last chunk included. An upstream that sends headers and one chunk
+ * and then nothing holds a client for `timeoutMs` at most.
+ *
  * Credentials: clients authenticate with `clientKey` when one is set (their header is then never forwarded). The
  * agent upstream gets `apiKey` when configured, else (no client key) the client's own Authorization header, else
  * none. The judge upstream gets `judgeApiKey`; when it is the agent upstream itself it is treated like it; a
@@ -11,7 +16,8 @@ import type { IncomingMessage } from 'node:http';
 import { jsonDepth, MAX_JSON_DEPTH } from '../util/json-bounded.ts';
 import { HttpError } from '../http/errors.ts';
 import type { Exchange } from '../http/server.ts';
-import { failureDetail, MAX_UPSTREAM_ANSWER, readUpstreamJson, readUpstreamText, redactSecrets, upstreamFetch, UpstreamError } from '../http/upstream.ts';
+import { failureDetail, MAX_UPSTREAM_ANSWER, readChunk, readUpstreamJson, readUpstreamText, redactSecrets, upstreamFetch, UpstreamError } from '../http/upstream.ts';
+import { sseErrorEvent } from '../http/sse.ts';
 import { OpenAIBackend, type PrefillMode } from '../chat/openai.ts';
 import type { ChatMessage, WireToolCall } from '../chat/types.ts';
 import type { UpstreamTurn } from '../s3/flow.ts';
@@ -58,33 +64,75 @@ function isWireCall(c: unknown): c is WireToolCall {
   return !!f && typeof f.name === 'string' && (typeof f.arguments === 'string' || (typeof f.arguments === 'object' && f.arguments !== null));
 }
 
-/** Pipe an upstream answer's body to the client as it arrives; a client that goes away cancels the upstream read. */
-async function pipeBody(up: Response, x: Exchange): Promise<void> {
+/** Wait until the client has taken what was written, left, or the request's deadline passed. */
+function drained(res: Exchange['res'], signal: AbortSignal): Promise<void> {
+  return new Promise<void>((r) => {
+    const go = () => { res.off('drain', go); res.off('close', go); signal.removeEventListener('abort', go); r(); };
+    res.once('drain', go);
+    res.once('close', go);
+    if (signal.aborted) go();
+    else signal.addEventListener('abort', go, { once: true });
+  });
+}
+
+/**
+ * Pipe a streamed (SSE) answer to the client as it arrives. Each chunk must come within `idleMs` of the one before
+ * (a wait on a slow client does not count) and all of it before the request's deadline (`x.signal`); when either
+ * passes, or the upstream breaks off, the upstream read is cancelled and the stream ends with an SSE error event —
+ * no `[DONE]`, so no client takes the text so far for a whole answer — and the failure is thrown for the log. A
+ * client that leaves cancels the upstream read.
+ */
+async function pipeStream(up: Response, x: Exchange, idleMs: number, url: string): Promise<void> {
   const res = x.res;
-  if (up.body) {
-    const reader = up.body.getReader();
-    // no leaked stream, no wait for a drain that never comes
-    const onClose = () => void reader.cancel().catch(() => undefined);
-    res.once('close', onClose);
-    try {
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done || res.destroyed) break;
-        if (!res.write(value)) {
-          await new Promise<void>((r) => {
-            const go = () => { res.off('drain', go); res.off('close', go); r(); };
-            res.once('drain', go);
-            res.once('close', go);
-          });
-        }
-      }
-    } catch {
-      // upstream broke mid-stream or the client left: end what we have (headers are out, no JSON error possible)
-    } finally {
-      res.off('close', onClose);
+  if (!up.body) { res.end(); return; }
+  const reader = up.body.getReader();
+  // the last bytes sent: the error event must start on an event boundary, not inside a half-sent one
+  let tail = '\n\n';
+  try {
+    for (;;) {
+      const value = await readChunk(reader, idleMs, url, x.signal);
+      if (value === null || res.destroyed) break;
+      if (value.byteLength) tail = (tail + Buffer.from(value.subarray(-2)).toString('latin1')).slice(-2);
+      if (!res.write(value)) await drained(res, x.signal);
     }
+  } catch (e) {
+    if (res.destroyed || (e instanceof UpstreamError && e.kind === 'cancelled')) { res.end(); return; }
+    const err = e instanceof UpstreamError ? upstreamHttpError(e) : new HttpError(502, 'upstream_error', 'upstream: the answer was cut off');
+    res.end(`${tail === '\n\n' ? '' : '\n\n'}${sseErrorEvent(err.message, err.type, { param: null, code: err.status })}`);
+    // a client that does not read what was sent holds the connection no longer than a second more
+    const cut = setTimeout(() => res.destroy(), 1000).unref();
+    res.once('finish', () => clearTimeout(cut));
+    res.once('close', () => clearTimeout(cut));
+    throw err;
   }
   res.end();
+}
+
+/**
+ * A non-streamed answer, read whole before anything is sent (at most MAX_UPSTREAM_ANSWER, each chunk within
+ * `idleMs`, all of it before the request's deadline): an answer that stalls or breaks off is then the client's JSON
+ * error (504, 502) rather than a cut-off body behind a 200.
+ */
+async function readWhole(up: Response, x: Exchange, idleMs: number, url: string): Promise<Buffer> {
+  if (!up.body) return Buffer.alloc(0);
+  const reader = up.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    for (;;) {
+      const value = await readChunk(reader, idleMs, url, x.signal);
+      if (value === null) break;
+      size += value.byteLength;
+      if (size > MAX_UPSTREAM_ANSWER) {
+        void reader.cancel().catch(() => undefined);
+        throw new HttpError(502, 'upstream_error', `upstream: answer larger than ${MAX_UPSTREAM_ANSWER} bytes; not passed on`);
+      }
+      chunks.push(value);
+    }
+  } catch (e) {
+    throw e instanceof UpstreamError ? upstreamHttpError(e) : e;
+  }
+  return Buffer.concat(chunks);
 }
 
 /** The parsed first choice of a non-streamed upstream answer, its tool calls checked and bounded. */
@@ -156,7 +204,12 @@ export class ProxyUpstreams {
     }
   }
 
-  /** Forward to the upstream's `path` and pipe the answer back; failures become JSON errors. */
+  /**
+   * Forward to the upstream's `path` and pass the answer back: a stream (SSE) piped as it comes, anything else read
+   * whole first. `timeoutMs` bounds the wait for the headers and then each wait between two chunks; the request's
+   * deadline (`x.signal`, `--request-timeout-ms`) the whole answer. Failures before anything was sent are JSON
+   * errors; a stream that fails after its headers ends with an SSE error event.
+   */
   async forward(x: Exchange, path: string, method: 'GET' | 'POST', body: Buffer | undefined, extraHeaders: Record<string, string>): Promise<void> {
     const up = await this.fetchUp(x, path, method, body);
     if (!up.ok) throw await failedAnswer(up, `${this.cfg.upstream}${path}`, this.secretsOf(x));
@@ -165,9 +218,17 @@ export class ProxyUpstreams {
       const v = up.headers.get(h);
       if (v) outHeaders[h] = v;
     }
-    x.res.writeHead(up.status, outHeaders);
+    const url = `${this.cfg.upstream}${path}`;
+    if (/^text\/event-stream\b/i.test(up.headers.get('content-type') ?? '')) {
+      x.res.writeHead(up.status, outHeaders);
+      x.entry.status = up.status;
+      await pipeStream(up, x, this.cfg.timeoutMs, url);
+      return;
+    }
+    const whole = await readWhole(up, x, this.cfg.timeoutMs, url);
+    x.res.writeHead(up.status, { ...outHeaders, 'content-length': String(whole.byteLength) });
     x.entry.status = up.status;
-    await pipeBody(up, x);
+    x.res.end(whole);
   }
 
   /** One upstream chat call with the client's body (messages replaced, not streamed). */
@@ -177,7 +238,8 @@ export class ProxyUpstreams {
     const up = await this.fetchUp(x, '/chat/completions', 'POST', Buffer.from(JSON.stringify({ ...rest, messages })));
     if (!up.ok) throw await failedAnswer(up, url, this.secretsOf(x));
     try {
-      return upstreamTurnOf((await readUpstreamJson(up, MAX_UPSTREAM_ANSWER, url, this.cfg.timeoutMs)) as Parameters<typeof upstreamTurnOf>[0]);
+      // within timeoutMs for the whole body, and no longer than the request's deadline or its client
+      return upstreamTurnOf((await readUpstreamJson(up, MAX_UPSTREAM_ANSWER, url, this.cfg.timeoutMs, x.signal)) as Parameters<typeof upstreamTurnOf>[0]);
     } catch (e) {
       throw e instanceof UpstreamError ? upstreamHttpError(e) : e;
     }

@@ -95,11 +95,12 @@ export interface ProxyOptions {
   maxRounds?: number;
   /** S³: guard checks of not-yet-seen tool results one request may cost (default 64; more → 400) */
   maxFreshObservations?: number;
-  /** upstream timeout until response headers (default 60 s) */
+  /** upstream timeout until response headers, then between two chunks of the body (default 60 s) */
   timeoutMs?: number;
   /**
-   * one request from its arrival until its answer begins — the judge or guard calls with all their retries, and the
-   * upstream call (default 2 × timeoutMs); past it → 504, nothing executed
+   * one request from its arrival until its answer is complete — the judge or guard calls with all their retries, the
+   * upstream call, a streamed answer to its last chunk (default 2 × timeoutMs); before the answer begins → 504,
+   * nothing executed; after it, an SSE error event ends the stream
    */
   requestTimeoutMs?: number;
   /** retries of judge/refusal calls (default 2) */

@@ -1,6 +1,6 @@
 /**
  * A scripted OpenAI-compatible upstream on 127.0.0.1 for the guard tests and bench: every POST body is recorded
- * and answered by `script` (status, JSON, delay, or an SSE stream).
+ * and answered by `script` (status, JSON, delay, or an SSE stream; either may stall part-way).
  */
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -14,6 +14,10 @@ export interface MockAnswer {
   sseDelayMs?: number;
   delayMs?: number;
   headers?: Record<string, string>;
+  /** a JSON answer's body as these bytes exactly (instead of `json`), e.g. a cut-off one */
+  raw?: string;
+  /** after the SSE events or the `raw` body, send nothing more and never end (until the connection is closed) */
+  stall?: boolean;
 }
 
 export interface RecordedRequest {
@@ -21,6 +25,8 @@ export interface RecordedRequest {
   url: string;
   headers: IncomingHttpHeaders;
   body: Record<string, unknown> | null;
+  /** set when the connection of this request's answer closed (the answer done, or the client gone) */
+  closed?: boolean;
 }
 
 export interface MockUpstream {
@@ -52,6 +58,7 @@ export async function startMockUpstream(script: (body: Record<string, unknown> |
       try { body = text ? (JSON.parse(text) as Record<string, unknown>) : null; } catch { body = null; }
       const rec: RecordedRequest = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, body };
       requests.push(rec);
+      res.on('close', () => { rec.closed = true; });
       const a = await script(body, rec);
       if (a.delayMs) await new Promise((r) => setTimeout(r, a.delayMs));
       if (res.destroyed) return;
@@ -62,11 +69,13 @@ export async function startMockUpstream(script: (body: Record<string, unknown> |
           res.write(`data: ${d}\n\n`);
           if (a.sseDelayMs) await new Promise((r) => setTimeout(r, a.sseDelayMs));
         }
-        res.end();
+        if (!a.stall) res.end();
         return;
       }
       res.writeHead(a.status ?? 200, { 'content-type': 'application/json', ...a.headers });
-      res.end(JSON.stringify(a.json ?? {}));
+      const out = a.raw ?? JSON.stringify(a.json ?? {});
+      if (a.stall) res.write(out);
+      else res.end(out);
     });
   });
   server.on('connection', (s) => { sockets.add(s); s.on('close', () => sockets.delete(s)); });

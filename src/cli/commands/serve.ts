@@ -30,7 +30,7 @@ import { SafekeepError } from '../../util/errors.ts';
 import { ENDPOINT_JUDGE_METHODS, METHOD_TABLE, TABLE_METHODS } from '../../guard/methods.ts';
 import type { GuardMethod } from '../../guard/types.ts';
 import { checkUpstreamUrl, createGuardProxy, PASS_UNJUDGED, UNGUARDED_ENDPOINTS, type PassUnjudged, type UnguardedEndpoint } from '../../serve/proxy.ts';
-import { isLoopbackHost } from '../../http/policy.ts';
+import { hostName, hostParts, isLoopbackHost } from '../../http/policy.ts';
 import { redactUrl } from '../../http/upstream.ts';
 import type { ServerLimits } from '../../http/server.ts';
 import type { PrefillMode } from '../../chat/openai.ts';
@@ -55,7 +55,7 @@ export const flags: FlagTable = {
     { name: 'mitigation', value: 'recover|block', default: 'recover', help: 'S³: recover (strip/replace, let the task go on) or block (end with a refusal)' },
     { name: 'api-key-env', value: 'VAR', help: 'environment variable holding the upstream API key (else the client\'s own header is forwarded)' },
     { name: 'judge-api-key-env', value: 'VAR', help: 'environment variable holding the judge host\'s key (never the client\'s header)' },
-    { name: 'timeout-ms', value: 'MS', default: '60000', help: 'upstream timeout' },
+    { name: 'timeout-ms', value: 'MS', default: '60000', help: 'upstream timeout: the wait for an answer\'s headers, then each wait between two chunks of it (a stalled stream ends with an SSE error event)' },
     { name: 'client-key-env', value: 'VAR', help: 'environment variable holding the key clients must send (Authorization: Bearer …); required to listen beyond loopback' },
     { name: 'cors', value: 'ORIGIN[,ORIGIN]', help: 'browser origins allowed to call the server (default: cross-origin requests refused)' },
     { name: 'allowed-hosts', value: 'NAME[,NAME]', help: 'Host names served besides localhost/127.0.0.1/[::1] while bound to loopback (DNS-rebinding check)' },
@@ -74,7 +74,7 @@ export const flags: FlagTable = {
     ...ENGINE_FLAG_DEFS.filter((f) => f.name !== 'model').map((f) => ({ ...f, help: `local: ${f.help}` })),
     { name: 'max-model-len', value: 'N', default: 'max_position_embeddings', help: 'local: context length; prompt + max_tokens above it → 400' },
     { name: 'max-queue', value: 'N', default: '8', help: 'local: requests admitted at once (running or waiting); more → 429' },
-    { name: 'request-timeout-ms', value: 'MS', default: 'upstream: 2 × --timeout-ms; local: 600000', help: 'per-request deadline, judge/guard retries included (→ 504, nothing executed)' },
+    { name: 'request-timeout-ms', value: 'MS', default: 'upstream: 2 × --timeout-ms; local: 600000', help: 'per-request deadline for the whole answer, judge/guard retries and a streamed answer included (→ 504, nothing executed; a begun stream ends with an SSE error event)' },
     { name: 'allow-interventions', boolean: true, help: 'local: accept the request field "safekeep" (per-request steering, interventions, activation capture; docs/serve-research.md); runs no guard (--method base)' },
     { name: 'directions', value: 'FILE.safetensors', help: 'local, with --allow-interventions: directions a request may name ("direction": "refusal.chatbot"; what reproduce writes)' },
     { name: 'max-capture-bytes', value: 'BYTES', default: '64MiB', help: 'local, with --allow-interventions: captured activations per response (more → 400 before generation)' },
@@ -110,7 +110,12 @@ function accessFlags(args: ParsedArgs): { host: string; port: number; clientKey?
     headersTimeoutMs: positiveIntValue(args, 'headers-timeout-ms', 10_000),
     requestTimeoutMs: positiveIntValue(args, 'body-timeout-ms', 60_000),
   };
-  return { host, port, clientKey, corsOrigins, allowedHosts: list(args.values.get('allowed-hosts')), limits };
+  const allowedHosts = list(args.values.get('allowed-hosts'));
+  for (const h of allowedHosts ?? []) {
+    // compared with the Host header's parsed name: a value with a port or malformed would never match
+    if (hostParts(h)?.port !== undefined || hostName(h) === null) throw new SafekeepError(`--allowed-hosts: '${h.slice(0, 100)}' is not a host name (a DNS name or a bracketed IPv6 literal, no port)`);
+  }
+  return { host, port, clientKey, corsOrigins, allowedHosts, limits };
 }
 
 

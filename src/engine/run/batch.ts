@@ -6,7 +6,7 @@
 import { SafekeepError } from '../../util/errors.ts';
 import { MASKED } from '../graph/io.ts';
 import { INTERVENTION_KINDS, STEER_POSITIONS, type Intervention, type PositionSelector, type Steering } from './types.ts';
-import { F32_MAX } from './intervention-json.ts';
+import { ALPHA_RULE, F32_MAX, MAX_ALPHA } from './intervention-json.ts';
 
 interface PaddedBatch {
   batch: number;
@@ -84,6 +84,16 @@ export interface InterventionInputs {
   value: Float32Array;
 }
 
+/** ‖m[row .. row+n)‖₂, scaled by the largest entry so that large entries do not overflow the sum of squares */
+export function rowNorm(m: ArrayLike<number>, row: number, n: number): number {
+  let scale = 0;
+  for (let i = 0; i < n; i++) scale = Math.max(scale, Math.abs(m[row + i]!));
+  if (scale === 0 || !Number.isFinite(scale)) return scale;
+  let sum = 0;
+  for (let i = 0; i < n; i++) sum += (m[row + i]! / scale) ** 2;
+  return scale * Math.sqrt(sum);
+}
+
 /** The inputs for a list of interventions (validated: one SafekeepError naming the first bad one). */
 export function interventionInputs(numLayers: number, dModel: number, list: readonly Intervention[]): InterventionInputs {
   const out = { steer: new Float32Array((numLayers + 1) * dModel), dir: new Float32Array((numLayers + 1) * dModel), value: new Float32Array(numLayers + 1) };
@@ -98,8 +108,8 @@ export function interventionInputs(numLayers: number, dModel: number, list: read
     if (iv.positions !== undefined && !STEER_POSITIONS.includes(iv.positions)) throw new SafekeepError(`${what}: positions must be one of ${STEER_POSITIONS.join(', ')}`);
     if (vector.length !== dModel) throw new SafekeepError(`${what}: vector has ${vector.length} values, the model's d_model is ${dModel}`);
     // the graph computes in float32: a value it cannot hold becomes ±Inf and then NaN in every later hidden state
-    if (kind !== 'ablate' && (alpha === undefined || !Number.isFinite(alpha) || Math.abs(alpha) > F32_MAX)) {
-      throw new SafekeepError(`${what}: alpha must be a finite number within the float32 range (|alpha| ≤ 3.4e38), got ${alpha}`);
+    if (kind !== 'ablate' && (alpha === undefined || !Number.isFinite(alpha) || Math.abs(alpha) > MAX_ALPHA)) {
+      throw new SafekeepError(`${what}: alpha ${ALPHA_RULE}, got ${alpha}`);
     }
     let scale = 0;
     for (let i = 0; i < dModel; i++) {
@@ -116,8 +126,9 @@ export function interventionInputs(numLayers: number, dModel: number, list: read
     if (kind === 'add') {
       for (let i = 0; i < dModel; i++) {
         out.steer[row + i] = out.steer[row + i]! + alpha! * (Number(vector[i]) / norm);
-        if (!Number.isFinite(out.steer[row + i]!)) throw new SafekeepError(`${what}: the steering at layer ${layer} overflows float32 (alpha ${alpha}); use a smaller alpha`);
       }
+      // the adds at one layer together: their sum is what the model's norms square (MAX_ALPHA says why)
+      if (rowNorm(out.steer, row, dModel) > MAX_ALPHA) throw new SafekeepError(`${what}: the steering at layer ${layer} (all its adds together) has norm above ${MAX_ALPHA.toExponential()}, which overflows float32 in the model's norms; use smaller alphas`);
       continue;
     }
     // two projections at one layer would depend on their order (and on how their directions overlap)

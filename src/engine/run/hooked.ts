@@ -10,7 +10,8 @@ import { SafekeepError } from '../../util/errors.ts';
 import { EDITABLE_POINTS, HOOK_IO, hasHooks, hookWidth, parseHookName, resolveHookNames, type HookPoint, type HookShape } from '../graph/hooks.ts';
 import type { HookIntervention, Intervention, PositionSelector, Steering } from './types.ts';
 import { ActivationCache, type Activation } from './activation-cache.ts';
-import { callInterventions, interventionInputs, selectPositions } from './batch.ts';
+import { callInterventions, interventionInputs, rowNorm, selectPositions } from './batch.ts';
+import { ALPHA_RULE, MAX_ALPHA } from './intervention-json.ts';
 import { checkIds } from './forward.ts';
 import type { StepHooks, Stepper } from './step.ts';
 
@@ -127,9 +128,13 @@ export function hookEditInputs(list: readonly HookIntervention[], shape: HookSha
         }
       } else {
         const u = unitVector(iv.vector, w, what);
-        if (iv.kind !== 'ablate' && !Number.isFinite(iv.alpha)) throw new SafekeepError(`${what}: alpha must be a finite number, got ${iv.alpha}`);
+        if (iv.kind !== 'ablate' && (!Number.isFinite(iv.alpha) || Math.abs(iv.alpha) > MAX_ALPHA)) throw new SafekeepError(`${what}: alpha ${ALPHA_RULE}, got ${iv.alpha}`);
         if (iv.kind === 'add') {
-          for (const p of rowsOf(what, iv.positions)) for (let i = 0; i < w; i++) set[p * w + i] = set[p * w + i]! + iv.alpha * u[i]!;
+          for (const p of rowsOf(what, iv.positions)) {
+            for (let i = 0; i < w; i++) set[p * w + i] = set[p * w + i]! + iv.alpha * u[i]!;
+            // the adds at one point together (MAX_ALPHA says why)
+            if (rowNorm(set, p * w, w) > MAX_ALPHA) throw new SafekeepError(`${what}: the adds at ${name} together have norm above ${MAX_ALPHA.toExponential()}, which overflows float32 in the model's norms; use smaller alphas`);
+          }
         } else {
           if (projected) throw new SafekeepError(`${what}: a second ablate/clamp at ${name}; one per hook point (combine the directions first)`);
           if ('positions' in iv && iv.positions !== undefined) throw new SafekeepError(`${what}: ablate and clamp apply at every position`);

@@ -3,12 +3,24 @@
  * generate, steer) and the server's `safekeep.interventions` / `safekeep.steer`. Each reader checks one field and
  * calls `fail` with a message that names it (`at`); the caller decides what a failure is (a CLI error, exit 2; a
  * JSON 400). A field nobody reads is refused by name rather than ignored: a misspelt `"postions"` would otherwise
- * steer every position. The engine checks again what needs the model (width, layer range, overflow).
+ * steer every position. The engine checks again what needs the model (width, layer range, overflow: MAX_ALPHA).
  */
 import { INTERVENTION_KINDS, STEER_POSITIONS, type InterventionKind, type SteerPositions } from './types.ts';
 
 /** the largest finite float32: the graph computes in float32, so a value beyond it is ±Inf and then NaN */
 export const F32_MAX = 3.4028234663852886e38;
+
+/**
+ * The largest |α| of an add or a clamp, and the largest norm of all adds at one point together. α·v̂ (v̂ = v/‖v‖) is
+ * finite in float32 for any |α| ≤ 3.4e38, but the steered hidden state is not then safe: every family's norm squares
+ * and sums the residual stream (RMSNorm: mean(x²); LayerNorm: mean((x − μ)²)), and a state of norm ≥ 1.8e19
+ * overflows that sum to Inf, then NaN in every later position — a 200 with garbage. With |α| ≤ 1e12, even the most
+ * interventions a request may carry (64), each read through one linear layer of spectral norm up to 1e4 (hook points
+ * before a projection: z), add at most 6.4e17 to the norm of what a norm then reads; its square, 4e35, stays a
+ * thousand times below the float32 maximum, with room for the model's own activations (≤ 1e17). Real steering
+ * strengths are of the order of the residual norm (1 to 1e5), far below it.
+ */
+export const MAX_ALPHA = 1e12;
 
 /** raises the caller's error (never returns) */
 export type Fail = (message: string) => never;
@@ -31,11 +43,14 @@ export function kindField(v: unknown, at: string, fail: Fail): InterventionKind 
   return v as InterventionKind;
 }
 
-/** a finite float32 number */
+/** a finite number, |α| ≤ MAX_ALPHA (a larger one overflows float32 in the model's norms) */
 export function alphaValue(v: unknown, at: string, fail: Fail): number {
-  if (!isF32(v)) fail(`${at} must be a finite number within the float32 range (|alpha| ≤ 3.4e38), got ${shown(v)}`);
+  if (!isF32(v) || Math.abs(v) > MAX_ALPHA) fail(`${at} ${ALPHA_RULE}, got ${shown(v)}`);
   return v as number;
 }
+
+/** what alphaValue requires, in words */
+export const ALPHA_RULE = `must be a finite number with |alpha| ≤ ${MAX_ALPHA.toExponential()} (a larger steering overflows float32 in the model's norms)`;
 
 /** add and clamp need an alpha; an ablation has none (one given would be silently unused) */
 export function alphaField(kind: InterventionKind, v: unknown, at: string, fail: Fail): number | undefined {
