@@ -2,14 +2,17 @@
  * Inspect logs (src/harness/inspect-log.ts): what `guard eval`, `s3 eval`, `steer` and `probe eval` write under
  * results/<name>/inspect/ validates against inspect_ai's own EvalLog schema (../shared/schemas/inspect_ai/, skipped
  * visibly without it) and says what our per-sample log says: every sample with its messages, output, scores and
- * token usage; the solvers as the plan; the scores' summary recomputed here from the samples.
+ * token usage; the solvers as the plan; the scores' summary recomputed here from the samples. The `.eval` twin in
+ * results/<name>/inspect-eval/ is a zip that Python's zipfile reads back (CRCs checked) into the same log.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { inspectEvalLog } from '../src/harness/inspect-log.ts';
+import { inspectEvalArchive, inspectEvalLog } from '../src/harness/inspect-log.ts';
+import { crc32 } from '../src/util/zip.ts';
+import { runPython } from './helpers/python.ts';
 import { readEvalLog, type EvalLog, type SampleLog } from '../src/harness/log.ts';
 import { writePlantedModel } from '../src/experiments/planted.ts';
 import { loadPairSet } from '../src/data/load.ts';
@@ -95,10 +98,46 @@ test('an Inspect EvalLog of our log: schema-valid; messages, tool calls, scores,
   assert.equal(log.results.total_samples, 3);
 });
 
+/** python's zipfile (an independent reader): CRCs checked, every entry's JSON by name */
+const UNZIP = `
+import sys, json, zipfile, io, base64
+z = zipfile.ZipFile(io.BytesIO(base64.b64decode(json.load(sys.stdin))))
+assert z.testzip() is None
+print(json.dumps({i.filename: json.loads(z.read(i.filename)) for i in z.infolist()}))
+`;
+
+/** An .eval archive read back by python's zipfile: the log it holds (header + samples), or null without python3. */
+function readEvalArchive(bytes: Uint8Array): { entries: Record<string, J>; log: J } | null {
+  const entries = runPython(UNZIP, Buffer.from(bytes).toString('base64')) as Record<string, J> | null;
+  if (!entries) return null;
+  const samples = Object.keys(entries).filter((n) => n.startsWith('samples/')).map((n) => entries[n]!);
+  return { entries, log: { ...entries['header.json'], samples } };
+}
+
+test('the .eval form: a zip laid out as inspect_ai writes it, read back by python, holding the same schema-valid log', (t) => {
+  const validate = inspectLogValidator(t);
+  const validSummary = inspectLogValidator(t, 'EvalSampleSummary');
+  assert.equal(crc32(new TextEncoder().encode('123456789')), 0xcbf43926, 'CRC-32 check value');
+  const log = inspectEvalLog(synthetic, { model: 'local:planted', completedAt: '2026-01-01T00:01:00.000Z' }) as J;
+  const read = readEvalArchive(inspectEvalArchive(log));
+  if (!read) { t.skip('needs python3 (its zipfile reads the archive)'); return; }
+  const { entries, log: back } = read;
+  assert.deepEqual(Object.keys(entries).sort(), ['_journal/start.json', '_journal/summaries/1.json', 'header.json',
+    'samples/alpha=4 × pair-1_epoch_1.json', 'samples/safekeep × harmful/1_epoch_1.json', 'samples/safekeep × harmful/2_epoch_1.json', 'summaries.json']);
+  assert.deepEqual(back, log, 'header + samples = the JSON log');
+  assert.deepEqual(entries['_journal/start.json'], { version: 2, eval: log.eval, plan: log.plan });
+  assert.equal(entries['header.json']!.samples, undefined);
+  assert.deepEqual(entries['summaries.json'], entries['_journal/summaries/1.json']);
+  assert.deepEqual((entries['summaries.json'] as unknown as J[]).map((s) => [s.id, s.message_count]), log.samples.map((s: J) => [s.id, s.messages.length]));
+  if (validate) assert.deepEqual(validate(back), []);
+  if (validSummary) for (const s of entries['summaries.json'] as unknown as J[]) assert.deepEqual(validSummary(s), [], String(s.id));
+});
+
 /** every .json under results/<name>/inspect validates, and each holds one sample per line of the JSONL log */
 function checkInspectDir(validate: Validate | null, resultsDir: string, expected: Record<string, string>): void {
   const files = readdirSync(join(resultsDir, 'inspect')).sort();
   assert.deepEqual(files, Object.keys(expected).sort());
+  assert.deepEqual(readdirSync(join(resultsDir, 'inspect-eval')).sort(), files.map((f) => f.replace(/\.json$/, '.eval')), 'each log also as .eval');
   for (const [name, jsonl] of Object.entries(expected)) {
     const log = readJson(inspectFile(resultsDir, name)) as J;
     if (validate) assert.deepEqual(validate(log), [], name);

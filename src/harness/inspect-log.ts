@@ -15,12 +15,13 @@
  *   fraction of each label for string values.
  * - a rendered prompt (role `prompt`: the generation task) is a user message whose metadata says so.
  * Inspect logs go into their own folder (`results/<name>/inspect/`): `inspect view --log-dir` lists every .json in
- * a folder as a log.
+ * a folder as a log. The same log in Inspect's binary `.eval` form (a zip) goes to `results/<name>/inspect-eval/`.
  */
 import { readFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import { writeFileAtomic } from '../util/atomic.ts';
+import { zipArchive, type ZipEntry } from '../util/zip.ts';
 import type { CallLog, EvalLog, SampleLog, Score } from './log.ts';
 
 /** What the log needs that our log lines do not hold. */
@@ -214,18 +215,48 @@ export function inspectEvalLog(log: EvalLog, run: InspectRun): Json {
   };
 }
 
-/** `results/<name>/inspect/`: the folder `inspect view --log-dir` opens. */
+/** `results/<name>/inspect/`: the folder `inspect view --log-dir` opens (the JSON logs). */
 export const inspectDir = (resultsDir: string): string => join(resultsDir, 'inspect');
+/** `results/<name>/inspect-eval/`: the same logs in Inspect's binary `.eval` form (a folder of its own, so a viewer of
+ * inspect/ does not list each run twice). */
+export const inspectEvalDir = (resultsDir: string): string => join(resultsDir, 'inspect-eval');
 
 /** File name of a log: its name ('/' and other separators → '-'; a rerun replaces its log). */
-export const inspectLogName = (name: string): string => `${name.replace(/[^\w.=+-]+/g, '-')}.json`;
+export const inspectLogName = (name: string, ext = '.json'): string => `${name.replace(/[^\w.=+-]+/g, '-')}${ext}`;
 
 /**
- * Write the Inspect log of `log` into `results/<name>/inspect/` as `<name>.json` (default: the task's name; runs that
- * log one task several times, as steer's conditions, name each); returns its path.
+ * An Inspect log as its `.eval` archive, laid out as inspect_ai's eval recorder writes one: `_journal/start.json`
+ * (version, eval, plan), `samples/<id>_epoch_<epoch>.json`, the sample summaries (`_journal/summaries/1.json` and
+ * `summaries.json`) and `header.json` (the log without its samples).
+ */
+export function inspectEvalArchive(log: Json): Uint8Array {
+  const enc = new TextEncoder();
+  const json = (name: string, v: unknown): ZipEntry => ({ name, data: enc.encode(JSON.stringify(v)) });
+  const samples = (log.samples ?? []) as Json[];
+  const summaries = samples.map((s) => ({
+    id: s.id, epoch: s.epoch, input: s.input, target: s.target, scores: s.scores, metadata: {},
+    model_usage: s.model_usage, role_usage: s.role_usage, completed: true, total_time: s.total_time, working_time: s.working_time,
+    message_count: (s.messages as unknown[]).length,
+  }));
+  const { samples: _drop, ...header } = log;
+  return zipArchive([
+    json('_journal/start.json', { version: log.version, eval: log.eval, plan: log.plan }),
+    ...samples.map((s) => json(`samples/${String(s.id)}_epoch_${String(s.epoch)}.json`, s)),
+    json('_journal/summaries/1.json', summaries),
+    json('summaries.json', summaries),
+    json('header.json', header),
+  ]);
+}
+
+/**
+ * Write the Inspect log of `log` as `results/<name>/inspect/<name>.json` and `results/<name>/inspect-eval/<name>.eval`
+ * (default name: the task's; runs that log one task several times, as steer's conditions, name each); returns the
+ * JSON log's path.
  */
 export function writeInspectLog(resultsDir: string, log: EvalLog, run: InspectRun, name = log.header.task): string {
+  const inspect = inspectEvalLog(log, run);
   const path = join(inspectDir(resultsDir), inspectLogName(name));
-  writeFileAtomic(path, JSON.stringify(inspectEvalLog(log, run)) + '\n');
+  writeFileAtomic(path, JSON.stringify(inspect) + '\n');
+  writeFileAtomic(join(inspectEvalDir(resultsDir), inspectLogName(name, '.eval')), inspectEvalArchive(inspect));
   return path;
 }

@@ -12,15 +12,18 @@ import { needShared } from './shared.ts';
 
 export type Validate = (log: unknown) => string[];
 
-/** The validator (errors as lines; [] = valid), or null with the test skipped visibly when ../shared is absent. */
-export function inspectLogValidator(t: TestContext): Validate | null {
+/**
+ * The validator of a component (default EvalLog; errors as lines, [] = valid), or null with the test skipped visibly
+ * when ../shared is absent.
+ */
+export function inspectLogValidator(t: TestContext, component = 'EvalLog'): Validate | null {
   const dir = needShared(t, 'schemas', 'inspect_ai', 'inspect-openapi.json');
   if (!dir) return null;
   const doc = JSON.parse(readFileSync(dir, 'utf8')) as Record<string, unknown>;
   const ajv = new Ajv2020({ strict: false, allErrors: true, validateFormats: false });
   ajv.addKeyword('discriminator');
   ajv.addSchema({ ...doc, $id: 'inspect-openapi' });
-  const validate = ajv.compile({ $ref: 'inspect-openapi#/components/schemas/EvalLog' });
+  const validate = ajv.compile({ $ref: `inspect-openapi#/components/schemas/${component}` });
   return (log) => (validate(log) ? [] : (validate.errors ?? []).slice(0, 10).map((e) => `${e.instancePath || '/'} ${e.message ?? ''} ${JSON.stringify(e.params)}`));
 }
 
