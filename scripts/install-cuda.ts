@@ -7,8 +7,8 @@
  * Why not onnxruntime-node's own installer (script/install.js, 1.30): its flag parser's `default:` branch validates
  * `--onnxruntime-node-install=cuda12` and then falls out of the switch without returning it, so the flag reads as
  * "not given"; under `npm run` the npm_config_local_prefix / npm_package_json variables then make it take the "local
- * install" early exit — exit 0, nothing installed. And `.npmrc` sets ignore-scripts=true, so its postinstall never
- * runs under `npm ci`. This script uses the installer's own metadata (script/install-metadata.js: which files, which
+ * install" early exit — exit 0, nothing installed. And `.npmrc` sets its switch to skip (onnxruntime-node-install),
+ * so its postinstall does nothing under `npm ci` (nor under `npm run`, whose scripts get the same setting). This script uses the installer's own metadata (script/install-metadata.js: which files, which
  * NuGet package, which version — always the version of the installed binding) and does the download itself.
  *
  * Offline hosts: download the .nupkg the failure line names on a machine with internet, copy it over, and run

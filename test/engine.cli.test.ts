@@ -9,6 +9,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileS
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
+import { writeDirectionsFile } from '../src/experiments/directions-file.ts';
 import { repoRoot, sharedPath } from './helpers/shared.ts';
 import { maxAbsDiff, readAllF32 } from './helpers/engine.ts';
 
@@ -76,6 +77,33 @@ describe('engine CLI: forward and generate', { skip: root ? false : 'needs ../sh
     assert.ok(maxAbsDiff(s0.step_logits.flat(), refs.get('steer.step_logits')!.data) <= TOL);
     assert.equal(s0.first_token_hidden.length, 5);
     assert.equal(s0.first_token_hidden[0]!.length, 64);
+  });
+
+  test('generate --steer-vector FILE.safetensors#name (a directions file, and one imported from a control vector) = the same row as V.json', () => {
+    const l = inputs.steer_layer + 1;
+    // rows other than l hold other vectors: the row of --steer-layer is the one used
+    const rows = Array.from({ length: 5 }, (_, r) => (r === l ? inputs.steer_v : inputs.steer_v.map((x, i) => Math.sin(r + i))));
+    const dirs = join(tmp, 'directions.safetensors');
+    writeDirectionsFile(dirs, { 'refusal.chatbot': { layers: 5, d: 64, data: Float64Array.from(rows.flat()) } }, { model: 'llama3-tiny', lStar: l, layerRule: 'cv', schemaPairs: 'all', provenance: {} });
+    const meta = JSON.parse(readFileSync(join(root!, 'refs', 'llama3-tiny-f32.json'), 'utf8'));
+    const gen = (spec: string) => {
+      const out = join(tmp, `gen-${spec.length}.json`);
+      const r = cli(['generate', '--model', model(), '--ids', join(tmp, 'ids.json'), '--max-new-tokens', '10', '--no-stop',
+        '--steer-layer', String(l), '--steer-vector', spec, '--alpha', String(inputs.steer_alpha), '--out', out], env);
+      assert.equal(r.code, 0, r.stderr);
+      return (JSON.parse(readFileSync(out, 'utf8')) as { sequences: { generated_ids: number[] }[] }).sequences[0]!.generated_ids;
+    };
+    assert.deepEqual(gen(`${dirs}#refusal.chatbot`), meta.steer.new_ids);
+    // through llama.cpp's format and back: direction.(l−1) → row l
+    const gguf = join(tmp, 'v.gguf');
+    assert.equal(cli(['directions', 'export', `${dirs}#refusal.chatbot`, '--gguf', gguf], env).code, 0);
+    const back = join(tmp, 'back.safetensors');
+    assert.equal(cli(['directions', 'import', gguf, '--out', back], env).code, 0);
+    assert.deepEqual(gen(`${back}#control`), meta.steer.new_ids);
+    const bad = cli(['generate', '--model', model(), '--ids', join(tmp, 'ids.json'), '--max-new-tokens', '1', '--steer-layer', String(l),
+      '--steer-vector', `${dirs}#nope`, '--alpha', '1'], env);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /no direction 'nope' \(has refusal\.chatbot\)/);
   });
 
   test('generate --steer-positions generated: first step = unsteered (prompt untouched), later steps steered; recorded', () => {

@@ -1,23 +1,37 @@
 /**
- * The package as a user gets it: `npm run build`, `npm pack`, the tarball installed into an empty project with
- * `--ignore-scripts` (onnxruntime-node's install script would download its CUDA provider), then, with no loader:
- * a plain-JavaScript script (a random checkpoint: hook points, steering, generation) and docs/api.md's TypeScript
+ * The package as a user gets it: `npm pack` on a fresh clone (the tracked and untracked-but-not-ignored files, no
+ * dist/, no manual build: prepack builds it — .npmrc no longer sets ignore-scripts), the tarball holding dist/,
+ * installed into an empty project with the command docs/api.md gives (`ONNXRUNTIME_NODE_INSTALL=skip npm install
+ * ./safekeep-*.tgz`: onnxruntime-node's install script would download its CUDA provider), then, with no loader: a
+ * plain-JavaScript script (a random checkpoint: hook points, steering, generation) and docs/api.md's TypeScript
  * example compiled by tsc against the installed declarations; and the installed CLI answers --help. The printed
- * figures are checked against the Float64 oracle. Installing needs the npm registry or a warm npm cache (`--prefer-offline`).
+ * figures are checked against the Float64 oracle. Installing needs the npm registry or a warm npm cache
+ * (`--prefer-offline`). Slow (a full tsc build and an install of every dependency: minutes), so it is not in
+ * test:unit.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import { repoRoot } from '../src/data/locate.ts';
 import { referenceForward, referenceGenerate } from '../src/engine/reference.ts';
 import { apiExamples, oraclePatching, parsePatchingLine } from './helpers/docs-examples.ts';
 import { maxAbsDiff } from './helpers/engine.ts';
 
-const npm = (args: string[], cwd: string) => execFileSync('npm', args, { cwd, encoding: 'utf8', timeout: 300_000, stdio: ['ignore', 'pipe', 'pipe'] });
+const npm = (args: string[], cwd: string, env?: Record<string, string>) => execFileSync('npm', args, { cwd, encoding: 'utf8', timeout: 300_000, stdio: ['ignore', 'pipe', 'pipe'], ...(env ? { env: { ...process.env, ...env } } : {}) });
+
+/** A fresh clone of the working tree: what git tracks or would (ignored files, dist/ among them, left out); node_modules as `npm ci` left it. */
+function freshClone(to: string): void {
+  const files = execFileSync('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard'], { cwd: repoRoot, encoding: 'utf8' }).split('\0').filter(Boolean);
+  for (const f of files) {
+    mkdirSync(dirname(join(to, f)), { recursive: true });
+    try { cpSync(join(repoRoot, f), join(to, f)); } catch (e) { if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e; } // deleted, not yet committed
+  }
+  symlinkSync(join(repoRoot, 'node_modules'), join(to, 'node_modules'), 'dir');
+}
 
 /** The plain-JavaScript user: every figure it prints is recomputed by the oracle below. */
 const JS_SCRIPT = `
@@ -43,14 +57,18 @@ console.log(JSON.stringify({ points: HOOK_POINTS.length, names: back.names, zSha
 test('npm pack → install in an empty project → plain JS and compiled TypeScript use the package with no loader', { timeout: 600_000 }, async () => {
   const tmp = mkdtempSync(join(tmpdir(), 'safekeep-tarball-'));
   try {
-    npm(['run', 'build'], repoRoot);
-    npm(['pack', '--ignore-scripts', '--pack-destination', tmp], repoRoot);
+    const clone = join(tmp, 'clone');
+    freshClone(clone);
+    npm(['pack', '--pack-destination', tmp], clone);
     const tgz = readdirSync(tmp).find((f) => f.endsWith('.tgz'));
     assert.ok(tgz, 'npm pack wrote a tarball');
+    const listing = execFileSync('tar', ['-tzf', join(tmp, tgz)], { encoding: 'utf8' }).split('\n');
+    for (const f of ['package/dist/index.js', 'package/dist/index.d.ts', 'package/bin/safekeep.mjs']) assert.ok(listing.includes(f), `the tarball has ${f}`);
     const proj = join(tmp, 'proj');
     mkdirSync(proj);
     writeFileSync(join(proj, 'package.json'), JSON.stringify({ name: 'uses-safekeep', private: true, type: 'module' }));
-    npm(['install', join(tmp, tgz), '--ignore-scripts', '--prefer-offline', '--no-audit', '--no-fund', '--no-package-lock'], proj);
+    // docs/api.md's command (install scripts run; onnxruntime-node's is told to skip its CUDA download)
+    npm(['install', join(tmp, tgz), '--prefer-offline', '--no-audit', '--no-fund', '--no-package-lock'], proj, { ONNXRUNTIME_NODE_INSTALL: 'skip' });
 
     // plain JavaScript, `node script.mjs`
     writeFileSync(join(proj, 'script.mjs'), JS_SCRIPT);

@@ -79,6 +79,15 @@ export function readVectorFile(path: string): number[] {
   return v as number[];
 }
 
+/**
+ * `--steer-vector SPEC` (generate): `V.json` = {"vector": [d floats]}, or `FILE.safetensors[#name]` = row `layer` of a
+ * direction in a directions file (reproduce's directions.safetensors, directions import's), as steer, --intervene and
+ * the server take it.
+ */
+export function readSteerVector(spec: string, layer: number): number[] {
+  return /\.safetensors(#.*)?$/.test(spec) ? Array.from(directionFromFile(spec, layer).v) : readVectorFile(spec);
+}
+
 /** `--intervene FILE.json` (forward, generate) */
 export const INTERVENE_FLAG_DEF: FlagDef = {
   name: 'intervene', value: 'FILE.json',

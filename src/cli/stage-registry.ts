@@ -211,5 +211,3 @@ const s3Eval = rowStage<S3MergeOptions, ScoredTrajectory>({
 
 /** In merge order: a later stage may read what an earlier one assembled (steer reads extract's caches). */
 export const SHARD_STAGES: readonly RegisteredStage[] = [register(extract), register(reproduce), register(steer), register(guardEval), register(s3Eval)];
-
-export const stageNamed = (command: string): RegisteredStage | undefined => SHARD_STAGES.find((s) => s.command === command);

@@ -7,7 +7,7 @@
 import { existsSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
-import { agentHarmPairs, isAgentHarmDir, readAgentHarm, type AgentHarm, type AgentHarmSplit } from './agentharm.ts';
+import { agentHarmPairs, isAgentHarmDir, readAgentHarm } from './agentharm.ts';
 import { readInjecAgentCases, type InjecAgentCase, type InjecAgentSetting } from './injecagent.ts';
 import { sha256Hex } from '../util/hash.ts';
 import { canonicalJson } from './jsonfile.ts';
@@ -37,11 +37,6 @@ export async function loadPairSet(source: string, dirs: DataDirs = {}): Promise<
     throw new SafekeepError(`data source '${source}' not found: expected 'pairs', 'agentharm', or a path to a pair file or folder`);
   }
   return loadPath(path, source);
-}
-
-/** AgentHarm's raw behaviors (176 + 32 harmful, 176 + 32 benign) from the located copy (Table 4). */
-export function loadAgentHarm(splits?: readonly AgentHarmSplit[], dirs: DataDirs = {}): AgentHarm {
-  return readAgentHarm(locateDataset('agentharm', dirs), splits);
 }
 
 /** InjecAgent cases of one setting (1,054 each: 510 direct harm + 544 data stealing) from the located copy. */

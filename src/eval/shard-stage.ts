@@ -4,11 +4,12 @@
  * results/<name>/shards/<command>/shard-<i>-of-<n>/samples-<bench>.jsonl; `safekeep merge` joins every shard's lines
  * in the one-process order (cli/stage-registry.ts) and the run ends as one process ends it — the per-sample log
  * written beside the tables, read back, its samples page written, and the tables computed from what the log holds
- * (so a rescoring reproduces them). What differs per evaluation (items, cost, keys, tables) stays in its own stage.
+ * (so a rescoring reproduces them), and the Inspect log of the run (harness/inspect-log.ts). What differs per evaluation (items, cost, keys, tables) stays in its own stage.
  */
 import { join } from 'node:path';
 import { readEvalLog, writeEvalLog, type SampleLog } from '../harness/log.ts';
 import { runShardTask } from '../harness/shard.ts';
+import { writeInspectLog } from '../harness/inspect-log.ts';
 import type { Task } from '../harness/runner.ts';
 import { writeSamplesPage } from '../report/samples-page.ts';
 import type { Shard } from '../util/shard.ts';
@@ -17,6 +18,8 @@ import type { Shard } from '../util/shard.ts';
 export interface StageRun {
   bench: string;
   out: string;
+  /** what the tables record of the run; its `backend` names the model in the Inspect log */
+  meta?: Record<string, unknown>;
 }
 
 export interface EvalStageDef<M extends StageRun> {
@@ -66,6 +69,9 @@ export function evalStage<M extends StageRun>(def: EvalStageDef<M>): EvalStage<M
       writeEvalLog(log, { header: { format: 'safekeep-log', task: `${def.command}/${m.bench}`, protocol: def.protocol(m), context: fields(m) }, samples: [...samples] });
       const read = readEvalLog<S>(log);
       writeSamplesPage(log.replace(/log-([^/]+)\.jsonl$/, 'samples-$1.html'), read);
+      // the same run as an Inspect log, for `inspect view` (results/<name>/inspect/<command>-<bench>.json)
+      const model = m.meta?.backend;
+      writeInspectLog(def.resultsDir(m), read, { model: typeof model === 'string' ? model : 'unknown', dataset: m.bench, args: fields(m) });
       return { log, rows: read.samples.map((s) => s.row) };
     },
   };

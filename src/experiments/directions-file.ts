@@ -48,16 +48,22 @@ export function readDirectionsFile(path: string): { directions: Map<string, Dire
   return { directions, lStar: Number(h.metadata.lStar), metadata: h.metadata };
 }
 
+/** `FILE.safetensors[#name]` → the direction `name` (default `schema.harmful`), every row ([layers, d]). */
+export function namedDirection(spec: string): { path: string; name: string; direction: Directions; metadata: Record<string, string> } {
+  const hash = spec.lastIndexOf('#');
+  const [path, name] = hash > 0 ? [spec.slice(0, hash), spec.slice(hash + 1)] : [spec, DEFAULT_DIRECTION];
+  const { directions, metadata } = readDirectionsFile(path);
+  const direction = directions.get(name);
+  if (!direction) throw new SafekeepError(`${path}: no direction '${name}' (has ${[...directions.keys()].join(', ')})`);
+  return { path, name, direction, metadata };
+}
+
 /**
  * `FILE.safetensors[#name]` → the direction `name` (default `schema.harmful`) at `layer` ([d]), checked against d
  * when given (the engine checks it otherwise).
  */
 export function directionFromFile(spec: string, layer: number, d?: number): { v: Float64Array; name: string } {
-  const hash = spec.lastIndexOf('#');
-  const [path, name] = hash > 0 ? [spec.slice(0, hash), spec.slice(hash + 1)] : [spec, DEFAULT_DIRECTION];
-  const { directions } = readDirectionsFile(path);
-  const dir = directions.get(name);
-  if (!dir) throw new SafekeepError(`${path}: no direction '${name}' (has ${[...directions.keys()].join(', ')})`);
+  const { path, name, direction: dir } = namedDirection(spec);
   if (d !== undefined && dir.d !== d) throw new SafekeepError(`${path}: direction '${name}' has d = ${dir.d}, the model's d_model is ${d}`);
   if (!Number.isInteger(layer) || layer < 0 || layer >= dir.layers) throw new SafekeepError(`${path}: layer ${layer} is not in 0..${dir.layers - 1}`);
   return { v: dir.data.slice(layer * dir.d, (layer + 1) * dir.d), name: `${name} from ${path}` };

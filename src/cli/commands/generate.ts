@@ -1,6 +1,6 @@
 /**
  * `safekeep generate --model DIR (--ids IDS.json | --prompt TEXT | --chat TEXT) --max-new-tokens N [--no-stop]
- *    [--steer-layer l --steer-vector V.json --alpha a] [--intervene FILE.json] [--logits none|last|all]
+ *    [--steer-layer l --steer-vector V.json|FILE.safetensors#name --alpha a] [--intervene FILE.json] [--logits none|last|all]
  *    [--dtype f32|bf16|f16|q8|q4] [--device cpu|cuda|webgpu] [--out OUT.json]`
  * Greedy decoding with a KV cache, batched internally; `--temperature T` (with `--top-k --top-p --min-p
  * --repetition-penalty --seed --samples K`) samples instead, K answers per prompt with seeds S, S+1, … (a seed is
@@ -13,7 +13,7 @@
  */
 import { choiceValue, numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
-import { ENGINE_FLAG_DEFS, INTERVENE_FLAG_DEF, engineOptions, interventionSummary, readInterventionsFile, readVectorFile } from '../engine-flags.ts';
+import { ENGINE_FLAG_DEFS, INTERVENE_FLAG_DEF, engineOptions, interventionSummary, readInterventionsFile, readSteerVector } from '../engine-flags.ts';
 import { TEXT_INPUT_FLAG_DEFS, logitsFlag, logitsValue, readTextInput } from '../text-input.ts';
 import { createEngine } from '../../engine/engine.ts';
 import { resolveModel } from '../../hub/resolve.ts';
@@ -25,15 +25,15 @@ import { SAMPLING_FLAG_DEFS, samplingFlags, samplingSummary } from '../sampling-
 export const summary = 'generation with KV cache (greedy, or sampled with --temperature), optional steering: prints the answers; JSON (ids, text, logits if asked, hidden)';
 
 export const flags: FlagTable = {
-  usage: 'generate --model M (--ids IDS.json | --prompt TEXT | --chat TEXT) --max-new-tokens N [--steer-layer l --steer-vector V.json --alpha a] [--out OUT.json]',
+  usage: 'generate --model M (--ids IDS.json | --prompt TEXT | --chat TEXT) --max-new-tokens N [--steer-layer l --steer-vector V.json|FILE.safetensors#name --alpha a] [--out OUT.json]',
   flags: [
     ...ENGINE_FLAG_DEFS,
     ...TEXT_INPUT_FLAG_DEFS,
     { name: 'out', value: 'OUT.json', help: 'generated ids and text, step logits (--logits), first-token hidden states' },
     logitsFlag('none', "the logits that chose each token: 'last' = the final step's, 'all' = every step's [steps, vocab]"),
     { name: 'max-new-tokens', value: 'N', help: 'tokens to generate per sequence' },
-    { name: 'steer-layer', value: 'l', help: 'steer hidden[l] (1..L)' },
-    { name: 'steer-vector', value: 'V.json', help: '{"vector": [d floats]}; subtracts alpha·v/|v|' },
+    { name: 'steer-layer', value: 'l', help: 'steer hidden[l], l = 0..L (0 = embeddings, l = output of block l−1)' },
+    { name: 'steer-vector', value: 'V.json|FILE.safetensors[#name]', help: '{"vector": [d floats]}, or row l of a direction in a directions file (default #schema.harmful); subtracts alpha·v/|v|' },
     { name: 'alpha', value: 'a', help: 'steering strength' },
     { name: 'steer-positions', value: 'all|generated', default: 'all', help: 'steer every prompt and generated position, or generated tokens only (the prompt runs unsteered)' },
     INTERVENE_FLAG_DEF,
@@ -56,7 +56,7 @@ export async function run(argv: string[]): Promise<number> {
     if (steerFlags.length !== 3) throw new SafekeepError('steering needs all of --steer-layer, --steer-vector and --alpha');
     const layer = numberValue(args, 'steer-layer');
     if (!Number.isInteger(layer)) throw new SafekeepError(`--steer-layer must be an integer, got ${layer}`);
-    steer = { layer, vector: readVectorFile(requireValue(args, 'steer-vector')), alpha: numberValue(args, 'alpha'), positions };
+    steer = { layer, vector: readSteerVector(requireValue(args, 'steer-vector'), layer), alpha: numberValue(args, 'alpha'), positions };
   } else if (args.values.has('steer-positions')) {
     throw new SafekeepError('--steer-positions needs steering (--steer-layer, --steer-vector, --alpha)');
   }

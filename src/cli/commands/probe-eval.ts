@@ -7,7 +7,8 @@
  * intervals per configuration next to the chatbot refusal direction, and the rates at each probe's threshold. Then
  * (unless --no-compare) base, SafeKeep, refusal-probe and both on the evaluation pairs as agent requests through the
  * local engine, Refusal/Acc with Wilson intervals and per-request latency. Tables go into results/<model>/ (tables/,
- * results.json, report.html); every guarded output to results/<model>/probe/outputs-compare.jsonl.
+ * results.json, report.html); every guarded output to results/<model>/probe/outputs-compare.jsonl, and the comparison
+ * as an Inspect log (results/<model>/inspect/probe-eval-compare.json).
  *
  * `probe eval --lodo [--lodo-sets pairs,agentharm,injecagent] [--agentharm DIR] [--injecagent DIR] [--layer N]`:
  * leave-one-dataset-out instead (src/experiments/probe/lodo.ts) — probes trained on the other data sets (each, and
@@ -32,6 +33,7 @@ import type { ChatMessage } from '../../prompts/tokenizer.ts';
 import { localBackend } from '../backend.ts';
 import { compareGuards } from '../../eval/table4/probe-compare.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
+import { writeInspectLog } from '../../harness/inspect-log.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import type { LodoSection, ProbeSection } from '../../analysis/results.ts';
 
@@ -107,6 +109,7 @@ export async function run(argv: string[]): Promise<number> {
       const backend = localBackend(a, ctx.engine, ctx.tok, ctx.builder.templateKwargs);
       const limit = a.values.has('compare-limit') ? numberValue(a, 'compare-limit') : Infinity;
       let last = 0;
+      const startedAt = new Date().toISOString();
       const cmp = await compareGuards({
         set: ctx.set, split: ctx.split, builder: ctx.builder, backend, probe, limit,
         maxTokens: numberValue(a, 'max-tokens', 256), judgeMaxTokens: numberValue(a, 'judge-max-tokens', 8),
@@ -117,6 +120,11 @@ export async function run(argv: string[]): Promise<number> {
         },
       });
       section.comparison = cmp.comparison;
+      const inspectLog = writeInspectLog(join(ctx.cacheDir, '..'), {
+        header: { format: 'safekeep-log', task: 'probe-eval/compare', protocol: { probe: cmp.comparison.probe, bench: cmp.comparison.bench, notes: cmp.comparison.notes }, context: { probeFile: probe.path ?? null } },
+        samples: cmp.samples,
+      }, { model: backend.name, startedAt, dataset: ctx.set.name, args: { compareKind: kind, limit: Number.isFinite(limit) ? limit : null, maxTokens: numberValue(a, 'max-tokens', 256), judgeMaxTokens: numberValue(a, 'judge-max-tokens', 8), unparseable } });
+      process.stdout.write(`inspect log: ${inspectLog}\n`);
       writeFileAtomic(join(probeDir, 'outputs-compare.jsonl'), cmp.rows.map(({ outcome: _o, ...r }) => JSON.stringify(r)).join('\n') + '\n');
       for (const n of cmp.comparison.notes.filter((x) => x.startsWith('probe-'))) process.stdout.write(`${n}\n`);
       for (const r of cmp.comparison.rows) {

@@ -40,6 +40,10 @@ export interface HookShape {
 
 export const hookName = (layer: number, point: HookPoint): string => `blocks.${layer}.${point}`;
 
+/** The TransformerLens name (`model.hook_dict` key) of a point, as in the table above. */
+export const transformerLensName = (layer: number, point: HookPoint): string =>
+  point === 'z' || point === 'pattern' ? `blocks.${layer}.attn.hook_${point}` : `blocks.${layer}.hook_${point}`;
+
 /** A concrete name split into its parts, or a SafekeepError naming the grammar. */
 export function parseHookName(name: string, shape: Pick<HookShape, 'numLayers'>): { layer: number; point: HookPoint } {
   const m = /^blocks\.(\d+)\.([a-z_]+)$/.exec(name);

@@ -56,8 +56,6 @@ const stage = evalStage<S3MergeOptions>({ command: 's3-eval', resultsDir: (m) =>
 
 /** A shard's log lines (src/harness/shard.ts). */
 export const s3SamplesFile = (bench: S3Bench): string => stage.samplesFile(bench);
-/** The per-sample log of an S³ run, beside its tables. */
-export const s3LogFile = (out: string, bench: S3Bench): string => stage.logFile(out, bench);
 
 export function runS3Shard(items: readonly S3Item[], opts: S3EvalOptions, shard: Shard, m: S3MergeOptions,
   identity: Record<string, string>): Promise<{ dir: string; items: number; tokens: number; seconds: number }> {

@@ -11,7 +11,9 @@ import type { PairSet, Split } from '../../data/types.ts';
 import type { Probe } from '../../data/probe-file.ts';
 import type { PromptBuilder } from '../../prompts/configurations.ts';
 import type { AgentHarmCase } from '../../benchmarks/cases.ts';
-import { runGuardEval, summarizeEval, type EvalRow, type MethodSummary } from './eval.ts';
+import { evalItems, guardTask, summarizeEval, type EvalRow, type MethodSummary } from './eval.ts';
+import { runTask } from '../../harness/runner.ts';
+import type { SampleLog } from '../../harness/log.ts';
 import { shownRate, type Rate } from '../metrics.ts';
 import { ProbeGuard } from '../../guard/probe.ts';
 import type { ChatBackend, GuardMethod, UnparseablePolicy } from '../../guard/types.ts';
@@ -61,6 +63,8 @@ const mean = (xs: number[]): number => (xs.length ? xs.reduce((a, b) => a + b, 0
 export interface CompareResult {
   comparison: NonNullable<ProbeSection['comparison']>;
   rows: EvalRow[];
+  /** every request's log lines (calls, scores), in the rows' order */
+  samples: SampleLog<EvalRow>[];
   summaries: MethodSummary[];
   cases: AgentHarmCase[];
 }
@@ -68,15 +72,16 @@ export interface CompareResult {
 export async function compareGuards(o: CompareOptions): Promise<CompareResult> {
   const cases = evaluationCases(o.set, o.split, o.builder, o.limit);
   const methods = comparedMethods(o.probe);
-  const rows = await runGuardEval(cases, {
-    methods,
+  const opts = {
     backend: o.backend,
     probe: new ProbeGuard(o.probe),
     maxTokens: o.maxTokens,
     judgeMaxTokens: o.judgeMaxTokens,
     onUnparseable: o.onUnparseable,
     onProgress: o.onProgress,
-  });
+  };
+  // runGuardEval's run, its log lines kept (the Inspect log of probe eval)
+  const { results: rows, samples } = await runTask(guardTask(opts), evalItems(cases, methods), { onProgress: o.onProgress });
   const summaries = summarizeEval('agentharm', cases, rows, methods);
   const out: GuardComparisonRow[] = summaries.map((s) => {
     const mine = rows.filter((r) => r.method === s.method);
@@ -115,6 +120,7 @@ export async function compareGuards(o: CompareOptions): Promise<CompareResult> {
       notes,
     },
     rows,
+    samples,
     summaries,
     cases,
   };

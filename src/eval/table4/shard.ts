@@ -62,8 +62,6 @@ const stage = evalStage<GuardMergeOptions>({
 
 /** A shard's log lines (src/harness/shard.ts). */
 export const guardSamplesFile = (bench: GuardBench): string => stage.samplesFile(bench);
-/** The per-sample log of a Table 4 run, beside its tables. */
-export const guardLogFile = (out: string, bench: GuardBench): string => stage.logFile(out, bench);
 
 export function runGuardShard(cases: readonly GuardCase[], opts: EvalOptions, shard: Shard, m: GuardMergeOptions,
   identity: Record<string, string>): Promise<{ dir: string; items: number; tokens: number; seconds: number }> {

@@ -2,11 +2,13 @@
  * How one condition of the sweep is generated and stored: the harness task (fixed batches, greedy or sampled, each
  * output classified), the generations file's name and key header, and its per-sample log.
  */
+import { basename, dirname } from 'node:path';
 import type { Pair } from '../../data/types.ts';
 import type { SamplingSettings, SteerPositions } from '../../engine/types.ts';
 import type { CallFormat, OutcomeLabel } from '../../outcome/types.ts';
 import { generationTask, type GeneratedRow, type GenerationBatch } from '../../harness/generation.ts';
-import { writeEvalLog, type SampleLog } from '../../harness/log.ts';
+import { writeEvalLog, type EvalLog, type SampleLog } from '../../harness/log.ts';
+import { writeInspectLog } from '../../harness/inspect-log.ts';
 import { runTask, type Task } from '../../harness/runner.ts';
 import type { ExtractContext } from '../extract.ts';
 import { conditionName, round, type SteerCondition } from './conditions.ts';
@@ -101,6 +103,14 @@ export async function generateChunk(
 /** The per-sample log beside a generations file (same name, `log.` for `generations.`). */
 const logFileOf = (generations: string): string => generations.replace(/generations\.([^/]*)$/, 'log.$1');
 
+/**
+ * The condition's per-sample log beside its generations file, and its Inspect log (results/<name>/inspect/
+ * steer-<requests>.<condition>.json; `file` is results/<name>/steering/generations.<requests>.<condition>.jsonl).
+ */
 export function writeConditionLog(file: string, key: string, kind: string, cond: SteerCondition, samples: readonly SampleLog<SteerGeneration>[]): void {
-  writeEvalLog(logFileOf(file), { header: { format: 'safekeep-log', task: `steer/${kind}`, protocol: { condition: conditionName(cond) }, context: { key } }, samples: [...samples] });
+  const log: EvalLog = { header: { format: 'safekeep-log', task: `steer/${kind}`, protocol: { condition: conditionName(cond) }, context: { key } }, samples: [...samples] };
+  writeEvalLog(logFileOf(file), log);
+  const resultsDir = dirname(dirname(file));
+  const name = `steer/${basename(file).replace(/^generations\./, '').replace(/\.jsonl$/, '')}`;
+  writeInspectLog(resultsDir, log, { model: basename(resultsDir), args: { requests: kind, condition: conditionName(cond), alpha: cond.alpha } }, name);
 }
