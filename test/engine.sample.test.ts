@@ -14,7 +14,9 @@ import { TokenChooser, tokenChooser } from '../src/engine/run/choose-token.ts';
 import { drawIndex } from '../src/engine/sample/draw.ts';
 import { tokenHistory } from '../src/engine/sample/penalties.ts';
 import { philox4x32, uniformAt } from '../src/engine/sample/philox.ts';
-import { sampleDistribution, sampleWeights } from '../src/engine/sample/process.ts';
+import { penalisedLogits, sampleDistribution, sampleWeights } from '../src/engine/sample/process.ts';
+import { sampleToken } from '../src/engine/sample/token.ts';
+import { makeRng } from '../src/util/rng.ts';
 import { largest, topIndices } from '../src/engine/sample/select.ts';
 import { choiceSettings, DRAWN_SEED_LIMIT, drawSeed, type SamplingSettings } from '../src/engine/sample/settings.ts';
 import { chiSquare } from './helpers/chi-square.ts';
@@ -161,4 +163,59 @@ test('drawn seeds: safe integers below 2^48 − 1, different from draw to draw; 
   assert.ok(new Set(seeds).size > 45);
   assert.deepEqual(choiceSettings({ temperature: 1, seed: 9 }, 3).map((c) => c.seed), [9, 10, 11]);
   assert.throws(() => choiceSettings({ temperature: 1, seed: Number.MAX_SAFE_INTEGER }, 2), /53-bit/);
+});
+
+test('the head-and-bound sampler (sample/token.ts) draws the processed distribution: chi-square on the fixtures, a 20k vocabulary', () => {
+  const h0 = tokenHistory([], []);
+  const cases: [FixtureRow, string][] = [];
+  for (const row of fx.rows.slice(1)) for (const name of ['temperature-0.7', 'temperature-2', 'top-p-0.8', 'top-p-0.3']) cases.push([row, name]);
+  for (const [row, name] of cases) {
+    const s = settingsOf(fx.cases[name]!);
+    const h = tokenHistory(row.prompt, row.generated);
+    for (const head of [16, 128]) {
+      const stats = { head: 0, tail: 0, full: 0 };
+      const counts = new Float64Array(row.logits.length);
+      const z = penalisedLogits(Float32Array.from(row.logits), s, h);
+      for (let seed = 0; seed < 20_000; seed++) counts[sampleToken(z, { temperature: s.temperature!, topP: s.topP }, (k) => uniformAt(seed, 0, k), { head, stats })]!++;
+      const r = chiSquare(counts, row.cases[name]!.probs);
+      assert.ok(r.p > 0.001, `${row.name} ${name} head ${head}: χ² ${r.statistic.toFixed(1)} on ${r.df} df, p ${r.p} (${JSON.stringify(stats)})`);
+      if (head === 128 && name.startsWith('temperature')) assert.ok(stats.head + stats.tail > stats.full, `${row.name} ${name} head ${head}: the bounded path drew (${JSON.stringify(stats)})`);
+    }
+  }
+  // a 20,000-token vocabulary shaped like a model's (a normal bulk, a few tokens far above it): rejection from the
+  // tail bins is exercised at temperature 1.2, the distribution is the exact one
+  const rng = makeRng(5);
+  const V = 20_000;
+  const logits = Float32Array.from({ length: V }, () => rng.normal() * 2.5);
+  for (let k = 0; k < 40; k++) logits[rng.int(V)] = 6 + rng.uniform() * 6;
+  for (const s of [{ temperature: 1.2 }, { temperature: 0.8, topP: 0.9 }]) {
+    const exact = sampleDistribution(logits, s, h0);
+    const z = penalisedLogits(logits, s, h0);
+    const stats = { head: 0, tail: 0, full: 0 };
+    const counts = new Float64Array(V);
+    for (let seed = 0; seed < 20_000; seed++) counts[sampleToken(z, s, (k) => uniformAt(seed, 3, k), { stats })]!++;
+    const r = chiSquare(counts, exact);
+    assert.ok(r.p > 0.001, `${JSON.stringify(s)}: χ² ${r.statistic.toFixed(1)} on ${r.df} df, p ${r.p}`);
+    assert.ok(stats.full < 200, `${JSON.stringify(s)}: ${JSON.stringify(stats)}`);
+    if (s.temperature === 1.2) assert.ok(stats.tail > 100, `the tail was drawn from: ${JSON.stringify(stats)}`);
+  }
+});
+
+test('top-p on the head path picks the token the full distribution picks for the same uniform', () => {
+  const rng = makeRng(9);
+  const V = 5000;
+  const logits = Float32Array.from({ length: V }, () => rng.normal() * 2);
+  for (let k = 0; k < 30; k++) logits[rng.int(V)] = 7 + rng.uniform() * 5;
+  const s = { temperature: 0.7, topP: 0.9 };
+  const z = penalisedLogits(logits, s, tokenHistory([], []));
+  const w = sampleWeights(logits, s, tokenHistory([], []));
+  let onHead = 0;
+  for (let i = 0; i < 500; i++) {
+    const u = (i + 0.5) / 500;
+    const stats = { head: 0, tail: 0, full: 0 };
+    const t = sampleToken(z, s, () => u, { stats });
+    onHead += stats.head;
+    assert.equal(t, drawIndex(w, u));
+  }
+  assert.equal(onHead, 500);
 });

@@ -1,14 +1,14 @@
 /**
  * A row's next-token choice: greedy (argmax, as every row chose before sampling existed) or a draw from its processed
- * distribution (sample/process.ts) with the uniform philox(seed, step) (sample/philox.ts), step = the tokens this row
- * chose before. It reads nothing but the row's own logits, settings, seed and history (its prompt and its own
+ * distribution (sample/process.ts, sample/token.ts) with the uniforms philox(seed, step, k) (sample/philox.ts), step =
+ * the tokens this row chose before. It reads nothing but the row's own logits, settings, seed and history (its prompt and its own
  * choices, which it records), so it is the same alone or in any batch. Log probabilities stay those of the raw logits
  * (what OpenAI and vLLM report), at whichever token was chosen.
  */
 import { SafekeepError } from '../../util/errors.ts';
-import { drawIndex } from '../sample/draw.ts';
 import { uniformAt } from '../sample/philox.ts';
-import { penalisedLogits, sampleScratch, sampleWeights, type SampleScratch } from '../sample/process.ts';
+import { penalisedLogits, sampleScratch, type SampleScratch } from '../sample/process.ts';
+import { sampleToken } from '../sample/token.ts';
 import { hasPenalties, isGreedy, type SamplingSettings } from '../sample/settings.ts';
 import { argmax } from './argmax.ts';
 
@@ -44,7 +44,9 @@ export class TokenChooser {
   next(row: Float32Array): number {
     const s = this.settings, h = { seen: this.seen, generatedCounts: this.counts };
     if (this.scratch?.z.length !== row.length) this.scratch = sampleScratch(row.length);
-    const tok = this.greedy ? argmax(penalisedLogits(row, s, h, this.scratch)) : drawIndex(sampleWeights(row, s, h, this.scratch), uniformAt(s.seed!, this.step));
+    const z = penalisedLogits(row, s, h, this.scratch);
+    const step = this.step;
+    const tok = this.greedy ? argmax(z) : sampleToken(z, { temperature: s.temperature!, topK: s.topK, topP: s.topP, minP: s.minP }, (k) => uniformAt(s.seed!, step, k), { scratch: this.scratch });
     this.record(tok);
     return tok;
   }
