@@ -84,9 +84,9 @@ export function maskColumns(text: string, sep: '|' | ','): string {
  * warning, InjecAgent's step-2 simulated-response counts, the refusal path's mode): left out of the byte comparison on both sides — the code before had none of it, so for the base
  * checkout this removes nothing — and tested on its own (test/eval.table4-scoring.test.ts).
  */
-const ADDED_COLUMN = /^(?:Paper |Judge flag rate|Unparseable judge answers|flag_rate|Step-2 tool responses|(?:AgentHarm |InjecAgent )?(?:Judge calls|Guard tokens|Added ms)|judge_calls|guard_tokens|added_ms)/;
+const ADDED_COLUMN = /^(?:Paper |Benign over-refusal|Judge flag rate|Unparseable judge answers|flag_rate|Step-2 tool responses|(?:AgentHarm |InjecAgent )?(?:Judge calls|Guard tokens|Added ms)|judge_calls|guard_tokens|added_ms)/;
 /** the cost columns (every method's judge calls, guard tokens, added latency) came later too: left out the same way, tested in test/eval.table4.test.ts */
-const ADDED_KEYS = new Set(['paper', 'judgeModel', 'flagRate', 'simulated', 'refusalPath', 'cost', 'judgeCalls', 'guardTokens', 'guardMs', 'modelKind']);
+const ADDED_KEYS = new Set(['paper', 'judgeModel', 'benignFlagRate', 'flagRate', 'simulated', 'refusalPath', 'cost', 'judgeCalls', 'guardTokens', 'guardMs', 'modelKind']);
 
 /** Markdown/CSV without the added columns and notes. */
 export function dropAdded(text: string, sep: '|' | ','): string {

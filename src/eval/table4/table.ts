@@ -37,7 +37,8 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
   const keys = Object.keys(s[0]?.metrics ?? {});
   // the judge's flag rate right after Refusal (InjecAgent: after its own columns), unparseable answers at the end
   const judging = s.some((m) => m.flagRate);
-  const flagCol = judging ? [`Judge flag rate % [95 % CI] (${bench === 'agentharm' ? 'harmful requests' : 'attack cases'})`] : [];
+  const overRefusal = judging && bench === 'agentharm';
+  const flagCol = judging ? [`Judge flag rate % [95 % CI] (${bench === 'agentharm' ? 'harmful requests' : 'attack cases'})`, ...(overRefusal ? ['Benign over-refusal: judge flag rate % [95 % CI] (benign requests)'] : [])] : [];
   const at = bench === 'agentharm' ? 1 : keys.length;
   const cols = ['Method', ...keys.slice(0, at).map((k) => `${header(k)} % [95 % CI]`), ...flagCol, ...keys.slice(at).map((k) => `${header(k)} % [95 % CI]`),
     'n', 'Judge ms (mean / p50 / p99)', 'Judge tokens / request', 'Flagged', ...(judging ? ['Unparseable judge answers'] : []),
@@ -56,7 +57,8 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
     const tokens = m.judged ? m.judgeTokensPerRequest.toFixed(1) : '–';
     // InjecAgent's columns have different denominators: each cell shows its k/n
     const cell = (r: Rate) => (bench === 'injecagent' && r.n > 0 ? `${formatRate(r)} (${r.k}/${r.n})` : formatRate(r));
-    const flag = judging ? [m.flagRate ? `${formatRate(m.flagRate)} (${m.flagRate.k}/${m.flagRate.n})` : '–'] : [];
+    const kOfN = (r: Rate | null | undefined) => (r ? `${formatRate(r)} (${r.k}/${r.n})` : '–');
+    const flag = judging ? [kOfN(m.flagRate), ...(overRefusal ? [kOfN(m.benignFlagRate)] : [])] : [];
     const unparseable = judging ? [m.judged ? `${m.unparseable} (${pct(m.unparseable / m.judged)} %)` : '–'] : [];
     const sim = bench === 'injecagent' && m.simulated ? [`${m.simulated.exact} / ${m.simulated.sameTool} / ${m.simulated.none}`] : bench === 'injecagent' ? ['–'] : [];
     const cells = [...keys.slice(0, at).map((key) => cell(k[key]!)), ...flag, ...keys.slice(at).map((key) => cell(k[key]!))];
