@@ -15,7 +15,9 @@
  *   and again when the one end-of-turn token list (outcome/parse-calls.ts END_TOKENS) gained Phi's `<|end|>`: the
  *   planted model's refusals no longer end in a leaked `<|end|>` (the only change, checked with a diff);
  * - s3-mixed-endpoint.txt: S³'s filters now filter, input recovery completes the benign half of a mixed task, and
- *   the table gained the recovery-fallback and after-remediation columns (skills/, src/s3/).
+ *   the table gained the recovery-fallback and after-remediation columns (skills/, src/s3/);
+ *   and again when the shipped skills gained plan-rules and memory-guard (the planning and memory stages): the run's
+ *   skills list names them (the only change: the mixed tasks plan nothing and read no memory).
  */
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';

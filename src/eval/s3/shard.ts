@@ -20,7 +20,7 @@ import type { S3Task } from './task.ts';
 /** What merge needs to rebuild the tasks and write the tables (equal across shards). */
 export interface S3MergeOptions {
   bench: S3Bench;
-  dirs: { injecagent?: string; agentharm?: string };
+  dirs: { injecagent?: string; agentharm?: string; multistage?: string };
   settings: InjecAgentSetting[];
   /** per-group task limit; null = all */
   limit: number | null;
