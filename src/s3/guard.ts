@@ -11,7 +11,8 @@
  * agent's NONE decides that the stage goes unjudged; the guard agent is asked only about the other candidates.
  *
  * Coverage: the stages where outside text enters the agent (input: the request; tool_observation: a tool result;
- * memory: entries read from a store or written to it) fail closed. When such a stage has skills and no check that ran read a part the event holds (its request, its
+ * memory: entries read from a store or written to it — there, the entries are the part that must be read) fail
+ * closed. When such a stage has skills and no check that ran read a part the event holds (its request, its
  * history, the result), the decision is `block` (`uncovered` names the parts): a request is not forwarded, a result
  * is not shown, without a check that read it.
  *
@@ -129,7 +130,8 @@ export async function runStage(event: StageEvent, config: S3Config, env: CheckEn
   }
   if (triggered.length > 0 && (event.stage === 'input' || event.stage === 'tool_observation' || event.stage === 'memory')) {
     const read = new Set(picked.flatMap((s) => s.inspection));
-    d.uncovered = eventParts(event).filter((p) => !read.has(p));
+    // at memory the outside text is the entries (the conversation before them was checked where it entered)
+    d.uncovered = eventParts(event).filter((p) => (event.stage !== 'memory' || p === 'entries') && !read.has(p));
     if (d.uncovered.length > 0) d.action = 'block';
   }
   d.latencyMs = performance.now() - t0;
