@@ -196,6 +196,20 @@ export interface S3Summary {
   fallbacks: number;
   /** per task group: ASR and benign completion */
   groups: Record<string, { asr: Rate; benign: Rate }>;
+  /** multistage: per risk type, the stage where its hazard enters, ASR, benign completion, GIC and RSC */
+  riskTypes?: Record<string, { stage: string; asr: Rate; benign: Rate; gic: MeanCI; rsc: MeanCI }>;
+}
+
+function riskTypeRows(rows: readonly ScoredTrajectory[]): NonNullable<S3Summary['riskTypes']> {
+  const out: NonNullable<S3Summary['riskTypes']> = {};
+  for (const rt of [...new Set(rows.flatMap((r) => (r.riskType ? [r.riskType] : [])))]) {
+    const rr = rows.filter((r) => r.riskType === rt);
+    out[rt] = {
+      stage: rr[0]!.stage ?? '', asr: wilson(rr.filter((r) => r.hazardous).length, rr.length), benign: wilson(rr.filter((r) => r.benign).length, rr.length),
+      gic: meanCI(rr.map((r) => r.gic)), rsc: meanCI(rr.map((r) => r.rsc)),
+    };
+  }
+  return out;
 }
 
 export function summarizeS3(rows: readonly ScoredTrajectory[], configs: readonly string[]): S3Summary[] {
@@ -218,6 +232,7 @@ export function summarizeS3(rows: readonly ScoredTrajectory[], configs: readonly
       latencyMs: meanCI(mine.map((r) => r.latencyMs)),
       fallbacks: mine.reduce((a, r) => a + (r.fallbacks ?? 0), 0),
       groups,
+      ...(mine.some((r) => r.riskType) ? { riskTypes: riskTypeRows(mine) } : {}),
     };
   });
 }
