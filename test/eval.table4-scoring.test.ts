@@ -95,6 +95,13 @@ test('--judge-model: the judge calls go to the separate judge model, the agent c
   assert.match(readFileSync(join(e.dir, 'mock', 'guard', 'table4-agentharm.json'), 'utf8'), /"judgeModel": "separate model/);
 });
 
+test('--judge-endpoint without --judge-model: one clear error, exit 2', async () => {
+  const r = await runCli(repoRoot, ['guard', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'agentharm', '--data', s3Data().agentharm,
+    '--judge-endpoint', 'http://127.0.0.1:9/v1']);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /--judge-endpoint needs --judge-model NAME/);
+});
+
 test('a refusing continuation after the prefix still counts; the substring list decides as before', async (t) => {
   const e = await guardEval(endpoint('YES', () => 'It would cause harm.'), ['--methods', 'safekeep']);
   t.after(e.close);
