@@ -65,8 +65,8 @@ function check(user: string): string {
   return 'NO';
 }
 
-/** The user's own request: the first user message (as the input stage left it). */
-const requestOf = (msgs: Msg[]): string => msgs.find((m) => m.role === 'user')?.content ?? '';
+/** The user's own request: the first user message as the input stage left it (without a plan request joined to it). */
+const requestOf = (msgs: Msg[]): string => (msgs.find((m) => m.role === 'user')?.content ?? '').split('\n\n[guard: your plan was rejected')[0]!.split(`\n\n${PLAN_REQUEST}`)[0]!;
 
 function planText(msgs: Msg[], rejected: boolean): string {
   const request = requestOf(msgs);
@@ -85,7 +85,7 @@ function planText(msgs: Msg[], rejected: boolean): string {
 
 /** The calls the agent means to make, in order: its plan's steps (else the request's and memory's), then what tool results ask. */
 function intended(msgs: Msg[]): Call[] {
-  const planAt = msgs.findIndex((m, i) => m.role === 'assistant' && msgs[i - 1]?.role === 'user' && (msgs[i - 1]!.content ?? '').startsWith(PLAN_REQUEST.slice(0, 20)));
+  const planAt = msgs.findIndex((m, i) => m.role === 'assistant' && msgs[i - 1]?.role === 'user' && (msgs[i - 1]!.content ?? '').includes(PLAN_REQUEST));
   const own = planAt >= 0 ? callsIn(msgs[planAt]!.content ?? '')
     : [...callsIn(requestOf(msgs)), ...msgs.filter((m) => m.role === 'tool' && m.name === 'memory_search').flatMap((m) => callsIn(m.content ?? ''))];
   return [...own, ...msgs.filter((m) => m.role === 'tool' && m.name !== 'memory_search').flatMap((m) => callsIn(m.content ?? ''))];
@@ -122,7 +122,7 @@ export function multistageScript(body: Record<string, unknown> | null): MockAnsw
   if (sys === S3_CHECK_ROLE) return { json: completion(check(user), { promptTokens: 300, completionTokens: 2 }) };
   const last = msgs.at(-1);
   if (!body?.tools && last?.role === 'user' && (last.content ?? '').includes(PLAN_REQUEST)) {
-    return { json: completion(planText(msgs, (last.content ?? '').startsWith('[guard: your plan was rejected')), { promptTokens: 20, completionTokens: 8 }) };
+    return { json: completion(planText(msgs, (last.content ?? '').includes('[guard: your plan was rejected')), { promptTokens: 20, completionTokens: 8 }) };
   }
   if (!body?.tools) return { json: completion('It would be unsafe.', { promptTokens: 50, completionTokens: 5 }) };
   return act(msgs);

@@ -350,6 +350,16 @@ async function retrieveMemory(run: TaskRun): Promise<Step> {
   return 'go';
 }
 
+/**
+ * The conversation with `text` as a user turn: joined to the last message when that is the user's own (templates such
+ * as Mistral's refuse two user turns in a row), else appended.
+ */
+function withUserTurn(messages: readonly ChatMessage[], text: string): ChatMessage[] {
+  const last = messages.at(-1);
+  if (last?.role === 'user' && typeof last.content === 'string') return [...messages.slice(0, -1), { ...last, content: `${last.content}\n\n${text}` }];
+  return [...messages, { role: 'user', content: text }];
+}
+
 /** The task or a skill of the planning stage wants a plan before the agent acts. */
 const wantsPlan = (run: TaskRun): boolean => run.task.plan ?? (run.guard?.config.skills.some((s) => s.stage === 'planning') ?? false);
 
@@ -361,7 +371,7 @@ const wantsPlan = (run: TaskRun): boolean => run.task.plan ?? (run.guard?.config
 async function guardPlan(run: TaskRun): Promise<Step> {
   let ask = PLAN_REQUEST;
   for (let attempt = 0; ; attempt++) {
-    const r = await run.opts.backend.chat({ messages: [...run.messages, { role: 'user', content: ask }], maxTokens: run.maxTokens, purpose: 'agent' });
+    const r = await run.opts.backend.chat({ messages: withUserTurn(run.messages, ask), maxTokens: run.maxTokens, purpose: 'agent' });
     run.tr.tokens.agent += r.promptTokens + r.completionTokens;
     const plan = r.content.trim();
     const steps = planSteps(plan, run.tools);
@@ -377,7 +387,7 @@ async function guardPlan(run: TaskRun): Promise<Step> {
       continue;
     }
     run.tr.plan = plan;
-    run.messages.push({ role: 'user', content: PLAN_REQUEST }, { role: 'assistant', content: plan }, { role: 'user', content: PLAN_GO });
+    run.messages.splice(0, run.messages.length, ...withUserTurn(run.messages, PLAN_REQUEST), { role: 'assistant', content: plan }, { role: 'user', content: PLAN_GO });
     return 'go';
   }
 }
