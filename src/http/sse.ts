@@ -23,6 +23,8 @@ export interface SseCompletion {
   logprobs?: unknown;
   /** top-level fields of the finish-reason chunk (the research server's `safekeep` activations) */
   finishExtra?: Record<string, unknown>;
+  /** a data event of its own, just before [DONE] (vllm-lens's activations) */
+  tailEvent?: Record<string, unknown>;
 }
 
 export const SSE_HEADERS = { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' } as const;
@@ -43,6 +45,7 @@ function chunks(id: string, model: string) {
       let out = calls.length ? chunk({ tool_calls: calls.map((t, index) => ({ index, id: t.id, type: 'function', function: t.function })) }, null) : '';
       out += c.finishExtra ? event({ choices: [{ index: 0, delta: {}, finish_reason: c.finish ?? 'stop' }], ...c.finishExtra }) : chunk({}, c.finish ?? 'stop');
       if (c.usage) out += event({ choices: [], usage: c.usage });
+      if (c.tailEvent) out += `data: ${JSON.stringify(c.tailEvent)}\n\n`;
       return `${out}data: [DONE]\n\n`;
     },
   };

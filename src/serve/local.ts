@@ -45,6 +45,8 @@ import { isSafekeepError } from '../util/errors.ts';
 import { guardedRespond, plannedCalls, type GuardedResponse, type GuardOptions } from '../guard/respond.ts';
 import type { ChatBackend, ChatCall, GuardMethod, ResearchCall, ResearchReply } from '../guard/types.ts';
 import { activationsJson, DEFAULT_MAX_CAPTURE_BYTES, logprobsOf, parseResearchField, resolveCapture, type ResearchOptions } from '../chat/research.ts';
+import { lensActivations, parseLensXargs } from './vllm-lens.ts';
+import { zstdReady } from './lens-tensor.ts';
 
 export interface LocalServerOptions extends GuardOptions {
   backend: ChatBackend;
@@ -172,6 +174,8 @@ interface Admitted {
   stop: ReturnType<typeof stopStrings>;
   /** the research field when it asks something (an empty one leaves the request a plain one: cache, live streaming) */
   rq: ReturnType<typeof parseResearchField> | null;
+  /** the research fields came as vllm-lens's `vllm_xargs` (its response shape: top-level `activations`) */
+  lens: boolean;
   topLogprobs: number | undefined;
 }
 
@@ -202,12 +206,14 @@ function admit(c: ChatRequest, o: LocalServerOptions): Admitted {
   // tool-less ones through by name
   const method: GuardMethod = tools.length || !o.passUnjudged?.includes('no-tools') ? o.method : 'base';
   // research fields (research.ts): checked before any counting or generation
-  const parsed = o.research ? parseResearchField(c.research, o.research) : null;
+  if (c.research !== undefined && c.lens !== undefined) throw badRequest('"safekeep" and "vllm_xargs": send one of them');
+  const lens = c.lens !== undefined;
+  const parsed = !o.research ? null : lens ? parseLensXargs(c.lens, o.research) : parseResearchField(c.research, o.research);
   const rq = parsed && (Object.keys(parsed.call).length > 0 || parsed.capture) ? parsed : null;
   const topLogprobs = logprobsOf(c.body);
   if (topLogprobs !== undefined && !o.backend.activations) throw badRequest('"logprobs": this server\'s backend returns no log probabilities');
   if (topLogprobs !== undefined && method !== 'base') throw badRequest(`"logprobs": not under the guard (method ${method}); the answer may be the guard's refusal`);
-  return { c, messages, tools, method, maxTokens, stop, rq, topLogprobs };
+  return { c, messages, tools, method, maxTokens, stop, rq, lens, topLogprobs };
 }
 
 /**
@@ -325,12 +331,13 @@ function sendReply(x: Exchange, o: LocalServerOptions, a: Admitted, { r, researc
     if (!live.finish({ content, toolCalls, finish, usage: c.includeUsage ? usage : undefined }, headers)) x.entry.status = 500;
     return;
   }
-  const activations = rq?.capture && research?.capture && researchReply
-    ? { safekeep: { activations: activationsJson(rq.capture, research.capture, researchReply, o.research!.hiddenSize) } }
-    : undefined;
+  const captured = rq?.capture && research?.capture && researchReply ? { spec: rq.capture, resolved: research.capture, reply: researchReply } : null;
+  const d = o.research?.hiddenSize ?? 0;
   sendCompletion(x, c, o.modelName, { content, toolCalls, finish, promptTokens: r.reply.promptTokens, completionTokens: r.reply.completionTokens }, headers, {
     ...(topLogprobs !== undefined ? { logprobs: { content: researchReply?.logprobs ?? [], refusal: null } } : {}),
-    ...(activations ? { body: activations } : {}),
+    // vllm-lens: a top-level `activations` (streamed: a chunk of its own before [DONE]); ours: `safekeep.activations`
+    ...(captured && a.lens ? { body: { activations: lensActivations(captured.resolved, captured.reply, d) }, ownChunk: true } : {}),
+    ...(captured && !a.lens ? { body: { safekeep: { activations: activationsJson(captured.spec, captured.resolved, captured.reply, d) } } } : {}),
   });
 }
 
@@ -358,7 +365,10 @@ export function createLocalServer(o: LocalServerOptions): Server {
   }
 
   const chatAdmitted = async (x: Exchange): Promise<void> => {
-    const a = admit(parseChatRequest(await x.body(), { research: o.research !== undefined }), o);
+    const c = parseChatRequest(await x.body(), { research: o.research !== undefined });
+    // vllm-lens's tensors are zstd frames (a WebAssembly module, instantiated on first use)
+    if (c.lens !== undefined) await zstdReady();
+    const a = admit(c, o);
     fitContext(x, o, a);
     const research = researchOf(x, o, a);
     // without tools the answer is the model's text as it comes (with tools it is parsed for calls when finished)
