@@ -17,7 +17,7 @@
  * no `inspect`) is answered from an in-memory response cache (`cached: true`), as the endpoint backend's disk cache does;
  * one made while its twin is still generating waits for that generation instead of running a second one.
  */
-import type { Engine, GenerateOptions, GenerateResult } from '../engine/types.ts';
+import type { Engine, GenerateOptions, GenerateResult, TokenLogprob } from '../engine/types.ts';
 import { openAiLogprobs } from './research.ts';
 import type { PromptTokenizer, RenderOptions } from '../prompts/tokenizer.ts';
 import type { CallFormat } from '../outcome/types.ts';
@@ -117,7 +117,8 @@ export class LocalBackend implements ChatBackend {
 
   async chat(call: ChatCall): Promise<ChatReply> {
     const t0 = performance.now();
-    const ids = this.promptIds(call);
+    // a raw completion's ids as given; a chat call's from its template
+    const ids = call.promptIds ? [...call.promptIds] : this.promptIds(call);
     const inspect = call.inspect;
     const limit = this.opts.responseCache ?? 1024;
     // a steered call's reply depends on its steering too; a research call is never cached
@@ -154,19 +155,25 @@ export class LocalBackend implements ChatBackend {
    * ids per token instead of the whole answer, and the boundary effects of decoding a slice (a dropped leading space)
    * cancel out.
    */
-  private streamText(stops: readonly string[], onText?: (delta: string) => void) {
+  private streamText(stops: readonly string[], onText?: ChatCall['onText']) {
     let sent = '';
     let text = '';
     let prefixAt = 0;
     let readAt = 0;
+    /** the tokens' log probabilities so far (with topLogprobs), and how many went out with a piece */
+    let logprobs: readonly TokenLogprob[] | undefined;
+    let lpSent = 0;
     const send = (settled: string) => {
       if (onText && settled.length > sent.length && settled.startsWith(sent)) {
-        onText(settled.slice(sent.length));
+        const lp = logprobs && logprobs.length > lpSent ? openAiLogprobs(logprobs.slice(lpSent), this.tokenText) : undefined;
+        lpSent = logprobs?.length ?? 0;
+        onText(settled.slice(sent.length), lp);
         sent = settled;
       }
     };
     return {
-      perToken: (ids: readonly number[]): boolean => {
+      perToken: (ids: readonly number[], lps?: readonly TokenLogprob[]): boolean => {
+        logprobs = lps;
         // (a tokenizer may refuse to decode no ids)
         const before = readAt > prefixAt ? this.tokenizer.decode(ids.slice(prefixAt, readAt), { skipSpecial: false }) : '';
         const now = this.tokenizer.decode(ids.slice(prefixAt), { skipSpecial: false });
@@ -184,6 +191,8 @@ export class LocalBackend implements ChatBackend {
     };
   }
 
+  private readonly tokenText = (id: number) => this.tokenizer.decode([id], { skipSpecial: false });
+
   /** what a research call returns besides the text: the captured hidden states, the log probabilities with token texts */
   private researchReply(ids: number[], g: GenerateResult): ResearchReply {
     return {
@@ -191,7 +200,7 @@ export class LocalBackend implements ChatBackend {
       ...(g.capturedPrompt ? { capturedPrompt: g.capturedPrompt } : {}),
       ...(g.capturedGenerated ? { capturedGenerated: g.capturedGenerated } : {}),
       ...(g.capturedHooks ? { capturedHooks: g.capturedHooks } : {}),
-      ...(g.logprobs ? { logprobs: openAiLogprobs(g.logprobs, (id) => this.tokenizer.decode([id], { skipSpecial: false })) } : {}),
+      ...(g.logprobs ? { logprobs: openAiLogprobs(g.logprobs, this.tokenText) } : {}),
     };
   }
 

@@ -42,8 +42,15 @@ export interface ChatCall {
   /**
    * Local engine: called with each new piece of the reply's text as it is generated (the prefix first), before the
    * reply resolves; the pieces join to the reply's `content`. Not called for a cached reply or by an endpoint backend.
+   * With `research.topLogprobs`, `logprobs` are the entries of the tokens generated since the last piece (those of
+   * tokens held back to the end, an end-of-turn token, are only in the reply's `research.logprobs`).
    */
-  onText?: (delta: string) => void;
+  onText?: (delta: string, logprobs?: readonly OpenAiLogprob[]) => void;
+  /**
+   * Local engine: the prompt's ids as given (a raw completion: no chat template; `messages` is then empty). Never
+   * under a guard: a judge reads messages.
+   */
+  promptIds?: readonly number[];
   /**
    * Local engine, `serve --model --allow-interventions` only (never under a guard): this call's own steering,
    * interventions, hook edits, activation capture and log probabilities (research.ts). A call with it is never

@@ -315,6 +315,8 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
     const server = createLocalServer({
       backend, method, modelName: basename(modelDir), passUnjudged: passUnjudgedFlag(args),
       ...(research ? { research } : {}),
+      // /v1/completions where no guard runs (the server routes it for method base only)
+      rawPrompts: { encode: (t) => tokenizer.encode(t), decode: (ids) => tokenizer.decode([...ids], { skipSpecial: false }), vocabSize: engine.vocabSize },
       ...(probe ? { probe } : {}),
       defaultMaxTokens,
       maxTokensLimit: defaultMaxTokens,

@@ -100,9 +100,10 @@ export interface GenerateOptions {
   /**
    * Called after each generated token with the row's tokens so far; `true` ends the row there (finish 'stop'), as a
    * stop id does. Stop strings are checked this way: the text they match spans tokens. A callback that throws fails
-   * its own row only.
+   * its own row only. With `topLogprobs`, `logprobs` holds the same tokens' log probabilities so far (a server streams
+   * them with their tokens).
    */
-  stopWhen?: (generatedIds: readonly number[]) => boolean;
+  stopWhen?: (generatedIds: readonly number[], logprobs?: readonly TokenLogprob[]) => boolean;
   /**
    * edits at named hook points (graph/hooks.ts) at every prompt position and every generated token: add / ablate /
    * clamp / ablate_heads without `positions` (patch and positions belong to runWithCache, whose positions are fixed)
