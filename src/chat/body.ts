@@ -81,7 +81,7 @@ export interface ChatRequest {
   settings: Record<string, unknown>;
   /**
    * the `safekeep` research field as sent (with `{ research: true }` only; never part of `body`, so never forwarded);
-   * src/chat/research.ts checks it
+   * src/serve/research.ts checks it
    */
   research?: unknown;
   /** vllm-lens's `vllm_xargs` as sent (with `{ research: true }` only, never part of `body`); src/serve/vllm-lens.ts checks it */

@@ -10,7 +10,8 @@ import type { Exchange } from '../http/server.ts';
 import type { SseStream } from '../http/sse.ts';
 import type { GuardedResponse } from '../guard/respond.ts';
 import type { ChatBackend, ChatCall, OpenAiLogprob, ResearchCall, ResearchReply } from '../chat/types.ts';
-import { activationsJson, type ResearchRequest } from '../chat/research.ts';
+import { activationsJson, type ResearchRequest } from './research.ts';
+import type { GenerationEdits } from '../engine/types.ts';
 import { lensActivations } from './vllm-lens.ts';
 
 /**
@@ -66,6 +67,9 @@ export async function callWithin(x: Exchange, live: SseStream | null, deadlineMs
 export function withSignal(b: ChatBackend, signal: AbortSignal): ChatBackend {
   return { name: b.name, callFormat: b.callFormat, activations: b.activations, chat: (c) => b.chat({ ...c, signal }) };
 }
+
+/** edits that change something */
+export const hasEdits = (e: GenerationEdits | undefined): e is GenerationEdits => !!(e?.interventions?.length || e?.hooks?.length);
 
 /** A research call straight to the backend (method base: no guard runs, none is in its path). */
 export async function researchRespond(backend: ChatBackend, call: ChatCall): Promise<GuardedResponse> {

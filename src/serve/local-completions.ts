@@ -15,13 +15,13 @@ import type { Exchange } from '../http/server.ts';
 import { SseStream, usageOf } from '../http/sse.ts';
 import { sendJson } from '../http/errors.ts';
 import type { ChatBackend, OpenAiLogprob, ResearchCall } from '../chat/types.ts';
-import { DEFAULT_MAX_CAPTURE_BYTES, parseResearchField, resolveCapture, type ResearchOptions } from '../chat/research.ts';
+import { DEFAULT_MAX_CAPTURE_BYTES, parseResearchField, resolveCapture, type ResearchOptions } from './research.ts';
 import { stopStrings } from '../chat/body.ts';
 import { contextLengthMessage } from './context-length.ts';
 import { parseCompletionRequest, type CompletionRequest } from './completions-body.ts';
 import { parseLensXargs } from './vllm-lens.ts';
 import { zstdReady } from './lens-tensor.ts';
-import { callWithin, capturedBody, liveText, researchRespond, withSignal, type Live } from './local-call.ts';
+import { callWithin, capturedBody, hasEdits, liveText, researchRespond, withSignal, type Live } from './local-call.ts';
 
 /** What the server needs to take raw prompts. */
 export interface RawPrompts {
@@ -93,10 +93,10 @@ function plan(c: CompletionRequest, o: CompletionsContext, x: Exchange): Planned
   if (c.research !== undefined && c.lens !== undefined) throw badRequest('"safekeep" and "vllm_xargs": send one of them');
   const lens = c.lens !== undefined;
   const parsed = !o.research ? null : lens ? parseLensXargs(c.lens, o.research) : parseResearchField(c.research, o.research);
-  const rq = parsed && (Object.keys(parsed.call).length > 0 || parsed.capture) ? parsed : null;
+  const rq = parsed && (hasEdits(parsed.edits) || parsed.capture) ? parsed : null;
   let research: ResearchCall | undefined;
   if (rq || c.logprobs !== undefined) {
-    research = { ...rq?.call, ...(c.logprobs !== undefined ? { topLogprobs: c.logprobs } : {}) };
+    research = { ...(c.logprobs !== undefined ? { topLogprobs: c.logprobs } : {}) };
     if (rq?.capture) research.capture = resolveCapture(rq.capture, ids.length, maxTokens, o.research!.maxCaptureBytes ?? DEFAULT_MAX_CAPTURE_BYTES);
   }
   const echo = !c.echo ? '' : typeof c.prompt === 'string' ? c.prompt : o.raw.decode(ids);
@@ -122,6 +122,7 @@ export function completionsHandler(o: CompletionsContext): (x: Exchange) => Prom
     const r = await callWithin(x, live?.stream ?? null, o.deadlineMs, (signal) => researchRespond(withSignal(o.backend, signal), {
       messages: [], promptIds: p.ids, maxTokens: p.maxTokens, purpose: 'agent',
       ...(p.stop?.length ? { stop: p.stop } : {}), ...(p.research ? { research: p.research } : {}),
+      ...(hasEdits(p.rq?.edits) ? { edits: p.rq.edits } : {}),
       ...(live ? { onText: liveText(live, format) } : {}),
     }));
     if (!r) return;

@@ -46,9 +46,9 @@ import { redactSecrets } from '../http/upstream.ts';
 import { isSafekeepError } from '../util/errors.ts';
 import { guardedRespond, plannedCalls, type GuardedResponse, type GuardOptions } from '../guard/respond.ts';
 import type { ChatBackend, ChatCall, GuardMethod, ResearchCall } from '../guard/types.ts';
-import { DEFAULT_MAX_CAPTURE_BYTES, logprobsOf, parseResearchField, resolveCapture, type ResearchOptions } from '../chat/research.ts';
+import { DEFAULT_MAX_CAPTURE_BYTES, logprobsOf, parseResearchField, resolveCapture, type ResearchOptions } from './research.ts';
 import { parseLensXargs } from './vllm-lens.ts';
-import { callWithin, capturedBody, liveText, researchRespond, withSignal, type Live } from './local-call.ts';
+import { callWithin, capturedBody, hasEdits, liveText, researchRespond, withSignal, type Live } from './local-call.ts';
 import { zstdReady } from './lens-tensor.ts';
 import { completionsHandler, type RawPrompts } from './local-completions.ts';
 
@@ -186,7 +186,7 @@ function admit(c: ChatRequest, o: LocalServerOptions): Admitted {
   if (c.research !== undefined && c.lens !== undefined) throw badRequest('"safekeep" and "vllm_xargs": send one of them');
   const lens = c.lens !== undefined;
   const parsed = !o.research ? null : lens ? parseLensXargs(c.lens, o.research) : parseResearchField(c.research, o.research);
-  const rq = parsed && (Object.keys(parsed.call).length > 0 || parsed.capture) ? parsed : null;
+  const rq = parsed && (hasEdits(parsed.edits) || parsed.capture) ? parsed : null;
   const topLogprobs = logprobsOf(c.body);
   if (topLogprobs !== undefined && !o.backend.activations) throw badRequest('"logprobs": this server\'s backend returns no log probabilities');
   if (topLogprobs !== undefined && method !== 'base') throw badRequest(`"logprobs": not under the guard (method ${method}); the answer may be the guard's refusal`);
@@ -222,11 +222,11 @@ function fitContext(x: Exchange, o: LocalServerOptions, a: Admitted): void {
   }
 }
 
-/** The agent call's research options (steering, interventions, capture, log probabilities), and what the log says of them. */
+/** The agent call's research options (capture, log probabilities; its edits are `rq.edits`), and what the log says of them. */
 function researchOf(x: Exchange, o: LocalServerOptions, a: Admitted): ResearchCall | undefined {
   const { rq, topLogprobs } = a;
   if (!rq && topLogprobs === undefined) return undefined;
-  const research: ResearchCall = { ...rq?.call, ...(topLogprobs !== undefined ? { topLogprobs } : {}) };
+  const research: ResearchCall = { ...(topLogprobs !== undefined ? { topLogprobs } : {}) };
   if (rq?.capture) {
     const count = o.countPromptTokens;
     if (!count) throw badRequest('safekeep.capture: this server cannot count prompt tokens');
@@ -235,7 +235,7 @@ function researchOf(x: Exchange, o: LocalServerOptions, a: Admitted): ResearchCa
   }
   // no vectors, no client text
   x.entry.research = {
-    steer: research.steer ? { layer: research.steer.layer, alpha: research.steer.alpha } : null, interventions: (research.interventions?.length ?? 0) + (research.hooks?.length ?? 0),
+    steer: rq?.steer ?? null, interventions: (rq?.edits.interventions?.length ?? 0) - (rq?.steer ? 1 : 0) + (rq?.edits.hooks?.length ?? 0),
     capture: rq?.capture ? rq.capture.hooks.length : 0, logprobs: research.topLogprobs ?? null,
   };
   return research;
@@ -288,6 +288,7 @@ function runChat(o: LocalServerOptions, a: Admitted, research: ResearchCall | un
     if (research) {
       return researchRespond(backend, {
         messages: a.messages, tools: a.tools, maxTokens: a.maxTokens, purpose: 'agent', research, ...(a.stop?.length ? { stop: a.stop } : {}),
+        ...(hasEdits(a.rq?.edits) ? { edits: a.rq.edits } : {}),
         ...(live ? { onText: liveText(live, (content) => ({ content, refusal: null })) } : {}),
       });
     }

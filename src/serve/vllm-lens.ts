@@ -22,7 +22,7 @@ import { parseJsonBounded } from '../util/json-bounded.ts';
 import { interventionInputs } from '../engine/run/batch.ts';
 import type { Intervention } from '../engine/types.ts';
 import { isF32, isObject, shown } from '../engine/run/intervention-json.ts';
-import type { CaptureSpec, ResearchOptions, ResearchRequest } from '../chat/research.ts';
+import type { CaptureSpec, ResearchOptions, ResearchRequest } from './research.ts';
 import type { ResearchCall, ResearchReply } from '../chat/types.ts';
 import { decodeLensTensor, encodeLensTensor, type LensTensor } from './lens-tensor.ts';
 
@@ -93,7 +93,7 @@ function steeringEdits(v: unknown, k: number, opts: ResearchOptions): Interventi
 }
 
 /**
- * `vllm_xargs` → the generation's options in the `safekeep` field's terms: 'add' edits and a residual-stream capture
+ * `vllm_xargs` → the generation's edits (GenerationEdits: adds of scale·v) and a residual-stream capture
  * of every prompt position and generated token. `zstdReady()` first.
  */
 export function parseLensXargs(field: unknown, opts: ResearchOptions): ResearchRequest {
@@ -102,27 +102,27 @@ export function parseLensXargs(field: unknown, opts: ResearchOptions): ResearchR
     if (k === 'apply_hooks') throw badRequest(`${AT}.apply_hooks: not accepted: its hooks are pickled Python functions (cloudpickle), code this server would run; use apply_steering_vectors, output_residual_stream, or the safekeep field's interventions and hook edits (docs/serve-research.md)`);
     if (k !== 'output_residual_stream' && k !== 'apply_steering_vectors') throw badRequest(`${AT}.${k}: unknown field; this server reads output_residual_stream and apply_steering_vectors`);
   }
-  const call: ResearchRequest['call'] = {};
+  const edits: ResearchRequest['edits'] = {};
   if (field.apply_steering_vectors !== undefined) {
     const at = `${AT}.apply_steering_vectors`;
     const list = jsonValue(field.apply_steering_vectors, at);
     if (!Array.isArray(list)) throw badRequest(`${at} must be a list of SteeringVector objects (a JSON string of one)`);
     if (list.length > MAX_LENS_VECTORS) throw badRequest(`${at}: at most ${MAX_LENS_VECTORS} steering vectors, got ${list.length}`);
-    const edits = list.flatMap((v, k) => steeringEdits(v, k, opts));
+    const adds = list.flatMap((v, k) => steeringEdits(v, k, opts));
     try {
-      interventionInputs(opts.numLayers, opts.hiddenSize, edits);
+      interventionInputs(opts.numLayers, opts.hiddenSize, adds);
     } catch (e) {
       if (e instanceof SafekeepError) throw badRequest(`${at}: ${e.message}`);
       throw e;
     }
-    if (edits.length) call.interventions = edits;
+    if (adds.length) edits.interventions = adds;
   }
   const capture: CaptureSpec | null = field.output_residual_stream === undefined || field.output_residual_stream === null ? null : {
     hooks: captureLayers(field.output_residual_stream, opts.numLayers).map((i) => ({ name: `blocks.${i}.resid_post`, hidden: i + 1, width: opts.hiddenSize })),
     positions: 'all',
     generated: true,
   };
-  return { call, capture };
+  return { edits, capture };
 }
 
 /**

@@ -252,7 +252,7 @@ async function serveProbe(given: Awaited<ReturnType<typeof skillProbe>>, method:
 }
 
 /** --allow-interventions: the research field's shapes and bounds for this model, --directions by name. */
-async function researchOptions(args: ParsedArgs, engine: OpenedEngine): Promise<import('../../chat/research.ts').ResearchOptions> {
+async function researchOptions(args: ParsedArgs, engine: OpenedEngine): Promise<import('../../serve/research.ts').ResearchOptions> {
   const { parseBytes } = await import('../../engine/runtime/memory.ts');
   const L = engine.numLayers;
   const d = engine.dModel;
