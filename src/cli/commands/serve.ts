@@ -75,7 +75,7 @@ export const flags: FlagTable = {
     { name: 'max-model-len', value: 'N', default: 'max_position_embeddings', help: 'local: context length; prompt + max_tokens above it → 400' },
     { name: 'max-queue', value: 'N', default: '8', help: 'local: requests admitted at once (running or waiting); more → 429' },
     { name: 'request-timeout-ms', value: 'MS', default: 'upstream: 2 × --timeout-ms; local: 600000', help: 'per-request deadline, judge/guard retries included (→ 504, nothing executed)' },
-    { name: 'allow-interventions', boolean: true, help: 'local: accept the request field "safekeep" (per-request steering, interventions, activation capture; docs/serve-research.md); runs no guard (--method base)' },
+    { name: 'allow-interventions', boolean: true, help: 'local: accept the request fields "safekeep" and vllm-lens\'s "vllm_xargs" (per-request steering, interventions, activation capture; docs/serve-research.md); runs no guard (--method base)' },
     { name: 'directions', value: 'FILE.safetensors', help: 'local, with --allow-interventions: directions a request may name ("direction": "refusal.chatbot"; what reproduce writes)' },
     { name: 'max-capture-bytes', value: 'BYTES', default: '64MiB', help: 'local, with --allow-interventions: captured activations per response (more → 400 before generation)' },
     { name: 'max-hooks', value: 'N', default: '32', help: 'local, with --allow-interventions: hook points (captured and edited) per request' },
