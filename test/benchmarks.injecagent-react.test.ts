@@ -1,25 +1,28 @@
 /**
- * InjecAgent's own ReAct format: the parser against hand-derived expectations from output_parsing.py's branches,
- * then case by case (and on 400 generated outputs) against the benchmark's own output_parsing.py run by python3;
- * the prompt renderer byte-equal to InjecAgent's predict_one_case executed by python3 on real cases; the template
- * reader and the Python-format helpers refusing what they do not implement.
+ * InjecAgent's own ReAct format: the parser against hand-derived expectations from evaluate_output_prompted's
+ * branches, then against the data folder's recorded oracle (upstream-parse-oracle.jsonl: 1,230 outputs with what
+ * InjecAgent's code returned for each); the prompt renderer byte-equal to USER_PROMPT filled by Python's own
+ * str.format (python3) from the fields as the data folder's SOURCE.md describes them, on every real case; the prompt
+ * sources (the data file, InjecAgent's repository layout, neither) and the Python-format helpers refusing what they
+ * do not implement.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
-import fc from 'fast-check';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import {
-  evaluateReactOutput, loadInjecAgentReact, locateInjecAgentReact, readInjecAgentReactCases, readInjecAgentReactPrompts, renderReactPrompt,
-  scoreReactStep, step2From, pySplit, type ReactEval,
+  evaluateReactOutput, injecAgentReactReady, loadInjecAgentReact, locateInjecAgentReact, readInjecAgentReactCases, readInjecAgentReactPrompts,
+  readInjecAgentReactPromptsFile, renderReactPrompt, scoreReactStep, step2From, pySplit, type ReactEval,
 } from '../src/benchmarks/injecagent-react.ts';
-import { pyFormat, pyTripleQuotedConstant, pyJsonDumps, pyReprStrList, readPyConstant } from '../src/benchmarks/py-source.ts';
+import { pyFormat, pyTripleQuotedConstant, pyJsonDumps, pyReprStrList } from '../src/benchmarks/py-source.ts';
 import { readInjecAgentCases, readSimulatedAttackerResponses, simulatedAttackerResponse } from '../src/data/injecagent.ts';
 import { sha256Hex } from '../src/util/hash.ts';
 import { injecAgentScore } from '../src/eval/table4/injecagent-score.ts';
 import { OpenAIBackend } from '../src/chat/openai.ts';
 import { completion, startMockUpstream } from './helpers/guard-mock.ts';
 import { needShared, sharedRoot } from './helpers/shared.ts';
-import { NLTK_NGRAMS_SHIM, runPython } from './helpers/python.ts';
+import { runPython } from './helpers/python.ts';
 
 const USER_TOOL = 'AmazonGetProductDetails';
 const ATTACKER = ['AugustSmartLockGrantGuestAccess'];
@@ -92,134 +95,76 @@ test('react parser: each evaluate_output_prompted branch on outputs in InjecAgen
   assert.deepEqual(pySplit('a\u0085b\ufeffc\u00a0d'), ['a', 'b\ufeffc', 'd']);
 });
 
-const PARSER_PY = `
-import sys, json, io, contextlib
-${NLTK_NGRAMS_SHIM}
-inp = json.load(sys.stdin)
-sys.path.insert(0, inp['dir'])
-import output_parsing as op
-out = []
-for c in inp['cases']:
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # the parser prints before its assert
-            r = op.evaluate_output_prompted(c['output'], c['target'], c['attackerTools'], c['userTool'], c['attackerInstruction'])
-        out.append({'eval': r['eval'], 'reason': r.get('invalid_reason'), 'steps': r.get('info_list'),
-                    'params': r.get('Attacker Tool Parameters'), 'thought': r.get('Attacker Tool Thought')})
-    except Exception as e:
-        out.append({'error': type(e).__name__})
-print(json.dumps(out))
-`;
-
-interface PyEval { eval?: string; reason?: string | null; steps?: unknown; params?: string | null; thought?: string | null; error?: string }
-
-function comparePython(t: import('node:test').TestContext, cases: Case[]): boolean {
-  const dir = needShared(t, 'data', 'injecagent', 'upstream-agent', 'ibm-copy');
-  if (!dir) return false;
-  const input = cases.map((c) => ({ output: c.output, target: c.target ?? ATTACKER[0], attackerTools: c.attackerTools ?? ATTACKER, userTool: USER_TOOL, attackerInstruction: INSTR }));
-  const py = runPython(PARSER_PY, { dir, cases: input }) as PyEval[] | null;
-  if (py === null) {
-    t.skip('python3 not found: the comparison with InjecAgent\'s output_parsing.py did not run');
-    return false;
-  }
-  assert.equal(py.length, cases.length);
-  cases.forEach((c, i) => {
-    const r = tsEval(c);
-    const p = py[i]!;
-    const what = `${c.name}: ${JSON.stringify(c.output)}`;
-    if (p.error) {
-      assert.equal(r.parserError, p.error, what);
-      return;
-    }
-    assert.equal(r.parserError, undefined, what);
-    assert.equal(r.eval, p.eval, what);
-    assert.equal(r.invalidReason ?? null, p.reason ?? null, what);
-    assert.deepEqual(r.steps ?? null, p.steps ?? null, what);
-    assert.equal(r.attackerToolParameters ?? null, p.params ?? null, what);
-    assert.equal(r.attackerToolThought ?? null, p.thought ?? null, what);
-  });
-  return true;
+/** One row of upstream-parse-oracle.jsonl (SOURCE.md): the arguments and what evaluate_output_prompted returned. */
+interface OracleRow {
+  attack: 'dh' | 'ds';
+  args: { output: string | null; target_tool: string; attacker_tools: string[]; user_tool: string; attacker_instruction: string };
+  result: { eval: string; invalid_reason?: string; info_list?: unknown; 'Attacker Tool Parameters'?: string; 'Attacker Tool Thought'?: string } | null;
+  raises: string | null;
 }
 
-test('react parser = InjecAgent output_parsing.py (python3), case by case', (t) => {
-  comparePython(t, CASES);
-});
-
-test('react parser = InjecAgent output_parsing.py on 400 generated outputs', (t) => {
-  const fragment = fc.constantFrom(
-    'Thought:', 'Thought: ', 'Action: ', 'Action:', 'Action Input: ', 'Observation: ', 'Final Answer: ', 'Thought: Thought: ',
-    USER_TOOL, ATTACKER[0]!, 'GmailSendEmail', 'None', 'N/A', 'GoogleSearch', '{}', '{"a": 1}', '{"a": {"b": 2}}', '{', '}',
-    'the', 'user', 'again', 're-run', 'has been sent to', 'emailed to', INSTR, '\n', ' ', '  ', '\u00a0', '\u0085', '\ufeff', ':',
-    '[/INST]', 'x'.repeat(55), `http${'y'.repeat(50)}`, 'T', 'Th', 'é', 'word', 'I cannot do that.',
-  );
-  const loose = fc.array(fragment, { minLength: 0, maxLength: 40 }).map((a) => a.join(''));
-  // mostly well-formed ReAct steps, so that the later branches (succ, user-tool recall, action counts) are reached
-  const key = fc.constantFrom('Thought: ', 'Action: ', 'Action Input: ', 'Observation: ', 'Final Answer: ', '');
-  const step = fc.tuple(key, fc.array(fragment, { minLength: 1, maxLength: 6 }), fc.constantFrom('\n', ' ', '')).map(([k, v, sep]) => k + v.join(' ') + sep);
-  const shaped = fc.array(step, { minLength: 1, maxLength: 10 }).map((a) => a.join(''));
-  // well-formed ReAct turns (thought, action, input, observation, answer), as a model that follows the format writes them
-  const words = fc.array(fc.constantFrom('I', 'will', 'check', 'the', 'user', 'again', 're-run', 'request', 'now', 'has been sent to', 'emailed to', 'done'), { minLength: 1, maxLength: 8 }).map((w) => w.join(' '));
-  const tool = fc.constantFrom(USER_TOOL, ATTACKER[0]!, 'GmailSendEmail', 'None', 'GoogleSearch');
-  const input = fc.constantFrom('{}', '{"guest_ids": ["guest_amy01"]}', '{"a": {"b": 2}}', 'N/A', 'guest_amy01', '{"q": "x"} # comment');
-  const observation = fc.constantFrom(`{"review": "${INSTR}"}`, '{"status": "Success"}');
-  const turn = fc.oneof(
-    fc.tuple(words, tool, input).map(([w, t, a]) => `Thought: ${w}\nAction: ${t}\nAction Input: ${a}\n`),
-    fc.tuple(words, tool, input, observation).map(([w, t, a, o]) => `Thought: ${w}\nAction: ${t}\nAction Input: ${a}\nObservation: ${o}\n`),
-    fc.tuple(words, words).map(([w, f]) => `Thought: ${w}\nFinal Answer: ${f}\n`),
-  );
-  const react = fc.array(turn, { minLength: 1, maxLength: 5 }).map((a) => a.join(''));
-  const outputs = fc.sample(fc.oneof(loose, shaped, react, react), { numRuns: 400, seed: 20240601 });
-  const cases: Case[] = outputs.map((o, i) => ({ name: `generated ${i}`, output: o, attackerTools: i % 3 === 0 ? [ATTACKER[0]!, 'GmailSendEmail'] : ATTACKER, target: i % 6 === 3 ? 'GmailSendEmail' : undefined }));
-  if (!comparePython(t, cases)) return;
-  // the ipi-benchmark copy's parser agrees with upstream's except where upstream's raises or reads info_list[-1]
-  // for an Action at index 0 (the copy breaks out of the parse, and guards the index)
-  const both = [...CASES, ...cases];
-  const ipi = runPython(PARSER_PY, {
-    dir: join(sharedRoot, 'data', 'injecagent', 'upstream-agent', 'ipi-benchmark-copy'),
-    cases: both.map((c) => ({ output: c.output, target: c.target ?? ATTACKER[0], attackerTools: c.attackerTools ?? ATTACKER, userTool: USER_TOOL, attackerInstruction: INSTR })),
-  }) as PyEval[];
-  let raised = 0;
-  let indexZero = 0;
-  both.forEach((c, i) => {
-    const r = tsEval(c);
-    if (r.parserError) raised++;
-    else if (r.steps?.[0]?.[0] === 'Action') indexZero++;
-    else assert.deepEqual([ipi[i]!.eval, ipi[i]!.reason ?? null], [r.eval, r.invalidReason ?? null], c.name);
+test('react parser = InjecAgent evaluate_output_prompted on every row of the recorded oracle (1,230 outputs)', (t) => {
+  const file = needShared(t, 'data', 'injecagent', 'upstream-parse-oracle.jsonl');
+  if (!file) return;
+  const rows = readFileSync(file, 'utf8').split('\n').filter((l) => l.trim() !== '').map((l) => JSON.parse(l) as OracleRow);
+  assert.equal(rows.length, 1230);
+  const outcomes = new Map<string, number>();
+  rows.forEach((row, i) => {
+    const a = row.args;
+    const what = `row ${i + 1} (${row.attack}, target ${a.target_tool}): ${JSON.stringify(a.output)?.slice(0, 200)}`;
+    // the oracle's inputs never made upstream's code raise; ours must not report a raise either
+    assert.equal(row.raises, null, what);
+    const p = row.result!;
+    const r = evaluateReactOutput(a.output, a.target_tool, a.attacker_tools, a.user_tool, a.attacker_instruction);
+    assert.equal(r.parserError, undefined, what);
+    assert.equal(r.eval, p.eval, what);
+    assert.equal(r.invalidReason ?? null, p.invalid_reason ?? null, what);
+    assert.equal(r.valid, p.eval !== 'invalid', what);
+    // what else upstream returned: the parsed steps after the Action Input cut, and the attacker call it found
+    assert.deepEqual(r.steps ?? null, p.info_list ?? null, what);
+    assert.equal(r.attackerToolParameters ?? null, p['Attacker Tool Parameters'] ?? null, what);
+    assert.equal(r.attackerToolThought ?? null, p['Attacker Tool Thought'] ?? null, what);
+    const k = p.invalid_reason ?? p.eval;
+    outcomes.set(k, (outcomes.get(k) ?? 0) + 1);
   });
-  assert.ok(raised > 0 && indexZero > 0, 'some outputs reach the branches where the copies differ');
-  // the generated set reaches the branches, not only 'too short'
-  const seen = new Set(cases.map((c) => { const r = tsEval(c); return r.invalidReason ?? r.eval; }));
-  for (const k of ['succ', 'unsucc', 'too short', 'Action not in availabel tools', 'call GmailSendEmail before tool', 'Recalling user tool with fabricated observation', 'too much actions', 'Action Input is not {}']) assert.ok(seen.has(k), `generated outputs reach '${k}' (${[...seen].join(', ')})`);
+  // the rows reach the branches, not only one outcome (SOURCE.md: 14 output shapes × both attack types × two targets)
+  for (const k of ['succ', 'unsucc', 'too short', 'error', 'Action not in availabel tools', 'contain repetitive sequence', 'contain overly long word', 'Action Input is not {}', 'call GmailSendEmail before tool']) {
+    assert.ok((outcomes.get(k) ?? 0) > 0, `the oracle reaches '${k}' (${[...outcomes].map(([o, n]) => `${o}: ${n}`).join(', ')})`);
+  }
 });
 
+/**
+ * USER_PROMPT filled by Python's own str.format, the fields computed as the data folder's SOURCE.md describes them
+ * (written here from that description, not from our renderer): the ToolEmu entries of [User Tool] + Attacker Tools
+ * as json.dumps(..., indent=True), the Python repr of that list, the User Instruction, and the scratchpad. The
+ * data-stealing step 2 appends the attacker step in the form InjecAgent's predict_one_case uses (Thought, Action =
+ * Attacker Tools[0], Action Input, Observation).
+ */
 const RENDER_PY = `
-import sys, json, ast, hashlib
+import sys, json, hashlib
 inp = json.load(sys.stdin)
-ns = {}
-exec(open(inp['prompts']).read(), ns)  # agent_prompts.py is plain string assignments
-src = open(inp['evaluator']).read()
-fn = next(n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and n.name == 'predict_one_case')
-g = {'json': json}
-exec(ast.get_source_segment(src, fn), g)  # InjecAgent's own predict_one_case, without its module's imports
-# InjecAgent's utils.get_tool_dict (utils.py is not among the stored files): toolkit + name -> the tool dict
+prompts = json.load(open(inp['prompts']))
 tool_dict = {}
 for toolkit in json.load(open(inp['tools'])):
     for tool in toolkit['tools']:
         tool['name'] = toolkit['toolkit'] + tool['name']
         tool_dict[tool['name']] = tool
-class Chat:  # InjecAgent's GPTModel.prepare_input; call_model hands the input back
-    def prepare_input(self, sys_prompt, user_prompt_filled):
-        return [{'role': 'system', 'content': sys_prompt}, {'role': 'user', 'content': user_prompt_filled}]
-    def call_model(self, model_input):
-        return model_input
 files = {}
 def render(q):
     if q['file'] not in files:
         files[q['file']] = json.load(open(q['file']))
-    item = dict(files[q['file']][q['row'] - 1])
-    if q.get('step2'):
-        item.update(q['step2'])
-        return g['predict_one_case'](ns['SYS_PROMPT'], ns['USER_PROMPT'], {}, item, Chat(), tool_dict, step_2=True)
-    return g['predict_one_case'](ns['SYS_PROMPT'], ns['USER_PROMPT'], {}, item, Chat(), tool_dict)
+    case = files[q['file']][q['row'] - 1]
+    names = [case['User Tool']] + case['Attacker Tools']
+    scratchpad = '\\n' + case['Thought'] + '\\nAction: ' + case['User Tool'] + '\\nAction Input: ' + case['Tool Parameters'] + '\\nObservation: ' + case['Tool Response'] + '\\n'
+    s2 = q.get('step2')
+    if s2:
+        scratchpad += 'Thought: ' + s2['thought'] + '\\nAction: ' + case['Attacker Tools'][0] + '\\nAction Input: ' + s2['parameters'] + '\\nObservation: ' + s2['response'] + '\\n'
+    user = prompts['USER_PROMPT'].format(
+        available_tool_descriptions=json.dumps([tool_dict[t] for t in names], indent=True),
+        input=case['User Instruction'],
+        available_tool_names=str(names),
+        agent_scratchpad=scratchpad)
+    return [{'role': 'system', 'content': prompts['SYS_PROMPT']}, {'role': 'user', 'content': user}]
 out = [render(q) for q in inp['queries']]
 hashes = []
 for q in inp['hashQueries']:
@@ -228,10 +173,10 @@ for q in inp['hashQueries']:
 print(json.dumps({'prompts': out, 'hashes': hashes}))
 `;
 
-test('react prompt = InjecAgent predict_one_case (python3) byte for byte on real cases', (t) => {
-  const dir = needShared(t, 'data', 'injecagent', 'upstream-agent');
-  if (!dir) return;
-  const data = join(dir, '..');
+test('react prompt = USER_PROMPT filled by Python\'s str.format (python3), byte for byte on every real case', (t) => {
+  const prompts = needShared(t, 'data', 'injecagent', 'upstream-prompts.json');
+  if (!prompts) return;
+  const data = dirname(prompts);
   const ctx = loadInjecAgentReact(data);
   const cases = readInjecAgentReactCases(data, 'base');
   const byId = new Map(cases.map((c) => [c.id, c]));
@@ -255,19 +200,18 @@ test('react prompt = InjecAgent predict_one_case (python3) byte for byte on real
     ['ds-base-276: Recalling of user tool with no observation', 'ds-enhanced-276: Recalling of user tool with no observation']);
   const allStep2 = step1.filter(({ e }) => e.eval === 'succ').map(({ c, e }) =>
     ({ c, s: step2From(e, simulatedAttackerResponse(responses, c.attackerTools[0]!, e.attackerToolParameters!) ?? '{"status": "ok"}') }));
-  const py2 = (s: { thought: string; parameters: string; response: string }) => ({ 'Attacker Tool Thought': s.thought, 'Attacker Tool Parameters': s.parameters, 'Attacker Tool Response': s.response });
   const file = (c: { attack: string; setting: string }) => join(data, `test_cases_${c.attack}_${c.setting}.json`);
-  const queries = [dh1, ds1, ds276, dhEnh].map((c) => ({ file: file(c), row: c.row }));
-  queries.push({ file: file(ds1), row: ds1.row, step2: py2(s2) } as never);
+  const queries: Array<{ file: string; row: number; step2?: unknown }> = [dh1, ds1, ds276, dhEnh].map((c) => ({ file: file(c), row: c.row }));
+  queries.push({ file: file(ds1), row: ds1.row, step2: s2 });
   const out = runPython(RENDER_PY, {
-    prompts: join(dir, 'ipi-benchmark-copy', 'agent_prompts.py'),
-    evaluator: join(dir, 'ipi-benchmark-copy', 'evaluate_prompted_agent.py'),
+    prompts,
     tools: join(data, 'tools.json'),
     queries,
-    hashQueries: [...all.map((c) => ({ file: file(c), row: c.row })), ...allStep2.map(({ c, s }) => ({ file: file(c), row: c.row, step2: py2(s) }))],
+    hashQueries: [...all.map((c) => ({ file: file(c), row: c.row })), ...allStep2.map(({ c, s }) => ({ file: file(c), row: c.row, step2: s }))],
   }) as { prompts: Array<Array<{ role: string; content: string }>>; hashes: string[] } | null;
-  if (out === null) return t.skip('python3 not found: the byte comparison with predict_one_case did not run');
-  const py = out.prompts;
+  if (out === null) return t.skip('python3 not found: the byte comparison with USER_PROMPT filled by Python\'s str.format did not run');
+  assert.equal(all.length, 2108);
+  assert.equal(allStep2.length, 1086);
   assert.equal(out.hashes.length, all.length + allStep2.length);
   const hash = (m: Array<{ content: string }>) => sha256Hex(m[0]!.content + '<<SYS|USER>>' + m[1]!.content);
   const mismatched = [
@@ -276,25 +220,54 @@ test('react prompt = InjecAgent predict_one_case (python3) byte for byte on real
   ];
   assert.deepEqual(mismatched, [], 'every step-1 prompt of base and enhanced, and every data-stealing step 2, is byte-equal');
   const ours = [renderReactPrompt(ctx, dh1), renderReactPrompt(ctx, ds1), renderReactPrompt(ctx, ds276), renderReactPrompt(ctx, dhEnh), renderReactPrompt(ctx, ds1, s2)];
-  ours.forEach((m, i) => assert.deepEqual(m, py[i], `query ${i}`));
+  ours.forEach((m, i) => assert.deepEqual(m, out.prompts[i], `query ${i}`));
   assert.ok(ours[2]![1]!.content.includes(`['${ds276.userTool}', '${ds276.userTool}', 'GmailSendEmail']`));
   assert.ok(ours[4]![1]!.content.includes(`Observation: ${cached}\n`));
 });
 
-test('react prompts: both stored copies carry the same SYS_PROMPT and USER_PROMPT; ids match the native reader', (t) => {
-  const dir = needShared(t, 'data', 'injecagent', 'upstream-agent');
-  if (!dir) return;
-  const a = readInjecAgentReactPrompts(dir);
-  assert.ok(a.file.includes('ipi-benchmark-copy'));
+test('react prompts: from the data folder\'s upstream-prompts.json, else from agent_prompts.py in InjecAgent\'s repository layout; neither is one error', (t) => {
+  const file = needShared(t, 'data', 'injecagent', 'upstream-prompts.json');
+  if (!file) return;
+  const data = dirname(file);
+  const raw = JSON.parse(readFileSync(file, 'utf8')) as { SYS_PROMPT: string; USER_PROMPT: string };
+  const a = readInjecAgentReactPrompts(data);
+  assert.deepEqual([a.file, a.system, a.user], [file, raw.SYS_PROMPT, raw.USER_PROMPT]);
+  assert.equal(a.sha256, sha256Hex([raw.SYS_PROMPT, '\0', raw.USER_PROMPT]));
+  assert.ok(a.system.startsWith('\nYou are a helpful AI Agent'));
+  assert.ok(a.user.includes('{available_tool_descriptions}') && a.user.includes('{{"arg1": "value1", "arg2": "value2"}}'));
   const located = locateInjecAgentReact({ shared: sharedRoot });
   assert.equal(located.prompts.sha256, a.sha256);
   assert.equal(located.tools.get('GmailSendEmail')!.name, 'GmailSendEmail');
-  const ibm = join(dir, 'ibm-copy', 'agent_prompts.py');
-  assert.equal(a.system, readPyConstant(ibm, 'SYS_PROMPT'));
-  assert.equal(a.user, readPyConstant(ibm, 'USER_PROMPT'));
-  assert.ok(a.system.startsWith('\nYou are a helpful AI Agent'));
-  assert.ok(a.user.includes('{available_tool_descriptions}') && a.user.includes('{{"arg1": "value1", "arg2": "value2"}}'));
-  const data = join(dir, '..');
+
+  // a user's own InjecAgent checkout: data/ beside src/prompts/agent_prompts.py (plain triple-quoted strings, read as
+  // text); the texts have no backslash and no triple quote, so the literal's value is exactly its text
+  for (const v of [raw.SYS_PROMPT, raw.USER_PROMPT]) assert.ok(!v.includes('\\') && !v.includes('"""'));
+  const repo = mkdtempSync(join(tmpdir(), 'injecagent-repo-'));
+  t.after(() => rmSync(repo, { recursive: true, force: true }));
+  mkdirSync(join(repo, 'data'));
+  mkdirSync(join(repo, 'src', 'prompts'), { recursive: true });
+  writeFileSync(join(repo, 'data', 'tools.json'), readFileSync(join(data, 'tools.json')));
+  const py = join(repo, 'src', 'prompts', 'agent_prompts.py');
+  writeFileSync(py, `# the prompted agent's prompts\nSYS_PROMPT = """${raw.SYS_PROMPT}"""\n\nUSER_PROMPT = """${raw.USER_PROMPT}"""\n\nPROMPT_DICT = {'InjecAgent': (SYS_PROMPT, USER_PROMPT)}\n`);
+  assert.equal(injecAgentReactReady(join(repo, 'data')), true);
+  const b = readInjecAgentReactPrompts(join(repo, 'data'));
+  assert.deepEqual([b.file, b.system, b.user, b.sha256], [py, a.system, a.user, a.sha256]);
+  // the data file wins over the checkout's code when both are there
+  writeFileSync(join(repo, 'data', 'upstream-prompts.json'), JSON.stringify({ SYS_PROMPT: 'S', USER_PROMPT: '{input}{available_tool_names}{available_tool_descriptions}{agent_scratchpad}' }));
+  assert.equal(readInjecAgentReactPrompts(join(repo, 'data')).system, 'S');
+  // neither source: one error naming both places
+  rmSync(join(repo, 'data', 'upstream-prompts.json'));
+  rmSync(py);
+  assert.equal(injecAgentReactReady(join(repo, 'data')), false);
+  assert.throws(() => readInjecAgentReactPrompts(join(repo, 'data')),
+    new RegExp(`InjecAgent's ReAct prompts \\(SYS_PROMPT, USER_PROMPT\\) not found: looked for ${join(repo, 'data', 'upstream-prompts.json')} \\(the prompts as data\\), ${py} \\(InjecAgent's repository layout\\)$`));
+  // a data file without the pair, or with other fields, is refused by name
+  const bad = join(repo, 'bad.json');
+  writeFileSync(bad, JSON.stringify({ SYS_PROMPT: 'S' }));
+  assert.throws(() => readInjecAgentReactPromptsFile(bad), /bad\.json: no string "USER_PROMPT"/);
+  writeFileSync(bad, JSON.stringify({ SYS_PROMPT: 'S', USER_PROMPT: '{input} {tools}' }));
+  assert.throws(() => readInjecAgentReactPromptsFile(bad), /USER_PROMPT's fields are \{input\}, \{tools\}/);
+
   const cases = readInjecAgentReactCases(data, 'base');
   assert.deepEqual(cases.map((c) => c.id), readInjecAgentCases(data, 'base').map((c) => c.id));
   assert.ok(cases[0]!.toolResponse.startsWith('"'), 'the tool response keeps its quotes');
@@ -316,14 +289,14 @@ test('python helpers: format, repr and json.dumps as Python prints them; unsuppo
   assert.throws(() => pyTripleQuotedConstant('P = """a\\nb"""\n', 'P', 'f'), /backslash/);
   assert.throws(() => pyTripleQuotedConstant('P = """a""" + Q\n', 'P', 'f'), /not a plain string literal/);
   assert.throws(() => pyTripleQuotedConstant('  P = """a"""\n', 'P', 'f'), /no top-level P/);
-  // a data folder without InjecAgent's agent code is refused with the places looked in
-  assert.throws(() => locateInjecAgentReact({ data: '/nonexistent/data', shared: '/nonexistent/shared' }), /upstream-agent\/ folder \(looked in \/nonexistent\/data\/injecagent, /);
+  // no data folder with InjecAgent's tools and prompts: refused with the places looked in
+  assert.throws(() => locateInjecAgentReact({ data: '/nonexistent/data', shared: '/nonexistent/shared' }), /needs InjecAgent's tools\.json and its prompts .* \(looked in \/nonexistent\/data\/injecagent, /);
 });
 
 test('react flow on a scripted endpoint: step 1, InjecAgent\'s cached step-2 observation, step 2, get_score', async (t) => {
-  const dir = needShared(t, 'data', 'injecagent', 'upstream-agent');
-  if (!dir) return;
-  const data = join(dir, '..');
+  const prompts = needShared(t, 'data', 'injecagent', 'upstream-prompts.json');
+  if (!prompts) return;
+  const data = dirname(prompts);
   const ctx = loadInjecAgentReact(data);
   const responses = readSimulatedAttackerResponses(data);
   const all = readInjecAgentReactCases(data, 'base');

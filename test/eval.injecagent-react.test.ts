@@ -3,16 +3,18 @@
  * in InjecAgent's ReAct format: the agent call carries InjecAgent's [system, user] prompt and no tools, each case's
  * step labels are InjecAgent's parse of the scripted text, the Valid / ASR cells equal the counts computed here from
  * the scripted labels, the judging methods judge the native conversation with the ToolSpecs, and shards run in
- * different formats are refused at merge. InjecAgent's tools.json and agent code are read from ../shared.
+ * different formats are refused at merge; a data folder without InjecAgent's prompts is one error. InjecAgent's data,
+ * tools.json and prompts (upstream-prompts.json) are read from ../shared/data/injecagent.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { completion, startMockUpstream, type MockAnswer } from './helpers/guard-mock.ts';
 import { runCli } from './helpers/harness-scenarios.ts';
 import { needShared, repoRoot } from './helpers/shared.ts';
+import { s3Data } from './helpers/s3-data.ts';
 import { SAFETY_ASSESSOR_ROLE } from '../src/guard/prompts.ts';
 
 type Msg = { role: string; content: string };
@@ -76,9 +78,9 @@ function script(dh: RawCase[], ds: RawCase[], agentBodies: Record<string, unknow
 const kn = (t: Table, method: string) => Object.fromEntries(Object.entries(t.methods.find((m) => m.method === method)!.metrics).map(([k, r]) => [k, `${r.k}/${r.n}`]));
 
 test('guard eval --injecagent-format react (default): InjecAgent\'s ReAct prompt, no tools, its parser\'s labels; Valid and ASR counted as InjecAgent does', async (t) => {
-  const data = needShared(t, 'data', 'injecagent', 'upstream-agent');
-  if (!data) return;
-  const dir = join(data, '..');
+  const prompts = needShared(t, 'data', 'injecagent', 'upstream-prompts.json');
+  if (!prompts) return;
+  const dir = dirname(prompts);
   const dh = readCases(dir, 'dh'), ds = readCases(dir, 'ds');
   const agentBodies: Record<string, unknown>[] = [], judgeTexts: string[] = [];
   const up = await startMockUpstream(script(dh, ds, agentBodies, judgeTexts));
@@ -136,9 +138,9 @@ test('guard eval --injecagent-format react (default): InjecAgent\'s ReAct prompt
 });
 
 test('guard eval --injecagent-format native: tools passed, no format line; shards of different formats are refused at merge', async (t) => {
-  const data = needShared(t, 'data', 'injecagent', 'upstream-agent');
-  if (!data) return;
-  const dir = join(data, '..');
+  const prompts = needShared(t, 'data', 'injecagent', 'upstream-prompts.json');
+  if (!prompts) return;
+  const dir = dirname(prompts);
   const withTools: boolean[] = [];
   const up = await startMockUpstream((body) => {
     const msgs = body!.messages as Msg[];
@@ -164,10 +166,25 @@ test('guard eval --injecagent-format native: tools passed, no format line; shard
   assert.match(agentharm.stderr, /--injecagent-format applies to --bench injecagent/);
 });
 
+test('guard eval --injecagent-format react on a data folder without InjecAgent\'s prompts: exit 2, one line naming where it looked and the native flag', async () => {
+  // the miniature InjecAgent folder has the cases and tools.json but neither prompt source
+  const dir = s3Data().injecagent;
+  const results = mkdtempSync(join(tmpdir(), 'injecagent-noprompts-'));
+  try {
+    const r = await runCli(repoRoot, ['guard', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'mock', '--bench', 'injecagent', '--settings', 'base', '--limit', '1', '--data', dir, '--results', results]);
+    assert.equal(r.code, 2, r.stderr);
+    const lines = r.stderr.trim().split('\n');
+    assert.equal(lines.length, 1, r.stderr);
+    assert.match(lines[0]!, new RegExp(`InjecAgent's ReAct prompts \\(SYS_PROMPT, USER_PROMPT\\) not found: looked for ${join(dir, 'upstream-prompts.json')} \\(the prompts as data\\), ${join(dir, '..', 'src', 'prompts', 'agent_prompts.py')} \\(InjecAgent's repository layout\\); .*--injecagent-format native`));
+  } finally {
+    rmSync(results, { recursive: true, force: true });
+  }
+});
+
 test('react shards are balanced on the prompt the agent sees: InjecAgent\'s prompt, with the judge\'s copy of the native conversation', async (t) => {
-  const data = needShared(t, 'data', 'injecagent', 'upstream-agent');
-  if (!data) return;
-  const dir = join(data, '..');
+  const prompts = needShared(t, 'data', 'injecagent', 'upstream-prompts.json');
+  if (!prompts) return;
+  const dir = dirname(prompts);
   const { injecAgentCases } = await import('../src/benchmarks/cases.ts');
   const { loadInjecAgentReact, readInjecAgentReactCases, renderReactPrompt } = await import('../src/benchmarks/injecagent-react.ts');
   const { itemTokens } = await import('../src/eval/table4/shard.ts');

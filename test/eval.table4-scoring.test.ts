@@ -8,14 +8,15 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { completion, startMockUpstream, type MockAnswer } from './helpers/guard-mock.ts';
 import { runCli } from './helpers/harness-scenarios.ts';
 import { argsFor } from './helpers/s3-mock.ts';
 import { s3Data } from './helpers/s3-data.ts';
 import { needShared, repoRoot } from './helpers/shared.ts';
 import { SAFEPROMPT_SYSTEM, SAFETY_ASSESSOR_ROLE, REFUSAL_PREFIX } from '../src/guard/prompts.ts';
-import { compliedAfterPrefix, parseRefusalAnswer, readAgentHarmRefusalPrompt } from '../src/eval/table4/refusal-scorers.ts';
+import { compliedAfterPrefix, parseRefusalAnswer } from '../src/eval/table4/refusal-scorers.ts';
+import { readAgentHarmRefusalPrompt } from '../src/benchmarks/agentharm-refusal-judge.ts';
 import type { ToolSpec } from '../src/data/types.ts';
 
 type Msg = { role: string; content: string };
@@ -38,10 +39,10 @@ function endpoint(verdict: string, refusal: (body: Record<string, unknown>) => s
   };
 }
 
-async function guardEval(script: (b: Record<string, unknown> | null) => MockAnswer, extra: string[]): Promise<{ table: Table; md: string; dir: string; close: () => Promise<void> }> {
+async function guardEval(script: (b: Record<string, unknown> | null) => MockAnswer, extra: string[], data = s3Data().agentharm): Promise<{ table: Table; md: string; dir: string; close: () => Promise<void> }> {
   const up = await startMockUpstream(script);
   const dir = mkdtempSync(join(tmpdir(), 'table4-scoring-'));
-  const r = await runCli(repoRoot, ['guard', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'agentharm', '--data', s3Data().agentharm, '--results', dir, '--no-cache', ...extra]);
+  const r = await runCli(repoRoot, ['guard', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'agentharm', '--data', data, '--results', dir, '--no-cache', ...extra]);
   assert.equal(r.code, 0, r.stderr);
   const out = join(dir, 'mock', 'guard');
   return {
@@ -81,22 +82,59 @@ test('unparseable judge answers: a column with count and %, and a warning row wh
   assert.match(e.md, /\*\*Warning:\*\* 4 of 4 judge answers of safekeep were unparseable/);
 });
 
-test('AgentHarm\'s refusal judge beside the substring list, with their agreement (prompt from ../shared, parsed as upstream)', async (t) => {
-  const scorer = needShared(t, 'data', 'agentharm', 'upstream-scorer');
-  if (!scorer) return;
-  const prompt = readAgentHarmRefusalPrompt(scorer);
-  assert.match(prompt, /^The response below \(contained in the <response> tags\)/);
+test('AgentHarm\'s refusal judge beside the substring list, with their agreement (--data ../shared/data/agentharm: prompt from its upstream-prompts.json, parsed as upstream)', async (t) => {
+  const data = needShared(t, 'data', 'agentharm', 'upstream-prompts.json');
+  if (!data) return;
+  const agentharm = dirname(data);
+  const prompt = readAgentHarmRefusalPrompt(agentharm);
+  assert.match(prompt.template, /^The response below \(contained in the <response> tags\)/);
   // the judge: a refusal iff the response gives a reason ("harm"); so SafePrompt's bare "I'm sorry…" disagrees
-  const e = await guardEval(endpoint('YES', () => 'It would cause harm.', (resp) => (resp.includes('harm') ? 'It declines on ethical grounds.\nAnswer: **Yes**' : 'Answer: No')),
-    ['--refusal-scorer', 'both', '--refusal-judge-prompt', scorer]);
+  const judge = (resp: string) => (resp.includes('harm') ? 'It declines on ethical grounds.\nAnswer: **Yes**' : 'Answer: No');
+  const script = endpoint('YES', () => 'It would cause harm.', judge);
+  const judged: string[] = [];
+  const recording = (b: Record<string, unknown> | null): MockAnswer => {
+    const first = (b!.messages as Msg[])[0]!.content;
+    if (first.startsWith('The response below')) judged.push(first);
+    return script(b);
+  };
+  const e = await guardEval(recording, ['--refusal-scorer', 'both', '--limit', '2'], agentharm);
   t.after(e.close);
   assert.deepEqual(kn(e.table, 'refusal'), { base: '0/2', safejudge: '2/2', safeprompt: '2/2', safekeep: '2/2' });
   assert.deepEqual(kn(e.table, 'refusalJudge'), { base: '0/2', safejudge: '2/2', safeprompt: '0/2', safekeep: '2/2' });
   assert.deepEqual(kn(e.table, 'agreement'), { base: '2/2', safejudge: '2/2', safeprompt: '0/2', safekeep: '2/2' });
   assert.match(e.md, /\| Refusal \(AgentHarm judge\) % \[95 % CI\] \| Substring–judge agreement % \[95 % CI\] \|/);
-  // the judge saw the reply inside the upstream prompt, and its raw answer is in the per-sample log
+  // the judge got DEFAULT_REFUSAL_PROMPT filled with the reply, and its raw answer is in the per-sample log
   const log = readFileSync(join(e.dir, 'mock', 'guard', 'log-agentharm.jsonl'), 'utf8');
   assert.match(log, /"scorer":"agentharm-refusal-judge","value":true,"explanation":"It declines on ethical grounds.\\nAnswer: \*\*Yes\*\*"/);
+  // every judge call is DEFAULT_REFUSAL_PROMPT around the reply it judged, as one user message
+  assert.ok(judged.length >= 6, `${judged.length} judge calls`);
+  for (const m of judged) assert.equal(m, prompt.template.replace('{generation}', m.slice(m.lastIndexOf('<response>') + 10, m.lastIndexOf('</response>'))));
+  // the protocol names the prompt's source
+  assert.ok(readFileSync(join(e.dir, 'mock', 'guard', 'table4-agentharm.json'), 'utf8').includes(`prompt ${data}, sha256 ${prompt.sha256.slice(0, 12)}`));
+});
+
+test('--refusal-judge-prompt PATH: an upstream-prompts.json given by path', async (t) => {
+  const data = needShared(t, 'data', 'agentharm', 'upstream-prompts.json');
+  if (!data) return;
+  const judge = (resp: string) => (resp.includes('harm') ? 'Answer: Yes' : 'Answer: No');
+  // the miniature data folder has no prompt of its own: the judge prompt comes from the path
+  const e = await guardEval(endpoint('YES', () => 'It would cause harm.', judge), ['--methods', 'base,safekeep', '--refusal-scorer', 'both', '--refusal-judge-prompt', data]);
+  t.after(e.close);
+  assert.deepEqual(kn(e.table, 'refusalJudge'), { base: '0/2', safekeep: '2/2' });
+});
+
+test('--refusal-scorer both with no AgentHarm refusal prompt in the data folder or at --refusal-judge-prompt: exit 2, one line naming where it looked', async (t) => {
+  const up = await startMockUpstream(endpoint('YES', () => 'x'));
+  t.after(() => up.close());
+  const missing = join(tmpdir(), 'no-such-agentharm-prompt');
+  const r = await runCli(repoRoot, ['guard', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'agentharm', '--data', s3Data().agentharm, '--results', join(tmpdir(), 'unused'), '--no-cache', '--refusal-scorer', 'both']);
+  assert.equal(r.code, 2, r.stderr);
+  assert.match(r.stderr, /AgentHarm's refusal judge prompt \(DEFAULT_REFUSAL_PROMPT\) not found: looked for .*upstream-prompts\.json \(the prompts as data\), .*scorer\.py/);
+  assert.equal(r.stderr.trim().split('\n').length, 1, r.stderr);
+  const r2 = await runCli(repoRoot, ['guard', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'agentharm', '--data', s3Data().agentharm, '--results', join(tmpdir(), 'unused'), '--no-cache', '--refusal-scorer', 'both', '--refusal-judge-prompt', missing]);
+  assert.equal(r2.code, 2, r2.stderr);
+  assert.equal(r2.stderr.trim().split('\n').length, 1, r2.stderr);
+  assert.match(r2.stderr, new RegExp(`looked for ${join(missing, 'upstream-prompts.json')} \\(the prompts as data\\), ${join(missing, 'scorer.py')} `));
 });
 
 test('parseRefusalAnswer and compliedAfterPrefix', () => {

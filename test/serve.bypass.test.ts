@@ -182,7 +182,8 @@ test('secrets: an upstream 5xx body and a judge 5xx body are never relayed or lo
 });
 
 test('an upstream redirect is a clean 502 that says so (never followed)', async (t) => {
-  const { up, url } = await setup(t);
+  // the forwarding path alone (a tool-less request let through unjudged), then the judge's
+  const { up, url } = await setup(t, { passUnjudged: ['no-tools'] });
   const r = await fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'redirect' }] }) });
   assert.equal(r.status, 502);
   const e = (await r.json()) as { error: { type: string; message: string; upstream_status: number } };

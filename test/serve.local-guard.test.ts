@@ -83,10 +83,11 @@ test('serve --model: the probe refuses the harmful request, passes the benign on
   const bj = await b.json() as { choices: { message: { content: string } }[] };
   assert.equal(bj.choices[0]!.message.content, known.benignBase);
 
-  // no tools: nothing to guard
+  // no tools: guarded all the same (a prompted agent describes its tools in its messages)
   const plain = await post({ messages: harmful, max_tokens: 4 });
-  assert.equal(plain.headers.get('x-safekeep-method'), 'base');
-  assert.equal(plain.headers.get('x-safekeep-probe-score'), null);
+  assert.equal(plain.headers.get('x-safekeep-method'), 'refusal-probe');
+  assert.equal(plain.headers.get('x-safekeep-action'), 'refuse');
+  assert.ok(Number.isFinite(Number(plain.headers.get('x-safekeep-probe-score'))));
   // stream: the same content as SSE
   const s = await post({ messages: harmful, tools, max_tokens: 8, stream: true });
   const text = await s.text();

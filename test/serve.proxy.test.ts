@@ -29,8 +29,8 @@ const setup = (t: import('node:test').TestContext, extra: Partial<ProxyOptions> 
 const post = (url: string, body: unknown) =>
   fetch(`${url}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: 'Bearer client-key' }, body: typeof body === 'string' ? body : JSON.stringify(body) });
 
-test('serve: requests without tools pass through untouched (also other paths)', async (t) => {
-  const { up, url, logs } = await setup(t);
+test('serve --pass-unjudged no-tools: requests without tools pass through untouched, logged as unjudged (also other paths)', async (t) => {
+  const { up, url, logs } = await setup(t, { passUnjudged: ['no-tools'] });
   const body = { model: 'm', messages: [{ role: 'user', content: 'Hello' }], max_tokens: 5 };
   const r = await post(url, body);
   assert.equal(r.status, 200);
@@ -42,7 +42,7 @@ test('serve: requests without tools pass through untouched (also other paths)', 
   const m = await fetch(`${url}/models`);
   assert.equal(m.status, 200);
   assert.deepEqual([up.requests[1]!.method, up.requests[1]!.url], ['GET', '/v1/models']);
-  assert.deepEqual(logs.map((l) => l.action), ['passthrough', 'passthrough']);
+  assert.deepEqual(logs.map((l) => [l.action, l.unjudged]), [['passthrough', 'no-tools'], ['passthrough', undefined]]);
 });
 
 test('serve: judged safe → the original body is forwarded byte for byte, tools intact', async (t) => {
@@ -111,7 +111,7 @@ test('serve: a client leaving mid-stream ends the forwarded stream promptly', as
 });
 
 test('serve: upstream 500 and judge failure → 502 JSON, nothing executed', async (t) => {
-  const { up, url, logs } = await setup(t);
+  const { up, url, logs } = await setup(t, { passUnjudged: ['no-tools'] });
   const r = await post(url, { model: 'm', messages: [{ role: 'user', content: 'explode' }] });
   assert.equal(r.status, 502);
   const e = (await r.json()) as { error: { type: string; upstream_status: number; message: string } };

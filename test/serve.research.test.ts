@@ -292,8 +292,8 @@ test('guards refuse the field: a server without --allow-interventions, the proxi
   const ok = parseChatRequest(JSON.stringify({ messages: harmful, safekeep: { steer: {} } }), { research: true });
   assert.equal(ok.body.safekeep, undefined);
   assert.deepEqual(ok.research, { steer: {} });
-  // logprobs under a guard: the answer may be the guard's refusal, so only unguarded requests (tool-free ones the
-  // operator lets through unjudged) get them
+  // logprobs under a guard: the answer may be the guard's refusal, so only requests the operator lets through
+  // unjudged (--pass-unjudged no-tools) get them
   const guarded = await start({ research: undefined, method: 'safekeep', passUnjudged: ['no-tools'] });
   const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }];
   const lp = await post({ messages: harmful, tools, logprobs: true }, guarded);

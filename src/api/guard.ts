@@ -5,7 +5,9 @@
 export type { AgentRequest, ChatBackend, ChatCall, ChatReply, Flattener, GuardMethod, JudgeResult, UnparseablePolicy, Verdict } from '../guard/types.ts';
 export { GUARD_METHODS } from '../guard/types.ts';
 export { judge, type JudgeOptions } from '../guard/judge.ts';
-export { judgeMessages, renderMessagesText, type ToolView } from '../guard/judge-context.ts';
+export { judgeMessages, judgePromptOf, renderMessagesText, type ToolView } from '../guard/judge-context.ts';
+export { judgeView, viewText, type JudgeView } from '../guard/view.ts';
+export { METHOD_TABLE, ENDPOINT_JUDGE_METHODS, type MethodRow } from '../guard/methods.ts';
 export { parseVerdict, isUnsafe } from '../guard/verdict.ts';
 export { guardedRespond, withSafetyPrompt, type GuardCost, type GuardOptions, type GuardedResponse } from '../guard/respond.ts';
 export { REFUSAL_PREFIX, SAFEPROMPT_SYSTEM, SAFETY_ASSESSOR_ROLE } from '../guard/prompts.ts';

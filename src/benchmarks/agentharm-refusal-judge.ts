@@ -3,10 +3,11 @@
  * a response "represents a refusal message", answering after "Answer:". Table 4's Refusal and Acc are otherwise
  * decided by substring matching; this scorer lets a run report both and their agreement.
  *
- * Prompt. `DEFAULT_REFUSAL_PROMPT` is read at run time from the benchmark's scorer.py in the data folder
- * (`agentharm/upstream-scorer/scorer.py`) and filled with `.format(generation=answer)`; the judge gets it as one user
- * message, as `RefusalJudgeLLM.check_refusal` sends it (AgentHarm uses gpt-4o-2024-08-06 at temperature 0; our
- * backends run at temperature 0, on whatever model or endpoint the harness opens).
+ * Prompt. `DEFAULT_REFUSAL_PROMPT` is read at run time from the data folder's `upstream-prompts.json`, else from
+ * inspect_evals' own scorer.py in or beside the data folder (read as text, never executed; upstream-prompts.ts), and
+ * filled with `.format(generation=answer)`; the judge gets it as one user message, as `RefusalJudgeLLM.check_refusal`
+ * sends it (AgentHarm uses gpt-4o-2024-08-06 at temperature 0; our backends run at temperature 0, on whatever model
+ * or endpoint the harness opens).
  *
  * Parsing (`check_refusal`, kept exactly, quirks included):
  * - explanation = the text before the first "Answer:"; verdict = the text between the first and the second
@@ -30,37 +31,59 @@
  *            null count as the unparseable column, and agreement(substringRefused, judgeRefused) on the rows where
  *            both are defined.
  */
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, statSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
 import { sha256Hex } from '../util/hash.ts';
 import { datasetCandidates, type DataDirs } from '../data/locate.ts';
 import type { ChatBackend, ChatMessage } from '../chat/types.ts';
-import { pyFormat, pyFormatFields, readPyConstant } from './py-source.ts';
+import { pyFormat, pyFormatFields } from './py-source.ts';
+import { firstPromptSource, readPromptConstants, UPSTREAM_PROMPTS_JSON, type PromptSourceCandidate } from './upstream-prompts.ts';
 
 export interface RefusalJudgePrompt {
   /** DEFAULT_REFUSAL_PROMPT verbatim (a Python format template with `{generation}`) */
   template: string;
-  /** the scorer.py it came from */
+  /** the upstream-prompts.json or scorer.py it came from */
   file: string;
   /** sha256 of the template, for logs and protocol tables (which judge prompt scored a run) */
   sha256: string;
 }
 
-/** DEFAULT_REFUSAL_PROMPT from `<scorerDir>/scorer.py` (scorerDir = the dataset's `upstream-scorer` folder). */
-export function readAgentHarmRefusalPrompt(scorerDir: string): RefusalJudgePrompt {
-  const file = join(scorerDir, 'scorer.py');
-  const template = readPyConstant(file, 'DEFAULT_REFUSAL_PROMPT');
+/** DEFAULT_REFUSAL_PROMPT from one source file (an upstream-prompts.json or inspect_evals' scorer.py), checked. */
+export function readAgentHarmRefusalPromptFile(file: string): RefusalJudgePrompt {
+  const template = readPromptConstants(file, ['DEFAULT_REFUSAL_PROMPT']).DEFAULT_REFUSAL_PROMPT!;
   const fields = pyFormatFields(template);
   if (fields.join(',') !== 'generation') throw new SafekeepError(`${file}: DEFAULT_REFUSAL_PROMPT's fields are {${fields.join('}, {')}}, expected {generation}`);
   return { template, file, sha256: sha256Hex(template) };
 }
 
-/** The prompt from the first AgentHarm dataset folder, in locateDataset's order, that holds `upstream-scorer/scorer.py`. */
+/**
+ * Where the prompt is looked for in a folder (the AgentHarm data folder, or the folder given to
+ * --refusal-judge-prompt), in order: the prompts as data, then inspect_evals' scorer.py in the folder or beside it
+ * (inspect_evals keeps scorer.py in the `agentharm` folder that holds the benchmark's data folder).
+ */
+export function agentHarmPromptCandidates(dir: string): PromptSourceCandidate[] {
+  return [
+    { file: join(dir, UPSTREAM_PROMPTS_JSON), what: 'the prompts as data' },
+    { file: join(dir, 'scorer.py'), what: "inspect_evals' scorer.py" },
+    { file: resolve(dir, '..', 'scorer.py'), what: "inspect_evals' scorer.py beside the data folder" },
+  ];
+}
+
+/** The prompt from `path`: an upstream-prompts.json or scorer.py file, or a folder searched as agentHarmPromptCandidates says. */
+export function readAgentHarmRefusalPrompt(path: string): RefusalJudgePrompt {
+  if (existsSync(path) && statSync(path).isFile()) return readAgentHarmRefusalPromptFile(path);
+  return readAgentHarmRefusalPromptFile(firstPromptSource(agentHarmPromptCandidates(path), "AgentHarm's refusal judge prompt (DEFAULT_REFUSAL_PROMPT)"));
+}
+
+/** The prompt from the first AgentHarm dataset folder, in locateDataset's order, that holds one of its sources. */
 export function locateAgentHarmRefusalPrompt(dirs: DataDirs = {}): RefusalJudgePrompt {
-  const candidates = datasetCandidates('agentharm', dirs).map((c) => join(c, 'upstream-scorer'));
-  const dir = candidates.find((c) => existsSync(join(c, 'scorer.py')));
-  if (!dir) throw new SafekeepError(`the AgentHarm refusal judge needs AgentHarm's scorer.py (looked in ${candidates.join(', ')})`);
+  const folders = datasetCandidates('agentharm', dirs);
+  const dir = folders.find((d) => agentHarmPromptCandidates(d).some((c) => existsSync(c.file)));
+  if (!dir) {
+    throw new SafekeepError(`the AgentHarm refusal judge needs its prompt (${UPSTREAM_PROMPTS_JSON}, or inspect_evals' scorer.py in or beside ` +
+      `the data folder; looked in ${folders.join(', ')})`);
+  }
   return readAgentHarmRefusalPrompt(dir);
 }
 

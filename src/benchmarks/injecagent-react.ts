@@ -10,17 +10,18 @@
  *   agent_scratchpad            = "\n{Thought}\nAction: {User Tool}\nAction Input: {Tool Parameters}\nObservation: {Tool Response}\n"
  * (data-stealing step 2 appends "Thought: {Attacker Tool Thought}\nAction: {Attacker Tools[0]}\nAction Input:
  * {Attacker Tool Parameters}\nObservation: {Attacker Tool Response}\n"), and a chat model gets
- * [{system: SYS_PROMPT}, {user: filled USER_PROMPT}]. The template text is read at run time from the benchmark's
- * agent_prompts.py under the data folder (upstream-agent/); nothing of it is committed here. Raw case fields are used
+ * [{system: SYS_PROMPT}, {user: filled USER_PROMPT}]. The template text is read at run time from the data folder's
+ * upstream-prompts.json, else from InjecAgent's own agent_prompts.py beside its data folder (upstream-prompts.ts);
+ * nothing of it is committed here. Raw case fields are used
  * as InjecAgent uses them: `Tool Parameters` as its Python-literal text, `Tool Response` with its surrounding double
  * quotes, and the tool list with the user tool repeated when it is also an attacker tool (the native variant
  * offers each tool once).
  *
  * Parser. `evaluateReactOutput` is InjecAgent's `evaluate_output_prompted` (output_parsing.py) step for step; its
- * quirks are kept and listed at each place (search "quirk:"). Where the two stored copies differ it follows the one
- * the data folder's SOURCE.md names as upstream's (the ibm copy: `assert` on an unexpected key, `info_list[index-1]`
- * without an index guard); the ipi-benchmark copy breaks out of the parse instead and guards the index, and adds a
- * "utility" field that upstream does not have.
+ * quirks are kept and listed at each place (search "quirk:"). Where copies of that code differ it follows the one
+ * the data folder's SOURCE.md names as closest to upstream's (`assert` on an unexpected key, `info_list[index-1]`
+ * without an index guard). It is held to the data folder's upstream-parse-oracle.jsonl: 1,230 outputs with what that
+ * code returned for each.
  *
  * Plugging into the harness (`--injecagent-format react`):
  *   const ctx = locateInjecAgentReact(dirs);  // once; dirs = the CLI's DataDirs; ctx.dir = the dataset folder
@@ -38,7 +39,7 @@
  * A backend reply of `null` (the call failed) is InjecAgent's "error" case: pass `null`, the result is invalid.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { SafekeepError } from '../util/errors.ts';
 import { sha256Hex } from '../util/hash.ts';
 import { parseJsonBounded } from '../util/json-bounded.ts';
@@ -46,12 +47,10 @@ import { isRecord } from '../data/jsonfile.ts';
 import { caseString, mapInjecAgentCases, type InjecAgentAttack, type InjecAgentSetting } from '../data/injecagent.ts';
 import { datasetCandidates, type DataDirs } from '../data/locate.ts';
 import type { ChatMessage } from '../chat/types.ts';
-import { assertIntegerNumbers, pyFormat, pyFormatFields, pyJsonDumps, pyReprStrList, readPyConstant } from './py-source.ts';
+import { assertIntegerNumbers, pyFormat, pyFormatFields, pyJsonDumps, pyReprStrList } from './py-source.ts';
+import { firstPromptSource, readPromptConstants, UPSTREAM_PROMPTS_JSON, type PromptSourceCandidate } from './upstream-prompts.ts';
 
 type Attack = InjecAgentAttack;
-
-/** The copy of InjecAgent's agent code whose prompts are read (both stored copies carry the same SYS/USER prompt). */
-export const REACT_PROMPT_COPIES = ['ipi-benchmark-copy', 'ibm-copy'] as const;
 
 const USER_PROMPT_FIELDS = ['available_tool_descriptions', 'available_tool_names', 'agent_scratchpad', 'input'];
 
@@ -60,26 +59,38 @@ export interface ReactPrompts {
   system: string;
   /** USER_PROMPT, verbatim (a Python format template) */
   user: string;
-  /** the agent_prompts.py they came from */
+  /** the upstream-prompts.json or agent_prompts.py they came from */
   file: string;
   /** sha256 of system + NUL + user, for logs and protocol tables */
   sha256: string;
 }
 
-/** SYS_PROMPT and USER_PROMPT from `<agentDir>/<copy>/agent_prompts.py` (first copy present, in REACT_PROMPT_COPIES order). */
-export function readInjecAgentReactPrompts(agentDir: string): ReactPrompts {
-  const file = REACT_PROMPT_COPIES.map((c) => join(agentDir, c, 'agent_prompts.py')).find((f) => existsSync(f));
-  if (!file) {
-    throw new SafekeepError(`${agentDir}: no InjecAgent agent_prompts.py (looked in ${REACT_PROMPT_COPIES.join(', ')}); the react format needs InjecAgent's upstream agent code`);
-  }
-  const system = readPyConstant(file, 'SYS_PROMPT');
-  const user = readPyConstant(file, 'USER_PROMPT');
+/**
+ * Where InjecAgent's prompt pair is looked for, given its data folder, in order: the prompts as data
+ * (`upstream-prompts.json`, as ../shared/data/injecagent carries it), then InjecAgent's own repository, whose
+ * `data/` folder sits beside `src/prompts/agent_prompts.py`.
+ */
+export function injecAgentPromptCandidates(dataDir: string): PromptSourceCandidate[] {
+  return [
+    { file: join(dataDir, UPSTREAM_PROMPTS_JSON), what: 'the prompts as data' },
+    { file: resolve(dataDir, '..', 'src', 'prompts', 'agent_prompts.py'), what: "InjecAgent's repository layout" },
+  ];
+}
+
+/** SYS_PROMPT and USER_PROMPT from one source file (an upstream-prompts.json or an agent_prompts.py), checked. */
+export function readInjecAgentReactPromptsFile(file: string): ReactPrompts {
+  const { SYS_PROMPT: system, USER_PROMPT: user } = readPromptConstants(file, ['SYS_PROMPT', 'USER_PROMPT']) as { SYS_PROMPT: string; USER_PROMPT: string };
   if (pyFormatFields(system).length) throw new SafekeepError(`${file}: SYS_PROMPT has format fields; InjecAgent sends it as is`);
   const fields = pyFormatFields(user).sort();
   if (fields.join(',') !== [...USER_PROMPT_FIELDS].sort().join(',')) {
     throw new SafekeepError(`${file}: USER_PROMPT's fields are {${fields.join('}, {')}}, expected {${USER_PROMPT_FIELDS.join('}, {')}}`);
   }
   return { system, user, file, sha256: sha256Hex([system, '\0', user]) };
+}
+
+/** SYS_PROMPT and USER_PROMPT for the InjecAgent data folder `dataDir` (first source in injecAgentPromptCandidates order). */
+export function readInjecAgentReactPrompts(dataDir: string): ReactPrompts {
+  return readInjecAgentReactPromptsFile(firstPromptSource(injecAgentPromptCandidates(dataDir), "InjecAgent's ReAct prompts (SYS_PROMPT, USER_PROMPT)"));
 }
 
 /** A ToolEmu tool as InjecAgent's `get_tool_dict` keeps it: the tools.json object, `name` replaced by toolkit + name. */
@@ -156,19 +167,33 @@ export interface ReactContext {
   tools: Map<string, ToolEmuDict>;
 }
 
-/** Prompts from `<agentDir>` (default `<dir>/upstream-agent`) and tools from `<dir>/tools.json`; `dir` = the located injecagent dataset. */
-export function loadInjecAgentReact(dir: string, agentDir: string = join(dir, 'upstream-agent')): ReactContext {
-  return { prompts: readInjecAgentReactPrompts(agentDir), tools: readInjecAgentToolDict(dir) };
+/** Prompts for the data folder `dir` (readInjecAgentReactPrompts) and tools from `<dir>/tools.json`; `dir` = the located injecagent dataset. */
+export function loadInjecAgentReact(dir: string): ReactContext {
+  return { prompts: readInjecAgentReactPrompts(dir), tools: readInjecAgentToolDict(dir) };
+}
+
+/** An InjecAgent data folder the react format can run on: tools.json and one of its prompt sources. */
+export function injecAgentReactReady(dir: string): boolean {
+  return existsSync(join(dir, 'tools.json')) && injecAgentPromptCandidates(dir).some((c) => existsSync(c.file));
 }
 
 /**
- * loadInjecAgentReact on the first InjecAgent dataset folder, in locateDataset's order, that also holds the agent
- * code (`upstream-agent/`): a pulled copy of the data alone (data/injecagent) cannot render the react prompt.
+ * The first InjecAgent dataset folder, in locateDataset's order, that the react format can run on (tools.json and
+ * the prompts, injecAgentReactReady); the error lists every folder looked in.
  */
-export function locateInjecAgentReact(dirs: DataDirs = {}): ReactContext & { dir: string } {
+export function locateInjecAgentReactDir(dirs: DataDirs = {}): string {
   const candidates = datasetCandidates('injecagent', dirs);
-  const dir = candidates.find((c) => existsSync(join(c, 'tools.json')) && existsSync(join(c, 'upstream-agent')));
-  if (!dir) throw new SafekeepError(`the react format needs InjecAgent's data with its upstream-agent/ folder (looked in ${candidates.join(', ')})`);
+  const dir = candidates.find(injecAgentReactReady);
+  if (!dir) {
+    throw new SafekeepError(`the react format needs InjecAgent's tools.json and its prompts (${UPSTREAM_PROMPTS_JSON}, or ../src/prompts/agent_prompts.py ` +
+      `in InjecAgent's repository layout) in one data folder (looked in ${candidates.join(', ')})`);
+  }
+  return dir;
+}
+
+/** loadInjecAgentReact on locateInjecAgentReactDir's folder. */
+export function locateInjecAgentReact(dirs: DataDirs = {}): ReactContext & { dir: string } {
+  const dir = locateInjecAgentReactDir(dirs);
   return { ...loadInjecAgentReact(dir), dir };
 }
 

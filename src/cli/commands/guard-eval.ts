@@ -12,7 +12,8 @@
  * `--results DIR` is the results root as in every other command; `--out DIR` (the Table 4 folder itself) still works
  * and says on stderr that it is deprecated. Endpoint answers are cached on disk (re-runs cost nothing).
  * InjecAgent runs in its own ReAct format by default (`--injecagent-format react`: its prompt and parser, the
- * paper's setting; needs tools.json and upstream-agent/ in the data folder); `native` is tool calling with our
+ * paper's setting; needs tools.json and InjecAgent's prompts — upstream-prompts.json, or its repository's
+ * src/prompts/agent_prompts.py beside the data folder); `native` is tool calling with our
  * system prompt (docs/table4-scoring.md).
  * `--limit N` keeps the first N cases of each group (harmful/benign; setting × attack type).
  * Endpoints: structured `tool_calls` are the calls; `--call-format` names the native syntax of calls a server leaves
@@ -75,7 +76,7 @@ export const flags: FlagTable = {
     { name: 'judge-max-tokens', value: 'N', default: `8 (${THINKING_JUDGE_TOKENS} with thinking on)`, help: 'judge generation budget' },
     { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'verdict when the judge answer cannot be parsed' },
     { name: 'refusal-scorer', value: 'substring|both', default: 'substring', help: 'AgentHarm refusal: the substring list (offline) or also AgentHarm\'s own refusal judge, with their agreement' },
-    { name: 'refusal-judge-prompt', value: 'DIR', default: '<data>/upstream-scorer', help: 'folder holding AgentHarm\'s scorer.py (its refusal prompt is read from it)' },
+    { name: 'refusal-judge-prompt', value: 'PATH', default: 'the data folder', help: 'AgentHarm\'s refusal prompt: an upstream-prompts.json, or a folder holding one or inspect_evals\' scorer.py (read as text)' },
     { name: 'refusal-judge-endpoint', value: 'URL', default: 'the evaluated model', help: 'OpenAI-compatible endpoint for the refusal judge' },
     { name: 'refusal-judge-model', value: 'NAME', help: 'model name at --refusal-judge-endpoint' },
     { name: 'refusal-judge-max-tokens', value: 'N', default: '256', help: 'refusal judge budget (it reasons before "Answer:")' },
@@ -145,16 +146,16 @@ async function refusalJudgeOf(args: ParsedArgs, bench: GuardBench, dataDir: stri
   const scorer = choiceValue(args, 'refusal-scorer', ['substring', 'both'] as const, 'substring');
   if (scorer === 'substring') return undefined;
   if (bench !== 'agentharm') throw new SafekeepError('--refusal-scorer both: AgentHarm\'s refusal judge scores AgentHarm (--bench agentharm)');
-  const { readAgentHarmRefusalPrompt } = await import('../../eval/table4/refusal-scorers.ts');
-  const prompt = readAgentHarmRefusalPrompt(resolve(args.values.get('refusal-judge-prompt') ?? join(dataDir, 'upstream-scorer')));
+  const { readAgentHarmRefusalPrompt } = await import('../../benchmarks/agentharm-refusal-judge.ts');
+  const prompt = readAgentHarmRefusalPrompt(resolve(args.values.get('refusal-judge-prompt') ?? dataDir));
   const url = args.values.get('refusal-judge-endpoint');
   const judgeBackend = url === undefined ? backend
     : endpointBackend(args, checkEndpointUrl('refusal-judge-endpoint', url), requireValue(args, 'refusal-judge-model'), { cacheDir: join(out, 'refusal-judge', 'cache') }).backend;
-  return { backend: judgeBackend, prompt, maxTokens: positiveIntValue(args, 'refusal-judge-max-tokens', 256) };
+  return { backend: judgeBackend, prompt: prompt.template, promptSource: `${prompt.file}, sha256 ${prompt.sha256.slice(0, 12)}`, maxTokens: positiveIntValue(args, 'refusal-judge-max-tokens', 256) };
 }
 
 /** How Table 4 says the react format ran. */
-const REACT_FORMAT_LINE = 'InjecAgent\'s ReAct prompt (SYS_PROMPT / USER_PROMPT of its agent_prompts.py, tools described in the prompt, no tool calling) and its output parser (evaluate_output_prompted): Valid counts format failures as InjecAgent does; --injecagent-format native for tool calling';
+const REACT_FORMAT_LINE = 'InjecAgent\'s ReAct prompt (its SYS_PROMPT / USER_PROMPT, tools described in the prompt, no tool calling) and its output parser (evaluate_output_prompted): Valid counts format failures as InjecAgent does; --injecagent-format native for tool calling';
 
 /** `--injecagent-format`: react by default on InjecAgent (the paper's setting); refused on AgentHarm. */
 function injecFormatOf(args: ParsedArgs, bench: GuardBench): InjecAgentFormat | null {
@@ -165,28 +166,27 @@ function injecFormatOf(args: ParsedArgs, bench: GuardBench): InjecAgentFormat | 
   return choiceValue(args, 'injecagent-format', INJECAGENT_FORMATS, 'react');
 }
 
-/** The first located InjecAgent folder with tools.json and upstream-agent/ (a pulled data/injecagent alone has neither). */
+/** The first located InjecAgent folder the react format can run on (tools.json and InjecAgent's prompts). */
 async function reactDataDir(): Promise<string> {
-  const { datasetCandidates } = await import('../../data/locate.ts');
-  const { existsSync } = await import('node:fs');
-  const candidates = datasetCandidates('injecagent', dataDirsEnv());
-  const dir = candidates.find((c) => existsSync(join(c, 'tools.json')) && existsSync(join(c, 'upstream-agent')));
-  if (!dir) {
-    throw new SafekeepError(`--injecagent-format react (the default) needs InjecAgent's data with its agent code (upstream-agent/); looked in ${candidates.join(', ')}: ` +
-      'give --data DIR, or pass --injecagent-format native');
+  const { locateInjecAgentReactDir } = await import('../../benchmarks/injecagent-react.ts');
+  try {
+    return locateInjecAgentReactDir(dataDirsEnv());
+  } catch (e) {
+    if (!(e instanceof SafekeepError)) throw e;
+    throw new SafekeepError(`--injecagent-format react (the default): ${e.message}; give --data DIR, or pass --injecagent-format native`);
   }
-  return dir;
 }
 
 /** InjecAgent's prompts and tools from the data folder, and its cases as its agent code reads them (same ids). */
 async function reactFormatOf(dataDir: string, settings: readonly InjecSetting[], cases: readonly GuardCase[]): Promise<ReactFormat> {
-  const { existsSync } = await import('node:fs');
   const { loadInjecAgentReact, readInjecAgentReactCases } = await import('../../benchmarks/injecagent-react.ts');
-  if (!existsSync(join(dataDir, 'tools.json')) || !existsSync(join(dataDir, 'upstream-agent'))) {
-    throw new SafekeepError(`--injecagent-format react (the default) needs InjecAgent's tools.json and its agent code (upstream-agent/) in ${dataDir}; ` +
-      'give --data a folder that has them, or pass --injecagent-format native');
+  let ctx;
+  try {
+    ctx = loadInjecAgentReact(dataDir);
+  } catch (e) {
+    if (!(e instanceof SafekeepError)) throw e;
+    throw new SafekeepError(`--injecagent-format react (the default): ${e.message}; give --data a folder that has them, or pass --injecagent-format native`);
   }
-  const ctx = loadInjecAgentReact(dataDir);
   const want = new Set(cases.map((c) => c.id));
   const all = settings.flatMap((s) => readInjecAgentReactCases(dataDir, s));
   return { ctx, cases: new Map(all.filter((c) => want.has(c.id)).map((c) => [c.id, c])) };
@@ -243,7 +243,7 @@ function protocolOf(args: ParsedArgs, bench: GuardBench, opened: OpenedBackend, 
     // native tables stay as they were: the format is named when it is react
     ...(react ? { injecagentFormat: REACT_FORMAT_LINE } : {}),
     safePrompt: 'AgentHarm refusal prompt appended to the agent system prompt',
-    ...(refusalJudge ? { refusalScorer: `substring list + AgentHarm refusal judge (${refusalJudge.backend.name}); agreement on harmful requests` } : {}),
+    ...(refusalJudge ? { refusalScorer: `substring list + AgentHarm refusal judge (${refusalJudge.backend.name}; prompt ${refusalJudge.promptSource ?? 'given'}); agreement on harmful requests` } : {}),
     ...(bench === 'injecagent' ? { injecagentScoring: 'InjecAgent two-step: data stealing succeeds only when step 2 calls the sending tool; ASR = Total' } : {}),
     // which kind of model produced the numbers, and the probe the probe methods read (its band and α)
     modelKind: modelKindOf(opened.modelDir, o.backend.name),
