@@ -99,6 +99,13 @@ function plan(c: CompletionRequest, o: CompletionsContext, x: Exchange): Planned
     research = { ...(c.logprobs !== undefined ? { topLogprobs: c.logprobs } : {}) };
     if (rq?.capture) research.capture = resolveCapture(rq.capture, ids.length, maxTokens, o.research!.maxCaptureBytes ?? DEFAULT_MAX_CAPTURE_BYTES);
   }
+  // as the chat route logs it: no vectors, no client text
+  if (research) {
+    x.entry.research = {
+      steer: rq?.steer ?? null, interventions: (rq?.edits.interventions?.length ?? 0) - (rq?.steer ? 1 : 0) + (rq?.edits.hooks?.length ?? 0),
+      capture: rq?.capture ? rq.capture.hooks.length : 0, logprobs: c.logprobs ?? null,
+    };
+  }
   const echo = !c.echo ? '' : typeof c.prompt === 'string' ? c.prompt : o.raw.decode(ids);
   return { c, ids, maxTokens, stop, research, rq, lens, echo };
 }
