@@ -33,10 +33,19 @@ export function zstdReady(): Promise<void> {
 
 /** float32 values, little-endian, zstd level 1 (as vllm-lens writes) → the encoding. `zstdReady()` first. */
 export function encodeLensTensor(values: Float32Array, shape: number[]): LensTensor {
+  // a Float32Array is in the platform's byte order: little-endian on x86 and ARM, so its bytes are the wire's
+  const raw = LITTLE_ENDIAN ? new Uint8Array(values.buffer, values.byteOffset, values.byteLength) : swapped(values);
+  return { data: Buffer.from(compress(raw, 1)).toString('base64'), dtype: 'float32', shape, compression: 'zstd', original_dtype: 'torch.float32' };
+}
+
+const LITTLE_ENDIAN = new Uint8Array(Uint16Array.of(1).buffer)[0] === 1;
+
+/** little-endian bytes of float32 values on a big-endian platform */
+function swapped(values: Float32Array): Uint8Array {
   const raw = new Uint8Array(values.length * 4);
   const view = new DataView(raw.buffer);
   for (let i = 0; i < values.length; i++) view.setFloat32(i * 4, values[i]!, true);
-  return { data: Buffer.from(compress(raw, 1)).toString('base64'), dtype: 'float32', shape, compression: 'zstd', original_dtype: 'torch.float32' };
+  return raw;
 }
 
 /** storage dtypes read (numpy's names), bytes per value, and the value at a byte offset */
@@ -113,11 +122,12 @@ export function decodeLensTensor(v: unknown, at: string, shapeOk: (shape: number
   }
   if (raw.length !== bytes) throw badRequest(`${at}.data holds ${raw.length} bytes; shape ${shown(shape)} of ${storage} is ${bytes}`);
   const view = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
-  const values = new Float32Array(count);
+  // float32 on a little-endian platform: the bytes as they are (copied: a Buffer's bytes may sit in a shared pool at
+  // any offset, and Buffer#slice is a view)
+  const values = storage === 'float32' && LITTLE_ENDIAN ? new Float32Array(new Uint8Array(raw).buffer) : new Float32Array(count);
   for (let i = 0; i < count; i++) {
-    const x = reader.read(view, i * reader.size);
-    values[i] = x;
-    if (!Number.isFinite(values[i]!)) throw badRequest(`${at}: value ${i} is not a finite float32 number (${x})`);
+    if (storage !== 'float32' || !LITTLE_ENDIAN) values[i] = reader.read(view, i * reader.size);
+    if (!Number.isFinite(values[i]!)) throw badRequest(`${at}: value ${i} is not a finite float32 number (${storage === 'float64' ? reader.read(view, i * 8) : values[i]})`);
   }
   return { values, shape: shape as number[] };
 }
