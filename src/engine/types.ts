@@ -10,7 +10,7 @@ import type {
 export { INTERVENTION_KINDS, STEER_POSITIONS } from './run/types.ts';
 export type {
   ActivationSource, FirstTokenSharedOptions, FirstTokenSharedResult, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult,
-  HookIntervention, Intervention, InterventionKind, PositionSelector, ReuseStats, SharedForwardOptions, SharedForwardResult,
+  GenerationEdits, HookIntervention, Intervention, InterventionKind, PositionSelector, ReuseStats, SharedForwardOptions, SharedForwardResult,
   SteerPositions, Steering, TokenLogprob,
 } from './run/types.ts';
 

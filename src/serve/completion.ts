@@ -22,6 +22,8 @@ export interface CompletionExtras {
   logprobs?: unknown;
   /** top-level fields of the response, e.g. the captured activations (streamed: of the finish-reason chunk) */
   body?: Record<string, unknown>;
+  /** streamed: `body` as a data event of its own just before [DONE] (where vllm-lens sends its activations) */
+  ownChunk?: boolean;
 }
 
 export function sendCompletion(x: Exchange, c: ChatRequest, model: string, t: CompletionTurn, headers: Record<string, string>, extras: CompletionExtras = {}): void {
@@ -30,7 +32,7 @@ export function sendCompletion(x: Exchange, c: ChatRequest, model: string, t: Co
   if (c.stream) {
     sendSse(x.res, {
       id: x.id, model, content: t.content ?? '', toolCalls: t.toolCalls, finish: t.finish, usage: c.includeUsage ? usage : undefined,
-      ...logprobs, ...(extras.body ? { finishExtra: extras.body } : {}),
+      ...logprobs, ...(extras.body ? (extras.ownChunk ? { tailEvent: extras.body } : { finishExtra: extras.body }) : {}),
     }, headers);
   } else {
     const message: Record<string, unknown> = { role: 'assistant', content: t.content };

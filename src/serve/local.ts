@@ -14,10 +14,12 @@
  *   characters) ends each request's own generation at its first stop string, which the answer does not include.
  *   Decoding is greedy: `temperature`/`top_p` are range-checked; `n`, `logit_bias`, penalties, `response_format` and
  *   `tool_choice` are refused unless at their no-op value; other fields ignored. `logprobs` / `top_logprobs` (k ≤ 20)
- *   return OpenAI's `choices[0].logprobs.content` (streamed too, on the content chunk), unguarded requests only.
+ *   return OpenAI's `choices[0].logprobs.content` (streamed: each chunk with its tokens'), unguarded requests only.
  * - `research` (`serve --model --allow-interventions`, method base only): the request field `safekeep` — per-request
  *   steering, interventions and activation capture (research.ts, docs/serve-research.md); each request's own
  *   sets decode in the same steps as the others'. Without it the field is a 400 naming it.
+ * - `POST /v1/completions` (`rawPrompts`, method base only): a raw prompt continued without a template, OpenAI's
+ *   completions shape (local-completions.ts); the research fields as here. A guarded server has no such route.
  * - `GET /v1/models` lists the one model. Anything else → 404 JSON.
  * - Bounded: at most 2048 messages and 128 tools (OpenAI's bounds); max_tokens at most `maxTokensLimit`; prompt +
  *   max_tokens above the context length → 400 in vLLM's wording, before any generation (the
@@ -34,7 +36,7 @@ import type { Server } from 'node:http';
 import { parseToolCalls, stripEndTokens } from '../outcome/parse-calls.ts';
 import { contextLengthMessage } from './context-length.ts';
 import { sendCompletion } from './completion.ts';
-import { HttpError, badRequest, capMessage, sendJson } from '../http/errors.ts';
+import { HttpError, badRequest, sendJson } from '../http/errors.ts';
 import { MAX_TOOLS, parseChatRequest, stopStrings, type ChatRequest } from '../chat/body.ts';
 import { SchemaBoundError } from '../prompts/flatten.ts';
 import { judgeCall } from '../guard/judge.ts';
@@ -43,8 +45,12 @@ import { SseStream, usageOf } from '../http/sse.ts';
 import { redactSecrets } from '../http/upstream.ts';
 import { isSafekeepError } from '../util/errors.ts';
 import { guardedRespond, plannedCalls, type GuardedResponse, type GuardOptions } from '../guard/respond.ts';
-import type { ChatBackend, ChatCall, GuardMethod, ResearchCall, ResearchReply } from '../guard/types.ts';
-import { activationsJson, DEFAULT_MAX_CAPTURE_BYTES, logprobsOf, parseResearchField, resolveCapture, type ResearchOptions } from '../chat/research.ts';
+import type { ChatBackend, ChatCall, GuardMethod, ResearchCall } from '../guard/types.ts';
+import { DEFAULT_MAX_CAPTURE_BYTES, logprobsOf, parseResearchField, resolveCapture, type ResearchOptions } from './research.ts';
+import { parseLensXargs } from './vllm-lens.ts';
+import { callWithin, capturedBody, hasEdits, liveText, researchRespond, withSignal, type Live } from './local-call.ts';
+import { zstdReady } from './lens-tensor.ts';
+import { completionsHandler, type RawPrompts } from './local-completions.ts';
 
 export interface LocalServerOptions extends GuardOptions {
   backend: ChatBackend;
@@ -80,22 +86,16 @@ export interface LocalServerOptions extends GuardOptions {
    * steering. Absent: the field is a 400 naming it.
    */
   research?: ResearchOptions;
+  /**
+   * `POST /v1/completions` (a raw prompt, no template; local-completions.ts) with method base only — `--method base`
+   * or `--allow-interventions`; a guarded server has no such route (404)
+   */
+  rawPrompts?: RawPrompts;
 }
 
 
 // the `stop` bounds and parser live with the one request parser (the proxy bounds `stop` too); re-exported here
 export { MAX_STOP_CHARS, MAX_STOP_STRINGS, stopStrings } from '../chat/body.ts';
-
-/**
- * A failure while the model ran (a step, the judge, the probe): the request fails closed — a 500 and no answer, the
- * other requests go on — and the client learns nothing internal (engine messages name files, devices, shapes); the
- * log line keeps the message.
- */
-function generationFailed(e: unknown, x: Exchange): HttpError {
-  if (e instanceof HttpError) return e;
-  x.entry.internal = capMessage(String((e as Error)?.message ?? e), 300);
-  return new HttpError(500, 'internal_error', `generation failed (request ${x.id}); the server log has the details`);
-}
 
 /**
  * OpenAI's bounds on a request's arrays (its API refuses longer ones). The chat template renders every message before
@@ -140,27 +140,6 @@ export function checkSampling(b: Record<string, unknown>): void {
   }
 }
 
-/**
- * The backend with the research options on the request's agent call (the only call under method base), its research
- * reply handed to `got`.
- */
-function withResearch(b: ChatBackend, research: ResearchCall, got: (r: ResearchReply | undefined) => void): ChatBackend {
-  return {
-    name: b.name, callFormat: b.callFormat, activations: b.activations,
-    chat: async (c) => {
-      if (c.purpose !== 'agent') return b.chat(c);
-      const r = await b.chat({ ...c, research });
-      got(r.research);
-      return r;
-    },
-  };
-}
-
-/** The backend with every call tied to this request's signal. */
-function withSignal(b: ChatBackend, signal: AbortSignal): ChatBackend {
-  return { name: b.name, callFormat: b.callFormat, activations: b.activations, chat: (c) => b.chat({ ...c, signal }) };
-}
-
 /** A request past its checks: what its guarded call needs. */
 interface Admitted {
   c: ChatRequest;
@@ -172,6 +151,8 @@ interface Admitted {
   stop: ReturnType<typeof stopStrings>;
   /** the research field when it asks something (an empty one leaves the request a plain one: cache, live streaming) */
   rq: ReturnType<typeof parseResearchField> | null;
+  /** the research fields came as vllm-lens's `vllm_xargs` (its response shape: top-level `activations`) */
+  lens: boolean;
   topLogprobs: number | undefined;
 }
 
@@ -202,12 +183,14 @@ function admit(c: ChatRequest, o: LocalServerOptions): Admitted {
   // tool-less ones through by name
   const method: GuardMethod = tools.length || !o.passUnjudged?.includes('no-tools') ? o.method : 'base';
   // research fields (research.ts): checked before any counting or generation
-  const parsed = o.research ? parseResearchField(c.research, o.research) : null;
-  const rq = parsed && (Object.keys(parsed.call).length > 0 || parsed.capture) ? parsed : null;
+  if (c.research !== undefined && c.lens !== undefined) throw badRequest('"safekeep" and "vllm_xargs": send one of them');
+  const lens = c.lens !== undefined;
+  const parsed = !o.research ? null : lens ? parseLensXargs(c.lens, o.research) : parseResearchField(c.research, o.research);
+  const rq = parsed && (hasEdits(parsed.edits) || parsed.capture) ? parsed : null;
   const topLogprobs = logprobsOf(c.body);
   if (topLogprobs !== undefined && !o.backend.activations) throw badRequest('"logprobs": this server\'s backend returns no log probabilities');
   if (topLogprobs !== undefined && method !== 'base') throw badRequest(`"logprobs": not under the guard (method ${method}); the answer may be the guard's refusal`);
-  return { c, messages, tools, method, maxTokens, stop, rq, topLogprobs };
+  return { c, messages, tools, method, maxTokens, stop, rq, lens, topLogprobs };
 }
 
 /**
@@ -239,11 +222,11 @@ function fitContext(x: Exchange, o: LocalServerOptions, a: Admitted): void {
   }
 }
 
-/** The agent call's research options (steering, interventions, capture, log probabilities), and what the log says of them. */
+/** The agent call's research options (capture, log probabilities; its edits are `rq.edits`), and what the log says of them. */
 function researchOf(x: Exchange, o: LocalServerOptions, a: Admitted): ResearchCall | undefined {
   const { rq, topLogprobs } = a;
   if (!rq && topLogprobs === undefined) return undefined;
-  const research: ResearchCall = { ...rq?.call, ...(topLogprobs !== undefined ? { topLogprobs } : {}) };
+  const research: ResearchCall = { ...(topLogprobs !== undefined ? { topLogprobs } : {}) };
   if (rq?.capture) {
     const count = o.countPromptTokens;
     if (!count) throw badRequest('safekeep.capture: this server cannot count prompt tokens');
@@ -252,59 +235,16 @@ function researchOf(x: Exchange, o: LocalServerOptions, a: Admitted): ResearchCa
   }
   // no vectors, no client text
   x.entry.research = {
-    steer: research.steer ? { layer: research.steer.layer, alpha: research.steer.alpha } : null, interventions: (research.interventions?.length ?? 0) + (research.hooks?.length ?? 0),
+    steer: rq?.steer ?? null, interventions: (rq?.edits.interventions?.length ?? 0) - (rq?.steer ? 1 : 0) + (rq?.edits.hooks?.length ?? 0),
     capture: rq?.capture ? rq.capture.hooks.length : 0, logprobs: research.topLogprobs ?? null,
   };
   return research;
 }
 
-type Responded = { r: GuardedResponse; researchReply: ResearchReply | undefined };
-
-/** Fail a request whose SSE stream may have started: before the first chunk the error is the status; after it an error event. */
-function failLive(x: Exchange, live: SseStream | null, err: HttpError): void {
-  if (!live?.started) throw err;
-  // the status line is gone: the stream ends with an error event and no [DONE]
-  x.entry.status = err.status;
-  live.fail(err.message, err.type);
-}
-
-/** The guarded call within the request's deadline, cancelled when the client leaves; null when the request was already answered (failed, timed out, cancelled). */
-async function respondWithin(x: Exchange, o: LocalServerOptions, a: Admitted, research: ResearchCall | undefined, live: SseStream | null, deadlineMs: number): Promise<Responded | null> {
-  let researchReply: ResearchReply | undefined;
-  const deadline = AbortSignal.timeout(deadlineMs);
-  const signal = AbortSignal.any([x.signal, deadline]);
-  let r: GuardedResponse | null = null;
-  try {
-    const backend = withSignal(o.backend, signal);
-    r = await guardedRespond({ messages: a.messages, tools: a.tools }, a.method, research ? withResearch(backend, research, (got) => { researchReply = got; }) : backend, {
-      ...o, maxTokens: a.maxTokens, stop: a.stop,
-      // a judge on its own backend is cancelled with the request too
-      ...(o.judgeBackend ? { judgeBackend: withSignal(o.judgeBackend, signal) } : {}),
-      ...(live ? { onText: (d: string) => live.write(d) } : {}),
-    });
-  } catch (e) {
-    // a backend may end a cancelled call by throwing: the cancellation is the answer then
-    if (!signal.aborted) {
-      failLive(x, live, generationFailed(e, x));
-      return null;
-    }
-  }
-  if (deadline.aborted) {
-    failLive(x, live, new HttpError(504, 'timeout', `the request did not finish within ${deadlineMs} ms`));
-    return null;
-  }
-  if (r === null || x.signal.aborted || r.reply.finish === 'cancelled') {
-    x.entry.status = 499;
-    x.entry.action = 'cancelled';
-    if (live?.started) live.fail('cancelled', 'cancelled');
-    return null;
-  }
-  return { r, researchReply };
-}
-
 /** The answer: headers and log fields from the guard's response, the calls parsed, then JSON, SSE or the live stream's end. */
-function sendReply(x: Exchange, o: LocalServerOptions, a: Admitted, { r, researchReply }: Responded, live: SseStream | null, research: ResearchCall | undefined): void {
+function sendReply(x: Exchange, o: LocalServerOptions, a: Admitted, r: GuardedResponse, live: Live | null, research: ResearchCall | undefined): void {
   const { c, tools, method, rq, topLogprobs } = a;
+  const researchReply = r.reply.research;
   const action = r.blocked ? 'refuse' : r.steered ? 'steer' : 'forward';
   const headers: Record<string, string> = { 'x-safekeep-action': action, 'x-safekeep-method': method };
   if (r.judge) headers['x-safekeep-verdict'] = r.judge.verdict;
@@ -319,19 +259,46 @@ function sendReply(x: Exchange, o: LocalServerOptions, a: Admitted, { r, researc
   const calls = r.blocked || tools.length === 0 ? [] : parseToolCalls(content, o.backend.callFormat).calls;
   const toolCalls = calls.map((k, i) => ({ id: `call_${i}`, type: 'function', function: { name: k.name, arguments: JSON.stringify(k.arguments) } }));
   const finish = toolCalls.length ? 'tool_calls' : r.reply.finish === 'length' ? 'length' : 'stop';
+  const captured = capturedBody(rq, a.lens, research, researchReply, o.research?.hiddenSize ?? 0);
   if (live) {
     x.entry.status = 200;
     const usage = usageOf(r.reply.promptTokens, r.reply.completionTokens);
-    if (!live.finish({ content, toolCalls, finish, usage: c.includeUsage ? usage : undefined }, headers)) x.entry.status = 500;
+    // the log probabilities of the tokens not sent with a piece (held back to the end: an end-of-turn token)
+    const rest = topLogprobs !== undefined ? (researchReply?.logprobs ?? []).slice(live.lpSent) : [];
+    if (!live.stream.finish({
+      content, toolCalls, finish, usage: c.includeUsage ? usage : undefined,
+      ...(rest.length ? { logprobs: { content: rest, refusal: null } } : {}),
+      ...(captured ? (captured.ownChunk ? { tailEvent: captured.body } : { finishExtra: captured.body }) : {}),
+    }, headers)) x.entry.status = 500;
     return;
   }
-  const activations = rq?.capture && research?.capture && researchReply
-    ? { safekeep: { activations: activationsJson(rq.capture, research.capture, researchReply, o.research!.hiddenSize) } }
-    : undefined;
   sendCompletion(x, c, o.modelName, { content, toolCalls, finish, promptTokens: r.reply.promptTokens, completionTokens: r.reply.completionTokens }, headers, {
     ...(topLogprobs !== undefined ? { logprobs: { content: researchReply?.logprobs ?? [], refusal: null } } : {}),
-    ...(activations ? { body: activations } : {}),
+    ...(captured ?? {}),
   });
+}
+
+/**
+ * The request's call: a research call (steering, interventions, capture, log probabilities; method base) straight to
+ * the backend, every other through the guard; a live stream's text (and log probabilities) as generated.
+ */
+function runChat(o: LocalServerOptions, a: Admitted, research: ResearchCall | undefined, live: Live | null) {
+  return (signal: AbortSignal): Promise<GuardedResponse> => {
+    const backend = withSignal(o.backend, signal);
+    if (research) {
+      return researchRespond(backend, {
+        messages: a.messages, tools: a.tools, maxTokens: a.maxTokens, purpose: 'agent', research, ...(a.stop?.length ? { stop: a.stop } : {}),
+        ...(hasEdits(a.rq?.edits) ? { edits: a.rq.edits } : {}),
+        ...(live ? { onText: liveText(live, (content) => ({ content, refusal: null })) } : {}),
+      });
+    }
+    return guardedRespond({ messages: a.messages, tools: a.tools }, a.method, backend, {
+      ...o, maxTokens: a.maxTokens, stop: a.stop,
+      // a judge on its own backend is cancelled with the request too
+      ...(o.judgeBackend ? { judgeBackend: withSignal(o.judgeBackend, signal) } : {}),
+      ...(live ? { onText: (d: string) => live.stream.write(d) } : {}),
+    });
+  };
 }
 
 export function createLocalServer(o: LocalServerOptions): Server {
@@ -342,7 +309,8 @@ export function createLocalServer(o: LocalServerOptions): Server {
   /** running mean of request seconds, for Retry-After */
   let meanSeconds = 1;
 
-  async function chat(x: Exchange): Promise<void> {
+  /** a handler inside the admission queue: at most maxQueue requests at once, more → 429 */
+  const queued = (handle: (x: Exchange) => Promise<void>) => async (x: Exchange): Promise<void> => {
     if (admitted >= maxQueue) {
       const wait = Math.max(1, Math.ceil(meanSeconds * (admitted - maxQueue + 1)));
       throw new HttpError(429, 'rate_limit_error', `server busy: ${admitted} requests admitted (at most ${maxQueue}); retry after ${wait} s`, {}, { 'retry-after': String(wait) });
@@ -350,26 +318,34 @@ export function createLocalServer(o: LocalServerOptions): Server {
     admitted++;
     const t0 = performance.now();
     try {
-      await chatAdmitted(x);
+      await handle(x);
     } finally {
       admitted--;
       meanSeconds = 0.8 * meanSeconds + 0.2 * ((performance.now() - t0) / 1000);
     }
-  }
+  };
 
   const chatAdmitted = async (x: Exchange): Promise<void> => {
-    const a = admit(parseChatRequest(await x.body(), { research: o.research !== undefined }), o);
+    const c = parseChatRequest(await x.body(), { research: o.research !== undefined });
+    // vllm-lens's tensors are zstd frames (a WebAssembly module, instantiated on first use)
+    if (c.lens !== undefined) await zstdReady();
+    const a = admit(c, o);
     fitContext(x, o, a);
     const research = researchOf(x, o, a);
-    // without tools the answer is the model's text as it comes (with tools it is parsed for calls when finished)
-    const live = a.c.stream && a.tools.length === 0 && !research ? new SseStream(x.res, x.id, o.modelName, { 'x-safekeep-action': 'forward', 'x-safekeep-method': a.method }) : null;
-    const done = await respondWithin(x, o, a, research, live, deadlineMs);
+    // without tools the answer is the model's text as it comes, with its log probabilities (with tools it is parsed
+    // for calls when finished); captured activations come with the end
+    const live = a.c.stream && a.tools.length === 0 ? { stream: new SseStream(x.res, x.id, o.modelName, { 'x-safekeep-action': 'forward', 'x-safekeep-method': a.method }), lpSent: 0 } : null;
+    const done = await callWithin(x, live?.stream ?? null, deadlineMs, runChat(o, a, research, live));
     if (done) sendReply(x, o, a, done, live, research);
   };
 
   return createHttpServer({
     routes: {
-      'chat/completions': { methods: ['POST'], handle: chat },
+      'chat/completions': { methods: ['POST'], handle: queued(chatAdmitted) },
+      // raw prompts only where no guard runs: a judge reads a conversation
+      ...(o.rawPrompts && o.method === 'base' ? {
+        completions: { methods: ['POST'], handle: queued(completionsHandler({ ...o, raw: o.rawPrompts, checkSampling, deadlineMs })) },
+      } : {}),
       models: {
         methods: ['GET'],
         handle: async (x) => sendJson(x.res, 200, { object: 'list', data: [{ id: o.modelName, object: 'model', owned_by: 'safekeep', ...(o.contextLength ? { max_model_len: o.contextLength } : {}) }] }),

@@ -124,7 +124,7 @@ interface Seq {
   keepPromptHidden: boolean;
   halt: ((h: Float32Array) => boolean) | undefined;
   signal: AbortSignal | undefined;
-  stopWhen: ((generatedIds: readonly number[]) => boolean) | undefined;
+  stopWhen: GenerateOptions['stopWhen'];
   /** what the caller's stopWhen threw: the sequence ends rejected with it */
   failed: { error: unknown } | null;
   prefillIv: InterventionInputs;
@@ -671,7 +671,7 @@ export class Scheduler {
   /** the caller's stopWhen; one that throws ends its own sequence (rejected at completion), not the step's batch */
   private stopsHere(q: Seq): boolean {
     try {
-      return q.stopWhen!(q.result.generatedIds);
+      return q.stopWhen!(q.result.generatedIds, q.result.logprobs);
     } catch (e) {
       q.failed = { error: e };
       return true;
