@@ -138,7 +138,7 @@ describe('f16 KV through the scheduler and shared-prefix reuse = one plain step 
   });
 });
 
-test('CLI: --kv-dtype f32|f16, --device webgpu (f16 weights and KV by default), bad values refused by name', async () => {
+test('CLI: --kv-dtype f32|f16, the KV follows the compute dtype (webgpu: f16 weights and KV by default; --dtype f32 an f32 KV), bad values refused by name', async () => {
   const flags = { values: ['dtype', 'device', 'kv-dtype', 'threads', 'model'] as string[] };
   const opts = (argv: string[]) => engineOptions(parseArgs(argv, flags));
   assert.equal(opts(['--device', 'webgpu']).dtype, 'f16');
@@ -146,6 +146,13 @@ test('CLI: --kv-dtype f32|f16, --device webgpu (f16 weights and KV by default), 
   assert.equal(resolveEngineConfig({ device: 'webgpu' }).kvDType, 'f16');
   assert.equal(resolveEngineConfig({ device: 'cuda' }).kvDType, 'f16');
   assert.equal(resolveEngineConfig({}).kvDType, 'f32');
+  // --dtype f32 on a GPU device: an f32 KV unless asked (the f16 KV put webgpu f32 3.5e-3 off HF)
+  assert.equal(resolveEngineConfig({ device: 'webgpu', dtype: 'f32' }).kvDType, 'f32');
+  assert.equal(resolveEngineConfig({ device: 'cuda', dtype: 'f32' }).kvDType, 'f32');
+  for (const dtype of ['bf16', 'q8', 'q4'] as const) assert.equal(resolveEngineConfig({ device: 'webgpu', dtype }).kvDType, 'f32', dtype);
+  // the CPU's f16 computes f32 math on f16-rounded weights: its KV stays f32; an f16 KV is an explicit choice
+  assert.equal(resolveEngineConfig({ dtype: 'f16' }).kvDType, 'f32');
+  assert.equal(resolveEngineConfig({ device: 'webgpu', dtype: 'f32', kvDType: 'f16' }).kvDType, 'f16');
   assert.equal(resolveEngineConfig({ device: 'webgpu' }).attention, 'matmul');
   assert.equal(opts(['--kv-dtype', 'f16']).kvDType, 'f16');
   assert.equal(opts(['--device', 'webgpu', '--kv-dtype', 'f32']).kvDType, 'f32');

@@ -25,7 +25,7 @@ import { generate } from './run/generate.ts';
 import { Scheduler, type SchedulerOptions } from './run/scheduler.ts';
 import { firstTokenShared, forwardShared } from './run/prefix.ts';
 import type { StepInput, StepOutput, Stepper } from './run/step.ts';
-import { appendKv, capacityBias, emptyKv, kvCapacity, KV_CHUNK, type KvArray, type KvCache, type KvDType } from './runtime/kv.ts';
+import { appendKv, capacityBias, emptyKv, kvBytes, kvCapacity, KV_CHUNK, type KvArray, type KvCache, type KvDType } from './runtime/kv.ts';
 import { planMemory, RUNTIME_MARGIN, type MemoryPlan, type StepShape } from './runtime/memory.ts';
 import { openSession, webgpuError } from './runtime/session.ts';
 import type { Engine, FirstTokenSharedOptions, FirstTokenSharedResult, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, SharedForwardOptions, SharedForwardResult } from './types.ts';
@@ -309,7 +309,7 @@ export async function createEngineFromCheckpoint(ckpt: Checkpoint, opts: EngineO
   // the plan first: a budget the weights alone exceed fails before any memory is spent
   const plan = opts.maxMemory === undefined ? null : planMemory(ckpt.config, cfg.dtype, opts.maxMemory, {
     storage: ckpt.tensors.get(tensorName('down', 0))?.dtype ?? 'F32',
-    lowMemory: cfg.lowMemory, attention: cfg.attention,
+    lowMemory: cfg.lowMemory, attention: cfg.attention, kvElement: kvBytes(cfg.kvDType),
     ...(cfg.quant ? { quant: { scheme: cfg.quant.scheme, block: cfg.quant.block } } : {}),
     runtimeBytes: opts.runtimeBytes ?? process.memoryUsage().rss + RUNTIME_MARGIN,
   });
