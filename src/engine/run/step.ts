@@ -68,7 +68,7 @@ export interface StepOutput {
 }
 
 /** The least a chunked step needs: the shapes and `step`. */
-export interface StepRunner {
+export interface StepSource {
   readonly numLayers: number;
   readonly dModel: number;
   readonly vocabSize: number;
@@ -76,7 +76,7 @@ export interface StepRunner {
 }
 
 /** What the run layer needs from an engine: steps, the memory plan's limits, and the model's shapes. */
-export interface Stepper extends StepRunner {
+export interface Stepper extends StepSource {
   readonly config: ModelConfig;
   readonly eosIds: readonly number[];
   /** most padded tokens per internal batch */
