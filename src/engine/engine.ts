@@ -26,6 +26,7 @@ import { Scheduler, type SchedulerOptions } from './run/scheduler.ts';
 import { firstTokenShared, forwardShared } from './run/prefix.ts';
 import type { StepInput, StepOutput, Stepper } from './run/step.ts';
 import { appendKv, capacityBias, emptyKv, kvBytes, kvCapacity, KV_CHUNK, type KvArray, type KvCache, type KvDType } from './runtime/kv.ts';
+import { countRun, emptyTransfer, type TransferCounter } from './runtime/transfer.ts';
 import { planMemory, RUNTIME_MARGIN, type MemoryPlan, type StepShape } from './runtime/memory.ts';
 import { openSession, webgpuError } from './runtime/session.ts';
 import type { Engine, FirstTokenSharedOptions, FirstTokenSharedResult, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, SharedForwardOptions, SharedForwardResult } from './types.ts';
@@ -57,6 +58,15 @@ export class OnnxEngine implements Engine, Stepper {
    * (`prefixStore`).
    */
   readonly scheduler: Scheduler;
+  /**
+   * host ↔ device bytes of every session run (runtime/transfer.ts: host tensors fed to a device session and read back
+   * from it); stays 0 on the CPU. `npm run bench:decode-step -- --contexts` reads it per decode step.
+   */
+  readonly transfer: TransferCounter = emptyTransfer();
+  /** whether the session runs on a device (cuda, webgpu): its host tensors cross to it */
+  private get onDevice(): boolean {
+    return (this.engineConfig?.device ?? 'cpu') !== 'cpu';
+  }
 
   /** the sliding window of the windowed layers (one size per config), null when every layer attends fully */
   readonly window: number | null;
@@ -171,6 +181,7 @@ export class OnnxEngine implements Engine, Stepper {
     try {
       const session = inp.hooks ? await this.hookSession(inp.hooks.selection) : this.session;
       out = await session.run(feeds, fetches);
+      if (this.onDevice) countRun(this.transfer, feeds, out);
     } catch (e) {
       // a WebGPU failure mid-run (out of device memory, a kernel the provider cannot run) as one line
       if (this.engineConfig?.device === 'webgpu' && !(e instanceof SafekeepError)) throw webgpuError(String((e as Error).message ?? e).split('\n')[0]!.slice(0, 300));
