@@ -4,15 +4,22 @@
  * joining and leaving between steps) and the prefix cache's blocks (runtime/kv-blocks.ts) — and every copy between
  * them: a prefix hit into a prompt's KV, a chunk's completed blocks into the store, a pack's pasts into one step and
  * its new slots back, a finished prefill into its group's buffer, a leaving row's slot move. The planner asks it
- * what fits and where rows are; the step runner asks it for a step's past and hands it the step's present. Today
- * the slots are host memory (the CPU path, and GPU devices feeding the host buffer each step).
+ * what fits and where rows are; the step runner asks it for a step's past and hands it the step's present.
+ *
+ * On a device that keeps KV (webgpu, `Stepper.kvOnDevice`) a decode buffer also has a device copy: a decode step's
+ * present stays on the device (runtime/device-kv.ts) and is the next step's past, so the cache does not cross per
+ * step. The host buffer stays the layout's authority; before it is changed (a row joins or leaves, a re-layout for
+ * room) the device copy is read back into it (`sync`) and dropped, and the next step feeds the host buffer once.
+ * Prompt KV and the prefix cache stay host memory (a prompt crosses once, when it joins).
  */
+import type * as ort from 'onnxruntime-node';
 import type { ModelConfig } from '../../checkpoint/types.ts';
+import { disposeDevice, onDevice } from '../runtime/device-kv.ts';
 import { KvBlockStore } from '../runtime/kv-blocks.ts';
 import { appendKv, kvArray, kvBytes, kvCapacity, kvOfArrays, KV_CHUNK, packRowsKv, rowSlotsKv, type KvArray, type KvCache, type KvDType } from '../runtime/kv.ts';
 import { RowKv } from '../runtime/row-kv.ts';
 import type { PackLayout } from './prefill-pack.ts';
-import { timed, type SchedulerStats } from './scheduler-stats.ts';
+import { timed, timedAsync, type SchedulerStats } from './scheduler-stats.ts';
 import type { Seq } from './sequence.ts';
 
 export interface KvManagerOptions {
@@ -29,8 +36,11 @@ export class KvManager {
   readonly prefixStore: KvBlockStore | null;
   /** each decode group's buffer, by group key */
   private readonly decode = new Map<string, RowKv>();
+  /** a decode buffer's device copy (its rows in use, [B, kvH, C, hd] per layer), newer than the host buffer */
+  private readonly device = new Map<string, { keys: ort.Tensor[]; values: ort.Tensor[] }>();
 
-  constructor(private readonly c: ModelConfig, private readonly dtype: KvDType, private readonly stats: SchedulerStats, o: KvManagerOptions) {
+  constructor(private readonly c: ModelConfig, private readonly dtype: KvDType, private readonly stats: SchedulerStats, o: KvManagerOptions,
+    private readonly readback?: (ts: readonly ort.Tensor[]) => Promise<KvArray[]>) {
     this.prefixStore = o.prefixCacheBytes > 0 && c.rope.type !== 'dynamic'
       ? new KvBlockStore(c.numLayers, c.numKvHeads, c.headDim, o.blockTokens(), o.prefixCacheBytes, kvBytes(dtype))
       : null;
@@ -117,46 +127,74 @@ export class KvManager {
     return this.decode.get(key)?.slotCapacity ?? 0;
   }
 
+  /** the device copy of a group's buffer read back into the host buffer and dropped (before the host changes it) */
+  private async sync(key: string): Promise<void> {
+    const d = this.device.get(key);
+    if (!d) return;
+    this.device.delete(key);
+    const data = await timedAsync(this.stats, 'rowKv', () => this.readback!([...d.keys, ...d.values]));
+    const L = this.c.numLayers;
+    this.decode.get(key)!.loadRows(data.slice(0, L), data.slice(L));
+    disposeDevice([...d.keys, ...d.values]);
+  }
+
   /**
    * q's prompt KV joins its group's decode buffer as the last row (RowKv.addRow: `ahead` slots of room and the rows
    * `expect`ed to join soon when it is re-laid out); the prompt KV is released
    */
-  join(key: string, q: Seq, ahead: number, expect: { rows: number; length: number; steps: number }): void {
+  async join(key: string, q: Seq, ahead: number, expect: { rows: number; length: number; steps: number }): Promise<void> {
     let buf = this.decode.get(key);
     if (!buf) {
       buf = new RowKv(this.c.numLayers, this.c.numKvHeads, this.c.headDim, this.maxRows(), this.dtype);
       this.decode.set(key, buf);
     }
+    await this.sync(key);
     const kv = q.prefill.kv!;
     timed(this.stats, 'rowKv', () => buf.addRow({ keys: kv.keys.map((t) => t.data as KvArray), values: kv.values.map((t) => t.data as KvArray), capacity: kvCapacity(kv), length: kv.length }, Math.min(ahead, KV_CHUNK), expect));
     q.prefill.kv = null;
   }
 
   /** room for one more slot in every row of a group's buffer (`ahead`: the decode steps still wanted) */
-  reserve(key: string, ahead: number): void {
+  async reserve(key: string, ahead: number): Promise<void> {
     const buf = this.decode.get(key)!;
+    if (!buf.full) return;
+    await this.sync(key);
     timed(this.stats, 'rowKv', () => buf.reserve(Math.min(ahead, KV_CHUNK)));
   }
 
-  /** the group's rows as a step's past (views of its buffer; the step appends one slot in place) */
+  /** the group's rows as a step's past (its device copy, or views of its host buffer; the step appends one slot) */
   view(key: string): KvCache {
-    return this.decode.get(key)!.view();
+    const buf = this.decode.get(key)!;
+    const d = this.device.get(key);
+    if (!d) return buf.view();
+    return { keys: d.keys, values: d.values, batch: buf.batch, length: buf.length, starts: buf.starts.slice() };
   }
 
-  /** after a decode step on `view(key)` */
+  /** after a decode step on `view(key)`: a present left on the device becomes the group's device copy */
   advance(key: string, present: KvCache): void {
     const buf = this.decode.get(key)!;
-    timed(this.stats, 'rowKv', () => buf.advance(present));
+    if (!onDevice(present.keys[0])) {
+      timed(this.stats, 'rowKv', () => buf.advance(present));
+      return;
+    }
+    const old = this.device.get(key);
+    if (old) disposeDevice([...old.keys, ...old.values]);
+    this.device.set(key, { keys: present.keys, values: present.values });
+    buf.advanceOnDevice();
   }
 
   /** free row b of a group's buffer: the last row moves into it (returns the index that moved, or −1) */
-  removeRow(key: string, b: number): number {
+  async removeRow(key: string, b: number): Promise<number> {
+    await this.sync(key);
     const buf = this.decode.get(key)!;
     return timed(this.stats, 'rowKv', () => buf.removeRow(b));
   }
 
-  /** a group that ended: its buffer is released */
+  /** a group that ended: its buffers are released */
   dropGroup(key: string): void {
+    const d = this.device.get(key);
+    if (d) disposeDevice([...d.keys, ...d.values]);
+    this.device.delete(key);
     this.decode.delete(key);
   }
 }

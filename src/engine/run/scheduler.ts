@@ -108,7 +108,7 @@ export class Scheduler {
     if (!Number.isInteger(this.packTokens) || this.packTokens < 0) throw new SafekeepError(`packTokens must be a non-negative integer, got ${this.packTokens}`);
     const prefixCacheBytes = o.prefixCacheBytes ?? s.memoryPlan?.prefixCacheBytes ?? DEFAULT_PREFIX_BYTES;
     const blockTokens = () => positive(o.blockTokens ?? 16, 'blockTokens');
-    this.kv = new KvManager(s.config, s.kvDType ?? 'f32', this.stats, { prefixCacheBytes, blockTokens, maxRows: () => this.maxRunning });
+    this.kv = new KvManager(s.config, s.kvDType ?? 'f32', this.stats, { prefixCacheBytes, blockTokens, maxRows: () => this.maxRunning }, s.deviceKv && ((ts) => s.deviceKv!.readback(ts)));
     this.runner = new StepRunner(s, this.kv, this.stats);
   }
 
@@ -186,7 +186,7 @@ export class Scheduler {
 
   /** one scheduling round: reap cancelled, admit, one decode step (one per hook-edit group), prefill chunks within the budget */
   private async iteration(): Promise<void> {
-    this.reapCancelled();
+    await this.reapCancelled();
     this.admit();
     let decodeTokens = 0;
     for (const g of [...this.groups.values()]) {
@@ -194,7 +194,7 @@ export class Scheduler {
       decodeTokens += g.seqs.length;
       try {
         await this.runner.decode(g);
-        this.dropRows(g, (q) => q.next.finished && !awaitsFirstHidden(q), null);
+        await this.dropRows(g, (q) => q.next.finished && !awaitsFirstHidden(q), null);
       } catch (e) {
         this.dropGroup(g);
         for (const q of g.seqs) q.reject(e);
@@ -220,7 +220,7 @@ export class Scheduler {
         budget -= T;
         if (q.prefill.filled < q.ids.length) break;
         this.prefilling.shift();
-        this.endPrefill(q); // may throw: a caller's haltAfterPrefill
+        await this.endPrefill(q); // may throw: a caller's haltAfterPrefill
       } catch (e) {
         if (this.prefilling[0] === q) this.prefilling.shift();
         this.kv.release(q);
@@ -236,14 +236,14 @@ export class Scheduler {
     for (const q of all) q.reject(e);
   }
 
-  private reapCancelled(): void {
+  private async reapCancelled(): Promise<void> {
     const cancelled = (q: Seq) => q.signal?.aborted === true;
     for (const list of [this.waiting, this.prefilling]) {
       for (let i = list.length - 1; i >= 0; i--) {
         if (cancelled(list[i]!)) { const [q] = list.splice(i, 1); this.kv.release(q!); this.complete(q!, 'cancelled'); }
       }
     }
-    for (const g of [...this.groups.values()]) this.dropRows(g, (q) => !q.next.finished && cancelled(q), 'cancelled');
+    for (const g of [...this.groups.values()]) await this.dropRows(g, (q) => !q.next.finished && cancelled(q), 'cancelled');
   }
 
   /** waiting → prefilling while fewer than maxRunning are in flight and (under a memory plan) the decode batch fits */
@@ -325,7 +325,7 @@ export class Scheduler {
     }
     for (const q of seqs) {
       try {
-        this.endPrefill(q);
+        await this.endPrefill(q);
       } catch (e) {
         this.kv.release(q);
         q.reject(e);
@@ -343,7 +343,7 @@ export class Scheduler {
   }
 
   /** after the last chunk: the first token (runner), then the sequence joins its decode group or completes */
-  private endPrefill(q: Seq): void {
+  private async endPrefill(q: Seq): Promise<void> {
     const next = this.runner.firstToken(q);
     if (next !== 'decode') { this.kv.release(q); this.complete(q, next); return; }
     const key = q.edits.groupKey;
@@ -359,16 +359,21 @@ export class Scheduler {
     const chunk = Math.max(1, this.stepTokens - g.seqs.length - 1 - coming.length);
     const steps = coming.reduce((a, x) => a + Math.ceil((x.ids.length - x.prefill.filled) / chunk), 0);
     const expect = { rows: coming.length, length: Math.max(0, ...coming.map((x) => x.ids.length)), steps };
-    this.kv.join(key, q, aheadOf([...g.seqs, q]), expect);
     g.seqs.push(q);
+    try {
+      await this.kv.join(key, q, aheadOf(g.seqs), expect);
+    } catch (e) {
+      g.seqs.pop();
+      throw e;
+    }
   }
 
   /** remove the rows whose sequence `leaves` (finish as given, or its own), completing them */
-  private dropRows(g: Group, leaves: (q: Seq) => boolean, finish: GenerateResult['finish'] | null): void {
+  private async dropRows(g: Group, leaves: (q: Seq) => boolean, finish: GenerateResult['finish'] | null): Promise<void> {
     for (let b = g.seqs.length - 1; b >= 0; b--) {
       const q = g.seqs[b]!;
       if (!leaves(q)) continue;
-      const moved = this.kv.removeRow(g.key, b);
+      const moved = await this.kv.removeRow(g.key, b);
       if (moved >= 0) g.seqs[b] = g.seqs[moved]!;
       g.seqs.pop();
       this.complete(q, finish ?? q.result.finish);

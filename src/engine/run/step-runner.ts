@@ -48,7 +48,7 @@ export class StepRunner {
 
   /** one new token for every row of a group (finished rows only for the first token's hidden state) */
   async decode(g: Group): Promise<void> {
-    this.kv.reserve(g.key, aheadOf(g.seqs));
+    await this.kv.reserve(g.key, aheadOf(g.seqs));
     const B = g.seqs.length;
     const fed = BigInt64Array.from(g.seqs, (q) => BigInt(q.result.generatedIds.at(-1)!));
     const hiddenRowsWanted: number[] = [];
@@ -61,7 +61,7 @@ export class StepRunner {
     const { steer, project, hooks } = this.decodeSets(g);
     const out = await this.run(() => this.s.step({
       ids: fed, batch: B, width: 1, starts: past.starts, past, steer, project, ...(hooks ? { hooks } : {}),
-      hiddenIndex: hiddenRowsWanted, logitsIndex: logitRows, reserve: 0,
+      hiddenIndex: hiddenRowsWanted, logitsIndex: logitRows, reserve: 0, ...(this.s.kvOnDevice ? { keepOnDevice: true } : {}),
     }));
     this.kv.advance(g.key, out.present!);
     this.stats.decodeSteps++;

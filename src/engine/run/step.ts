@@ -48,6 +48,11 @@ export interface StepInput {
   ropeLength?: number[];
   /** named hook points (graph/hooks.ts): the step runs the graph with this selection (absent = the plain graph) */
   hooks?: StepHooks;
+  /**
+   * a decode step (T = 1, a past with room for the slot) on an engine that keeps KV on its device (`kvOnDevice`):
+   * the present's buffers stay on the device (device tensors; never read on the host). Ignored elsewhere.
+   */
+  keepOnDevice?: boolean;
 }
 
 /** A step's hook points: which the graph exposes and the edit inputs (graph/hook-edit.ts) by graph input name. */
@@ -85,6 +90,10 @@ export interface Stepper extends StepSource {
   readonly memoryPlan: MemoryPlan | null;
   /** the KV cache's element type (the past inputs' and new_kv's; default f32) */
   readonly kvDType?: KvDType;
+  /** whether decode steps may keep their KV on the device (`StepInput.keepOnDevice`; absent: never) */
+  readonly kvOnDevice?: boolean;
+  /** device K/V read back to the host (the scheduler's re-layouts of a device decode buffer); with kvOnDevice */
+  readonly deviceKv?: { readback(ts: readonly import('onnxruntime-node').Tensor[]): Promise<(Float32Array | Uint16Array)[]> };
   /** `step` that may chunk new tokens too many for one step under the memory plan (same results) */
   prefill(inp: StepInput): Promise<StepOutput>;
   /** `fits(B, T)` for batch planning: every step shape of a batch fits the memory plan (undefined without one) */
