@@ -16,7 +16,7 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from '../src/cli/args.ts';
@@ -159,4 +159,31 @@ test('CLI: --kv-dtype f32|f16, the KV follows the compute dtype (webgpu: f16 wei
   assert.throws(() => opts(['--kv-dtype', 'bf16']), /--kv-dtype must be one of f32, f16, got 'bf16'/);
   assert.throws(() => opts(['--device', 'metal']), /--device must be one of cpu, cuda, webgpu, got 'metal'/);
   assert.throws(() => resolveEngineConfig({ device: 'webgpu', attention: 'mha' }), (e) => isSafekeepError(e) && /'mha' is refused on webgpu/.test((e as Error).message));
+});
+
+test('an f16 KV is widened one layer at a time: each layer\'s past Casts run after the previous layer\'s attention (onnxruntime profile of a decode step)', async () => {
+  const tmp = mkdtempSync(join(tmpdir(), 'safekeep-kv16-order-'));
+  const cache = tempCache();
+  try {
+    await writeRandomCheckpoint(join(tmp, 'm'), 'llama', { numLayers: 4, hiddenSize: 48, numHeads: 6, numKvHeads: 2, intermediateSize: 80, vocabSize: 97 });
+    const prof = join(tmp, 'prof');
+    const e = await createEngineFromCheckpoint(await loadCheckpoint(join(tmp, 'm')), { kvDType: 'f16', threads: 1, cacheDir: cache.dir, quiet: true, profile: prof });
+    await e.generate([prompt(9, 12, 97)], { maxNewTokens: 3, stopIds: [] });
+    await e.dispose();
+    const file = readdirSync(tmp).find((f) => f.startsWith('prof'))!;
+    const names = (JSON.parse(readFileSync(join(tmp, file), 'utf8')) as { name: string; cat: string }[])
+      .filter((x) => x.cat === 'Node' && x.name.endsWith('_kernel_time')).map((x) => x.name.replace('_kernel_time', ''));
+    // the last run (a decode step): every layer's widening Casts after the attention of the layer before
+    const lastRun = names.slice(names.lastIndexOf('node/layers.0/past_k') - 200);
+    for (let l = 1; l < 4; l++) {
+      const prevAttn = lastRun.lastIndexOf(`node/layers.${l - 1}/attn`);
+      for (const kv of ['past_k', 'past_v']) {
+        const cast = lastRun.lastIndexOf(`node/layers.${l}/${kv}`);
+        assert.ok(prevAttn >= 0 && cast > prevAttn, `layer ${l} ${kv} at ${cast}, layer ${l - 1} attention at ${prevAttn}`);
+      }
+    }
+  } finally {
+    cache.cleanup();
+    rmSync(tmp, { recursive: true, force: true });
+  }
 });

@@ -24,7 +24,7 @@ import { quantizedWeights } from './quant-store.ts';
 import { resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
 
 /** bump when the graph builders (graph/) change what they emit, so cached graphs are rebuilt */
-export const GRAPH_VERSION = 16;
+export const GRAPH_VERSION = 17;
 
 /** Cache key of the graph: what the graph's bytes depend on (GRAPH_VERSION, config, weight files, tensor index, config). */
 function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, cfg: EngineConfig, quantDir: string | null, hooks?: HookSelection): string {
