@@ -3,7 +3,8 @@
  * layer (chunked prefill, shared-prefix reuse, generation) needs from an engine, so those modules depend on this
  * interface and never on the engine class.
  */
-import type { KvDType } from '../runtime/kv.ts';
+import type * as ort from 'onnxruntime-node';
+import type { KvArray, KvDType } from '../runtime/kv.ts';
 import type { ModelConfig } from '../../checkpoint/types.ts';
 import type { HookSelection } from '../graph/hooks.ts';
 import type { KvCache } from '../runtime/kv.ts';
@@ -93,7 +94,7 @@ export interface Stepper extends StepSource {
   /** whether decode steps may keep their KV on the device (`StepInput.keepOnDevice`; absent: never) */
   readonly kvOnDevice?: boolean;
   /** device K/V read back to the host (the scheduler's re-layouts of a device decode buffer); with kvOnDevice */
-  readonly deviceKv?: { readback(ts: readonly import('onnxruntime-node').Tensor[]): Promise<(Float32Array | Uint16Array)[]> };
+  readonly deviceKv?: { readback(ts: readonly ort.Tensor[]): Promise<KvArray[]> };
   /** `step` that may chunk new tokens too many for one step under the memory plan (same results) */
   prefill(inp: StepInput): Promise<StepOutput>;
   /** `fits(B, T)` for batch planning: every step shape of a batch fits the memory plan (undefined without one) */
