@@ -19,7 +19,8 @@ import { countRun, type TransferCounter } from './transfer.ts';
 
 type KvArray = Float32Array | Uint16Array;
 
-const SESSION: ort.InferenceSession.SessionOptions = { executionProviders: ['webgpu', 'cpu'], logSeverityLevel: 4, graphOptimizationLevel: 'all' };
+// one intra-op thread: the CPU share of these graphs is a few int64 shape nodes
+const SESSION: ort.InferenceSession.SessionOptions = { executionProviders: ['webgpu', 'cpu'], logSeverityLevel: 4, graphOptimizationLevel: 'all', intraOpNumThreads: 1, interOpNumThreads: 1 };
 
 /** the append graph of L layers: past_key.l / past_value.l [B, kvH, C, hd], new_kv [2L·B, kvH, 1, hd], slot [1] → key.l / value.l */
 function appendGraph(L: number, kvHeads: number, headDim: number, dtype: KvDType): Uint8Array {
