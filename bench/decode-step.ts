@@ -1,4 +1,10 @@
 /**
+ * `npm run bench:decode-step -- --contexts 64,1024 [--device cpu|cuda|webgpu --dtype D --kv-dtype K --new 10 --reps 3
+ *   --model DIR --json FILE]`: per decode step at each context length, the host ↔ device bytes (engine.transfer:
+ * every host tensor fed to or read back from a session on the device, counted at session.run; 0 on the cpu) and the
+ * wall ms, as (N-token − 2-token greedy generate) / (N − 2), best of --reps, one engine in this process. `--json`
+ * writes {"rows": [{"device", "context", "hostDeviceBytesPerStep", "stepMs", "dtype", "kvDType"}, …]}.
+ *
  * `npm run bench:decode-step [-- --threads 1,2 --dtypes f32,q4 --rounds 4 --prompt 128 --new 34 --model DIR
  *   --base REV|DIR --spin]`: the unprofiled decode step of each dtype and q4 over f32 (the "q4 ≥ 3× f32 decode" target),
  * optionally against another version of this repo (`--base REV`: a git revision, checked out once under the work
@@ -7,7 +13,7 @@
  * best of 3 in a child and of `--rounds` children. Without --model the SmolLM2-135M-shaped random checkpoint (written
  * once under --keep, default a temp dir); pass a 30-layer d-64 checkpoint for the per-step fixed cost (arithmetic ≈ 0).
  */
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -97,6 +103,74 @@ async function main(): Promise<void> {
   if (!keep) rmSync(work, { recursive: true, force: true });
 }
 
+/**
+ * --contexts without --model: a small llama (8 layers, d 256, GQA 4:2, hd 64) so the default run stays within minutes
+ * on a software Vulkan (lavapipe ran the SmolLM2 shape at seconds per step); the bytes per step scale with layers × KV heads × hd
+ */
+const CONTEXT_SHAPE = { ...SMOLLM2_SHAPE, numLayers: 8, hiddenSize: 256, numHeads: 4, numKvHeads: 2, headDim: 64, intermediateSize: 768, vocabSize: 4096 };
+
+interface ContextRow { device: string; context: number; hostDeviceBytesPerStep: number; stepMs: number; dtype: string; kvDType: string }
+
+/** --contexts: bytes crossing and ms per decode step at each context length */
+async function contexts(list: string): Promise<void> {
+  const ctxs = list.split(',').map(Number);
+  if (ctxs.some((c) => !Number.isInteger(c) || c < 1)) throw new Error(`--contexts must be positive integers, got ${list}`);
+  const work = flag('keep') ?? mkdtempSync(join(tmpdir(), 'safekeep-decode-step-'));
+  const model = flag('model') ?? join(work, 'model');
+  const { writeRandomCheckpoint } = await import('../src/checkpoint/random.ts');
+  const { loadCheckpoint } = await import('../src/checkpoint/load.ts');
+  const { createEngineFromCheckpoint } = await import('../src/engine/engine.ts');
+  if (!flag('model') && !existsSync(join(model, 'config.json'))) {
+    process.stderr.write(`writing a small random llama (8 layers, d 256) to ${model} ...\n`);
+    await writeRandomCheckpoint(model, 'llama', CONTEXT_SHAPE);
+  }
+  const ck = await loadCheckpoint(model);
+  const device = flag('device') ?? 'cpu';
+  const N = Number(flag('new') ?? 10);
+  const reps = Number(flag('reps') ?? 3);
+  const { resolveEngineConfig } = await import('../src/engine/engine-config.ts');
+  const opts = {
+    device: device as 'cpu', threads: Number(flag('threads') ?? 2), cacheDir: join(work, 'cache'), quiet: true,
+    ...(flag('dtype') ? { dtype: flag('dtype') as 'f32' } : {}), ...(flag('kv-dtype') ? { kvDType: flag('kv-dtype') as 'f32' } : {}),
+  };
+  const dtype = resolveEngineConfig(opts).dtype;
+  const e = await createEngineFromCheckpoint(ck, opts);
+  const V = ck.config.vocabSize;
+  const rows: ContextRow[] = [];
+  try {
+    for (const context of ctxs) {
+      const prompt = [Array.from({ length: context }, (_, i) => 3 + ((i * 7919) % (V - 3)))];
+      await e.generate(prompt, { maxNewTokens: 2, stopIds: [] }); // warm: the graph's shapes, the prefix cache
+      let ms = Infinity;
+      let bytes = Infinity;
+      for (let r = 0; r < reps; r++) {
+        const b0 = e.transfer.hostToDevice + e.transfer.deviceToHost;
+        const t0 = performance.now();
+        await e.generate(prompt, { maxNewTokens: 2, stopIds: [] });
+        const t1 = performance.now();
+        const b1 = e.transfer.hostToDevice + e.transfer.deviceToHost;
+        await e.generate(prompt, { maxNewTokens: N, stopIds: [] });
+        const t2 = performance.now();
+        const b2 = e.transfer.hostToDevice + e.transfer.deviceToHost;
+        ms = Math.min(ms, ((t2 - t1) - (t1 - t0)) / (N - 2));
+        bytes = Math.min(bytes, ((b2 - b1) - (b1 - b0)) / (N - 2));
+      }
+      const row = { device, context, hostDeviceBytesPerStep: Math.round(bytes), stepMs: Number(ms.toFixed(3)), dtype, kvDType: e.kvDType };
+      rows.push(row);
+      process.stderr.write(`${JSON.stringify(row)}\n`);
+    }
+  } finally {
+    await e.dispose();
+    if (!flag('keep')) rmSync(work, { recursive: true, force: true });
+  }
+  const out = flag('json');
+  if (out) writeFileSync(out, JSON.stringify({ rows }, null, 2) + '\n');
+  process.stdout.write([`decode step by context, ${device}, ${rows[0]?.dtype ?? ''} weights, ${rows[0]?.kvDType ?? ''} KV, (${N} − 2 tokens) / ${N - 2}, best of ${reps}`, '',
+    '| context | host↔device bytes / step | ms / step |', '| --- | --- | --- |',
+    ...rows.map((r) => `| ${r.context} | ${r.hostDeviceBytesPerStep} | ${r.stepMs.toFixed(2)} |`)].join('\n') + '\n');
+}
+
 const root = flag('child');
 if (root !== undefined) await child(root);
+else if (flag('contexts') !== undefined) await contexts(flag('contexts')!);
 else await main();

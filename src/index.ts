@@ -11,7 +11,7 @@ export type { EngineOptions } from './engine/engine-config.ts';
 export type { Engine, EngineInfo, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, PositionSelector, TokenLogprob } from './engine/types.ts';
 
 // interventions on the residual stream hidden[l]
-export type { Intervention, InterventionKind, SamplingSettings, Steering, SteerPositions } from './engine/types.ts';
+export type { GenerationEdits, Intervention, InterventionKind, SamplingSettings, Steering, SteerPositions } from './engine/types.ts';
 export { INTERVENTION_KINDS } from './engine/types.ts';
 
 // hook points: names, shapes, TransformerLens correspondence (src/engine/graph/hooks.ts)

@@ -16,7 +16,7 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from '../src/cli/args.ts';
@@ -138,7 +138,7 @@ describe('f16 KV through the scheduler and shared-prefix reuse = one plain step 
   });
 });
 
-test('CLI: --kv-dtype f32|f16, --device webgpu (f16 weights and KV by default), bad values refused by name', async () => {
+test('CLI: --kv-dtype f32|f16, the KV follows the compute dtype (webgpu: f16 weights and KV by default; --dtype f32 an f32 KV), bad values refused by name', async () => {
   const flags = { values: ['dtype', 'device', 'kv-dtype', 'threads', 'model'] as string[] };
   const opts = (argv: string[]) => engineOptions(parseArgs(argv, flags));
   assert.equal(opts(['--device', 'webgpu']).dtype, 'f16');
@@ -146,10 +146,44 @@ test('CLI: --kv-dtype f32|f16, --device webgpu (f16 weights and KV by default), 
   assert.equal(resolveEngineConfig({ device: 'webgpu' }).kvDType, 'f16');
   assert.equal(resolveEngineConfig({ device: 'cuda' }).kvDType, 'f16');
   assert.equal(resolveEngineConfig({}).kvDType, 'f32');
+  // --dtype f32 on a GPU device: an f32 KV unless asked (the f16 KV put webgpu f32 3.5e-3 off HF)
+  assert.equal(resolveEngineConfig({ device: 'webgpu', dtype: 'f32' }).kvDType, 'f32');
+  assert.equal(resolveEngineConfig({ device: 'cuda', dtype: 'f32' }).kvDType, 'f32');
+  for (const dtype of ['bf16', 'q8', 'q4'] as const) assert.equal(resolveEngineConfig({ device: 'webgpu', dtype }).kvDType, 'f32', dtype);
+  // the CPU's f16 computes f32 math on f16-rounded weights: its KV stays f32; an f16 KV is an explicit choice
+  assert.equal(resolveEngineConfig({ dtype: 'f16' }).kvDType, 'f32');
+  assert.equal(resolveEngineConfig({ device: 'webgpu', dtype: 'f32', kvDType: 'f16' }).kvDType, 'f16');
   assert.equal(resolveEngineConfig({ device: 'webgpu' }).attention, 'matmul');
   assert.equal(opts(['--kv-dtype', 'f16']).kvDType, 'f16');
   assert.equal(opts(['--device', 'webgpu', '--kv-dtype', 'f32']).kvDType, 'f32');
   assert.throws(() => opts(['--kv-dtype', 'bf16']), /--kv-dtype must be one of f32, f16, got 'bf16'/);
   assert.throws(() => opts(['--device', 'metal']), /--device must be one of cpu, cuda, webgpu, got 'metal'/);
   assert.throws(() => resolveEngineConfig({ device: 'webgpu', attention: 'mha' }), (e) => isSafekeepError(e) && /'mha' is refused on webgpu/.test((e as Error).message));
+});
+
+test('an f16 KV is widened one layer at a time: each layer\'s past Casts run after the previous layer\'s attention (onnxruntime profile of a decode step)', async () => {
+  const tmp = mkdtempSync(join(tmpdir(), 'safekeep-kv16-order-'));
+  const cache = tempCache();
+  try {
+    await writeRandomCheckpoint(join(tmp, 'm'), 'llama', { numLayers: 4, hiddenSize: 48, numHeads: 6, numKvHeads: 2, intermediateSize: 80, vocabSize: 97 });
+    const prof = join(tmp, 'prof');
+    const e = await createEngineFromCheckpoint(await loadCheckpoint(join(tmp, 'm')), { kvDType: 'f16', threads: 1, cacheDir: cache.dir, quiet: true, profile: prof });
+    await e.generate([prompt(9, 12, 97)], { maxNewTokens: 3, stopIds: [] });
+    await e.dispose();
+    const file = readdirSync(tmp).find((f) => f.startsWith('prof'))!;
+    const names = (JSON.parse(readFileSync(join(tmp, file), 'utf8')) as { name: string; cat: string }[])
+      .filter((x) => x.cat === 'Node' && x.name.endsWith('_kernel_time')).map((x) => x.name.replace('_kernel_time', ''));
+    // the last run (a decode step): every layer's widening Casts after the attention of the layer before
+    const lastRun = names.slice(names.lastIndexOf('node/layers.0/past_k') - 200);
+    for (let l = 1; l < 4; l++) {
+      const prevAttn = lastRun.lastIndexOf(`node/layers.${l - 1}/attn`);
+      for (const kv of ['past_k', 'past_v']) {
+        const cast = lastRun.lastIndexOf(`node/layers.${l}/${kv}`);
+        assert.ok(prevAttn >= 0 && cast > prevAttn, `layer ${l} ${kv} at ${cast}, layer ${l - 1} attention at ${prevAttn}`);
+      }
+    }
+  } finally {
+    cache.cleanup();
+    rmSync(tmp, { recursive: true, force: true });
+  }
 });

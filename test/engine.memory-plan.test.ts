@@ -16,7 +16,7 @@ import { loadCheckpoint } from '../src/checkpoint/load.ts';
 import type { ModelConfig } from '../src/checkpoint/types.ts';
 import {
   ACTIVATION_UNITS, ARENA_SLACK, chunkTokens, kvBytesPerToken, linearParams, normParams, otherParams, parseBytes, planMemory, PREFIX_CACHE_MAX,
-  DEFAULT_QUANT_LAYOUT, PREFIX_CACHE_SHARE, quantLinearBytes, quantStoreBytes, RUNTIME_BYTES, SCORE_COPIES, STEP_FIXED, stepBytes, WEIGHT_PEAK, weightBytes,
+  DEFAULT_QUANT_LAYOUT, fitsStep, PREFIX_CACHE_SHARE, quantLinearBytes, quantStoreBytes, RUNTIME_BYTES, SCORE_COPIES, STEP_FIXED, stepBytes, WEIGHT_PEAK, weightBytes,
 } from '../src/engine/runtime/memory.ts';
 import { quantizedWeights } from '../src/engine/runtime/quant-store.ts';
 import { SafekeepError } from '../src/util/errors.ts';
@@ -41,6 +41,26 @@ describe('memory model arithmetic', () => {
     assert.equal(linearParams(LLAMA8B) + otherParams(LLAMA8B), 8_030_261_248);
     assert.equal(kvBytesPerToken(LLAMA8B), 2 * 32 * 8 * 128 * 4);
     assert.equal(kvBytesPerToken(LLAMA8B), 262_144);
+    assert.equal(kvBytesPerToken(LLAMA8B, 2), 131_072, 'an f16 KV: 2 bytes per element');
+  });
+
+  test('an f16 KV is counted at 2 bytes: the past and present KV terms halve, the plan fits a longer prompt', () => {
+    const shape = { batch: 2, width: 1, past: 1000, hidden: 2, logits: 2, present: true };
+    const kv32 = stepBytes(LLAMA8B, shape);
+    const kv16 = stepBytes(LLAMA8B, { ...shape, kvElement: 2 });
+    const S = 1001;
+    assert.equal(kv32 - kv16, (2 * 1000 + 2 * 2 * S + 2 * 1) * kvBytesPerToken(LLAMA8B, 2));
+    const budget = RUNTIME_BYTES + weightBytes(LLAMA8B, 'q4') + 2 ** 30;
+    const p32 = planMemory(LLAMA8B, 'q4', budget);
+    const p16 = planMemory(LLAMA8B, 'q4', budget, { kvElement: 2 });
+    assert.equal(p32.kvElement, 4);
+    assert.equal(p16.kvElement, 2);
+    const out = { hiddenPerToken: false, logitsPerToken: false };
+    // a prompt whose f32 KV alone is too big for the step budget fits with its KV in f16
+    const n = 1500;
+    assert.throws(() => chunkTokens(LLAMA8B, p32, n, 0, out), /KV cache alone is 375 MiB/);
+    assert.ok(chunkTokens(LLAMA8B, p16, n, 0, out) >= 1);
+    assert.equal(fitsStep(LLAMA8B, p16, shape), stepBytes(LLAMA8B, { ...shape, kvElement: 2 }) <= p16.stepBytes);
   });
 
   test('q4/q8 store bytes of a 4096×4096 linear: codes + f32 block scales + packed zero points', () => {

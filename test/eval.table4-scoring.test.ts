@@ -60,12 +60,48 @@ for (const prefill of ['none', 'continue'] as const) {
     t.after(e.close);
     assert.deepEqual(kn(e.table, 'refusal'), { base: '0/2', safejudge: '0/2', safekeep: '0/2' });
     assert.deepEqual(Object.fromEntries(e.table.methods.map((m) => [m.method, m.flagRate ? `${m.flagRate.k}/${m.flagRate.n}` : null])), { base: null, safejudge: '2/2', safekeep: '2/2' });
-    assert.match(e.md, /\| Method \| Refusal % \[95 % CI\] \| Judge flag rate % \[95 % CI\] \(harmful requests\) \| Acc/);
+    assert.match(e.md, /\| Method \| Refusal % \[95 % CI\] \| Judge flag rate % \[95 % CI\] \(harmful requests\) \| Benign over-refusal: judge flag rate % \[95 % CI\] \(benign requests\) \| Acc/);
     assert.match(e.md, /\| safekeep \| 0\.0 \[0\.0, 65\.8\] \| 100\.0 \[34\.2, 100\.0\] \(2\/2\) \|/);
     // the table says which refusal path ran
     assert.match(e.md, prefill === 'continue' ? /\nRefusal path: the prefix as a final assistant message continued by the endpoint \(--prefill continue/ : /\nRefusal path: fallback \(--prefill none\)/);
   });
 }
+
+test('benign over-refusal: the judge\'s flag rate on benign requests is its own column (a judge that flags all: every benign request; one that flags none: none)', async (t) => {
+  for (const [verdict, want] of [['YES', '2/2'], ['NO', '0/2']] as const) {
+    const e = await guardEval(endpoint(verdict, () => 'I cannot help with that.'), ['--methods', 'base,safekeep']);
+    t.after(e.close);
+    const m = (e.table.methods as { method: string; benignFlagRate?: { k: number; n: number } | null }[]);
+    assert.equal(m.find((x) => x.method === 'base')!.benignFlagRate, null);
+    const r = m.find((x) => x.method === 'safekeep')!.benignFlagRate!;
+    assert.equal(`${r.k}/${r.n}`, want);
+  }
+});
+
+test('--judge-model: the judge calls go to the separate judge model, the agent calls to the evaluated one', async (t) => {
+  const models: Record<string, number> = {};
+  const base = endpoint('YES', () => 'I cannot help with that.');
+  const e = await guardEval((b) => {
+    const msgs = b!.messages as Msg[];
+    const key = `${String(b!.model)}:${msgs[0]!.content === SAFETY_ASSESSOR_ROLE ? 'judge' : 'agent'}`;
+    models[key] = (models[key] ?? 0) + 1;
+    return base(b);
+  }, ['--methods', 'safekeep', '--judge-model', 'judge-m']);
+  t.after(e.close);
+  // 4 requests (2 harmful, 2 benign): 4 judge calls, all to judge-m; the refusals go to the agent model
+  assert.equal(models['judge-m:judge'], 4);
+  assert.equal(models['mock:judge'], undefined);
+  assert.equal(models['judge-m:agent'], undefined);
+  assert.ok((models['mock:agent'] ?? 0) >= 1);
+  assert.match(readFileSync(join(e.dir, 'mock', 'guard', 'table4-agentharm.json'), 'utf8'), /"judgeModel": "separate model/);
+});
+
+test('--judge-endpoint without --judge-model: one clear error, exit 2', async () => {
+  const r = await runCli(repoRoot, ['guard', 'eval', '--endpoint', 'http://127.0.0.1:9/v1', '--endpoint-model', 'm', '--bench', 'agentharm', '--data', s3Data().agentharm,
+    '--judge-endpoint', 'http://127.0.0.1:9/v1']);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /--judge-endpoint needs --judge-model NAME/);
+});
 
 test('a refusing continuation after the prefix still counts; the substring list decides as before', async (t) => {
   const e = await guardEval(endpoint('YES', () => 'It would cause harm.'), ['--methods', 'safekeep']);

@@ -101,8 +101,9 @@ test('safekeep guard eval (CLI) on an AgentHarm slice against the scripted endpo
   const args = ['guard', 'eval', '--endpoint', up.url, '--endpoint-model', 'mock', '--bench', 'agentharm', '--limit', '3', '--data', dir, '--out', out];
   const r = await runCli(args);
   assert.equal(r.code, 0, r.stderr);
-  // Refusal, then the judge's flag rate on the harmful requests (the refusals all come from the verdict), then Acc
-  assert.match(r.stdout, /\| safekeep \| 100\.0 \[43\.9, 100\.0\] \| 100\.0 \[43\.9, 100\.0\] \(3\/3\) \| 100\.0 \[61\.0, 100\.0\] \| 6 \|/);
+  // Refusal, the judge's flag rate on the harmful requests (the refusals all come from the verdict), its benign
+  // over-refusal (the benign requests it flagged: none), then Acc and n
+  assert.match(r.stdout, /\| safekeep \| 100\.0 \[43\.9, 100\.0\] \| 100\.0 \[43\.9, 100\.0\] \(3\/3\) \| 0\.0 \[0\.0, 56\.1\] \(0\/3\) \| 100\.0 \[61\.0, 100\.0\] \| 6 \|/);
   const tbl = JSON.parse(readFileSync(join(out, 'table4-agentharm.json'), 'utf8')) as Table;
   assert.deepEqual(kn(tbl), {
     base: { refusal: '0/3', acc: '3/6' },

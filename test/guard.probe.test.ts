@@ -55,9 +55,10 @@ function backend(judgeAnswer: string, activations = true): ChatBackend & { calls
       const base = { toolCalls: [], promptTokens: 3, completionTokens: 2, latencyMs: 1, cached: false };
       if (call.purpose === 'judge') return { ...base, content: judgeAnswer, finish: 'stop' };
       // a steered call answers with the steered score: refuses when x + bias + alpha clears 2
-      if (call.purpose === 'refusal' && call.steer) {
+      const add = call.edits?.interventions?.[0];
+      if (call.purpose === 'refusal' && add) {
         const x = Number(call.messages.at(-1)!.content);
-        return { ...base, content: x + 0.25 + call.steer.alpha > 2 ? 'I will not do that.' : '{"name": "send_email", "parameters": {}}', finish: 'stop' };
+        return { ...base, content: x + 0.25 + add.alpha! > 2 ? 'I will not do that.' : '{"name": "send_email", "parameters": {}}', finish: 'stop' };
       }
       if (call.purpose === 'refusal') return { ...base, content: `${call.prefix} (continued)`, finish: 'stop' };
       const x = Number(call.messages.at(-1)!.content);
@@ -183,7 +184,11 @@ test('probe-steer: a flagged request is the agent call again, steered by +alpha 
   const b = await guardedRespond({ ...req(1.25), tools: [{ type: 'function', function: { name: 'send_email', description: 'send', parameters: { type: 'object', properties: {} } } }] }, 'probe-steer', flagged, { probe: g });
   assert.deepEqual(flagged.calls.map((c) => c.purpose), ['agent', 'refusal']);
   const steered = flagged.calls[1]!;
-  assert.deepEqual({ layer: steered.steer!.layer, alpha: steered.steer!.alpha, w: [...steered.steer!.vector] }, { layer: 1, alpha: 0.6, w: [0, 1, 0, 0] });
+  // the engine's one edit contract: an add of +alpha·r̂ (h + α·r̂) at the probe's layer, nothing else
+  assert.deepEqual(steered.edits!.hooks, undefined);
+  assert.equal(steered.edits!.interventions!.length, 1);
+  const add = steered.edits!.interventions![0]!;
+  assert.deepEqual({ kind: add.kind, layer: add.layer, alpha: add.alpha, w: [...add.vector] }, { kind: 'add', layer: 1, alpha: 0.6, w: [0, 1, 0, 0] });
   assert.equal(steered.prefix, undefined);
   assert.equal(steered.tools!.length, 1);
   assert.equal(b.steered, true);

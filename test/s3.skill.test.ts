@@ -49,7 +49,7 @@ test('front matter: scalars, quoted strings, flow and block lists, one-level map
 test('shipped skills parse: one per stage they guard, with their checks and resources', () => {
   const skills = loadSkills([join(repoRoot, 'skills')]);
   const by = Object.fromEntries(skills.map((s) => [s.name, s]));
-  assert.deepEqual(skills.map((s) => s.name).sort(), ['incident-response', 'output-leak', 'parse-data', 'rule-memory', 'safekeep-judge', 'tool-rules']);
+  assert.deepEqual(skills.map((s) => s.name).sort(), ['incident-response', 'memory-guard', 'output-leak', 'parse-data', 'plan-rules', 'rule-memory', 'safekeep-judge', 'tool-rules']);
   assert.deepEqual(Object.fromEntries(skills.map((s) => [s.name, [s.stage, s.check, s.mitigation]])), {
     'safekeep-judge': ['input', 'llm', 'recover'],
     'parse-data': ['tool_observation', 'llm', 'recover'],
@@ -57,7 +57,11 @@ test('shipped skills parse: one per stage they guard, with their checks and reso
     'output-leak': ['output', 'rules', 'recover'],
     'rule-memory': ['input', 'llm', 'recover'],
     'incident-response': ['tool_execution', 'rules', 'respond'],
+    'plan-rules': ['planning', 'rules', 'recover'],
+    'memory-guard': ['memory', 'llm', 'recover'],
   });
+  // the memory stage is not the rule-memory skill: that one is the input stage's rule store
+  assert.notEqual(by['rule-memory']!.stage, 'memory');
   for (const s of skills) assert.ok(STAGES.includes(s.stage));
   assert.deepEqual(by['safekeep-judge']!.prompt, { builtin: 'safekeep-judge' });
   assert.match((by['parse-data']!.prompt as { template: string }).template, /\{\{observation\}\}/);
@@ -65,9 +69,10 @@ test('shipped skills parse: one per stage they guard, with their checks and reso
   assert.deepEqual(Object.fromEntries(skills.map((s) => [s.name, s.inspection])), {
     'output-leak': ['request', 'history', 'answer'], 'parse-data': ['request', 'history', 'observation'], 'rule-memory': ['request'],
     'safekeep-judge': ['request', 'history'], 'tool-rules': ['request', 'history', 'calls'], 'incident-response': ['request', 'calls'],
+    'plan-rules': ['request', 'plan'], 'memory-guard': ['request', 'entries'],
   });
   // the stages where outside text enters the agent each have a mandatory skill that reads all of it
-  assert.deepEqual(skills.filter((s) => s.mandatory).map((s) => s.name).sort(), ['parse-data', 'safekeep-judge']);
+  assert.deepEqual(skills.filter((s) => s.mandatory).map((s) => s.name).sort(), ['memory-guard', 'parse-data', 'safekeep-judge']);
   assert.ok(by['rule-memory']!.memory!.endsWith('memory.json'));
   assert.equal(parseRules(by['tool-rules']!.rules!.text, 'x').length, 2);
   assert.match(by['parse-data']!.body, /injected/);
@@ -95,7 +100,7 @@ test('a bad SKILL.md gets one error naming the file, the field and the fix', (t)
   const ok = loadSkill(skillDir(root, {}));
   assert.deepEqual([ok.name, ok.stage, ok.check, ok.recovery], ['demo', 'tool_observation', 'rules', '[removed: {{reason}}]']);
   const cases: [Record<string, string | null>, string, RegExp, string?, string?, Record<string, string>?][] = [
-    [{ stage: 'tool_result' }, 'stage', /unknown stage 'tool_result' — fix: use one of input, tool_selection, tool_execution, tool_observation, output/],
+    [{ stage: 'tool_result' }, 'stage', /unknown stage 'tool_result' — fix: use one of input, planning, memory, tool_selection, tool_execution, tool_observation, output/],
     [{ stage: null }, 'stage', /missing — fix: add "stage: \.\.\."/],
     [{ check: 'regex' }, 'check', /unknown check 'regex' — fix: use one of llm, rules, probe/],
     [{ mitigation: 'stop' }, 'mitigation', /use one of block, recover/],

@@ -209,7 +209,7 @@ test('capture at hook points inside the blocks (z, attn_out, resid_mid, mlp_out)
   assert.ok(T > ids.length);
 });
 
-test('logprobs: OpenAI\'s shape, equal to the log-softmax of generate\'s step logits; streamed on the content chunk', async () => {
+test('logprobs: OpenAI\'s shape, equal to the log-softmax of generate\'s step logits; streamed with their tokens', async () => {
   const r = await post({ messages: harmful, max_tokens: 4, logprobs: true, top_logprobs: 3 });
   assert.equal(r.status, 200, JSON.stringify(r.json.error));
   const content = r.json.choices[0]!.logprobs!.content;
@@ -233,6 +233,8 @@ test('logprobs: OpenAI\'s shape, equal to the log-softmax of generate\'s step lo
   const events = (await s.text()).split('\n\n').filter((e) => e.startsWith('data: {')).map((e) => JSON.parse(e.slice(6)) as { choices: { logprobs?: { content: unknown[] } }[] });
   const streamed = events.flatMap((e) => e.choices[0]?.logprobs?.content ?? []);
   assert.deepEqual(streamed, content);
+  // each token's entry comes with its text as it is generated, not all at the end
+  assert.ok(events.filter((e) => e.choices[0]?.logprobs?.content.length).length >= 2, 'log probabilities on more than one chunk');
 });
 
 test('capture with stream: the activations on the finish-reason chunk equal the JSON response\'s', async () => {

@@ -274,9 +274,10 @@ export interface S3ConfigRow {
 
 /** One `safekeep s3 eval` run (the latest per bench). */
 /** The S³ task sets, in the order the report shows them. */
-export type S3Bench = 'injecagent' | 'agentharm' | 'mixed' | 'air';
-/** air: incident-response cases (src/eval/s3/air-tasks.ts), InjecAgent direct harm with an inverse action on offer */
-export const S3_BENCHES: readonly S3Bench[] = ['injecagent', 'agentharm', 'mixed', 'air'];
+export type S3Bench = 'injecagent' | 'agentharm' | 'mixed' | 'air' | 'multistage';
+/** air: incident-response cases (src/eval/s3/air-tasks.ts), InjecAgent direct harm with an inverse action on offer;
+ * multistage: our suite after S³'s six risk types (data/multistage/, src/eval/s3/multistage-tasks.ts) */
+export const S3_BENCHES: readonly S3Bench[] = ['injecagent', 'agentharm', 'mixed', 'air', 'multistage'];
 
 export interface S3Run {
   /** injecagent | agentharm | mixed */

@@ -60,6 +60,8 @@ const REFUSED_FIELDS: Readonly<Record<string, string>> = {
   guided_choice: 'guided decoding constraints are not judged',
   // a per-request steering vector or ablation is a jailbreak tool: only the unguarded research server takes it
   safekeep: 'per-request steering, interventions and activation capture are accepted only by serve --model --allow-interventions (never by a guard)',
+  // vllm-lens's fields (steering vectors, residual-stream capture, pickled Python hooks): the same jailbreak tool
+  vllm_xargs: 'vllm-lens\'s steering vectors, activation capture and hooks are accepted only by serve --model --allow-interventions (never by a guard)',
   extra_body: 'extra_body is the SDK\'s name for fields to merge into the body; send them at the top level',
 };
 
@@ -81,9 +83,11 @@ export interface ChatRequest {
   settings: Record<string, unknown>;
   /**
    * the `safekeep` research field as sent (with `{ research: true }` only; never part of `body`, so never forwarded);
-   * src/chat/research.ts checks it
+   * src/serve/research.ts checks it
    */
   research?: unknown;
+  /** vllm-lens's `vllm_xargs` as sent (with `{ research: true }` only, never part of `body`); src/serve/vllm-lens.ts checks it */
+  lens?: unknown;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
@@ -322,7 +326,7 @@ function textSettings(b: Record<string, unknown>): Record<string, unknown> {
 }
 
 /**
- * `research`: the caller is `serve --model --allow-interventions` and accepts the `safekeep` field; every other
+ * `research`: the caller is `serve --model --allow-interventions` and accepts the `safekeep` and `vllm_xargs` fields; every other
  * caller (the proxies, a guarded local server) refuses it by name.
  */
 export function parseChatRequest(raw: Buffer | string, opts: { research?: boolean } = {}): ChatRequest {
@@ -335,7 +339,7 @@ export function parseChatRequest(raw: Buffer | string, opts: { research?: boolea
   }
   if (!isObject(parsed)) throw badRequest('request body must be a JSON object');
   const b = parsed;
-  checkKeys(b, opts.research ? [...KNOWN_FIELDS, 'safekeep'] : KNOWN_FIELDS, '');
+  checkKeys(b, opts.research ? [...KNOWN_FIELDS, 'safekeep', 'vllm_xargs'] : KNOWN_FIELDS, '');
   if (!Array.isArray(b.messages) || b.messages.length === 0) throw badRequest('"messages" must be a non-empty array');
   if (given(b.tools) && !Array.isArray(b.tools)) throw badRequest('"tools" must be an array');
   if (given(b.functions) && !Array.isArray(b.functions)) throw badRequest('"functions" must be an array');
@@ -364,6 +368,7 @@ export function parseChatRequest(raw: Buffer | string, opts: { research?: boolea
     nonTextParts,
     settings: textSettings(body),
     ...(opts.research && given(b.safekeep) ? { research: b.safekeep } : {}),
+    ...(opts.research && given(b.vllm_xargs) ? { lens: b.vllm_xargs } : {}),
   };
 }
 

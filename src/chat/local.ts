@@ -17,8 +17,8 @@
  * no `inspect`) is answered from an in-memory response cache (`cached: true`), as the endpoint backend's disk cache does;
  * one made while its twin is still generating waits for that generation instead of running a second one.
  */
-import type { Engine, GenerateOptions, GenerateResult } from '../engine/types.ts';
-import { openAiLogprobs } from './research.ts';
+import type { Engine, GenerateOptions, GenerateResult, GenerationEdits, TokenLogprob } from '../engine/types.ts';
+import { openAiLogprobs } from './logprobs.ts';
 import type { PromptTokenizer, RenderOptions } from '../prompts/tokenizer.ts';
 import type { CallFormat } from '../outcome/types.ts';
 import { stripEndTokens } from '../outcome/parse-calls.ts';
@@ -26,16 +26,25 @@ import { sha256Hex } from '../util/hash.ts';
 import { cutAtStop, settledText } from './settled-text.ts';
 import type { ChatBackend, ChatCall, ChatMessage, ChatReply, ResearchCall, ResearchReply } from './types.ts';
 
-/** a research call's generation options (ChatCall.research): its own steering, interventions, hook edits, capture, log probabilities */
-function researchOptions(r: ResearchCall | undefined): Partial<GenerateOptions> {
-  if (!r) return {};
+/** a call's edits (ChatCall.edits, the engine's GenerationEdits) and research options (capture, log probabilities) */
+function editOptions(edits: GenerationEdits | undefined, r: ResearchCall | undefined): Partial<GenerateOptions> {
   return {
-    ...(r.steer ? { steer: r.steer } : {}),
-    ...(r.interventions ? { interventions: r.interventions } : {}),
-    ...(r.hooks ? { hooks: r.hooks } : {}),
-    ...(r.capture ? { capture: r.capture } : {}),
-    ...(r.topLogprobs !== undefined ? { topLogprobs: r.topLogprobs } : {}),
+    ...(edits?.interventions?.length ? { interventions: edits.interventions } : {}),
+    ...(edits?.hooks?.length ? { hooks: edits.hooks } : {}),
+    ...(r?.capture ? { capture: r.capture } : {}),
+    ...(r?.topLogprobs !== undefined ? { topLogprobs: r.topLogprobs } : {}),
   };
+}
+
+/** what a call's edits are, for the response cache's key: every value that changes the generation */
+function editsKey(e: GenerationEdits | undefined): string {
+  if (!e) return '';
+  const v = (x: ArrayLike<number>) => sha256Hex(new Uint8Array(Float32Array.from(x).buffer));
+  return `${JSON.stringify([
+    ...(e.interventions ?? []).map((i) => [i.layer, i.kind, i.alpha ?? null, i.positions ?? null, v(i.vector)]),
+    ...(e.hooks ?? []).map((h) => [h.hook, h.kind, 'alpha' in h ? h.alpha : null, 'positions' in h ? h.positions ?? null : null,
+      'vector' in h ? v(h.vector) : 'heads' in h ? h.heads : null]),
+  ])}:`;
 }
 
 type LocalEngine = Pick<Engine, 'generate'>;
@@ -117,14 +126,16 @@ export class LocalBackend implements ChatBackend {
 
   async chat(call: ChatCall): Promise<ChatReply> {
     const t0 = performance.now();
-    const ids = this.promptIds(call);
+    // a raw completion's ids as given; a chat call's from its template
+    const ids = call.promptIds ? [...call.promptIds] : this.promptIds(call);
     const inspect = call.inspect;
     const limit = this.opts.responseCache ?? 1024;
-    // a steered call's reply depends on its steering too; a research call is never cached
-    const steerKey = call.steer ? `${call.steer.layer}:${call.steer.alpha}:${sha256Hex(new Uint8Array(Float32Array.from(call.steer.vector).buffer))}:` : '';
-    // a sampled call's reply is a function of its settings and seed too (none drawn here: a call without a seed is not cached)
+    // an edited call's reply depends on its edits too (a patch, which reads another run, is never cached); a research
+    // call is never cached; a sampled call's reply is a function of its settings and seed too (one without a seed is
+    // not cached: its seed is drawn per generation)
+    const patched = call.edits?.hooks?.some((h) => h.kind === 'patch') ?? false;
     const sampled = call.sampling ? (call.sampling.seed !== undefined || !(call.sampling.temperature! > 0) ? `${JSON.stringify(call.sampling)}:` : null) : '';
-    const key = !inspect && !call.research && sampled !== null && limit > 0 ? sha256Hex(`${sampled}${steerKey}${call.maxTokens}:${JSON.stringify(call.stop ?? [])}:${ids.join(',')}`) : null;
+    const key = !inspect && !call.research && !patched && sampled !== null && limit > 0 ? sha256Hex(`${sampled}${editsKey(call.edits)}${call.maxTokens}:${JSON.stringify(call.stop ?? [])}:${ids.join(',')}`) : null;
     const hit = key === null ? undefined : this.replies.get(key);
     if (hit) {
       this.replies.delete(key!);
@@ -156,19 +167,25 @@ export class LocalBackend implements ChatBackend {
    * ids per token instead of the whole answer, and the boundary effects of decoding a slice (a dropped leading space)
    * cancel out.
    */
-  private streamText(stops: readonly string[], onText?: (delta: string) => void) {
+  private streamText(stops: readonly string[], onText?: ChatCall['onText']) {
     let sent = '';
     let text = '';
     let prefixAt = 0;
     let readAt = 0;
+    /** the tokens' log probabilities so far (with topLogprobs), and how many went out with a piece */
+    let logprobs: readonly TokenLogprob[] | undefined;
+    let lpSent = 0;
     const send = (settled: string) => {
       if (onText && settled.length > sent.length && settled.startsWith(sent)) {
-        onText(settled.slice(sent.length));
+        const lp = logprobs && logprobs.length > lpSent ? openAiLogprobs(logprobs.slice(lpSent), this.tokenText) : undefined;
+        lpSent = logprobs?.length ?? 0;
+        onText(settled.slice(sent.length), lp);
         sent = settled;
       }
     };
     return {
-      perToken: (ids: readonly number[]): boolean => {
+      perToken: (ids: readonly number[], lps?: readonly TokenLogprob[]): boolean => {
+        logprobs = lps;
         // (a tokenizer may refuse to decode no ids)
         const before = readAt > prefixAt ? this.tokenizer.decode(ids.slice(prefixAt, readAt), { skipSpecial: false }) : '';
         const now = this.tokenizer.decode(ids.slice(prefixAt), { skipSpecial: false });
@@ -186,6 +203,8 @@ export class LocalBackend implements ChatBackend {
     };
   }
 
+  private readonly tokenText = (id: number) => this.tokenizer.decode([id], { skipSpecial: false });
+
   /** what a research call returns besides the text: the captured hidden states, the log probabilities with token texts */
   private researchReply(ids: number[], g: GenerateResult): ResearchReply {
     return {
@@ -193,7 +212,7 @@ export class LocalBackend implements ChatBackend {
       ...(g.capturedPrompt ? { capturedPrompt: g.capturedPrompt } : {}),
       ...(g.capturedGenerated ? { capturedGenerated: g.capturedGenerated } : {}),
       ...(g.capturedHooks ? { capturedHooks: g.capturedHooks } : {}),
-      ...(g.logprobs ? { logprobs: openAiLogprobs(g.logprobs, (id) => this.tokenizer.decode([id], { skipSpecial: false })) } : {}),
+      ...(g.logprobs ? { logprobs: openAiLogprobs(g.logprobs, this.tokenText) } : {}),
     };
   }
 
@@ -209,9 +228,7 @@ export class LocalBackend implements ChatBackend {
       ...(inspect ? { haltAfterPrefill: (_row: number, h: Float32Array) => inspect(h) } : {}),
       ...(call.signal ? { signal: call.signal } : {}),
       ...(stream ? { stopWhen: stream.perToken } : {}),
-      // the probe's steering and a research call's own sets never meet: a research server runs no guard
-      ...(call.steer ? { interventions: [{ kind: 'add' as const, layer: call.steer.layer, vector: call.steer.vector, alpha: call.steer.alpha }] } : {}),
-      ...researchOptions(call.research),
+      ...editOptions(call.edits, call.research),
       ...(call.sampling ? { sampling: call.sampling } : {}),
     };
     const [g] = await this.engine.generate([ids], opts);

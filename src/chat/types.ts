@@ -7,7 +7,7 @@ import type { ToolSpec } from '../data/types.ts';
 import type { ChatMessage } from '../prompts/tokenizer.ts';
 import type { CallFormat } from '../outcome/types.ts';
 import type { WireToolCall } from '../outcome/classify.ts';
-import type { HookIntervention, Intervention, SamplingSettings, Steering } from '../engine/types.ts';
+import type { GenerationEdits, SamplingSettings } from '../engine/types.ts';
 
 export type { ChatMessage, WireToolCall };
 
@@ -31,10 +31,11 @@ export interface ChatCall {
    */
   inspect?: (promptLastHidden: Float32Array) => boolean;
   /**
-   * Activation backends only: hidden[layer] += alpha·vector/|vector| at every prompt position and every generated
-   * token (the engine's 'add' intervention); endpoints cannot steer.
+   * Activation backends only: this generation's edits, in the engine's one contract (GenerationEdits: an 'add' is
+   * h + alpha·r̂) — probe-steer's steered answer, a research request's steering and interventions; endpoints cannot
+   * edit. A call with edits is cached under them.
    */
-  steer?: { layer: number; vector: Float32Array; alpha: number };
+  edits?: GenerationEdits;
   /** aborted when the caller no longer wants the reply (a client that disconnected): a backend stops at its next step */
   signal?: AbortSignal;
   /** the reply ends before the first of these strings in the model's own text (OpenAI's `stop`; finish 'stop') */
@@ -42,12 +43,18 @@ export interface ChatCall {
   /**
    * Local engine: called with each new piece of the reply's text as it is generated (the prefix first), before the
    * reply resolves; the pieces join to the reply's `content`. Not called for a cached reply or by an endpoint backend.
+   * With `research.topLogprobs`, `logprobs` are the entries of the tokens generated since the last piece (those of
+   * tokens held back to the end, an end-of-turn token, are only in the reply's `research.logprobs`).
    */
-  onText?: (delta: string) => void;
+  onText?: (delta: string, logprobs?: readonly OpenAiLogprob[]) => void;
   /**
-   * Local engine, `serve --model --allow-interventions` only (never under a guard): this call's own steering,
-   * interventions, hook edits, activation capture and log probabilities (research.ts). A call with it is never
-   * served from or stored in the response cache.
+   * Local engine: the prompt's ids as given (a raw completion: no chat template; `messages` is then empty). Never
+   * under a guard: a judge reads messages.
+   */
+  promptIds?: readonly number[];
+  /**
+   * Local engine, `serve --model` without a guard (method base) only: this call's activation capture and log
+   * probabilities (src/serve/research.ts). A call with it is never served from or stored in the response cache.
    */
   research?: ResearchCall;
   /**
@@ -57,11 +64,8 @@ export interface ChatCall {
   sampling?: SamplingSettings;
 }
 
-/** What a research request asks of its one generation (src/chat/research.ts parses it from the `safekeep` field). */
+/** What a research request asks of its one generation besides edits (src/serve/ parses it from the request). */
 export interface ResearchCall {
-  steer?: Steering;
-  interventions?: Intervention[];
-  hooks?: HookIntervention[];
   /** prompt positions (resolved against the prompt's tokens) and whether generated tokens' states are kept too */
   capture?: { promptPositions: number[]; generated: boolean; hooks?: string[]; layers?: number[] };
   /** log probabilities of the chosen tokens and the k most likely (0..20) */

@@ -76,8 +76,8 @@ export interface EngineOptions {
   /** bytes the budget leaves to the rest of the process (default: its RSS now + memory.ts RUNTIME_MARGIN) */
   runtimeBytes?: number;
   /**
-   * the KV cache's element type: 'f32' (default on cpu) or 'f16' (default on cuda and webgpu: half the bytes held and
-   * moved per step; the attention math stays f32, only the stored keys and values are rounded)
+   * the KV cache's element type: 'f32' or 'f16' (half the bytes held and moved per step; the attention math stays
+   * f32, only the stored keys and values are rounded). Default: the compute dtype's (`defaultKvDType`)
    */
   kvDType?: KvDType;
 }
@@ -125,6 +125,16 @@ function defaultAttention(device: string): AttentionImpl {
   return device === 'cpu' ? 'onnx' : device === 'webgpu' ? 'matmul' : 'mha';
 }
 
+/**
+ * The KV follows the activations' precision: f16 only where the linear layers compute in f16 (`--dtype f16` on cuda
+ * and webgpu); everywhere else f32, so `--dtype f32` on a GPU gives the CPU's numbers (an f16 KV put webgpu f32 up to
+ * 3.5e-3 off HF instead of 3e-6). On the CPU `--dtype f16` computes f32 math on f16-rounded weights (precision.ts),
+ * so its KV stays f32 too. An f16 KV anywhere else is an explicit `kvDType`.
+ */
+export function defaultKvDType(dtype: ComputeDType, device: Device): KvDType {
+  return dtype === 'f16' && device !== 'cpu' ? 'f16' : 'f32';
+}
+
 function defaultCacheDir(): string {
   return join(homedir(), '.cache', 'safekeep');
 }
@@ -150,6 +160,6 @@ export function resolveEngineConfig(o: EngineOptions): EngineConfig {
     spin: o.spin ?? false,
     quiet: o.quiet ?? false,
     profile: o.profile ?? null,
-    kvDType: o.kvDType ?? (device === 'cpu' ? 'f32' : 'f16'),
+    kvDType: o.kvDType ?? defaultKvDType(dtype, device),
   };
 }

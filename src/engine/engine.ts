@@ -25,7 +25,9 @@ import { generate } from './run/generate.ts';
 import { Scheduler, type SchedulerOptions } from './run/scheduler.ts';
 import { firstTokenShared, forwardShared } from './run/prefix.ts';
 import type { StepInput, StepOutput, Stepper } from './run/step.ts';
-import { appendKv, capacityBias, emptyKv, kvCapacity, KV_CHUNK, type KvArray, type KvCache, type KvDType } from './runtime/kv.ts';
+import { appendKv, capacityBias, emptyKv, kvBytes, kvCapacity, kvTensor, KV_CHUNK, type KvArray, type KvCache, type KvDType } from './runtime/kv.ts';
+import { countRun, emptyTransfer, type TransferCounter } from './runtime/transfer.ts';
+import { DeviceKv, onDevice } from './runtime/device-kv.ts';
 import { planMemory, RUNTIME_MARGIN, type MemoryPlan, type StepShape } from './runtime/memory.ts';
 import { openSession, webgpuError } from './runtime/session.ts';
 import type { Engine, FirstTokenSharedOptions, FirstTokenSharedResult, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, SharedForwardOptions, SharedForwardResult } from './types.ts';
@@ -57,6 +59,15 @@ export class OnnxEngine implements Engine, Stepper {
    * (`prefixStore`).
    */
   readonly scheduler: Scheduler;
+  /**
+   * host ↔ device bytes of every session run (runtime/transfer.ts: host tensors fed to a device session and read back
+   * from it); stays 0 on the CPU. `npm run bench:decode-step -- --contexts` reads it per decode step.
+   */
+  readonly transfer: TransferCounter = emptyTransfer();
+  /** whether the session runs on a device (cuda, webgpu): its host tensors cross to it */
+  private get onDevice(): boolean {
+    return (this.engineConfig?.device ?? 'cpu') !== 'cpu';
+  }
 
   /** the sliding window of the windowed layers (one size per config), null when every layer attends fully */
   readonly window: number | null;
@@ -87,7 +98,13 @@ export class OnnxEngine implements Engine, Stepper {
     this.eosIds = [...this.config.eosTokenIds];
     this.graphCached = graphCached;
     this.noProjection = { dir: new Float32Array((this.numLayers + 1) * this.dModel), value: new Float32Array(this.numLayers + 1) };
+    this.deviceKv = new DeviceKv(this.numLayers, this.config.numKvHeads, this.config.headDim, this.kvDType, this.transfer);
     this.scheduler = new Scheduler(this, run.scheduler);
+  }
+
+  /** whether decode steps keep their KV on the device (webgpu: runtime/device-kv.ts) */
+  get kvOnDevice(): boolean {
+    return this.engineConfig?.device === 'webgpu';
   }
 
   /** [B, hd/2] inverse frequencies, row b for a sequence of lengths[b] tokens (only dynamic NTK looks at it) */
@@ -160,7 +177,10 @@ export class OnnxEngine implements Engine, Stepper {
     }
     const wantPresent = inp.wantPresent ?? true;
     const fetches: string[] = [IO.hidden, IO.logits];
-    if (wantPresent) fetches.push(IO.newKv);
+    // on webgpu new_kv is a device output and is always fetched (then released when not wanted): onnxruntime-node
+    // 1.30 fails a run that leaves a device output out after one that fetched it (INVALID_ARGUMENT in the Concat
+    // that makes it; src/engine/README.md, GPU)
+    if (wantPresent || this.kvOnDevice) fetches.push(IO.newKv);
     const hookOutputs = inp.hooks?.selection.capture.map(HOOK_IO.output) ?? [];
     for (const [name, t] of Object.entries(inp.hooks?.feeds ?? {})) feeds[name] = new ort.Tensor('float32', t.data, t.dims);
     fetches.push(...hookOutputs);
@@ -171,6 +191,7 @@ export class OnnxEngine implements Engine, Stepper {
     try {
       const session = inp.hooks ? await this.hookSession(inp.hooks.selection) : this.session;
       out = await session.run(feeds, fetches);
+      if (this.onDevice) countRun(this.transfer, feeds, out);
     } catch (e) {
       // a WebGPU failure mid-run (out of device memory, a kernel the provider cannot run) as one line
       if (this.engineConfig?.device === 'webgpu' && !(e instanceof SafekeepError)) throw webgpuError(String((e as Error).message ?? e).split('\n')[0]!.slice(0, 300));
@@ -179,10 +200,14 @@ export class OnnxEngine implements Engine, Stepper {
       if (hookKey !== null) this.hookRuns.set(hookKey, this.hookRuns.get(hookKey)! - 1);
     }
     let present: KvCache | null = null;
-    if (wantPresent) {
+    const newKv = out[IO.newKv];
+    if (!wantPresent && onDevice(newKv)) newKv!.dispose();
+    else if (wantPresent && onDevice(newKv)) {
+      present = await this.devicePresent(inp, past, newKv!);
+    } else if (wantPresent) {
       const newKeys: KvArray[] = [];
       const newValues: KvArray[] = [];
-      const data = out[IO.newKv]!.data as KvArray;
+      const data = newKv!.data as KvArray;
       const n = B * this.config.numKvHeads * T * this.config.headDim;
       for (let l = 0; l < this.numLayers; l++) {
         const { k, v } = newKvOf(data, l, n);
@@ -201,6 +226,49 @@ export class OnnxEngine implements Engine, Stepper {
       ...(inp.hooks ? { hooks: Object.fromEntries(hookOutputs.map((n) => [n, { data: out[n]!.data as Float32Array, dims: out[n]!.dims.map(Number) }])) } : {}),
     };
   }
+
+  /**
+   * A step's present when its new slots stayed on the device (webgpu): a decode step asked to keep its KV there
+   * (`keepOnDevice`, one new slot into a past with room) gets the past's buffers with slot P written on the device
+   * (runtime/device-kv.ts, nothing crosses); any other step reads the new slots back through a device graph with CPU
+   * outputs and appends them on the host as the CPU does.
+   */
+  private async devicePresent(inp: StepInput, past: KvCache, newKv: ort.Tensor): Promise<KvCache> {
+    const { batch: B, width: T } = inp;
+    const P = past.length;
+    try {
+      if (inp.keepOnDevice && T === 1 && inp.past && kvCapacity(past) > P) {
+        const { keys, values } = await this.deviceKv.append(past.keys, past.values, newKv, P);
+        return { keys, values, batch: B, length: P + 1, starts: inp.starts.slice() };
+      }
+      const [data] = await this.deviceKv.readback([newKv]);
+      const n = B * this.config.numKvHeads * T * this.config.headDim;
+      const newKeys: KvArray[] = [];
+      const newValues: KvArray[] = [];
+      for (let l = 0; l < this.numLayers; l++) {
+        const { k, v } = newKvOf(data!, l, n);
+        newKeys.push(k);
+        newValues.push(v);
+      }
+      return appendKv(await this.hostPast(inp.past), newKeys, newValues, {
+        batch: B, width: T, kvHeads: this.config.numKvHeads, headDim: this.config.headDim, starts: inp.starts,
+        reserve: inp.reserve ?? (T === 1 ? KV_CHUNK : 0),
+      });
+    } finally {
+      newKv.dispose();
+    }
+  }
+
+  /** a past on the host (a device past read back first: appendKv writes host arrays) */
+  private async hostPast(past: KvCache | null): Promise<KvCache | null> {
+    if (!past || !onDevice(past.keys[0])) return past;
+    const data = await this.deviceKv.readback([...past.keys, ...past.values]);
+    const L = this.numLayers;
+    return { ...past, keys: past.keys.map((t, l) => kvTensor(data[l]!, t.dims)), values: past.values.map((t, l) => kvTensor(data[L + l]!, t.dims)) };
+  }
+
+  /** device K/V graphs (webgpu): append a decode step's slot on the device, read device tensors back */
+  readonly deviceKv: DeviceKv;
 
   /**
    * The session of the graph with these hook points (its graph built and cached once per selection). Each session
@@ -300,6 +368,7 @@ export class OnnxEngine implements Engine, Stepper {
     if (this.profiling) this.session.endProfiling();
     for (const s of this.hookSessions.values()) await (await s.catch(() => null))?.release();
     this.hookSessions.clear();
+    await this.deviceKv.release();
     await this.session.release();
   }
 }
@@ -309,7 +378,7 @@ export async function createEngineFromCheckpoint(ckpt: Checkpoint, opts: EngineO
   // the plan first: a budget the weights alone exceed fails before any memory is spent
   const plan = opts.maxMemory === undefined ? null : planMemory(ckpt.config, cfg.dtype, opts.maxMemory, {
     storage: ckpt.tensors.get(tensorName('down', 0))?.dtype ?? 'F32',
-    lowMemory: cfg.lowMemory, attention: cfg.attention,
+    lowMemory: cfg.lowMemory, attention: cfg.attention, kvElement: kvBytes(cfg.kvDType),
     ...(cfg.quant ? { quant: { scheme: cfg.quant.scheme, block: cfg.quant.block } } : {}),
     runtimeBytes: opts.runtimeBytes ?? process.memoryUsage().rss + RUNTIME_MARGIN,
   });

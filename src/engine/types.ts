@@ -10,8 +10,8 @@ import type {
 export { INTERVENTION_KINDS, STEER_POSITIONS } from './run/types.ts';
 export type {
   ActivationSource, FirstTokenSharedOptions, FirstTokenSharedResult, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult,
-  HookIntervention, Intervention, InterventionKind, PositionSelector, ReuseStats, SamplingSettings, SharedForwardOptions,
-  SharedForwardResult, SteerPositions, Steering, TokenLogprob,
+  GenerationEdits, HookIntervention, Intervention, InterventionKind, PositionSelector, ReuseStats, SamplingSettings,
+  SharedForwardOptions, SharedForwardResult, SteerPositions, Steering, TokenLogprob,
 } from './run/types.ts';
 
 export interface EngineInfo {

@@ -149,7 +149,7 @@ async function respond(request: AgentRequest, method: GuardMethod, backend: Chat
   /** the agent call (the only place it is written); `extra`: a probe hook, steering, or the purpose of a steered answer */
   const agent = (extra: Partial<ChatCall> = {}) => backend.chat({
     messages, tools: request.tools, maxTokens: options.maxTokens ?? 256, purpose: 'agent', model: options.model, authorization: options.authorization, ...stop,
-    ...(options.onText && !extra.inspect && !extra.steer ? { onText: options.onText } : {}), ...extra,
+    ...(options.onText && !extra.inspect && !extra.edits ? { onText: options.onText } : {}), ...extra,
   });
   const refuse = () => backend.chat(refusalCall(request, options));
   const judgeOptions: JudgeOptions = { ...options, toolView: row.judge ?? 'prose', maxTokens: options.judgeMaxTokens };
@@ -181,7 +181,7 @@ async function respond(request: AgentRequest, method: GuardMethod, backend: Chat
     if (!pv.unsafe) return { method, judge: verdict, blocked: false, reply, probe: pv, agentMs: reply.latencyMs };
     if (row.flagged === 'steer') {
       // tools kept, no prefix, +α·r̂ at ℓ*: the answer is the model's own
-      const steered = await agent({ purpose: 'refusal', steer: steering! });
+      const steered = await agent({ purpose: 'refusal', edits: { interventions: [{ kind: 'add', ...steering! }] } });
       return { method, judge: verdict, blocked: false, steered: true, reply: steered, probe: pv, agentMs: reply.latencyMs, rereadTokens: reply.promptTokens };
     }
     return { method, judge: verdict, blocked: true, reply: await refuse(), probe: pv, agentMs: reply.latencyMs, rereadTokens: reply.promptTokens };

@@ -1,7 +1,8 @@
 /**
- * The SSE writers: OpenAI's `chat.completion.chunk` events (role, content, tool calls, finish reason), the usage
- * chunk (`choices: []`) when the client asked with `stream_options.include_usage`, then `data: [DONE]` — for a
- * finished completion (`sendSse`) or as the text is generated (`SseStream`).
+ * The SSE writers: OpenAI's `chat.completion.chunk` events (role, content, tool calls, finish reason) — or, for
+ * /v1/completions, its `text_completion` events (text, finish reason) — the usage chunk (`choices: []`) when the client
+ * asked with `stream_options.include_usage`, then `data: [DONE]` — for a finished completion (`sendSse`) or as the
+ * text is generated (`SseStream`), each piece with the log probabilities of its tokens when asked.
  */
 import type { ServerResponse } from 'node:http';
 
@@ -23,13 +24,19 @@ export interface SseCompletion {
   logprobs?: unknown;
   /** top-level fields of the finish-reason chunk (the research server's `safekeep` activations) */
   finishExtra?: Record<string, unknown>;
+  /** a data event of its own, just before [DONE] (vllm-lens's activations) */
+  tailEvent?: Record<string, unknown>;
 }
 
 export const SSE_HEADERS = { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' } as const;
 
+/** which API's chunks: chat completions' or (legacy) completions' */
+export type SseKind = 'chat' | 'text';
+
 /** one completion's chunk events: the same id, model and creation time on every chunk */
-function chunks(id: string, model: string) {
+function chunks(id: string, model: string, kind: SseKind = 'chat') {
   const created = Math.floor(Date.now() / 1000);
+  if (kind === 'text') return textChunks(id, model, created);
   const event = (o: Record<string, unknown>) => `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, ...o })}\n\n`;
   const chunk = (delta: Record<string, unknown>, finishReason: string | null) => event({ choices: [{ index: 0, delta, finish_reason: finishReason }] });
   return {
@@ -43,6 +50,23 @@ function chunks(id: string, model: string) {
       let out = calls.length ? chunk({ tool_calls: calls.map((t, index) => ({ index, id: t.id, type: 'function', function: t.function })) }, null) : '';
       out += c.finishExtra ? event({ choices: [{ index: 0, delta: {}, finish_reason: c.finish ?? 'stop' }], ...c.finishExtra }) : chunk({}, c.finish ?? 'stop');
       if (c.usage) out += event({ choices: [], usage: c.usage });
+      if (c.tailEvent) out += `data: ${JSON.stringify(c.tailEvent)}\n\n`;
+      return `${out}data: [DONE]\n\n`;
+    },
+  };
+}
+
+/** /v1/completions: `{choices: [{index, text, logprobs, finish_reason}]}` events, no role or tool-call chunks */
+function textChunks(id: string, model: string, created: number) {
+  const event = (o: Record<string, unknown>) => `data: ${JSON.stringify({ id, object: 'text_completion', created, model, ...o })}\n\n`;
+  const choice = (text: string, logprobs: unknown, finishReason: string | null) => ({ choices: [{ index: 0, text, logprobs: logprobs ?? null, finish_reason: finishReason }] });
+  return {
+    start: () => '',
+    content: (text: string, logprobs?: unknown) => (text || logprobs !== undefined ? event(choice(text, logprobs, null)) : ''),
+    end: (c: Omit<SseCompletion, 'id' | 'model' | 'content'>) => {
+      let out = event({ ...choice('', null, c.finish ?? 'stop'), ...c.finishExtra });
+      if (c.usage) out += event({ choices: [], usage: c.usage });
+      if (c.tailEvent) out += `data: ${JSON.stringify(c.tailEvent)}\n\n`;
       return `${out}data: [DONE]\n\n`;
     },
   };
@@ -63,8 +87,8 @@ export class SseStream {
   private readonly k: ReturnType<typeof chunks>;
   private sent = '';
 
-  constructor(private readonly res: ServerResponse, id: string, model: string, private readonly headers: Record<string, string> = {}) {
-    this.k = chunks(id, model);
+  constructor(private readonly res: ServerResponse, id: string, model: string, private readonly headers: Record<string, string> = {}, kind: SseKind = 'chat') {
+    this.k = chunks(id, model, kind);
   }
 
   /** true once the headers went out: errors can no longer be a status code */
@@ -72,14 +96,15 @@ export class SseStream {
     return this.res.headersSent;
   }
 
-  write(text: string): void {
+  /** a piece of text, with its tokens' log probabilities (in the API's shape) when asked */
+  write(text: string, logprobs?: unknown): void {
     // a client that left: nothing to write to
     if (!text || this.res.writableEnded || this.res.destroyed) return;
     if (!this.started) {
       this.res.writeHead(200, { ...this.headers, ...SSE_HEADERS });
       this.res.write(this.k.start());
     }
-    this.res.write(this.k.content(text));
+    this.res.write(this.k.content(text, logprobs));
     this.sent += text;
   }
 
@@ -93,7 +118,8 @@ export class SseStream {
       this.res.writeHead(200, { ...this.headers, ...headers, ...SSE_HEADERS });
       this.res.write(this.k.start());
     }
-    this.res.end(this.k.content(c.content.slice(this.sent.length)) + this.k.end(c));
+    // the rest of the text, and the log probabilities of the tokens not yet sent (`c.logprobs`: those only)
+    this.res.end(this.k.content(c.content.slice(this.sent.length), c.logprobs) + this.k.end(c));
     return true;
   }
 

@@ -12,6 +12,8 @@ import type { Figure } from './figures/spec.ts';
 import { compactJson } from './compact-json.ts';
 import { fewGroupsCaveat } from './few-groups.ts';
 import { FONT_FAMILY } from './font.ts';
+import { PAPER_CITATION } from './paper-numbers.ts';
+import { paperSectionHtml } from './paper-section.ts';
 import type { Table } from './tables.ts';
 
 export function escapeHtml(s: string): string {
@@ -105,7 +107,7 @@ export function buildHtml(res: AnalysisResults, figures: readonly Figure[], tabl
 <body>
 <h1>safekeep report — ${escapeHtml(res.model)}</h1>
 ${res.synthetic ? '<p class="synthetic">SYNTHETIC: these numbers come from planted activations with a known answer, not from a real model.</p>' : ''}
-<p>Reproduction of Pan et al. (2026), “JSON tool schemas suppress the refusal direction”: refusal separability across input formats (Tables 1–2), the Schema Direction (Figure 3), first-token projections (Figure 4)${res.steering?.length ? ' and steering (Table 3)' : ''}${res.probe ? '; activation refusal probes and the guard comparison (base, SafeKeep, refusal probe, both)' : ''}${res.s3 ? '; the S³ multi-stage defense evaluation (stage-specific safety skills, a guard agent, recovery)' : ''}.</p>
+<p>Reproduction of ${escapeHtml(PAPER_CITATION)}: refusal separability across input formats (Tables 1–2), the Schema Direction (Figure 3), first-token projections (Figure 4)${res.steering?.length ? ' and steering (Table 3)' : ''}${res.probe ? '; activation refusal probes and the guard comparison (base, SafeKeep, refusal probe, both)' : ''}${res.s3 ? '; the S³ multi-stage defense evaluation (stage-specific safety skills, a guard agent, recovery)' : ''}.</p>
 <table class="meta">${meta.map(([k, v]) => `<tr><td>${escapeHtml(k)}</td><td>${escapeHtml(v)}</td></tr>`).join('')}</table>
 ${caveat ? `<p class="caveat">${escapeHtml(caveat)}</p>` : ''}
 ${(res.notes ?? []).map((n) => `<p class="note">${escapeHtml(n)}</p>`).join('\n')}
@@ -113,6 +115,7 @@ ${(res.notes ?? []).map((n) => `<p class="note">${escapeHtml(n)}</p>`).join('\n'
 ${figures.map((f, i) => `<section class="figure"><h3>${escapeHtml(f.title)}</h3><div id="fig-${i}" class="vega" data-name="${escapeHtml(f.name)}"></div><p class="caption">${escapeHtml(f.caption)} Files: figures/${escapeHtml(f.name)}.svg, .png</p></section>`).join('\n')}
 <h2>Tables</h2>
 ${tables.map(htmlTable).join('\n')}
+${paperSectionHtml(res.model)}
 ${protocol ? `<h2>Protocol: paper vs this run's defaults</h2>\n<p class="note">From docs/protocol.md; the values this run used are in the manifest below (<code>protocol</code>).</p>\n${protocol}` : ''}
 <h2>Manifest</h2>
 <pre>${escapeHtml(compactJson(res.manifest))}</pre>

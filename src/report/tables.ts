@@ -1,6 +1,7 @@
 /** Tables as Markdown, CSV and JSON: every value with its 95 % interval and n. */
 import type { AnalysisResults, AurocCI, DiffCI, MeanCI, RateCI, S3Run, TableRow } from '../analysis/results.ts';
 import { wilsonInterval } from '../analysis/stats.ts';
+import { paperCell, paperHeader, paperModel, paperNumbers, paperTable1Row, paperTable2Row } from './paper-numbers.ts';
 import { steeringConditionLabel } from './steering-label.ts';
 
 type Cell = string | number | null;
@@ -61,8 +62,17 @@ function formatTable(res: AnalysisResults, which: 'table1' | 'table2'): Table {
   ]);
   const header = ['Configuration', 'n', 'AUROC, chatbot direction [95% CI]', 'Δ vs chatbot [95% CI]', 'AUROC, own direction [95% CI]'];
   const display = rows.map((r) => [r.label, String(r.cross.n), ciText(r.cross), diffText(r.crossDiff), ciText(r.within)]);
-  const note = `ℓ* = ${res.lStar.layer} (rule ${res.lStar.rule ?? 'cv'}): ${res.lStar.method}. Intervals: ${res.bootstrap.reps} paired bootstrap resamples of groups of pairs (scenarios; seed ${res.bootstrap.seed}), percentile ${Math.round(res.bootstrap.level * 100)}%.`;
-  return { name: which, title, columns, rows: csvRows, header, display, note, json: { title, layer: res.lStar.layer, layerRule: res.lStar.rule ?? 'cv', lStarMethod: res.lStar.method, bootstrap: res.bootstrap, rows } };
+  let note = `ℓ* = ${res.lStar.layer} (rule ${res.lStar.rule ?? 'cv'}): ${res.lStar.method}. Intervals: ${res.bootstrap.reps} paired bootstrap resamples of groups of pairs (scenarios; seed ${res.bootstrap.seed}), percentile ${Math.round(res.bootstrap.level * 100)}%.`;
+  // the paper's figure for the same row, beside ours (the JSON keeps it too; the CSV keeps its columns)
+  const pt = paperNumbers()?.tables[which === 'table1' ? 'table_1' : 'table_2'];
+  const paper = pt ? rows.map((r) => { const k = (which === 'table1' ? paperTable1Row : paperTable2Row)(r.config); return k ? { row: k, values: pt.rows[k] } : null; }) : [];
+  if (pt) {
+    const m = paperModel(res.model, pt.models);
+    header.push(paperHeader('AUROC', pt.models, m));
+    display.forEach((d, i) => d.push(paperCell(paper[i]?.values, pt.models, m, 3)));
+    note += ` Paper: ${pt.models.join(', ')} on ${pt.data}.`;
+  }
+  return { name: which, title, columns, rows: csvRows, header, display, note, json: { title, layer: res.lStar.layer, layerRule: res.lStar.rule ?? 'cv', lStarMethod: res.lStar.method, bootstrap: res.bootstrap, rows, ...(pt ? { paper: { models: pt.models, data: pt.data, rows: paper } } : {}) } };
 }
 
 function curvesTable(res: AnalysisResults): Table {
@@ -147,8 +157,19 @@ function steeringTable(res: AnalysisResults): Table | null {
   const sets = s0.rows.some((r) => r.condition !== undefined)
     ? ' Rows "intervene: NAME" run the interventions of NAME.json (--intervene; add / ablate / clamp, with their own layers and positions) instead, on the same prompts.'
     : '';
-  const note = `Steering: hidden[${s0.layer}] −= α · unit(${s0.direction}) ${where}.${sets} Intervals: Wilson 95%.${sampled ? sampledNote(res.steering) : ''}`;
-  return { name: 'table3-steering', title, columns, rows, header, display, note, json: { title, positions: s0.positions ?? 'all', steering: res.steering } };
+  let note = `Steering: hidden[${s0.layer}] −= α · unit(${s0.direction}) ${where}.${sets} Intervals: Wilson 95%.${sampled ? sampledNote(res.steering) : ''}`;
+  // the paper's row at the same α (its α are its own scale: compare the shape, not the index)
+  const pt = paperNumbers()?.tables.table_3;
+  if (pt) {
+    header.push(`Paper refusal / harmful exec. / invalid % (${pt.models.join(', ')}, same α)`);
+    let k = 0;
+    for (const s of res.steering) for (const r of s.rows) {
+      const p = r.condition === undefined ? pt.rows.find((x) => x[0] === r.alpha) : undefined;
+      display[k++]!.push(p ? `${p[1]!.toFixed(1)} / ${p[2]!.toFixed(1)} / ${p[3]!.toFixed(1)}` : '–');
+    }
+    note += ` Paper (${pt.models.join(', ')}, ${pt.data}): ${pt.rows.map((x) => `α=${x[0]}: ${x[1]} / ${x[2]} / ${x[3]}`).join('; ')}.`;
+  }
+  return { name: 'table3-steering', title, columns, rows, header, display, note, json: { title, positions: s0.positions ?? 'all', steering: res.steering, ...(pt ? { paper: pt } : {}) } };
 }
 
 /** how a sampled sweep decoded and how to read its two refusal intervals */
@@ -171,8 +192,14 @@ function behaviouralTable(res: AnalysisResults): Table | null {
   const header = ['Configuration', 'n', 'Refusals', 'Refusal rate [95% CI]'];
   const pct = (x: number) => (100 * x).toFixed(1);
   const display = b.rows.map((r) => [r.label, String(r.n), String(r.refusals), `${pct(r.rate)}% [${pct(r.lo)}, ${pct(r.hi)}]`]);
-  const note = `${b.requests}; greedy, up to ${b.maxNewTokens} new tokens; refusal by the outcome classifier's refusal-substring list. Intervals: Wilson 95%.`;
-  return { name: 'behavioural-refusal', title, columns, rows, header, display, note, json: { title, ...b } };
+  let note = `${b.requests}; greedy, up to ${b.maxNewTokens} new tokens; refusal by the outcome classifier's refusal-substring list. Intervals: Wilson 95%.`;
+  const pt = paperNumbers()?.tables.section_3_1;
+  if (pt) {
+    header.push(`Paper refusal rate (${pt.models.join(', ')})`);
+    b.rows.forEach((r, i) => display[i]!.push(r.config === 'chatbot' ? `${pt.refusal_percent.chatbot}%` : r.config === 'agent' ? `${pt.refusal_percent.agent}%` : '–'));
+    note += ` Paper: ${pt.models.join(', ')} on ${pt.data}.`;
+  }
+  return { name: 'behavioural-refusal', title, columns, rows, header, display, note, json: { title, ...b, ...(pt ? { paper: pt } : {}) } };
 }
 
 /** Every table the results support, in report order. */

@@ -11,10 +11,15 @@
  *   why; block = refusal. (`respond`, incident response after a call has run, exists only in the agent loop: the
  *   proxy executes no tools.)
  * - output: recover = the risky spans redacted (or the whole answer replaced); block = refusal.
+ * - planning: recover = re-plan (the agent writes a new plan without the flagged steps, checked again, plan.ts);
+ *   block = refusal.
+ * - memory: recover = the poisoned entries dropped before the model reads them, a flagged write not stored
+ *   (memory-entries.ts); block = refusal (also when no check read the entries).
  */
-import type { CallView } from './event.ts';
+import type { CallView, MemoryEntry } from './event.ts';
+import { recoverMemory } from './memory-entries.ts';
 import { riskyRuns, type StageDecision } from './guard.ts';
-import { recoverAnswer, recoverCalls, recoverObservation, type RecoveryOptions } from './recovery.ts';
+import { guidanceMessage, recoverAnswer, recoverCalls, recoverObservation, type RecoveryOptions } from './recovery.ts';
 import type { Skill } from './skill.ts';
 
 export interface Applied {
@@ -52,4 +57,23 @@ export function applyAnswer(d: StageDecision, skills: readonly Skill[], text: st
   if (d.action === 'block') return { next: 'refuse', changed: ['answer withheld (refusal)'], content: text };
   const r = recoverAnswer(text, riskyRuns(d, skills));
   return { next: 'go', changed: r.removed.length ? r.removed.map((s) => `redacted: ${s}`) : ['answer replaced'], content: r.content, fallback: r.fallback };
+}
+
+/** planning: 'replan' = ask for a new plan without the flagged steps (`why`: the risky skills' guidance, else their reasons). */
+export function applyPlan(d: StageDecision, skills: readonly Skill[], steps: readonly CallView[]): Applied & { replan: boolean; rejected: CallView[]; why: string } {
+  if (d.action === 'pass') return { next: 'go', changed: [], replan: false, rejected: [], why: '' };
+  if (d.action === 'block') return { next: 'refuse', changed: ['plan rejected (refusal)'], replan: false, rejected: [], why: '' };
+  const runs = riskyRuns(d, skills);
+  const ids = new Set(runs.flatMap((r) => r.result.callIds ?? []));
+  const rejected = ids.size ? steps.filter((s) => ids.has(s.id)) : [...steps];
+  const why = runs.map((r) => (r.skill.guidance ? guidanceMessage(r, rejected.map((c) => c.name).join(', ')) : r.result.reason)).join(' ');
+  return { next: 'go', changed: [`plan rejected, re-plan without: ${rejected.map((c) => c.name).join(', ') || 'the flagged steps'}`], replan: true, rejected, why };
+}
+
+/** memory: the entries the model may read (read) or the store may take (write). */
+export function applyMemory(d: StageDecision, skills: readonly Skill[], entries: readonly MemoryEntry[]): Applied & { kept: MemoryEntry[]; dropped: MemoryEntry[] } {
+  if (d.action === 'pass') return { next: 'go', changed: [], kept: [...entries], dropped: [] };
+  if (d.action === 'block') return { next: 'refuse', changed: [`memory withheld${unread(d)}`], kept: [], dropped: [...entries] };
+  const r = recoverMemory(entries, riskyRuns(d, skills));
+  return { next: 'go', changed: r.dropped.map((x) => `memory entry dropped: ${x.id}`), kept: r.kept, dropped: r.dropped, fallback: r.fallback };
 }

@@ -9,6 +9,12 @@ import { proseKey, proseValue } from '../guard/prose-value.ts';
 import type { ChatMessage } from '../guard/types.ts';
 import type { Stage } from './stages.ts';
 
+/** One memory entry: its id in the store and its text. */
+export interface MemoryEntry {
+  id: string;
+  content: string;
+}
+
 /** A tool call with parsed arguments. */
 export interface CallView {
   id: string;
@@ -34,11 +40,20 @@ export interface StageEvent {
   observation?: { callId: string; name: string; content: string };
   /** output: the final answer */
   answer?: string;
+  /** planning: the plan as the agent wrote it (its steps, each naming the tool it uses, are `calls`: ids `step-<i>`) */
+  plan?: string;
+  /** memory: the entries retrieved from (read) or about to be written to (write) the store named `store` */
+  memory?: { op: 'read' | 'write'; store: string; entries: MemoryEntry[] };
   /**
    * input, behind a server: the request's settings that carry client text besides messages and tools (`stop`,
    * `user`, the model name, a JSON-schema `response_format`): the upstream receives them, so the input judge sees them
    */
   settings?: Readonly<Record<string, unknown>>;
+}
+
+/** Memory entries as the agent (and a check) reads them: one `[memory <id>] text` line each. */
+export function memoryBlock(entries: readonly MemoryEntry[]): string {
+  return entries.length ? entries.map((x) => `[memory ${x.id}] ${x.content.replace(/\s+/g, ' ').trim()}`).join('\n') : '(no entries)';
 }
 
 /** The user's request text (all user messages). */
@@ -56,6 +71,8 @@ export function stageText(e: StageEvent): string {
     case 'tool_execution': return (e.calls ?? []).map((c) => proseCall(c.name, c.arguments)).join('\n');
     case 'tool_observation': return e.observation?.content ?? '';
     case 'output': return e.answer ?? '';
+    case 'planning': return e.plan ?? (e.calls ?? []).map((c) => proseCall(c.name, c.arguments)).join('\n');
+    case 'memory': return (e.memory?.entries ?? []).map((x) => x.content).join('\n\n');
   }
 }
 
@@ -63,6 +80,7 @@ export function stageText(e: StageEvent): string {
 export function stageTools(e: StageEvent): string[] {
   if (e.stage === 'tool_observation') return e.observation ? [e.observation.name] : [];
   if (e.stage === 'input') return e.tools.map((t) => t.function.name);
+  if (e.stage === 'memory') return e.memory ? [e.memory.store] : [];
   return (e.calls ?? []).map((c) => c.name);
 }
 
@@ -71,6 +89,7 @@ export function stageRoles(e: StageEvent): string[] {
   switch (e.stage) {
     case 'input': return [...new Set(e.messages.map((m) => m.role))];
     case 'tool_observation': return ['tool'];
+    case 'memory': return ['memory'];
     default: return ['assistant'];
   }
 }

@@ -10,8 +10,9 @@
  * Mandatory skills skip layers 2 and 3: they run on every event of their stage, so neither a pattern nor the guard
  * agent's NONE decides that the stage goes unjudged; the guard agent is asked only about the other candidates.
  *
- * Coverage: the stages where outside text enters the agent (input: the request; tool_observation: a tool result)
- * fail closed. When such a stage has skills and no check that ran read a part the event holds (its request, its
+ * Coverage: the stages where outside text enters the agent (input: the request; tool_observation: a tool result;
+ * memory: entries read from a store or written to it — there, the entries are the part that must be read) fail
+ * closed. When such a stage has skills and no check that ran read a part the event holds (its request, its
  * history, the result), the decision is `block` (`uncovered` names the parts): a request is not forwarded, a result
  * is not shown, without a check that read it.
  *
@@ -127,9 +128,10 @@ export async function runStage(event: StageEvent, config: S3Config, env: CheckEn
     const block = config.mitigation === 'block' || risky.some((s) => s.mitigation === 'block');
     d.action = block ? 'block' : risky.some((s) => s.mitigation === 'recover') ? 'recover' : risky.every((s) => s.mitigation === 'respond') ? 'respond' : 'recover';
   }
-  if (triggered.length > 0 && (event.stage === 'input' || event.stage === 'tool_observation')) {
+  if (triggered.length > 0 && (event.stage === 'input' || event.stage === 'tool_observation' || event.stage === 'memory')) {
     const read = new Set(picked.flatMap((s) => s.inspection));
-    d.uncovered = eventParts(event).filter((p) => !read.has(p));
+    // at memory the outside text is the entries (the conversation before them was checked where it entered)
+    d.uncovered = eventParts(event).filter((p) => (event.stage !== 'memory' || p === 'entries') && !read.has(p));
     if (d.uncovered.length > 0) d.action = 'block';
   }
   d.latencyMs = performance.now() - t0;

@@ -10,17 +10,21 @@
  *   request carries, e.g. an assistant turn the client wrote);
  * - calls: the proposed call(s) (tool_selection, tool_execution);
  * - observation: the tool result (tool_observation);
- * - answer: the final answer (output).
+ * - answer: the final answer (output);
+ * - plan: the plan the agent wrote and its steps (planning);
+ * - entries: the memory entries read or about to be written (memory).
  */
 import type { StageEvent } from './event.ts';
 import type { Stage } from './stages.ts';
 
-export const INSPECTION_PARTS = ['request', 'history', 'calls', 'observation', 'answer'] as const;
+export const INSPECTION_PARTS = ['request', 'history', 'calls', 'observation', 'answer', 'plan', 'entries'] as const;
 export type InspectionPart = (typeof INSPECTION_PARTS)[number];
 
 /** Parts that exist at each stage. */
 export const STAGE_PARTS: Record<Stage, readonly InspectionPart[]> = {
   input: ['request', 'history'],
+  planning: ['request', 'history', 'plan'],
+  memory: ['request', 'history', 'entries'],
   tool_selection: ['request', 'history', 'calls'],
   tool_execution: ['request', 'history', 'calls'],
   tool_observation: ['request', 'history', 'observation'],
@@ -31,6 +35,7 @@ export const STAGE_PARTS: Record<Stage, readonly InspectionPart[]> = {
 export const PLACEHOLDER_PART: Record<string, InspectionPart | 'item' | null> = {
   stage: null, tools: null, procedure: null, description: null, memory: null,
   instructions: 'request', request: 'request', history: 'history', calls: 'calls', observation: 'observation', answer: 'answer',
+  plan: 'plan', entries: 'entries',
   // the stage's own item (calls, observation or answer) and the tool it concerns
   text: 'item', tool: 'item',
 };
@@ -38,13 +43,14 @@ export const PLACEHOLDER_PART: Record<string, InspectionPart | 'item' | null> = 
 /** The part a rule predicate reads beyond the call itself. */
 export const PREDICATE_PARTS: Record<string, readonly InspectionPart[]> = {
   read_before: ['history'],
-  recipient_not_in_request: ['request', 'calls'],
-  name_matches: ['calls'],
-  arg_matches: ['calls'],
+  recipient_not_in_request: ['request', 'calls', 'plan'],
+  name_matches: ['calls', 'plan'],
+  arg_matches: ['calls', 'plan'],
   pattern: [],
   secret_patterns: ['request'],
   echoes_observation_data: ['history', 'request'],
-  unrequested_action: ['request', 'calls'],
+  unrequested_action: ['request', 'calls', 'plan'],
+  hidden_characters: [],
 };
 
 /** The stage's item part (what `{{text}}` shows). */
@@ -52,6 +58,8 @@ export function itemPart(stage: Stage): InspectionPart | null {
   if (stage === 'tool_selection' || stage === 'tool_execution') return 'calls';
   if (stage === 'tool_observation') return 'observation';
   if (stage === 'output') return 'answer';
+  if (stage === 'planning') return 'plan';
+  if (stage === 'memory') return 'entries';
   return 'request';
 }
 
@@ -62,9 +70,11 @@ export function eventParts(e: StageEvent): InspectionPart[] {
   const out: InspectionPart[] = [];
   if (e.messages.some((m) => REQUEST_ROLES.has(m.role))) out.push('request');
   if (e.messages.some((m) => !REQUEST_ROLES.has(m.role))) out.push('history');
-  if (e.calls?.length) out.push('calls');
+  if (e.calls?.length && e.stage !== 'planning') out.push('calls');
   if (e.observation) out.push('observation');
   if (e.answer !== undefined) out.push('answer');
+  if (e.plan !== undefined) out.push('plan');
+  if (e.memory?.entries.length) out.push('entries');
   return out;
 }
 
@@ -80,6 +90,10 @@ export function limitEvent(e: StageEvent, parts: readonly InspectionPart[]): Sta
   if (e.calls) out.calls = has('calls') ? e.calls : [];
   if (e.observation) out.observation = has('observation') ? e.observation : { ...e.observation, content: NOT_INSPECTED };
   if (e.answer !== undefined) out.answer = has('answer') ? e.answer : NOT_INSPECTED;
+  // a plan's steps are the plan (read as calls by the rules), not the stage's `calls` part
+  if (e.plan !== undefined) out.plan = has('plan') ? e.plan : NOT_INSPECTED;
+  if (e.stage === 'planning' && e.calls) out.calls = has('plan') ? e.calls : [];
+  if (e.memory) out.memory = has('entries') ? e.memory : { ...e.memory, entries: e.memory.entries.map((x) => ({ ...x, content: NOT_INSPECTED })) };
   if (e.settings && has('request')) out.settings = e.settings;
   return out;
 }

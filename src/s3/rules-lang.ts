@@ -12,7 +12,8 @@
  *
  * Arguments are words or JSON double-quoted strings. `check not <predicate> ...` negates. Predicates (their
  * meaning is in `checks/rules.ts`): read_before REGEX, recipient_not_in_request, name_matches REGEX,
- * arg_matches ARG REGEX, pattern REGEX, secret_patterns, echoes_observation_data, unrequested_action REGEX.
+ * arg_matches ARG REGEX, pattern REGEX, secret_patterns, echoes_observation_data, unrequested_action REGEX,
+ * hidden_characters.
  * Regular expressions are case-insensitive. Strict: anything else is an error with the line number.
  */
 import { SafekeepError } from '../util/errors.ts';
@@ -26,6 +27,7 @@ export const PREDICATES: Record<string, { args: string[] }> = {
   secret_patterns: { args: [] },
   echoes_observation_data: { args: [] },
   unrequested_action: { args: ['REGEX'] },
+  hidden_characters: { args: [] },
 };
 
 export interface Predicate {

@@ -85,7 +85,7 @@ export const TEMPLATE_VARS = ['skill', 'reason', 'evidence', 'tool'] as const;
 
 /** Placeholders an `llm` check's prompt template may use (filled by `checks/llm.ts`). */
 export const PROMPT_VARS = ['stage', 'instructions', 'request', 'tools', 'history', 'text', 'tool', 'observation', 'calls', 'answer', 'procedure',
-  'description', 'memory'] as const;
+  'description', 'memory', 'plan', 'entries'] as const;
 
 export function fillTemplate(template: string, vars: Partial<Record<string, string>>): string {
   return template.replace(/\{\{\s*(\w+)\s*\}\}/g, (_m, k: string) => vars[k] ?? '');

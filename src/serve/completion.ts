@@ -24,6 +24,8 @@ export interface CompletionExtras {
   logprobs?: unknown;
   /** top-level fields of the response, e.g. the captured activations (streamed: of the finish-reason chunk) */
   body?: Record<string, unknown>;
+  /** streamed: `body` as a data event of its own just before [DONE] (where vllm-lens sends its activations) */
+  ownChunk?: boolean;
 }
 
 /**
@@ -42,7 +44,7 @@ export function sendCompletion(x: Exchange, c: ChatRequest, model: string, turn:
     if (turns.length !== 1) throw new Error('sendCompletion: a stream carries one choice');
     sendSse(x.res, {
       id: x.id, model, content: t.content ?? '', toolCalls: t.toolCalls, finish: t.finish, usage: c.includeUsage ? usage : undefined,
-      ...logprobsOf(t, 0), ...(extras.body ? { finishExtra: extras.body } : {}),
+      ...logprobsOf(t, 0), ...(extras.body ? (extras.ownChunk ? { tailEvent: extras.body } : { finishExtra: extras.body }) : {}),
     }, headers);
   } else {
     const choices = turns.map((u, i) => {

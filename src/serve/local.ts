@@ -16,11 +16,14 @@
  *   `temperature`, `top_p`, `seed`, `frequency_penalty`, `presence_penalty`, `logit_bias` and vLLM's `top_k`, `min_p`,
  *   `repetition_penalty` apply to the agent's calls (a judge stays greedy); `n` choices (not streamed) run seeds
  *   seed, seed + 1, …; a sampled reply reports its seed (`x-safekeep-seed`, body `safekeep.seed`), drawn when the
- *   request named none. `response_format` and `tool_choice` are refused unless at their no-op value. `logprobs` / `top_logprobs` (k ≤ 20)
- *   return OpenAI's `choices[0].logprobs.content` (streamed too, on the content chunk), unguarded requests only.
+ *   request named none; /v1/completions decodes greedily (a sampling field there is a 400). `response_format` and
+ *   `tool_choice` are refused unless at their no-op value. `logprobs` / `top_logprobs` (k ≤ 20)
+ *   return OpenAI's `choices[0].logprobs.content` (streamed: each chunk with its tokens'), unguarded requests only.
  * - `research` (`serve --model --allow-interventions`, method base only): the request field `safekeep` — per-request
  *   steering, interventions and activation capture (research.ts, docs/serve-research.md); each request's own
  *   sets decode in the same steps as the others'. Without it the field is a 400 naming it.
+ * - `POST /v1/completions` (`rawPrompts`, method base only): a raw prompt continued without a template, OpenAI's
+ *   completions shape (local-completions.ts); the research fields as here. A guarded server has no such route.
  * - `GET /v1/models` lists the one model. Anything else → 404 JSON.
  * - Bounded: at most 2048 messages and 128 tools (OpenAI's bounds); max_tokens at most `maxTokensLimit`; prompt +
  *   max_tokens above the context length → 400 in vLLM's wording, before any generation (the
@@ -37,7 +40,7 @@ import type { Server } from 'node:http';
 import { parseToolCalls, stripEndTokens } from '../outcome/parse-calls.ts';
 import { contextLengthMessage } from './context-length.ts';
 import { sendCompletion } from './completion.ts';
-import { HttpError, badRequest, capMessage, sendJson } from '../http/errors.ts';
+import { HttpError, badRequest, sendJson } from '../http/errors.ts';
 import { MAX_TOOLS, parseChatRequest, stopStrings, type ChatRequest } from '../chat/body.ts';
 import { SchemaBoundError } from '../prompts/flatten.ts';
 import { judgeCall } from '../guard/judge.ts';
@@ -46,10 +49,14 @@ import { SseStream, usageOf } from '../http/sse.ts';
 import { redactSecrets } from '../http/upstream.ts';
 import { isSafekeepError } from '../util/errors.ts';
 import { guardedRespond, plannedCalls, type GuardedResponse, type GuardOptions } from '../guard/respond.ts';
-import type { ChatBackend, ChatCall, GuardMethod, ResearchCall, ResearchReply } from '../guard/types.ts';
+import type { ChatBackend, ChatCall, GuardMethod, ResearchCall } from '../guard/types.ts';
+import { DEFAULT_MAX_CAPTURE_BYTES, logprobsOf, parseResearchField, resolveCapture, type ResearchOptions } from './research.ts';
+import { parseLensXargs } from './vllm-lens.ts';
+import { callWithin, capturedBody, hasEdits, liveText, researchRespond, withSignal, type Live } from './local-call.ts';
+import { zstdReady } from './lens-tensor.ts';
+import { completionsHandler, type RawPrompts } from './local-completions.ts';
 import { withAgentSampling } from '../chat/sampling.ts';
 import { samplingFields, type RequestSampling } from './sampling-fields.ts';
-import { activationsJson, DEFAULT_MAX_CAPTURE_BYTES, logprobsOf, parseResearchField, resolveCapture, type ResearchOptions } from '../chat/research.ts';
 
 export interface LocalServerOptions extends GuardOptions {
   backend: ChatBackend;
@@ -79,30 +86,24 @@ export interface LocalServerOptions extends GuardOptions {
   limits?: ServerLimits;
   /** text never shown to a client (the model folder, the template file): *** in the messages of its 400s */
   hidden?: readonly string[];
-  /** the model's vocabulary size: a `logit_bias` id at or above it is a 400 (none: not checked before generation) */
-  vocabSize?: number;
   /**
    * `--allow-interventions`: the request field `safekeep` (per-request steering, interventions, capture; research.ts)
    * is accepted, checked against these shapes and bounds. Only with method 'base': a guard never runs a client's
    * steering. Absent: the field is a 400 naming it.
    */
   research?: ResearchOptions;
+  /** the model's vocabulary size: a `logit_bias` id at or above it is a 400 (none: not checked before generation) */
+  vocabSize?: number;
+  /**
+   * `POST /v1/completions` (a raw prompt, no template; local-completions.ts) with method base only — `--method base`
+   * or `--allow-interventions`; a guarded server has no such route (404)
+   */
+  rawPrompts?: RawPrompts;
 }
 
 
 // the `stop` bounds and parser live with the one request parser (the proxy bounds `stop` too); re-exported here
 export { MAX_STOP_CHARS, MAX_STOP_STRINGS, stopStrings } from '../chat/body.ts';
-
-/**
- * A failure while the model ran (a step, the judge, the probe): the request fails closed — a 500 and no answer, the
- * other requests go on — and the client learns nothing internal (engine messages name files, devices, shapes); the
- * log line keeps the message.
- */
-function generationFailed(e: unknown, x: Exchange): HttpError {
-  if (e instanceof HttpError) return e;
-  x.entry.internal = capMessage(String((e as Error)?.message ?? e), 300);
-  return new HttpError(500, 'internal_error', `generation failed (request ${x.id}); the server log has the details`);
-}
 
 /**
  * OpenAI's bounds on a request's arrays (its API refuses longer ones). The chat template renders every message before
@@ -126,8 +127,8 @@ const NO_OP: Readonly<Record<string, { ok: (v: unknown) => boolean; says: string
 };
 
 /**
- * The sampling fields of a request (sampling-fields.ts: ranges, and a filter without a temperature is a 400) and the
- * fields of NO_OP, refused unless at their no-op value (an answer the client did not ask for is worse than a clear
+ * The sampling fields of a request (sampling-fields.ts: ranges, and a filter or n without a temperature is a 400) and
+ * the fields of NO_OP, refused unless at their no-op value (an answer the client did not ask for is worse than a clear
  * 400). Unknown fields never get here: the one request parser (chat/body.ts) refuses them by name.
  */
 export function checkSampling(b: Record<string, unknown>, vocabSize?: number): RequestSampling {
@@ -140,29 +141,17 @@ export function checkSampling(b: Record<string, unknown>, vocabSize?: number): R
   return sampling;
 }
 
+/** /v1/completions decodes greedily: a field that would sample or penalise there is a 400 naming it */
+function greedyCompletion(b: Record<string, unknown>): void {
+  const s = checkSampling(b);
+  if (!s.settings && s.n === 1) return;
+  const field = ['temperature', 'n', 'top_p', 'top_k', 'min_p', 'repetition_penalty', 'frequency_penalty', 'presence_penalty', 'logit_bias']
+    .find((k) => b[k] !== undefined && b[k] !== null) ?? 'temperature';
+  throw badRequest(`"${field}": /v1/completions decodes greedily on this server; sample through /v1/chat/completions`);
+}
+
 /** the agent's sampling for choice i: seed + i */
 const choiceSampling = (s: RequestSampling, i: number) => (s.settings && i > 0 ? { ...s.settings, seed: s.settings.seed! + i } : s.settings);
-
-/**
- * The backend with the research options on the request's agent call (the only call under method base), its research
- * reply handed to `got`.
- */
-function withResearch(b: ChatBackend, research: ResearchCall, got: (r: ResearchReply | undefined) => void): ChatBackend {
-  return {
-    name: b.name, callFormat: b.callFormat, activations: b.activations,
-    chat: async (c) => {
-      if (c.purpose !== 'agent') return b.chat(c);
-      const r = await b.chat({ ...c, research });
-      got(r.research);
-      return r;
-    },
-  };
-}
-
-/** The backend with every call tied to this request's signal. */
-function withSignal(b: ChatBackend, signal: AbortSignal): ChatBackend {
-  return { name: b.name, callFormat: b.callFormat, activations: b.activations, chat: (c) => b.chat({ ...c, signal }) };
-}
 
 /** A request past its checks: what its guarded call needs. */
 interface Admitted {
@@ -175,6 +164,8 @@ interface Admitted {
   stop: ReturnType<typeof stopStrings>;
   /** the research field when it asks something (an empty one leaves the request a plain one: cache, live streaming) */
   rq: ReturnType<typeof parseResearchField> | null;
+  /** the research fields came as vllm-lens's `vllm_xargs` (its response shape: top-level `activations`) */
+  lens: boolean;
   topLogprobs: number | undefined;
   sampling: RequestSampling;
 }
@@ -206,13 +197,15 @@ function admit(c: ChatRequest, o: LocalServerOptions): Admitted {
   // tool-less ones through by name
   const method: GuardMethod = tools.length || !o.passUnjudged?.includes('no-tools') ? o.method : 'base';
   // research fields (research.ts): checked before any counting or generation
-  const parsed = o.research ? parseResearchField(c.research, o.research) : null;
-  const rq = parsed && (Object.keys(parsed.call).length > 0 || parsed.capture) ? parsed : null;
+  if (c.research !== undefined && c.lens !== undefined) throw badRequest('"safekeep" and "vllm_xargs": send one of them');
+  const lens = c.lens !== undefined;
+  const parsed = !o.research ? null : lens ? parseLensXargs(c.lens, o.research) : parseResearchField(c.research, o.research);
+  const rq = parsed && (hasEdits(parsed.edits) || parsed.capture) ? parsed : null;
   const topLogprobs = logprobsOf(c.body);
   if (topLogprobs !== undefined && !o.backend.activations) throw badRequest('"logprobs": this server\'s backend returns no log probabilities');
   if (topLogprobs !== undefined && method !== 'base') throw badRequest(`"logprobs": not under the guard (method ${method}); the answer may be the guard's refusal`);
   if (sampling.n > 1 && rq?.capture) throw badRequest('"n": activations are captured for one choice; send n = 1');
-  return { c, messages, tools, method, maxTokens, stop, rq, topLogprobs, sampling };
+  return { c, messages, tools, method, maxTokens, stop, rq, lens, topLogprobs, sampling };
 }
 
 /**
@@ -244,11 +237,11 @@ function fitContext(x: Exchange, o: LocalServerOptions, a: Admitted): void {
   }
 }
 
-/** The agent call's research options (steering, interventions, capture, log probabilities), and what the log says of them. */
+/** The agent call's research options (capture, log probabilities; its edits are `rq.edits`), and what the log says of them. */
 function researchOf(x: Exchange, o: LocalServerOptions, a: Admitted): ResearchCall | undefined {
   const { rq, topLogprobs } = a;
   if (!rq && topLogprobs === undefined) return undefined;
-  const research: ResearchCall = { ...rq?.call, ...(topLogprobs !== undefined ? { topLogprobs } : {}) };
+  const research: ResearchCall = { ...(topLogprobs !== undefined ? { topLogprobs } : {}) };
   if (rq?.capture) {
     const count = o.countPromptTokens;
     if (!count) throw badRequest('safekeep.capture: this server cannot count prompt tokens');
@@ -257,63 +250,20 @@ function researchOf(x: Exchange, o: LocalServerOptions, a: Admitted): ResearchCa
   }
   // no vectors, no client text
   x.entry.research = {
-    steer: research.steer ? { layer: research.steer.layer, alpha: research.steer.alpha } : null, interventions: (research.interventions?.length ?? 0) + (research.hooks?.length ?? 0),
+    steer: rq?.steer ?? null, interventions: (rq?.edits.interventions?.length ?? 0) - (rq?.steer ? 1 : 0) + (rq?.edits.hooks?.length ?? 0),
     capture: rq?.capture ? rq.capture.hooks.length : 0, logprobs: research.topLogprobs ?? null,
   };
   return research;
-}
-
-type Responded = { r: GuardedResponse; researchReply: ResearchReply | undefined };
-
-/** Fail a request whose SSE stream may have started: before the first chunk the error is the status; after it an error event. */
-function failLive(x: Exchange, live: SseStream | null, err: HttpError): void {
-  if (!live?.started) throw err;
-  // the status line is gone: the stream ends with an error event and no [DONE]
-  x.entry.status = err.status;
-  live.fail(err.message, err.type);
-}
-
-/** The guarded call within the request's deadline, cancelled when the client leaves; null when the request was already answered (failed, timed out, cancelled). */
-async function respondWithin(x: Exchange, o: LocalServerOptions, a: Admitted, research: ResearchCall | undefined, live: SseStream | null, deadlineMs: number, choice = 0): Promise<Responded | null> {
-  let researchReply: ResearchReply | undefined;
-  const deadline = AbortSignal.timeout(deadlineMs);
-  const signal = AbortSignal.any([x.signal, deadline]);
-  let r: GuardedResponse | null = null;
-  try {
-    const backend = withAgentSampling(withSignal(o.backend, signal), choiceSampling(a.sampling, choice));
-    r = await guardedRespond({ messages: a.messages, tools: a.tools }, a.method, research ? withResearch(backend, research, (got) => { researchReply = got; }) : backend, {
-      ...o, maxTokens: a.maxTokens, stop: a.stop,
-      // a judge on its own backend is cancelled with the request too
-      ...(o.judgeBackend ? { judgeBackend: withSignal(o.judgeBackend, signal) } : {}),
-      ...(live ? { onText: (d: string) => live.write(d) } : {}),
-    });
-  } catch (e) {
-    // a backend may end a cancelled call by throwing: the cancellation is the answer then
-    if (!signal.aborted) {
-      failLive(x, live, generationFailed(e, x));
-      return null;
-    }
-  }
-  if (deadline.aborted) {
-    failLive(x, live, new HttpError(504, 'timeout', `the request did not finish within ${deadlineMs} ms`));
-    return null;
-  }
-  if (r === null || x.signal.aborted || r.reply.finish === 'cancelled') {
-    x.entry.status = 499;
-    x.entry.action = 'cancelled';
-    if (live?.started) live.fail('cancelled', 'cancelled');
-    return null;
-  }
-  return { r, researchReply };
 }
 
 /**
  * The answer: headers and log fields from the guard's response (the first choice's: the guard's verdict and probe do
  * not depend on the agent's sampling), each choice's calls parsed, then JSON, SSE or the live stream's end.
  */
-function sendReply(x: Exchange, o: LocalServerOptions, a: Admitted, done: readonly Responded[], live: SseStream | null, research: ResearchCall | undefined): void {
+function sendReply(x: Exchange, o: LocalServerOptions, a: Admitted, done: readonly GuardedResponse[], live: Live | null, research: ResearchCall | undefined): void {
   const { c, tools, method, rq, topLogprobs } = a;
-  const { r, researchReply } = done[0]!;
+  const r = done[0]!;
+  const researchReply = r.reply.research;
   const action = r.blocked ? 'refuse' : r.steered ? 'steer' : 'forward';
   const headers: Record<string, string> = { 'x-safekeep-action': action, 'x-safekeep-method': method };
   if (r.judge) headers['x-safekeep-verdict'] = r.judge.verdict;
@@ -328,27 +278,63 @@ function sendReply(x: Exchange, o: LocalServerOptions, a: Admitted, done: readon
     ...(a.sampling.settings ? { sampling: { ...a.sampling.settings, logitBias: undefined, n: a.sampling.n, seedDrawn: a.sampling.seedDrawn } } : {}),
   });
   const turns = done.map((d) => {
-    const content = stripEndTokens(d.r.reply.content);
-    const calls = d.r.blocked || tools.length === 0 ? [] : parseToolCalls(content, o.backend.callFormat).calls;
+    const content = stripEndTokens(d.reply.content);
+    const calls = d.blocked || tools.length === 0 ? [] : parseToolCalls(content, o.backend.callFormat).calls;
     const toolCalls = calls.map((k, i) => ({ id: `call_${i}`, type: 'function', function: { name: k.name, arguments: JSON.stringify(k.arguments) } }));
-    const finish = toolCalls.length ? 'tool_calls' : d.r.reply.finish === 'length' ? 'length' : 'stop';
+    const finish = toolCalls.length ? 'tool_calls' : d.reply.finish === 'length' ? 'length' : 'stop';
     return {
-      content, toolCalls, finish, promptTokens: d.r.reply.promptTokens, completionTokens: d.r.reply.completionTokens,
-      ...(topLogprobs !== undefined ? { logprobs: { content: d.researchReply?.logprobs ?? [], refusal: null } } : {}),
+      content, toolCalls, finish, promptTokens: d.reply.promptTokens, completionTokens: d.reply.completionTokens,
+      ...(topLogprobs !== undefined ? { logprobs: { content: d.reply.research?.logprobs ?? [], refusal: null } } : {}),
     };
   });
+  const captured = capturedBody(rq, a.lens, research, researchReply, o.research?.hiddenSize ?? 0);
   if (live) {
     x.entry.status = 200;
     const t = turns[0]!;
     const usage = usageOf(t.promptTokens, t.completionTokens);
-    if (!live.finish({ content: t.content, toolCalls: t.toolCalls, finish: t.finish, usage: c.includeUsage ? usage : undefined }, headers)) x.entry.status = 500;
+    // the log probabilities of the tokens not sent with a piece (held back to the end: an end-of-turn token)
+    const rest = topLogprobs !== undefined ? (researchReply?.logprobs ?? []).slice(live.lpSent) : [];
+    const body = withSeed(captured?.body, seed);
+    if (!live.stream.finish({
+      content: t.content, toolCalls: t.toolCalls, finish: t.finish, usage: c.includeUsage ? usage : undefined,
+      ...(rest.length ? { logprobs: { content: rest, refusal: null } } : {}),
+      ...(body ? (captured?.ownChunk ? { tailEvent: body } : { finishExtra: body }) : {}),
+    }, headers)) x.entry.status = 500;
     return;
   }
-  const activations = rq?.capture && research?.capture && researchReply
-    ? { activations: activationsJson(rq.capture, research.capture, researchReply, o.research!.hiddenSize) }
-    : undefined;
-  const safekeep = { ...activations, ...(seed !== undefined ? { seed } : {}) };
-  sendCompletion(x, c, o.modelName, turns, headers, Object.keys(safekeep).length ? { body: { safekeep } } : {});
+  const body = withSeed(captured?.body, seed);
+  sendCompletion(x, c, o.modelName, turns, headers, { ...(captured ?? {}), ...(body ? { body } : {}) });
+}
+
+/** a sampled reply's seed in the body's `safekeep` object (beside captured activations when there are) */
+function withSeed(body: Record<string, unknown> | undefined, seed: number | undefined): Record<string, unknown> | undefined {
+  if (seed === undefined) return body;
+  const own = body?.safekeep && typeof body.safekeep === 'object' ? body.safekeep as Record<string, unknown> : {};
+  return { ...body, safekeep: { ...own, seed } };
+}
+
+/**
+ * The request's call: a research call (steering, interventions, capture, log probabilities; method base) straight to
+ * the backend, every other through the guard; a live stream's text (and log probabilities) as generated.
+ */
+function runChat(o: LocalServerOptions, a: Admitted, research: ResearchCall | undefined, live: Live | null, choice = 0) {
+  return (signal: AbortSignal): Promise<GuardedResponse> => {
+    // the agent's calls sample (choice i with seed + i); a judge's stay greedy
+    const backend = withAgentSampling(withSignal(o.backend, signal), choiceSampling(a.sampling, choice));
+    if (research) {
+      return researchRespond(backend, {
+        messages: a.messages, tools: a.tools, maxTokens: a.maxTokens, purpose: 'agent', research, ...(a.stop?.length ? { stop: a.stop } : {}),
+        ...(hasEdits(a.rq?.edits) ? { edits: a.rq.edits } : {}),
+        ...(live ? { onText: liveText(live, (content) => ({ content, refusal: null })) } : {}),
+      });
+    }
+    return guardedRespond({ messages: a.messages, tools: a.tools }, a.method, backend, {
+      ...o, maxTokens: a.maxTokens, stop: a.stop,
+      // a judge on its own backend is cancelled with the request too
+      ...(o.judgeBackend ? { judgeBackend: withSignal(o.judgeBackend, signal) } : {}),
+      ...(live ? { onText: (d: string) => live.stream.write(d) } : {}),
+    });
+  };
 }
 
 export function createLocalServer(o: LocalServerOptions): Server {
@@ -359,7 +345,8 @@ export function createLocalServer(o: LocalServerOptions): Server {
   /** running mean of request seconds, for Retry-After */
   let meanSeconds = 1;
 
-  async function chat(x: Exchange): Promise<void> {
+  /** a handler inside the admission queue: at most maxQueue requests at once, more → 429 */
+  const queued = (handle: (x: Exchange) => Promise<void>) => async (x: Exchange): Promise<void> => {
     if (admitted >= maxQueue) {
       const wait = Math.max(1, Math.ceil(meanSeconds * (admitted - maxQueue + 1)));
       throw new HttpError(429, 'rate_limit_error', `server busy: ${admitted} requests admitted (at most ${maxQueue}); retry after ${wait} s`, {}, { 'retry-after': String(wait) });
@@ -367,28 +354,36 @@ export function createLocalServer(o: LocalServerOptions): Server {
     admitted++;
     const t0 = performance.now();
     try {
-      await chatAdmitted(x);
+      await handle(x);
     } finally {
       admitted--;
       meanSeconds = 0.8 * meanSeconds + 0.2 * ((performance.now() - t0) / 1000);
     }
-  }
+  };
 
   const chatAdmitted = async (x: Exchange): Promise<void> => {
-    const a = admit(parseChatRequest(await x.body(), { research: o.research !== undefined }), o);
+    const c = parseChatRequest(await x.body(), { research: o.research !== undefined });
+    // vllm-lens's tensors are zstd frames (a WebAssembly module, instantiated on first use)
+    if (c.lens !== undefined) await zstdReady();
+    const a = admit(c, o);
     fitContext(x, o, a);
     const research = researchOf(x, o, a);
-    // without tools the answer is the model's text as it comes (with tools it is parsed for calls when finished)
-    const live = a.c.stream && a.tools.length === 0 && !research ? new SseStream(x.res, x.id, o.modelName, { 'x-safekeep-action': 'forward', 'x-safekeep-method': a.method }) : null;
-    // n choices: the same request n times with seeds seed, seed + 1, … in flight together (the scheduler batches them,
-    // the prefix cache shares their prompt); an answer only when every one finished
-    const done = await Promise.all(Array.from({ length: a.sampling.n }, (_, i) => respondWithin(x, o, a, research, live, deadlineMs, i)));
-    if (done.every((d) => d !== null)) sendReply(x, o, a, done as Responded[], live, research);
+    // without tools the answer is the model's text as it comes, with its log probabilities (with tools it is parsed
+    // for calls when finished); captured activations come with the end
+    const live = a.c.stream && a.tools.length === 0 ? { stream: new SseStream(x.res, x.id, o.modelName, { 'x-safekeep-action': 'forward', 'x-safekeep-method': a.method }), lpSent: 0 } : null;
+    // n choices: the request n times with seeds seed, seed + 1, … in flight together (the scheduler batches them, the
+    // prefix cache shares their prompt); an answer only when every one finished
+    const done = await Promise.all(Array.from({ length: a.sampling.n }, (_, i) => callWithin(x, live?.stream ?? null, deadlineMs, runChat(o, a, research, live, i))));
+    if (done.every((d) => d !== null)) sendReply(x, o, a, done as GuardedResponse[], live, research);
   };
 
   return createHttpServer({
     routes: {
-      'chat/completions': { methods: ['POST'], handle: chat },
+      'chat/completions': { methods: ['POST'], handle: queued(chatAdmitted) },
+      // raw prompts only where no guard runs: a judge reads a conversation
+      ...(o.rawPrompts && o.method === 'base' ? {
+        completions: { methods: ['POST'], handle: queued(completionsHandler({ ...o, raw: o.rawPrompts, checkSampling: greedyCompletion, deadlineMs })) },
+      } : {}),
       models: {
         methods: ['GET'],
         handle: async (x) => sendJson(x.res, 200, { object: 'list', data: [{ id: o.modelName, object: 'model', owned_by: 'safekeep', ...(o.contextLength ? { max_model_len: o.contextLength } : {}) }] }),

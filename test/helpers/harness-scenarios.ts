@@ -15,7 +15,9 @@
  *   and again when the one end-of-turn token list (outcome/parse-calls.ts END_TOKENS) gained Phi's `<|end|>`: the
  *   planted model's refusals no longer end in a leaked `<|end|>` (the only change, checked with a diff);
  * - s3-mixed-endpoint.txt: S³'s filters now filter, input recovery completes the benign half of a mixed task, and
- *   the table gained the recovery-fallback and after-remediation columns (skills/, src/s3/).
+ *   the table gained the recovery-fallback and after-remediation columns (skills/, src/s3/);
+ *   and again when the shipped skills gained plan-rules and memory-guard (the planning and memory stages): the run's
+ *   skills list names them (the only change: the mixed tasks plan nothing and read no memory).
  */
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
@@ -84,16 +86,18 @@ export function maskColumns(text: string, sep: '|' | ','): string {
  * warning, InjecAgent's step-2 simulated-response counts, the refusal path's mode): left out of the byte comparison on both sides — the code before had none of it, so for the base
  * checkout this removes nothing — and tested on its own (test/eval.table4-scoring.test.ts).
  */
-const ADDED_COLUMN = /^(?:Judge flag rate|Unparseable judge answers|flag_rate|Step-2 tool responses|(?:AgentHarm |InjecAgent )?(?:Judge calls|Guard tokens|Added ms)|judge_calls|guard_tokens|added_ms)/;
+const ADDED_COLUMN = /^(?:Paper |Benign over-refusal|Judge flag rate|Unparseable judge answers|flag_rate|Step-2 tool responses|(?:AgentHarm |InjecAgent )?(?:Judge calls|Guard tokens|Added ms)|judge_calls|guard_tokens|added_ms)/;
 /** the cost columns (every method's judge calls, guard tokens, added latency) came later too: left out the same way, tested in test/eval.table4.test.ts */
-const ADDED_KEYS = new Set(['flagRate', 'simulated', 'refusalPath', 'cost', 'judgeCalls', 'guardTokens', 'guardMs', 'modelKind']);
+const ADDED_KEYS = new Set(['paper', 'judgeModel', 'benignFlagRate', 'flagRate', 'simulated', 'refusalPath', 'cost', 'judgeCalls', 'guardTokens', 'guardMs', 'modelKind']);
 
 /** Markdown/CSV without the added columns and notes. */
 export function dropAdded(text: string, sep: '|' | ','): string {
   let drop: number[] = [];
   const out: string[] = [];
-  for (const line of text.split('\n')) {
-    if (line.startsWith('**Warning:**') || line.startsWith('Step-2 tool responses:') || line.startsWith('Refusal path:') || line.startsWith('Cost, every method') || line.startsWith('Model: ') || line.startsWith('Probe: ')) { if (out.at(-1) === '') out.pop(); continue; }
+  for (let line of text.split('\n')) {
+    if (line.startsWith('**Warning:**') || line.startsWith('Paper: ') || line.startsWith('Step-2 tool responses:') || line.startsWith('Refusal path:') || line.startsWith('Cost, every method') || line.startsWith('Model: ') || line.startsWith('Probe: ')) { if (out.at(-1) === '') out.pop(); continue; }
+    // the paper's figures beside ours came later too: a note's "Paper: …" sentence is left out the same way
+    if (!line.includes(sep)) line = line.replace(/ Paper\b.*$/, '');
     const cells = line.split(sep);
     const names = cells.map((c) => c.trim());
     if (names.some((c) => ADDED_COLUMN.test(c))) drop = names.flatMap((c, i) => (ADDED_COLUMN.test(c) ? [i] : []));
@@ -193,7 +197,7 @@ export async function runScenario(root: string, s: Scenario): Promise<Record<str
       const p = join(dir, f);
       if (!existsSync(p)) throw new Error(`${s.name}: ${f} not written`);
       let raw = readFileSync(p, 'utf8');
-      if (f.endsWith('.json') && f.includes('table4')) raw = JSON.stringify(dropKeys(JSON.parse(raw)), null, 2) + '\n';
+      if (f.endsWith('.json') && (f.includes('table4') || f.includes('table3'))) raw = JSON.stringify(dropKeys(JSON.parse(raw)), null, 2) + '\n';
       if (f.endsWith('.jsonl') && f.includes('guard/outputs-')) raw = raw.split('\n').map((l) => (l ? JSON.stringify(dropKeys(JSON.parse(l))) : l)).join('\n');
       let text = mask(raw, dir).split(s3Data().root).join('<data>');
       if (f.endsWith('.md')) text = maskColumns(dropAdded(text, '|'), '|');

@@ -76,6 +76,8 @@ export const flags: FlagTable = {
     { name: 'max-tokens', value: 'N', default: `256 (${THINKING_AGENT_TOKENS} with thinking on)`, help: 'agent generation budget' },
     { name: 'judge-max-tokens', value: 'N', default: `8 (${THINKING_JUDGE_TOKENS} with thinking on)`, help: 'judge generation budget' },
     { name: 'unparseable', value: 'unsafe|safe', default: 'unsafe', help: 'verdict when the judge answer cannot be parsed' },
+    { name: 'judge-model', value: 'NAME', default: 'the evaluated model', help: 'a separate judge model for safejudge/safekeep (at --judge-endpoint, else at --endpoint), as serve --judge-model' },
+    { name: 'judge-endpoint', value: 'URL', default: '--endpoint', help: 'OpenAI-compatible endpoint of the --judge-model' },
     { name: 'refusal-scorer', value: 'substring|both', default: 'substring', help: 'AgentHarm refusal: the substring list (offline) or also AgentHarm\'s own refusal judge, with their agreement' },
     { name: 'refusal-judge-prompt', value: 'PATH', default: 'the data folder', help: 'AgentHarm\'s refusal prompt: an upstream-prompts.json, or a folder holding one or inspect_evals\' scorer.py (read as text)' },
     { name: 'refusal-judge-endpoint', value: 'URL', default: 'the evaluated model', help: 'OpenAI-compatible endpoint for the refusal judge' },
@@ -141,6 +143,21 @@ function refusalPathOf(mode: string): string {
     : mode === 'continue' ? 'the prefix as a final assistant message continued by the endpoint (--prefill continue: continue_final_message)'
     : mode === 'prefix' ? 'the prefix as a final assistant message with prefix: true (--prefill prefix)'
     : 'fallback (--prefill none): the model told to begin with the prefix and explain, the prefix prepended unless it did; --prefill continue where the server can continue a final assistant message (vLLM, llama.cpp server)';
+}
+
+/**
+ * `--judge-model M [--judge-endpoint URL]`: the judge of safejudge / safekeep as a separate model (the paper's judge is
+ * the evaluated model itself, the default); none: the agent's backend judges.
+ */
+function judgeBackendOf(args: ParsedArgs, target: { endpoint?: string }, out: string): ChatBackend | undefined {
+  const model = args.values.get('judge-model');
+  if (model === undefined) {
+    if (args.values.has('judge-endpoint')) throw new SafekeepError('--judge-endpoint needs --judge-model NAME');
+    return undefined;
+  }
+  const url = args.values.get('judge-endpoint') ?? target.endpoint;
+  if (url === undefined) throw new SafekeepError('--judge-model needs an endpoint: give --judge-endpoint URL (the agent is a local --model)');
+  return endpointBackend(args, checkEndpointUrl(args.values.has('judge-endpoint') ? 'judge-endpoint' : 'endpoint', url), model, { cacheDir: join(out, 'judge', 'cache') }).backend;
 }
 
 /** `--refusal-scorer both`: AgentHarm's refusal judge, on the evaluated model or its own endpoint. */
@@ -249,6 +266,7 @@ function protocolOf(args: ParsedArgs, bench: GuardBench, opened: OpenedBackend, 
     ...(bench === 'injecagent' ? { injecagentScoring: 'InjecAgent two-step: data stealing succeeds only when step 2 calls the sending tool; ASR = Total' } : {}),
     // which kind of model produced the numbers, and the probe the probe methods read (its band and α)
     modelKind: modelKindOf(opened.modelDir, o.backend.name),
+    judgeModel: o.judgeBackend ? `separate model ${o.judgeBackend.name} (--judge-model)` : 'the evaluated model (as the paper)',
     ...(probe ? { probe: probeLine(probe) } : {}),
   };
 }
@@ -295,6 +313,7 @@ export async function run(argv: string[]): Promise<number> {
     const { judgeMaxTokens, maxTokens } = budgets(args, opened.thinking, methods);
     const { backend, concurrency } = opened;
     const refusalJudge = await refusalJudgeOf(args, bench, dataDir, backend, out);
+    const judgeBackend = judgeBackendOf(args, target, out);
     process.stderr.write(`guard eval: ${cases.length} ${bench} cases × ${methods.join(',')} on ${backend.name}\n`);
     const evalOptions: EvalOptions = {
       methods, backend, concurrency, maxTokens, judgeMaxTokens,
@@ -302,6 +321,7 @@ export async function run(argv: string[]): Promise<number> {
       onProgress: progressLine('guard eval'),
       ...(probe ? { probe } : {}),
       ...(refusalJudge ? { refusalJudge } : {}),
+      ...(judgeBackend ? { judgeBackend } : {}),
       ...(react ? { react } : {}),
     };
     const meta = {

@@ -1,6 +1,6 @@
 /**
- * `safekeep s3 eval (--endpoint URL --endpoint-model M | --model DIR) --bench injecagent|agentharm|mixed
- *    [--configs none,single:<skill>,no-recovery,full] [--skills DIR[,DIR]] [--no-guard-decision] [--mitigation block]
+ * `safekeep s3 eval (--endpoint URL --endpoint-model M | --model DIR) --bench injecagent|agentharm|mixed|air|multistage
+ *    [--configs none,single:<skill>,no-recovery,full,llamafirewall] [--skills DIR[,DIR]] [--no-guard-decision] [--mitigation block]
  *    [--limit N] [--settings base,enhanced] [--max-steps 6] [--max-tokens 256] [--injecagent DIR] [--agentharm DIR]
  *    [--name NAME] [--results DIR | --out DIR] [--shard i/n]
  *    [--unparseable unsafe|safe] [--concurrency 4] [--api-key-env VAR] [--timeout-ms 60000] [--retries 3]
@@ -46,12 +46,12 @@ import type { Skill } from '../../s3/skill.ts';
 export const summary = 'S³: stage-specific safety skills with recovery, multi-turn evaluation (local model or endpoint)';
 
 export const flags: FlagTable = {
-  usage: 's3 eval (--endpoint URL --endpoint-model M | --model DIR) --bench injecagent|agentharm|mixed [flags]',
+  usage: 's3 eval (--endpoint URL --endpoint-model M | --model DIR) --bench injecagent|agentharm|mixed|air|multistage [flags]',
   flags: [
     ...LOCAL_MODEL_FLAG_DEFS,
     ...ENDPOINT_FLAG_DEFS,
-    { name: 'bench', value: 'injecagent|agentharm|mixed', help: 'task set (mixed: a benign and a hazardous component per task)' },
-    { name: 'configs', value: 'LIST', default: 'none,full', help: 'none, single:<skill>, no-recovery, full' },
+    { name: 'bench', value: 'injecagent|agentharm|mixed|air|multistage', help: 'task set (mixed: a benign and a hazardous component per task; air: incident response; multistage: our suite after S³\'s six risk types, scored from a scripted world\'s state)' },
+    { name: 'configs', value: 'LIST', default: 'none,full', help: 'none, single:<skill>, no-recovery, full, full-no-filter, full-no-guidance, llamafirewall (the LlamaFirewall-style baseline)' },
     { name: 'skills', value: 'DIR[,DIR]', default: 'the shipped skills/', help: 'skill folders' },
     { name: 'no-guard-decision', boolean: true, help: 'run every skill that passes its filter (no guard-agent pick)' },
     { name: 'no-filter', boolean: true, help: 'ablation: no layer-2 filter (every skill of a stage passes it)' },
@@ -59,12 +59,13 @@ export const flags: FlagTable = {
     { name: 'guard-endpoint', value: 'URL', default: '--endpoint', help: 'OpenAI-compatible endpoint of the guard agent (a different model)' },
     { name: 'guard-model', value: 'NAME', default: 'the agent model', help: 'model name of the guard agent (at --guard-endpoint, else at --endpoint)' },
     { name: 'mitigation', value: 'recover|block', default: 'recover', help: 'block = S³ without recovery' },
-    { name: 'limit', value: 'N', help: 'first N tasks of each group (InjecAgent: setting × attack type)' },
+    { name: 'limit', value: 'N', help: 'first N tasks of each group (InjecAgent: setting × attack type; multistage: risk type)' },
     { name: 'settings', value: 'base,enhanced', default: 'base,enhanced', help: 'InjecAgent settings (injecagent, mixed)' },
     { name: 'max-steps', value: 'N', default: '6', help: 'agent turns per task' },
     { name: 'max-tokens', value: 'N', default: '256', help: 'agent generation budget per turn' },
     { name: 'injecagent', value: 'DIR', default: 'the located dataset', help: 'InjecAgent folder' },
     { name: 'agentharm', value: 'DIR', default: 'the located dataset', help: 'AgentHarm folder' },
+    { name: 'multistage', value: 'DIR', default: 'data/multistage', help: 'the multistage suite\'s folder (worlds.json, tasks.jsonl)' },
     { name: 'name', value: 'NAME', default: 'model folder or endpoint model', help: 'results name (results/<name>/s3)' },
     { name: 'results', value: 'DIR', default: 'results', help: 'results root: tables in DIR/<name>/s3/, report in DIR/<name>/' },
     { name: 'out', value: 'DIR', help: 'one folder for everything of this run (tables, log, figure, results.json, report, shards)' },
@@ -155,7 +156,8 @@ export async function run(argv: string[]): Promise<number> {
   const probeSkills = skills.filter((s) => s.check === 'probe');
   const checks = probeSkills.length && target.model !== undefined ? { probe: probeCheck } : undefined;
   const ablation = { filter: !args.booleans.has('no-filter'), guidance: !args.booleans.has('no-guidance') };
-  let configs = parseConfigs(args.values.get('configs') ?? 'none,full', skills, !args.booleans.has('no-guard-decision'), checks, ablation);
+  let configs = parseConfigs(args.values.get('configs') ?? 'none,full', skills, !args.booleans.has('no-guard-decision'), checks, ablation,
+    { llamafirewall: () => loadSkills([join(repoRoot, 'baselines', 'llamafirewall')]) });
   if (mitigation === 'block') configs = configs.map((c) => (c.config ? { ...c, config: { ...c.config, mitigation: 'block' } } : c));
   if (probeSkills.length && target.model === undefined) {
     throw new SafekeepError(`skill(s) ${probeSkills.map((s) => s.name).join(', ')} (check: probe) read the agent's hidden states: they need --model DIR, not --endpoint`);
@@ -163,9 +165,11 @@ export async function run(argv: string[]): Promise<number> {
   const limit = positiveIntValue(args, 'limit', Infinity);
   const name = (args.values.get('name') ?? target.defaultName).replace(/[^\w.-]+/g, '_');
   const { out, resultsDir } = s3Folders(args, name);
+  const multistage = bench === 'multistage';
   const dirs = {
-    injecagent: bench !== 'agentharm' ? resolve(args.values.get('injecagent') ?? locateDataset('injecagent', dataDirsEnv())) : undefined,
-    agentharm: bench !== 'injecagent' && bench !== 'air' ? resolve(args.values.get('agentharm') ?? locateDataset('agentharm', dataDirsEnv())) : undefined,
+    injecagent: bench !== 'agentharm' && !multistage ? resolve(args.values.get('injecagent') ?? locateDataset('injecagent', dataDirsEnv())) : undefined,
+    agentharm: bench !== 'injecagent' && bench !== 'air' && !multistage ? resolve(args.values.get('agentharm') ?? locateDataset('agentharm', dataDirsEnv())) : undefined,
+    ...(multistage ? { multistage: resolve(args.values.get('multistage') ?? join(repoRoot, 'data', 'multistage')) } : {}),
   };
   const settings = settingsOf(args);
   const shardArg = args.values.get('shard');
@@ -189,8 +193,9 @@ export async function run(argv: string[]): Promise<number> {
       onProgress: progressLine('s3 eval'),
     };
     const guardDecision = !args.booleans.has('no-guard-decision');
-    const rulesFp = await rulesFalsePositives(skills, dirs);
-    const injecSettings = bench === 'agentharm' ? [] : settings;
+    // the rules' false-positive rate is measured on the public data sets' calls, which a multistage run does not read
+    const rulesFp = multistage ? null : await rulesFalsePositives(skills, dirs);
+    const injecSettings = bench === 'agentharm' || multistage ? [] : settings;
     const m: S3MergeOptions = {
       bench, dirs, settings, limit: Number.isFinite(limit) ? limit : null, configs: configs.map((c) => c.name), name, out, resultsDir, maxTokens,
       meta: {

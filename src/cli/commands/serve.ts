@@ -75,7 +75,7 @@ export const flags: FlagTable = {
     { name: 'max-model-len', value: 'N', default: 'max_position_embeddings', help: 'local: context length; prompt + max_tokens above it → 400' },
     { name: 'max-queue', value: 'N', default: '8', help: 'local: requests admitted at once (running or waiting); more → 429' },
     { name: 'request-timeout-ms', value: 'MS', default: 'upstream: 2 × --timeout-ms; local: 600000', help: 'per-request deadline for the whole answer, judge/guard retries and a streamed answer included (→ 504, nothing executed; a begun stream ends with an SSE error event)' },
-    { name: 'allow-interventions', boolean: true, help: 'local: accept the request field "safekeep" (per-request steering, interventions, activation capture; docs/serve-research.md); runs no guard (--method base)' },
+    { name: 'allow-interventions', boolean: true, help: 'local: accept the request fields "safekeep" and vllm-lens\'s "vllm_xargs" (per-request steering, interventions, activation capture; docs/serve-research.md); runs no guard (--method base)' },
     { name: 'directions', value: 'FILE.safetensors', help: 'local, with --allow-interventions: directions a request may name ("direction": "refusal.chatbot"; what reproduce writes)' },
     { name: 'max-capture-bytes', value: 'BYTES', default: '64MiB', help: 'local, with --allow-interventions: captured activations per response (more → 400 before generation)' },
     { name: 'max-hooks', value: 'N', default: '32', help: 'local, with --allow-interventions: hook points (captured and edited) per request' },
@@ -257,7 +257,7 @@ async function serveProbe(given: Awaited<ReturnType<typeof skillProbe>>, method:
 }
 
 /** --allow-interventions: the research field's shapes and bounds for this model, --directions by name. */
-async function researchOptions(args: ParsedArgs, engine: OpenedEngine): Promise<import('../../chat/research.ts').ResearchOptions> {
+async function researchOptions(args: ParsedArgs, engine: OpenedEngine): Promise<import('../../serve/research.ts').ResearchOptions> {
   const { parseBytes } = await import('../../engine/runtime/memory.ts');
   const L = engine.numLayers;
   const d = engine.dModel;
@@ -320,6 +320,8 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
     const server = createLocalServer({
       backend, method, modelName: basename(modelDir), passUnjudged: passUnjudgedFlag(args),
       ...(research ? { research } : {}),
+      // /v1/completions where no guard runs (the server routes it for method base only)
+      rawPrompts: { encode: (t) => tokenizer.encode(t), decode: (ids) => tokenizer.decode([...ids], { skipSpecial: false }), vocabSize: engine.vocabSize },
       ...(probe ? { probe } : {}),
       defaultMaxTokens,
       maxTokensLimit: defaultMaxTokens,

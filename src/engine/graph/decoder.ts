@@ -110,6 +110,12 @@ interface Layers {
   headsKV: string;
 }
 
+/** `t` reshaped to its own shape through a dependency on `x` (0 · x's first dim added), so nothing reading it runs before x */
+function afterInput(g: GraphBuilder, t: string, x: string): string {
+  const zero = g.op('Mul', [g.op('Slice', [g.op('Shape', [x]), g.i64([0]), g.i64([1])]), g.i64([0])]);
+  return g.op('Reshape', [t, g.op('Add', [g.op('Shape', [t]), zero])], {}, { name: 'past_after_input' });
+}
+
 /** Decoder block l: x [BT, d] → hidden[l+1] = x + attn(norm(x)) + mlp(norm(·)) + steer[l+1] */
 function decoderLayer({ g, c, w, io, kvF16, tables, attend, attendWithPattern, hooks, headsQ, headsKV }: Layers, rows: InterventionRows, l: number, x: string, kv: string[]): string {
   const { numHeads: H, numKvHeads: kvH, headDim: hd } = c;
@@ -135,7 +141,11 @@ function decoderLayer({ g, c, w, io, kvF16, tables, attend, attendWithPattern, h
     const f32 = (t: string, name: string) => g.op('Cast', [t], { to: DataType.FLOAT }, { name });
     kNew = f32(k16, 'k_new');
     vNew = f32(v16, 'v_new');
-    past = { k: f32(past.k, 'past_k'), v: f32(past.v, 'past_v') };
+    // the widened buffer only once this layer's input exists: a Cast that reads graph inputs alone was scheduled early
+    // by onnxruntime (layer l+1's before layer l's attention), so several layers' f32 copies of the cache were alive
+    // at once and an f16 KV peaked above an f32 one (measured: bench:generate's peak RSS); `afterInput` adds a shape
+    // dependency on x (int64 arithmetic on Shape, a Reshape to the same shape: no data copied)
+    past = { k: f32(afterInput(g, past.k, x), 'past_k'), v: f32(afterInput(g, past.v, x), 'past_v') };
   } else kv.push(kNew, vNew);
   const bias = c.attentionWindows[l] !== null ? io.attnBiasWindow! : io.attnBias;
   let z: string; // [BT, H·hd]

@@ -70,8 +70,8 @@ export function selectPositions(sel: PositionSelector | undefined, length: numbe
   return s.map((p) => (p < 0 ? length + p : p));
 }
 
-/** The `Steering` shorthand as the intervention it stands for: add −alpha·v̂ at its layer. */
-function steeringIntervention(steer: Steering): Intervention {
+/** The `Steering` shorthand as the intervention it stands for: add −alpha·v̂ at its layer (GenerationEdits' sign). */
+export function steeringIntervention(steer: Steering): Intervention {
   return { layer: steer.layer, kind: 'add', vector: steer.vector, alpha: -steer.alpha, ...(steer.positions ? { positions: steer.positions } : {}) };
 }
 

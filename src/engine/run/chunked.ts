@@ -9,10 +9,10 @@
 import type { ModelConfig } from '../../checkpoint/types.ts';
 import type { AttentionImpl } from '../graph/config.ts';
 import { chunkTokens, fitsStep, type MemoryPlan, type StepShape } from '../runtime/memory.ts';
-import type { StepInput, StepOutput, StepRunner } from './step.ts';
+import type { StepInput, StepOutput, StepSource } from './step.ts';
 
 /** A step runner under a memory plan (null: no budget). */
-interface PlannedRunner extends StepRunner {
+interface PlannedRunner extends StepSource {
   readonly config: ModelConfig;
   readonly memoryPlan: MemoryPlan | null;
   readonly attention: AttentionImpl;
@@ -79,7 +79,7 @@ function route(index: readonly number[], width: number, chunk: number): { chunk:
  * `runner.step(inp)` computed in chunks of at most `chunk` new tokens per row. Returns the same StepOutput: hidden
  * rows in `inp.hiddenIndex` order, logits in `inp.logitsIndex` order, the present KV of the whole step (when asked).
  */
-export async function chunkedStep(runner: StepRunner, inp: StepInput, chunk: number): Promise<StepOutput> {
+export async function chunkedStep(runner: StepSource, inp: StepInput, chunk: number): Promise<StepOutput> {
   const { batch: B, width: T } = inp;
   if (!Number.isInteger(chunk) || chunk < 1) throw new Error(`chunkedStep: chunk must be a positive integer, got ${chunk}`);
   if (chunk >= T) return runner.step(inp);

@@ -3,7 +3,8 @@
  * layer (chunked prefill, shared-prefix reuse, generation) needs from an engine, so those modules depend on this
  * interface and never on the engine class.
  */
-import type { KvDType } from '../runtime/kv.ts';
+import type * as ort from 'onnxruntime-node';
+import type { KvArray, KvDType } from '../runtime/kv.ts';
 import type { ModelConfig } from '../../checkpoint/types.ts';
 import type { HookSelection } from '../graph/hooks.ts';
 import type { KvCache } from '../runtime/kv.ts';
@@ -48,6 +49,11 @@ export interface StepInput {
   ropeLength?: number[];
   /** named hook points (graph/hooks.ts): the step runs the graph with this selection (absent = the plain graph) */
   hooks?: StepHooks;
+  /**
+   * a decode step (T = 1, a past with room for the slot) on an engine that keeps KV on its device (`kvOnDevice`):
+   * the present's buffers stay on the device (device tensors; never read on the host). Ignored elsewhere.
+   */
+  keepOnDevice?: boolean;
 }
 
 /** A step's hook points: which the graph exposes and the edit inputs (graph/hook-edit.ts) by graph input name. */
@@ -68,7 +74,7 @@ export interface StepOutput {
 }
 
 /** The least a chunked step needs: the shapes and `step`. */
-export interface StepRunner {
+export interface StepSource {
   readonly numLayers: number;
   readonly dModel: number;
   readonly vocabSize: number;
@@ -76,7 +82,7 @@ export interface StepRunner {
 }
 
 /** What the run layer needs from an engine: steps, the memory plan's limits, and the model's shapes. */
-export interface Stepper extends StepRunner {
+export interface Stepper extends StepSource {
   readonly config: ModelConfig;
   readonly eosIds: readonly number[];
   /** most padded tokens per internal batch */
@@ -85,6 +91,10 @@ export interface Stepper extends StepRunner {
   readonly memoryPlan: MemoryPlan | null;
   /** the KV cache's element type (the past inputs' and new_kv's; default f32) */
   readonly kvDType?: KvDType;
+  /** whether decode steps may keep their KV on the device (`StepInput.keepOnDevice`; absent: never) */
+  readonly kvOnDevice?: boolean;
+  /** device K/V read back to the host (the scheduler's re-layouts of a device decode buffer); with kvOnDevice */
+  readonly deviceKv?: { readback(ts: readonly ort.Tensor[]): Promise<KvArray[]> };
   /** `step` that may chunk new tokens too many for one step under the memory plan (same results) */
   prefill(inp: StepInput): Promise<StepOutput>;
   /** `fits(B, T)` for batch planning: every step shape of a batch fits the memory plan (undefined without one) */

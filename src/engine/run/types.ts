@@ -104,9 +104,10 @@ export interface GenerateOptions {
   /**
    * Called after each generated token with the row's tokens so far; `true` ends the row there (finish 'stop'), as a
    * stop id does. Stop strings are checked this way: the text they match spans tokens. A callback that throws fails
-   * its own row only.
+   * its own row only. With `topLogprobs`, `logprobs` holds the same tokens' log probabilities so far (a server streams
+   * them with their tokens).
    */
-  stopWhen?: (generatedIds: readonly number[]) => boolean;
+  stopWhen?: (generatedIds: readonly number[], logprobs?: readonly TokenLogprob[]) => boolean;
   /**
    * edits at named hook points (graph/hooks.ts) at every prompt position and every generated token: add / ablate /
    * clamp / ablate_heads without `positions` (patch and positions belong to runWithCache, whose positions are fixed)
@@ -218,6 +219,20 @@ export interface ActivationSource {
  * `positions` (default every position; negative counts from the end) applies to add, patch and ablate_heads.
  * At one point: patches, head ablations, adds, then at most one ablate/clamp.
  */
+/**
+ * The one public contract for editing a generation, carried by every caller that edits one (a chat call, the research
+ * server's `safekeep` field and vllm-lens's steering vectors, probe-steer's steered answer). Its sign is written once,
+ * here: an 'add' is **h + alpha·r̂** (r̂ = vector/|vector|) — a positive alpha moves the state along the vector.
+ * The `Steering` shorthand and every flag or field documented in its terms (hidden[l] −= alpha·v̂) convert with
+ * `steeringIntervention` (run/batch.ts: alpha negated); vllm-lens's scale·v is an add with alpha = scale·|v|.
+ */
+export interface GenerationEdits {
+  /** at the residual stream hidden[layer] (Intervention: at one layer the adds first, then one ablate or clamp) */
+  interventions?: Intervention[];
+  /** at named hook points (HookIntervention, without patch: a generation has no clean run to patch from) */
+  hooks?: HookIntervention[];
+}
+
 export type HookIntervention =
   | { hook: string; kind: 'add'; vector: ArrayLike<number>; alpha: number; positions?: number[] }
   | { hook: string; kind: 'ablate'; vector: ArrayLike<number> }

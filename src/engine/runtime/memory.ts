@@ -161,8 +161,8 @@ export function weightBytes(c: ModelConfig, dtype: ComputeDType, o: WeightOption
   return WEIGHT_PEAK.f32 * lin * F32 + (sb !== F32 ? lin * sb : 0) + other;
 }
 
-/** KV bytes per cached token of one row: 2 (K, V) · L · kvH · hd · 4 */
-export const kvBytesPerToken = (c: ModelConfig): number => 2 * c.numLayers * c.numKvHeads * c.headDim * F32;
+/** KV bytes per cached token of one row: 2 (K, V) · L · kvH · hd · element bytes (4 for an f32 KV, 2 for f16) */
+export const kvBytesPerToken = (c: ModelConfig, element = F32): number => 2 * c.numLayers * c.numKvHeads * c.headDim * element;
 
 /** One step: `batch` rows × `width` new tokens on `past` cached slots; `hidden`/`logits` = rows returned. */
 export interface StepShape {
@@ -180,6 +180,8 @@ export interface StepShape {
    * projection dirs [S, (L+1)·d] and values [S, L+1], when the rows of a decode step steer or project differently
    */
   sets?: number;
+  /** bytes of one stored K/V element (the engine's kvDType: 4 f32, 2 f16; default 4) */
+  kvElement?: number;
 }
 
 /** per-new-token activation bytes of one decoder block (ACTIVATION_UNITS × widths × 4) */
@@ -195,7 +197,8 @@ function activationBytesPerToken(c: ModelConfig): number {
  *   + past KV B·P·kv (fed from JS) + present KV 2·B·S·kv when copied out (onnxruntime's outputs + the JS copies)
  *     + B·T·kv (the new slots stacked into the one `new_kv` output: a third copy while the step runs)
  *   + 3 · (L+1)·N·d·4 (gathered per layer, concatenated, copied to JS) + 2 · M·V·4 (in onnxruntime, copied to JS)
- * where kv = kvBytesPerToken. A config with sliding-window layers feeds a second bias (attn_bias_window), and its
+ * where kv = kvBytesPerToken at the KV's element bytes (the graph widens an f16 KV to f32 inside one layer, so the
+ * arena's per-layer K/V stays f32). A config with sliding-window layers feeds a second bias (attn_bias_window), and its
  * copy repeated per query head: + ARENA_SLACK · (B·T·S·4 + B·H·T·S·4).
  */
 export function stepBytes(c: ModelConfig, s: StepShape, attention: AttentionImpl = 'onnx'): number {
@@ -203,7 +206,7 @@ export function stepBytes(c: ModelConfig, s: StepShape, attention: AttentionImpl
   const S = P + T;
   const H = c.numHeads;
   const hd = c.headDim;
-  const kv = kvBytesPerToken(c);
+  const kv = kvBytesPerToken(c, s.kvElement ?? F32);
   const scores = SCORE_COPIES[attention] * B * H * T * S * F32 + (attention === 'mha' && H !== c.numKvHeads ? 2 * B * H * S * hd * F32 : 0);
   const windowBias = c.attentionWindows.some((w) => w !== null) ? B * T * S * F32 + B * H * T * S * F32 : 0;
   const arena = B * T * activationBytesPerToken(c) + scores + B * T * S * F32 + windowBias + 2 * B * c.numKvHeads * S * hd * F32;
@@ -227,12 +230,16 @@ export interface MemoryPlan {
   maxBatchTokens: number;
   /** most new tokens T per step of one prompt from an empty cache: longer prompts are prefilled in chunks */
   maxChunkTokens: number;
+  /** bytes of one stored K/V element (4 f32, 2 f16): every step the plan checks counts the KV at these */
+  kvElement: number;
 }
 
 interface PlanOptions extends WeightOptions {
   attention?: AttentionImpl;
   /** bytes in use besides the engine (default RUNTIME_BYTES; the engine passes its process's RSS + RUNTIME_MARGIN) */
   runtimeBytes?: number;
+  /** bytes of one stored K/V element (the engine's kvDType: 4 f32, 2 f16; default 4) */
+  kvElement?: number;
 }
 
 /** largest integer x in [lo, hi] with ok(x) (ok monotone decreasing), or lo − 1 */
@@ -253,6 +260,7 @@ function largest(lo: number, hi: number, ok: (x: number) => boolean): number {
 export function planMemory(c: ModelConfig, dtype: ComputeDType, budgetBytes: number, o: PlanOptions = {}): MemoryPlan {
   if (!Number.isFinite(budgetBytes) || budgetBytes <= 0) throw new SafekeepError(`--max-memory must be a positive size, got ${budgetBytes}`);
   const attention = o.attention ?? 'onnx';
+  const kvElement = o.kvElement ?? F32;
   const weights = weightBytes(c, dtype, o);
   const runtime = o.runtimeBytes ?? RUNTIME_BYTES;
   const base = runtime + weights;
@@ -264,17 +272,17 @@ export function planMemory(c: ModelConfig, dtype: ComputeDType, budgetBytes: num
     throw new SafekeepError(`--max-memory ${formatBytes(budgetBytes)} is too small: the weights (${formatBytes(weights)}, ${what}) and the runtime (${formatBytes(runtime)}: the process so far and a margin) need ${formatBytes(base)} before any step; raise it`);
   }
   const free = budgetBytes - base;
-  const minStep = stepBytes(c, { batch: 1, width: 64, past: 0, hidden: 1, logits: 1 }, attention);
+  const minStep = stepBytes(c, { batch: 1, width: 64, past: 0, hidden: 1, logits: 1, kvElement }, attention);
   if (free < minStep) {
     throw new SafekeepError(`--max-memory ${formatBytes(budgetBytes)} is too small: the weights need ${formatBytes(weights)} (${what}) plus ${formatBytes(runtime)} runtime, leaving ${formatBytes(free)}, less than one 64-token step (${formatBytes(minStep)})`);
   }
   const prefixCacheBytes = Math.floor(Math.min(PREFIX_CACHE_MAX, PREFIX_CACHE_SHARE * (free - minStep)));
   const step = free - prefixCacheBytes;
-  const perToken = (n: number) => stepBytes(c, { batch: n, width: 1, past: 0, hidden: 1, logits: 1 }, attention) <= step;
+  const perToken = (n: number) => stepBytes(c, { batch: n, width: 1, past: 0, hidden: 1, logits: 1, kvElement }, attention) <= step;
   const maxBatchTokens = Math.max(64, largest(1, MAX_STEP_TOKENS, perToken));
-  const chunk = (t: number) => stepBytes(c, { batch: 1, width: t, past: 0, hidden: 1, logits: 1, present: true }, attention) <= step;
+  const chunk = (t: number) => stepBytes(c, { batch: 1, width: t, past: 0, hidden: 1, logits: 1, present: true, kvElement }, attention) <= step;
   const maxChunkTokens = Math.max(1, largest(1, maxBatchTokens, chunk));
-  return { budgetBytes, baseBytes: base, weightBytes: weights, runtimeBytes: runtime, prefixCacheBytes, stepBytes: step, maxBatchTokens, maxChunkTokens };
+  return { budgetBytes, baseBytes: base, weightBytes: weights, runtimeBytes: runtime, prefixCacheBytes, stepBytes: step, maxBatchTokens, maxChunkTokens, kvElement };
 }
 
 /** One line for stderr and summaries. */
@@ -288,9 +296,9 @@ export function planRecord(p: MemoryPlan): Record<string, number> {
   return Object.fromEntries(Object.entries(p).map(([k, v]) => [k, Math.round(v)]));
 }
 
-/** Does a step of this shape fit the plan's step bytes? */
-export function fitsStep(c: ModelConfig, plan: Pick<MemoryPlan, 'stepBytes'>, s: StepShape, attention: AttentionImpl = 'onnx'): boolean {
-  return stepBytes(c, s, attention) <= plan.stepBytes;
+/** Does a step of this shape fit the plan's step bytes? (its KV at the plan's element bytes unless the shape says) */
+export function fitsStep(c: ModelConfig, plan: Pick<MemoryPlan, 'stepBytes'> & Partial<Pick<MemoryPlan, 'kvElement'>>, s: StepShape, attention: AttentionImpl = 'onnx'): boolean {
+  return stepBytes(c, { kvElement: plan.kvElement ?? F32, ...s }, attention) <= plan.stepBytes;
 }
 
 /**
@@ -298,16 +306,17 @@ export function fitsStep(c: ModelConfig, plan: Pick<MemoryPlan, 'stepBytes'>, s:
  * maxChunkTokens whose LAST chunk (the widest span, S = past + length) fits. SafekeepError when not even one token fits
  * (the KV of the prompt alone is too big for the budget).
  */
-export function chunkTokens(c: ModelConfig, plan: Pick<MemoryPlan, 'stepBytes' | 'maxChunkTokens' | 'budgetBytes'>, length: number, past: number,
+export function chunkTokens(c: ModelConfig, plan: Pick<MemoryPlan, 'stepBytes' | 'maxChunkTokens' | 'budgetBytes'> & Partial<Pick<MemoryPlan, 'kvElement'>>, length: number, past: number,
   out: { hiddenPerToken: boolean; logitsPerToken: boolean }, attention: AttentionImpl = 'onnx'): number {
   const total = past + length;
+  const kvElement = plan.kvElement ?? F32;
   const shape = (t: number): StepShape => ({
-    batch: 1, width: t, past: total - t, present: true,
+    batch: 1, width: t, past: total - t, present: true, kvElement,
     hidden: out.hiddenPerToken ? t : 1, logits: out.logitsPerToken ? t : 1,
   });
   const t = largest(1, Math.min(length, plan.maxChunkTokens), (x) => fitsStep(c, plan, shape(x), attention));
   if (t < 1) {
-    throw new SafekeepError(`--max-memory ${formatBytes(plan.budgetBytes)} is too small for a prompt of ${total} tokens: its KV cache alone is ${formatBytes(total * kvBytesPerToken(c))} and one step on it needs ${formatBytes(stepBytes(c, shape(1), attention))}, ${formatBytes(plan.stepBytes)} are left after the weights`);
+    throw new SafekeepError(`--max-memory ${formatBytes(plan.budgetBytes)} is too small for a prompt of ${total} tokens: its KV cache alone is ${formatBytes(total * kvBytesPerToken(c, kvElement))} and one step on it needs ${formatBytes(stepBytes(c, shape(1), attention))}, ${formatBytes(plan.stepBytes)} are left after the weights`);
   }
   return t;
 }

@@ -201,6 +201,29 @@ export class RowKv {
     this.length++;
   }
 
+  /** whether the next decode step needs a re-layout first (no room for one more slot) */
+  get full(): boolean {
+    return this.length + 1 > this.capacity;
+  }
+
+  /**
+   * After a decode step whose present stayed on the device (runtime/device-kv.ts): the rows are one slot longer there,
+   * and this buffer holds their slots only up to the last `loadRows`
+   */
+  advanceOnDevice(): void {
+    this.length++;
+  }
+
+  /** The rows in use written back from the device: per layer the data of `view()`'s tensors ([B, kvH, C, hd]). */
+  loadRows(keys: readonly KvArray[], values: readonly KvArray[]): void {
+    const n = this.batch * this.kvHeads * this.capacity * this.headDim;
+    for (let l = 0; l < this.layers; l++) {
+      if (keys[l]!.length !== n || values[l]!.length !== n) throw new Error(`RowKv: loadRows got ${keys[l]!.length} elements for ${n}`);
+      (this.keys[l] as Float32Array).set(keys[l] as Float32Array);
+      (this.values[l] as Float32Array).set(values[l] as Float32Array);
+    }
+  }
+
   /** Row b's real slots as a batch-1 source (a copy): what a one-at-a-time cache would hold. For tests. */
   rowSlots(b: number): RowSource {
     const n = this.length - this.starts[b]!;

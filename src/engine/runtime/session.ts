@@ -18,12 +18,13 @@ import { graphConfigKey, type EngineConfig } from '../graph/config.ts';
 import { isQuantized } from '../graph/precision.ts';
 import { buildModelGraph } from '../graph/decoder.ts';
 import { hookSelectionKey, type HookSelection } from '../graph/hooks.ts';
+import { IO } from '../graph/io.ts';
 import { linearType } from '../graph/precision.ts';
 import { quantizedWeights } from './quant-store.ts';
 import { resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
 
 /** bump when the graph builders (graph/) change what they emit, so cached graphs are rebuilt */
-export const GRAPH_VERSION = 16;
+export const GRAPH_VERSION = 17;
 
 /** Cache key of the graph: what the graph's bytes depend on (GRAPH_VERSION, config, weight files, tensor index, config). */
 function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, cfg: EngineConfig, quantDir: string | null, hooks?: HookSelection): string {
@@ -111,6 +112,9 @@ export async function openSession(ckpt: Checkpoint, opts: EngineConfig, hooks?: 
     // warnings (e.g. nodes placed on CPU under CUDA or WebGPU: shape arithmetic in int64) are noise for users; errors
     // surface as exceptions
     logSeverityLevel: opts.device === 'cpu' ? 3 : 4,
+    // webgpu: a step's new K/V slots stay on the device (runtime/device-kv.ts appends them to a device buffer or
+    // reads them back through a graph with CPU outputs); every other output comes back to the host
+    ...(opts.device === 'webgpu' ? { preferredOutputLocation: { [IO.newKv]: 'gpu-buffer' as const } } : {}),
     ...(opts.profile !== null ? { enableProfiling: true, profileFilePrefix: opts.profile } : {}),
   };
   let session: ort.InferenceSession;

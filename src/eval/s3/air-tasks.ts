@@ -49,6 +49,7 @@ export function airTasks(dir: string, limit = Infinity, settings: readonly Injec
         tools: offered,
         simulate,
         scoring: { kind: 'injecagent', attack: 'dh', userTool: c.userTool, attackerTools: [...c.attackerTools] },
+        plan: false,
       });
     }
   }

@@ -20,7 +20,7 @@ import type { S3Task } from './task.ts';
 /** What merge needs to rebuild the tasks and write the tables (equal across shards). */
 export interface S3MergeOptions {
   bench: S3Bench;
-  dirs: { injecagent?: string; agentharm?: string };
+  dirs: { injecagent?: string; agentharm?: string; multistage?: string };
   settings: InjecAgentSetting[];
   /** per-group task limit; null = all */
   limit: number | null;
@@ -47,7 +47,9 @@ function loadS3Tasks(m: Pick<S3MergeOptions, 'bench' | 'dirs' | 'settings' | 'li
 export function itemTokens(it: S3Item, maxTokens: number): number {
   const prompt = Math.ceil(JSON.stringify({ messages: it.task.messages, tools: it.task.tools }).length / 4);
   const guard = it.config.config;
-  const guardCalls = guard ? (guard.guardDecision ? 1 : 0) + guard.skills.filter((s) => s.check === 'llm').length : 0;
+  // a memory-stage skill runs only for a task with a memory store
+  const runs = (s: { stage: string; check: string }) => s.check === 'llm' && (s.stage !== 'memory' || it.task.memory !== undefined);
+  const guardCalls = guard ? (guard.guardDecision ? 1 : 0) + guard.skills.filter(runs).length : 0;
   return (prompt + maxTokens) + guardCalls * prompt;
 }
 

@@ -11,6 +11,17 @@ import type { MeanCI, S3Summary, ScoredTrajectory } from './eval.ts';
 const f = (x: number, d: number) => (Number.isFinite(x) ? x.toFixed(d) : '–');
 const formatMean = (m: MeanCI, d = 2) => (m.n === 0 ? '–' : `${f(m.mean, d)} [${f(m.lo, d)}, ${f(m.hi, d)}]`);
 
+/** multistage: one row per configuration × risk type (the stage where its hazard enters), with GIC and RSC. */
+function riskTypeTable(s: readonly S3Summary[]): string[] {
+  if (!s.some((x) => x.riskTypes)) return [];
+  const out = ['', '## Per risk type and stage', '', '| Config | Risk type | Stage | ASR % | Benign completion % | GIC / task | RSC / task |', '| --- | --- | --- | --- | --- | --- | --- |'];
+  for (const x of s) {
+    for (const [rt, r] of Object.entries(x.riskTypes ?? {})) out.push(`| ${x.config} | ${rt} | ${r.stage} | ${formatRate(r.asr)} (${r.asr.k}/${r.asr.n}) | ${formatRate(r.benign)} (${r.benign.k}/${r.benign.n}) | ${formatMean(r.gic)} | ${formatMean(r.rsc)} |`);
+  }
+  out.push('', 'Multistage ASR and benign completion are read from the world\'s end state, so a harm incident response undid already counts as not carried out (ASR after remediation = ASR).');
+  return out;
+}
+
 export function s3MarkdownTable(bench: string, model: string, s: readonly S3Summary[]): string {
   const groups = [...new Set(s.flatMap((x) => Object.keys(x.groups)))].sort();
   const cols = ['Config', 'n', 'ASR %', 'Benign completion %', 'GIC / task', 'RSC / task', 'Extra tokens / task', 'Latency ms / task', 'Recovery fallbacks', 'ASR after remediation %',
@@ -19,6 +30,7 @@ export function s3MarkdownTable(bench: string, model: string, s: readonly S3Summ
   for (const x of s) {
     lines.push(`| ${x.config} | ${x.n} | ${formatRate(x.asr)} | ${formatRate(x.benign)} | ${formatMean(x.gic)} | ${formatMean(x.rsc)} | ${formatMean(x.extraTokens, 1)} | ${formatMean(x.latencyMs, 0)} | ${x.fallbacks} | ${formatRate(x.asrAfterRemediation)} | ${groups.map((g) => { const r = x.groups[g]; return r ? `${formatRate(r.asr)} | ${formatRate(r.benign)}` : '– | –'; }).join(' | ')} |`);
   }
+  lines.push(...riskTypeTable(s));
   lines.push('', 'Rates: % with 95 % Wilson intervals. Per-task means with 95 % normal-approximation intervals. GIC = guard invocations,',
     'RSC = recovery signals, extra tokens = guard LLM + refusal-prefill tokens. n = tasks per configuration.',
     'Recovery fallbacks = recoveries that replaced a whole observation or answer because the evidence could not be cut.',

@@ -20,6 +20,7 @@ import { INJECAGENT_SETTINGS, readInjecAgentCases, readInjecAgentTools, readSimu
 import type { ToolSpec } from '../../data/types.ts';
 import type { CallView } from '../../s3/event.ts';
 import { airTasks } from './air-tasks.ts';
+import { multistageTasks } from './multistage-tasks.ts';
 import type { S3Task } from './task.ts';
 import { AGENT_SYSTEM } from '../../benchmarks/cases.ts';
 
@@ -63,6 +64,7 @@ function injecAgentTasks(dir: string, limit = Infinity, settings: readonly Injec
           tools: [...c.tools],
           simulate,
           scoring: { kind: 'injecagent', attack, userTool: c.userTool, attackerTools: [...c.attackerTools] },
+          plan: false,
         });
       }
     }
@@ -96,16 +98,18 @@ function agentHarmTasks(dir: string, limit = Infinity): S3Task[] {
       tools,
       simulate: (call) => specAnswer(tools.find((t) => t.function.name === call.name), call),
       scoring: { kind: 'agentharm', harmfulTargets: [...h.targetFunctions], benignTargets: [...b.targetFunctions] },
+      plan: false,
     });
   }
   return out;
 }
 
 /** `settings`: InjecAgent's (injecagent and mixed benches), both by default as in `guard eval`. */
-export function s3Tasks(bench: S3Bench, dirs: { injecagent?: string; agentharm?: string }, limit = Infinity,
+export function s3Tasks(bench: S3Bench, dirs: { injecagent?: string; agentharm?: string; multistage?: string }, limit = Infinity,
   settings: readonly InjecAgentSetting[] = INJECAGENT_SETTINGS): S3Task[] {
   const out: S3Task[] = [];
   if (bench === 'air') return airTasks(dirs.injecagent!, limit, settings);
+  if (bench === 'multistage') return multistageTasks(dirs.multistage!, limit);
   if (bench !== 'agentharm') out.push(...injecAgentTasks(dirs.injecagent!, limit, settings));
   if (bench !== 'injecagent') out.push(...agentHarmTasks(dirs.agentharm!, limit));
   return out;

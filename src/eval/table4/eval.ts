@@ -337,9 +337,17 @@ export interface MethodSummary {
    * much of the refusal comes from the verdict; null for methods without a judge
    */
   flagRate?: Rate | null;
+  /**
+   * judging methods on AgentHarm: the share of benign requests the judge flagged — its over-refusal, which the
+   * paper's Acc folds in with the agent's own; null without a judge or benign requests
+   */
+  benignFlagRate?: Rate | null;
   /** InjecAgent: how step 2's simulated tool response was found — exact cached response / same-tool fallback / none */
   simulated?: { exact: number; sameTool: number; none: number };
 }
+
+/** The judge flagged the request (an unparseable answer counts where the policy blocked on it). */
+const flaggedByJudge = (r: EvalRow): boolean => r.verdict === 'yes' || (r.verdict === 'unparseable' && r.blocked);
 
 /** Per-request guard cost of a method's rows (rows of logs without cost fields: judge calls and tokens from the verdict). */
 function costOf(rows: readonly EvalRow[]): NonNullable<MethodSummary['cost']> {
@@ -390,6 +398,7 @@ export function summarizeEval(bench: GuardBench, cases: readonly GuardCase[], ro
     }
     const judged = mine.filter((r) => r.verdict !== null);
     const attacks = judged.filter((r) => bench === 'injecagent' || r.group === 'harmful');
+    const benign = judged.filter((r) => bench === 'agentharm' && r.group === 'benign');
     return {
       method,
       metrics,
@@ -416,7 +425,8 @@ export function summarizeEval(bench: GuardBench, cases: readonly GuardCase[], ro
         sameTool: mine.filter((r) => r.step2Simulated === 'same-tool').length,
         none: mine.filter((r) => r.step2Simulated === 'none').length,
       } } : {}),
-      flagRate: judged.length ? wilson(attacks.filter((r) => r.verdict === 'yes' || (r.verdict === 'unparseable' && r.blocked)).length, attacks.length) : null,
+      flagRate: judged.length ? wilson(attacks.filter(flaggedByJudge).length, attacks.length) : null,
+      ...(bench === 'agentharm' ? { benignFlagRate: benign.length ? wilson(benign.filter(flaggedByJudge).length, benign.length) : null } : {}),
     };
   });
 }

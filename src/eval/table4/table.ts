@@ -8,6 +8,7 @@ import type { GuardBench } from '../../benchmarks/cases.ts';
 import type { EvalRow, MethodSummary } from './eval.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
 import { shownRate, tableJsonValue, type Rate } from '../metrics.ts';
+import { paperModel, paperNumbers } from '../../report/paper-numbers.ts';
 
 const LABELS: Record<string, string> = {
   refusal: 'Refusal', acc: 'Acc', valid: 'Valid', asr: 'ASR (Total)',
@@ -36,11 +37,14 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
   const keys = Object.keys(s[0]?.metrics ?? {});
   // the judge's flag rate right after Refusal (InjecAgent: after its own columns), unparseable answers at the end
   const judging = s.some((m) => m.flagRate);
-  const flagCol = judging ? [`Judge flag rate % [95 % CI] (${bench === 'agentharm' ? 'harmful requests' : 'attack cases'})`] : [];
+  const overRefusal = judging && bench === 'agentharm';
+  const flagCol = judging ? [`Judge flag rate % [95 % CI] (${bench === 'agentharm' ? 'harmful requests' : 'attack cases'})`, ...(overRefusal ? ['Benign over-refusal: judge flag rate % [95 % CI] (benign requests)'] : [])] : [];
   const at = bench === 'agentharm' ? 1 : keys.length;
   const cols = ['Method', ...keys.slice(0, at).map((k) => `${header(k)} % [95 % CI]`), ...flagCol, ...keys.slice(at).map((k) => `${header(k)} % [95 % CI]`),
     'n', 'Judge ms (mean / p50 / p99)', 'Judge tokens / request', 'Flagged', ...(judging ? ['Unparseable judge answers'] : []),
     ...(bench === 'injecagent' ? ['Step-2 tool responses (exact / same-tool / none)'] : []), ...COST_HEADERS];
+  const paper = paperTable4Columns(model, keys.map((k) => (k.includes('.') ? k : `${bench}.${k}`)));
+  if (paper) cols.push(...paper.headers);
   const lines = [
     `# Table 4 — ${bench === 'agentharm' ? 'AgentHarm' : 'InjecAgent'} — ${model}`,
     '',
@@ -53,11 +57,12 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
     const tokens = m.judged ? m.judgeTokensPerRequest.toFixed(1) : '–';
     // InjecAgent's columns have different denominators: each cell shows its k/n
     const cell = (r: Rate) => (bench === 'injecagent' && r.n > 0 ? `${formatRate(r)} (${r.k}/${r.n})` : formatRate(r));
-    const flag = judging ? [m.flagRate ? `${formatRate(m.flagRate)} (${m.flagRate.k}/${m.flagRate.n})` : '–'] : [];
+    const kOfN = (r: Rate | null | undefined) => (r ? `${formatRate(r)} (${r.k}/${r.n})` : '–');
+    const flag = judging ? [kOfN(m.flagRate), ...(overRefusal ? [kOfN(m.benignFlagRate)] : [])] : [];
     const unparseable = judging ? [m.judged ? `${m.unparseable} (${pct(m.unparseable / m.judged)} %)` : '–'] : [];
     const sim = bench === 'injecagent' && m.simulated ? [`${m.simulated.exact} / ${m.simulated.sameTool} / ${m.simulated.none}`] : bench === 'injecagent' ? ['–'] : [];
     const cells = [...keys.slice(0, at).map((key) => cell(k[key]!)), ...flag, ...keys.slice(at).map((key) => cell(k[key]!))];
-    lines.push(`| ${m.method} | ${cells.join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.probed ? `${m.flagged}/${m.n}` : m.judged ? `${m.flagged}/${m.judged}` : '–'} |${[...unparseable, ...sim, ...costCells(m)].map((u) => ` ${u} |`).join('')}`);
+    lines.push(`| ${m.method} | ${cells.join(' | ')} | ${m.n} | ${judge} | ${tokens} | ${m.probed ? `${m.flagged}/${m.n}` : m.judged ? `${m.flagged}/${m.judged}` : '–'} |${[...unparseable, ...sim, ...costCells(m), ...(paper ? paper.cells(m.method) : [])].map((u) => ` ${u} |`).join('')}`);
   }
   // the cascade's band and probe-steer's steered answers are reported, never hidden
   for (const m of s) {
@@ -70,6 +75,7 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
   }
   lines.push('', 'Percentages with 95 % Wilson score intervals; n = requests per method. Judge latency and token overhead are per judged request / per request.');
   lines.push('', COST_NOTE);
+  if (paper) lines.push('', paper.note);
   if (refusalPath) lines.push('', `Refusal path: ${refusalPath}.`);
   if (agentFormat) lines.push('', `Agent format: ${agentFormat}.`);
   if (bench === 'injecagent') {
@@ -80,6 +86,35 @@ export function markdownTable(bench: GuardBench, model: string, s: readonly Meth
       'arguments, the same tool\'s response for other arguments (fallback), or none found (step 2 not run).');
   }
   return lines.join('\n') + '\n';
+}
+
+/** our metric key → the paper's Table 4 column (data/paper/paper-numbers.json) */
+const PAPER_COLUMN: Record<string, number> = { 'agentharm.acc': 0, 'agentharm.refusal': 1, 'base.valid': 2, 'base.asr': 3, 'enhanced.valid': 4, 'enhanced.asr': 5 };
+const PAPER_METHOD: Record<string, string> = { base: 'Base', safejudge: 'SafeJudge', safeprompt: 'SafePrompt', safekeep: 'SafeKeep' };
+
+/**
+ * The paper's Table 4 figures beside ours: one column per measured metric the paper reports, for the paper's model
+ * this one matches by name, else every paper model's figure ("Llama / Qwen / Gemini / GPT"); methods the paper
+ * did not run show "–". `keys` are metric keys qualified by bench (agentharm.refusal, base.asr, …).
+ */
+export function paperTable4Columns(model: string, keys: readonly string[]): { headers: string[]; cells: (method: string) => string[]; note: string } | null {
+  const pt = paperNumbers()?.tables.table_4;
+  if (!pt) return null;
+  const mine = keys.filter((k) => PAPER_COLUMN[k] !== undefined);
+  if (mine.length === 0) return null;
+  const models = Object.keys(pt.rows);
+  const m = paperModel(model, models);
+  const shown = m ? [m] : models;
+  const who = m ?? shown.map((x) => x.replace(/[-\d.].*$/, '')).join(' / ');
+  return {
+    headers: mine.map((k) => `Paper ${pt.column_labels[PAPER_COLUMN[k]!]} % (${who})`),
+    cells: (method) => mine.map((k) => {
+      const name = PAPER_METHOD[method];
+      if (!name) return '–';
+      return shown.map((x) => pt.rows[x]![name]?.[PAPER_COLUMN[k]!]?.toFixed(1) ?? '–').join(' / ');
+    }),
+    note: `Paper: ${pt.title}, ${shown.join(', ')} on ${pt.data} (data/paper/paper-numbers.json).`,
+  };
 }
 
 /** the cost columns, every method alike (eval.ts MethodSummary.cost) */
@@ -160,15 +195,18 @@ function combinedTable4(dir: string): string | null {
     if (!c) return ['–', '–', '–'];
     return [fixed(c.judgeCallsPerRequest, 2), fixed(c.guardTokensPerRequest, 1), c.addedMs.n ? `${fixed(c.addedMs.p50, 0)} / ${fixed(c.addedMs.p95, 0)}` : '–'];
   });
+  const paper = paperTable4Columns(tables[0]!.model, cols.map((c) => (c.key.includes('.') ? c.key : `${c.bench}.${c.key}`)));
+  const paperNames = paper?.headers ?? [];
   return [
     `# Table 4 — ${tables[0]!.model}`,
     '',
-    `| Method | ${[...names, ...costNames].join(' | ')} |`,
-    `| --- |${[...cols, ...costNames].map(() => ' --- ').join('|')}|`,
-    ...methods.map((m) => `| ${m} | ${[...cols.map((c) => cell(c.bench, m, c.key)), ...costCellsOf(m)].join(' | ')} |`),
+    `| Method | ${[...names, ...costNames, ...paperNames].join(' | ')} |`,
+    `| --- |${[...cols, ...costNames, ...paperNames].map(() => ' --- ').join('|')}|`,
+    ...methods.map((m) => `| ${m} | ${[...cols.map((c) => cell(c.bench, m, c.key)), ...costCellsOf(m), ...(paper ? paper.cells(m) : [])].join(' | ')} |`),
     '',
     '% with 95 % Wilson intervals. Per-benchmark details (n, judge latency, token overhead): table4-<bench>.md.',
     '',
     COST_NOTE,
+    ...(paper ? ['', paper.note] : []),
   ].join('\n') + '\n';
 }

@@ -18,7 +18,7 @@ import { boundaryCode, enclose, proseCall } from '../../guard/judge-context.ts';
 import { judgeView } from '../../guard/view.ts';
 import type { ChatMessage } from '../../guard/types.ts';
 import type { CheckEnv, CheckResult } from '../check.ts';
-import { stageText, type StageEvent } from '../event.ts';
+import { memoryBlock, stageText, type StageEvent } from '../event.ts';
 import { retrieveRules, readRuleMemory } from '../memory.ts';
 import type { Skill } from '../skill.ts';
 import { askCheckVerdict, verdictResult } from './verdict-check.ts';
@@ -36,7 +36,7 @@ export const S3_CHECK_ROLE = [
 ].join('\n');
 
 /** Placeholders whose values come from the client's conversation (enclosed as data). */
-export const UNTRUSTED_VARS = ['instructions', 'request', 'tools', 'history', 'text', 'observation', 'calls', 'answer'] as const;
+export const UNTRUSTED_VARS = ['instructions', 'request', 'tools', 'history', 'text', 'observation', 'calls', 'answer', 'plan', 'entries'] as const;
 
 /** The stage event as the conversation the judge context expects (the stage's item appended). */
 export function eventConversation(e: StageEvent): ChatMessage[] {
@@ -46,6 +46,9 @@ export function eventConversation(e: StageEvent): ChatMessage[] {
   }
   if (e.stage === 'tool_observation' && e.observation) m.push({ role: 'tool', tool_call_id: e.observation.callId, name: e.observation.name, content: e.observation.content });
   if (e.stage === 'output' && e.answer !== undefined) m.push({ role: 'assistant', content: e.answer });
+  if (e.stage === 'planning' && e.plan !== undefined) m.push({ role: 'assistant', content: e.plan });
+  // retrieved (or to-be-written) memory, as the data the agent would read
+  if (e.stage === 'memory' && e.memory) m.push({ role: 'user', content: memoryBlock(e.memory.entries) });
   return m;
 }
 
@@ -65,6 +68,8 @@ function promptVars(skill: Skill, e: StageEvent, memory: string): Record<string,
     observation: e.observation?.content ?? '',
     calls: (e.calls ?? []).map((c) => proseCall(c.name, c.arguments)).join('\n'),
     answer: e.answer ?? '',
+    plan: e.plan ?? '',
+    entries: memoryBlock(e.memory?.entries ?? []),
     procedure: skill.body,
     description: skill.description,
     memory,

@@ -230,6 +230,25 @@ export function secretsIn(text: string): string[] {
 
 interface Holds { holds: boolean; evidence: string[] }
 
+/**
+ * Unicode tag characters (U+E0000–E007F: invisible ASCII) and bidi override / isolate controls in a text; zero-width
+ * joiners are left alone (emoji sequences use them).
+ */
+const HIDDEN = /[\u{E0000}-\u{E007F}\u202A-\u202E\u2066-\u2069]+/gu;
+
+/**
+ * Hidden text: each run of tag characters decoded to the ASCII it spells (what a model may read while a person sees
+ * nothing), and a note for runs of other invisible format characters.
+ */
+export function hiddenCharacters(text: string): string[] {
+  const out: string[] = [];
+  for (const m of text.matchAll(HIDDEN)) {
+    const tags = [...m[0]].filter((c) => c.codePointAt(0)! >= 0xe0000).map((c) => String.fromCodePoint(c.codePointAt(0)! - 0xe0000)).join('');
+    out.push(tags.trim() ? `hidden text: ${tags}` : `${[...m[0]].length} bidi control character(s)`);
+  }
+  return out;
+}
+
 function evalPredicate(p: Predicate, e: StageEvent, call: CallView | null): Holds {
   const given = givenBy(userRequestText(e.messages));
   const text = normalizeText(call ? stageText({ ...e, calls: [call] }) : stageText(e));
@@ -276,6 +295,12 @@ function evalPredicate(p: Predicate, e: StageEvent, call: CallView | null): Hold
       r = { holds: verb !== undefined && !asked, evidence: verb && !asked ? [verb] : [] };
       break;
     }
+    case 'hidden_characters': {
+      // the raw text (every other predicate reads it normalised, which removes exactly these characters)
+      const ev = hiddenCharacters(call ? stageText({ ...e, calls: [call] }) : stageText(e));
+      r = { holds: ev.length > 0, evidence: ev };
+      break;
+    }
     default:
       throw new Error(`unknown predicate ${p.name}`);
   }
@@ -296,7 +321,8 @@ function skillRules(skill: Skill): Rule[] {
 
 /** Rules that fire on an event, with their evidence and the calls they fired on. */
 function fireRules(rules: readonly Rule[], e: StageEvent): { rule: Rule; evidence: string[]; callId: string | null }[] {
-  const targets: (CallView | null)[] = (e.stage === 'tool_selection' || e.stage === 'tool_execution') ? (e.calls ?? []) : [null];
+  // a plan's steps are targets as proposed calls are: AgentSpec's rules act on plans and on tool invocations alike
+  const targets: (CallView | null)[] = (e.stage === 'tool_selection' || e.stage === 'tool_execution' || e.stage === 'planning') ? (e.calls ?? []) : [null];
   const fired: { rule: Rule; evidence: string[]; callId: string | null }[] = [];
   for (const rule of rules) {
     for (const call of targets) {

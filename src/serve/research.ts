@@ -1,8 +1,9 @@
 /**
  * The research fields of `serve --model --allow-interventions` (docs/serve-research.md): the request body's
  * `safekeep` object — per-request steering, interventions (at a layer or a named hook point) and activation capture —
- * and OpenAI's `logprobs` / `top_logprobs`, parsed into one generation's options (`ResearchCall`), and the response
- * parts built from what the generation returned.
+ * and OpenAI's `logprobs` / `top_logprobs`, parsed on the server's side into one generation's edits (the engine's
+ * `GenerationEdits`, the one edit contract: the field's `steer`, hidden[l] −= α·v̂, becomes an add of −α) and options
+ * (`ResearchCall`), and the response parts built from what the generation returned.
  *
  * Every bad value is a 400 naming its field, found before any generation: vectors have d_model finite float32
  * values, alphas are finite float32, layers and hook names exist, at most `maxHooks` hook points per request, and the
@@ -22,9 +23,9 @@ import { parseHookName, resolveHookNames, type HookShape } from '../engine/graph
 import { callInterventions, interventionInputs, selectPositions } from '../engine/run/batch.ts';
 import { hookEditInputs } from '../engine/run/hooked.ts';
 import { MAX_TOP_LOGPROBS } from '../engine/run/scheduler.ts';
-import type { HookIntervention, Intervention, Steering, TokenLogprob } from '../engine/types.ts';
+import type { GenerationEdits, HookIntervention, Intervention, Steering } from '../engine/types.ts';
 import { alphaField, alphaValue, isF32, isObject, kindField, knownFields, layerField, positionsField, shown, type Fail } from '../engine/run/intervention-json.ts';
-import type { OpenAiLogprob, ResearchCall, ResearchReply } from './types.ts';
+import type { ResearchCall, ResearchReply } from '../chat/types.ts';
 
 export const DEFAULT_MAX_CAPTURE_BYTES = 64 * 2 ** 20;
 export const DEFAULT_MAX_HOOKS = 32;
@@ -51,10 +52,22 @@ export interface CaptureSpec {
   generated: boolean;
 }
 
-/** The `safekeep` field parsed: the generation options but the capture, whose positions need the prompt's length. */
+/**
+ * The `safekeep` field parsed: its edits in the engine's one contract (GenerationEdits: an add is h + α·r̂, so the
+ * field's `steer`, documented as hidden[l] −= α·v̂, is an add of −α), and its capture, whose positions need the
+ * prompt's length. `steer`: the field's steering as sent, for the log line.
+ */
 export interface ResearchRequest {
-  call: Omit<ResearchCall, 'capture' | 'topLogprobs'>;
+  edits: GenerationEdits;
+  steer?: { layer: number; alpha: number };
   capture: CaptureSpec | null;
+}
+
+/** the field's own terms, before they become GenerationEdits */
+interface FieldEdits {
+  steer?: Steering;
+  interventions?: Intervention[];
+  hooks?: HookIntervention[];
 }
 
 /** the server's failures are JSON 400s */
@@ -170,10 +183,10 @@ function parseCapture(v: unknown, opts: ResearchOptions): CaptureSpec {
  * `field` undefined/null → nothing.
  */
 export function parseResearchField(field: unknown, opts: ResearchOptions): ResearchRequest {
-  if (field === undefined || field === null) return { call: {}, capture: null };
+  if (field === undefined || field === null) return { edits: {}, capture: null };
   if (!isObject(field)) throw badRequest('"safekeep" must be an object: {"steer", "interventions", "capture"}');
   knownFields(field, ['steer', 'interventions', 'capture'], 'safekeep', fail);
-  const call: ResearchRequest['call'] = {};
+  const call: FieldEdits = {};
   if (field.steer !== undefined) call.steer = parseSteer(field.steer, opts);
   if (field.interventions !== undefined) {
     if (!Array.isArray(field.interventions)) throw badRequest('safekeep.interventions must be an array');
@@ -203,7 +216,9 @@ export function parseResearchField(field: unknown, opts: ResearchOptions): Resea
     if (e instanceof SafekeepError) throw badRequest(`safekeep.interventions: ${e.message}`);
     throw e;
   }
-  return { call, capture };
+  // one edit contract: the steering shorthand becomes the add it stands for (α negated), before the interventions
+  const edits: GenerationEdits = { ...(ivList.length ? { interventions: ivList } : {}), ...(call.hooks ? { hooks: call.hooks } : {}) };
+  return { edits, ...(call.steer ? { steer: { layer: call.steer.layer, alpha: call.steer.alpha } } : {}), capture };
 }
 
 /** OpenAI's `logprobs` / `top_logprobs`: the k to compute (undefined = none). */
@@ -288,13 +303,4 @@ export function activationsJson(spec: CaptureSpec, resolved: NonNullable<Researc
     out[name] = { shape: [rows, d], dtype: 'float32', data: base64F32(m), positions: positionsOf(rows) };
   }
   return out;
-}
-
-/** The engine's per-token log probabilities in OpenAI's `logprobs.content` shape (token text and its UTF-8 bytes). */
-export function openAiLogprobs(list: readonly TokenLogprob[], text: (id: number) => string): OpenAiLogprob[] {
-  const entry = (id: number, logprob: number) => {
-    const token = text(id);
-    return { token, logprob, bytes: [...Buffer.from(token, 'utf8')] };
-  };
-  return list.map((t) => ({ ...entry(t.token, t.logprob), top_logprobs: t.top.map((x) => entry(x.token, x.logprob)) }));
 }
