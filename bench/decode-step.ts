@@ -5,6 +5,11 @@
  * wall ms, as (N-token − 2-token greedy generate) / (N − 2), best of --reps, one engine in this process. `--json`
  * writes {"rows": [{"device", "context", "hostDeviceBytesPerStep", "stepMs", "dtype", "kvDType"}, …]}.
  *
+ * `npm run bench:decode-step -- --sampling [--rows 32 --prompt 64 --new 10 --reps 3 --model DIR --json FILE]`: a
+ * scheduled decode step of `--rows` rows, greedy beside sampled (temperature 0.7; and with top-p 0.95), interleaved in
+ * one engine, best of --reps, with the ms a step spends choosing tokens (scheduler stats `choose`) and the overhead
+ * over greedy.
+ *
  * `npm run bench:decode-step [-- --threads 1,2 --dtypes f32,q4 --rounds 4 --prompt 128 --new 34 --model DIR
  *   --base REV|DIR --spin]`: the unprofiled decode step of each dtype and q4 over f32 (the "q4 ≥ 3× f32 decode" target),
  * optionally against another version of this repo (`--base REV`: a git revision, checked out once under the work
@@ -170,7 +175,57 @@ async function contexts(list: string): Promise<void> {
     ...rows.map((r) => `| ${r.context} | ${r.hostDeviceBytesPerStep} | ${r.stepMs.toFixed(2)} |`)].join('\n') + '\n');
 }
 
+/** --sampling: a `--rows`-row decode step, greedy and sampled, interleaved in one engine */
+async function sampling(): Promise<void> {
+  const work = flag('keep') ?? mkdtempSync(join(tmpdir(), 'safekeep-decode-step-'));
+  const model = flag('model') ?? join(work, 'model');
+  const { writeRandomCheckpoint } = await import('../src/checkpoint/random.ts');
+  const { loadCheckpoint } = await import('../src/checkpoint/load.ts');
+  const { createEngineFromCheckpoint } = await import('../src/engine/engine.ts');
+  if (!flag('model') && !existsSync(join(model, 'config.json'))) {
+    process.stderr.write(`writing a SmolLM2-135M-shaped random checkpoint to ${model} ...\n`);
+    await writeRandomCheckpoint(model, 'llama', SMOLLM2_SHAPE);
+  }
+  const ck = await loadCheckpoint(model);
+  const [B, P, N, reps] = [Number(flag('rows') ?? 32), Number(flag('prompt') ?? 64), Number(flag('new') ?? 10), Number(flag('reps') ?? 3)];
+  const device = flag('device') ?? 'cpu';
+  const e = await createEngineFromCheckpoint(ck, { device: device as 'cpu', threads: Number(flag('threads') ?? 2), cacheDir: join(work, 'cache'), quiet: true });
+  const V = ck.config.vocabSize;
+  const prompts = Array.from({ length: B }, (_, r) => Array.from({ length: P }, (_, i) => 3 + ((i * 7919 + r * 104729) % (V - 3))));
+  const modes: [string, { temperature: number; topP?: number; seed: number } | undefined][] = [
+    ['greedy', undefined], ['temperature 0.7', { temperature: 0.7, seed: 1 }], ['temperature 0.7, top-p 0.95', { temperature: 0.7, topP: 0.95, seed: 1 }]];
+  const best = new Map<string, { ms: number; choose: number; bytes: number }>();
+  try {
+    await e.generate(prompts, { maxNewTokens: 2, stopIds: [] });
+    for (let r = 0; r < reps; r++) {
+      for (const [name, s] of modes) {
+        const o = { stopIds: [] as number[], ...(s ? { sampling: s } : {}) };
+        const c0 = e.scheduler.stats.seconds.choose, b0 = e.transfer.hostToDevice + e.transfer.deviceToHost;
+        const t0 = performance.now();
+        await e.generate(prompts, { ...o, maxNewTokens: 2 });
+        const t1 = performance.now(), c1 = e.scheduler.stats.seconds.choose, b1 = e.transfer.hostToDevice + e.transfer.deviceToHost;
+        await e.generate(prompts, { ...o, maxNewTokens: N });
+        const t2 = performance.now(), c2 = e.scheduler.stats.seconds.choose, b2 = e.transfer.hostToDevice + e.transfer.deviceToHost;
+        const ms = ((t2 - t1) - (t1 - t0)) / (N - 2), choose = (((c2 - c1) - (c1 - c0)) * 1000) / (N - 2);
+        const prev = best.get(name);
+        if (!prev || ms < prev.ms) best.set(name, { ms, choose, bytes: ((b2 - b1) - (b1 - b0)) / (N - 2) });
+      }
+    }
+  } finally {
+    await e.dispose();
+    if (!flag('keep')) rmSync(work, { recursive: true, force: true });
+  }
+  const g = best.get('greedy')!;
+  const rows = modes.map(([name]) => ({ device, context: P, hostDeviceBytesPerStep: Math.round(best.get(name)!.bytes), stepMs: Number(best.get(name)!.ms.toFixed(3)), rows: B, sampling: name, chooseMs: Number(best.get(name)!.choose.toFixed(3)) }));
+  const out = flag('json');
+  if (out) writeFileSync(out, JSON.stringify({ rows }, null, 2) + '\n');
+  process.stdout.write([`decode step of ${B} rows, prompt ${P}, ${device}, (${N} − 2 tokens) / ${N - 2}, best of ${reps}, interleaved`, '',
+    '| decoding | ms / step | choosing ms / step | over greedy |', '| --- | --- | --- | --- |',
+    ...rows.map((r) => `| ${r.sampling} | ${r.stepMs.toFixed(2)} | ${r.chooseMs.toFixed(2)} | ${r.sampling === 'greedy' ? '—' : `${(100 * (r.stepMs / g.ms - 1)).toFixed(1)} %`} |`)].join('\n') + '\n');
+}
+
 const root = flag('child');
 if (root !== undefined) await child(root);
 else if (flag('contexts') !== undefined) await contexts(flag('contexts')!);
+else if (process.argv.includes('--sampling')) await sampling();
 else await main();
