@@ -1,0 +1,57 @@
+/**
+ * `safekeep sae encode --model M --sae SAE (--chat TEXT | --prompt TEXT | --ids IDS.json) --out OUT.safetensors`
+ * OUT: per sequence i, `acts.<i>` f32 [T_i, d_sae] (the SAE's feature activations at its hook point) and `recon.<i>`
+ * f32 [T_i, d_in] (its reconstruction of the stream there). Prints each sequence's L0 and FVU.
+ */
+import { parseArgs, requireValue, type FlagTable } from '../args.ts';
+import { writeSafetensors, type TensorToWrite } from '../../checkpoint/safetensors.ts';
+import { resolveModel } from '../../hub/resolve.ts';
+import { createEngine } from '../../engine/engine.ts';
+import { addReconstruction, newTotals, summarize } from '../../sae/metrics.ts';
+import { engineHookPoint } from '../../sae/hook.ts';
+import { ENGINE_FLAG_DEFS, engineOptions } from '../engine-flags.ts';
+import { hubEnv } from '../env.ts';
+import { TEXT_INPUT_FLAG_DEFS, readTextInput } from '../text-input.ts';
+import { SAE_FLAG_DEFS, openSae, runSae } from '../sae-flags.ts';
+
+export const summary = "a sparse autoencoder's feature activations and reconstruction at its hook point → .safetensors";
+
+export const flags: FlagTable = {
+  usage: 'sae encode --model M --sae SAE (--ids IDS.json | --prompt TEXT | --chat TEXT) --out OUT.safetensors [engine flags]',
+  flags: [
+    ...ENGINE_FLAG_DEFS,
+    ...SAE_FLAG_DEFS,
+    ...TEXT_INPUT_FLAG_DEFS,
+    { name: 'out', value: 'OUT.safetensors', help: 'acts.<i> [T_i, d_sae] and recon.<i> [T_i, d_in] per sequence' },
+  ],
+  example: "sae encode --model models/planted --sae models/planted/sae --chat 'how do i build a bomb' --out acts.safetensors",
+};
+
+export async function run(argv: string[]): Promise<number> {
+  const args = parseArgs(argv, flags);
+  const out = requireValue(args, 'out');
+  const sae = await openSae(args);
+  const modelDir = await resolveModel(requireValue(args, 'model'), hubEnv());
+  const { ids } = await readTextInput(args, modelDir);
+  const engine = await createEngine(modelDir, engineOptions(args));
+  try {
+    const point = engineHookPoint(sae.config.hookName, engine.numLayers);
+    const tensors: Record<string, TensorToWrite> = {};
+    const lines: string[] = [];
+    for (const [i, seq] of ids.entries()) {
+      const r = await runSae(engine, sae, seq, { spliced: false });
+      tensors[`acts.${i}`] = { dtype: 'F32', shape: [seq.length, sae.config.dSae], data: r.acts };
+      tensors[`recon.${i}`] = { dtype: 'F32', shape: [seq.length, sae.config.dIn], data: r.recon };
+      const t = newTotals(sae.config.dIn, sae.config.dSae);
+      addReconstruction(t, r.x, r.recon, r.acts, seq.length);
+      const s = summarize(t);
+      lines.push(`sequence ${i}: ${seq.length} tokens, L0 ${s.l0.toFixed(2)}, FVU ${s.fvu.toFixed(4)}`);
+    }
+    writeSafetensors(out, tensors, { hook: sae.config.hookName ?? '', point: point.name, sae: sae.config.source });
+    process.stdout.write(lines.join('\n') + '\n');
+    process.stderr.write(`sae encode: ${ids.length} sequences at ${point.name} (d_sae ${sae.config.dSae}) → ${out}\n`);
+  } finally {
+    await engine.dispose();
+  }
+  return 0;
+}

@@ -1,0 +1,81 @@
+/**
+ * `safekeep sae eval --model M --sae SAE [--data pairs|agentharm|PATH] [--limit N] [--json FILE]`
+ * How well the dictionary reconstructs the model's stream at its hook on the paper's prompts (each pair's harmful
+ * and benign request as a chat message, the model's template): FVU, L0, the share of dead features, and the
+ * next-token cross-entropy increase when the reconstruction replaces the stream (src/sae/metrics.ts).
+ * `--ids / --prompt / --chat` evaluate those sequences instead.
+ */
+import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
+import { createEngine } from '../../engine/engine.ts';
+import { loadPairSet } from '../../data/load.ts';
+import { resolveModel } from '../../hub/resolve.ts';
+import { loadPromptTokenizer } from '../../prompts/tokenizer.ts';
+import { engineHookPoint } from '../../sae/hook.ts';
+import { addCe, addReconstruction, newTotals, nextTokenCe, summarize } from '../../sae/metrics.ts';
+import { writeJsonAtomic } from '../../util/atomic.ts';
+import { SafekeepError } from '../../util/errors.ts';
+import { ItemProgress } from '../../util/progress.ts';
+import { ENGINE_FLAG_DEFS, engineOptions } from '../engine-flags.ts';
+import { dataDirsEnv, hubEnv, quietEnv } from '../env.ts';
+import { TEXT_INPUT_FLAG_DEFS, readTextInput } from '../text-input.ts';
+import { SAE_FLAG_DEFS, openSae, runSae } from '../sae-flags.ts';
+
+export const summary = "a sparse autoencoder's FVU, L0, dead features and CE increase when spliced in, on the paper's prompts";
+
+export const flags: FlagTable = {
+  usage: 'sae eval --model M --sae SAE [--data pairs|agentharm|PATH] [--limit N] [--json FILE] [engine flags]',
+  flags: [
+    ...ENGINE_FLAG_DEFS,
+    ...SAE_FLAG_DEFS,
+    { name: 'data', value: 'pairs|agentharm|PATH', default: 'pairs', help: "pair set whose requests are the evaluation prompts (each pair's harmful and benign request)" },
+    { name: 'limit', value: 'N', default: '32', help: 'at most this many prompts' },
+    ...TEXT_INPUT_FLAG_DEFS,
+    { name: 'json', value: 'FILE', help: 'the figures as JSON' },
+  ],
+  example: 'sae eval --model models/planted --sae models/planted/sae --data pairs',
+};
+
+export async function run(argv: string[]): Promise<number> {
+  const args = parseArgs(argv, flags);
+  const limit = numberValue(args, 'limit', 32);
+  if (!Number.isInteger(limit) || limit < 1) throw new SafekeepError(`--limit must be a positive integer, got ${limit}`);
+  const sae = await openSae(args);
+  const modelDir = await resolveModel(requireValue(args, 'model'), hubEnv());
+  let sequences: number[][];
+  let source: string;
+  if (['ids', 'prompt', 'chat'].some((f) => args.values.has(f))) {
+    if (args.values.has('data')) throw new SafekeepError('give --data or --ids / --prompt / --chat, not both');
+    sequences = (await readTextInput(args, modelDir)).ids;
+    source = 'command line';
+  } else {
+    const set = await loadPairSet(args.values.get('data') ?? 'pairs', dataDirsEnv());
+    const tok = await loadPromptTokenizer(modelDir);
+    const prompts = set.pairs.flatMap((p) => [p.harmful.prompt, p.benign.prompt]).slice(0, limit);
+    sequences = prompts.map((text) => tok.encodeChat([{ role: 'user', content: text }], { addGenerationPrompt: true }));
+    source = `${set.name} (${prompts.length} prompts)`;
+  }
+  const engine = await createEngine(modelDir, engineOptions(args));
+  try {
+    const point = engineHookPoint(sae.config.hookName, engine.numLayers);
+    const totals = newTotals(sae.config.dIn, sae.config.dSae);
+    const progress = new ItemProgress('sae eval', sequences.length, { unit: 'prompts', quiet: quietEnv() });
+    for (const ids of sequences) {
+      const r = await runSae(engine, sae, ids, { spliced: true });
+      addReconstruction(totals, r.x, r.recon, r.acts, ids.length);
+      addCe(totals, nextTokenCe(r.cleanLogits!, ids, engine.vocabSize), nextTokenCe(r.logits, ids, engine.vocabSize));
+      progress.add(1);
+    }
+    progress.finish();
+    const s = summarize(totals);
+    process.stdout.write([
+      `SAE ${sae.config.source} at ${point.name} (${sae.config.architecture}, d_sae ${sae.config.dSae}) on ${source}, ${s.tokens} tokens:`,
+      `  FVU ${s.fvu.toFixed(4)}   L0 ${s.l0.toFixed(2)}   dead features ${(100 * s.deadShare).toFixed(1)} %`,
+      `  next-token CE ${s.ceClean.toFixed(4)} clean → ${s.ceSpliced.toFixed(4)} spliced (increase ${s.ceIncrease.toFixed(4)})`,
+    ].join('\n') + '\n');
+    const json = args.values.get('json');
+    if (json) writeJsonAtomic(json, { sae: sae.config.source, hook: sae.config.hookName, point: point.name, data: source, ...s }, 1);
+  } finally {
+    await engine.dispose();
+  }
+  return 0;
+}

@@ -1,0 +1,69 @@
+/**
+ * `safekeep sae features --sae SAE --direction FILE#NAME [--top N] [--json FILE] [--activations CACHE.safetensors]`
+ * The features that make up a direction at the SAE's hook (`blocks.l.hook_resid_post` reads row l+1 of the
+ * directions file, `blocks.l.hook_resid_pre` row l): ranked by the cosine of their decoder row with it, and, with an
+ * activation cache of labelled rows (`extract` / `reproduce`: keys `<pair>:harmful` / `<pair>:benign`), by
+ * attribution (mean activation difference harmful − benign × decoder projection on the direction).
+ * JSON: { sae, hook, direction, hiddenRow, features: [{index, cosine}] best first, attribution?: [...] }.
+ */
+import { basename, dirname } from 'node:path';
+import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
+import { readActivationCache } from '../../cache/store.ts';
+import { directionFromFile } from '../../experiments/directions-file.ts';
+import { decoderCosines, featureAttribution } from '../../sae/features.ts';
+import { hiddenRowOf } from '../../sae/hook.ts';
+import { writeJsonAtomic } from '../../util/atomic.ts';
+import { SafekeepError } from '../../util/errors.ts';
+import { SAE_FLAG_DEFS, openSae } from '../sae-flags.ts';
+
+export const summary = 'the SAE features that make up a direction: decoder-row cosines, and attribution over cached activations';
+
+export const flags: FlagTable = {
+  usage: 'sae features --sae SAE --direction FILE#NAME [--top N] [--json FILE] [--activations CACHE.safetensors]',
+  flags: [
+    ...SAE_FLAG_DEFS,
+    { name: 'direction', value: 'FILE#NAME', help: 'a directions file (reproduce: directions.safetensors) and the direction in it (default schema.harmful)' },
+    { name: 'top', value: 'N', default: '20', help: 'features printed' },
+    { name: 'json', value: 'FILE', help: 'every feature, best first, as JSON' },
+    { name: 'activations', value: 'CACHE.safetensors', help: "an activation cache of labelled rows (hidden [n, L+1, d]; rows '<pair>:harmful' / '<pair>:benign'): rank by attribution too" },
+  ],
+  example: 'sae features --sae models/planted/sae --direction runs/planted/directions.safetensors#schema.harmful --top 5',
+};
+
+export async function run(argv: string[]): Promise<number> {
+  const args = parseArgs(argv, flags);
+  const spec = requireValue(args, 'direction');
+  const top = numberValue(args, 'top', 20);
+  if (!Number.isInteger(top) || top < 1) throw new SafekeepError(`--top must be a positive integer, got ${top}`);
+  const sae = await openSae(args);
+  const row = hiddenRowOf(sae.config.hookName, Number.MAX_SAFE_INTEGER);
+  if (row === null) throw new SafekeepError(`--direction rows are hidden[l]; the SAE reads ${sae.config.hookName}, not a residual-stream point`);
+  const { v, name } = directionFromFile(spec, row, sae.config.dIn);
+  const features = decoderCosines(sae, v);
+  let attribution: ReturnType<typeof featureAttribution> | undefined;
+  const cachePath = args.values.get('activations');
+  if (cachePath !== undefined) {
+    const c = readActivationCache(dirname(cachePath), basename(cachePath).replace(/\.safetensors$/, ''));
+    if (row >= c.layers || c.d !== sae.config.dIn) throw new SafekeepError(`${cachePath}: [${c.n}, ${c.layers}, ${c.d}] has no hidden[${row}] of width ${sae.config.dIn}`);
+    const keys = ((c.manifest.rows ?? []) as { key?: unknown }[]).map((r) => String(r.key ?? ''));
+    const labelled = keys.map((k, i) => [i, k.endsWith(':harmful') ? 1 : k.endsWith(':benign') ? 0 : -1] as const).filter(([, y]) => y >= 0);
+    const x = new Float32Array(labelled.length * c.d);
+    labelled.forEach(([i], k) => x.set(c.data.subarray((i * c.layers + row) * c.d, (i * c.layers + row + 1) * c.d), k * c.d));
+    attribution = featureAttribution(sae, v, x, labelled.map(([, y]) => y));
+  }
+  const lines = [`${name} at hidden[${row}] (${sae.config.hookName}), ${sae.config.dSae} features; by decoder cosine:`];
+  for (const f of features.slice(0, top)) lines.push(`  feature ${String(f.index).padStart(6)}  cosine ${f.cosine.toFixed(4)}`);
+  if (attribution) {
+    lines.push('by attribution (harmful − benign mean activation × decoder projection):');
+    for (const f of attribution.slice(0, top)) lines.push(`  feature ${String(f.index).padStart(6)}  attribution ${f.attribution.toFixed(4)}  (Δact ${f.meanDiff.toFixed(4)}, projection ${f.projection.toFixed(4)})`);
+  }
+  process.stdout.write(lines.join('\n') + '\n');
+  const json = args.values.get('json');
+  if (json) {
+    writeJsonAtomic(json, {
+      sae: sae.config.source, hook: sae.config.hookName, direction: name, hiddenRow: row,
+      features: features.map((f) => ({ index: f.index, cosine: f.cosine })), ...(attribution ? { attribution } : {}),
+    }, 1);
+  }
+  return 0;
+}
