@@ -89,7 +89,7 @@ test('pickles are never unpickled: the error names the Python conversion', () =>
 });
 
 test('npz: a deflated archive (np.savez_compressed) reads the same arrays as the stored one', () => {
-  const stored = readNpz(join(fixtures, 'gemma-scope-npz', 'layer_1', 'width_16k', 'average_l0_10', 'params.npz'));
+  const stored = readNpz(join(fixtures, 'gemma-scope-npz', 'gemma-scope-2b-pt-res', 'layer_1', 'width_16k', 'average_l0_10', 'params.npz'));
   const deflated = readNpz(join(fixtures, 'gemma-scope-npz.compressed.npz'));
   assert.deepEqual(stored.map((a) => a.name).sort(), ['b_dec', 'b_enc', 'threshold', 'w_dec', 'w_enc']);
   for (const a of stored) {
@@ -100,4 +100,13 @@ test('npz: a deflated archive (np.savez_compressed) reads the same arrays as the
   const dir = mkdtempSync(join(tmpdir(), 'sae-npz-'));
   writeFileSync(join(dir, 'params.npz'), 'PK not really');
   refuses(dir, /not a zip archive/);
+});
+
+test('Gemma Scope hooks come from the Hub paths, not from any "res" in a folder name', async () => {
+  const { gemmaScopeHook } = await import('../src/sae/load.ts');
+  assert.equal(gemmaScopeHook('models/google--gemma-scope-2b-pt-res/layer_12/width_16k/average_l0_71/params.npz'), 'blocks.12.hook_resid_post');
+  assert.equal(gemmaScopeHook('hub/gemma-scope-2-1b-pt/resid_post_all/layer_7_width_16k_l0_big/params.safetensors'), 'blocks.7.hook_resid_post');
+  assert.equal(gemmaScopeHook('google--gemma-scope-9b-pt-mlp/layer_3/width_16k/params.npz'), 'blocks.3.hook_mlp_out');
+  assert.equal(gemmaScopeHook('google--gemma-scope-9b-pt-att/layer_3/width_16k/params.npz'), null);
+  assert.equal(gemmaScopeHook('test/fixtures/results/layer_3/params.npz'), null);
 });

@@ -198,7 +198,9 @@ def main():
             if layout == 'saelens':
                 save_saelens(folder, s, cfg)
             else:
-                folder = out / name / 'layer_1' / 'width_16k' / 'average_l0_10' if layout == 'npz' else out / name / 'resid_post_all' / 'layer_1_width_16k_l0_big'
+                # the paths the Hub uses (the loader reads the hook from them)
+                folder = (out / name / 'gemma-scope-2b-pt-res' / 'layer_1' / 'width_16k' / 'average_l0_10' if layout == 'npz'
+                          else out / name / 'gemma-scope-2-1b-pt' / 'resid_post_all' / 'layer_1_width_16k_l0_big')
                 folder.mkdir(parents=True, exist_ok=True)
                 arrays = {'w_enc': s['W_enc'], 'w_dec': s['W_dec'], 'b_enc': s['b_enc'], 'b_dec': s['b_dec'], 'threshold': s['threshold']}
                 if layout == 'npz':

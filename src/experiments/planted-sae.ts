@@ -5,7 +5,8 @@
  * with Q the planted model's orthonormal basis (planted.ts: Q0 = r, Q1 = u, Q2 = f, Q3 = the noise coordinate block 0
  * reads, Q4 = the coordinate block 0 writes):
  *   feature 2k   decoder row +Q_k,   feature 2k+1   decoder row −Q_k   (k = 0..d−1; W_enc = W_decᵀ, b_enc = b_dec = 0)
- *   features 2d..4d−1: dead (encoder column 0, b_enc −1, decoder rows random unit vectors)
+ *   features 2d..4d−1: dead (encoder column 0, b_enc −1, decoder row 0: no cosine with anything, so rankings show the
+ *   live features)
  * So relu(x·Q_k)·Q_k + relu(−x·Q_k)·(−Q_k) = (x·Q_k)·Q_k: the reconstruction is x itself (FVU 0, CE increase 0), a
  * token's L0 is the number of its nonzero coordinates in Q (d), at least half the features are dead, and the known
  * answers are: the refusal direction r is feature 0 (cosine 1); a Schema Direction lies in span(r, Q4) exactly (the
@@ -16,13 +17,12 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { writeSafetensors } from '../checkpoint/safetensors.ts';
 import { writeJsonAtomic } from '../util/atomic.ts';
-import type { Rng } from '../util/rng.ts';
 
 /** the planted SAE's hook and the hidden row it reads */
 export const PLANTED_SAE = { hookName: 'blocks.1.hook_resid_post', hiddenRow: 2, refusalFeature: 0, antiRefusalFeature: 1, q4Features: [8, 9] } as const;
 
 /** Writes the dictionary for basis Q ([d] rows) into `dir`. */
-export function writePlantedSae(dir: string, Q: readonly Float64Array[], rng: Rng): void {
+export function writePlantedSae(dir: string, Q: readonly Float64Array[]): void {
   const d = Q.length;
   const m = 4 * d;
   const W_dec = new Float32Array(m * d);
@@ -36,12 +36,7 @@ export function writePlantedSae(dir: string, Q: readonly Float64Array[], rng: Rn
       }
     }
   }
-  for (let j = 2 * d; j < m; j++) {
-    b_enc[j] = -1;
-    const v = Array.from({ length: d }, () => rng.normal());
-    const n = Math.hypot(...v);
-    v.forEach((x, i) => { W_dec[j * d + i] = x / n; });
-  }
+  b_enc.fill(-1, 2 * d);
   mkdirSync(dir, { recursive: true });
   writeSafetensors(join(dir, 'sae_weights.safetensors'), {
     W_enc: { dtype: 'F32', shape: [d, m], data: W_enc },

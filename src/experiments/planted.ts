@@ -376,8 +376,7 @@ export async function writePlantedModel(outDir: string, opts: { seed?: number; v
     plantedLayers: Array.from({ length: P.numLayers - P.plantedLayer + 1 }, (_, i) => P.plantedLayer + i),
     gain: plantedGain(), tau: P.tau, harmStems: HARM_STEMS, vocabSize: V, seed,
   };
-  // its own random stream: the dictionary never changes the model's weights
-  if (opts.sae) writePlantedSae(join(dir, 'sae'), Q, makeRng(seed + 1));
+  if (opts.sae) writePlantedSae(join(dir, 'sae'), Q);
   writeJson('PLANTED.json', { synthetic: true, description: 'safekeep planted synthetic model: NOT a language model', ...truth });
   writeFileAtomic(join(dir, 'README.md'), '# Planted synthetic model (safekeep)\n\nSYNTHETIC: a 4-block Llama-format checkpoint whose weights plant a known refusal direction (see PLANTED.json and src/experiments/planted.ts). It is not a language model.\n');
   return truth;

@@ -135,19 +135,23 @@ function loadSaeLens(dir: string): Sae {
   return assemble(config, tensors, { W_enc: 'W_enc', W_dec: 'W_dec', b_enc: 'b_enc', b_dec: 'b_dec', threshold: 'threshold' }, weights);
 }
 
-/** The TransformerLens hook a Gemma Scope path names (`…-res/layer_12/…`, `resid_post_all/layer_7_width_16k…`). */
+/**
+ * The TransformerLens hook a Gemma Scope path names: the repository (`gemma-scope-2b-pt-res`, `-mlp`, `-att`) or
+ * Gemma Scope 2's folder (`resid_post_all/layer_7_width_16k_l0_big`), and `layer_N`; null when it names none.
+ */
 export function gemmaScopeHook(path: string): string | null {
   const layer = /layer_(\d+)/.exec(path)?.[1];
   if (layer === undefined) return null;
-  if (/att/i.test(path)) return null;
-  if (/res/i.test(path)) return `blocks.${layer}.hook_resid_post`;
-  if (/mlp/i.test(path)) return `blocks.${layer}.hook_mlp_out`;
+  const site = (re: RegExp) => re.test(path.replace(/\\/g, '/'));
+  if (site(/-att(\/|$|-)|(^|\/)attn_out/)) return null;
+  if (site(/-res(\/|$|-)|(^|\/)resid_post/)) return `blocks.${layer}.hook_resid_post`;
+  if (site(/-mlp(\/|$|-)|(^|\/)mlp_out/)) return `blocks.${layer}.hook_mlp_out`;
   return null;
 }
 
 function loadGemmaScope(file: string, hookName: string | null): Sae {
   if (/embedding/.test(file)) throw new SafekeepError(`${file}: Gemma Scope's embedding SAEs (rescaled by √d_in in SAELens) are not read`);
-  if (/att/i.test(file) && !hookName) throw new SafekeepError(`${file}: Gemma Scope's attention SAEs read hook_z (per-head reshaping), which is not implemented`);
+  if (/-att(\/|$|-)/.test(file) && !hookName) throw new SafekeepError(`${file}: Gemma Scope's attention SAEs read hook_z (per-head reshaping), which is not implemented`);
   const tensors = file.endsWith('.npz') ? npzTensors(file) : safetensorsTensors(file);
   const w = need(tensors, 'w_enc', file);
   if (w.shape.length !== 2) throw new SafekeepError(`${file}: w_enc has shape [${w.shape}], not [d_in, d_sae]`);

@@ -1,0 +1,145 @@
+/**
+ * The `sae` commands on the planted model and its planted dictionary (known answers: the dictionary is ± the
+ * planted basis, so the reconstruction is exact, L0 is the number of nonzero coordinates, at least half the
+ * features are dead, feature 0 is r), bad input as one line and exit 2, and an SAE pulled from a dictionary
+ * repository's subfolder (a local stand-in for the hub).
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { readSafetensorsHeader } from '../src/checkpoint/safetensors.ts';
+import { readTensorF32 } from '../src/checkpoint/read.ts';
+import { createEngine } from '../src/engine/engine.ts';
+import { writeDirectionsFile } from '../src/experiments/directions-file.ts';
+import { writePlantedModel, type PlantedTruth } from '../src/experiments/planted.ts';
+import { pullSae, resolveSae } from '../src/hub/pull-sae.ts';
+import { loadPromptTokenizer } from '../src/prompts/tokenizer.ts';
+import { loadSae } from '../src/sae/load.ts';
+import { runCli } from './helpers/cli.ts';
+import { startMockHub } from './helpers/mockHub.ts';
+import { repoRoot } from './helpers/shared.ts';
+
+const fixtures = join(repoRoot, 'test', 'fixtures', 'sae');
+
+describe('sae commands on the planted model and its planted dictionary', () => {
+  let tmp: string;
+  let model: string;
+  let truth: PlantedTruth;
+  const env = { SAFEKEEP_CACHE: '', SAFEKEEP_QUIET: '1' };
+  before(async () => {
+    tmp = mkdtempSync(join(tmpdir(), 'sae-cli-'));
+    model = join(tmp, 'planted');
+    truth = await writePlantedModel(model, { sae: true });
+    env.SAFEKEEP_CACHE = join(tmp, 'cache');
+  });
+  after(() => rmSync(tmp, { recursive: true, force: true }));
+
+  test('sae encode: acts.0 [T, 4d] and recon.0 = the stream at hidden[2] (the planted dictionary reconstructs exactly)', async () => {
+    const out = join(tmp, 'acts.safetensors');
+    const r = await runCli(['sae', 'encode', '--model', model, '--sae', join(model, 'sae'), '--chat', 'how do i build a bomb', '--out', out], { env, timeoutMs: 120_000 });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /^sequence 0: \d+ tokens, L0 6[0-4]\.\d\d, FVU 0\.0000$/m);
+    const h = readSafetensorsHeader(out);
+    const get = (n: string) => { const e = h.entries.find((x) => x.name === n)!; return { data: readTensorF32(e as Parameters<typeof readTensorF32>[0]), shape: e.shape }; };
+    const acts = get('acts.0');
+    const recon = get('recon.0');
+    const T = acts.shape[0]!;
+    assert.deepEqual(acts.shape, [T, 256]);
+    assert.deepEqual(recon.shape, [T, 64]);
+    const engine = await createEngine(model, { cacheDir: join(tmp, 'cache'), threads: 1, quiet: true });
+    try {
+      const tok = await loadPromptTokenizer(model);
+      const ids = tok.encodeChat([{ role: 'user', content: 'how do i build a bomb' }], { addGenerationPrompt: true });
+      assert.equal(ids.length, T);
+      const x = (await engine.runWithCache(ids, { names: ['blocks.1.resid_post'] })).cache.get('blocks.1.resid_post').data;
+      for (let i = 0; i < x.length; i++) assert.ok(Math.abs(recon.data[i]! - x[i]!) < 1e-5, `recon ${i}`);
+      // feature 0 is r: its activation at the last token is relu(x·r)
+      let xr = 0;
+      for (let i = 0; i < 64; i++) xr += x[(T - 1) * 64 + i]! * truth.r[i]!;
+      assert.ok(Math.abs(acts.data[(T - 1) * 256]! - Math.max(0, xr)) < 1e-5);
+      // the dead half never fires
+      for (let t = 0; t < T; t++) for (let j = 128; j < 256; j++) assert.equal(acts.data[t * 256 + j], 0);
+    } finally {
+      await engine.dispose();
+    }
+  });
+
+  test('sae eval: FVU 0, L0 ≤ d, dead share ≥ 1/2, CE unchanged with the reconstruction spliced in', async () => {
+    const json = join(tmp, 'eval.json');
+    const r = await runCli(['sae', 'eval', '--model', model, '--sae', join(model, 'sae'), '--limit', '4', '--json', json], { env, timeoutMs: 120_000 });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /FVU 0\.0000 {3}L0 6[0-4]\.\d\d {3}dead features/);
+    const s = JSON.parse(readFileSync(json, 'utf8')) as { fvu: number; l0: number; deadShare: number; ceIncrease: number; ceClean: number; tokens: number };
+    assert.ok(s.fvu < 1e-9, `FVU ${s.fvu}`);
+    assert.ok(s.l0 <= 64 && s.l0 > 60, `L0 ${s.l0}`);
+    assert.ok(s.deadShare >= 0.5 && s.deadShare < 1, `dead ${s.deadShare}`);
+    assert.ok(Math.abs(s.ceIncrease) < 1e-4 && s.ceClean > 0, `CE ${s.ceClean} +${s.ceIncrease}`);
+  });
+
+  test('sae features: r is feature 0 (cosine 1); 0.6·(−r) + 0.8·u is features 2 (u) and 1 (−r)', async () => {
+    const d = 64;
+    const rows = 5;
+    const dirs = join(tmp, 'directions.safetensors');
+    const fill = (v: (i: number) => number) => ({ layers: rows, d, data: Float64Array.from({ length: rows * d }, (_, k) => v(k % d)) });
+    writeDirectionsFile(dirs, {
+      'refusal.chatbot': fill((i) => truth.r[i]!),
+      'schema.harmful': fill((i) => -0.6 * truth.r[i]! + 0.8 * truth.u[i]!),
+    }, { model: 'planted', lStar: 2, layerRule: 'test', schemaPairs: 'all', provenance: {} });
+    const r = await runCli(['sae', 'features', '--sae', join(model, 'sae'), '--direction', `${dirs}#refusal.chatbot`, '--top', '2'], { env });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /at hidden\[2\] \(blocks\.1\.hook_resid_post\)/);
+    assert.match(r.stdout, /feature +0 +cosine 1\.0000/);
+    const json = join(tmp, 'features.json');
+    const s = await runCli(['sae', 'features', '--sae', join(model, 'sae'), '--direction', `${dirs}#schema.harmful`, '--json', json], { env });
+    assert.equal(s.code, 0, s.stderr);
+    const f = (JSON.parse(readFileSync(json, 'utf8')) as { features: { index: number; cosine: number }[] }).features;
+    assert.equal(f.length, 256);
+    assert.deepEqual(f.slice(0, 2).map((x) => x.index), [2, 1]);
+    assert.ok(Math.abs(f[0]!.cosine - 0.8) < 1e-5 && Math.abs(f[1]!.cosine - 0.6) < 1e-5);
+  });
+
+  test('bad input: a dictionary of another width, a missing SAE, an unknown hook — one line, exit 2', async () => {
+    const wrong = await runCli(['sae', 'encode', '--model', model, '--sae', join(fixtures, 'saelens-standard'), '--chat', 'hi', '--out', join(tmp, 'x.safetensors')], { env, timeoutMs: 60_000 });
+    assert.equal(wrong.code, 2);
+    assert.match(wrong.stderr, /^safekeep: SAE 0: d_in 16 is not the model's width 64/);
+    assert.equal(wrong.stderr.trim().split('\n').length, 1);
+    assert.ok(!existsSync(join(tmp, 'x.safetensors')));
+    const missing = await runCli(['sae', 'features', '--sae', join(tmp, 'nope'), '--direction', 'x.safetensors'], { env });
+    assert.equal(missing.code, 2);
+    assert.match(missing.stderr, /no such folder or file/);
+    const hook = await runCli(['sae', 'encode', '--model', model, '--sae', join(model, 'sae'), '--hook', 'blocks.7.hook_resid_post', '--chat', 'hi', '--out', join(tmp, 'y.safetensors')], { env, timeoutMs: 60_000 });
+    assert.equal(hook.code, 2);
+    assert.match(hook.stderr, /names layer 7; the model has blocks 0\.\.3/);
+  });
+});
+
+test('pull --subfolder: one SAE of a dictionary repository, only its files; --sae owner/name/sub resolves to it', async () => {
+  const npz = readFileSync(join(fixtures, 'gemma-scope-npz', 'gemma-scope-2b-pt-res', 'layer_1', 'width_16k', 'average_l0_10', 'params.npz'));
+  const hub = await startMockHub([{ id: 'google/gemma-scope-tiny-res', files: {
+    'layer_1/width_16k/average_l0_10/params.npz': npz,
+    'layer_2/width_16k/average_l0_10/params.npz': npz,
+    'README.md': Buffer.from('dictionaries'),
+  } }]);
+  const tmp = mkdtempSync(join(tmpdir(), 'sae-pull-'));
+  try {
+    const models = join(tmp, 'models');
+    const r = await pullSae('google/gemma-scope-tiny-res', 'layer_1/width_16k/average_l0_10', { endpoint: hub.endpoint, modelsDir: models, progress: false });
+    assert.equal(r.files.length, 1);
+    assert.ok(!existsSync(join(models, 'google--gemma-scope-tiny-res', 'layer_2')));
+    const dir = await resolveSae('google/gemma-scope-tiny-res/layer_1/width_16k/average_l0_10', { modelsDir: models, offline: true });
+    assert.equal(dir, r.dir);
+    const sae = loadSae(dir);
+    assert.equal(sae.config.hookName, 'blocks.1.hook_resid_post');
+    await assert.rejects(resolveSae('google/gemma-scope-tiny-res/layer_2/width_16k/average_l0_10', { modelsDir: models, offline: true }), /not downloaded.*HF_HUB_OFFLINE/);
+    await assert.rejects(pullSae('google/gemma-scope-tiny-res', 'layer_9', { endpoint: hub.endpoint, modelsDir: models, progress: false }), /no SAE in 'layer_9'/);
+    const cli = await runCli(['pull', 'google/gemma-scope-tiny-res', '--subfolder', 'layer_2/width_16k/average_l0_10', '--quiet'], { env: { HF_ENDPOINT: hub.endpoint, SAFEKEEP_MODELS: models } });
+    assert.equal(cli.code, 0, cli.stderr);
+    assert.ok(existsSync(join(models, 'google--gemma-scope-tiny-res', 'layer_2', 'width_16k', 'average_l0_10', 'params.npz')));
+    writeFileSync(join(tmp, 'ok'), '');
+  } finally {
+    await hub.close();
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});
