@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { readSafetensorsHeader } from '../src/checkpoint/safetensors.ts';
+import { readSafetensorsHeader, writeSafetensors } from '../src/checkpoint/safetensors.ts';
 import { readTensorF32 } from '../src/checkpoint/read.ts';
 import { createEngine } from '../src/engine/engine.ts';
 import { writeDirectionsFile } from '../src/experiments/directions-file.ts';
@@ -98,6 +98,25 @@ describe('sae commands on the planted model and its planted dictionary', () => {
     assert.equal(f.length, 256);
     assert.deepEqual(f.slice(0, 2).map((x) => x.index), [2, 1]);
     assert.ok(Math.abs(f[0]!.cosine - 0.8) < 1e-5 && Math.abs(f[1]!.cosine - 0.6) < 1e-5);
+    // attribution over an activation cache: harmful rows 0.5·r + 0.2·u at hidden[2], benign 0.1·r + 0.2·u → feature 0 (r):
+    // Δact 0.4 × projection 1; u's feature fires equally in both (Δ 0)
+    const n = 6;
+    const L1 = 5;
+    const hidden = new Float32Array(n * L1 * d);
+    const keys: string[] = [];
+    for (let k = 0; k < n; k++) {
+      const harm = k % 2 === 0;
+      keys.push(`p${k >> 1}:${harm ? 'harmful' : 'benign'}`);
+      for (let i = 0; i < d; i++) hidden[(k * L1 + 2) * d + i] = (harm ? 0.5 : 0.1) * truth.r[i]! + 0.2 * truth.u[i]!;
+    }
+    writeSafetensors(join(tmp, 'chatbot.safetensors'), { hidden: { dtype: 'F32', shape: [n, L1, d], data: hidden } });
+    writeFileSync(join(tmp, 'chatbot.json'), JSON.stringify({ rows: keys.map((key) => ({ key })) }));
+    const a = await runCli(['sae', 'features', '--sae', join(model, 'sae'), '--direction', `${dirs}#refusal.chatbot`, '--activations', join(tmp, 'chatbot.safetensors'), '--top', '2', '--json', json], { env });
+    assert.equal(a.code, 0, a.stderr);
+    const attr = (JSON.parse(readFileSync(json, 'utf8')) as { attribution: { index: number; attribution: number; meanDiff: number }[] }).attribution;
+    assert.equal(attr[0]!.index, 0);
+    assert.ok(Math.abs(attr[0]!.attribution - 0.4) < 1e-5 && Math.abs(attr[0]!.meanDiff - 0.4) < 1e-5, JSON.stringify(attr[0]));
+    assert.ok(Math.abs(attr[1]!.attribution) < 1e-5);
   });
 
   test('bad input: a dictionary of another width, a missing SAE, an unknown hook — one line, exit 2', async () => {

@@ -35,7 +35,7 @@ test('decoder cosines: the signed coordinates of the unit direction, best first,
   assert.throws(() => decoderCosines(sae, [1, 2]), /d_in is 3/);
 });
 
-test('attribution: Δ mean activation × projection; the sum is the mean reconstruction difference along r̂', () => {
+test('attribution: Δ mean activation × projection; the sum is the mean reconstruction difference along r̂', async () => {
   const sae = signedBasis(3);
   // harmful rows move +2 along e0 and −1 along e2 on average; benign rows sit elsewhere
   const harmful = [[2, 1, -1], [2, -1, -1]];
@@ -43,7 +43,7 @@ test('attribution: Δ mean activation × projection; the sum is the mean reconst
   const x = Float32Array.from([...harmful, ...benign].flat());
   const labels = [1, 1, 0, 0];
   const r = [1, 0, -1];
-  const a = featureAttribution(sae, r, x, labels);
+  const a = await featureAttribution(sae, r, x, labels);
   const byIndex = new Map(a.map((f) => [f.index, f]));
   // feature 0 (+e0): Δact 2, projection 1/√2; feature 5 (−e2): Δact 1, projection 1/√2
   assert.ok(Math.abs(byIndex.get(0)!.attribution - 2 / Math.SQRT2) < 1e-6);
@@ -54,5 +54,15 @@ test('attribution: Δ mean activation × projection; the sum is the mean reconst
   let proj = 0;
   for (let i = 0; i < 3; i++) proj += ((recon[i]! + recon[3 + i]!) / 2 - (recon[6 + i]! + recon[9 + i]!) / 2) * r[i]! / Math.SQRT2;
   assert.ok(Math.abs(sum - proj) < 1e-6, `sum ${sum}, projection ${proj}`);
-  assert.throws(() => featureAttribution(sae, r, x, [1, 1, 1, 1]), /harmful and benign rows/);
+  await assert.rejects(featureAttribution(sae, r, x, [1, 1, 1, 1]), /harmful and benign rows/);
+  // onnxruntime's encoder gives the same attributions
+  const { SaeEncoder } = await import('../src/engine/runtime/sae-encoder.ts');
+  const enc = await SaeEncoder.open(sae, { threads: 1 });
+  try {
+    const b = await featureAttribution(sae, r, x, labels, (rows, m) => enc.encode(rows, m));
+    assert.deepEqual(b.map((f) => f.index), a.map((f) => f.index));
+    b.forEach((f, i) => assert.ok(Math.abs(f.attribution - a[i]!.attribution) < 1e-6));
+  } finally {
+    await enc.release();
+  }
 });

@@ -44,11 +44,14 @@ export interface FeatureAttribution {
   attribution: number;
 }
 
+/** Encodes m rows [m, d_in] → [m, d_sae] (default: `encode` of math.ts; the CLI passes onnxruntime's SaeEncoder). */
+export type EncodeRows = (x: Float32Array, m: number) => Float32Array | Promise<Float32Array>;
+
 /**
  * Attribution of every feature to r over rows x [n, d_in] labelled 1 (harmful) / 0 (benign), sorted by |attribution|
  * (largest first). Rows are encoded in blocks (no [n, d_sae] matrix is held).
  */
-export function featureAttribution(sae: Sae, r: ArrayLike<number>, x: Float32Array, labels: ArrayLike<number>): FeatureAttribution[] {
+export async function featureAttribution(sae: Sae, r: ArrayLike<number>, x: Float32Array, labels: ArrayLike<number>, encodeRows?: EncodeRows): Promise<FeatureAttribution[]> {
   const { dIn, dSae } = sae.config;
   const n = labels.length;
   if (x.length !== n * dIn) throw new SafekeepError(`attribution: ${x.length} values for ${n} rows of d_in ${dIn}`);
@@ -57,7 +60,8 @@ export function featureAttribution(sae: Sae, r: ArrayLike<number>, x: Float32Arr
   const B = 64;
   for (let s = 0; s < n; s += B) {
     const m = Math.min(B, n - s);
-    const { acts } = encode(sae, x.subarray(s * dIn, (s + m) * dIn), m);
+    const block = x.subarray(s * dIn, (s + m) * dIn);
+    const acts = encodeRows ? await encodeRows(block, m) : encode(sae, block, m).acts;
     for (let t = 0; t < m; t++) {
       const y = labels[s + t] === 1 ? 1 : 0;
       count[y]!++;

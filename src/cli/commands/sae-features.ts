@@ -11,6 +11,7 @@ import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts
 import { readActivationCache } from '../../cache/store.ts';
 import { directionFromFile } from '../../experiments/directions-file.ts';
 import { decoderCosines, featureAttribution } from '../../sae/features.ts';
+import { SaeEncoder } from '../../engine/runtime/sae-encoder.ts';
 import { hiddenRowOf } from '../../sae/hook.ts';
 import { writeJsonAtomic } from '../../util/atomic.ts';
 import { SafekeepError } from '../../util/errors.ts';
@@ -40,7 +41,7 @@ export async function run(argv: string[]): Promise<number> {
   if (row === null) throw new SafekeepError(`--direction rows are hidden[l]; the SAE reads ${sae.config.hookName}, not a residual-stream point`);
   const { v, name } = directionFromFile(spec, row, sae.config.dIn);
   const features = decoderCosines(sae, v);
-  let attribution: ReturnType<typeof featureAttribution> | undefined;
+  let attribution: Awaited<ReturnType<typeof featureAttribution>> | undefined;
   const cachePath = args.values.get('activations');
   if (cachePath !== undefined) {
     const c = readActivationCache(dirname(cachePath), basename(cachePath).replace(/\.safetensors$/, ''));
@@ -49,7 +50,13 @@ export async function run(argv: string[]): Promise<number> {
     const labelled = keys.map((k, i) => [i, k.endsWith(':harmful') ? 1 : k.endsWith(':benign') ? 0 : -1] as const).filter(([, y]) => y >= 0);
     const x = new Float32Array(labelled.length * c.d);
     labelled.forEach(([i], k) => x.set(c.data.subarray((i * c.layers + row) * c.d, (i * c.layers + row + 1) * c.d), k * c.d));
-    attribution = featureAttribution(sae, v, x, labelled.map(([, y]) => y));
+    // onnxruntime's encode where the graph has the SAE's math (no input normalization), else the TypeScript one
+    const encoder = sae.config.normalizeActivations === 'none' ? await SaeEncoder.open(sae) : null;
+    try {
+      attribution = await featureAttribution(sae, v, x, labelled.map(([, y]) => y), encoder ? (b, m) => encoder.encode(b, m) : undefined);
+    } finally {
+      await encoder?.release();
+    }
   }
   const lines = [`${name} at hidden[${row}] (${sae.config.hookName}), ${sae.config.dSae} features; by decoder cosine:`];
   for (const f of features.slice(0, top)) lines.push(`  feature ${String(f.index).padStart(6)}  cosine ${f.cosine.toFixed(4)}`);
