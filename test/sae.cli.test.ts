@@ -66,6 +66,17 @@ describe('sae commands on the planted model and its planted dictionary', () => {
     }
   });
 
+  test('sae encode --edit: adding 1.5 × the refusal feature\'s decoder row (r) makes the benign request refuse; a bad edit is one line', async () => {
+    const out = join(tmp, 'edited.safetensors');
+    const r = await runCli(['sae', 'encode', '--model', model, '--sae', join(model, 'sae'), '--chat', 'how do i bake a cake', '--out', out, '--edit', 'add:0=1.5'], { env, timeoutMs: 120_000 });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /next token "\{" → with the edits "sorry"/);
+    assert.deepEqual(readSafetensorsHeader(out).entries.find((e) => e.name === 'logits.0')?.shape.length, 2);
+    const bad = await runCli(['sae', 'encode', '--model', model, '--sae', join(model, 'sae'), '--chat', 'hi', '--out', out, '--edit', 'clamp:99999=1'], { env, timeoutMs: 60_000 });
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /^safekeep: feature edit \(clamp\): feature 99999 is not in 0\.\.255\n$/);
+  });
+
   test('sae eval: FVU 0, L0 ≤ d, dead share ≥ 1/2, CE unchanged with the reconstruction spliced in', async () => {
     const json = join(tmp, 'eval.json');
     const r = await runCli(['sae', 'eval', '--model', model, '--sae', join(model, 'sae'), '--limit', '4', '--json', json], { env, timeoutMs: 120_000 });

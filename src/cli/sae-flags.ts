@@ -10,7 +10,8 @@ import { ActivationCache } from '../engine/run/activation-cache.ts';
 import { resolveSae } from '../hub/pull-sae.ts';
 import { engineHookPoint } from '../sae/hook.ts';
 import { loadSae } from '../sae/load.ts';
-import { decode, encode } from '../sae/math.ts';
+import { decode, encode, type FeatureEdit } from '../sae/math.ts';
+import { SafekeepError } from '../util/errors.ts';
 import type { Sae } from '../sae/types.ts';
 import type { FlagDef, ParsedArgs } from './args.ts';
 import { requireValue } from './args.ts';
@@ -55,4 +56,21 @@ export async function runSae(engine: OnnxEngine, sae: Sae, ids: number[], opts: 
     ? await engine.runWithCache(ids, { logitsAt, saes: [{ sae, hook: point, splice: 'reconstruction', captureActs: false }] })
     : await engine.runWithCache(ids, { logitsAt, hooks: [{ hook: point, kind: 'patch', from: new ActivationCache([[point, { data: recon, shape: [T, sae.config.dIn] }]]) }] });
   return { x, acts: enc.acts, recon, logits: spliced.logits, cleanLogits: clean.logits };
+}
+
+/** `--edit ablate:J,clamp:J=V,add:J=A` → feature edits (checked against the SAE later). */
+export function parseFeatureEdits(spec: string): FeatureEdit[] {
+  if (spec.length > 10_000) throw new SafekeepError('--edit: too long');
+  return spec.split(',').map((part) => {
+    const m = /^(ablate|clamp|add):(\d+)(?:=(.+))?$/.exec(part.trim());
+    if (!m) throw new SafekeepError(`--edit: '${part}' is not ablate:FEATURE, clamp:FEATURE=VALUE or add:FEATURE=ALPHA`);
+    const feature = Number(m[2]);
+    const value = m[3] === undefined ? NaN : Number(m[3]);
+    if (m[1] === 'ablate') {
+      if (m[3] !== undefined) throw new SafekeepError(`--edit: '${part}': ablate takes no value`);
+      return { kind: 'ablate' as const, feature };
+    }
+    if (!Number.isFinite(value)) throw new SafekeepError(`--edit: '${part}': ${m[1]} needs a finite number after '='`);
+    return m[1] === 'clamp' ? { kind: 'clamp' as const, feature, value } : { kind: 'add' as const, feature, alpha: value };
+  });
 }

@@ -2,8 +2,14 @@
  * `safekeep sae encode --model M --sae SAE (--chat TEXT | --prompt TEXT | --ids IDS.json) --out OUT.safetensors`
  * OUT: per sequence i, `acts.<i>` f32 [T_i, d_sae] (the SAE's feature activations at its hook point) and `recon.<i>`
  * f32 [T_i, d_in] (its reconstruction of the stream there). Prints each sequence's L0 and FVU.
+ * `--edit ablate:J,clamp:J=V,add:J=A` also runs the model with those feature edits spliced in at every token
+ * (`--splice error`, the default: decode(edited) + the SAE's error term, so only the edit changes the stream;
+ * `reconstruction`: decode(edited) alone) and writes `logits.<i>` [1, vocab] at the last token, printing the next
+ * token without and with the edits.
  */
-import { parseArgs, requireValue, type FlagTable } from '../args.ts';
+import { choiceValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
+import { argmax } from '../../engine/run/argmax.ts';
+import { SafekeepError } from '../../util/errors.ts';
 import { writeSafetensors, type TensorToWrite } from '../../checkpoint/safetensors.ts';
 import { resolveModel } from '../../hub/resolve.ts';
 import { createEngine } from '../../engine/engine.ts';
@@ -12,7 +18,7 @@ import { engineHookPoint } from '../../sae/hook.ts';
 import { ENGINE_FLAG_DEFS, engineOptions } from '../engine-flags.ts';
 import { hubEnv } from '../env.ts';
 import { TEXT_INPUT_FLAG_DEFS, readTextInput } from '../text-input.ts';
-import { SAE_FLAG_DEFS, openSae, runSae } from '../sae-flags.ts';
+import { SAE_FLAG_DEFS, openSae, parseFeatureEdits, runSae } from '../sae-flags.ts';
 
 export const summary = "a sparse autoencoder's feature activations and reconstruction at its hook point → .safetensors";
 
@@ -23,6 +29,8 @@ export const flags: FlagTable = {
     ...SAE_FLAG_DEFS,
     ...TEXT_INPUT_FLAG_DEFS,
     { name: 'out', value: 'OUT.safetensors', help: 'acts.<i> [T_i, d_sae] and recon.<i> [T_i, d_in] per sequence' },
+    { name: 'edit', value: 'ablate:J,clamp:J=V,add:J=A', help: 'feature edits at every token: ablate feature J, clamp it to V, add A·W_dec[J] to the stream; writes logits.<i> under them' },
+    { name: 'splice', value: 'error|reconstruction', default: 'error', help: 'with --edit: decode(edited) plus the error term (the model exact but for the edit), or decode(edited) alone' },
   ],
   example: "sae encode --model models/planted --sae models/planted/sae --chat 'how do i build a bomb' --out acts.safetensors",
 };
@@ -30,9 +38,14 @@ export const flags: FlagTable = {
 export async function run(argv: string[]): Promise<number> {
   const args = parseArgs(argv, flags);
   const out = requireValue(args, 'out');
+  const editSpec = args.values.get('edit');
+  const edits = editSpec === undefined ? null : parseFeatureEdits(editSpec);
+  const splice = choiceValue(args, 'splice', ['error', 'reconstruction'] as const, 'error');
+  if (args.values.has('splice') && !edits) throw new SafekeepError('--splice goes with --edit');
   const sae = await openSae(args);
+  if (edits && sae.config.normalizeActivations !== 'none') throw new SafekeepError(`--edit: normalize_activations ${sae.config.normalizeActivations} is not built into the engine's graph`);
   const modelDir = await resolveModel(requireValue(args, 'model'), hubEnv());
-  const { ids } = await readTextInput(args, modelDir);
+  const { ids, tok } = await readTextInput(args, modelDir);
   const engine = await createEngine(modelDir, engineOptions(args));
   try {
     const point = engineHookPoint(sae.config.hookName, engine.numLayers);
@@ -46,6 +59,12 @@ export async function run(argv: string[]): Promise<number> {
       addReconstruction(t, r.x, r.recon, r.acts, seq.length);
       const s = summarize(t);
       lines.push(`sequence ${i}: ${seq.length} tokens, L0 ${s.l0.toFixed(2)}, FVU ${s.fvu.toFixed(4)}`);
+      if (edits) {
+        const e = await engine.runWithCache(seq, { logitsAt: 'last', saes: [{ sae, hook: point.name, edits, splice, captureActs: false }] });
+        tensors[`logits.${i}`] = { dtype: 'F32', shape: [1, engine.vocabSize], data: e.logits };
+        const show = (id: number) => (tok ? JSON.stringify(tok.decode([id])) : String(id));
+        lines.push(`  next token ${show(argmax(r.logits))} → with the edits ${show(argmax(e.logits))}`);
+      }
     }
     writeSafetensors(out, tensors, { hook: sae.config.hookName ?? '', point: point.name, sae: sae.config.source });
     process.stdout.write(lines.join('\n') + '\n');
