@@ -31,7 +31,6 @@ export interface Encoded {
 
 /** Columns of W_enc converted per block (bounded scratch: d_in · COL_BLOCK floats). */
 const COL_BLOCK = 1024;
-const ROW_BLOCK = 16;
 
 /** sae_in = norm_in(x) − b_dec·apply_b_dec_to_input, and the norm state. [N, d_in] */
 export function saeInput(sae: Sae, x: Float32Array, n: number): { sae_in: Float32Array; norm: NormState | null } {
@@ -67,29 +66,42 @@ export function saeInput(sae: Sae, x: Float32Array, n: number): { sae_in: Float3
   return { sae_in: out, norm };
 }
 
-/** hidden_pre = sae_in @ W_enc + b_enc. [N, d_sae] */
+/**
+ * hidden_pre = sae_in @ W_enc + b_enc. [N, d_sae] W_enc is read in column blocks (widened to f32 once per block), and
+ * four tokens share each weight read (f32 accumulators, as torch's f32 matmul; the summation order differs).
+ */
 export function preActivations(sae: Sae, sae_in: Float32Array, n: number): Float32Array {
   const { dIn, dSae } = sae.config;
   const pre = new Float32Array(n * dSae);
   const w = Math.min(COL_BLOCK, dSae);
   const block = new Float32Array(dIn * w);
-  const acc = new Float64Array(w);
+  const acc = [new Float32Array(w), new Float32Array(w), new Float32Array(w), new Float32Array(w)] as const;
   for (let c0 = 0; c0 < dSae; c0 += w) {
     const c1 = Math.min(dSae, c0 + w);
     const cw = c1 - c0;
     for (let i = 0; i < dIn; i++) rowInto(sae.W_enc, i, block.subarray(i * cw, (i + 1) * cw), c0, c1);
-    for (let t0 = 0; t0 < n; t0 += ROW_BLOCK) {
-      for (let t = t0; t < Math.min(n, t0 + ROW_BLOCK); t++) {
-        acc.fill(0, 0, cw);
-        const xin = sae_in.subarray(t * dIn, (t + 1) * dIn);
-        for (let i = 0; i < dIn; i++) {
-          const xi = xin[i]!;
-          if (xi === 0) continue;
-          const base = i * cw;
-          for (let j = 0; j < cw; j++) acc[j] = acc[j]! + xi * block[base + j]!;
+    for (let t0 = 0; t0 < n; t0 += 4) {
+      const rows = Math.min(4, n - t0);
+      const [a0, a1, a2, a3] = acc;
+      for (const a of acc) a.fill(0, 0, cw);
+      for (let i = 0; i < dIn; i++) {
+        const x0 = sae_in[t0 * dIn + i]!;
+        const x1 = rows > 1 ? sae_in[(t0 + 1) * dIn + i]! : 0;
+        const x2 = rows > 2 ? sae_in[(t0 + 2) * dIn + i]! : 0;
+        const x3 = rows > 3 ? sae_in[(t0 + 3) * dIn + i]! : 0;
+        const base = i * cw;
+        for (let j = 0; j < cw; j++) {
+          const v = block[base + j]!;
+          a0[j] += x0 * v;
+          a1[j] += x1 * v;
+          a2[j] += x2 * v;
+          a3[j] += x3 * v;
         }
-        const o = t * dSae + c0;
-        for (let j = 0; j < cw; j++) pre[o + j] = acc[j]! + sae.b_enc[c0 + j]!;
+      }
+      for (let r = 0; r < rows; r++) {
+        const o = (t0 + r) * dSae + c0;
+        const a = acc[r]!;
+        for (let j = 0; j < cw; j++) pre[o + j] = a[j]! + sae.b_enc[c0 + j]!;
       }
     }
   }
