@@ -6,7 +6,7 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { readSafetensorsHeader, writeSafetensors } from '../src/checkpoint/safetensors.ts';
@@ -87,6 +87,29 @@ describe('sae commands on the planted model and its planted dictionary', () => {
     assert.ok(s.l0 <= 64 && s.l0 > 60, `L0 ${s.l0}`);
     assert.ok(s.deadShare >= 0.5 && s.deadShare < 1, `dead ${s.deadShare}`);
     assert.ok(Math.abs(s.ceIncrease) < 1e-4 && s.ceClean > 0, `CE ${s.ceClean} +${s.ceIncrease}`);
+  });
+
+  test('an SAE with input normalization (constant_norm_rescale) runs outside the graph: same exact reconstruction, acts scaled by √d/|x|', async () => {
+    const dir = join(tmp, 'sae-cnr');
+    cpSync(join(model, 'sae'), dir, { recursive: true });
+    const cfg = JSON.parse(readFileSync(join(dir, 'cfg.json'), 'utf8')) as Record<string, unknown>;
+    writeFileSync(join(dir, 'cfg.json'), JSON.stringify({ ...cfg, normalize_activations: 'constant_norm_rescale' }));
+    const out = join(tmp, 'cnr.safetensors');
+    const r = await runCli(['sae', 'encode', '--model', model, '--sae', dir, '--chat', 'how do i build a bomb', '--out', out], { env, timeoutMs: 120_000 });
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /FVU 0\.0000$/m);
+    const h = readSafetensorsHeader(out);
+    const acts = readTensorF32(h.entries.find((e) => e.name === 'acts.0')! as Parameters<typeof readTensorF32>[0]);
+    const recon = readTensorF32(h.entries.find((e) => e.name === 'recon.0')! as Parameters<typeof readTensorF32>[0]);
+    const T = recon.length / 64;
+    const last = recon.subarray((T - 1) * 64);
+    const norm = Math.hypot(...last);
+    let xr = 0;
+    for (let i = 0; i < 64; i++) xr += last[i]! * truth.r[i]!;
+    assert.ok(Math.abs(acts[(T - 1) * 256]! - Math.max(0, (8 / norm) * xr)) < 1e-4, `${acts[(T - 1) * 256]} vs ${(8 / norm) * xr}`);
+    const e = await runCli(['sae', 'eval', '--model', model, '--sae', dir, '--limit', '2'], { env, timeoutMs: 120_000 });
+    assert.equal(e.code, 0, e.stderr);
+    assert.match(e.stdout, /FVU 0\.0000 .*\n.*increase -?0\.0000\)/);
   });
 
   test('sae features: r is feature 0 (cosine 1); 0.6·(−r) + 0.8·u is features 2 (u) and 1 (−r)', async () => {
