@@ -8,6 +8,7 @@
 import type { OnnxEngine } from '../engine/engine.ts';
 import { ActivationCache } from '../engine/run/activation-cache.ts';
 import { resolveSae } from '../hub/pull-sae.ts';
+import { f32Weights } from '../engine/run/sae-hooks.ts';
 import { engineHookPoint } from '../sae/hook.ts';
 import { loadSae } from '../sae/load.ts';
 import { decode, encode, type FeatureEdit } from '../sae/math.ts';
@@ -22,10 +23,17 @@ export const SAE_FLAG_DEFS: readonly FlagDef[] = [
   { name: 'hook', value: 'blocks.L.hook_resid_post', help: "the SAE's hook point when its files name none (or to override them)" },
 ];
 
+/**
+ * The SAE of `--sae` / `--hook`, with the f32 weights the engine's graph is fed already made: commands open it before
+ * the engine, whose --max-memory plan counts the process's resident bytes — so the dictionary (as stored) and its
+ * f32 copy (16-bit dictionaries only) are counted.
+ */
 export async function openSae(args: ParsedArgs): Promise<Sae> {
   const path = await resolveSae(requireValue(args, 'sae'), hubEnv());
   const hook = args.values.get('hook');
-  return loadSae(path, hook ? { hookName: hook } : {});
+  const sae = loadSae(path, hook ? { hookName: hook } : {});
+  if (sae.config.normalizeActivations === 'none') f32Weights(sae);
+  return sae;
 }
 
 export interface SaeRun {

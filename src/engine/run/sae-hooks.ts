@@ -33,7 +33,12 @@ export interface SaeAttachment {
 /** f32 copies of 16-bit weights, made once per SAE (an f32 SAE's arrays are fed as they are) */
 const widened = new WeakMap<Sae, { W_enc: Float32Array; W_dec: Float32Array; decNorm: Float32Array | null }>();
 
-function f32Weights(sae: Sae): { W_enc: Float32Array; W_dec: Float32Array; decNorm: Float32Array | null } {
+/**
+ * The f32 weights the graph is fed (a view of an f32 SAE's own arrays; for bf16 / f16, a widened copy made once and
+ * kept beside the SAE). Call it before creating an engine with a --max-memory budget so the plan, which counts the
+ * process's resident bytes, counts the copy too.
+ */
+export function f32Weights(sae: Sae): { W_enc: Float32Array; W_dec: Float32Array; decNorm: Float32Array | null } {
   let w = widened.get(sae);
   if (!w) {
     const rescale = sae.config.architecture === 'topk' && sae.config.rescaleActsByDecoderNorm;
