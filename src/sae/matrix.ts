@@ -3,7 +3,22 @@
  * bf16 / f16 dictionary is never held twice.
  */
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits } from '../checkpoint/dtype.ts';
-import type { StoredDtype, StoredMatrix } from './types.ts';
+import type { Sae, StoredDtype, StoredMatrix } from './types.ts';
+
+const widened = new WeakMap<Sae, { W_enc: Float32Array; W_dec: Float32Array }>();
+
+/**
+ * W_enc and W_dec as f32, as onnxruntime is fed them: views of an f32 SAE's own arrays; for bf16 / f16 a widened copy
+ * made once per SAE and kept beside it (so the engine's graph and SaeEncoder share one).
+ */
+export function f32Matrices(sae: Sae): { W_enc: Float32Array; W_dec: Float32Array } {
+  let w = widened.get(sae);
+  if (!w) {
+    w = { W_enc: toF32(sae.W_enc), W_dec: toF32(sae.W_dec) };
+    widened.set(sae, w);
+  }
+  return w;
+}
 
 /** The whole matrix as f32 (a view when it is stored as f32). [rows·cols] */
 export function toF32(m: Pick<StoredMatrix, 'dtype' | 'data'>): Float32Array {

@@ -11,7 +11,7 @@
  */
 import { SafekeepError } from '../../util/errors.ts';
 import { checkEdit, decoderNorms, type FeatureEdit } from '../../sae/math.ts';
-import { rowInto, toF32 } from '../../sae/matrix.ts';
+import { f32Matrices, rowInto } from '../../sae/matrix.ts';
 import { engineHookPoint } from '../../sae/hook.ts';
 import type { Sae } from '../../sae/types.ts';
 import { SAE_IO, saeActsName, type SaeGraphSpec } from '../graph/sae-splice.ts';
@@ -30,23 +30,20 @@ export interface SaeAttachment {
   captureActs?: boolean;
 }
 
-/** f32 copies of 16-bit weights, made once per SAE (an f32 SAE's arrays are fed as they are) */
-const widened = new WeakMap<Sae, { W_enc: Float32Array; W_dec: Float32Array; decNorm: Float32Array | null }>();
-
 /**
- * The f32 weights the graph is fed (a view of an f32 SAE's own arrays; for bf16 / f16, a widened copy made once and
- * kept beside the SAE). Call it before creating an engine with a --max-memory budget so the plan, which counts the
- * process's resident bytes, counts the copy too.
+ * The f32 weights the graph is fed (src/sae/matrix.ts `f32Matrices`: a widened copy for bf16 / f16, made once) and
+ * |W_dec_j| for rescaled topk. Call it before creating an engine with a --max-memory budget so the plan, which counts
+ * the process's resident bytes, counts the copy too.
  */
 export function f32Weights(sae: Sae): { W_enc: Float32Array; W_dec: Float32Array; decNorm: Float32Array | null } {
-  let w = widened.get(sae);
-  if (!w) {
-    const rescale = sae.config.architecture === 'topk' && sae.config.rescaleActsByDecoderNorm;
-    w = { W_enc: toF32(sae.W_enc), W_dec: toF32(sae.W_dec), decNorm: rescale ? decoderNorms(sae) : null };
-    widened.set(sae, w);
-  }
-  return w;
+  const rescale = sae.config.architecture === 'topk' && sae.config.rescaleActsByDecoderNorm;
+  let decNorm = rescale ? norms.get(sae) ?? null : null;
+  if (rescale && !decNorm) { decNorm = decoderNorms(sae); norms.set(sae, decNorm); }
+  return { ...f32Matrices(sae), decNorm };
 }
+
+/** |W_dec_j| per rescaled-topk SAE, computed once */
+const norms = new WeakMap<Sae, Float32Array>();
 
 /** The attachments as graph specs and feeds; `acts`: the cache name of each captured point's activations. */
 export function saeHookInputs(list: readonly SaeAttachment[], numLayers: number, dModel: number): { specs: SaeGraphSpec[]; feeds: StepHooks['feeds']; acts: string[] } {

@@ -7,7 +7,7 @@
 import * as ort from 'onnxruntime-node';
 import { SafekeepError } from '../../util/errors.ts';
 import { decoderNorms } from '../../sae/math.ts';
-import { toF32 } from '../../sae/matrix.ts';
+import { f32Matrices } from '../../sae/matrix.ts';
 import type { Sae } from '../../sae/types.ts';
 import { GraphBuilder } from '../graph/onnx/builder.ts';
 import { DataType } from '../graph/onnx/proto.ts';
@@ -36,7 +36,7 @@ export class SaeEncoder {
     });
     const t = (data: Float32Array, dims: number[]) => new ort.Tensor('float32', data, dims);
     const feeds: Record<string, ort.Tensor> = {
-      [SAE_IO.W_enc(POINT)]: t(toF32(sae.W_enc), [c.dIn, c.dSae]),
+      [SAE_IO.W_enc(POINT)]: t(f32Matrices(sae).W_enc, [c.dIn, c.dSae]),
       [SAE_IO.b_enc(POINT)]: t(sae.b_enc, [c.dSae]),
       [SAE_IO.b_dec(POINT)]: t(sae.b_dec, [c.dIn]),
       ...(c.architecture === 'jumprelu' ? { [SAE_IO.threshold(POINT)]: t(sae.threshold!, [c.dSae]) } : {}),
