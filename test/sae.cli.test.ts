@@ -151,6 +151,11 @@ describe('sae commands on the planted model and its planted dictionary', () => {
     assert.equal(attr[0]!.index, 0);
     assert.ok(Math.abs(attr[0]!.attribution - 0.4) < 1e-5 && Math.abs(attr[0]!.meanDiff - 0.4) < 1e-5, JSON.stringify(attr[0]));
     assert.ok(Math.abs(attr[1]!.attribution) < 1e-5);
+    // feature 0 (r) fires most on the harmful rows (0.5 each, ties by row order), and the line says so
+    const tops = (JSON.parse(readFileSync(json, 'utf8')) as { topActivating: Record<string, { key: string; activation: number }[]> }).topActivating;
+    assert.deepEqual(tops['0']!.map((t) => t.key), ['p0:harmful', 'p1:harmful', 'p2:harmful']);
+    assert.ok(Math.abs(tops['0']![0]!.activation - 0.5) < 1e-5);
+    assert.match(a.stdout, /feature +0 +cosine 1\.0000 +most active on p0:harmful \(0\.500\), p1:harmful \(0\.500\), p2:harmful \(0\.500\)/);
   });
 
   test('bad input: a dictionary of another width, a missing SAE, an unknown hook — one line, exit 2', async () => {

@@ -85,3 +85,30 @@ export async function featureAttribution(sae: Sae, r: ArrayLike<number>, x: Floa
   }
   return out.sort((a, b) => Math.abs(b.attribution) - Math.abs(a.attribution) || a.index - b.index);
 }
+
+export interface TopActivation {
+  row: number;
+  activation: number;
+}
+
+/** The k rows (of x [n, d_in]) on which each of `features` is most active (activation > 0 only), most active first. */
+export async function topActivatingRows(sae: Sae, x: Float32Array, n: number, features: readonly number[], k: number, encodeRows?: EncodeRows): Promise<Map<number, TopActivation[]>> {
+  const { dIn, dSae } = sae.config;
+  const best = new Map(features.map((f) => [f, [] as TopActivation[]]));
+  const B = 64;
+  for (let s = 0; s < n; s += B) {
+    const m = Math.min(B, n - s);
+    const block = x.subarray(s * dIn, (s + m) * dIn);
+    const acts = encodeRows ? await encodeRows(block, m) : encode(sae, block, m).acts;
+    for (const [f, list] of best) {
+      for (let t = 0; t < m; t++) {
+        const a = acts[t * dSae + f]!;
+        if (!(a > 0) || (list.length === k && a <= list[k - 1]!.activation)) continue;
+        list.push({ row: s + t, activation: a });
+        list.sort((p, q) => q.activation - p.activation || p.row - q.row);
+        if (list.length > k) list.pop();
+      }
+    }
+  }
+  return best;
+}
