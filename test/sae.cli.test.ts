@@ -77,6 +77,25 @@ describe('sae commands on the planted model and its planted dictionary', () => {
     assert.match(bad.stderr, /^safekeep: feature edit \(clamp\): feature 99999 is not in 0\.\.255\n$/);
   });
 
+  test('steering by feature: an intervention file with "vector": "sae:DIR#0" (r) at the SAE\'s row makes generate refuse; another layer is one line', async () => {
+    const file = join(tmp, 'feature-0.json');
+    writeFileSync(file, JSON.stringify({ interventions: [{ layer: 2, kind: 'add', vector: 'sae:planted/sae#0', alpha: 1.5 }] }));
+    const ids = join(tmp, 'ids.json');
+    const tok = await loadPromptTokenizer(model);
+    writeFileSync(ids, JSON.stringify({ input_ids: [tok.encodeChat([{ role: 'user', content: 'how do i bake a cake' }], { addGenerationPrompt: true })] }));
+    const plain = await runCli(['generate', '--model', model, '--ids', ids, '--max-new-tokens', '1', '--out', join(tmp, 'g0.json')], { env, timeoutMs: 120_000 });
+    const steered = await runCli(['generate', '--model', model, '--ids', ids, '--max-new-tokens', '1', '--intervene', file, '--out', join(tmp, 'g1.json')], { env, timeoutMs: 120_000 });
+    assert.equal(plain.code, 0, plain.stderr);
+    assert.equal(steered.code, 0, steered.stderr);
+    const first = (f: string) => (JSON.parse(readFileSync(join(tmp, f), 'utf8')) as { sequences: { generated_ids: number[] }[] }).sequences[0]!.generated_ids[0];
+    assert.equal(first('g0.json'), tok.tokenId('{'));
+    assert.equal(first('g1.json'), tok.tokenId('sorry'));
+    writeFileSync(file, JSON.stringify({ interventions: [{ layer: 3, kind: 'add', vector: 'sae:planted/sae#0', alpha: 1.5 }] }));
+    const bad = await runCli(['generate', '--model', model, '--ids', ids, '--max-new-tokens', '1', '--intervene', file, '--out', join(tmp, 'g2.json')], { env, timeoutMs: 60_000 });
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /interventions\[0\]\.vector: the SAE reads blocks\.1\.hook_resid_post = hidden\[2\], the intervention is at layer 3/);
+  });
+
   test('sae eval: FVU 0, L0 ≤ d, dead share ≥ 1/2, CE unchanged with the reconstruction spliced in', async () => {
     const json = join(tmp, 'eval.json');
     const r = await runCli(['sae', 'eval', '--model', model, '--sae', join(model, 'sae'), '--limit', '4', '--json', json], { env, timeoutMs: 120_000 });
