@@ -110,3 +110,11 @@ test('Gemma Scope hooks come from the Hub paths, not from any "res" in a folder 
   assert.equal(gemmaScopeHook('google--gemma-scope-9b-pt-att/layer_3/width_16k/params.npz'), null);
   assert.equal(gemmaScopeHook('test/fixtures/results/layer_3/params.npz'), null);
 });
+
+test('a cfg dtype float16 rounds f32 weights as numpy / torch do (nearest even, overflow to inf, subnormals)', async () => {
+  const { roundTo } = await import('../src/sae/matrix.ts');
+  const v = Float32Array.from([1 / 3, 65504, 65520, 1e-8, 6e-8, -2.5e-5, 0.1, 1.0009765625 + 2 ** -11, 3.14159]);
+  // numpy: v.astype(np.float16).astype(np.float32)
+  const want = [0.333251953125, 65504, Infinity, 0, 5.960464477539063e-8, -2.4974346160888672e-5, 0.0999755859375, 1.001953125, 3.140625];
+  assert.deepEqual(Array.from(roundTo(v, 'F16')), want);
+});

@@ -227,6 +227,6 @@ export function loadSae(path: string, opts: LoadSaeOptions = {}): Sae {
   else if (existsSync(join(path, 'hyperparams.json'))) sae = loadLlamaScope(path);
   else if (existsSync(join(path, 'params.npz'))) sae = loadGemmaScope(join(path, 'params.npz'), opts.hookName ?? null);
   else if (existsSync(join(path, 'params.safetensors'))) sae = loadGemmaScope(join(path, 'params.safetensors'), opts.hookName ?? null);
-  else throw new SafekeepError(`${path}: no SAE here (expected cfg.json + sae_weights.safetensors, params.npz, params.safetensors or hyperparams.json${'' /* pickles are named above */})`);
+  else throw new SafekeepError(`${path}: no SAE here (expected cfg.json + sae_weights.safetensors, params.npz, params.safetensors or hyperparams.json)`);
   return opts.hookName ? { ...sae, config: { ...sae.config, hookName: opts.hookName } } : sae;
 }

@@ -136,10 +136,9 @@ export function activate(sae: Sae, pre: Float32Array, n: number, norms?: Float32
     }
   } else {
     if (rescaleActsByDecoderNorm) { const dn = norms ?? decoderNorms(sae); for (let t = 0; t < n; t++) for (let j = 0; j < dSae; j++) pre[t * dSae + j] = pre[t * dSae + j]! * dn[j]!; }
-    const idx = new Int32Array(dSae);
     for (let t = 0; t < n; t++) {
       const row = pre.subarray(t * dSae, (t + 1) * dSae);
-      const keep = topKIndices(row, k!, idx);
+      const keep = topKIndices(row, k!);
       const kept = new Float32Array(keep.length);
       keep.forEach((j, q) => { kept[q] = row[j]! > 0 ? row[j]! : 0; });
       row.fill(0);
@@ -150,7 +149,7 @@ export function activate(sae: Sae, pre: Float32Array, n: number, norms?: Float32
 }
 
 /** Indices of the k largest values of `row` (ties: the lower index first). */
-function topKIndices(row: Float32Array, k: number, scratch: Int32Array): number[] {
+function topKIndices(row: Float32Array, k: number): number[] {
   const n = row.length;
   if (k >= n) return Array.from({ length: n }, (_, i) => i);
   // partial selection: keep a sorted list of the best k (k is small next to d_sae)
@@ -166,7 +165,6 @@ function topKIndices(row: Float32Array, k: number, scratch: Int32Array): number[
     if (best.length > k) best.pop();
     floor = row[best[best.length - 1]!]!;
   }
-  void scratch;
   return best;
 }
 
