@@ -164,8 +164,10 @@ describe('sae commands on the planted model and its planted dictionary', () => {
     }
     writeSafetensors(join(tmp, 'chatbot.safetensors'), { hidden: { dtype: 'F32', shape: [n, L1, d], data: hidden } });
     writeFileSync(join(tmp, 'chatbot.json'), JSON.stringify({ rows: keys.map((key) => ({ key })) }));
-    const a = await runCli(['sae', 'features', '--sae', join(model, 'sae'), '--direction', `${dirs}#refusal.chatbot`, '--activations', join(tmp, 'chatbot.safetensors'), '--top', '2', '--json', json], { env });
+    const png = join(tmp, 'features.png');
+    const a = await runCli(['sae', 'features', '--sae', join(model, 'sae'), '--direction', `${dirs}#refusal.chatbot`, '--activations', join(tmp, 'chatbot.safetensors'), '--top', '2', '--json', json, '--figure', png], { env, timeoutMs: 120_000 });
     assert.equal(a.code, 0, a.stderr);
+    assert.equal(readFileSync(png).subarray(1, 4).toString('latin1'), 'PNG');
     const attr = (JSON.parse(readFileSync(json, 'utf8')) as { attribution: { index: number; attribution: number; meanDiff: number }[] }).attribution;
     assert.equal(attr[0]!.index, 0);
     assert.ok(Math.abs(attr[0]!.attribution - 0.4) < 1e-5 && Math.abs(attr[0]!.meanDiff - 0.4) < 1e-5, JSON.stringify(attr[0]));

@@ -15,19 +15,22 @@ import { directionFromFile } from '../../experiments/directions-file.ts';
 import { decoderCosines, featureAttribution, topActivatingRows } from '../../sae/features.ts';
 import { SaeEncoder } from '../../engine/runtime/sae-encoder.ts';
 import { hiddenRowOf } from '../../sae/hook.ts';
-import { writeJsonAtomic } from '../../util/atomic.ts';
+import { writeFileAtomic, writeJsonAtomic } from '../../util/atomic.ts';
+import { renderSvg, svgToPng } from '../../report/render.ts';
+import { saeFeaturesFigure } from '../../report/figures/sae-features.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { SAE_FLAG_DEFS, openSae } from '../sae-flags.ts';
 
 export const summary = 'the SAE features that make up a direction: decoder-row cosines, and attribution over cached activations';
 
 export const flags: FlagTable = {
-  usage: 'sae features --sae SAE --direction FILE#NAME [--top N] [--json FILE] [--activations CACHE.safetensors]',
+  usage: 'sae features --sae SAE --direction FILE#NAME [--top N] [--json FILE] [--figure FILE.svg|png] [--activations CACHE.safetensors]',
   flags: [
     ...SAE_FLAG_DEFS,
     { name: 'direction', value: 'FILE#NAME', help: 'a directions file (reproduce: directions.safetensors) and the direction in it (default schema.harmful)' },
     { name: 'top', value: 'N', default: '20', help: 'features printed' },
     { name: 'json', value: 'FILE', help: 'every feature, best first, as JSON' },
+    { name: 'figure', value: 'FILE.svg|FILE.png', help: 'the --top features as a bar chart (cosine, and attribution with --activations)' },
     { name: 'activations', value: 'CACHE.safetensors', help: "an activation cache of labelled rows (hidden [n, L+1, d]; rows '<pair>:harmful' / '<pair>:benign'): rank by attribution too" },
   ],
   example: 'sae features --sae models/planted/sae --direction runs/planted/directions.safetensors#schema.harmful --top 5',
@@ -75,6 +78,15 @@ export async function run(argv: string[]): Promise<number> {
     for (const f of attribution.slice(0, top)) lines.push(`  feature ${String(f.index).padStart(6)}  attribution ${f.attribution.toFixed(4)}  (Δact ${f.meanDiff.toFixed(4)}, projection ${f.projection.toFixed(4)})${fires(f.index)}`);
   }
   process.stdout.write(lines.join('\n') + '\n');
+  const figure = args.values.get('figure');
+  if (figure) {
+    if (!/\.(svg|png)$/i.test(figure)) throw new SafekeepError(`--figure ${figure}: give a .svg or .png file`);
+    const byIndex = new Map((attribution ?? []).map((f) => [f.index, f.attribution]));
+    const bars = features.slice(0, top).map((f) => ({ index: f.index, cosine: f.cosine, ...(byIndex.has(f.index) ? { attribution: byIndex.get(f.index)! } : {}) }));
+    const svg = await renderSvg(saeFeaturesFigure(name, sae.config.hookName ?? `hidden[${row}]`, bars).spec);
+    if (/\.svg$/i.test(figure)) writeFileAtomic(figure, svg);
+    else writeFileAtomic(figure, Buffer.from(svgToPng(svg)));
+  }
   const json = args.values.get('json');
   if (json) {
     writeJsonAtomic(json, {
