@@ -1,11 +1,15 @@
 /**
  * `safekeep sae eval --model M --sae SAE [--data pairs|agentharm|PATH] [--limit N] [--json FILE]`
  * How well the dictionary reconstructs the model's stream at its hook on the paper's prompts (each pair's harmful
- * and benign request as a chat message, the model's template): FVU, L0, the share of dead features, and the
+ * and benign request, rendered in a configuration of the paper as `extract` renders it: `--config chatbot` by
+ * default, `--config agent --repr schema|flattened` with the tools): FVU, L0, the share of dead features, and the
  * next-token cross-entropy increase when the reconstruction replaces the stream (src/sae/metrics.ts).
  * `--ids / --prompt / --chat` evaluate those sequences instead.
  */
-import { numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
+import { choiceValue, numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
+import { CONFIGS, PromptBuilder, REPRS } from '../../prompts/configurations.ts';
+import { loadPromptTexts } from '../../prompts/texts.ts';
+import { resolveTemplateKwargs } from '../../prompts/thinking.ts';
 import { createEngine } from '../../engine/engine.ts';
 import { loadPairSet } from '../../data/load.ts';
 import { resolveModel } from '../../hub/resolve.ts';
@@ -23,12 +27,14 @@ import { SAE_FLAG_DEFS, openSae, runSae } from '../sae-flags.ts';
 export const summary = "a sparse autoencoder's FVU, L0, dead features and CE increase when spliced in, on the paper's prompts";
 
 export const flags: FlagTable = {
-  usage: 'sae eval --model M --sae SAE [--data pairs|agentharm|PATH] [--limit N] [--json FILE] [engine flags]',
+  usage: 'sae eval --model M --sae SAE [--data pairs|agentharm|PATH] [--config chatbot|agent] [--repr schema|flattened] [--limit N] [--json FILE] [engine flags]',
   flags: [
     ...ENGINE_FLAG_DEFS,
     ...SAE_FLAG_DEFS,
     { name: 'data', value: 'pairs|agentharm|PATH', default: 'pairs', help: "pair set whose requests are the evaluation prompts (each pair's harmful and benign request)" },
     { name: 'limit', value: 'N', default: '32', help: 'at most this many prompts' },
+    { name: 'config', value: CONFIGS.join('|'), default: 'chatbot', help: "the prompt configuration (as extract renders it)" },
+    { name: 'repr', value: 'schema|flattened|pseudoword', default: 'schema', help: 'the tools of the agent configuration' },
     ...TEXT_INPUT_FLAG_DEFS,
     { name: 'json', value: 'FILE', help: 'the figures as JSON' },
   ],
@@ -50,9 +56,12 @@ export async function run(argv: string[]): Promise<number> {
   } else {
     const set = await loadPairSet(args.values.get('data') ?? 'pairs', dataDirsEnv());
     const tok = await loadPromptTokenizer(modelDir);
-    const prompts = set.pairs.flatMap((p) => [p.harmful.prompt, p.benign.prompt]).slice(0, limit);
-    sequences = prompts.map((text) => tok.encodeChat([{ role: 'user', content: text }], { addGenerationPrompt: true }));
-    source = `${set.name} (${prompts.length} prompts)`;
+    const config = choiceValue(args, 'config', CONFIGS, 'chatbot');
+    const repr = choiceValue(args, 'repr', REPRS, 'schema');
+    const builder = new PromptBuilder(tok, { texts: loadPromptTexts(), templateKwargs: resolveTemplateKwargs(tok.template, undefined).kwargs });
+    const requests = set.pairs.flatMap((p) => [{ text: p.harmful.prompt, tools: p.tools }, { text: p.benign.prompt, tools: p.tools }]).slice(0, limit);
+    sequences = requests.map((r) => builder.render(r.text, r.tools, config, repr).ids!);
+    source = `${set.name}, ${config === 'agent' ? `agent.${repr}` : config} (${requests.length} prompts)`;
   }
   const engine = await createEngine(modelDir, engineOptions(args));
   try {
