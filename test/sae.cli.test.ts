@@ -106,6 +106,12 @@ describe('sae commands on the planted model and its planted dictionary', () => {
     assert.ok(s.l0 <= 64 && s.l0 > 60, `L0 ${s.l0}`);
     assert.ok(s.deadShare >= 0.5 && s.deadShare < 1, `dead ${s.deadShare}`);
     assert.ok(Math.abs(s.ceIncrease) < 1e-4 && s.ceClean > 0, `CE ${s.ceClean} +${s.ceIncrease}`);
+    // the agent configuration with JSON schemas: the same exact answers on the longer prompts
+    const agent = await runCli(['sae', 'eval', '--model', model, '--sae', join(model, 'sae'), '--limit', '2', '--config', 'agent', '--repr', 'schema', '--json', json], { env, timeoutMs: 120_000 });
+    assert.equal(agent.code, 0, agent.stderr);
+    const a = JSON.parse(readFileSync(json, 'utf8')) as { fvu: number; tokens: number; data: string };
+    assert.match(a.data, /agent\.schema \(2 prompts\)/);
+    assert.ok(a.fvu < 1e-9 && a.tokens > s.tokens / 2, `${a.tokens} tokens, FVU ${a.fvu}`);
   });
 
   test('an SAE with input normalization (constant_norm_rescale) runs outside the graph: same exact reconstruction, acts scaled by √d/|x|', async () => {
