@@ -182,6 +182,15 @@ describe('sae commands on the planted model and its planted dictionary', () => {
     const tops = (JSON.parse(readFileSync(json, 'utf8')) as { topActivating: Record<string, { key: string; activation: number }[]> }).topActivating;
     assert.deepEqual(tops['0']!.map((t) => t.key), ['p0:harmful', 'p1:harmful', 'p2:harmful']);
     assert.ok(Math.abs(tops['0']![0]!.activation - 0.5) < 1e-5);
+    // the same cache encoded (no model): feature 0 reads x·r = 0.5 on the harmful rows, 0.1 on the benign ones
+    const enc = join(tmp, 'cache-acts.safetensors');
+    const e = await runCli(['sae', 'encode', '--sae', join(model, 'sae'), '--activations', join(tmp, 'chatbot.safetensors'), '--out', enc], { env, timeoutMs: 60_000 });
+    assert.equal(e.code, 0, e.stderr);
+    assert.match(e.stdout, /^6 cached rows at hidden\[2\]: L0 \d+\.\d\d, FVU 0\.0000/);
+    const eh = readSafetensorsHeader(enc);
+    const ea = readTensorF32(eh.entries.find((x) => x.name === 'acts')! as Parameters<typeof readTensorF32>[0]);
+    assert.deepEqual(eh.entries.find((x) => x.name === 'acts')!.shape, [6, 256]);
+    for (let k = 0; k < 6; k++) assert.ok(Math.abs(ea[k * 256]! - (k % 2 === 0 ? 0.5 : 0.1)) < 1e-5);
     assert.match(a.stdout, /feature +0 +cosine 1\.0000 +most active on p0:harmful \(0\.500\), p1:harmful \(0\.500\), p2:harmful \(0\.500\)/);
   });
 
