@@ -237,3 +237,32 @@ test('pull --subfolder: one SAE of a dictionary repository, only its files; --sa
     rmSync(tmp, { recursive: true, force: true });
   }
 });
+
+test('sae encode on a real-architecture checkpoint (hf5 llama-default) with a random dictionary of every architecture = transformers + torch', async () => {
+  const index = JSON.parse(readFileSync(join(fixtures, 'index.json'), 'utf8')) as { splice: { ids: number[] } };
+  const h = readSafetensorsHeader(join(fixtures, 'splice-architectures.expected.safetensors'));
+  const want = (n: string) => readTensorF32(h.entries.find((e) => e.name === n)! as Parameters<typeof readTensorF32>[0]);
+  const tmp = mkdtempSync(join(tmpdir(), 'sae-hf5-'));
+  try {
+    const ids = join(tmp, 'ids.json');
+    writeFileSync(ids, JSON.stringify({ input_ids: [index.splice.ids] }));
+    for (const [arch, folder] of [['jumprelu', 'splice-sae'], ['standard', 'splice-standard'], ['topk', 'splice-topk']] as const) {
+      const out = join(tmp, `${arch}.safetensors`);
+      const r = await runCli(['sae', 'encode', '--model', join(repoRoot, 'test', 'fixtures', 'hf5', 'llama-default', 'model'), '--sae', join(fixtures, folder), '--ids', ids, '--out', out],
+        { env: { SAFEKEEP_CACHE: join(tmp, 'cache'), SAFEKEEP_QUIET: '1' }, timeoutMs: 120_000 });
+      assert.equal(r.code, 0, r.stderr);
+      const got = readSafetensorsHeader(out);
+      for (const what of ['acts', 'recon']) {
+        const g = readTensorF32(got.entries.find((e) => e.name === `${what}.0`)! as Parameters<typeof readTensorF32>[0]);
+        const w = want(`${arch}.${what}`);
+        assert.equal(g.length, w.length, `${arch} ${what}`);
+        let scale = 1;
+        let worst = 0;
+        for (let i = 0; i < w.length; i++) { scale = Math.max(scale, Math.abs(w[i]!)); worst = Math.max(worst, Math.abs(g[i]! - w[i]!)); }
+        assert.ok(worst <= 1e-4 * scale, `${arch} ${what}: max |diff| ${worst} (scale ${scale})`);
+      }
+    }
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+});

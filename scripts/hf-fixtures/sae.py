@@ -18,7 +18,9 @@ row's pre-activation exactly, so SAELens's strict `>` zeroes it there (recorded 
 Splice in a real forward (llama-default of test/fixtures/hf5, prompt from test/fixtures/hf5-hooks/index.json): a
 jumprelu SAE at blocks.1.hook_resid_post (folder splice-sae/), transformers' logits with a forward hook on
 model.layers[1] replacing its output by: the reconstruction (splice.recon.logits), the reconstruction with feature f
-ablated plus the error term (splice.ablate.logits), and the SAE's activations at that point (splice.acts).
+ablated plus the error term (splice.ablate.logits), and the SAE's activations at that point (splice.acts); and a
+standard and a topk (rescaled) SAE of the same width (splice-standard/, splice-topk/): each architecture's
+activations and reconstruction of that stream (splice-architectures.expected.safetensors).
 
 Usage: python3 scripts/hf-fixtures/sae.py [--out test/fixtures/sae]
 """
@@ -266,6 +268,25 @@ def splice_case(out, g, index):
     index['splice'] = {'model': 'test/fixtures/hf5/llama-default/model', 'ids': ids, 'hook': cfg['hook'], 'ablate_feature': f,
                        'recon_logit_change': round(float((recon - plain).abs().max()), 4), 'ablate_logit_change': round(float((abl - plain).abs().max()), 4)}
     print(f'splice: ablate feature {f}; logit change recon {index["splice"]["recon_logit_change"]}, ablate {index["splice"]["ablate_logit_change"]}')
+    # every architecture at the model's width (splice-standard, splice-topk beside splice-sae), for the commands on a
+    # real-architecture checkpoint: their activations and reconstruction of transformers' stream at blocks.1.hook_resid_post
+    h = {}
+    hd = model.model.layers[1].register_forward_hook(lambda _m, _i, o: h.__setitem__('x', (o[0] if isinstance(o, tuple) else o)[0].detach().clone()))
+    with torch.no_grad():
+        model(input_ids=torch.tensor([ids]), use_cache=False)
+    hd.remove()
+    more = {}
+    for arch, extra in [('standard', {}), ('topk', {'k': 8, 'rescale': True})]:
+        c = {'arch': arch, 'apply_b_dec': True, 'normalize': 'none', 'hook': 'blocks.1.hook_resid_post', **extra}
+        sa = rand_sae(g, arch, d, 4 * d)
+        save_saelens(out / f'splice-{arch}', sa, c)
+        pre, st = pre_acts(sa, c, h['x'])
+        a = act_fn(sa, c, pre)
+        more[f'{arch}.acts'] = a.contiguous()
+        more[f'{arch}.recon'] = decode(sa, c, a, st).contiguous()
+    more['jumprelu.acts'] = acts.contiguous()
+    more['jumprelu.recon'] = decode(s, cfg, acts, None).contiguous()
+    save_file(more, str(out / 'splice-architectures.expected.safetensors'))
 
 
 if __name__ == '__main__':
