@@ -101,7 +101,9 @@ describe('sae commands on the planted model and its planted dictionary', () => {
     const r = await runCli(['sae', 'eval', '--model', model, '--sae', join(model, 'sae'), '--limit', '4', '--json', json], { env, timeoutMs: 120_000 });
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /FVU 0\.0000 {3}L0 6[0-4]\.\d\d {3}dead features/);
-    const s = JSON.parse(readFileSync(json, 'utf8')) as { fvu: number; l0: number; deadShare: number; ceIncrease: number; ceClean: number; tokens: number };
+    const s = JSON.parse(readFileSync(json, 'utf8')) as { fvu: number; l0: number; deadShare: number; ceIncrease: number; ceClean: number; tokens: number; ceZero: number; ceLossScore: number };
+    // the reconstruction recovers all of the loss the zeroed stream changes (SAELens's CE loss score 1)
+    assert.ok(Math.abs(s.ceZero - s.ceClean) > 0.1 && Math.abs(s.ceLossScore - 1) < 1e-4, `CE zero ${s.ceZero}, score ${s.ceLossScore}`);
     assert.ok(s.fvu < 1e-9, `FVU ${s.fvu}`);
     assert.ok(s.l0 <= 64 && s.l0 > 60, `L0 ${s.l0}`);
     assert.ok(s.deadShare >= 0.5 && s.deadShare < 1, `dead ${s.deadShare}`);

@@ -43,27 +43,34 @@ export interface SaeRun {
   acts: Float32Array;
   /** [T, d_in] */
   recon: Float32Array;
-  /** [T, vocab] logits with the reconstruction spliced in (when asked), else the clean logits at the asked positions */
+  /** the clean logits at `logitsAt` */
   logits: Float32Array;
-  /** clean logits [T, vocab], when `spliced` was asked */
-  cleanLogits?: Float32Array;
 }
 
-/** One sequence through the model with the SAE at its hook point. `spliced`: also the logits with the reconstruction in place of the stream. */
-export async function runSae(engine: OnnxEngine, sae: Sae, ids: number[], opts: { spliced: boolean }): Promise<SaeRun> {
+/** One sequence through the model with the SAE at its hook point: the stream there, the activations, the reconstruction. */
+export async function runSae(engine: OnnxEngine, sae: Sae, ids: number[], logitsAt: 'last' | 'all' = 'last'): Promise<SaeRun> {
   const point = engineHookPoint(sae.config.hookName, engine.numLayers).name;
-  const T = ids.length;
   const inGraph = sae.config.normalizeActivations === 'none';
-  const logitsAt = opts.spliced ? 'all' : 'last';
   const clean = await engine.runWithCache(ids, { names: [point], logitsAt, ...(inGraph ? { saes: [{ sae, hook: point }] } : {}) });
   const x = clean.cache.get(point).data;
-  const enc = inGraph ? { acts: clean.cache.get(`${point}.sae_acts`).data, norm: null } : encode(sae, x, T);
-  const recon = decode(sae, enc.acts, T, enc.norm);
-  if (!opts.spliced) return { x, acts: enc.acts, recon, logits: clean.logits };
-  const spliced = inGraph
-    ? await engine.runWithCache(ids, { logitsAt, saes: [{ sae, hook: point, splice: 'reconstruction', captureActs: false }] })
-    : await engine.runWithCache(ids, { logitsAt, hooks: [{ hook: point, kind: 'patch', from: new ActivationCache([[point, { data: recon, shape: [T, sae.config.dIn] }]]) }] });
-  return { x, acts: enc.acts, recon, logits: spliced.logits, cleanLogits: clean.logits };
+  const enc = inGraph ? { acts: clean.cache.get(`${point}.sae_acts`).data, norm: null } : encode(sae, x, ids.length);
+  return { x, acts: enc.acts, recon: decode(sae, enc.acts, ids.length, enc.norm), logits: clean.logits };
+}
+
+/**
+ * The logits [T, vocab] with the stream at the SAE's hook replaced: by the reconstruction (in the graph, or `recon`
+ * patched in when the SAE normalizes its input), or by zeros (SAELens's zero-ablation baseline of the CE loss
+ * score). Callers run one kind over all their prompts before the next, so each kind's graph session stays open
+ * (an engine keeps two hook-point sessions).
+ */
+export async function replacedLogits(engine: OnnxEngine, sae: Sae, ids: number[], by: 'reconstruction' | 'zero', recon?: Float32Array): Promise<Float32Array> {
+  const point = engineHookPoint(sae.config.hookName, engine.numLayers).name;
+  const T = ids.length;
+  const patch = (data: Float32Array) => engine.runWithCache(ids, { logitsAt: 'all', hooks: [{ hook: point, kind: 'patch', from: new ActivationCache([[point, { data, shape: [T, sae.config.dIn] }]]) }] });
+  if (by === 'zero') return (await patch(new Float32Array(T * sae.config.dIn))).logits;
+  if (sae.config.normalizeActivations === 'none') return (await engine.runWithCache(ids, { logitsAt: 'all', saes: [{ sae, hook: point, splice: 'reconstruction', captureActs: false }] })).logits;
+  if (!recon) throw new Error('replacedLogits: an SAE with input normalization needs its reconstruction');
+  return (await patch(recon)).logits;
 }
 
 /** `--edit ablate:J,clamp:J=V,add:J=A` → feature edits (checked against the SAE later). */

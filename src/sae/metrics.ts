@@ -3,7 +3,9 @@
  * - FVU, the fraction of variance unexplained: Σ|x − x̂|² / Σ|x − x̄|², x̄ the mean over the evaluated tokens;
  * - L0: active features (activation > 0) per token, averaged over tokens;
  * - dead share: the fraction of features active on no evaluated token;
- * - CE increase: mean next-token cross-entropy with the reconstruction spliced in, minus the clean model's.
+ * - CE increase: mean next-token cross-entropy with the reconstruction spliced in, minus the clean model's; and, when
+ *   the zero-ablated stream's CE is given, SAELens's CE loss score (CE_zero − CE_spliced) / (CE_zero − CE_clean), the
+ *   share of the loss the reconstruction recovers.
  * Accumulated sequence by sequence (`SaeEvalTotals`), so any number of prompts fits in memory.
  */
 
@@ -22,10 +24,12 @@ export interface SaeEvalTotals {
   predictions: number;
   ceClean: number;
   ceSpliced: number;
+  /** Σ CE with the stream at the hook set to 0 (NaN when not measured) */
+  ceZero: number;
 }
 
 export function newTotals(dIn: number, dSae: number): SaeEvalTotals {
-  return { tokens: 0, sse: 0, sum: new Float64Array(dIn), sumSq: 0, active: 0, alive: new Uint8Array(dSae), predictions: 0, ceClean: 0, ceSpliced: 0 };
+  return { tokens: 0, sse: 0, sum: new Float64Array(dIn), sumSq: 0, active: 0, alive: new Uint8Array(dSae), predictions: 0, ceClean: 0, ceSpliced: 0, ceZero: NaN };
 }
 
 /** Adds T tokens: x, recon [T, d_in], acts [T, d_sae]. */
@@ -60,10 +64,11 @@ export function nextTokenCe(logits: Float32Array, ids: readonly number[], vocab:
   return { sum, n: Math.max(0, ids.length - 1) };
 }
 
-export function addCe(s: SaeEvalTotals, clean: { sum: number; n: number }, spliced: { sum: number; n: number }): void {
+export function addCe(s: SaeEvalTotals, clean: { sum: number; n: number }, spliced: { sum: number; n: number }, zero?: { sum: number; n: number }): void {
   s.predictions += clean.n;
   s.ceClean += clean.sum;
   s.ceSpliced += spliced.sum;
+  if (zero) s.ceZero = (Number.isNaN(s.ceZero) ? 0 : s.ceZero) + zero.sum;
 }
 
 export interface SaeEvalSummary {
@@ -74,6 +79,10 @@ export interface SaeEvalSummary {
   ceClean: number;
   ceSpliced: number;
   ceIncrease: number;
+  /** NaN without zero-ablation figures */
+  ceZero: number;
+  /** (CE_zero − CE_spliced) / (CE_zero − CE_clean); NaN without them */
+  ceLossScore: number;
 }
 
 export function summarize(s: SaeEvalTotals): SaeEvalSummary {
@@ -83,7 +92,9 @@ export function summarize(s: SaeEvalTotals): SaeEvalSummary {
   const dead = s.alive.reduce((a, v) => a + (v ? 0 : 1), 0);
   const ceClean = s.ceClean / Math.max(1, s.predictions);
   const ceSpliced = s.ceSpliced / Math.max(1, s.predictions);
+  const ceZero = s.ceZero / Math.max(1, s.predictions);
   return {
+    ceZero, ceLossScore: (ceZero - ceSpliced) / (ceZero - ceClean),
     tokens: s.tokens, fvu: variance > 0 ? s.sse / variance : NaN, l0: s.active / Math.max(1, s.tokens),
     deadShare: dead / s.alive.length, ceClean, ceSpliced, ceIncrease: ceSpliced - ceClean,
   };

@@ -67,7 +67,7 @@ export async function run(argv: string[]): Promise<number> {
     const tensors: Record<string, TensorToWrite> = {};
     const lines: string[] = [];
     for (const [i, seq] of ids.entries()) {
-      const r = await runSae(engine, sae, seq, { spliced: false });
+      const r = await runSae(engine, sae, seq);
       tensors[`acts.${i}`] = { dtype: 'F32', shape: [seq.length, sae.config.dSae], data: r.acts };
       tensors[`recon.${i}`] = { dtype: 'F32', shape: [seq.length, sae.config.dIn], data: r.recon };
       const t = newTotals(sae.config.dIn, sae.config.dSae);

@@ -3,7 +3,8 @@
  * How well the dictionary reconstructs the model's stream at its hook on the paper's prompts (each pair's harmful
  * and benign request, rendered in a configuration of the paper as `extract` renders it: `--config chatbot` by
  * default, `--config agent --repr schema|flattened` with the tools): FVU, L0, the share of dead features, and the
- * next-token cross-entropy increase when the reconstruction replaces the stream (src/sae/metrics.ts).
+ * next-token cross-entropy increase when the reconstruction replaces the stream, and SAELens's CE loss score against
+ * the stream zeroed there (src/sae/metrics.ts).
  * `--ids / --prompt / --chat` evaluate those sequences instead.
  */
 import { choiceValue, numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
@@ -22,7 +23,7 @@ import { ItemProgress } from '../../util/progress.ts';
 import { ENGINE_FLAG_DEFS, engineOptions } from '../engine-flags.ts';
 import { dataDirsEnv, hubEnv, quietEnv } from '../env.ts';
 import { TEXT_INPUT_FLAG_DEFS, readTextInput } from '../text-input.ts';
-import { SAE_FLAG_DEFS, openSae, runSae } from '../sae-flags.ts';
+import { SAE_FLAG_DEFS, openSae, replacedLogits, runSae } from '../sae-flags.ts';
 
 export const summary = "a sparse autoencoder's FVU, L0, dead features and CE increase when spliced in, on the paper's prompts";
 
@@ -67,11 +68,27 @@ export async function run(argv: string[]): Promise<number> {
   try {
     const point = engineHookPoint(sae.config.hookName, engine.numLayers);
     const totals = newTotals(sae.config.dIn, sae.config.dSae);
-    const progress = new ItemProgress('sae eval', sequences.length, { unit: 'prompts', quiet: quietEnv() });
+    // three passes (clean with the SAE, the reconstruction in, the stream zeroed), each over every prompt: one graph
+    // session per pass; only each prompt's CE sums (and, for an SAE that normalizes its input, its reconstruction) are kept
+    const progress = new ItemProgress('sae eval', 3 * sequences.length, { unit: 'forwards', quiet: quietEnv() });
+    const V = engine.vocabSize;
+    const clean: { sum: number; n: number }[] = [];
+    const recons: (Float32Array | undefined)[] = [];
     for (const ids of sequences) {
-      const r = await runSae(engine, sae, ids, { spliced: true });
+      const r = await runSae(engine, sae, ids, 'all');
       addReconstruction(totals, r.x, r.recon, r.acts, ids.length);
-      addCe(totals, nextTokenCe(r.cleanLogits!, ids, engine.vocabSize), nextTokenCe(r.logits, ids, engine.vocabSize));
+      clean.push(nextTokenCe(r.logits, ids, V));
+      recons.push(sae.config.normalizeActivations === 'none' ? undefined : r.recon);
+      progress.add(1);
+    }
+    const spliced: { sum: number; n: number }[] = [];
+    for (const [i, ids] of sequences.entries()) {
+      spliced.push(nextTokenCe(await replacedLogits(engine, sae, ids, 'reconstruction', recons[i]), ids, V));
+      recons[i] = undefined;
+      progress.add(1);
+    }
+    for (const [i, ids] of sequences.entries()) {
+      addCe(totals, clean[i]!, spliced[i]!, nextTokenCe(await replacedLogits(engine, sae, ids, 'zero'), ids, V));
       progress.add(1);
     }
     progress.finish();
@@ -79,7 +96,7 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write([
       `SAE ${sae.config.source} at ${point.name} (${sae.config.architecture}, d_sae ${sae.config.dSae}) on ${source}, ${s.tokens} tokens:`,
       `  FVU ${s.fvu.toFixed(4)}   L0 ${s.l0.toFixed(2)}   dead features ${(100 * s.deadShare).toFixed(1)} %`,
-      `  next-token CE ${s.ceClean.toFixed(4)} clean → ${s.ceSpliced.toFixed(4)} spliced (increase ${s.ceIncrease.toFixed(4)})`,
+      `  next-token CE ${s.ceClean.toFixed(4)} clean → ${s.ceSpliced.toFixed(4)} spliced (increase ${s.ceIncrease.toFixed(4)}); ${s.ceZero.toFixed(4)} with the stream zeroed: CE loss score ${s.ceLossScore.toFixed(4)}`,
     ].join('\n') + '\n');
     const json = args.values.get('json');
     if (json) writeJsonAtomic(json, { sae: sae.config.source, hook: sae.config.hookName, point: point.name, data: source, ...s }, 1);
