@@ -44,6 +44,13 @@ export { readSafetensorsHeader, writeSafetensors } from './checkpoint/safetensor
 // the paper's analyses over cached activations
 export * as analysis from './analysis/index.ts';
 
+// sparse autoencoders: loadSae (SAELens folders, Gemma Scope, Llama Scope), the math, feature rankings; attached to a
+// run with runWithCache(ids, { saes: [{ sae, splice, edits }] })
+export { loadSae } from './sae/load.ts';
+export type { Sae, SaeConfig } from './sae/types.ts';
+export * as sae from './sae/index.ts';
+export type { SaeAttachment, SaeSplice } from './engine/run/sae-hooks.ts';
+
 // the SafeKeep guard and the S³ stage-specific safety skills
 export * as guard from './api/guard.ts';
 

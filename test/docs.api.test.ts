@@ -21,6 +21,8 @@ test('docs/api.md: every ts example runs; the patching example prints the oracle
     let patching = null;
     let steering: RegExpExecArray | null = null;
     let guarded: RegExpExecArray | null = null;
+    let sae: RegExpExecArray | null = null;
+    let saeAblated: RegExpExecArray | null = null;
     for (const [i, code] of examples.entries()) {
       const file = join(tmp, `example-${i}.mts`);
       writeFileSync(file, code.replaceAll("from 'safekeep'", `from '${pathToFileURL(join(repoRoot, 'src', 'index.ts')).href}'`));
@@ -28,6 +30,8 @@ test('docs/api.md: every ts example runs; the patching example prints the oracle
       patching ??= parsePatchingLine(out);
       steering ??= /^projection on r at hidden\[1\]: (\S+) steered: (\S+)/m.exec(out);
       guarded ??= /^verdict (\S+) blocked (\S+) judge calls (\d+) \| (.*)$/m.exec(out);
+      sae ??= /^refusal direction = feature (\d+) \(cosine (\S+)\)$/m.exec(out);
+      saeAblated ??= /^sorry − \{ logit: (\S+) with the refusal feature ablated: (\S+)$/m.exec(out);
     }
     // steering subtracts 4·r̂ from hidden[1]: the projection on r̂ moves by exactly −4
     assert.ok(steering, 'the engine example prints its projections');
@@ -37,6 +41,10 @@ test('docs/api.md: every ts example runs; the patching example prints the oracle
     assert.ok(guarded, 'the guard example prints its line');
     assert.deepEqual(guarded.slice(1, 4), ['yes', 'true', '1']);
     assert.match(guarded[4]!, /^I'm sorry/);
+    // the planted dictionary: feature 0 is r; ablating it (error term kept) takes the refusal away
+    assert.ok(sae && saeAblated, 'the SAE example prints its lines');
+    assert.deepEqual([sae[1], sae[2]], ['0', '1.0000']);
+    assert.ok(Number(saeAblated[1]) > 0 && Number(saeAblated[2]) < 0, `sorry − { ${saeAblated[1]} → ${saeAblated[2]}`);
     const ref = await oraclePatching(join(tmp, 'planted'));
     for (const k of ['clean', 'corrupted', 'patched'] as const) {
       assert.ok(Math.abs(patching[k] - ref[k]) <= 1.5e-4, `${k}: printed ${patching[k]}, oracle ${ref[k]}`);

@@ -21,6 +21,8 @@ const expect: Record<string, { text: RegExp[]; figures: number }> = {
   '01-locating-the-source.ipynb': { text: [/ℓ\* = [234]\n/, /Table 1/, /agent\.flattened\s+0\.500/, /ℓ\*=\d agent\.schema\s+AUROC/], figures: 2 },
   '02-mechanism.ipynb': { text: [/cos\(r, planted r\)\s+\S+\s+\S+\s+1\.000/, /cos\(R_harmful, r\)\s+\S+\s+\S+\s+-(0\.99\d|1\.000)/, /harmful \/ schema mean/], figures: 2 },
   '03-steering.ipynb': { text: [/α=1\.5 .*refusal\s+100\.0%/, /ℓ\* = [234]; mean ‖hidden\[ℓ\*\]‖/], figures: 1 },
+  // the planted dictionary: R_harmful is made of feature 1 (−r) and feature 8 or 9 (±Q4); the splice is exact
+  '04-sae-features.ipynb': { text: [/refusal direction r: +feature 0 1\.000/, /R_harmful = 0\.99\d\d·feature 1 \+ 0\.\d+·feature [89] \(unit rows\): cos² sum 1\.0000/, /FVU 0\.000000, L0 6\d\.\d\d, dead 5\d\.\d %, CE increase -?0\.000000/], figures: 1 },
 };
 
 const join1 = (s: string | string[] | undefined): string => (Array.isArray(s) ? s.join('') : s ?? '');

@@ -13,6 +13,9 @@ import { COMPUTE_DTYPES, defaultDType, type ComputeDType } from '../engine/graph
 import type { Intervention } from '../engine/types.ts';
 import { alphaField, isF32, isObject, kindField, knownFields, layerField, positionsField, type Fail } from '../engine/run/intervention-json.ts';
 import { resolveModel } from '../hub/resolve.ts';
+import { hiddenRowOf } from '../sae/hook.ts';
+import { loadSae } from '../sae/load.ts';
+import { rowInto } from '../sae/matrix.ts';
 import { SafekeepError } from '../util/errors.ts';
 import type { FlagDef, ParsedArgs } from './args.ts';
 import { numberValue, requireValue } from './args.ts';
@@ -93,7 +96,7 @@ export const INTERVENE_FLAG_DEF: FlagDef = {
   name: 'intervene', value: 'FILE.json',
   help: '{"interventions": [{"layer": l, "kind": "add"|"ablate"|"clamp", "vector": [d floats], "alpha": a, "positions": "all"|"generated"}]}: '
     + 'add h+a·r̂, ablate h−(h·r̂)r̂, clamp the projection on r̂ to a; several at once. "vector": "directions.safetensors#refusal.chatbot" '
-    + 'takes row l of a direction reproduce wrote (path relative to FILE.json)',
+    + 'takes row l of a direction reproduce wrote, "sae:SAE_DIR#J" the decoder row of feature J of the SAE reading hidden[l] (paths relative to FILE.json)',
 };
 
 /**
@@ -112,13 +115,32 @@ export function readInterventionsFile(path: string): Intervention[] {
     knownFields(o, ['layer', 'kind', 'vector', 'alpha', 'positions'], where, fail);
     const layer = layerField(o.layer, `${where}.layer`, fail);
     const kind = kindField(o.kind, `${where}.kind`, fail);
-    // a direction from a directions file (reproduce's directions.safetensors): row `layer`, path relative to FILE.json
-    const vector = typeof o.vector === 'string' ? Array.from(directionFromFile(resolve(dirname(path), o.vector), layer).v) : o.vector;
-    if (!Array.isArray(vector) || !vector.every(isF32)) throw new SafekeepError(`${where}.vector must be a list of finite numbers within the float32 range (|x| ≤ 3.4e38) or "FILE.safetensors[#name]"`);
+    // a direction from a directions file (reproduce's directions.safetensors): row `layer`, path relative to FILE.json;
+    // or an SAE feature's decoder row ("sae:SAE_DIR#J")
+    const vector = typeof o.vector !== 'string' ? o.vector
+      : o.vector.startsWith('sae:') ? saeFeatureVector(resolve(dirname(path), o.vector.slice(4)), layer, `${where}.vector`)
+        : Array.from(directionFromFile(resolve(dirname(path), o.vector), layer).v);
+    if (!Array.isArray(vector) || !vector.every(isF32)) throw new SafekeepError(`${where}.vector must be a list of finite numbers within the float32 range (|x| ≤ 3.4e38), "FILE.safetensors[#name]" or "sae:SAE_DIR#feature"`);
     const alpha = alphaField(kind, o.alpha, `${where}.alpha`, fail);
     const positions = positionsField(o.positions, `${where}.positions`, fail);
     return { layer, kind, vector, ...(alpha !== undefined ? { alpha } : {}), ...(positions !== undefined ? { positions } : {}) };
   });
+}
+
+/**
+ * "sae:SAE_DIR#J": feature J's decoder row W_dec[J] of the SAE at SAE_DIR (any layout loadSae reads), for an
+ * intervention at hidden[layer] — which must be the row the SAE reads (blocks.l.hook_resid_post → l + 1). An add
+ * of alpha then moves the stream by alpha along the feature's direction: steering by feature.
+ */
+function saeFeatureVector(spec: string, layer: number, where: string): number[] {
+  const hash = spec.lastIndexOf('#');
+  const feature = hash > 0 ? Number(spec.slice(hash + 1)) : NaN;
+  if (!Number.isInteger(feature) || feature < 0) throw new SafekeepError(`${where}: "sae:SAE_DIR#feature" needs a feature index after '#'`);
+  const sae = loadSae(spec.slice(0, hash));
+  const row = hiddenRowOf(sae.config.hookName, Number.MAX_SAFE_INTEGER, where);
+  if (row !== layer) throw new SafekeepError(`${where}: the SAE reads ${sae.config.hookName} = hidden[${row}], the intervention is at layer ${layer}`);
+  if (feature >= sae.config.dSae) throw new SafekeepError(`${where}: feature ${feature} is not in 0..${sae.config.dSae - 1}`);
+  return Array.from(rowInto(sae.W_dec, feature, new Float32Array(sae.config.dIn)));
 }
 
 /** what an output file records of the interventions (no vectors) */

@@ -16,6 +16,7 @@ import type { Checkpoint, ModelConfig } from '../checkpoint/types.ts';
 import { SafekeepError } from '../util/errors.ts';
 import { resolveEngineConfig, type AttentionImpl, type EngineConfig, type EngineOptions } from './engine-config.ts';
 import { HOOK_IO, hookSelectionKey, type HookSelection } from './graph/hooks.ts';
+import { SAE_IO } from './graph/sae-splice.ts';
 import { IO, newKvOf } from './graph/io.ts';
 import { runWithCache, type RunWithCacheOptions, type RunWithCacheResult } from './run/hooked.ts';
 import { callInterventions, interventionInputs, positionIds } from './run/batch.ts';
@@ -181,7 +182,10 @@ export class OnnxEngine implements Engine, Stepper {
     // 1.30 fails a run that leaves a device output out after one that fetched it (INVALID_ARGUMENT in the Concat
     // that makes it; src/engine/README.md, GPU)
     if (wantPresent || this.kvOnDevice) fetches.push(IO.newKv);
-    const hookOutputs = inp.hooks?.selection.capture.map(HOOK_IO.output) ?? [];
+    const hookOutputs = [
+      ...inp.hooks?.selection.capture.map(HOOK_IO.output) ?? [],
+      ...(inp.hooks?.selection.sae ?? []).filter((s) => s.captureActs).map((s) => SAE_IO.acts(s.hook)),
+    ];
     for (const [name, t] of Object.entries(inp.hooks?.feeds ?? {})) feeds[name] = new ort.Tensor('float32', t.data, t.dims);
     fetches.push(...hookOutputs);
     // a hook selection's session counts as in use from before it is looked up until its run ends (never released then)

@@ -11,6 +11,7 @@ export { readActivationCache } from '../cache/store.ts';
 export { loadPairSet } from '../data/load.ts';
 export { groupMap, splitPairs } from '../data/split.ts';
 export { PLANTED, writePlantedModel } from './planted.ts';
+export { PLANTED_SAE, writePlantedSae } from './planted-sae.ts';
 export { parseAlphas } from './steer/conditions.ts';
 export { type DirectionChoice, type SteerOptions } from './steer/setup.ts';
 export { steerSweep } from './steer/sweep.ts';

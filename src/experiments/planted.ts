@@ -31,6 +31,7 @@ import { makeRng, type Rng } from '../util/rng.ts';
 import { writeSafetensors, type TensorToWrite } from '../checkpoint/safetensors.ts';
 import { writeFileAtomic, writeJsonAtomic } from '../util/atomic.ts';
 import type { Pair } from '../data/types.ts';
+import { writePlantedSae } from './planted-sae.ts';
 
 export const PLANTED = {
   hiddenSize: 64,
@@ -274,7 +275,8 @@ export const PLANTED_WORDS_FILE = join(import.meta.dirname, 'planted-words.txt')
  * ground truth) into `outDir`. `vocabFolders`: folders whose text files define the vocabulary instead of the
  * committed word list (`PLANTED_WORDS_FILE`).
  */
-export async function writePlantedModel(outDir: string, opts: { seed?: number; vocabFolders?: string[]; lexiconPairs?: readonly Pair[] } = {}): Promise<PlantedTruth> {
+/** `sae`: also write the planted dictionary into `<outDir>/sae` (planted-sae.ts) */
+export async function writePlantedModel(outDir: string, opts: { seed?: number; vocabFolders?: string[]; lexiconPairs?: readonly Pair[]; sae?: boolean } = {}): Promise<PlantedTruth> {
   const dir = resolve(outDir);
   mkdirSync(dir, { recursive: true });
   const seed = opts.seed ?? 1234;
@@ -374,6 +376,7 @@ export async function writePlantedModel(outDir: string, opts: { seed?: number; v
     plantedLayers: Array.from({ length: P.numLayers - P.plantedLayer + 1 }, (_, i) => P.plantedLayer + i),
     gain: plantedGain(), tau: P.tau, harmStems: HARM_STEMS, vocabSize: V, seed,
   };
+  if (opts.sae) writePlantedSae(join(dir, 'sae'), Q);
   writeJson('PLANTED.json', { synthetic: true, description: 'safekeep planted synthetic model: NOT a language model', ...truth });
   writeFileAtomic(join(dir, 'README.md'), '# Planted synthetic model (safekeep)\n\nSYNTHETIC: a 4-block Llama-format checkpoint whose weights plant a known refusal direction (see PLANTED.json and src/experiments/planted.ts). It is not a language model.\n');
   return truth;

@@ -86,7 +86,8 @@ const history = fc.record({
   user: text,
   userParts: fc.boolean(),
   userName: fc.option(word),
-  call: fc.option(fc.record({ name: word, args, reasoning: fc.option(text), content: fc.option(text), result: text, resultName: fc.option(word) })),
+  // a memory tool's call now and then: its result is a memory read behind `serve --skills` (the memory stage)
+  call: fc.option(fc.record({ name: fc.oneof({ arbitrary: word, weight: 4 }, { arbitrary: fc.constant('recall_memory'), weight: 1 }), args, reasoning: fc.option(text), content: fc.option(text), result: text, resultName: fc.option(word) })),
   followUp: fc.option(fc.record({ role: fc.constantFrom('user', 'system', 'developer'), content: text })),
   trailing: fc.option(trailing),
 }).map((h) => {

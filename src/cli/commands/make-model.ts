@@ -12,13 +12,14 @@ import { dataDirsEnv } from '../env.ts';
 export const summary = 'write the planted synthetic model (known refusal direction) for demos and tests';
 
 export const flags: FlagTable = {
-  usage: 'make-model planted --out DIR [--seed N] [--vocab-from FOLDER,...] [--lexicon pairs|agentharm|PATH]',
+  usage: 'make-model planted --out DIR [--seed N] [--vocab-from FOLDER,...] [--lexicon pairs|agentharm|PATH] [--sae]',
   positionals: 'the kind of model (planted)',
   flags: [
     { name: 'out', value: 'DIR', help: 'output checkpoint folder' },
     { name: 'seed', value: 'N', default: '1234', help: 'weight seed' },
     { name: 'vocab-from', value: 'FOLDER,...', help: 'borrow tokenizer vocabularies from these model folders' },
     { name: 'lexicon', value: 'pairs|agentharm|PATH', default: 'pairs', help: 'pair set whose words the model reacts to' },
+    { name: 'sae', boolean: true, help: "also write the planted dictionary into DIR/sae (a SAELens folder whose features include r and the Schema Direction's parts; src/experiments/planted-sae.ts)" },
   ],
   example: 'make-model planted --out models/planted',
 };
@@ -34,7 +35,8 @@ export async function run(argv: string[]): Promise<number> {
     seed: numberValue(args, 'seed', 1234),
     lexiconPairs: lexicon.pairs,
     ...(vocabFrom ? { vocabFolders: vocabFrom.split(',') } : {}),
+    sae: args.booleans.has('sae'),
   });
-  process.stdout.write(`planted synthetic model written to ${out}: vocab ${truth.vocabSize}, r planted at layers ${truth.plantedLayers.join(',')} (see PLANTED.json)\n`);
+  process.stdout.write(`planted synthetic model written to ${out}: vocab ${truth.vocabSize}, r planted at layers ${truth.plantedLayers.join(',')} (see PLANTED.json)${args.booleans.has('sae') ? `; its dictionary in ${out}/sae` : ''}\n`);
   return 0;
 }

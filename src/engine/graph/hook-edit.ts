@@ -11,6 +11,7 @@
 import type { GraphBuilder } from './onnx/builder.ts';
 import { DataType } from './onnx/proto.ts';
 import { HOOK_IO, hookName, hookWidth, type HookPoint, type HookSelection, type HookShape } from './hooks.ts';
+import { saeSplice } from './sae-splice.ts';
 
 export interface HookPoints {
   /** whether point p of layer l is captured or edited (the decoder then keeps that value separate) */
@@ -26,9 +27,10 @@ export interface HookPoints {
 export function hookPoints(g: GraphBuilder, sel: HookSelection, shape: HookShape): HookPoints {
   const capture = new Set(sel.capture);
   const edit = new Set(sel.edit);
+  const sae = new Map((sel.sae ?? []).map((s) => [s.hook, s]));
   const F = DataType.FLOAT;
   return {
-    touches: (l, p) => capture.has(hookName(l, p)) || edit.has(hookName(l, p)),
+    touches: (l, p) => capture.has(hookName(l, p)) || edit.has(hookName(l, p)) || sae.has(hookName(l, p)),
     at(l, p, x) {
       const name = hookName(l, p);
       let y = x;
@@ -45,6 +47,8 @@ export function hookPoints(g: GraphBuilder, sel: HookSelection, shape: HookShape
         const delta = g.op('Mul', [all, own], {}, { name: `edit_${p}_to_value_own` });
         y = g.op('Gemm', [delta, dir, kept], {}, { name: `edit_${p}_projected` });
       }
+      const spec = sae.get(name);
+      if (spec) y = g.scope(`sae_${p}`, () => saeSplice(g, spec, y));
       if (capture.has(name)) g.output(HOOK_IO.output(name), y, F, ['bt', hookWidth(p, shape)]);
       return y;
     },

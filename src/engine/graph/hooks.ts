@@ -23,6 +23,7 @@
  * graph it ran before.
  */
 import { SafekeepError } from '../../util/errors.ts';
+import type { SaeGraphSpec } from './sae-splice.ts';
 
 export const HOOK_POINTS = ['resid_pre', 'z', 'pattern', 'attn_out', 'resid_mid', 'mlp_out', 'resid_post'] as const;
 export type HookPoint = (typeof HOOK_POINTS)[number];
@@ -92,21 +93,27 @@ export function hookWidth(point: HookPoint, shape: HookShape): number {
   return point === 'z' ? shape.numHeads * shape.headDim : shape.hiddenSize;
 }
 
-/** Which points the graph exposes: captured (an output each) and edited (inputs each). Names are concrete. */
+/**
+ * Which points the graph exposes: captured (an output each) and edited (inputs each). Names are concrete. `sae`:
+ * sparse autoencoders spliced at points (graph/sae-splice.ts), after that point's edit and before its capture.
+ */
 export interface HookSelection {
   capture: readonly string[];
   edit: readonly string[];
+  sae?: readonly SaeGraphSpec[];
 }
 
 export const NO_HOOKS: HookSelection = { capture: [], edit: [] };
 
 export function hasHooks(sel: HookSelection | undefined): sel is HookSelection {
-  return !!sel && (sel.capture.length > 0 || sel.edit.length > 0);
+  return !!sel && (sel.capture.length > 0 || sel.edit.length > 0 || (sel.sae?.length ?? 0) > 0);
 }
 
-/** The selection's share of the graph-cache key ('' without hooks: the key stays what it was). */
+/** The selection's share of the graph-cache key ('' without hooks: the key stays what it was; without SAEs too). */
 export function hookSelectionKey(sel: HookSelection | undefined): string {
-  return hasHooks(sel) ? `hooks capture=${[...sel.capture].sort().join(',')} edit=${[...sel.edit].sort().join(',')}\n` : '';
+  if (!hasHooks(sel)) return '';
+  const sae = sel.sae?.length ? ` sae=${JSON.stringify([...sel.sae].sort((a, b) => (a.hook < b.hook ? -1 : 1)))}` : '';
+  return `hooks capture=${[...sel.capture].sort().join(',')} edit=${[...sel.edit].sort().join(',')}${sae}\n`;
 }
 
 /** Graph I/O names of the hook points. */

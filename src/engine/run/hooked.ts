@@ -14,6 +14,8 @@ import { callInterventions, interventionInputs, rowNorm, selectPositions } from 
 import { ALPHA_RULE, MAX_ALPHA } from './intervention-json.ts';
 import { checkIds } from './forward.ts';
 import type { StepHooks, Stepper } from './step.ts';
+import { saeHookInputs, type SaeAttachment } from './sae-hooks.ts';
+import { SAE_IO } from '../graph/sae-splice.ts';
 
 export type { ActivationSource, HookIntervention } from './types.ts';
 
@@ -29,6 +31,11 @@ export interface RunWithCacheOptions {
   interventions?: Intervention[];
   /** positions whose logits are returned (default 'all') */
   logitsAt?: PositionSelector;
+  /**
+   * sparse autoencoders at hook points (run/sae-hooks.ts): their activations cached as `<point>.sae_acts` [T, d_sae],
+   * the reconstruction spliced in, feature edits
+   */
+  saes?: readonly SaeAttachment[];
 }
 
 export interface RunWithCacheResult {
@@ -48,7 +55,9 @@ export async function runWithCache(s: Stepper, ids: number[], opts: RunWithCache
   const edits = hookEditInputs(opts.hooks ?? [], shape, T);
   const iv = interventionInputs(s.numLayers, s.dModel, callInterventions(opts));
   const logitPos = selectPositions(opts.logitsAt, T, 'logitsAt');
-  const selection = { capture, edit: edits.names };
+  const sae = opts.saes?.length ? saeHookInputs(opts.saes, s.numLayers, s.dModel) : null;
+  const selection = { capture, edit: edits.names, ...(sae ? { sae: sae.specs } : {}) };
+  if (sae) Object.assign(edits.feeds, sae.feeds);
   // one step on the whole sequence (no chunking: a pattern needs every key of the step); no hook point: the plain graph
   const out = await s.step({
     ids: BigInt64Array.from(ids, BigInt), batch: 1, width: T, starts: [0], past: null, steer: iv.steer, project: iv,
@@ -62,7 +71,11 @@ export async function runWithCache(s: Stepper, ids: number[], opts: RunWithCache
     const { point } = parseHookName(name, shape);
     const dims = point === 'pattern' ? [H, T, o.dims[3]!] : point === 'z' ? [T, H, hd] : [T, s.dModel];
     return [name, { data: o.data, shape: dims }];
-  }));
+  }).concat((sae?.acts ?? []).map((name): [string, Activation] => {
+    const o = out.hooks?.[SAE_IO.acts(name.slice(0, -'.sae_acts'.length))];
+    if (!o) throw new Error(`runWithCache: the step returned no ${name}`);
+    return [name, { data: o.data, shape: [T, o.dims[1]!] }];
+  })));
   return { logits: out.logits, logitPositions: logitPos, cache };
 }
 

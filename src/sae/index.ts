@@ -1,0 +1,15 @@
+/**
+ * Sparse autoencoders (the `sae` namespace of the package): load SAELens / Gemma Scope / Llama Scope dictionaries,
+ * encode / decode / splice as SAELens does, rank the features of a direction, evaluate a reconstruction.
+ */
+export { loadSae, PTH_CONVERSION, gemmaScopeHook } from './load.ts';
+export type { LoadSaeOptions } from './load.ts';
+export { applyFeatureEdits, decode, decoderNorms, encode, splice, FEATURE_EDIT_KINDS } from './math.ts';
+export type { Encoded, FeatureEdit, NormState, Spliced } from './math.ts';
+export { decoderCosines, featureAttribution } from './features.ts';
+export type { FeatureAttribution, FeatureCosine } from './features.ts';
+export { engineHookPoint, hiddenRowOf } from './hook.ts';
+export { addCe, addReconstruction, newTotals, nextTokenCe, summarize } from './metrics.ts';
+export type { SaeEvalSummary, SaeEvalTotals } from './metrics.ts';
+export { readNpz } from './npz.ts';
+export type { Sae, SaeArchitecture, SaeConfig, SaeLayout, StoredMatrix } from './types.ts';
