@@ -142,8 +142,18 @@ const hashOf = (...parts: unknown[]) => createHash('sha256').update(JSON.stringi
 
 /** What of the configuration a decision depends on (the skills as loaded, how the guard picks and mitigates). */
 function configKey(c: S3Config): string {
-  return hashOf(c.skills.map((s) => [s.name, s.stage, s.mandatory, s.inspection, s.check, s.mitigation, s.body, s.prompt, s.rules?.text ?? null, s.memory ?? null, s.filter.patterns?.map((p) => p.source) ?? null, s.filter.tools ?? null, s.filter.roles ?? null]),
-    c.guardDecision, c.mitigation, c.filter ?? true, Object.keys(c.checks ?? {}).sort());
+  return hashOf(skillsKey(c.skills), c.guardDecision, c.mitigation, c.filter ?? true, Object.keys(c.checks ?? {}).sort());
+}
+
+/** the skills' part of the key, hashed once per loaded skill list (a server passes the same list with every request) */
+const skillKeys = new WeakMap<readonly Skill[], string>();
+function skillsKey(skills: readonly Skill[]): string {
+  let k = skillKeys.get(skills);
+  if (k === undefined) {
+    k = hashOf(skills.map((s) => [s.name, s.stage, s.mandatory, s.inspection, s.check, s.mitigation, s.body, s.prompt, s.rules?.text ?? null, s.memory ?? null, s.filter.patterns?.map((p) => p.source) ?? null, s.filter.tools ?? null, s.filter.roles ?? null]));
+    skillKeys.set(skills, k);
+  }
+  return k;
 }
 
 /** Index of the first message after the last assistant turn. */
