@@ -159,14 +159,7 @@ function checkCallFunction(f: unknown, where: string): void {
   if (typeof a === 'string') {
     const depth = jsonDepth(a);
     if (depth > MAX_JSON_DEPTH) throw badRequest(`${where}.arguments: JSON nested ${depth} levels deep (at most ${MAX_JSON_DEPTH})`);
-    // JSON inside the string is read as the body is, at any depth: a duplicate key would let the judge read one
-    // value while the template prints the other
-    try {
-      parseJsonLossless(a, `${where}.arguments`);
-    } catch (e) {
-      if (e instanceof JsonDuplicateKeyError) throw badRequest(e.message);
-      // not JSON: forwarded as the opaque string the judge is shown, byte for byte
-    }
+    // the JSON inside is read (once) by canonicalArguments, which refuses a duplicate key
   } else if (a !== undefined && !isObject(a)) throw badRequest(`${where}.arguments must be a JSON string`);
 }
 
@@ -400,32 +393,33 @@ export function canonicalCallIds(messages: readonly ChatMessage[]): ChatMessage[
 
 /**
  * A call's `arguments` string as the judge reads it: JSON text that is one object becomes its compact
- * re-serialisation (duplicate keys were refused at parsing; numbers keep the digits the client wrote), so the
- * upstream's template prints exactly what the judge was shown. Text that is not a JSON object stays the opaque
- * string it is, shown to the judge as written.
+ * re-serialisation (numbers keep the digits the client wrote), so the upstream's template prints exactly what the
+ * judge was shown. A duplicate key at any depth is a 400 naming `where` (the judge would read one value and a
+ * template print the other). Text that is not a JSON object stays the opaque string it is, shown as written.
  */
-export function canonicalArgumentText(a: string): string {
+export function canonicalArgumentText(a: string, where = 'arguments'): string {
   let v: LosslessValue;
   try {
-    v = parseJsonLossless(a, 'arguments');
-  } catch {
+    v = parseJsonLossless(a, where);
+  } catch (e) {
+    if (e instanceof JsonDuplicateKeyError) throw badRequest(e.message);
     return a;
   }
   return v !== null && typeof v === 'object' && !Array.isArray(v) && !(v instanceof JsonNumber) ? stringifyLossless(v) : a;
 }
 
-const canonicalFunction = (f: unknown): unknown => {
+const canonicalFunction = (f: unknown, where: string): unknown => {
   if (!isObject(f) || typeof f.arguments !== 'string') return f;
-  return { ...f, arguments: canonicalArgumentText(f.arguments) };
+  return { ...f, arguments: canonicalArgumentText(f.arguments, `${where}.arguments`) };
 };
 
 /** Every tool call's and legacy function call's `arguments` in its canonical form (`canonicalArgumentText`). */
 export function canonicalArguments(messages: readonly ChatMessage[]): ChatMessage[] {
-  return messages.map((m) => {
+  return messages.map((m, i) => {
     if (m.role !== 'assistant') return m;
     const out: ChatMessage = { ...m };
-    if (Array.isArray(m.tool_calls)) out.tool_calls = (m.tool_calls as Record<string, unknown>[]).map((c) => ({ ...c, function: canonicalFunction(c.function) }));
-    if (isObject(m.function_call)) out.function_call = canonicalFunction(m.function_call);
+    if (Array.isArray(m.tool_calls)) out.tool_calls = (m.tool_calls as Record<string, unknown>[]).map((c, j) => ({ ...c, function: canonicalFunction(c.function, `messages[${i}].tool_calls[${j}].function`) }));
+    if (isObject(m.function_call)) out.function_call = canonicalFunction(m.function_call, `messages[${i}].function_call`);
     return out;
   });
 }

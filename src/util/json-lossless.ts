@@ -85,34 +85,28 @@ class Reader {
   }
 
   object(path: string, depth: number): { [key: string]: LosslessValue } {
-    const out: { [key: string]: LosslessValue } = Object.create(null) as { [key: string]: LosslessValue };
-    const seen = new Set<string>();
+    // defineProperty: a key `__proto__` stays an own key, as JSON.parse keeps it
+    const out: { [key: string]: LosslessValue } = {};
     this.i++;
     this.ws();
     if (this.text[this.i] === '}') {
       this.i++;
-      return { ...out };
+      return out;
     }
     for (;;) {
       this.ws();
       if (this.text[this.i] !== '"') this.fail(`expected a key at character ${this.i}`);
       const key = this.string();
-      const at = `${path}.${key}`;
-      if (seen.has(key)) throw new JsonDuplicateKeyError(`${this.what}: duplicate key ${JSON.stringify(key)} at ${path || '(top)'} (a reader would see one of its values and a template the other)`);
-      seen.add(key);
+      if (Object.prototype.hasOwnProperty.call(out, key)) throw new JsonDuplicateKeyError(`${this.what}: duplicate key ${JSON.stringify(key)} at ${path || '(top)'} (a reader would see one of its values and a template the other)`);
       this.ws();
       if (this.text[this.i] !== ':') this.fail(`expected ':' at character ${this.i}`);
       this.i++;
-      out[key] = this.value(at, depth);
+      Object.defineProperty(out, key, { value: this.value(`${path}.${key}`, depth), enumerable: true, writable: true, configurable: true });
       this.ws();
       const c = this.text[this.i++];
-      if (c === '}') break;
+      if (c === '}') return out;
       if (c !== ',') this.fail(`expected ',' or '}' at character ${this.i - 1}`);
     }
-    // a plain object again (own keys in order; `__proto__` stays a key)
-    const plain: { [key: string]: LosslessValue } = {};
-    for (const k of Object.keys(out)) Object.defineProperty(plain, k, { value: out[k], enumerable: true, writable: true, configurable: true });
-    return plain;
   }
 
   array(path: string, depth: number): LosslessValue[] {
