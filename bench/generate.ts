@@ -111,15 +111,13 @@ function memSampler(engine: { step(inp: never): Promise<unknown>; scheduler?: un
   const kb = (re: RegExp) => Number(re.exec(readFileSync('/proc/self/status', 'utf8'))?.[1] ?? NaN) * 1024;
   (engine as { step: (inp: unknown) => Promise<unknown> }).step = async (inp: unknown) => {
     const out = await step(inp);
-    const sch = engine.scheduler as undefined | { groups?: Map<string, { kv: { allocatedFloats: number } }>; prefixStore?: { stats: { bytes: number } } | null; prefilling?: { kv: { keys: { data: Float32Array }[] } | null }[] };
+    const held = (engine.scheduler as undefined | { heldKvBytes?: () => { decodeKv: number; prefixStore: number; prefillKv: number } })?.heldKvBytes?.();
     const m = process.memoryUsage();
     const i = inp as { width: number; batch: number };
     rows.push({
       kind: i.width === 1 ? 'decode' : 'prefill', batch: i.batch, width: i.width,
       rss: kb(/VmRSS:\s+(\d+) kB/), hwm: kb(/VmHWM:\s+(\d+) kB/), arrayBuffers: m.arrayBuffers, external: m.external, heapUsed: m.heapUsed,
-      rowKv: [...(sch?.groups?.values() ?? [])].reduce((a, g) => a + 4 * g.kv.allocatedFloats, 0),
-      prefixStore: sch?.prefixStore?.stats.bytes ?? 0,
-      prefillCaches: (sch?.prefilling ?? []).reduce((a, q) => a + (q.kv ? 2 * q.kv.keys.reduce((b, t) => b + t.data.byteLength, 0) : 0), 0),
+      rowKv: held?.decodeKv ?? 0, prefixStore: held?.prefixStore ?? 0, prefillCaches: held?.prefillKv ?? 0,
     });
     return out;
   };

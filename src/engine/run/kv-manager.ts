@@ -122,6 +122,15 @@ export class KvManager {
     q.prefill.kv = timed(this.stats, 'rowKv', () => appendKv(q.prefill.kv, fresh.keys, fresh.values, { batch: 1, width: kept, kvHeads: kvH, headDim: hd, starts: [0], reserve: 0 }));
   }
 
+  /** the host bytes of K/V held now: the decode buffers (allocated, whole), the prefix-cache blocks and the prompt KV of `prefilling` */
+  heldBytes(prefilling: readonly Seq[]): { decodeKv: number; prefixStore: number; prefillKv: number } {
+    let decodeKv = 0;
+    for (const b of this.decode.values()) decodeKv += b.allocatedFloats * kvBytes(this.dtype);
+    let prefillKv = 0;
+    for (const q of prefilling) for (const t of [...(q.prefill.kv?.keys ?? []), ...(q.prefill.kv?.values ?? [])]) prefillKv += (t.data as KvArray).byteLength;
+    return { decodeKv, prefixStore: this.prefixStore?.stats.bytes ?? 0, prefillKv };
+  }
+
   /** slots per row of a group's decode buffer (0 when it has none) */
   slotCapacity(key: string): number {
     return this.decode.get(key)?.slotCapacity ?? 0;

@@ -119,6 +119,11 @@ export class Scheduler {
     return this.kv.prefixStore;
   }
 
+  /** the host bytes of K/V the scheduler holds now (decode buffers, prefix-cache blocks, prompt KV of prefilling rows) */
+  heldKvBytes(): { decodeKv: number; prefixStore: number; prefillKv: number } {
+    return this.kv.heldBytes(this.prefilling);
+  }
+
   /** sequences waiting, prefilling and decoding */
   get inFlight(): number {
     let n = this.prefilling.length;
