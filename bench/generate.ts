@@ -102,7 +102,7 @@ async function servingChild(): Promise<Record<string, unknown>> {
 
 /**
  * `--mem-log FILE` (scheduled/batch children): after every engine step one line of what holds memory then — VmRSS /
- * VmHWM, V8's arrayBuffers / external, and the scheduler's own buffers (decode rows' KV, prefix-store blocks, the
+ * VmHWM, anonymous and file-backed resident bytes (RssAnon / RssFile: mmapped weight pages are the latter), V8's arrayBuffers / external, and the scheduler's own buffers (decode rows' KV, prefix-store blocks, the
  * batch-1 prefill caches alive) — so the peak can be attributed.
  */
 function memSampler(engine: { step(inp: never): Promise<unknown>; scheduler?: unknown }): Record<string, number | string>[] {
@@ -116,7 +116,7 @@ function memSampler(engine: { step(inp: never): Promise<unknown>; scheduler?: un
     const i = inp as { width: number; batch: number };
     rows.push({
       kind: i.width === 1 ? 'decode' : 'prefill', batch: i.batch, width: i.width,
-      rss: kb(/VmRSS:\s+(\d+) kB/), hwm: kb(/VmHWM:\s+(\d+) kB/), arrayBuffers: m.arrayBuffers, external: m.external, heapUsed: m.heapUsed,
+      rss: kb(/VmRSS:\s+(\d+) kB/), hwm: kb(/VmHWM:\s+(\d+) kB/), rssAnon: kb(/RssAnon:\s+(\d+) kB/), rssFile: kb(/RssFile:\s+(\d+) kB/), arrayBuffers: m.arrayBuffers, external: m.external, heapUsed: m.heapUsed,
       rowKv: held?.decodeKv ?? 0, prefixStore: held?.prefixStore ?? 0, prefillCaches: held?.prefillKv ?? 0,
     });
     return out;
