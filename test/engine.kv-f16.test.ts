@@ -98,7 +98,7 @@ describe('f16 KV through the scheduler and shared-prefix reuse = one plain step 
     // each call alone, one plain prefill step and its decode steps
     const alone: GenerateResult[] = [];
     for (const [ids, o] of calls) alone.push((await engine.generate([ids], o))[0]!);
-    const sched = new Scheduler(engine, { stepTokens: 8, blockTokens: 4 });
+    const sched = new Scheduler(engine, { stepTokens: 8, blockTokens: 4, prefixAdmitAfter: 1 });
     const together = await Promise.all(calls.slice(0, 5).map((c) => sched.submit(...c)));
     const last = await sched.submit(...calls[5]!);
     [...together, last].forEach((r, i) => {

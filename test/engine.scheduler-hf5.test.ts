@@ -32,7 +32,7 @@ for (const [tag, c] of Object.entries(index.cases)) {
     });
 
     test('joining mid-flight, chunked prefill, steered and unsteered together, then a prefix-cache hit', async () => {
-      const sched = new Scheduler(engine, { stepTokens: 8, blockTokens: 16 });
+      const sched = new Scheduler(engine, { stepTokens: 8, blockTokens: 16, prefixAdmitAfter: 1 });
       const prompt = index.prompt;
       const K = index.new_tokens;
       const steer = { layer: index.steer.layer, vector: index.steer.vector, alpha: index.steer.alpha };

@@ -155,7 +155,7 @@ describe(`scheduler vs Float64 oracle (random ${family}, GQA)`, () => {
   });
 
   test('prefix cache: hits on block boundaries inside the shared prefix, last token computed, interventions key the blocks', async () => {
-    const sched = new Scheduler(engine, { blockTokens: 4 });
+    const sched = new Scheduler(engine, { blockTokens: 4, prefixAdmitAfter: 1 });
     const store = sched.prefixStore!;
     const o: GenerateOptions = { maxNewTokens: 5, stopIds: [], returnStepLogits: true, returnFirstTokenHidden: true, returnPromptLastHidden: true };
     const A = prompt(14, 19, V);
@@ -188,6 +188,34 @@ describe(`scheduler vs Float64 oracle (random ${family}, GQA)`, () => {
     check('C2', [...C, 9, 8], r2, o);
   });
 
+  test('prefix-cache admission (default): only blocks a second prompt asks for are stored; unrelated prompts store nothing', async () => {
+    const sched = new Scheduler(engine, { blockTokens: 4 });
+    const store = sched.prefixStore!;
+    const o: GenerateOptions = { maxNewTokens: 3, stopIds: [], returnStepLogits: true };
+    // unrelated prompts in flight together: every block asked once, none stored
+    const lone = [prompt(60, 17, V), prompt(61, 22, V), prompt(62, 13, V)];
+    (await Promise.all(lone.map((ids) => sched.submit(ids, o)))).forEach((r, i) => check(`unrelated ${i}`, lone[i]!, r, o));
+    assert.equal(store.stats.blocks, 0, 'no block stored');
+    assert.equal(store.stats.bytes, 0);
+    assert.equal(store.stats.declined, 4 + 5 + 3, 'every full block declined');
+    // the same prompt again, one at a time: the second asks (and computes, storing), the third is served
+    const A = prompt(63, 19, V);
+    const hits: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      const h0 = store.stats.hit;
+      check(`A #${i + 1}`, A, await sched.submit(A, o), o);
+      hits.push(store.stats.hit - h0);
+    }
+    assert.deepEqual(hits, [0, 0, 16], 'stored on the second ask, served from the third');
+    // two prompts sharing a prefix in flight together: both asked before the first wrote it, so the second is served
+    const C = prompt(64, 13, V);
+    const h0 = store.stats.hit;
+    const [r1, r2] = await Promise.all([sched.submit([...C, 5, 6, 7], o), sched.submit([...C, 9, 8], o)]);
+    assert.equal(store.stats.hit - h0, 12, 'the second prompt reuses the first one\'s 3 full blocks');
+    check('C1', [...C, 5, 6, 7], r1, o);
+    check('C2', [...C, 9, 8], r2, o);
+  });
+
   test('packed prefill: short prompts arriving together prefill as the rows of one step, exact against the oracle', async () => {
     const o: GenerateOptions = { maxNewTokens: 4, stopIds: [], returnStepLogits: true, returnFirstTokenHidden: true, returnPromptLastHidden: true };
     const P22 = prompt(40, 22, V);
@@ -200,7 +228,7 @@ describe(`scheduler vs Float64 oracle (random ${family}, GQA)`, () => {
       [...B3.slice(0, 4), 7, 9], // its first block is B3's: waits for B3 to store it, then hits 4
     ];
     const run = async (packTokens: number) => {
-      const sched = new Scheduler(engine, { blockTokens: 4, packTokens });
+      const sched = new Scheduler(engine, { blockTokens: 4, packTokens, prefixAdmitAfter: 1 });
       await sched.submit([...P22, ...prompt(45, 5, V)], o); // stores P22's first 5 blocks
       const hit0 = sched.prefixStore!.stats.hit;
       const got = await Promise.all(calls.map((ids) => sched.submit(ids, o)));
@@ -233,7 +261,7 @@ describe(`scheduler vs Float64 oracle (random ${family}, GQA)`, () => {
 
   test('prefix cache is bounded: LRU eviction keeps the bytes under the limit and results unchanged', async () => {
     const blk = new Scheduler(engine, { blockTokens: 4 }).prefixStore!.blockBytes;
-    const sched = new Scheduler(engine, { blockTokens: 4, prefixCacheBytes: 5 * blk });
+    const sched = new Scheduler(engine, { blockTokens: 4, prefixCacheBytes: 5 * blk, prefixAdmitAfter: 1 });
     const store = sched.prefixStore!;
     const A = prompt(17, 18, V);
     const B = prompt(18, 18, V);

@@ -370,7 +370,7 @@ describe('webgpu scheduler, shared-prefix reuse and budgeted chunks = the CPU en
       [[...shared, ...prompt(5, 3, V)], base], [[...shared, ...prompt(6, 5, V)], { ...base, steer: { ...steer, positions: 'generated' } }],
     ];
     const run = async (e: OnnxEngine) => {
-      const sched = new Scheduler(e, { stepTokens: 8, blockTokens: 4 });
+      const sched = new Scheduler(e, { stepTokens: 8, blockTokens: 4, prefixAdmitAfter: 1 });
       const together = await Promise.all(calls.slice(0, 4).map((c) => sched.submit(...c)));
       // the last call shares 40 tokens with the fourth, whose blocks are now cached
       const last = await sched.submit(...calls[4]!);

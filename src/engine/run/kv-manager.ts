@@ -27,6 +27,8 @@ export interface KvManagerOptions {
   prefixCacheBytes: number;
   /** tokens per prefix-cache block (asked, and checked, only when there is a cache) */
   blockTokens: () => number;
+  /** prompts that must ask for a prefix-cache block before it is stored (runtime/kv-blocks.ts, admission) */
+  prefixAdmitAfter: number;
   /** most rows of a decode buffer (the scheduler's maxRunning when the buffer is made) */
   maxRows: () => number;
 }
@@ -42,7 +44,7 @@ export class KvManager {
   constructor(private readonly c: ModelConfig, private readonly dtype: KvDType, private readonly stats: SchedulerStats, o: KvManagerOptions,
     private readonly readback?: (ts: readonly ort.Tensor[]) => Promise<KvArray[]>) {
     this.prefixStore = o.prefixCacheBytes > 0 && c.rope.type !== 'dynamic'
-      ? new KvBlockStore(c.numLayers, c.numKvHeads, c.headDim, o.blockTokens(), o.prefixCacheBytes, kvBytes(dtype))
+      ? new KvBlockStore(c.numLayers, c.numKvHeads, c.headDim, o.blockTokens(), o.prefixCacheBytes, kvBytes(dtype), o.prefixAdmitAfter)
       : null;
     this.maxRows = o.maxRows;
   }
@@ -51,7 +53,11 @@ export class KvManager {
 
   /** q's prefix-cache keys (computed once; [] without a cache) */
   keysOf(q: Seq): string[] {
-    return (q.prefill.keys ??= this.prefixStore ? this.prefixStore.chain(q.ids, q.edits.prefillSalt) : []);
+    if (q.prefill.keys) return q.prefill.keys;
+    const store = this.prefixStore;
+    q.prefill.keys = store ? store.chain(q.ids, q.edits.prefillSalt) : [];
+    store?.ask(q.prefill.keys);
+    return q.prefill.keys;
   }
 
   /** where q's prefill would start if its prefix lookup ran now (prompt tokens found cached), and the first key it would compute */

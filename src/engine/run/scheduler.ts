@@ -69,6 +69,11 @@ export interface SchedulerOptions {
   /** tokens per prefix-cache block (default 16) */
   blockTokens?: number;
   /**
+   * prompts that must ask for a prefix-cache block before it is stored (default 2: only prefixes another prompt shares
+   * are copied into the cache; 1 stores every prompt's blocks — runtime/kv-blocks.ts, admission)
+   */
+  prefixAdmitAfter?: number;
+  /**
    * most tokens per row of a packed prefill step (run/prefill-pack.ts: the last chunks of several prompts as the rows
    * of one step; default 128, 0 = every prefill chunk its own step)
    */
@@ -110,7 +115,7 @@ export class Scheduler {
     if (!Number.isInteger(this.packTokens) || this.packTokens < 0) throw new SafekeepError(`packTokens must be a non-negative integer, got ${this.packTokens}`);
     const prefixCacheBytes = o.prefixCacheBytes ?? s.memoryPlan?.prefixCacheBytes ?? DEFAULT_PREFIX_BYTES;
     const blockTokens = () => positive(o.blockTokens ?? 16, 'blockTokens');
-    this.kv = new KvManager(s.config, s.kvDType ?? 'f32', this.stats, { prefixCacheBytes, blockTokens, maxRows: () => this.maxRunning }, s.deviceKv && ((ts) => s.deviceKv!.readback(ts)));
+    this.kv = new KvManager(s.config, s.kvDType ?? 'f32', this.stats, { prefixCacheBytes, blockTokens, prefixAdmitAfter: positive(o.prefixAdmitAfter ?? 2, 'prefixAdmitAfter'), maxRows: () => this.maxRunning }, s.deviceKv && ((ts) => s.deviceKv!.readback(ts)));
     this.runner = new StepRunner(s, this.kv, this.stats);
   }
 
