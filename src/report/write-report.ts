@@ -17,6 +17,7 @@ import { behaviouralRefusalFigure } from './figures/behavioural-refusal.ts';
 import { s3BarsFigure } from './figures/s3-bars.ts';
 import { tableBarsFigure } from './figures/table-bars.ts';
 import { lodoBarsFigure } from './figures/lodo-bars.ts';
+import { saeDirectionFeaturesFigure } from './figures/sae-direction-features.ts';
 import { buildHtml } from './html.ts';
 import { renderSvg, svgToPng } from './render.ts';
 import { summaryLines } from './summary.ts';
@@ -38,6 +39,7 @@ export function buildFigures(res: AnalysisResults): Figure[] {
     tableBarsFigure(res, 'table1'),
     tableBarsFigure(res, 'table2'),
     ...(res.steering ?? []).map((s, i) => steeringBarsFigure(res, s, i)),
+    saeDirectionFeaturesFigure(res),
     behaviouralRefusalFigure(res),
     lodoBarsFigure(res),
     ...(res.s3?.runs ?? []).map((r) => s3BarsFigure(r.bench, res.model, r.configs)),
