@@ -15,7 +15,8 @@ const ATTRIBUTION = 'attribution in the condition';
 export function saeDirectionFeaturesFigure(res: AnalysisResults): Figure | null {
   const s = res.saeFeatures;
   if (!s || !s.panels.length) return null;
-  const condLabel = new Map(s.conditions.map((c) => [c.name, `${c.figure}: ${c.label}`]));
+  // 'Figure 3 | agent, JSON schema (last prompt token)': the column header breaks at '|'
+  const condLabel = new Map(s.conditions.map((c) => [c.name, `${c.figure}|${c.label}`]));
   const dirLabel = new Map(s.directions.map((d) => [d.name, d.label]));
   const values = s.panels.flatMap((p) => p.byCosine.flatMap((f, order) => [COSINE, ATTRIBUTION].map((measure) => ({
     condition: condLabel.get(p.condition) ?? p.condition,
@@ -35,17 +36,20 @@ export function saeDirectionFeaturesFigure(res: AnalysisResults): Figure | null 
     config: CONFIG,
     data: { values },
     facet: {
-      row: { field: 'direction', type: 'nominal', title: null, sort: s.directions.map((d) => d.label) },
-      column: { field: 'condition', type: 'nominal', title: null, sort: s.conditions.map((c) => condLabel.get(c.name)!) },
+      row: { field: 'direction', type: 'nominal', title: null, sort: s.directions.map((d) => d.label), header: { labelFontSize: 12 } },
+      column: {
+        field: 'condition', type: 'nominal', title: null, sort: s.conditions.map((c) => condLabel.get(c.name)!),
+        header: { labelExpr: "split(replace(datum.value, ' (', '|('), '|')", labelFontSize: 12, labelLimit: 200 },
+      },
     },
     spec: {
-      width: 150,
-      height: 110,
+      width: 190,
+      height: 120,
       mark: 'bar',
       encoding: {
         x: { field: 'feature', type: 'nominal', sort: { field: 'order' }, title: 'SAE feature', axis: { labelAngle: 0 } },
         xOffset: { field: 'measure', sort: [COSINE, ATTRIBUTION] },
-        y: { field: 'value', type: 'quantitative', title: 'cosine / attribution' },
+        y: { field: 'value', type: 'quantitative', title: null },
         color: { field: 'measure', type: 'nominal', title: null, scale: { domain: [COSINE, ATTRIBUTION], range: [COLORS.palette[0], COLORS.palette[1]] } },
         tooltip: [
           { field: 'feature', title: 'feature' },
@@ -55,7 +59,7 @@ export function saeDirectionFeaturesFigure(res: AnalysisResults): Figure | null 
         ],
       },
     },
-    resolve: { scale: { x: 'independent', y: 'independent' } },
+    resolve: { scale: { x: 'independent', xOffset: 'independent', y: 'independent' } },
   } as TopLevelSpec;
   return {
     name: 'sae-direction-features',
