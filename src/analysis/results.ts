@@ -148,6 +148,11 @@ export interface SteeringResults {
   rows: SteeringRow[];
   /** a sampled sweep's decoding (absent: greedy) */
   sampling?: SteeringSampling;
+  /**
+   * a sweep by SAE feature (`steer --sae DIR`): the same α along the unit decoder row of the feature with the largest
+   * cosine with the direction of the sweep named `of` (absent: the sweep runs along that direction itself)
+   */
+  feature?: { sae: string; hook: string; index: number; cosine: number; of: string };
 }
 
 /** k of n with its 95 % Wilson interval. */

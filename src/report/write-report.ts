@@ -18,6 +18,7 @@ import { s3BarsFigure } from './figures/s3-bars.ts';
 import { tableBarsFigure } from './figures/table-bars.ts';
 import { lodoBarsFigure } from './figures/lodo-bars.ts';
 import { saeDirectionFeaturesFigure } from './figures/sae-direction-features.ts';
+import { steeringByFeatureFigure } from './figures/steering-by-feature.ts';
 import { buildHtml } from './html.ts';
 import { renderSvg, svgToPng } from './render.ts';
 import { summaryLines } from './summary.ts';
@@ -39,6 +40,7 @@ export function buildFigures(res: AnalysisResults): Figure[] {
     tableBarsFigure(res, 'table1'),
     tableBarsFigure(res, 'table2'),
     ...(res.steering ?? []).map((s, i) => steeringBarsFigure(res, s, i)),
+    steeringByFeatureFigure(res),
     saeDirectionFeaturesFigure(res),
     behaviouralRefusalFigure(res),
     lodoBarsFigure(res),
