@@ -25,7 +25,18 @@ export function steeringByFeatureFigure(res: AnalysisResults): Figure | null {
       };
     }));
   const color = { field: 'along', type: 'nominal', title: null, scale: { domain: [BY_DIRECTION, BY_FEATURE], range: [COLORS.palette[0], COLORS.palette[1]] } } as const;
-  const x = { field: 'alpha', type: 'quantitative', title: 'Steering strength α (residual units; both vectors unit norm)' } as const;
+  const x = { field: 'alpha', type: 'quantitative', title: 'α (residual units; unit vectors)' } as const;
+  const y = { field: 'percent', type: 'quantitative', title: 'Refusal (%)', scale: { domain: [0, 100] } } as const;
+  const tooltip = [
+    { field: 'along', title: 'along' }, { field: 'alpha', title: 'α' }, { field: 'alphaRelative', title: 'α / mean ‖h‖', format: '.3f' },
+    { field: 'refusals', title: 'refusals' }, { field: 'n', title: 'n' }, { field: 'percent', title: '%', format: '.1f' },
+    { field: 'lo', title: '95% CI low (%)', format: '.1f' }, { field: 'hi', title: '95% CI high (%)', format: '.1f' },
+  ];
+  const line = (along: string, style: Record<string, unknown>) => ({
+    transform: [{ filter: { field: 'along', equal: along } }],
+    mark: { type: 'line', point: true, ...style },
+    encoding: { x, y, color, tooltip },
+  });
   const spec = {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
     title: {
@@ -34,25 +45,15 @@ export function steeringByFeatureFigure(res: AnalysisResults): Figure | null {
     },
     config: CONFIG,
     data: { values },
-    facet: { column: { field: 'requests', type: 'nominal', title: null } },
+    facet: { column: { field: 'requests', type: 'nominal', title: null, sort: 'descending' } },
     spec: {
       width: 300,
       height: 220,
       layer: [
         { mark: { type: 'rule', strokeWidth: 1.5 }, encoding: { x, y: { field: 'lo', type: 'quantitative' }, y2: { field: 'hi' }, color } },
-        {
-          mark: { type: 'line', point: true },
-          encoding: {
-            x, color,
-            y: { field: 'percent', type: 'quantitative', title: 'Refusal (%)', scale: { domain: [0, 100] } },
-            strokeDash: { field: 'along', type: 'nominal', legend: null },
-            tooltip: [
-              { field: 'along', title: 'along' }, { field: 'alpha', title: 'α' }, { field: 'alphaRelative', title: 'α / mean ‖h‖', format: '.3f' },
-              { field: 'refusals', title: 'refusals' }, { field: 'n', title: 'n' }, { field: 'percent', title: '%', format: '.1f' },
-              { field: 'lo', title: '95% CI low (%)', format: '.1f' }, { field: 'hi', title: '95% CI high (%)', format: '.1f' },
-            ],
-          },
-        },
+        // equal curves lie on top of each other: the feature's wide and pale, the direction's dashed over it
+        line(BY_FEATURE, { strokeWidth: 6, opacity: 0.5 }),
+        line(BY_DIRECTION, { strokeWidth: 2, strokeDash: [6, 4] }),
       ],
     },
   } as TopLevelSpec;
