@@ -39,6 +39,7 @@ export async function run(argv: string[]): Promise<number> {
   const a = parseArgs(argv, flags);
   const refusalTokens = numberValue(a, 'refusal-tokens', DEFAULT_REFUSAL_TOKENS);
   if (!Number.isInteger(refusalTokens) || refusalTokens < 0) throw new SafekeepError(`--refusal-tokens must be a non-negative integer, got ${refusalTokens}`);
+  if (a.values.has('sae') && a.values.has('shard')) throw new SafekeepError('--sae: a sharded reproduce only extracts; run reproduce --sae once after the merge (it reuses every cache)');
   const sae = await saeOption(a);
   const options = {
     ...(sae ? { sae } : {}),
@@ -47,7 +48,6 @@ export async function run(argv: string[]): Promise<number> {
   await checkPairBudget(options, options.limit ?? (options.quick ? QUICK_PAIRS : undefined), CV_BUDGET);
   const shardArg = a.values.get('shard');
   if (shardArg !== undefined) {
-    if (sae) throw new SafekeepError('--sae: a sharded reproduce only extracts; run reproduce --sae once after the merge (it reuses every cache)');
     const r = await reproduceShard(options, parseShard(shardArg));
     process.stdout.write(`shard ${shardArg}: ${r.items} batches (${r.tokens} padded tokens), computed ${r.computedRows} prompts in ${r.seconds.toFixed(1)} s → ${r.dir}\nwhen every shard is done: safekeep merge ${r.dir.replace(/\/shards\/.*$/, '')}\n`);
     return 0;

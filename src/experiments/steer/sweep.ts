@@ -83,7 +83,7 @@ export async function steerSweep(o: SteerOptions): Promise<SteerResult> {
         const alphaRows = setup.conditions.filter((c) => !c.set);
         const gens = await generateConditions(ctx, setup.pairs, prompts.map((p) => p.ids!), prompts.map((p) => p.text), kind, alphaRows, layer, feature.unit, o.maxNewTokens, setup.format, outDir, setup.positions, decode, `sae${feature.index}`);
         const fRows = alphaRows.map((cond, i) => steeringRow(gens[i]!, cond, meanNorm));
-        for (const [i, cond] of alphaRows.entries()) process.stderr.write(`steer ${kind} SAE feature #${feature.index} ${conditionName(cond)}: refusal ${fRows[i]!.counts.refusal} of ${gens[i]!.length}\n`);
+        if (!ctx.quiet) for (const [i, cond] of alphaRows.entries()) process.stderr.write(`steer ${kind} SAE feature #${feature.index} ${conditionName(cond)}: refusal ${fRows[i]!.counts.refusal} of ${gens[i]!.length}\n`);
         sweeps.push({
           layer, direction: `SAE feature #${feature.index} (unit decoder row; cosine ${feature.cosine.toFixed(4)} with the ${setup.directionName})`, requests: kind,
           positions: setup.positions, rows: fRows, ...sampledSweep(o), feature: featureInfo!,
