@@ -132,7 +132,7 @@ test('report without an SAE: the section says none was given; with a feature swe
   const figures = buildFigures(res);
   assert.ok(!figures.some((f) => f.name === 'sae-direction-features' || f.name === 'steering-by-feature'));
   const html = buildHtml(res, figures, buildTables(res));
-  assert.match(html, /<p class="caveat" id="sae-features-none">No SAE was given/);
+  assert.match(html, /<p class="missing" id="sae-features-none">No SAE was given/);
   // a sweep by feature beside the sweep by direction (input data: the counts are not computed here)
   const s0 = res.steering![0]!;
   res.steering!.push({ ...s0, direction: 'SAE feature #7', feature: { sae: 'x/sae', hook: 'blocks.2.hook_resid_post', index: 7, cosine: 0.9, of: s0.direction } });

@@ -59,6 +59,7 @@ h1 { font-size: 1.6em; margin-bottom: .2em; }
 h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 2em; }
 .synthetic { background: #fff3cd; border: 2px solid #d4ac0d; padding: .6em 1em; font-weight: bold; }
 .caveat { background: #fdf2e9; border-left: 4px solid #d35400; padding: .4em .8em; }
+.missing { background: #f4f6f7; border-left: 4px solid #7f8c8d; padding: .4em .8em; }
 .meta td { padding: .1em 1em .1em 0; }
 .scroll { overflow-x: auto; }
 table.data, .table table { border-collapse: collapse; font-size: .9em; }

@@ -1,7 +1,8 @@
 /**
  * report.html's section on SAE features (`reproduce --sae DIR`): per direction, a table over the conditions of
  * Figures 3–4 of the leading features (by decoder-row cosine, then by attribution in the condition) with the prompts
- * each is most active on. Without an SAE the section is still there and says that none was given, and how to give one.
+ * each is most active on. Without an SAE the section is still there and says that none was given, and how to give one
+ * (class `missing`, not `caveat`: the report's caveats are about the reliability of its numbers).
  */
 import type { AnalysisResults, SaeFeatureRow } from '../analysis/results.ts';
 import { escapeHtml } from './html-escape.ts';
@@ -21,7 +22,7 @@ export function saeSectionHtml(res: AnalysisResults): string {
   const s = res.saeFeatures;
   const head = `<h2 id="${SAE_SECTION_ID}">SAE features of the refusal and Schema Directions</h2>`;
   if (!s) {
-    return `${head}\n<p class="caveat" id="sae-features-none">No SAE was given, so this run lists no SAE features. Run <code>safekeep reproduce --sae DIR</code> (a dictionary at ℓ* = ${res.lStar.layer}, e.g. <code>make-model planted --sae</code>'s <code>models/planted/sae</code>; the caches are reused) for the top features of the refusal and Schema Directions in each condition of Figures 3–4, with the prompts they are most active on.</p>`;
+    return `${head}\n<p class="missing" id="sae-features-none">No SAE was given, so this run lists no SAE features. Run <code>safekeep reproduce --sae DIR</code> (a dictionary at ℓ* = ${res.lStar.layer}, e.g. <code>make-model planted --sae</code>'s <code>models/planted/sae</code>; the caches are reused) for the top features of the refusal and Schema Directions in each condition of Figures 3–4, with the prompts they are most active on.</p>`;
   }
   const cond = new Map(s.conditions.map((c) => [c.name, c]));
   const tables = s.directions.map((d) => {
@@ -42,6 +43,6 @@ ${rows.join('\n')}
   const conditions = s.conditions.map((c) => `${c.figure}: ${c.label}, n = ${c.n}`).join('; ');
   return `${head}
 <p>Dictionary <code>${escapeHtml(s.sae)}</code> at <code>${escapeHtml(s.hook)}</code> (hidden[${s.hiddenRow}], ${s.dSae} features); ℓ* = ${res.lStar.layer}. Per direction and condition: the top ${s.top} features by decoder-row cosine with the direction, then the top ${s.top} by |attribution| ((harmful − benign mean activation in the condition) × decoder projection on the unit direction); each with the ${s.k} prompts of the condition it is most active on, read at the position the condition's cache holds (the last prompt token, or the first generated token — the states the directions and projections are computed from). Conditions: ${escapeHtml(conditions)}.</p>
-${s.note ? `<p class="caveat">${escapeHtml(s.note)}</p>` : ''}
+${s.note ? `<p class="missing">${escapeHtml(s.note)}</p>` : ''}
 ${tables.join('\n')}`;
 }
