@@ -9,7 +9,7 @@
  * that push the measured state along it — not a maximum over tokens the analyses never read.
  * Pure: the caller reads the caches and names the rows.
  */
-import { attributionFromMeans, classMeanActivations, decoderCosines, topActivatingRows, type EncodeRows } from './features.ts';
+import { attributionFromMeans, classMeanActivations, decoderCosines, decoderProjections, topActivatingRows, type EncodeRows } from './features.ts';
 import type { Sae } from './types.ts';
 
 /** A direction at the SAE's hidden row. */
@@ -64,13 +64,15 @@ const labelOf = (key: string): number => (key.endsWith(':harmful') ? 1 : key.end
 
 /** Per condition × direction (condition-major): the leading features by cosine and by attribution, with their top rows. */
 export async function directionFeatures(sae: Sae, directions: readonly NamedDirection[], conditions: readonly ConditionRows[], o: DirectionFeatureOptions): Promise<DirectionFeatures[]> {
+  // properties of the dictionary: one pass over W_dec per direction, shared by every condition
   const cosines = directions.map((d) => decoderCosines(sae, d.v));
+  const projections = directions.map((d) => decoderProjections(sae, d.v));
   const out: DirectionFeatures[] = [];
   for (const c of conditions) {
     const n = c.keys.length;
     const means = await classMeanActivations(sae, c.x, c.keys.map(labelOf), o.encodeRows);
     const perDirection = directions.map((d, i) => {
-      const attribution = attributionFromMeans(sae, d.v, means);
+      const attribution = attributionFromMeans(projections[i]!, means);
       return { d, cos: cosines[i]!.slice(0, o.top), attr: attribution.slice(0, o.top), byIndex: new Map(attribution.map((a) => [a.index, a])) };
     });
     const listed = [...new Set(perDirection.flatMap((p) => [...p.cos, ...p.attr].map((f) => f.index)))];

@@ -82,8 +82,8 @@ export async function classMeanActivations(sae: Sae, x: Float32Array, labels: Ar
   return { harmful: sums[1]!.map((v) => v / count[1]!), benign: sums[0]!.map((v) => v / count[0]!) };
 }
 
-/** Attribution of every feature to r from its class means: (harmful − benign mean) × W_dec[j]·r̂, by |attribution|. */
-export function attributionFromMeans(sae: Sae, r: ArrayLike<number>, means: ClassMeans): FeatureAttribution[] {
+/** Every decoder row's projection on the unit direction, W_dec[j]·r̂. [d_sae] */
+export function decoderProjections(sae: Sae, r: ArrayLike<number>): Float64Array {
   const { dIn, dSae } = sae.config;
   if (r.length !== dIn) throw new SafekeepError(`direction has ${r.length} values, the SAE's d_in is ${dIn}`);
   let rn = 0;
@@ -91,14 +91,25 @@ export function attributionFromMeans(sae: Sae, r: ArrayLike<number>, means: Clas
   if (!(rn > 0)) throw new SafekeepError('direction is all zeros');
   rn = Math.sqrt(rn);
   const row = new Float32Array(dIn);
-  const out: FeatureAttribution[] = [];
+  const out = new Float64Array(dSae);
   for (let j = 0; j < dSae; j++) {
     rowInto(sae.W_dec, j, row);
     let dot = 0;
     for (let i = 0; i < dIn; i++) dot += row[i]! * Number(r[i]);
-    const projection = dot / rn;
+    out[j] = dot / rn;
+  }
+  return out;
+}
+
+/**
+ * Attribution of every feature to r̂ from its class means and decoder projections ([d_sae] each, `decoderProjections`):
+ * (harmful − benign mean) × W_dec[j]·r̂, sorted by |attribution| (largest first; ties by index).
+ */
+export function attributionFromMeans(projections: Float64Array, means: ClassMeans): FeatureAttribution[] {
+  const out: FeatureAttribution[] = [];
+  for (let j = 0; j < projections.length; j++) {
     const meanDiff = means.harmful[j]! - means.benign[j]!;
-    out.push({ index: j, meanDiff, projection, attribution: meanDiff * projection });
+    out.push({ index: j, meanDiff, projection: projections[j]!, attribution: meanDiff * projections[j]! });
   }
   return out.sort((a, b) => Math.abs(b.attribution) - Math.abs(a.attribution) || a.index - b.index);
 }
@@ -108,7 +119,7 @@ export function attributionFromMeans(sae: Sae, r: ArrayLike<number>, means: Clas
  * (largest first).
  */
 export async function featureAttribution(sae: Sae, r: ArrayLike<number>, x: Float32Array, labels: ArrayLike<number>, encodeRows?: EncodeRows): Promise<FeatureAttribution[]> {
-  return attributionFromMeans(sae, r, await classMeanActivations(sae, x, labels, encodeRows));
+  return attributionFromMeans(decoderProjections(sae, r), await classMeanActivations(sae, x, labels, encodeRows));
 }
 
 export interface TopActivation {
