@@ -80,8 +80,11 @@ export async function steerSweep(o: SteerOptions): Promise<SteerResult> {
       sweeps.push({ layer, direction: setup.directionName, requests: kind, positions: setup.positions, rows, ...sampledSweep(o) });
       if (feature) {
         // the same α rows along the feature's unit decoder row, on the same prompts, cached in their own files
+        // α = 0 steers nothing: its generations are the direction sweep's own
         const alphaRows = setup.conditions.filter((c) => !c.set);
-        const gens = await generateConditions(ctx, setup.pairs, prompts.map((p) => p.ids!), prompts.map((p) => p.text), kind, alphaRows, layer, feature.unit, o.maxNewTokens, setup.format, outDir, setup.positions, decode, `sae${feature.index}`);
+        const steered = alphaRows.filter((c) => c.alpha !== 0);
+        const made = await generateConditions(ctx, setup.pairs, prompts.map((p) => p.ids!), prompts.map((p) => p.text), kind, steered, layer, feature.unit, o.maxNewTokens, setup.format, outDir, setup.positions, decode, `sae${feature.index}`);
+        const gens = alphaRows.map((c) => (c.alpha === 0 ? all[setup.conditions.indexOf(c)]! : made[steered.indexOf(c)]!));
         const fRows = alphaRows.map((cond, i) => steeringRow(gens[i]!, cond, meanNorm));
         if (!ctx.quiet) for (const [i, cond] of alphaRows.entries()) process.stderr.write(`steer ${kind} SAE feature #${feature.index} ${conditionName(cond)}: refusal ${fRows[i]!.counts.refusal} of ${gens[i]!.length}\n`);
         sweeps.push({
