@@ -30,6 +30,7 @@ import { buildFigures } from '../src/report/write-report.ts';
 import { buildTables } from '../src/report/tables.ts';
 import { syntheticResults } from './helpers/report-results.ts';
 import { runCli } from './helpers/cli.ts';
+import { repoRoot } from './helpers/shared.ts';
 
 const dot = (a: ArrayLike<number>, b: ArrayLike<number>, off = 0): number => {
   let s = 0;
@@ -153,7 +154,7 @@ test('reproduce: --sae-top without --sae, and --sae with --shard, are one line a
   assert.equal(a.code, 2);
   assert.match(a.stderr, /--sae-top needs --sae/);
   assert.equal(a.stderr.trim().split('\n').length, 1);
-  const b = await runCli(['reproduce', '--model', 'models/none', '--sae', 'test/fixtures/sae/saelens-standard', '--shard', '0/2']);
+  const b = await runCli(['reproduce', '--model', 'models/none', '--sae', join(repoRoot, 'test', 'fixtures', 'sae', 'saelens-standard'), '--shard', '0/2']);
   assert.equal(b.code, 2);
   assert.match(b.stderr, /--sae: a sharded reproduce only extracts/);
 });
