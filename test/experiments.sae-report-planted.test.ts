@@ -8,8 +8,9 @@
  *   block 1 writes into r; the last prompt token is the same template token in both representations): its first
  *   feature is 1 (decoder row −r), its second one of Q4's (8 / 9), and their squared cosines sum to 1;
  * - feature 0's top-activating prompts are the rows with the largest positive h·r, computed here from the cache
- *   itself; with the tools as flattened prose those are harmful requests (their harm-lexicon words carry +A, benign
- *   requests have none);
+ *   itself; with the tools as flattened prose harmful requests fire it more on average (they are written with
+ *   harm-lexicon words, whose embeddings carry +A) — though the lexicon is crude: a benign request may use a
+ *   lexicon word ("keep the slur filter on") and rank among them, so only most of the top prompts are harmful;
  * - steering along feature 1's unit decoder row is steering along −r: with R̂ = −r the two sweeps generate the same.
  */
 import { test } from 'node:test';
@@ -80,10 +81,13 @@ test('reproduce --sae and steer --sae on the planted model: the planted features
       got.forEach((t, i) => assert.ok(Math.abs(t.activation - expected[i]!.a) < 1e-4, `${c.name}: ${t.activation} vs h·r ${expected[i]!.a}`));
       if (c.name === 'prompt.agent.flattened') {
         assert.equal(got.length, 3);
+        const f0 = s.panels.find((p) => p.condition === c.name && p.direction === 'refusal.chatbot')!.byCosine[0]!;
+        assert.ok(f0.meanDiff > 0, `feature 0: harmful − benign mean activation ${f0.meanDiff}`);
+        assert.ok(got.filter((t) => t.key.endsWith(':harmful')).length >= 2, `top prompts ${got.map((t) => t.key)}`);
         for (const t of got) {
-          assert.match(t.key, /:harmful$/, 'with flattened prose the refusal feature fires most on harmful requests');
-          const pair = pairs.pairs.find((p) => t.key === `${p.id}:harmful`)!;
-          assert.equal(t.text, pair.harmful.prompt.slice(0, 159) + (pair.harmful.prompt.length > 160 ? '…' : ''));
+          const pair = pairs.pairs.find((p) => t.key.startsWith(`${p.id}:`))!;
+          const text = t.key.endsWith(':harmful') ? pair.harmful.prompt : pair.benign.prompt;
+          assert.equal(t.text, text.length > 160 ? `${text.slice(0, 159)}…` : text);
         }
       }
     }
