@@ -22,6 +22,8 @@ import { compile } from 'vega-lite';
 import { writePlantedModel } from '../src/experiments/planted.ts';
 import { PLANTED_SAE } from '../src/experiments/planted-sae.ts';
 import { reproduce } from '../src/experiments/reproduce.ts';
+import { saeFeaturesSection } from '../src/experiments/sae-features.ts';
+import { readDirectionsFile } from '../src/experiments/directions-file.ts';
 import { steerSweep } from '../src/experiments/steer/sweep.ts';
 import { readActivationCache } from '../src/cache/store.ts';
 import { loadPairSet } from '../src/data/load.ts';
@@ -52,6 +54,7 @@ test('reproduce --sae and steer --sae on the planted model: the planted features
     const { results: res, files } = await reproduce({ ...common, reps: 50, refusalTokens: 0, sae: { sae, source: 'planted/sae', top: 3, k: 3 } });
 
     const s = res.saeFeatures!;
+    const directionsOf = (name: string) => readDirectionsFile(join(dir, 'results', 'planted', 'directions.safetensors')).directions.get(name)!;
     assert.ok(s, 'the results carry the SAE section');
     assert.equal(s.hiddenRow, PLANTED_SAE.hiddenRow);
     assert.equal(s.note === undefined, res.lStar.layer === PLANTED_SAE.hiddenRow, `ℓ* = ${res.lStar.layer}, note: ${s.note}`);
@@ -97,6 +100,15 @@ test('reproduce --sae and steer --sae on the planted model: the planted features
     assert.match(html, /id="sae-features"/);
     assert.match(html, /id="sae-refusal\.chatbot"/);
     assert.doesNotMatch(html, /sae-features-none/);
+    assert.match(readFileSync(files.markdown, 'utf8'), /## SAE features of the refusal and Schema Directions[\s\S]*\| #0 \(/);
+    // an SAE at another row than ℓ* still runs, with the mismatch said; one past the model's blocks fails before extraction
+    const other = await saeFeaturesSection({
+      sae, source: 'planted/sae', cacheDir: join(dir, 'results', 'planted', 'cache'), directions: { 'refusal.chatbot': directionsOf('refusal.chatbot') },
+      lStar: PLANTED_SAE.hiddenRow + 1, layers: res.layers,
+    });
+    assert.match(other.note ?? '', /reads hidden\[2\], but ℓ\* = 3/);
+    await assert.rejects(reproduce({ ...common, reps: 50, refusalTokens: 0, sae: { sae: loadSae(join(model, 'sae'), { hookName: 'blocks.7.hook_resid_post' }), source: 'x' } }),
+      /hook 'blocks\.7\.hook_resid_post' names layer 7; the model has blocks 0\.\.3/);
     const vl = join(dir, 'results', 'planted', 'figures', 'sae-direction-features.vl.json');
     assert.ok(existsSync(vl) && existsSync(vl.replace('.vl.json', '.png')));
     assert.ok(compile(JSON.parse(readFileSync(vl, 'utf8'))).spec, 'the figure compiles');

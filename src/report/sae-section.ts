@@ -46,3 +46,22 @@ ${rows.join('\n')}
 ${s.note ? `<p class="missing">${escapeHtml(s.note)}</p>` : ''}
 ${tables.join('\n')}`;
 }
+
+/** The same section for report.md: per direction and condition, the leading features by cosine with their top prompt keys. */
+export function saeSectionMarkdown(res: AnalysisResults): string[] {
+  if (res.dModel <= 0) return [];
+  const s = res.saeFeatures;
+  if (!s) return ['## SAE features of the refusal and Schema Directions', '', 'No SAE was given (`reproduce --sae DIR` lists them).', ''];
+  const cond = new Map(s.conditions.map((c) => [c.name, `${c.figure}: ${c.label}`]));
+  const lines = ['## SAE features of the refusal and Schema Directions', '', `Dictionary \`${s.sae}\` at \`${s.hook}\` (hidden[${s.hiddenRow}]; ℓ* = ${res.lStar.layer}).${s.note ? ` ${s.note}` : ''}`, ''];
+  for (const d of s.directions) {
+    lines.push(`### ${d.label}`, '', '| condition | feature (cosine, attribution) | most active on |', '| --- | --- | --- |');
+    for (const p of s.panels.filter((x) => x.direction === d.name)) {
+      for (const f of p.byCosine) {
+        lines.push(`| ${cond.get(p.condition) ?? p.condition} | #${f.index} (${num(f.cosine)}, ${num(f.attribution)}) | ${f.top.map((t) => `${t.key} ${num(t.activation)}`).join('; ') || 'inactive on every prompt'} |`);
+      }
+    }
+    lines.push('');
+  }
+  return lines;
+}

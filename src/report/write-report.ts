@@ -20,6 +20,7 @@ import { lodoBarsFigure } from './figures/lodo-bars.ts';
 import { saeDirectionFeaturesFigure } from './figures/sae-direction-features.ts';
 import { steeringByFeatureFigure } from './figures/steering-by-feature.ts';
 import { buildHtml } from './html.ts';
+import { saeSectionMarkdown } from './sae-section.ts';
 import { renderSvg, svgToPng } from './render.ts';
 import { summaryLines } from './summary.ts';
 import { type Table, buildTables, tableMarkdown, toCsv } from './tables.ts';
@@ -98,6 +99,8 @@ export async function writeReport(outDir: string, res: AnalysisResults, opts: Wr
     '## Tables',
     '',
     ...tables.map(tableMarkdown),
+    '',
+    ...saeSectionMarkdown(res),
   ].join('\n');
   writeFileAtomic(written.markdown, md);
   log('report.html');
