@@ -33,6 +33,7 @@ import { buildFigures } from '../src/report/write-report.ts';
 import { buildTables } from '../src/report/tables.ts';
 import { syntheticResults } from './helpers/report-results.ts';
 import { runCli } from './helpers/cli.ts';
+import { run as reportCommand } from '../src/cli/commands/report.ts';
 import { repoRoot } from './helpers/shared.ts';
 
 const dot = (a: ArrayLike<number>, b: ArrayLike<number>, off = 0): number => {
@@ -109,6 +110,11 @@ test('reproduce --sae and steer --sae on the planted model: the planted features
     assert.match(other.note ?? '', /reads hidden\[2\], but ℓ\* = 3/);
     await assert.rejects(reproduce({ ...common, reps: 50, refusalTokens: 0, sae: { sae: loadSae(join(model, 'sae'), { hookName: 'blocks.7.hook_resid_post' }), source: 'x' } }),
       /hook 'blocks\.7\.hook_resid_post' names layer 7; the model has blocks 0\.\.3/);
+    // `report --sae` recomputes the section from the run's folder, without the model
+    assert.equal(await reportCommand(['--results', join(dir, 'results', 'planted', 'results.json'), '--out', join(dir, 'rep'), '--sae', join(model, 'sae'), '--sae-top', '2']), 0);
+    const again = JSON.parse(readFileSync(join(dir, 'rep', 'results.json'), 'utf8')) as typeof res;
+    assert.deepEqual(again.saeFeatures!.panels.map((p) => p.byCosine.map((f) => f.index)), s.panels.map((p) => p.byCosine.slice(0, 2).map((f) => f.index)));
+    assert.match(readFileSync(join(dir, 'rep', 'report.html'), 'utf8'), /id="sae-refusal\.chatbot"/);
     const vl = join(dir, 'results', 'planted', 'figures', 'sae-direction-features.vl.json');
     assert.ok(existsSync(vl) && existsSync(vl.replace('.vl.json', '.png')));
     assert.ok(compile(JSON.parse(readFileSync(vl, 'utf8'))).spec, 'the figure compiles');
