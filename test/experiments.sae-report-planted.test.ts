@@ -13,13 +13,13 @@
  *   lexicon word ("keep the slur filter on") and rank among them, so only most of the top prompts are harmful;
  * - steering along feature 1's unit decoder row is steering along −r: with R̂ = −r the two sweeps generate the same.
  */
-import { test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { compile } from 'vega-lite';
-import { writePlantedModel } from '../src/experiments/planted.ts';
+import { writePlantedModel, type PlantedTruth } from '../src/experiments/planted.ts';
 import { PLANTED_SAE } from '../src/experiments/planted-sae.ts';
 import { reproduce } from '../src/experiments/reproduce.ts';
 import { saeFeaturesSection } from '../src/experiments/sae-features.ts';
@@ -27,6 +27,10 @@ import { readDirectionsFile } from '../src/experiments/directions-file.ts';
 import { steerSweep } from '../src/experiments/steer/sweep.ts';
 import { readActivationCache } from '../src/cache/store.ts';
 import { loadPairSet } from '../src/data/load.ts';
+import type { PairSet } from '../src/data/types.ts';
+import type { AnalysisResults, SaeFeaturesSection } from '../src/analysis/results.ts';
+import type { ReportFiles } from '../src/report/write-report.ts';
+import type { Sae } from '../src/sae/types.ts';
 import { loadSae } from '../src/sae/load.ts';
 import { buildHtml } from '../src/report/html.ts';
 import { buildFigures } from '../src/report/write-report.ts';
@@ -42,20 +46,27 @@ const dot = (a: ArrayLike<number>, b: ArrayLike<number>, off = 0): number => {
   return s;
 };
 
-test('reproduce --sae and steer --sae on the planted model: the planted features, their prompts, the report, the sweep by feature', async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'sae-report-'));
-  process.env.SAFEKEEP_CACHE = join(dir, '.graphs');
-  process.env.SAFEKEEP_QUIET = '1';
-  try {
-    const pairs = await loadPairSet('pairs');
-    const model = join(dir, 'planted');
-    const truth = await writePlantedModel(model, { lexiconPairs: pairs.pairs, sae: true });
-    const sae = loadSae(join(model, 'sae'));
-    const common = { model, data: 'pairs', results: join(dir, 'results'), limit: 40, engine: { cacheDir: join(dir, '.graphs'), quiet: true } };
-    const { results: res, files } = await reproduce({ ...common, reps: 50, refusalTokens: 0, sae: { sae, source: 'planted/sae', top: 3, k: 3 } });
+describe('reproduce --sae and steer --sae on the planted model and its planted dictionary', () => {
+  let dir: string, model: string, truth: PlantedTruth, sae: Sae, pairs: PairSet;
+  let common: { model: string; data: string; results: string; limit: number; engine: { cacheDir: string; quiet: boolean } };
+  let res: AnalysisResults, files: ReportFiles, s: SaeFeaturesSection;
+  const runDir = () => join(dir, 'results', 'planted');
 
-    const s = res.saeFeatures!;
-    const directionsOf = (name: string) => readDirectionsFile(join(dir, 'results', 'planted', 'directions.safetensors')).directions.get(name)!;
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'sae-report-'));
+    process.env.SAFEKEEP_CACHE = join(dir, '.graphs');
+    process.env.SAFEKEEP_QUIET = '1';
+    pairs = await loadPairSet('pairs');
+    model = join(dir, 'planted');
+    truth = await writePlantedModel(model, { lexiconPairs: pairs.pairs, sae: true });
+    sae = loadSae(join(model, 'sae'));
+    common = { model, data: 'pairs', results: join(dir, 'results'), limit: 40, engine: { cacheDir: join(dir, '.graphs'), quiet: true } };
+    ({ results: res, files } = await reproduce({ ...common, reps: 50, refusalTokens: 0, sae: { sae, source: 'planted/sae', top: 3, k: 3 } }));
+    s = res.saeFeatures!;
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  test('the refusal direction is feature 0 (r), each Schema Direction feature 1 (−r) then a Q4 feature, in every condition', () => {
     assert.ok(s, 'the results carry the SAE section');
     assert.equal(s.hiddenRow, PLANTED_SAE.hiddenRow);
     assert.equal(s.note === undefined, res.lStar.layer === PLANTED_SAE.hiddenRow, `ℓ* = ${res.lStar.layer}, note: ${s.note}`);
@@ -73,54 +84,57 @@ test('reproduce --sae and steer --sae on the planted model: the planted features
       }
       assert.equal(p.byAttribution.length, 3);
     }
+  });
 
-    // feature 0's top prompts in each condition = the rows with the largest positive h·r at hidden[2], from the cache
+  test("feature 0's top prompts are the rows with the largest positive h·r of each cache; with flattened prose mostly harmful", () => {
     for (const c of s.conditions) {
-      const cache = readActivationCache(join(dir, 'results', 'planted', 'cache'), c.name);
+      const cache = readActivationCache(join(runDir(), 'cache'), c.name);
       const keys = (cache.manifest.rows as { key: string }[]).map((r) => r.key);
       const proj = keys.map((key, i) => ({ key, a: dot(cache.data, truth.r, (i * cache.layers + PLANTED_SAE.hiddenRow) * cache.d) }));
       const expected = proj.filter((x) => x.a > 1e-6).sort((x, y) => y.a - x.a).slice(0, 3);
-      const got = s.panels.find((p) => p.condition === c.name && p.direction === 'refusal.chatbot')!.byCosine[0]!.top;
-      assert.deepEqual(got.map((t) => t.key), expected.map((x) => x.key), c.name);
-      got.forEach((t, i) => assert.ok(Math.abs(t.activation - expected[i]!.a) < 1e-4, `${c.name}: ${t.activation} vs h·r ${expected[i]!.a}`));
-      if (c.name === 'prompt.agent.flattened') {
-        assert.equal(got.length, 3);
-        const f0 = s.panels.find((p) => p.condition === c.name && p.direction === 'refusal.chatbot')!.byCosine[0]!;
-        assert.ok(f0.meanDiff > 0, `feature 0: harmful − benign mean activation ${f0.meanDiff}`);
-        assert.ok(got.filter((t) => t.key.endsWith(':harmful')).length >= 2, `top prompts ${got.map((t) => t.key)}`);
-        for (const t of got) {
-          const pair = pairs.pairs.find((p) => t.key.startsWith(`${p.id}:`))!;
-          const text = t.key.endsWith(':harmful') ? pair.harmful.prompt : pair.benign.prompt;
-          assert.equal(t.text, text.length > 160 ? `${text.slice(0, 159)}…` : text);
-        }
+      const f0 = s.panels.find((p) => p.condition === c.name && p.direction === 'refusal.chatbot')!.byCosine[0]!;
+      assert.deepEqual(f0.top.map((t) => t.key), expected.map((x) => x.key), c.name);
+      f0.top.forEach((t, i) => assert.ok(Math.abs(t.activation - expected[i]!.a) < 1e-4, `${c.name}: ${t.activation} vs h·r ${expected[i]!.a}`));
+      if (c.name !== 'prompt.agent.flattened') continue;
+      assert.equal(f0.top.length, 3);
+      assert.ok(f0.meanDiff > 0, `feature 0: harmful − benign mean activation ${f0.meanDiff}`);
+      assert.ok(f0.top.filter((t) => t.key.endsWith(':harmful')).length >= 2, `top prompts ${f0.top.map((t) => t.key)}`);
+      for (const t of f0.top) {
+        const pair = pairs.pairs.find((p) => t.key.startsWith(`${p.id}:`))!;
+        const text = t.key.endsWith(':harmful') ? pair.harmful.prompt : pair.benign.prompt;
+        assert.equal(t.text, text.length > 160 ? `${text.slice(0, 159)}…` : text);
       }
     }
+  });
 
-    // the report: its section, the figure (valid vega-lite), the files
+  test('the report: its section (html and md) and the figure, valid vega-lite; report --sae recomputes it without the model', async () => {
     const html = readFileSync(files.html, 'utf8');
     assert.match(html, /id="sae-features"/);
     assert.match(html, /id="sae-refusal\.chatbot"/);
     assert.doesNotMatch(html, /sae-features-none/);
     assert.match(readFileSync(files.markdown, 'utf8'), /## SAE features of the refusal and Schema Directions[\s\S]*\| #0 \(/);
-    // an SAE at another row than ℓ* still runs, with the mismatch said; one past the model's blocks fails before extraction
+    const vl = join(runDir(), 'figures', 'sae-direction-features.vl.json');
+    assert.ok(existsSync(vl) && existsSync(vl.replace('.vl.json', '.png')));
+    assert.ok(compile(JSON.parse(readFileSync(vl, 'utf8'))).spec, 'the figure compiles');
+    assert.equal(await reportCommand(['--results', join(runDir(), 'results.json'), '--out', join(dir, 'rep'), '--sae', join(model, 'sae'), '--sae-top', '2']), 0);
+    const again = JSON.parse(readFileSync(join(dir, 'rep', 'results.json'), 'utf8')) as AnalysisResults;
+    assert.deepEqual(again.saeFeatures!.panels.map((p) => p.byCosine.map((f) => f.index)), s.panels.map((p) => p.byCosine.slice(0, 2).map((f) => f.index)));
+    assert.match(readFileSync(join(dir, 'rep', 'report.html'), 'utf8'), /id="sae-refusal\.chatbot"/);
+  });
+
+  test('an SAE off ℓ* runs with the mismatch said; one past the model\'s blocks fails before extraction', async () => {
+    const { directions } = readDirectionsFile(join(runDir(), 'directions.safetensors'));
     const other = await saeFeaturesSection({
-      sae, source: 'planted/sae', cacheDir: join(dir, 'results', 'planted', 'cache'), directions: { 'refusal.chatbot': directionsOf('refusal.chatbot') },
+      sae, source: 'planted/sae', cacheDir: join(runDir(), 'cache'), directions: { 'refusal.chatbot': directions.get('refusal.chatbot')! },
       lStar: PLANTED_SAE.hiddenRow + 1, layers: res.layers,
     });
     assert.match(other.note ?? '', /reads hidden\[2\], but ℓ\* = 3/);
     await assert.rejects(reproduce({ ...common, reps: 50, refusalTokens: 0, sae: { sae: loadSae(join(model, 'sae'), { hookName: 'blocks.7.hook_resid_post' }), source: 'x' } }),
       /hook 'blocks\.7\.hook_resid_post' names layer 7; the model has blocks 0\.\.3/);
-    // `report --sae` recomputes the section from the run's folder, without the model
-    assert.equal(await reportCommand(['--results', join(dir, 'results', 'planted', 'results.json'), '--out', join(dir, 'rep'), '--sae', join(model, 'sae'), '--sae-top', '2']), 0);
-    const again = JSON.parse(readFileSync(join(dir, 'rep', 'results.json'), 'utf8')) as typeof res;
-    assert.deepEqual(again.saeFeatures!.panels.map((p) => p.byCosine.map((f) => f.index)), s.panels.map((p) => p.byCosine.slice(0, 2).map((f) => f.index)));
-    assert.match(readFileSync(join(dir, 'rep', 'report.html'), 'utf8'), /id="sae-refusal\.chatbot"/);
-    const vl = join(dir, 'results', 'planted', 'figures', 'sae-direction-features.vl.json');
-    assert.ok(existsSync(vl) && existsSync(vl.replace('.vl.json', '.png')));
-    assert.ok(compile(JSON.parse(readFileSync(vl, 'utf8'))).spec, 'the figure compiles');
+  });
 
-    // steering along −r (R̂ = −r: the sweep subtracts α·R̂, so it adds α·r and raises refusal) and along the unit
-    // decoder row of its top feature, 1 (= −r): the same generations at every α
+  test('steer --sae: along feature 1 (= −r) the sweep generates what the sweep along R̂ = −r does; an SAE off the steered row is refused', async () => {
+    // R̂ = −r: the sweep subtracts α·R̂, so it adds α·r and raises refusal
     const rFile = join(dir, 'minus-r.json');
     writeFileSync(rFile, JSON.stringify({ vector: truth.r.map((x) => -x) }));
     const alphas = [0, 0.8, 1.6];
@@ -140,16 +154,11 @@ test('reproduce --sae and steer --sae on the planted model: the planted features
     // α = 0 steers nothing: the sweep by feature reuses the direction's unsteered generations
     assert.ok(!existsSync(join(st.outDir, 'generations.harmful.sae1.alpha0.jsonl')));
     for (const a of alphas.slice(1)) assert.deepEqual(gens(`generations.harmful.sae1.alpha${a}.jsonl`), gens(`generations.harmful.alpha${a}.jsonl`), `α=${a}`);
-    const sv = join(dir, 'results', 'planted', 'figures', 'steering-by-feature.vl.json');
-    assert.ok(compile(JSON.parse(readFileSync(sv, 'utf8'))).spec);
+    assert.ok(compile(JSON.parse(readFileSync(join(runDir(), 'figures', 'steering-by-feature.vl.json'), 'utf8'))).spec);
     assert.match(readFileSync(st.report, 'utf8'), /along SAE feature #1/);
-
-    // an SAE that does not read the steered row is refused by name before any generation
     await assert.rejects(steerSweep({ ...common, alphas: [{ kind: 'absolute', value: 1 }], layer: 3, direction: 'refusal', maxNewTokens: 2, requests: ['harmful'], sae: { sae, source: 'planted/sae' } }),
       /--sae: the SAE reads blocks\.1\.hook_resid_post = hidden\[2\], the sweep steers hidden\[3\]/);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  });
 });
 
 test('report without an SAE: the section says none was given; with a feature sweep: Table 3 rows and one figure with both curves', () => {
