@@ -13,7 +13,7 @@ import { directionAt } from '../analysis/direction.ts';
 import type { SaeFeaturesSection } from '../analysis/results.ts';
 import { readActivationCache } from '../cache/store.ts';
 import { SaeEncoder } from '../engine/runtime/sae-encoder.ts';
-import { directionFeatures, type ConditionRows, type NamedDirection } from '../sae/direction-features.ts';
+import { directionFeatures, type ConditionRows, type DirectionFeatures, type NamedDirection } from '../sae/direction-features.ts';
 import { hiddenRowOf } from '../sae/hook.ts';
 import type { Sae } from '../sae/types.ts';
 import { SafekeepError } from '../util/errors.ts';
@@ -86,7 +86,7 @@ export async function saeFeaturesSection(o: SaeFeaturesInput): Promise<SaeFeatur
   }
   // onnxruntime's encode where the graph has the SAE's math (no input normalization), else the TypeScript one
   const encoder = o.sae.config.normalizeActivations === 'none' ? await SaeEncoder.open(o.sae, o.threads ? { threads: o.threads } : {}) : null;
-  let panels;
+  let panels: DirectionFeatures[];
   try {
     panels = await directionFeatures(o.sae, directions, conditions, { top: o.top ?? 5, k: o.k ?? 3, ...(encoder ? { encodeRows: (b: Float32Array, m: number) => encoder.encode(b, m) } : {}) });
   } finally {
