@@ -148,6 +148,11 @@ export interface SteeringResults {
   rows: SteeringRow[];
   /** a sampled sweep's decoding (absent: greedy) */
   sampling?: SteeringSampling;
+  /**
+   * a sweep by SAE feature (`steer --sae DIR`): the same α along the unit decoder row of the feature with the largest
+   * cosine with the direction of the sweep named `of` (absent: the sweep runs along that direction itself)
+   */
+  feature?: { sae: string; hook: string; index: number; cosine: number; of: string };
 }
 
 /** k of n with its 95 % Wilson interval. */
@@ -295,6 +300,38 @@ export interface S3Section {
   runs: S3Run[];
 }
 
+/** One leading feature of a direction in one condition (src/sae/direction-features.ts). */
+export interface SaeFeatureRow {
+  index: number;
+  /** cos(W_dec[j], direction) */
+  cosine: number;
+  /** (harmful − benign mean activation in the condition) × W_dec[j]·unit(direction) */
+  attribution: number;
+  meanDiff: number;
+  /** the condition's prompts it is most active on: row key `<pair>:harmful|benign`, activation, prompt snippet */
+  top: { key: string; activation: number; text?: string }[];
+}
+
+/** `reproduce --sae DIR`: the SAE features of the refusal and Schema Directions in each condition of Figures 3–4. */
+export interface SaeFeaturesSection {
+  /** where the dictionary was read from */
+  sae: string;
+  hook: string;
+  /** the hidden[] row the SAE reads (= ℓ* unless `note` says otherwise) */
+  hiddenRow: number;
+  dSae: number;
+  /** features per ranking, activating prompts per feature */
+  top: number;
+  k: number;
+  /** the caches, in figure order: name (cache), label, figure, position the activations are read at */
+  conditions: { name: string; label: string; figure: string; position: string; n: number }[];
+  directions: { name: string; label: string }[];
+  /** condition × direction */
+  panels: { condition: string; direction: string; byCosine: SaeFeatureRow[]; byAttribution: SaeFeatureRow[] }[];
+  /** e.g. the SAE's row is not ℓ* */
+  note?: string;
+}
+
 export interface AnalysisResults {
   /** format version of this object */
   version: 1;
@@ -323,6 +360,8 @@ export interface AnalysisResults {
   firstToken?: FirstTokenSeries[];
   norms: { directions: NormSeries[]; meanHidden: NormSeries[] };
   steering?: SteeringResults[];
+  /** `reproduce --sae DIR`: SAE features of the refusal and Schema Directions per condition of Figures 3–4 */
+  saeFeatures?: SaeFeaturesSection;
   /** §3.1: refusal rate of generated answers, chatbot vs agent, on the evaluation split's harmful requests */
   behavioural?: BehaviouralRefusal;
   /** activation refusal probes (`safekeep probe eval`) */

@@ -8,7 +8,9 @@
  *   3. behavioural refusal: greedy answers to the evaluation split's harmful requests as chatbot and as agent (§3.1);
  *   4. writeReport(): tables (md/csv/json), figures (svg/png), report.html under results/<model>/;
  *   5. directions.safetensors next to them: every configuration's refusal direction, the Schema Directions, ℓ*
- *      (directions-file.ts), for `steer --direction FILE`, `generate --intervene` and Python.
+ *      (directions-file.ts), for `steer --direction FILE`, `generate --intervene` and Python;
+ *   6. with an SAE (`--sae DIR`): the features of the refusal and Schema Directions in each condition of
+ *      Figures 3–4 with their top-activating prompts (sae-features.ts), a figure and a section of report.html.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -22,6 +24,8 @@ import { behaviouralRefusal } from './behavioural.ts';
 import { readActivationCache } from '../cache/store.ts';
 import { groupMap } from '../data/split.ts';
 import { writeReport, type ReportFiles } from '../report/write-report.ts';
+import type { Sae } from '../sae/types.ts';
+import { checkSae, saeFeaturesSection } from './sae-features.ts';
 import type { Shard } from '../util/shard.ts';
 import {
   conditionName, conditionPass, firstTokenCacheName, openContext, promptAndFirstTokenPass, promptCacheName, runPasses, runShard,
@@ -60,6 +64,18 @@ interface AnalyzeOptions {
   /** new tokens per answer of the behavioural refusal that ran (0 = not run) */
   refusalTokens: number;
   behavioural?: BehaviouralRefusal;
+  /** `--sae DIR`: the dictionary (opened at the CLI edge) and pair id → prompt texts for the snippets */
+  sae?: ReproduceSae;
+  texts?: ReadonlyMap<string, { harmful: string; benign: string }>;
+}
+
+/** An SAE for the features section: the loaded dictionary and where it came from. */
+export interface ReproduceSae {
+  sae: Sae;
+  source: string;
+  /** features per ranking (default 5) and activating prompts per feature (default 3) */
+  top?: number;
+  k?: number;
 }
 
 /** Row labels/ids/splits of a cache (rows `<pairId>:harmful|benign`, in the same order for every cache). */
@@ -86,6 +102,8 @@ interface ReproduceOptions extends ContextOptions {
   schemaPairs?: SchemaDirectionPairs;
   /** behavioural refusal (chatbot vs agent): new tokens per answer; 0 = skip (default 64) */
   refusalTokens?: number;
+  /** the SAE features section (absent: the report says no SAE was given) */
+  sae?: ReproduceSae;
 }
 
 export const DEFAULT_REFUSAL_TOKENS = 64;
@@ -119,6 +137,8 @@ export async function reproduce(o: ReproduceOptions): Promise<ReproduceResult> {
   const refusalTokens = o.refusalTokens ?? DEFAULT_REFUSAL_TOKENS;
   let behavioural: BehaviouralRefusal | undefined;
   try {
+    // a dictionary that cannot be compared with the run's directions fails before any extraction
+    if (o.sae) checkSae(o.sae.sae, ctx.engine.numLayers, ctx.engine.dModel);
     // passes are built one at a time: a pass's plan depends on the caches earlier passes completed
     await runPasses(ctx, [promptAndFirstTokenPass(ctx, 'schema')]);
     await runPasses(ctx, [promptAndFirstTokenPass(ctx, 'flattened')]);
@@ -127,7 +147,10 @@ export async function reproduce(o: ReproduceOptions): Promise<ReproduceResult> {
   } finally {
     await ctx.engine.dispose();
   }
-  return analyzeAndReport({ ...ctx, groups: groupMap(ctx.set.pairs) }, { ...analyzeOptions(o), refusalTokens, ...(behavioural ? { behavioural } : {}) });
+  const texts = new Map(ctx.set.pairs.map((p) => [p.id, { harmful: p.harmful.prompt, benign: p.benign.prompt }]));
+  return analyzeAndReport({ ...ctx, groups: groupMap(ctx.set.pairs) }, {
+    ...analyzeOptions(o), refusalTokens, ...(behavioural ? { behavioural } : {}), ...(o.sae ? { sae: o.sae, texts } : {}),
+  });
 }
 
 const analyzeOptions = (o: ReproduceOptions): Omit<AnalyzeOptions, 'refusalTokens'> => ({
@@ -200,9 +223,15 @@ async function analyzeAndReport(ctx: AnalysisContext, o: AnalyzeOptions): Promis
   });
   if (o.behavioural) results.behavioural = o.behavioural;
   const outDir = join(ctx.cacheDir, '..');
+  const directions = runDirections(chatbot, [...table1, ...table2], table2[0]!, table2[1]!, o.schemaPairs ?? 'all');
+  if (o.sae) {
+    results.saeFeatures = await saeFeaturesSection({
+      ...o.sae, cacheDir: ctx.cacheDir, directions, lStar: results.lStar.layer, layers: results.layers, ...(o.texts ? { texts: o.texts } : {}),
+    });
+  }
   const files = await writeReport(outDir, results);
   const directionsFile = join(outDir, DIRECTIONS_FILE);
-  writeDirectionsFile(directionsFile, runDirections(chatbot, [...table1, ...table2], table2[0]!, table2[1]!, o.schemaPairs ?? 'all'), {
+  writeDirectionsFile(directionsFile, directions, {
     model: ctx.modelName, lStar: results.lStar.layer, layerRule: results.lStar.rule ?? 'cv', schemaPairs: o.schemaPairs ?? 'all', provenance: results.manifest,
   });
   return { outDir, results, files, directionsFile };

@@ -14,11 +14,11 @@ import { fewGroupsCaveat } from './few-groups.ts';
 import { FONT_FAMILY } from './font.ts';
 import { PAPER_CITATION } from './paper-numbers.ts';
 import { paperSectionHtml } from './paper-section.ts';
+import { escapeHtml } from './html-escape.ts';
+import { saeSectionHtml } from './sae-section.ts';
 import type { Table } from './tables.ts';
 
-export function escapeHtml(s: string): string {
-  return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
-}
+export { escapeHtml };
 
 /** The browser (UMD) build of a package, found next to its resolved entry point. */
 function browserBuild(pkg: string, file: string): string {
@@ -59,6 +59,7 @@ h1 { font-size: 1.6em; margin-bottom: .2em; }
 h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 2em; }
 .synthetic { background: #fff3cd; border: 2px solid #d4ac0d; padding: .6em 1em; font-weight: bold; }
 .caveat { background: #fdf2e9; border-left: 4px solid #d35400; padding: .4em .8em; }
+.missing { background: #f4f6f7; border-left: 4px solid #7f8c8d; padding: .4em .8em; }
 .meta td { padding: .1em 1em .1em 0; }
 .scroll { overflow-x: auto; }
 table.data, .table table { border-collapse: collapse; font-size: .9em; }
@@ -70,6 +71,7 @@ table.protocol { border-collapse: collapse; font-size: .85em; width: 100%; table
 .protocol th { background: #f4f6f7; }
 .note, .caption, .files { color: #555; font-size: .9em; }
 .figure { margin: 1.5em 0; }
+.table td.prompts { text-align: left; white-space: normal; min-width: 24em; }
 pre { background: #f8f9f9; padding: 1em; overflow-x: auto; font-size: .85em; }
 `;
 
@@ -115,6 +117,7 @@ ${(res.notes ?? []).map((n) => `<p class="note">${escapeHtml(n)}</p>`).join('\n'
 ${figures.map((f, i) => `<section class="figure"><h3>${escapeHtml(f.title)}</h3><div id="fig-${i}" class="vega" data-name="${escapeHtml(f.name)}"></div><p class="caption">${escapeHtml(f.caption)} Files: figures/${escapeHtml(f.name)}.svg, .png</p></section>`).join('\n')}
 <h2>Tables</h2>
 ${tables.map(htmlTable).join('\n')}
+${saeSectionHtml(res)}
 ${paperSectionHtml(res.model)}
 ${protocol ? `<h2>Protocol: paper vs this run's defaults</h2>\n<p class="note">From docs/protocol.md; the values this run used are in the manifest below (<code>protocol</code>).</p>\n${protocol}` : ''}
 <h2>Manifest</h2>

@@ -135,7 +135,7 @@ function steeringTable(res: AnalysisResults): Table | null {
   const pct1 = (x: number) => (100 * x).toFixed(1);
   for (const s of res.steering) {
     for (const r of s.rows) {
-      const cells: string[] = [s.requests, steeringConditionLabel(r), String(r.n)];
+      const cells: string[] = [s.feature ? `${s.requests}, along SAE feature #${s.feature.index}` : s.requests, steeringConditionLabel(r), String(r.n)];
       for (const k of ['refusal', 'valid', 'invalid'] as const) {
         const iv = wilsonInterval(r.counts[k], r.n);
         const pct = r.n ? (100 * r.counts[k]) / r.n : 0;
@@ -157,7 +157,11 @@ function steeringTable(res: AnalysisResults): Table | null {
   const sets = s0.rows.some((r) => r.condition !== undefined)
     ? ' Rows "intervene: NAME" run the interventions of NAME.json (--intervene; add / ablate / clamp, with their own layers and positions) instead, on the same prompts.'
     : '';
-  let note = `Steering: hidden[${s0.layer}] −= α · unit(${s0.direction}) ${where}.${sets} Intervals: Wilson 95%.${sampled ? sampledNote(res.steering) : ''}`;
+  const f = res.steering.find((x) => x.feature)?.feature;
+  const byFeature = f
+    ? ` Rows "along SAE feature #${f.index}" subtract α · (unit decoder row of feature #${f.index} of ${f.sae} at ${f.hook}, the feature with the largest cosine, ${f.cosine.toFixed(4)}, with the ${f.of}) instead: the same α, prompts and scoring.`
+    : '';
+  let note = `Steering: hidden[${s0.layer}] −= α · unit(${s0.direction}) ${where}.${sets}${byFeature} Intervals: Wilson 95%.${sampled ? sampledNote(res.steering) : ''}`;
   // the paper's row at the same α (its α are its own scale: compare the shape, not the index)
   const pt = paperNumbers()?.tables.table_3;
   if (pt) {

@@ -17,7 +17,10 @@ import { behaviouralRefusalFigure } from './figures/behavioural-refusal.ts';
 import { s3BarsFigure } from './figures/s3-bars.ts';
 import { tableBarsFigure } from './figures/table-bars.ts';
 import { lodoBarsFigure } from './figures/lodo-bars.ts';
+import { saeDirectionFeaturesFigure } from './figures/sae-direction-features.ts';
+import { steeringByFeatureFigure } from './figures/steering-by-feature.ts';
 import { buildHtml } from './html.ts';
+import { saeSectionMarkdown } from './sae-section.ts';
 import { renderSvg, svgToPng } from './render.ts';
 import { summaryLines } from './summary.ts';
 import { type Table, buildTables, tableMarkdown, toCsv } from './tables.ts';
@@ -38,6 +41,8 @@ export function buildFigures(res: AnalysisResults): Figure[] {
     tableBarsFigure(res, 'table1'),
     tableBarsFigure(res, 'table2'),
     ...(res.steering ?? []).map((s, i) => steeringBarsFigure(res, s, i)),
+    steeringByFeatureFigure(res),
+    saeDirectionFeaturesFigure(res),
     behaviouralRefusalFigure(res),
     lodoBarsFigure(res),
     ...(res.s3?.runs ?? []).map((r) => s3BarsFigure(r.bench, res.model, r.configs)),
@@ -94,6 +99,8 @@ export async function writeReport(outDir: string, res: AnalysisResults, opts: Wr
     '## Tables',
     '',
     ...tables.map(tableMarkdown),
+    '',
+    ...saeSectionMarkdown(res),
   ].join('\n');
   writeFileAtomic(written.markdown, md);
   log('report.html');

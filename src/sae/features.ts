@@ -47,11 +47,19 @@ export interface FeatureAttribution {
 /** Encodes m rows [m, d_in] → [m, d_sae] (default: `encode` of math.ts; the CLI passes onnxruntime's SaeEncoder). */
 export type EncodeRows = (x: Float32Array, m: number) => Float32Array | Promise<Float32Array>;
 
+/** Mean activation of every feature on harmful (label 1) and on benign (label 0) rows. */
+export interface ClassMeans {
+  /** [d_sae] */
+  harmful: Float64Array;
+  /** [d_sae] */
+  benign: Float64Array;
+}
+
 /**
- * Attribution of every feature to r over rows x [n, d_in] labelled 1 (harmful) / 0 (benign), sorted by |attribution|
- * (largest first). Rows are encoded in blocks (no [n, d_sae] matrix is held).
+ * Per-class mean activations over rows x [n, d_in] labelled 1 (harmful) / 0 (benign); other labels are skipped. Rows
+ * are encoded in blocks (no [n, d_sae] matrix is held).
  */
-export async function featureAttribution(sae: Sae, r: ArrayLike<number>, x: Float32Array, labels: ArrayLike<number>, encodeRows?: EncodeRows): Promise<FeatureAttribution[]> {
+export async function classMeanActivations(sae: Sae, x: Float32Array, labels: ArrayLike<number>, encodeRows?: EncodeRows): Promise<ClassMeans> {
   const { dIn, dSae } = sae.config;
   const n = labels.length;
   if (x.length !== n * dIn) throw new SafekeepError(`attribution: ${x.length} values for ${n} rows of d_in ${dIn}`);
@@ -63,27 +71,55 @@ export async function featureAttribution(sae: Sae, r: ArrayLike<number>, x: Floa
     const block = x.subarray(s * dIn, (s + m) * dIn);
     const acts = encodeRows ? await encodeRows(block, m) : encode(sae, block, m).acts;
     for (let t = 0; t < m; t++) {
-      const y = labels[s + t] === 1 ? 1 : 0;
+      const y = labels[s + t];
+      if (y !== 0 && y !== 1) continue;
       count[y]!++;
       const sum = sums[y]!;
       for (let j = 0; j < dSae; j++) sum[j] = sum[j]! + acts[t * dSae + j]!;
     }
   }
   if (count[0] === 0 || count[1] === 0) throw new SafekeepError(`attribution needs harmful and benign rows (${count[1]} harmful, ${count[0]} benign)`);
+  return { harmful: sums[1]!.map((v) => v / count[1]!), benign: sums[0]!.map((v) => v / count[0]!) };
+}
+
+/** Every decoder row's projection on the unit direction, W_dec[j]·r̂. [d_sae] */
+export function decoderProjections(sae: Sae, r: ArrayLike<number>): Float64Array {
+  const { dIn, dSae } = sae.config;
+  if (r.length !== dIn) throw new SafekeepError(`direction has ${r.length} values, the SAE's d_in is ${dIn}`);
   let rn = 0;
   for (let i = 0; i < dIn; i++) rn += Number(r[i]) ** 2;
+  if (!(rn > 0)) throw new SafekeepError('direction is all zeros');
   rn = Math.sqrt(rn);
   const row = new Float32Array(dIn);
-  const out: FeatureAttribution[] = [];
+  const out = new Float64Array(dSae);
   for (let j = 0; j < dSae; j++) {
     rowInto(sae.W_dec, j, row);
     let dot = 0;
     for (let i = 0; i < dIn; i++) dot += row[i]! * Number(r[i]);
-    const projection = dot / rn;
-    const meanDiff = sums[1]![j]! / count[1]! - sums[0]![j]! / count[0]!;
-    out.push({ index: j, meanDiff, projection, attribution: meanDiff * projection });
+    out[j] = dot / rn;
+  }
+  return out;
+}
+
+/**
+ * Attribution of every feature to r̂ from its class means and decoder projections ([d_sae] each, `decoderProjections`):
+ * (harmful − benign mean) × W_dec[j]·r̂, sorted by |attribution| (largest first; ties by index).
+ */
+export function attributionFromMeans(projections: Float64Array, means: ClassMeans): FeatureAttribution[] {
+  const out: FeatureAttribution[] = [];
+  for (let j = 0; j < projections.length; j++) {
+    const meanDiff = means.harmful[j]! - means.benign[j]!;
+    out.push({ index: j, meanDiff, projection: projections[j]!, attribution: meanDiff * projections[j]! });
   }
   return out.sort((a, b) => Math.abs(b.attribution) - Math.abs(a.attribution) || a.index - b.index);
+}
+
+/**
+ * Attribution of every feature to r over rows x [n, d_in] labelled 1 (harmful) / 0 (benign), sorted by |attribution|
+ * (largest first).
+ */
+export async function featureAttribution(sae: Sae, r: ArrayLike<number>, x: Float32Array, labels: ArrayLike<number>, encodeRows?: EncodeRows): Promise<FeatureAttribution[]> {
+  return attributionFromMeans(decoderProjections(sae, r), await classMeanActivations(sae, x, labels, encodeRows));
 }
 
 export interface TopActivation {

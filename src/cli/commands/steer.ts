@@ -9,6 +9,8 @@
  * `--temperature T [--samples K --seed S --top-k --top-p --min-p --repetition-penalty]`: sampled answers, K per request
  * (seeds S, S+1, …); Table 3 then reports refusal over requests × answers with a Wilson and a per-prompt bootstrap
  * interval. Greedy by default, as the paper decodes.
+ * `--sae DIR` (an SAE at hidden[ℓ*]): the same α rows once more along the unit decoder row of the feature with the
+ * largest cosine with R̂ — a sweep by feature beside the sweep by direction, in Table 3 and one figure with both curves.
  * `--shard i/n` (0-based): this shard's token-balanced share of the (requests × α × batch) generations, into
  * results/<model>/shards/steer/; needs the chatbot/agent.schema/agent.flattened caches first (`safekeep slurm steer`
  * runs that extraction as its own sharded stage); `safekeep merge results/<model>` writes Table 3 and the report.
@@ -27,6 +29,7 @@ import { SafekeepError } from '../../util/errors.ts';
 import { readInterventionsFile } from '../engine-flags.ts';
 import { basename } from 'node:path';
 import { SAMPLING_FLAG_DEFS, samplingFlags, samplingSummary } from '../sampling-flags.ts';
+import { SAE_FLAG_DEFS, openSae } from '../sae-flags.ts';
 
 export const summary = 'steering sweep (Table 3): subtract α·R̂ at ℓ*, classify agent outputs';
 
@@ -45,6 +48,7 @@ export const flags: FlagTable = {
       help: 'comma list of intervention files (generate --intervene\'s format: add / ablate / clamp); each one more row, named by its file, on the same prompts',
     },
     ...ANALYSIS_FLAG_DEFS,
+    ...SAE_FLAG_DEFS.map((f) => ({ ...f, help: f.name === 'sae' ? `${f.help}: also sweep α along the unit decoder row of R̂'s top feature (an SAE at hidden[ℓ*])` : f.help })),
     SHARD_FLAG_DEF,
     ...SAMPLING_FLAG_DEFS,
   ],
@@ -70,7 +74,12 @@ export async function run(argv: string[]): Promise<number> {
   const sampling = samplingFlags(a);
   const requests = (a.values.get('requests') ?? 'harmful,benign').split(',');
   for (const r of requests) if (r !== 'harmful' && r !== 'benign') throw new SafekeepError(`--requests: '${r}' (harmful, benign)`);
+  if (a.values.has('hook') && !a.values.has('sae')) throw new SafekeepError('--hook needs --sae');
+  if (a.values.has('sae') && a.values.has('shard')) throw new SafekeepError('--sae: the sweep by feature runs in one process (not with --shard); run steer --sae after the merge, it reuses the direction sweep');
+  // opened before the engine, whose --max-memory plan counts the process's resident bytes
+  const sae = a.values.has('sae') ? { sae: await openSae(a), source: a.values.get('sae')! } : null;
   const o: SteerOptions = {
+    ...(sae ? { sae } : {}),
     ...(await runContextOptions(a)),
     alphas: parseAlphas(a.values.get('alphas') ?? '0,4,8,12'),
     layer,
@@ -95,12 +104,14 @@ export async function run(argv: string[]): Promise<number> {
   const r = await steerSweep(o);
   const pct = (k: number, n: number): string => (n ? `${((100 * k) / n).toFixed(1)}%` : '-');
   const lines = [`steering at ℓ* = ${r.layer} (mean ‖hidden[ℓ*]‖ = ${r.meanNorm.toFixed(3)}), direction: ${r.sweeps[0]?.direction ?? ''}, positions: ${r.sweeps[0]?.positions ?? 'all'}`];
+  const byFeature = r.sweeps.find((s) => s.feature);
+  if (byFeature) lines.push(`by feature ("SAE #j" rows): ${byFeature.direction}`);
   for (const s of r.sweeps) {
     for (const row of s.rows) {
       const what = row.condition === undefined ? `α=${String(row.alpha).padEnd(9)} (${row.alphaRelative?.toFixed(3)}×‖h‖)` : `intervene ${row.condition}`;
       const boot = row.sampled ? ` [per-prompt bootstrap ${(100 * row.sampled.refusal.bootstrap.lo).toFixed(1)}, ${(100 * row.sampled.refusal.bootstrap.hi).toFixed(1)}]` : '';
       const n = row.sampled ? `n=${row.sampled.prompts}×${row.sampled.samples}` : `n=${row.n}`;
-      lines.push(`  ${s.requests.padEnd(7)} ${what}  refusal ${pct(row.counts.refusal, row.n)}${boot}  valid ${pct(row.counts.valid, row.n)}  invalid ${pct(row.counts.invalid, row.n)}  (${n})`);
+      lines.push(`  ${s.requests.padEnd(7)} ${s.feature ? `SAE #${s.feature.index} ` : ''}${what}  refusal ${pct(row.counts.refusal, row.n)}${boot}  valid ${pct(row.counts.valid, row.n)}  invalid ${pct(row.counts.invalid, row.n)}  (${n})`);
     }
   }
   process.stdout.write(`${lines.join('\n')}\nTable 3: ${r.outDir}/table3.md\nreport: ${r.report}\n`);

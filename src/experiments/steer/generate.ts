@@ -46,10 +46,13 @@ export const sampledSweep = (o: { sampling?: SamplingSettings; samples?: number 
 /** Pairs per generation batch: fixed, so one process and every shard decode exactly the same batches. */
 export const GEN_BATCH = 8;
 
-/** 'generated' gets its own files so both sweeps can sit side by side (intervention sets carry their own positions) */
-export const generationsFile = (kind: string, cond: SteerCondition, positions: SteerPositions): string => cond.set
+/**
+ * 'generated' gets its own files so both sweeps can sit side by side (intervention sets carry their own positions);
+ * a sweep along an SAE feature's decoder row (`along` = `sae<j>`) too, beside the sweep along the direction
+ */
+export const generationsFile = (kind: string, cond: SteerCondition, positions: SteerPositions, along?: string): string => cond.set
   ? `generations.${kind}.intervene-${cond.set.label}.jsonl`
-  : `generations.${kind}.alpha${round(cond.alpha)}${positions === 'generated' ? '.generated' : ''}.jsonl`;
+  : `generations.${kind}${along ? `.${along}` : ''}.alpha${round(cond.alpha)}${positions === 'generated' ? '.generated' : ''}.jsonl`;
 
 /**
  * The header key of a generations file: the exact inputs, so a rerun with the same inputs reuses it — for an

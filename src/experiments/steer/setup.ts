@@ -19,6 +19,7 @@ import { groupMap } from '../../data/split.ts';
 import type { Pair } from '../../data/types.ts';
 import type { SamplingSettings, SteerPositions } from '../../engine/types.ts';
 import { callFormatOf, type CallFormat } from '../../outcome/types.ts';
+import type { Sae } from '../../sae/types.ts';
 import { SafekeepError } from '../../util/errors.ts';
 import { directionFromFile } from '../directions-file.ts';
 import { promptCacheName, type ContextOptions, type ExtractContext } from '../extract.ts';
@@ -45,6 +46,8 @@ export interface SteerOptions extends ContextOptions {
   /** sampled decoding (with its seed; absent = greedy) and answers per request (default 1; above 1 needs sampling) */
   sampling?: SamplingSettings;
   samples?: number;
+  /** a sweep by SAE feature beside the sweep by direction: the dictionary (at hidden[ℓ*]) and where it came from */
+  sae?: { sae: Sae; source: string };
 }
 
 function acts(ctx: ExtractContext, name: string): { a: Activations; keys: string[] } {

@@ -9,6 +9,10 @@
  * format `generate --intervene` reads) is one more condition on the same prompts with the same scoring, labelled by
  * the file's name.
  *
+ * With an SAE (`steer --sae DIR`, at hidden[ℓ*]) the same α rows run once more along the unit decoder row of the
+ * feature whose decoder row has the largest cosine with R̂ (normalized as R̂ is, so the α axes agree): a sweep by
+ * feature beside the sweep by direction, in generations.<requests>.sae<j>.alpha<α>.jsonl and in Table 3.
+ *
  * Each (requests, condition) runs as a harness task (src/harness/generation.ts: fixed batches, greedy, classified).
  * Writes results/<model>/steering/: generations.<requests>.alpha<α>.jsonl (every output with its label and reasons),
  * generations.<requests>.intervene-<label>.jsonl per intervention set, beside each its per-sample log (log.<same>), table3.md|csv|json, and merges the sweep into
@@ -31,6 +35,9 @@ import { checkInterventionSets, conditionName, type SteerCondition } from './con
 import { batchOf, conditionTask, GEN_BATCH, generationsFile, generationsKey, sampledSweep, writeConditionLog, type SteerDecode, type SteerGeneration } from './generate.ts';
 import { STEER_CONDITIONS, steerSetup, type SteerOptions, type SteerSetup } from './setup.ts';
 import { steeringRow, tableContext, writeTable3 } from './table3.ts';
+import { topFeatureVector, type FeatureVector } from '../../sae/feature-vector.ts';
+import { hiddenRowOf } from '../../sae/hook.ts';
+import { SafekeepError } from '../../util/errors.ts';
 
 interface SteerResult {
   outDir: string;
@@ -55,6 +62,10 @@ export async function steerSweep(o: SteerOptions): Promise<SteerResult> {
     for (const c of STEER_CONDITIONS) await extractCondition(ctx, c);
     setup = await steerSetup(ctx, o, sets);
     const { layer, meanNorm, unit } = setup;
+    const feature = o.sae ? featureAlong(o.sae, layer, unit) : null;
+    const featureInfo = feature && o.sae
+      ? { sae: o.sae.source, hook: o.sae.sae.config.hookName ?? `hidden[${layer}]`, index: feature.index, cosine: feature.cosine, of: setup.directionName }
+      : null;
     for (const kind of o.requests ?? (['harmful', 'benign'] as const)) {
       const rows: SteeringRow[] = [];
       const prompts = setup.pairs.map((p) => ctx.builder.render(p[kind].prompt, p.tools, 'agent', 'schema'));
@@ -67,6 +78,20 @@ export async function steerSweep(o: SteerOptions): Promise<SteerResult> {
         process.stderr.write(`steer ${kind} ${conditionName(cond)}: refusal ${counts.refusal}, valid ${counts.valid}, invalid ${counts.invalid} of ${gens.length}\n`);
       }
       sweeps.push({ layer, direction: setup.directionName, requests: kind, positions: setup.positions, rows, ...sampledSweep(o) });
+      if (feature) {
+        // the same α rows along the feature's unit decoder row, on the same prompts, cached in their own files
+        // α = 0 steers nothing: its generations are the direction sweep's own
+        const alphaRows = setup.conditions.filter((c) => !c.set);
+        const steered = alphaRows.filter((c) => c.alpha !== 0);
+        const made = await generateConditions(ctx, setup.pairs, prompts.map((p) => p.ids!), prompts.map((p) => p.text), kind, steered, layer, feature.unit, o.maxNewTokens, setup.format, outDir, setup.positions, decode, `sae${feature.index}`);
+        const gens = alphaRows.map((c) => (c.alpha === 0 ? all[setup.conditions.indexOf(c)]! : made[steered.indexOf(c)]!));
+        const fRows = alphaRows.map((cond, i) => steeringRow(gens[i]!, cond, meanNorm));
+        if (!ctx.quiet) for (const [i, cond] of alphaRows.entries()) process.stderr.write(`steer ${kind} SAE feature #${feature.index} ${conditionName(cond)}: refusal ${fRows[i]!.counts.refusal} of ${gens[i]!.length}\n`);
+        sweeps.push({
+          layer, direction: `SAE feature #${feature.index} (unit decoder row; cosine ${feature.cosine.toFixed(4)} with the ${setup.directionName})`, requests: kind,
+          positions: setup.positions, rows: fRows, ...sampledSweep(o), feature: featureInfo!,
+        });
+      }
     }
   } finally {
     await ctx.engine.dispose();
@@ -74,6 +99,14 @@ export async function steerSweep(o: SteerOptions): Promise<SteerResult> {
   const res = writeTable3(tableContext(ctx), outDir, sweeps, setup!.protocol);
   const files = await writeReport(join(ctx.cacheDir, '..'), res);
   return { outDir, report: files.html, layer: setup.layer, meanNorm: setup.meanNorm, direction: setup.unit, sweeps };
+}
+
+/** The top feature of R̂ at ℓ* and its unit decoder row; the SAE must read hidden[ℓ*] (its rows live there only). */
+function featureAlong(o: NonNullable<SteerOptions['sae']>, layer: number, unit: Float32Array): FeatureVector {
+  const row = hiddenRowOf(o.sae.config.hookName, Number.MAX_SAFE_INTEGER, '--sae');
+  if (row !== layer) throw new SafekeepError(`--sae: the SAE reads ${o.sae.config.hookName} = hidden[${row ?? 'none'}], the sweep steers hidden[${layer}] (ℓ*); give --layer ${row ?? 'N'} or an SAE at hidden[${layer}]`);
+  if (o.sae.config.dIn !== unit.length) throw new SafekeepError(`--sae: its d_in is ${o.sae.config.dIn}, the model's d_model is ${unit.length}`);
+  return topFeatureVector(o.sae, unit);
 }
 
 /**
@@ -84,10 +117,10 @@ export async function steerSweep(o: SteerOptions): Promise<SteerResult> {
  */
 async function generateConditions(
   ctx: ExtractContext, pairs: readonly Pair[], ids: number[][], texts: readonly string[], kind: 'harmful' | 'benign', conditions: readonly SteerCondition[], layer: number,
-  unit: Float32Array, maxNewTokens: number, format: CallFormat, outDir: string, positions: SteerPositions, decode: SteerDecode,
+  unit: Float32Array, maxNewTokens: number, format: CallFormat, outDir: string, positions: SteerPositions, decode: SteerDecode, along?: string,
 ): Promise<SteerGeneration[][]> {
   const out: (SteerGeneration[] | null)[] = conditions.map((cond) => {
-    const file = join(outDir, generationsFile(kind, cond, positions));
+    const file = join(outDir, generationsFile(kind, cond, positions, along));
     if (!existsSync(file)) return null;
     const lines = readFileSync(file, 'utf8').trim().split('\n');
     const head = JSON.parse(lines[0]!) as { key?: string };
@@ -119,7 +152,7 @@ async function generateConditions(
     const cond = conditions[a]!;
     const mine = items.flatMap((it, i) => (it.a === a ? [i] : []));
     const gens = mine.flatMap((i) => r.results[i]!.map((x) => x.row));
-    const file = join(outDir, generationsFile(kind, cond, positions));
+    const file = join(outDir, generationsFile(kind, cond, positions, along));
     const key = generationsKey(ctx, pairs, ids, layer, cond, maxNewTokens, unit, positions, decode);
     writeFileAtomic(file, [JSON.stringify({ key }), ...gens.map((g) => JSON.stringify(g))].join('\n') + '\n');
     writeConditionLog(file, key, kind, cond, mine.flatMap((i) => logs.get(items[i]!)!));
