@@ -139,7 +139,7 @@ export class Scheduler {
   enqueue(ids: number[], opts: GenerateOptions, prefillIv: InterventionInputs, decodeIv: InterventionInputs, halt?: (h: Float32Array) => boolean, hooks?: StepHooks): Promise<GenerateResult> {
     const capture = new CaptureRecorder(opts.capture, ids.length, this.s.numLayers);
     // captured hook points are outputs of the sequence's graph: they join its selection (its edits kept)
-    if (capture.hooks.length > 0) hooks = { selection: { capture: [...capture.hooks], edit: hooks?.selection.edit ?? [] }, feeds: hooks?.feeds ?? {} };
+    if (capture.hooks.length > 0) hooks = { selection: { ...hooks?.selection, capture: [...capture.hooks], edit: hooks?.selection.edit ?? [] }, feeds: hooks?.feeds ?? {} };
     // the row's own choice: greedy, or its sampling with its seed (choose-token.ts)
     const next = new NextToken(opts, this.s.eosIds, opts.maxNewTokens, tokenChooser(opts.sampling, ids));
     return new Promise<GenerateResult>((resolve, reject) => {
