@@ -207,7 +207,7 @@ export function parseResearchField(field: unknown, opts: ResearchOptions): Resea
   const maxHooks = opts.maxHooks ?? DEFAULT_MAX_HOOKS;
   const edited = new Set((call.hooks ?? []).map((h) => h.hook));
   const nHooks = edited.size + (capture?.hooks.length ?? 0) + (saes?.length ?? 0);
-  if (nHooks > maxHooks) throw badRequest(`safekeep: ${nHooks} hook points (captured, edited and SAEs) in one request; this server allows at most ${maxHooks}`);
+  if (nHooks > maxHooks) throw badRequest(`safekeep: ${nHooks} hook points (captured and edited${saes ? ', SAEs included' : ''}) in one request; this server allows at most ${maxHooks}`);
   // the engine's own checks (two projections at one layer, an add that overflows float32, …) as the client's 400
   const ivList = callInterventions(call);
   try {
