@@ -5,11 +5,13 @@
  * equal, each step's logits within 1e-4 × max|value|. Rows with different edits, an unedited SAE and no SAE at all,
  * submitted together, decode in shared steps (the stepper is recorded) and each gets what it gets alone; an unedited
  * SAE with the 'error' splice gives the ids of no SAE; a prompt over 512 tokens (chunked prefill) too. Bad attachments
- * are one SafekeepError before any step.
+ * are one SafekeepError before any step. And against transformers: greedy generation on its KV cache with a forward hook
+ * splicing the same SAE with the same edits at every position (scripts/hf-fixtures/sae_generate.py →
+ * test/fixtures/sae/splice-generate.*): ids equal, step logits within 1e-4 × max|value| (the hf5-hooks tolerance).
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
@@ -22,7 +24,10 @@ import type { Sae } from '../src/sae/types.ts';
 import { makeRng } from '../src/util/rng.ts';
 import { SafekeepError } from '../src/util/errors.ts';
 import { argmax } from '../src/engine/run/argmax.ts';
-import { SMALL_GQA, tempCache } from './helpers/engine.ts';
+import { SMALL_GQA, readAllF32, tempCache } from './helpers/engine.ts';
+import { loadSae } from '../src/sae/load.ts';
+import type { FeatureEdit } from '../src/sae/math.ts';
+import { repoRoot } from './helpers/shared.ts';
 import { prompt, rel } from './helpers/scheduler.ts';
 
 const TOL = 1e-4;
@@ -163,5 +168,42 @@ describe('SAE feature edits during generation vs full forwards of runWithCache (
       await assert.rejects(engine.generate([ps[0]!], { ...o, saes: [a] }), (e: unknown) => e instanceof SafekeepError && re.test(e.message));
     }
     await assert.rejects(engine.generate([ps[0]!], { ...o, saes: [{ sae }, { sae: other }] }), /a second SAE at blocks\.1\.resid_post/);
+  });
+});
+
+describe('SAE feature edits during generation vs transformers (llama-default, a forward hook on its KV-cached greedy loop)', () => {
+  const dir = join(repoRoot, 'test', 'fixtures', 'sae');
+  const fx = JSON.parse(readFileSync(join(dir, 'splice-generate.json'), 'utf8')) as {
+    model: string; sae: string; ids: number[]; max_new_tokens: number;
+    cases: { name: string; splice: 'error' | 'reconstruction'; edits: FeatureEdit[]; generated: number[]; min_margin: number }[];
+  };
+  let engine: OnnxEngine;
+  let cache: ReturnType<typeof tempCache>;
+  before(async () => {
+    cache = tempCache();
+    engine = await createEngine(join(repoRoot, fx.model), { cacheDir: cache.dir, threads: 2 });
+  });
+  after(async () => {
+    await engine?.dispose();
+    cache?.cleanup();
+  });
+
+  test('every case alone and all of them batched: transformers\' ids, its step logits within 1e-4', async () => {
+    const sae = loadSae(join(repoRoot, fx.sae));
+    const refs = readAllF32(join(dir, 'splice-generate.expected.safetensors'));
+    const o: GenerateOptions = { maxNewTokens: fx.max_new_tokens, stopIds: [], returnStepLogits: true };
+    const saesOf = (c: (typeof fx.cases)[number]): SaeAttachment[] => [{ sae, splice: c.splice, edits: c.edits }];
+    const batched = await Promise.all(fx.cases.map((c) => engine.submit(fx.ids, { ...o, saes: saesOf(c) })));
+    for (const [i, c] of fx.cases.entries()) {
+      const [alone] = await engine.generate([fx.ids], { ...o, saes: saesOf(c) });
+      const want = refs.get(c.name)!.data;
+      for (const got of [alone!, batched[i]!]) {
+        assert.deepEqual(got.generatedIds, c.generated, `${c.name}: ids`);
+        assert.ok(rel(got.stepLogits!, want) <= TOL, `${c.name}: step logits ${rel(got.stepLogits!, want)}`);
+      }
+    }
+    // the unedited SAE is the plain model
+    const [plain] = await engine.generate([fx.ids], o);
+    assert.deepEqual(plain!.generatedIds, fx.cases.find((c) => c.name === 'none')!.generated);
   });
 });
