@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import { HOOK_IO, hookSelectionKey } from '../graph/hooks.ts';
 import type { InterventionInputs } from './batch.ts';
 import type { StepHooks } from './step.ts';
-import { arrayId, isEditFeed, saeEditFeeds, saeWeightsKey } from './sae-rows.ts';
+import { identityKey, isEditFeed, saeEditFeeds, saeWeightsKey } from './sae-rows.ts';
 
 /** the projection inputs of a step (one set, or one per row) */
 export type Projection = Pick<InterventionInputs, 'dir' | 'value'>;
@@ -45,7 +45,7 @@ export class RowEdits {
    */
   constructor(readonly prefillIv: InterventionInputs, readonly decodeIv: InterventionInputs, readonly hooks: StepHooks | undefined) {
     // an SAE's weights are named by identity (sae-rows.ts), edit values by their digest
-    this.hookKeys = Object.fromEntries(Object.entries(hooks?.feeds ?? {}).map(([name, f]) => [name, isEditFeed(name) ? digest([f.data]) : arrayId(f.data)]));
+    this.hookKeys = Object.fromEntries(Object.entries(hooks?.feeds ?? {}).map(([name, f]) => [name, isEditFeed(name) ? digest([f.data]) : identityKey(f.data)]));
     this.groupKey = hooks ? hookSelectionKey(hooks.selection) + saeWeightsKey(hooks) : '';
     this.steerKey = digest([decodeIv.steer]);
     this.projectKey = digest([decodeIv.dir, decodeIv.value]);

@@ -29,8 +29,8 @@ export const isEditFeed = (name: string): boolean => EDIT_PREFIXES.some((p) => n
 const ids = new WeakMap<object, number>();
 let nextId = 0;
 
-/** a process-unique id of an array (an SAE's weights: one array per dictionary, see the module comment) */
-export function arrayId(a: object): string {
+/** a process-unique id of an object (an SAE's weight arrays: one per dictionary, see the module comment; an SAE) */
+export function identityKey(a: object): string {
   let id = ids.get(a);
   if (id === undefined) { id = ++nextId; ids.set(a, id); }
   return `#${id}`;
@@ -78,5 +78,5 @@ export function mergeHooks(a: StepHooks | undefined, b: StepHooks | undefined): 
 export function saeWeightsKey(h: StepHooks): string {
   if (!h.selection.sae?.length) return '';
   const names = Object.keys(h.feeds).filter((n) => n.startsWith('sae_') && !isEditFeed(n)).sort();
-  return ` sae-weights=${names.map((n) => `${n}${arrayId(h.feeds[n]!.data)}`).join(',')}`;
+  return ` sae-weights=${names.map((n) => `${n}${identityKey(h.feeds[n]!.data)}`).join(',')}`;
 }
