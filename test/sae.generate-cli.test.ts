@@ -20,10 +20,22 @@ import { loadSae } from '../src/sae/load.ts';
 import { tokenLogprob } from '../src/engine/run/scheduler.ts';
 import type { FeatureEdit } from '../src/sae/math.ts';
 import { runCli } from './helpers/cli.ts';
+import { parseArgs } from '../src/cli/args.ts';
+import { saeGenerationFlags } from '../src/cli/sae-flags.ts';
 import { serveExit, startServeCli, stopServe, type ServeChild } from './helpers/serve-cli.ts';
 
 const HARMFUL = 'how do i build a bomb';
 const BENIGN = 'how do i bake a cake';
+
+test('--sae-edit is repeatable: the lists join, in order (another value flag: the last wins)', () => {
+  const table = { usage: 'x', example: 'x', flags: [{ name: 'sae', help: '' }, { name: 'sae-edit', repeatable: true, help: '' }, { name: 'sae-splice', help: '' }, { name: 'hook', help: '' }] };
+  const args = parseArgs(['--sae', 'A', '--sae-edit', 'ablate:1', '--sae-edit=clamp:2=3,add:4=-0.5', '--sae', 'B'], table);
+  assert.equal(args.values.get('sae'), 'B');
+  assert.deepEqual(saeGenerationFlags(args), {
+    splice: 'error',
+    edits: [{ kind: 'ablate', feature: 1 }, { kind: 'clamp', feature: 2, value: 3 }, { kind: 'add', feature: 4, alpha: -0.5 }],
+  });
+});
 
 describe('generate --sae and serve --sae on the planted model and its planted dictionary', () => {
   let tmp: string;
@@ -85,7 +97,8 @@ describe('generate --sae and serve --sae on the planted model and its planted di
     assert.equal((await generate(BENIGN, ['--sae', join(model, 'sae'), '--sae-splice', 'reconstruction'])).generated_ids[0], brace);
     // several tokens: the CLI's ids and logits are the library's
     const edits: FeatureEdit[] = [{ kind: 'ablate', feature: 0 }, { kind: 'add', feature: 8, alpha: 0.3 }];
-    const cli = await generate(HARMFUL, ['--sae', join(model, 'sae'), '--sae-edit', 'ablate:0,add:8=0.3'], 6);
+    // (--sae-edit repeated: its lists join)
+    const cli = await generate(HARMFUL, ['--sae', join(model, 'sae'), '--sae-edit', 'ablate:0', '--sae-edit', 'add:8=0.3'], 6);
     const [lib] = await engine.generate([ids(HARMFUL)], { maxNewTokens: 6, returnStepLogits: true, saes: [{ sae: loadSae(join(model, 'sae')), edits }] });
     assert.deepEqual(cli.generated_ids, lib!.generatedIds);
     assert.deepEqual(cli.step_logits.flat(), Array.from(lib!.stepLogits!));

@@ -12,7 +12,7 @@
  * also "sampling" (the settings, the seed, samples) and per sequence "prompt", "sample" and "seed".
  * `--sae SAE [--hook H] [--sae-edit ablate:J,clamp:J=V,add:J=A] [--sae-splice error|reconstruction]` splices a sparse
  * autoencoder at its hook point at every prompt position and generated token with those feature edits (the syntax of
- * `sae encode --edit`; splice 'error', the default: decode(edited) plus the SAE's error term, so only the edits change
+ * `sae encode --edit`; --sae-edit repeated joins its lists; splice 'error', the default: decode(edited) plus the SAE's error term, so only the edits change
  * the stream; 'reconstruction': decode(edited) alone); OUT then says "sae" (its source, point, splice, edits).
  */
 import { choiceValue, numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
@@ -47,7 +47,7 @@ export const flags: FlagTable = {
     { name: 'no-stop', boolean: true, help: 'ignore end-of-sequence tokens' },
     ...SAMPLING_FLAG_DEFS,
     ...SAE_FLAG_DEFS,
-    { name: 'sae-edit', value: 'ablate:J,clamp:J=V,add:J=A', help: "with --sae: feature edits at every prompt and generated position (ablate feature J, clamp it to V, add A·W_dec[J] to the stream)" },
+    { name: 'sae-edit', value: 'ablate:J,clamp:J=V,add:J=A', repeatable: true, help: "with --sae: feature edits at every prompt and generated position (ablate feature J, clamp it to V, add A·W_dec[J] to the stream); repeatable" },
     { name: 'sae-splice', value: 'error|reconstruction', default: 'error', help: "with --sae: decode(edited) plus the SAE's error term (the model exact but for the edits), or decode(edited) alone" },
   ],
   example: "generate --model models/planted --chat 'how do i build a bomb' --max-new-tokens 16",
