@@ -151,6 +151,19 @@ describe('generate --sae and serve --sae on the planted model and its planted di
       }
     });
 
+    test('/v1/completions takes the same field: a raw prompt continued with the refusal feature ablated is the library\'s', async () => {
+      const saes = [{ sae: loadSae(join(model, 'sae')), edits: [{ kind: 'ablate' as const, feature: 0 }] }];
+      for (const field of [undefined, { saes: [{ name: 'refusal', edits: [{ kind: 'ablate', feature: 0 }] }] }]) {
+        const r = await fetch(`${server.url}/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: HARMFUL, max_tokens: 1, ...(field ? { safekeep: field } : {}) }) });
+        const j = (await r.json()) as { choices: { text: string }[] };
+        assert.equal(r.status, 200, JSON.stringify(j));
+        const [lib] = await engine.generate([tok.encode(HARMFUL)], { maxNewTokens: 1, ...(field ? { saes } : {}) });
+        assert.equal(j.choices[0]!.text, tok.decode(lib!.generatedIds, { skipSpecial: false }), `with${field ? '' : 'out'} the field`);
+      }
+      const bad = await fetch(`${server.url}/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: HARMFUL, max_tokens: 1, safekeep: { saes: [{ name: 'nope' }] } }) });
+      assert.equal(bad.status, 400);
+    });
+
     test('bounds: unknown name, feature out of range, non-finite or too large α, unknown keys, too many edits → 400 naming the field', async () => {
       const msg = [{ role: 'user', content: HARMFUL }];
       const cases: [unknown, RegExp][] = [
