@@ -11,7 +11,7 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
@@ -206,4 +206,12 @@ describe('SAE feature edits during generation vs transformers (llama-default, a 
     const [plain] = await engine.generate([fx.ids], o);
     assert.deepEqual(plain!.generatedIds, fx.cases.find((c) => c.name === 'none')!.generated);
   });
+});
+
+test('src/engine/run stays in files under 500 lines (the per-row SAE edits live in their own module)', () => {
+  const dir = join(repoRoot, 'src', 'engine', 'run');
+  for (const f of readdirSync(dir).filter((x) => x.endsWith('.ts'))) {
+    const lines = readFileSync(join(dir, f), 'utf8').split('\n').length - 1;
+    assert.ok(lines < 500, `src/engine/run/${f}: ${lines} lines`);
+  }
 });
