@@ -23,6 +23,7 @@ test('docs/api.md: every ts example runs; the patching example prints the oracle
     let guarded: RegExpExecArray | null = null;
     let sae: RegExpExecArray | null = null;
     let saeAblated: RegExpExecArray | null = null;
+    let saeGenerated: RegExpExecArray | null = null;
     for (const [i, code] of examples.entries()) {
       const file = join(tmp, `example-${i}.mts`);
       writeFileSync(file, code.replaceAll("from 'safekeep'", `from '${pathToFileURL(join(repoRoot, 'src', 'index.ts')).href}'`));
@@ -32,6 +33,7 @@ test('docs/api.md: every ts example runs; the patching example prints the oracle
       guarded ??= /^verdict (\S+) blocked (\S+) judge calls (\d+) \| (.*)$/m.exec(out);
       sae ??= /^refusal direction = feature (\d+) \(cosine (\S+)\)$/m.exec(out);
       saeAblated ??= /^sorry − \{ logit: (\S+) with the refusal feature ablated: (\S+)$/m.exec(out);
+      saeGenerated ??= /^generated (\S+) → with the refusal feature ablated (\S+)$/m.exec(out);
     }
     // steering subtracts 4·r̂ from hidden[1]: the projection on r̂ moves by exactly −4
     assert.ok(steering, 'the engine example prints its projections');
@@ -45,6 +47,9 @@ test('docs/api.md: every ts example runs; the patching example prints the oracle
     assert.ok(sae && saeAblated, 'the SAE example prints its lines');
     assert.deepEqual([sae[1], sae[2]], ['0', '1.0000']);
     assert.ok(Number(saeAblated[1]) > 0 && Number(saeAblated[2]) < 0, `sorry − { ${saeAblated[1]} → ${saeAblated[2]}`);
+    // and in generation: the harmful request's first token is "sorry", with feature 0 ablated "{"
+    assert.ok(saeGenerated, 'the SAE example prints its generation');
+    assert.deepEqual([saeGenerated[1], saeGenerated[2]], ['sorry', '{']);
     const ref = await oraclePatching(join(tmp, 'planted'));
     for (const k of ['clean', 'corrupted', 'patched'] as const) {
       assert.ok(Math.abs(patching[k] - ref[k]) <= 1.5e-4, `${k}: printed ${patching[k]}, oracle ${ref[k]}`);

@@ -19,6 +19,7 @@
  */
 import type { Engine, GenerateOptions, GenerateResult, GenerationEdits, TokenLogprob } from '../engine/types.ts';
 import { openAiLogprobs } from './logprobs.ts';
+import { identityKey } from '../engine/run/sae-rows.ts';
 import type { PromptTokenizer, RenderOptions } from '../prompts/tokenizer.ts';
 import type { CallFormat } from '../outcome/types.ts';
 import { stripEndTokens } from '../outcome/parse-calls.ts';
@@ -31,6 +32,7 @@ function editOptions(edits: GenerationEdits | undefined, r: ResearchCall | undef
   return {
     ...(edits?.interventions?.length ? { interventions: edits.interventions } : {}),
     ...(edits?.hooks?.length ? { hooks: edits.hooks } : {}),
+    ...(edits?.saes?.length ? { saes: edits.saes } : {}),
     ...(r?.capture ? { capture: r.capture } : {}),
     ...(r?.topLogprobs !== undefined ? { topLogprobs: r.topLogprobs } : {}),
   };
@@ -44,6 +46,7 @@ function editsKey(e: GenerationEdits | undefined): string {
     ...(e.interventions ?? []).map((i) => [i.layer, i.kind, i.alpha ?? null, i.positions ?? null, v(i.vector)]),
     ...(e.hooks ?? []).map((h) => [h.hook, h.kind, 'alpha' in h ? h.alpha : null, 'positions' in h ? h.positions ?? null : null,
       'vector' in h ? v(h.vector) : 'heads' in h ? h.heads : null]),
+    ...(e.saes ?? []).map((a) => ['sae', identityKey(a.sae), a.hook ?? a.sae.config.hookName, a.splice ?? 'error', a.edits ?? []]),
   ])}:`;
 }
 

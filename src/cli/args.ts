@@ -19,6 +19,8 @@ export interface FlagDef {
   /** what the command uses when the flag is absent, as shown in help */
   default?: string;
   help: string;
+  /** a value flag that may be given more than once: its values joined with ',' (a comma list's items; else the last wins) */
+  repeatable?: boolean;
 }
 
 /** A command's flag table: parsing and `--help` both read it. */
@@ -38,6 +40,8 @@ interface FlagSpec {
   values?: readonly string[];
   /** boolean flags */
   booleans?: readonly string[];
+  /** value flags whose repeats are joined with ',' */
+  repeatable?: readonly string[];
 }
 
 export interface ParsedArgs {
@@ -61,6 +65,7 @@ export function flagSpec(table: FlagTable): FlagSpec {
   return {
     values: table.flags.filter((f) => !f.boolean).map((f) => f.name),
     booleans: table.flags.filter((f) => f.boolean).map((f) => f.name),
+    repeatable: table.flags.filter((f) => f.repeatable && !f.boolean).map((f) => f.name),
   };
 }
 
@@ -93,6 +98,7 @@ export function parseArgs(argv: readonly string[], table: FlagSpec | FlagTable):
   const positionals: string[] = [];
   const valueFlags = new Set(spec.values ?? []);
   const boolFlags = new Set(spec.booleans ?? []);
+  const repeatable = new Set(spec.repeatable ?? []);
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     if (!a.startsWith('--')) { positionals.push(a); continue; }
@@ -101,7 +107,8 @@ export function parseArgs(argv: readonly string[], table: FlagSpec | FlagTable):
     if (valueFlags.has(name)) {
       const v = eq >= 0 ? a.slice(eq + 1) : argv[++i];
       if (v === undefined) throw new SafekeepError(`--${name} needs a value`);
-      values.set(name, v);
+      const prev = values.get(name);
+      values.set(name, prev !== undefined && repeatable.has(name) ? `${prev},${v}` : v);
     } else if (boolFlags.has(name)) {
       booleans.add(name);
     } else {

@@ -15,7 +15,7 @@ import { decode, encode, type FeatureEdit } from '../sae/math.ts';
 import { SafekeepError } from '../util/errors.ts';
 import type { Sae } from '../sae/types.ts';
 import type { FlagDef, ParsedArgs } from './args.ts';
-import { requireValue } from './args.ts';
+import { choiceValue, requireValue } from './args.ts';
 import { hubEnv } from './env.ts';
 
 export const SAE_FLAG_DEFS: readonly FlagDef[] = [
@@ -73,19 +73,36 @@ export async function replacedLogits(engine: OnnxEngine, sae: Sae, ids: number[]
   return (await patch(recon)).logits;
 }
 
-/** `--edit ablate:J,clamp:J=V,add:J=A` → feature edits (checked against the SAE later). */
-export function parseFeatureEdits(spec: string): FeatureEdit[] {
-  if (spec.length > 10_000) throw new SafekeepError('--edit: too long');
+/**
+ * `--edit ablate:J,clamp:J=V,add:J=A` → feature edits (checked against the SAE later); `flag` names the flag in errors
+ * (`sae encode --edit`, `generate --sae-edit`: one syntax).
+ */
+export function parseFeatureEdits(spec: string, flag = 'edit'): FeatureEdit[] {
+  if (spec.length > 10_000) throw new SafekeepError(`--${flag}: too long`);
   return spec.split(',').map((part) => {
     const m = /^(ablate|clamp|add):(\d+)(?:=(.+))?$/.exec(part.trim());
-    if (!m) throw new SafekeepError(`--edit: '${part}' is not ablate:FEATURE, clamp:FEATURE=VALUE or add:FEATURE=ALPHA`);
+    if (!m) throw new SafekeepError(`--${flag}: '${part}' is not ablate:FEATURE, clamp:FEATURE=VALUE or add:FEATURE=ALPHA`);
     const feature = Number(m[2]);
     const value = m[3] === undefined ? NaN : Number(m[3]);
     if (m[1] === 'ablate') {
-      if (m[3] !== undefined) throw new SafekeepError(`--edit: '${part}': ablate takes no value`);
+      if (m[3] !== undefined) throw new SafekeepError(`--${flag}: '${part}': ablate takes no value`);
       return { kind: 'ablate' as const, feature };
     }
-    if (!Number.isFinite(value)) throw new SafekeepError(`--edit: '${part}': ${m[1]} needs a finite number after '='`);
+    if (!Number.isFinite(value)) throw new SafekeepError(`--${flag}: '${part}': ${m[1]} needs a finite number after '='`);
     return m[1] === 'clamp' ? { kind: 'clamp' as const, feature, value } : { kind: 'add' as const, feature, alpha: value };
   });
+}
+
+/**
+ * `generate`'s SAE flags checked before anything is loaded: `--sae-edit` (parseFeatureEdits) and `--sae-splice` need
+ * `--sae`, and `--hook` too; null without `--sae`.
+ */
+export function saeGenerationFlags(args: ParsedArgs): { edits: FeatureEdit[]; splice: 'error' | 'reconstruction' } | null {
+  if (!args.values.has('sae')) {
+    const orphan = ['sae-edit', 'sae-splice', 'hook'].filter((f) => args.values.has(f));
+    if (orphan.length) throw new SafekeepError(`${orphan.map((f) => `--${f}`).join(', ')} needs --sae`);
+    return null;
+  }
+  const spec = args.values.get('sae-edit');
+  return { edits: spec === undefined ? [] : parseFeatureEdits(spec, 'sae-edit'), splice: choiceValue(args, 'sae-splice', ['error', 'reconstruction'] as const, 'error') };
 }

@@ -69,7 +69,7 @@ export function withSignal(b: ChatBackend, signal: AbortSignal): ChatBackend {
 }
 
 /** edits that change something */
-export const hasEdits = (e: GenerationEdits | undefined): e is GenerationEdits => !!(e?.interventions?.length || e?.hooks?.length);
+export const hasEdits = (e: GenerationEdits | undefined): e is GenerationEdits => !!(e?.interventions?.length || e?.hooks?.length || e?.saes?.length);
 
 /** A research call straight to the backend (method base: no guard runs, none is in its path). */
 export async function researchRespond(backend: ChatBackend, call: ChatCall): Promise<GuardedResponse> {

@@ -103,7 +103,7 @@ function plan(c: CompletionRequest, o: CompletionsContext, x: Exchange): Planned
   if (research) {
     x.entry.research = {
       steer: rq?.steer ?? null, interventions: (rq?.edits.interventions?.length ?? 0) - (rq?.steer ? 1 : 0) + (rq?.edits.hooks?.length ?? 0),
-      capture: rq?.capture ? rq.capture.hooks.length : 0, logprobs: c.logprobs ?? null,
+      capture: rq?.capture ? rq.capture.hooks.length : 0, logprobs: c.logprobs ?? null, ...(rq?.edits.saes?.length ? { saes: rq.edits.saes.length } : {}),
     };
   }
   const echo = !c.echo ? '' : typeof c.prompt === 'string' ? c.prompt : o.raw.decode(ids);

@@ -251,7 +251,7 @@ function researchOf(x: Exchange, o: LocalServerOptions, a: Admitted): ResearchCa
   // no vectors, no client text
   x.entry.research = {
     steer: rq?.steer ?? null, interventions: (rq?.edits.interventions?.length ?? 0) - (rq?.steer ? 1 : 0) + (rq?.edits.hooks?.length ?? 0),
-    capture: rq?.capture ? rq.capture.hooks.length : 0, logprobs: research.topLogprobs ?? null,
+    capture: rq?.capture ? rq.capture.hooks.length : 0, logprobs: research.topLogprobs ?? null, ...(rq?.edits.saes?.length ? { saes: rq.edits.saes.length } : {}),
   };
   return research;
 }

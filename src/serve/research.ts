@@ -1,6 +1,7 @@
 /**
  * The research fields of `serve --model --allow-interventions` (docs/serve-research.md): the request body's
- * `safekeep` object — per-request steering, interventions (at a layer or a named hook point) and activation capture —
+ * `safekeep` object — per-request steering, interventions (at a layer or a named hook point), feature edits of the
+ * server's sparse autoencoders (research-sae.ts) and activation capture —
  * and OpenAI's `logprobs` / `top_logprobs`, parsed on the server's side into one generation's edits (the engine's
  * `GenerationEdits`, the one edit contract: the field's `steer`, hidden[l] −= α·v̂, becomes an add of −α) and options
  * (`ResearchCall`), and the response parts built from what the generation returned.
@@ -26,6 +27,8 @@ import { MAX_TOP_LOGPROBS } from '../engine/run/scheduler.ts';
 import type { GenerationEdits, HookIntervention, Intervention, Steering } from '../engine/types.ts';
 import { alphaField, alphaValue, isF32, isObject, kindField, knownFields, layerField, positionsField, shown, type Fail } from '../engine/run/intervention-json.ts';
 import type { ResearchCall, ResearchReply } from '../chat/types.ts';
+import type { Sae } from '../sae/types.ts';
+import { parseSaesField } from './research-sae.ts';
 
 export const DEFAULT_MAX_CAPTURE_BYTES = 64 * 2 ** 20;
 export const DEFAULT_MAX_HOOKS = 32;
@@ -40,6 +43,8 @@ export interface ResearchOptions extends HookShape {
   maxHooks?: number;
   /** bytes of captured activations per response (default 64 MiB); beyond → 400 before generation */
   maxCaptureBytes?: number;
+  /** `--sae NAME=DIR`: the sparse autoencoders a request may splice in by name (research-sae.ts) */
+  saes?: ReadonlyMap<string, Sae>;
 }
 
 /**
@@ -184,8 +189,8 @@ function parseCapture(v: unknown, opts: ResearchOptions): CaptureSpec {
  */
 export function parseResearchField(field: unknown, opts: ResearchOptions): ResearchRequest {
   if (field === undefined || field === null) return { edits: {}, capture: null };
-  if (!isObject(field)) throw badRequest('"safekeep" must be an object: {"steer", "interventions", "capture"}');
-  knownFields(field, ['steer', 'interventions', 'capture'], 'safekeep', fail);
+  if (!isObject(field)) throw badRequest('"safekeep" must be an object: {"steer", "interventions", "saes", "capture"}');
+  knownFields(field, ['steer', 'interventions', 'saes', 'capture'], 'safekeep', fail);
   const call: FieldEdits = {};
   if (field.steer !== undefined) call.steer = parseSteer(field.steer, opts);
   if (field.interventions !== undefined) {
@@ -197,11 +202,12 @@ export function parseResearchField(field: unknown, opts: ResearchOptions): Resea
     if (ivs.length) call.interventions = ivs;
     if (hooks.length) call.hooks = hooks;
   }
+  const saes = field.saes === undefined ? undefined : parseSaesField(field.saes, opts.saes, opts.numLayers, opts.hiddenSize);
   const capture = field.capture === undefined ? null : parseCapture(field.capture, opts);
   const maxHooks = opts.maxHooks ?? DEFAULT_MAX_HOOKS;
   const edited = new Set((call.hooks ?? []).map((h) => h.hook));
-  const nHooks = edited.size + (capture?.hooks.length ?? 0);
-  if (nHooks > maxHooks) throw badRequest(`safekeep: ${nHooks} hook points (captured and edited) in one request; this server allows at most ${maxHooks}`);
+  const nHooks = edited.size + (capture?.hooks.length ?? 0) + (saes?.length ?? 0);
+  if (nHooks > maxHooks) throw badRequest(`safekeep: ${nHooks} hook points (captured and edited${saes ? ', SAEs included' : ''}) in one request; this server allows at most ${maxHooks}`);
   // the engine's own checks (two projections at one layer, an add that overflows float32, …) as the client's 400
   const ivList = callInterventions(call);
   try {
@@ -217,7 +223,7 @@ export function parseResearchField(field: unknown, opts: ResearchOptions): Resea
     throw e;
   }
   // one edit contract: the steering shorthand becomes the add it stands for (α negated), before the interventions
-  const edits: GenerationEdits = { ...(ivList.length ? { interventions: ivList } : {}), ...(call.hooks ? { hooks: call.hooks } : {}) };
+  const edits: GenerationEdits = { ...(ivList.length ? { interventions: ivList } : {}), ...(call.hooks ? { hooks: call.hooks } : {}), ...(saes ? { saes } : {}) };
   return { edits, ...(call.steer ? { steer: { layer: call.steer.layer, alpha: call.steer.alpha } } : {}), capture };
 }
 

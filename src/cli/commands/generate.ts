@@ -10,6 +10,10 @@
  * clamp, several at once) from a file, with the steering flags as a shorthand for one add. OUT = {"sequences":
  * [{"generated_ids", "text", "finish", "step_logits" (only with --logits last|all), "first_token_hidden"}]}; sampled,
  * also "sampling" (the settings, the seed, samples) and per sequence "prompt", "sample" and "seed".
+ * `--sae SAE [--hook H] [--sae-edit ablate:J,clamp:J=V,add:J=A] [--sae-splice error|reconstruction]` splices a sparse
+ * autoencoder at its hook point at every prompt position and generated token with those feature edits (the syntax of
+ * `sae encode --edit`; --sae-edit repeated joins its lists; splice 'error', the default: decode(edited) plus the SAE's error term, so only the edits change
+ * the stream; 'reconstruction': decode(edited) alone); OUT then says "sae" (its source, point, splice, edits).
  */
 import { choiceValue, numberValue, parseArgs, requireValue, type FlagTable } from '../args.ts';
 import { SafekeepError } from '../../util/errors.ts';
@@ -21,6 +25,9 @@ import { hubEnv } from '../env.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
 import { STEER_POSITIONS, type GenerateResult, type Steering } from '../../engine/types.ts';
 import { SAMPLING_FLAG_DEFS, samplingFlags, samplingSummary } from '../sampling-flags.ts';
+import { SAE_FLAG_DEFS, openSae, saeGenerationFlags } from '../sae-flags.ts';
+import { engineHookPoint } from '../../sae/hook.ts';
+import { checkEdit } from '../../sae/math.ts';
 
 export const summary = 'generation with KV cache (greedy, or sampled with --temperature), optional steering: prints the answers; JSON (ids, text, logits if asked, hidden)';
 
@@ -39,6 +46,9 @@ export const flags: FlagTable = {
     INTERVENE_FLAG_DEF,
     { name: 'no-stop', boolean: true, help: 'ignore end-of-sequence tokens' },
     ...SAMPLING_FLAG_DEFS,
+    ...SAE_FLAG_DEFS,
+    { name: 'sae-edit', value: 'ablate:J,clamp:J=V,add:J=A', repeatable: true, help: "with --sae: feature edits at every prompt and generated position (ablate feature J, clamp it to V, add A·W_dec[J] to the stream); repeatable" },
+    { name: 'sae-splice', value: 'error|reconstruction', default: 'error', help: "with --sae: decode(edited) plus the SAE's error term (the model exact but for the edits), or decode(edited) alone" },
   ],
   example: "generate --model models/planted --chat 'how do i build a bomb' --max-new-tokens 16",
 };
@@ -62,14 +72,22 @@ export async function run(argv: string[]): Promise<number> {
   }
   const intervene = args.values.get('intervene');
   const interventions = intervene === undefined ? undefined : readInterventionsFile(intervene);
+  const saeFlags = saeGenerationFlags(args);
   const sampling = samplingFlags(args);
   const K = sampling.samples;
   const t0 = performance.now();
   const modelDir = await resolveModel(requireValue(args, 'model'), hubEnv());
   const { ids, tok } = await readTextInput(args, modelDir);
+  // the dictionary before the engine: a --max-memory plan counts the process's resident bytes (sae-flags.ts openSae)
+  const sae = saeFlags ? await openSae(args) : null;
+  if (sae && sae.config.normalizeActivations !== 'none') throw new SafekeepError(`--sae: normalize_activations ${sae.config.normalizeActivations} is not built into the engine's graph; generation cannot splice this SAE`);
+  if (sae) saeFlags!.edits.forEach((e) => checkEdit(sae, e));
+  const saes = sae && saeFlags ? [{ sae, edits: saeFlags.edits, splice: saeFlags.splice }] : undefined;
   const engine = await createEngine(modelDir, engineOptions(args));
   try {
+    const saePoint = sae ? engineHookPoint(sae.config.hookName, engine.numLayers, '--sae').name : null;
     const opts = {
+      ...(saes ? { saes } : {}),
       maxNewTokens,
       ...(args.booleans.has('no-stop') ? { stopIds: [] } : {}),
       ...(steer ? { steer } : {}),
@@ -101,6 +119,7 @@ export async function run(argv: string[]): Promise<number> {
       writeFileAtomic(out, JSON.stringify({
         steering: steer ? { layer: steer.layer, alpha: steer.alpha, positions: steer.positions } : null,
         ...(interventions ? { interventions: interventionSummary(interventions) } : {}),
+        ...(sae && saeFlags ? { sae: { source: sae.config.source, point: saePoint, splice: saeFlags.splice, edits: saeFlags.edits } } : {}),
         ...(ss ? { sampling: { ...ss, samples: K } } : {}),
         logits,
         sequences,
@@ -110,7 +129,7 @@ export async function run(argv: string[]): Promise<number> {
     results.forEach((r, i) => process.stdout.write(`${texts[i] !== null ? texts[i]!.replace(/\r?\n/g, '\\n') : r.generatedIds.join(' ')}\n`));
     const n = results.reduce((a, r) => a + r.generatedIds.length, 0);
     const s = (performance.now() - t0) / 1000;
-    process.stderr.write(`generate: ${results.length} sequences, ${n} new tokens${sampling.settings ? `, ${samplingSummary(sampling)}` : ''}${steer ? `, steered at layer ${steer.layer} (alpha ${steer.alpha}, positions ${steer.positions})` : ''}${interventions ? `, ${interventions.length} interventions` : ''}${out !== undefined ? ` → ${out}` : ''} (${s.toFixed(2)} s)\n`);
+    process.stderr.write(`generate: ${results.length} sequences, ${n} new tokens${sampling.settings ? `, ${samplingSummary(sampling)}` : ''}${steer ? `, steered at layer ${steer.layer} (alpha ${steer.alpha}, positions ${steer.positions})` : ''}${interventions ? `, ${interventions.length} interventions` : ''}${saePoint ? `, SAE at ${saePoint} (${saeFlags!.edits.length} feature edits, splice ${saeFlags!.splice})` : ''}${out !== undefined ? ` → ${out}` : ''} (${s.toFixed(2)} s)\n`);
   } finally {
     await engine.dispose();
   }

@@ -33,6 +33,7 @@ import { checkUpstreamUrl, createGuardProxy, PASS_UNJUDGED, UNGUARDED_ENDPOINTS,
 import { hostName, hostParts, isLoopbackHost } from '../../http/policy.ts';
 import { redactUrl } from '../../http/upstream.ts';
 import type { ServerLimits } from '../../http/server.ts';
+import type { Sae } from '../../sae/types.ts';
 import type { PrefillMode } from '../../chat/openai.ts';
 import { loadSkills, skillDirsFromFlag } from '../../s3/skill-file.ts';
 import { requireChecks } from '../../s3/guard.ts';
@@ -78,14 +79,15 @@ export const flags: FlagTable = {
     { name: 'allow-interventions', boolean: true, help: 'local: accept the request fields "safekeep" and vllm-lens\'s "vllm_xargs" (per-request steering, interventions, activation capture; docs/serve-research.md); runs no guard (--method base)' },
     { name: 'directions', value: 'FILE.safetensors', help: 'local, with --allow-interventions: directions a request may name ("direction": "refusal.chatbot"; what reproduce writes)' },
     { name: 'max-capture-bytes', value: 'BYTES', default: '64MiB', help: 'local, with --allow-interventions: captured activations per response (more → 400 before generation)' },
-    { name: 'max-hooks', value: 'N', default: '32', help: 'local, with --allow-interventions: hook points (captured and edited) per request' },
+    { name: 'max-hooks', value: 'N', default: '32', help: 'local, with --allow-interventions: hook points (captured, edited and SAEs) per request' },
+    { name: 'sae', value: 'NAME=DIR[,NAME=DIR]', help: 'local, with --allow-interventions: sparse autoencoders a request may splice in by NAME with feature edits ("saes": [{"name", "edits"}]; never a path from the client)' },
     ...THINKING_FLAG_DEFS,
   ],
   example: 'serve --upstream http://localhost:8000/v1 --judge-model meta-llama/Llama-3.1-8B-Instruct --port 8080',
 };
 
 /** flags of the local-engine form only */
-const LOCAL_ONLY = ['allow-interventions', 'directions', 'max-capture-bytes', 'max-hooks', 'probe', 'max-tokens', 'template', 'dtype', 'device', 'kv-dtype', 'threads', 'max-memory', 'thinking', 'chat-template-kwargs', 'max-model-len', 'max-queue'];
+const LOCAL_ONLY = ['allow-interventions', 'directions', 'max-capture-bytes', 'max-hooks', 'sae', 'probe', 'max-tokens', 'template', 'dtype', 'device', 'kv-dtype', 'threads', 'max-memory', 'thinking', 'chat-template-kwargs', 'max-model-len', 'max-queue'];
 
 const list = (v: string | undefined) => (v === undefined ? undefined : v.split(',').map((x) => x.trim()).filter(Boolean));
 
@@ -205,7 +207,7 @@ function localMethod(args: ParsedArgs): { method: LocalMethod; allowIntervention
   // so a guard method with it is refused rather than silently switched off
   const allowInterventions = args.booleans.has('allow-interventions');
   if (!allowInterventions) {
-    for (const f of ['directions', 'max-capture-bytes', 'max-hooks']) if (args.values.has(f)) throw new SafekeepError(`--${f} needs --allow-interventions`);
+    for (const f of ['directions', 'max-capture-bytes', 'max-hooks', 'sae']) if (args.values.has(f)) throw new SafekeepError(`--${f} needs --allow-interventions`);
   } else {
     const m = args.values.get('method');
     if (m !== undefined && m !== 'base') throw new SafekeepError(`--allow-interventions runs no guard (a request's steering vector could undo any guard): it serves --method base only, not --method ${m}`);
@@ -257,7 +259,7 @@ async function serveProbe(given: Awaited<ReturnType<typeof skillProbe>>, method:
 }
 
 /** --allow-interventions: the research field's shapes and bounds for this model, --directions by name. */
-async function researchOptions(args: ParsedArgs, engine: OpenedEngine): Promise<import('../../serve/research.ts').ResearchOptions> {
+async function researchOptions(args: ParsedArgs, engine: OpenedEngine, saes: Map<string, Sae> | undefined): Promise<import('../../serve/research.ts').ResearchOptions> {
   const { parseBytes } = await import('../../engine/runtime/memory.ts');
   const L = engine.numLayers;
   const d = engine.dModel;
@@ -270,8 +272,10 @@ async function researchOptions(args: ParsedArgs, engine: OpenedEngine): Promise<
       directions.set(name, Float32Array.from(dir.data));
     }
   }
+  if (saes) (await import('../serve-saes.ts')).checkServerSaes(saes, L, d);
   return {
     numLayers: L, hiddenSize: d, numHeads: engine.config.numHeads, headDim: engine.config.headDim, directions,
+    ...(saes ? { saes } : {}),
     maxHooks: positiveIntValue(args, 'max-hooks', 32),
     maxCaptureBytes: args.values.has('max-capture-bytes') ? parseBytes(args.values.get('max-capture-bytes')!, '--max-capture-bytes') : 64 * 2 ** 20,
   };
@@ -307,6 +311,9 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
   const given = await skillProbe(args.values.get('probe'));
   const template = args.values.get('template');
   const tokenizer = await loadPromptTokenizer(modelDir, { template });
+  // the SAEs before the engine: a --max-memory plan counts the process's resident bytes
+  const saeFlag = args.values.get('sae');
+  const saes = saeFlag === undefined ? undefined : await (await import('../serve-saes.ts')).openServerSaes(saeFlag);
   const engine = await openEngine(args);
   try {
     const { probe, label: probeLabel } = await serveProbe(given, method, engine, modelDir);
@@ -316,7 +323,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
     const backend = localBackend(args, engine, tokenizer, resolveTemplateKwargs(tokenizer.template, th.thinking, th.chatTemplateKwargs).kwargs);
     const { countTokensUpTo } = await import('../../serve/context-length.ts');
     const contextLength = await contextLengthOf(modelDir, maxModelLenFlag);
-    const research = allowInterventions ? await researchOptions(args, engine) : undefined;
+    const research = allowInterventions ? await researchOptions(args, engine, saes) : undefined;
     const server = createLocalServer({
       backend, method, modelName: basename(modelDir), passUnjudged: passUnjudgedFlag(args),
       ...(research ? { research } : {}),
@@ -343,7 +350,7 @@ async function serveLocal(args: ParsedArgs): Promise<number> {
       limits: access.limits,
       hidden: [modelDir, ...(template !== undefined ? [template, resolve(template)] : [])],
     });
-    await listenUntilStopped(server, access.host, access.port, `${modelDir} (local engine, guard ${method}${probe ? `, ${probeLabel}` : ''}${research ? ', research fields allowed: per-request steering, interventions, capture' : ''})`);
+    await listenUntilStopped(server, access.host, access.port, `${modelDir} (local engine, guard ${method}${probe ? `, ${probeLabel}` : ''}${research ? `, research fields allowed: per-request steering, interventions, capture${saes ? `, SAEs ${[...saes.keys()].join(', ')}` : ''}` : ''})`);
   } finally {
     await engine.dispose();
   }

@@ -112,7 +112,8 @@ export function hasHooks(sel: HookSelection | undefined): sel is HookSelection {
 /** The selection's share of the graph-cache key ('' without hooks: the key stays what it was; without SAEs too). */
 export function hookSelectionKey(sel: HookSelection | undefined): string {
   if (!hasHooks(sel)) return '';
-  const sae = sel.sae?.length ? ` sae=${JSON.stringify([...sel.sae].sort((a, b) => (a.hook < b.hook ? -1 : 1)))}` : '';
+  // sae2: the SAE edit inputs take one row per token row (an older cached graph fixed them at one row)
+  const sae = sel.sae?.length ? ` sae2=${JSON.stringify([...sel.sae].sort((a, b) => (a.hook < b.hook ? -1 : 1)))}` : '';
   return `hooks capture=${[...sel.capture].sort().join(',')} edit=${[...sel.edit].sort().join(',')}${sae}\n`;
 }
 

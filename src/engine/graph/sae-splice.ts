@@ -3,12 +3,13 @@
  * 91ca16ccd0684e4dd6323cd4f23ded734339ec54; the same formulas as src/sae/math.ts, which tests hold to torch):
  *   sae_in = x − b_dec·apply_b_dec_to_input,   pre = sae_in @ W_enc + b_enc
  *   acts   = relu(pre) | relu(pre)·(pre > threshold) | topk(pre·|W_dec_j|?, k) relu'd
- *   edited = acts ⊙ keep + set                         (ablate: keep 0; clamp: keep 0, set v; [1, d_sae])
+ *   edited = acts ⊙ keep + set                         (ablate: keep 0; clamp: keep 0, set v; [R, d_sae])
  *   x'     = x                                          splice 'capture'  (only the activations are read)
  *          = x + decode(edited) − decode(acts) + add    splice 'error'    (SAELens use_error_term: exact when unedited)
  *          = decode(edited) + add                        splice 'reconstruction'
- * with decode(a) = (a / |W_dec_j|?) @ W_dec + b_dec and `add` [1, d_in] the sum of α·W_dec[j] of the decoder-row
- * adds. The weights are graph inputs (fed by the run layer, f32), so one graph serves every dictionary of a shape;
+ * with decode(a) = (a / |W_dec_j|?) @ W_dec + b_dec and `add` [R, d_in] the sum of α·W_dec[j] of the decoder-row
+ * adds. R = 1 (one set of edits for every token) or BT (one per token row: a decode batch whose sequences edit
+ * differently, run/sae-rows.ts). The weights are graph inputs (fed by the run layer, f32), so one graph serves every dictionary of a shape;
  * the activations leave as the output `hook.<point>.sae_acts` [BT, d_sae] (before the edits). Input normalization
  * (constant_norm_rescale, layer_norm) is not built here; the run layer refuses it by name.
  */
@@ -44,11 +45,11 @@ export const SAE_IO = {
   threshold: (p: string) => `sae_threshold.${p}`,
   /** f32 [d_sae], topk with rescale_acts_by_decoder_norm: |W_dec_j| */
   decNorm: (p: string) => `sae_dec_norm.${p}`,
-  /** f32 [1, d_sae] */
+  /** f32 [R, d_sae], R = 1 or BT */
   keep: (p: string) => `sae_keep.${p}`,
-  /** f32 [1, d_sae] */
+  /** f32 [R, d_sae] */
   set: (p: string) => `sae_set.${p}`,
-  /** f32 [1, d_in] */
+  /** f32 [R, d_in] */
   add: (p: string) => `sae_add.${p}`,
   /** output f32 [BT, d_sae] */
   acts: (p: string) => `hook.${p}.sae_acts`,
@@ -84,9 +85,9 @@ export function saeSplice(g: GraphBuilder, spec: SaeGraphSpec, x: string): strin
   if (spec.captureActs) g.output(SAE_IO.acts(p), acts, F, ['bt', dSae]);
   if (spec.splice === 'capture') return x;
   const W_dec = g.input(SAE_IO.W_dec(p), F, [dSae, dIn]);
-  const keep = g.input(SAE_IO.keep(p), F, [1, dSae]);
-  const set = g.input(SAE_IO.set(p), F, [1, dSae]);
-  const add = g.input(SAE_IO.add(p), F, [1, dIn]);
+  const keep = g.input(SAE_IO.keep(p), F, ['sae_rows', dSae]);
+  const set = g.input(SAE_IO.set(p), F, ['sae_rows', dSae]);
+  const add = g.input(SAE_IO.add(p), F, ['sae_rows', dIn]);
   const edited = g.op('Add', [g.op('Mul', [acts, keep]), set], {}, { name: 'sae_edited' });
   const unscale = (a: string) => (decNorm ? g.op('Div', [a, decNorm]) : a);
   if (spec.splice === 'reconstruction') {

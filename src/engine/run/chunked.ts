@@ -10,6 +10,7 @@ import type { ModelConfig } from '../../checkpoint/types.ts';
 import type { AttentionImpl } from '../graph/config.ts';
 import { chunkTokens, fitsStep, type MemoryPlan, type StepShape } from '../runtime/memory.ts';
 import type { StepInput, StepOutput, StepSource } from './step.ts';
+import { isEditFeed } from './sae-rows.ts';
 
 /** A step runner under a memory plan (null: no budget). */
 interface PlannedRunner extends StepSource {
@@ -83,8 +84,8 @@ export async function chunkedStep(runner: StepSource, inp: StepInput, chunk: num
   const { batch: B, width: T } = inp;
   if (!Number.isInteger(chunk) || chunk < 1) throw new Error(`chunkedStep: chunk must be a positive integer, got ${chunk}`);
   if (chunk >= T) return runner.step(inp);
-  // hook edits split into chunks only when they broadcast over the tokens (generation's; captures are per step)
-  if (inp.hooks && (inp.hooks.selection.capture.length > 0 || Object.values(inp.hooks.feeds).some((f) => f.dims[0] !== 1))) {
+  // hook and SAE edits split into chunks only when they broadcast over the tokens (generation's; captures are per step)
+  if (inp.hooks && (inp.hooks.selection.capture.length > 0 || Object.entries(inp.hooks.feeds).some(([n, f]) => isEditFeed(n) && f.dims[0] !== 1))) {
     throw new Error('chunkedStep: per-token hook feeds or captures cannot be chunked');
   }
   const L1 = runner.numLayers + 1;

@@ -1,6 +1,6 @@
 /**
  * What a generation call resolves once before its rows join the scheduler: the prompts and `maxNewTokens` checked,
- * the call's interventions as prefill and decode inputs, its hook edits as step feeds. `generate` (many rows, resolved
+ * the call's interventions as prefill and decode inputs, its hook edits and SAEs as step feeds. `generate` (many rows, resolved
  * once for all of them) and `Scheduler.submit` (one row) both start here, so a row is prepared the same whichever
  * way it comes in.
  */
@@ -10,6 +10,7 @@ import type { GenerateOptions } from './types.ts';
 import { callInterventions, interventionInputs, type InterventionInputs } from './batch.ts';
 import { checkIds } from './forward.ts';
 import { generationHooks } from './hooked.ts';
+import { mergeHooks, saeGenerationHooks } from './sae-rows.ts';
 import type { StepHooks, Stepper } from './step.ts';
 
 export interface GenerationInputs {
@@ -17,7 +18,7 @@ export interface GenerationInputs {
   prefillIv: InterventionInputs;
   /** the interventions of every decode step: all of them */
   decodeIv: InterventionInputs;
-  /** edits at hook points, at every prefill and decode position (undefined: none) */
+  /** edits at hook points and spliced SAEs (sae-rows.ts), at every prefill and decode position (undefined: none) */
   hooks: StepHooks | undefined;
   /** the call's sampling with its seed (drawn when a sampling call named none); undefined = plain greedy */
   sampling: SamplingSettings | undefined;
@@ -32,7 +33,8 @@ export function generationInputs(s: Stepper, inputIds: number[][], opts: Generat
   const all = callInterventions(opts);
   const prefillIv = interventionInputs(s.numLayers, s.dModel, all.filter((x) => (x.positions ?? 'all') === 'all'));
   const decodeIv = interventionInputs(s.numLayers, s.dModel, all);
-  return { prefillIv, decodeIv, hooks: generationHooks(s, opts.hooks), sampling: resolvedSampling(opts.sampling, s.vocabSize) };
+  const hooks = mergeHooks(generationHooks(s, opts.hooks), saeGenerationHooks(opts.saes, s.numLayers, s.dModel));
+  return { prefillIv, decodeIv, hooks, sampling: resolvedSampling(opts.sampling, s.vocabSize) };
 }
 
 /** the settings checked against the vocabulary, a seed drawn for a sampling call without one; none when they change nothing */

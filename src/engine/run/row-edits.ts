@@ -9,6 +9,7 @@ import { createHash } from 'node:crypto';
 import { HOOK_IO, hookSelectionKey } from '../graph/hooks.ts';
 import type { InterventionInputs } from './batch.ts';
 import type { StepHooks } from './step.ts';
+import { identityKey, isEditFeed, saeEditFeeds, saeWeightsKey } from './sae-rows.ts';
 
 /** the projection inputs of a step (one set, or one per row) */
 export type Projection = Pick<InterventionInputs, 'dir' | 'value'>;
@@ -19,21 +20,18 @@ const digest = (parts: readonly Float32Array[]): string => {
   return h.digest('hex');
 };
 
-/** A hook selection and its edit inputs as a key part (names and values). */
-const hooksDigest = (h: StepHooks): string => {
+/** A hook selection and its inputs as a key part (names and each feed's key: values, an SAE's weights by identity). */
+const hooksDigest = (h: StepHooks, keys: Record<string, string>): string => {
   const hash = createHash('sha256');
   hash.update(JSON.stringify(h.selection));
-  for (const [name, f] of Object.entries(h.feeds).sort(([a], [b]) => (a < b ? -1 : 1))) {
-    hash.update(`${name}:${f.dims.join('x')}`);
-    hash.update(new Uint8Array(f.data.buffer, f.data.byteOffset, f.data.byteLength));
-  }
+  for (const [name, f] of Object.entries(h.feeds).sort(([a], [b]) => (a < b ? -1 : 1))) hash.update(`${name}:${f.dims.join('x')}:${keys[name]}\n`);
   return `+hooks:${hash.digest('hex')}`;
 };
 
 export class RowEdits {
   /** digest of each hook feed by graph input name (rows with equal ones share the feed in a step) */
   readonly hookKeys: Record<string, string>;
-  /** the decode group: '' without hook edits, else the hook selection's key */
+  /** the decode group: '' without hook edits or SAEs, else the hook selection's key (and its SAEs' weights) */
   readonly groupKey: string;
   /** digests of the decode steer rows and of the projections: rows with equal ones share one set in a step */
   readonly steerKey: string;
@@ -46,11 +44,12 @@ export class RowEdits {
    * points at every prefill and decode position (and the points captured: they are outputs of the same graph)
    */
   constructor(readonly prefillIv: InterventionInputs, readonly decodeIv: InterventionInputs, readonly hooks: StepHooks | undefined) {
-    this.hookKeys = Object.fromEntries(Object.entries(hooks?.feeds ?? {}).map(([name, f]) => [name, digest([f.data])]));
-    this.groupKey = hooks ? hookSelectionKey(hooks.selection) : '';
+    // an SAE's weights are named by identity (sae-rows.ts), edit values by their digest
+    this.hookKeys = Object.fromEntries(Object.entries(hooks?.feeds ?? {}).map(([name, f]) => [name, isEditFeed(name) ? digest([f.data]) : identityKey(f.data)]));
+    this.groupKey = hooks ? hookSelectionKey(hooks.selection) + saeWeightsKey(hooks) : '';
     this.steerKey = digest([decodeIv.steer]);
     this.projectKey = digest([decodeIv.dir, decodeIv.value]);
-    this.prefillSalt = digest([prefillIv.steer, prefillIv.dir, prefillIv.value]) + (hooks ? hooksDigest(hooks) : '');
+    this.prefillSalt = digest([prefillIv.steer, prefillIv.dir, prefillIv.value]) + (hooks ? hooksDigest(hooks, this.hookKeys) : '');
   }
 }
 
@@ -101,6 +100,7 @@ export function prefillSets(rows: readonly RowEdits[]): { steer: Float32Array; p
 /**
  * The hook feeds of a decode step whose rows edit the same points: a feed shared by every row as it is ([1, w]), else
  * one row per sequence ([B, w]); a point's direction and value go per row together (one mask for both, hook-edit.ts).
+ * An SAE's edit inputs the same (keep / set / add, sae-rows.ts); its weights are the group's, shared.
  */
 function rowHooks(rows: readonly RowEdits[], first: StepHooks): StepHooks {
   const differs = (name: string) => rows.some((r) => r.hookKeys[name] !== rows[0]!.hookKeys[name]);
@@ -111,7 +111,10 @@ function rowHooks(rows: readonly RowEdits[], first: StepHooks): StepHooks {
     rows.forEach((r, b) => data.set(r.hooks!.feeds[name]!.data, b * per));
     return { data, dims: [rows.length, ...f.dims.slice(1)] };
   };
-  const feeds: StepHooks['feeds'] = {};
+  const feeds: StepHooks['feeds'] = { ...first.feeds };
+  for (const s of first.selection.sae ?? []) {
+    for (const name of saeEditFeeds(s.hook)) if (first.feeds[name] && differs(name)) feeds[name] = stacked(name);
+  }
   for (const point of first.selection.edit) {
     const projection = differs(HOOK_IO.dir(point)) || differs(HOOK_IO.value(point));
     for (const name of [HOOK_IO.keep(point), HOOK_IO.set(point), HOOK_IO.dir(point), HOOK_IO.value(point)]) {

@@ -15,7 +15,9 @@
  * with different steering, ablations or clamps decode in the same step; when every row's set is the same the step
  * feeds that one set (the plain path is the step it always was). Groups remain only for hook points: a selection of
  * edited points runs another graph (its own session, graph/hook-edit.ts), so each selection decodes as its own batch;
- * within it the rows' edit values are per row too (keep/set/dir/value one row each).
+ * within it the rows' edit values are per row too (keep/set/dir/value one row each). Sparse autoencoders
+ * (GenerateOptions.saes, sae-rows.ts) are part of the selection: rows splicing the same dictionaries the same way decode
+ * together, each with its own feature edits (the SAE's keep/set/add one row each).
  * The prefill of each sequence is its own batch-1 step with its own prefill interventions (positions 'generated'
  * leave it unsteered).
  *
@@ -149,7 +151,7 @@ export class Scheduler {
   enqueue(ids: number[], opts: GenerateOptions, prefillIv: InterventionInputs, decodeIv: InterventionInputs, halt?: (h: Float32Array) => boolean, hooks?: StepHooks): Promise<GenerateResult> {
     const capture = new CaptureRecorder(opts.capture, ids.length, this.s.numLayers);
     // captured hook points are outputs of the sequence's graph: they join its selection (its edits kept)
-    if (capture.hooks.length > 0) hooks = { selection: { capture: [...capture.hooks], edit: hooks?.selection.edit ?? [] }, feeds: hooks?.feeds ?? {} };
+    if (capture.hooks.length > 0) hooks = { selection: { ...hooks?.selection, capture: [...capture.hooks], edit: hooks?.selection.edit ?? [] }, feeds: hooks?.feeds ?? {} };
     // the row's own choice: greedy, or its sampling with its seed (choose-token.ts)
     const next = new NextToken(opts, this.s.eosIds, opts.maxNewTokens, tokenChooser(opts.sampling, ids));
     return new Promise<GenerateResult>((resolve, reject) => {

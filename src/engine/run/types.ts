@@ -13,6 +13,7 @@
  */
 import type { PrefixCache } from './prefix-cache.ts';
 import type { SamplingSettings } from '../sample/settings.ts';
+import type { SaeAttachment } from './sae-hooks.ts';
 
 export type { SamplingSettings };
 
@@ -113,6 +114,13 @@ export interface GenerateOptions {
    * clamp / ablate_heads without `positions` (patch and positions belong to runWithCache, whose positions are fixed)
    */
   hooks?: readonly HookIntervention[];
+  /**
+   * sparse autoencoders spliced at their hook points at every prompt position and every generated token (run/sae-rows.ts),
+   * each with its feature edits (ablate / clamp a feature, add α·W_dec[j]) and splice ('error', the default: an
+   * unedited SAE leaves the stream exact; 'reconstruction': decode(edited) replaces it); no activations captured.
+   * Rows with different SAE edits decode in one step; a row without SAEs keeps the plain graph.
+   */
+  saes?: readonly SaeAttachment[];
   /**
    * hidden states to keep (a server's activation capture): `promptPositions` = prompt positions (0-based, each at
    * most once, any order) whose all-layer hidden states are returned in `capturedPrompt`; `generated` = also each
@@ -231,6 +239,8 @@ export interface GenerationEdits {
   interventions?: Intervention[];
   /** at named hook points (HookIntervention, without patch: a generation has no clean run to patch from) */
   hooks?: HookIntervention[];
+  /** sparse autoencoders spliced with feature edits (GenerateOptions.saes) */
+  saes?: SaeAttachment[];
 }
 
 export type HookIntervention =
