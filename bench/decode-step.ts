@@ -116,20 +116,28 @@ const CONTEXT_SHAPE = { ...SMOLLM2_SHAPE, numLayers: 8, hiddenSize: 256, numHead
 
 interface ContextRow { device: string; context: number; hostDeviceBytesPerStep: number; stepMs: number; dtype: string; kvDType: string }
 
-/** --contexts: bytes crossing and ms per decode step at each context length */
-async function contexts(list: string): Promise<void> {
-  const ctxs = list.split(',').map(Number);
-  if (ctxs.some((c) => !Number.isInteger(c) || c < 1)) throw new Error(`--contexts must be positive integers, got ${list}`);
+/**
+ * The work folder (--keep, else a temporary one) and the checkpoint a mode runs on: --model, else a random one of
+ * `shape` written once into the work folder (`what` names it on stderr).
+ */
+async function workCheckpoint(shape: Parameters<typeof import('../src/checkpoint/random.ts').writeRandomCheckpoint>[2], what: string) {
   const work = flag('keep') ?? mkdtempSync(join(tmpdir(), 'safekeep-decode-step-'));
   const model = flag('model') ?? join(work, 'model');
   const { writeRandomCheckpoint } = await import('../src/checkpoint/random.ts');
   const { loadCheckpoint } = await import('../src/checkpoint/load.ts');
-  const { createEngineFromCheckpoint } = await import('../src/engine/engine.ts');
   if (!flag('model') && !existsSync(join(model, 'config.json'))) {
-    process.stderr.write(`writing a small random llama (8 layers, d 256) to ${model} ...\n`);
-    await writeRandomCheckpoint(model, 'llama', CONTEXT_SHAPE);
+    process.stderr.write(`writing ${what} to ${model} ...\n`);
+    await writeRandomCheckpoint(model, 'llama', shape);
   }
-  const ck = await loadCheckpoint(model);
+  return { work, ck: await loadCheckpoint(model) };
+}
+
+/** --contexts: bytes crossing and ms per decode step at each context length */
+async function contexts(list: string): Promise<void> {
+  const ctxs = list.split(',').map(Number);
+  if (ctxs.some((c) => !Number.isInteger(c) || c < 1)) throw new Error(`--contexts must be positive integers, got ${list}`);
+  const { work, ck } = await workCheckpoint(CONTEXT_SHAPE, 'a small random llama (8 layers, d 256)');
+  const { createEngineFromCheckpoint } = await import('../src/engine/engine.ts');
   const device = flag('device') ?? 'cpu';
   const N = Number(flag('new') ?? 10);
   const reps = Number(flag('reps') ?? 3);
@@ -177,16 +185,8 @@ async function contexts(list: string): Promise<void> {
 
 /** --sampling: a `--rows`-row decode step, greedy and sampled, interleaved in one engine */
 async function sampling(): Promise<void> {
-  const work = flag('keep') ?? mkdtempSync(join(tmpdir(), 'safekeep-decode-step-'));
-  const model = flag('model') ?? join(work, 'model');
-  const { writeRandomCheckpoint } = await import('../src/checkpoint/random.ts');
-  const { loadCheckpoint } = await import('../src/checkpoint/load.ts');
+  const { work, ck } = await workCheckpoint(SMOLLM2_SHAPE, 'a SmolLM2-135M-shaped random checkpoint');
   const { createEngineFromCheckpoint } = await import('../src/engine/engine.ts');
-  if (!flag('model') && !existsSync(join(model, 'config.json'))) {
-    process.stderr.write(`writing a SmolLM2-135M-shaped random checkpoint to ${model} ...\n`);
-    await writeRandomCheckpoint(model, 'llama', SMOLLM2_SHAPE);
-  }
-  const ck = await loadCheckpoint(model);
   const [B, P, N, reps] = [Number(flag('rows') ?? 32), Number(flag('prompt') ?? 64), Number(flag('new') ?? 10), Number(flag('reps') ?? 3)];
   const device = flag('device') ?? 'cpu';
   const e = await createEngineFromCheckpoint(ck, { device: device as 'cpu', threads: Number(flag('threads') ?? 2), cacheDir: join(work, 'cache'), quiet: true });

@@ -16,9 +16,8 @@ import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngine } from '../src/engine/engine.ts';
 import type { SaeAttachment } from '../src/engine/run/sae-hooks.ts';
 import type { FeatureEdit } from '../src/sae/math.ts';
-import type { Sae } from '../src/sae/types.ts';
-import { makeRng } from '../src/util/rng.ts';
 import { best, flag, loadavg } from './common.ts';
+import { randomSae } from './random-sae.ts';
 
 const d = Number(flag('model-d') ?? 256);
 const layers = Number(flag('layers') ?? 8);
@@ -27,23 +26,11 @@ const newTokens = Number(flag('new') ?? 32);
 const threads = Number(flag('threads') ?? 2);
 const rounds = Number(flag('rounds') ?? 3);
 
-function randomSae(m: number, seed: number): Sae {
-  const rng = makeRng(seed);
-  const W_dec = Float32Array.from({ length: m * d }, () => rng.normal() / Math.sqrt(d));
-  const W_enc = new Float32Array(d * m);
-  for (let j = 0; j < m; j++) for (let i = 0; i < d; i++) W_enc[i * m + j] = W_dec[j * d + i]!;
-  return {
-    config: { architecture: 'standard', dIn: d, dSae: m, k: null, rescaleActsByDecoderNorm: false, applyBDecToInput: true, normalizeActivations: 'none', hookName: 'blocks.1.hook_resid_post', dtype: 'F32', layout: 'saelens', source: 'bench' },
-    W_enc: { dtype: 'F32', rows: d, cols: m, data: W_enc }, W_dec: { dtype: 'F32', rows: m, cols: d, data: W_dec },
-    b_enc: Float32Array.from({ length: m }, () => -0.5 + 0.1 * rng.normal()), b_dec: new Float32Array(d), threshold: null, bytes: 2 * m * d * 4,
-  };
-}
-
 const dir = mkdtempSync(join(tmpdir(), 'bench-sae-gen-'));
 try {
   await writeRandomCheckpoint(dir, 'llama', { seed: 3, numLayers: layers, hiddenSize: d, numHeads: 4, numKvHeads: 2, intermediateSize: 4 * d, vocabSize: 4096, ropeScaling: null });
   const engine = await createEngine(dir, { cacheDir: join(dir, '.cache'), threads, quiet: true });
-  const sae = randomSae(16 * d, 2);
+  const sae = randomSae(d, 16 * d, 2);
   const prompts = Array.from({ length: rows }, (_, r) => Array.from({ length: 16 }, (_, i) => (r * 131 + i * 7919) % 4096));
   const o = { maxNewTokens: newTokens, stopIds: [] };
   const rowEdits = (r: number): FeatureEdit[] => [{ kind: 'ablate', feature: r }, { kind: 'clamp', feature: 100 + r, value: 2 }, { kind: 'add', feature: 200 + r, alpha: 0.5 }];

@@ -25,9 +25,9 @@ import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import * as thisEngine from '../src/engine/engine.ts';
 import * as thisEncoder from '../src/engine/runtime/sae-encoder.ts';
 import { encode } from '../src/sae/math.ts';
-import type { Sae } from '../src/sae/types.ts';
-import { makeRng } from '../src/util/rng.ts';
 import { best, flag, loadavg, rawMatmulSession } from './common.ts';
+import type { Sae } from '../src/sae/types.ts';
+import { randomSae } from './random-sae.ts';
 
 const dIn = Number(flag('d-in') ?? 1024);
 const expansion = Number(flag('expansion') ?? 16);
@@ -50,18 +50,6 @@ if (baseDir) {
 }
 const pct = (t: number, ref: number) => `${t / ref >= 1 ? '+' : ''}${(100 * (t / ref - 1)).toFixed(1)} %`;
 const ms = (t: number) => `${(t * 1e3).toFixed(2)} ms`;
-
-function randomSae(d: number, m: number, seed: number): Sae {
-  const rng = makeRng(seed);
-  const W_dec = Float32Array.from({ length: m * d }, () => rng.normal() / Math.sqrt(d));
-  const W_enc = new Float32Array(d * m);
-  for (let j = 0; j < m; j++) for (let i = 0; i < d; i++) W_enc[i * m + j] = W_dec[j * d + i]!;
-  return {
-    config: { architecture: 'standard', dIn: d, dSae: m, k: null, rescaleActsByDecoderNorm: false, applyBDecToInput: true, normalizeActivations: 'none', hookName: 'blocks.1.hook_resid_post', dtype: 'F32', layout: 'saelens', source: 'bench' },
-    W_enc: { dtype: 'F32', rows: d, cols: m, data: W_enc }, W_dec: { dtype: 'F32', rows: m, cols: d, data: W_dec },
-    b_enc: Float32Array.from({ length: m }, () => -0.5 + 0.1 * rng.normal()), b_dec: new Float32Array(d), threshold: null, bytes: 2 * m * d * 4,
-  };
-}
 
 async function encodeBench(): Promise<void> {
   const m = expansion * dIn;
