@@ -7,7 +7,7 @@
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import {
-  DEFAULT_QUANT_BLOCK, DEVICES, KV_DTYPES, type AttentionImpl, type Device, type EngineConfig, type KvDType, type QuantBlock,
+  DEFAULT_QUANT_BLOCK, DEVICES, EMBEDDING_LOOKUPS, KV_DTYPES, type AttentionImpl, type EmbeddingLookup, type Device, type EngineConfig, type KvDType, type QuantBlock,
   type QuantScheme,
 } from './graph/config.ts';
 import { defaultDType, type ComputeDType } from './graph/precision.ts';
@@ -80,6 +80,12 @@ export interface EngineOptions {
    * f32, only the stored keys and values are rounded). Default: the compute dtype's (`defaultKvDType`)
    */
   kvDType?: KvDType;
+  /**
+   * where the token embedding is looked up: 'host' (the engine reads the step's rows from the weight file; the CPU's
+   * default) or 'graph' (a Gather in the graph; the default on cuda and webgpu). Results are bit-equal; 'host' keeps
+   * the table out of resident memory (runtime/host-embeddings.ts).
+   */
+  embeddings?: EmbeddingLookup;
 }
 
 /**
@@ -135,6 +141,15 @@ export function defaultKvDType(dtype: ComputeDType, device: Device): KvDType {
   return dtype === 'f16' && device !== 'cpu' ? 'f16' : 'f32';
 }
 
+/**
+ * The CPU looks the embedding up on the host: a Gather in the graph pages in the whole table through its mapping
+ * (runtime/host-embeddings.ts; bench:generate measured the peak RSS 0.13–0.17 GB lower). On a GPU the table lives in
+ * device memory, so the graph's Gather reads it there, and host rows would cross to the device every step.
+ */
+export function defaultEmbeddings(device: Device): EmbeddingLookup {
+  return device === 'cpu' ? 'host' : 'graph';
+}
+
 function defaultCacheDir(): string {
   return join(homedir(), '.cache', 'safekeep');
 }
@@ -143,6 +158,7 @@ export function resolveEngineConfig(o: EngineOptions): EngineConfig {
   const device = o.device ?? 'cpu';
   if (!DEVICES.includes(device)) throw new SafekeepError(`device must be one of ${DEVICES.join(', ')}, got '${String(device)}'`);
   if (o.kvDType !== undefined && !KV_DTYPES.includes(o.kvDType)) throw new SafekeepError(`kvDType must be one of ${KV_DTYPES.join(', ')}, got '${String(o.kvDType)}'`);
+  if (o.embeddings !== undefined && !EMBEDDING_LOOKUPS.includes(o.embeddings)) throw new SafekeepError(`embeddings must be one of ${EMBEDDING_LOOKUPS.join(', ')}, got '${String(o.embeddings)}'`);
   if (device === 'webgpu' && o.attention === 'mha') {
     throw new SafekeepError("attention 'mha' is refused on webgpu: onnxruntime 1.30's WebGPU MultiHeadAttention is wrong once the query and key lengths reach 32 (use 'matmul', the webgpu default)");
   }
@@ -161,5 +177,6 @@ export function resolveEngineConfig(o: EngineOptions): EngineConfig {
     quiet: o.quiet ?? false,
     profile: o.profile ?? null,
     kvDType: o.kvDType ?? defaultKvDType(dtype, device),
+    embeddings: o.embeddings ?? defaultEmbeddings(device),
   };
 }

@@ -27,6 +27,7 @@ import { Scheduler, type SchedulerOptions } from './run/scheduler.ts';
 import { firstTokenShared, forwardShared } from './run/prefix.ts';
 import type { StepInput, StepOutput, Stepper } from './run/step.ts';
 import { appendKv, capacityBias, emptyKv, kvBytes, kvCapacity, kvTensor, KV_CHUNK, type KvArray, type KvCache, type KvDType } from './runtime/kv.ts';
+import { lookupEmbeddings, type EmbeddingTable } from './runtime/host-embeddings.ts';
 import { countRun, emptyTransfer, type TransferCounter } from './runtime/transfer.ts';
 import { DeviceKv, onDevice } from './runtime/device-kv.ts';
 import { planMemory, RUNTIME_MARGIN, type MemoryPlan, type StepShape } from './runtime/memory.ts';
@@ -77,14 +78,19 @@ export class OnnxEngine implements Engine, Stepper {
   /** RoPE inv_freq as f32 when it does not depend on the length (every type but dynamic) */
   private readonly fixedInvFreq: Float32Array | null;
 
+  /** the table a step's embedding rows are read from (runtime/host-embeddings.ts), or null: the graph gathers them */
+  private readonly embeddingTable: EmbeddingTable | null;
+
   /** the resolved options the session was opened with (to open the graphs with hook points); absent: no hooks */
   private readonly engineConfig: EngineConfig | null;
   /** sessions of graphs with hook points, by their selection's key, opened on first use */
   private readonly hookSessions = new Map<string, Promise<ort.InferenceSession>>();
 
   constructor(readonly checkpoint: Checkpoint, private readonly session: ort.InferenceSession, graphCached: boolean,
-    run: { attention: AttentionImpl; memoryPlan?: MemoryPlan | null; maxBatchTokens?: number; profiling?: boolean; engineConfig?: EngineConfig; scheduler?: SchedulerOptions }) {
+    run: { attention: AttentionImpl; memoryPlan?: MemoryPlan | null; maxBatchTokens?: number; profiling?: boolean; engineConfig?: EngineConfig; scheduler?: SchedulerOptions; embeddings?: EmbeddingTable | null }) {
     this.engineConfig = run.engineConfig ?? null;
+    this.embeddingTable = run.embeddings ?? null;
+    if ((this.embeddingTable !== null) !== (this.engineConfig?.embeddings === 'host')) throw new Error('OnnxEngine: a host embedding table goes with engineConfig.embeddings = host, and only then');
     this.attention = run.attention;
     this.profiling = run.profiling ?? false;
     this.memoryPlan = run.memoryPlan ?? null;
@@ -171,6 +177,7 @@ export class OnnxEngine implements Engine, Stepper {
       [IO.hiddenIndex]: new ort.Tensor('int64', i64(inp.hiddenIndex), [inp.hiddenIndex.length]),
       [IO.logitsIndex]: new ort.Tensor('int64', i64(inp.logitsIndex), [inp.logitsIndex.length]),
     };
+    if (this.embeddingTable) feeds[IO.inputsEmbeds] = new ort.Tensor('float32', lookupEmbeddings(this.embeddingTable, inp.ids), [B, T, this.dModel]);
     if (this.window !== null) feeds[IO.attnBiasWindow] = new ort.Tensor('float32', capacityBias(B, T, P, C, inp.starts, this.window), [B, T, C + T]);
     for (let l = 0; l < this.numLayers; l++) {
       feeds[IO.pastKey(l)] = past.keys[l]!;
@@ -382,16 +389,16 @@ export async function createEngineFromCheckpoint(ckpt: Checkpoint, opts: EngineO
   // the plan first: a budget the weights alone exceed fails before any memory is spent
   const plan = opts.maxMemory === undefined ? null : planMemory(ckpt.config, cfg.dtype, opts.maxMemory, {
     storage: ckpt.tensors.get(tensorName('down', 0))?.dtype ?? 'F32',
-    lowMemory: cfg.lowMemory, attention: cfg.attention, kvElement: kvBytes(cfg.kvDType),
+    lowMemory: cfg.lowMemory, attention: cfg.attention, kvElement: kvBytes(cfg.kvDType), hostEmbeddings: cfg.embeddings === 'host',
     ...(cfg.quant ? { quant: { scheme: cfg.quant.scheme, block: cfg.quant.block } } : {}),
     runtimeBytes: opts.runtimeBytes ?? process.memoryUsage().rss + RUNTIME_MARGIN,
   });
   if (opts.maxBatchTokens !== undefined && (!Number.isInteger(opts.maxBatchTokens) || opts.maxBatchTokens < 1)) {
     throw new SafekeepError(`maxBatchTokens must be a positive integer, got ${opts.maxBatchTokens}`);
   }
-  const { session, cached } = await openSession(ckpt, cfg);
+  const { session, cached, embeddings } = await openSession(ckpt, cfg);
   const maxBatchTokens = Math.min(plan?.maxBatchTokens ?? Infinity, opts.maxBatchTokens ?? (plan ? Infinity : 4096));
-  return new OnnxEngine(ckpt, session, cached, { attention: cfg.attention, memoryPlan: plan, maxBatchTokens, profiling: cfg.profile !== null, engineConfig: cfg });
+  return new OnnxEngine(ckpt, session, cached, { attention: cfg.attention, memoryPlan: plan, maxBatchTokens, profiling: cfg.profile !== null, engineConfig: cfg, embeddings });
 }
 
 export async function createEngine(modelDir: string, opts: EngineOptions = {}): Promise<OnnxEngine> {

@@ -32,6 +32,15 @@ export const DEFAULT_QUANT_BLOCK: QuantBlock = 32;
 export type KvDType = 'f32' | 'f16';
 export const KV_DTYPES: readonly KvDType[] = ['f32', 'f16'];
 
+/**
+ * Where the token embedding is looked up: 'host' = the engine reads the rows of a step's ids from the weight file and
+ * feeds them as `inputs_embeds` (runtime/host-embeddings.ts); 'graph' = a Gather on the embedding table inside the
+ * graph (its own mapping of the stored bytes). The default is 'host' on the CPU and 'graph' on a GPU (engine-config.ts
+ * `defaultEmbeddings` says why).
+ */
+export type EmbeddingLookup = 'host' | 'graph';
+export const EMBEDDING_LOOKUPS: readonly EmbeddingLookup[] = ['host', 'graph'];
+
 /** What the session and the graph are made from: every choice resolved. */
 export interface EngineConfig {
   dtype: ComputeDType;
@@ -48,10 +57,11 @@ export interface EngineConfig {
   /** trace path prefix, or null: no profiling */
   profile: string | null;
   kvDType: KvDType;
+  embeddings: EmbeddingLookup;
 }
 
 /** The fields of a config that change the graph's bytes (the graph-cache key's share of it). */
 export function graphConfigKey(c: EngineConfig): string {
   // webgpu graphs differ (attention.ts joinValues); the other devices' keys stay as they were
-  return `${c.dtype}\n${c.attention}\n${c.fuse}\n${c.device === 'webgpu' ? 'webgpu\n' : ''}${c.kvDType === 'f16' ? 'kv f16\n' : ''}`;
+  return `${c.dtype}\n${c.attention}\n${c.fuse}\n${c.device === 'webgpu' ? 'webgpu\n' : ''}${c.kvDType === 'f16' ? 'kv f16\n' : ''}${c.embeddings === 'host' ? 'embeddings host\n' : ''}`;
 }

@@ -2,7 +2,8 @@
  * The decoder as an ONNX graph, built from a checkpoint's config and tensor index. Reads top to bottom like
  * nanoGPT's model.py:
  *
- *   x = embed(ids)                                   hidden[0] (+ steer[0])
+ *   x = embed(ids)                                   hidden[0] (+ steer[0]); the rows fed as inputs_embeds when
+ *                                                    the host looks them up (EngineConfig.embeddings)
  *   for each block l:
  *     h = rmsnorm(x);  q, k, v = h Wqᵀ (+b), h Wkᵀ (+b), h Wvᵀ (+b)
  *     (qwen3) q, k = rmsnorm per head
@@ -54,7 +55,7 @@ import { checkpointWeights, quantStoreWeights, type WeightSource } from './weigh
  */
 export const WEBGPU_MAX_SPLIT_OUTPUTS = 6;
 
-export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype' | 'attention' | 'fuse' | 'quant'> & Partial<Pick<EngineConfig, 'device' | 'kvDType'>>,
+export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype' | 'attention' | 'fuse' | 'quant'> & Partial<Pick<EngineConfig, 'device' | 'kvDType' | 'embeddings'>>,
   realFiles: ReadonlyMap<string, string>, quant?: QuantStore, hooks: HookSelection = NO_HOOKS): Uint8Array {
   if (isQuantized(cfg.dtype) && !quant) throw new Error(`graph: dtype ${cfg.dtype} needs the quantized weights`);
   const c = ckpt.config;
@@ -62,7 +63,7 @@ export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype
   // an f16 KV cache: the buffer is fed and the new slots returned as f16, the attention math stays f32
   const kvF16 = cfg.kvDType === 'f16';
   const kvType = kvF16 ? DataType.FLOAT16 : DataType.FLOAT;
-  const io = declareInputs(g, c, kvType);
+  const io = declareInputs(g, c, kvType, cfg.embeddings === 'host');
   const w = quant
     ? quantStoreWeights(g, ckpt, cfg.dtype, quant, cfg.quant?.accuracyLevel ?? 0)
     : checkpointWeights(g, ckpt, cfg.dtype, realFiles, cfg.fuse);
@@ -80,7 +81,7 @@ export function buildModelGraph(ckpt: Checkpoint, cfg: Pick<EngineConfig, 'dtype
 
   const rows = interventionRows(g, io, c.numLayers, c.hiddenSize, cfg.device === 'webgpu' ? WEBGPU_MAX_SPLIT_OUTPUTS : Infinity);
   const intervene = (v: string, l: number) => projectTo(g, v, rows, l);
-  let x = g.scope('embed', () => intervene(addSteer(g, g.op('Reshape', [w.embedRows(io.ids), g.i64([-1, c.hiddenSize])]), rows, 0), 0)); // [BT, d]
+  let x = g.scope('embed', () => intervene(addSteer(g, g.op('Reshape', [io.embeds ?? w.embedRows(io.ids), g.i64([-1, c.hiddenSize])]), rows, 0), 0)); // [BT, d]
   hidden.add(x);
   for (let l = 0; l < c.numLayers; l++) {
     // hidden[l+1] = resid_post of block l: its edits come after the steering row and the projection

@@ -9,6 +9,7 @@ import { DataType, type DataTypeId } from './onnx/proto.ts';
 /** Names of the graph's inputs and outputs (the session contract). */
 export const IO = {
   inputIds: 'input_ids', // int64 [B, T]
+  inputsEmbeds: 'inputs_embeds', // f32 [B, T, d]: the ids' embedding rows, only when the host looks them up (EngineConfig.embeddings)
   positionIds: 'position_ids', // int64 [B, T]
   attnBias: 'attn_bias', // f32 [B, T, C + T], C = past buffer capacity; 0 = visible, large negative = masked (kv.ts capacityBias)
   attnBiasWindow: 'attn_bias_window', // f32 [B, T, C + T]: attn_bias with the sliding window too; only when a layer has one
@@ -34,6 +35,8 @@ export const MASKED = -1e9;
 /** The graph's input values, declared in `IO` order (shapes as in `IO`). */
 export interface GraphInputs {
   ids: string;
+  /** the ids' embedding rows fed by the host, or null: the graph gathers them from the table */
+  embeds: string | null;
   positions: string;
   attnBias: string;
   /** only when a layer has a sliding window */
@@ -48,8 +51,8 @@ export interface GraphInputs {
   past: { k: string; v: string }[];
 }
 
-/** `kvType`: the KV buffer's element type (FLOAT, or FLOAT16 for an f16 KV cache) */
-export function declareInputs(g: GraphBuilder, c: ModelConfig, kvType: DataTypeId = DataType.FLOAT): GraphInputs {
+/** `kvType`: the KV buffer's element type (FLOAT, or FLOAT16 for an f16 KV cache); `hostEmbeddings`: declare `inputs_embeds` */
+export function declareInputs(g: GraphBuilder, c: ModelConfig, kvType: DataTypeId = DataType.FLOAT, hostEmbeddings = false): GraphInputs {
   const F = DataType.FLOAT;
   const { numLayers: L, hiddenSize: d, numKvHeads: kvH, headDim: hd } = c;
   // one window size for every windowed layer (the config keys give one); the engine feeds its bias when there is one
@@ -58,6 +61,7 @@ export function declareInputs(g: GraphBuilder, c: ModelConfig, kvType: DataTypeI
   const bt = ['batch', 'seq'];
   return {
     ids: g.input(IO.inputIds, DataType.INT64, bt),
+    embeds: hostEmbeddings ? g.input(IO.inputsEmbeds, F, [...bt, d]) : null,
     positions: g.input(IO.positionIds, DataType.INT64, bt),
     attnBias: g.input(IO.attnBias, F, [...bt, 'total']),
     attnBiasWindow: windows.length ? g.input(IO.attnBiasWindow, F, [...bt, 'total']) : null,

@@ -142,18 +142,21 @@ interface WeightOptions {
   lowMemory?: boolean;
   /** q8/q4: the store's scheme and block (default DEFAULT_QUANT_LAYOUT) */
   quant?: QuantLayout;
+  /** the host reads the embedding rows by position (EngineConfig.embeddings = 'host'): the table is never mapped */
+  hostEmbeddings?: boolean;
 }
 
 const storageBytes = (s: DType | undefined): number => (s === 'BF16' || s === 'F16' ? 2 : 4);
 
 /**
  * Peak resident weight bytes of a session: the linear layers as computed (f32 pre-packed, or the q8/q4 store) times
- * WEIGHT_PEAK, plus norms and biases in storage, plus the embedding's stored bytes: it is a Gather on the mapped file,
- * and read-ahead around the rows a long workload uses eventually pages all of it in (bench:8b).
+ * WEIGHT_PEAK, plus norms and biases in storage, plus the embedding's stored bytes when the graph gathers it: a Gather
+ * on the mapped file, and read-ahead around the rows a long workload uses eventually pages all of it in (bench:8b);
+ * read by the host (`hostEmbeddings`, the CPU's default) it is never mapped.
  */
 export function weightBytes(c: ModelConfig, dtype: ComputeDType, o: WeightOptions = {}): number {
   const sb = storageBytes(o.storage);
-  const other = (normParams(c) + c.vocabSize * c.hiddenSize) * sb;
+  const other = (normParams(c) + (o.hostEmbeddings ? 0 : c.vocabSize * c.hiddenSize)) * sb;
   if (dtype === 'q8' || dtype === 'q4') return WEIGHT_PEAK.quant * quantStoreBytes(c, dtype === 'q8' ? 8 : 4, o.quant) + other;
   const lin = linearParams(c);
   if (o.lowMemory) return WEIGHT_PEAK.lowMemory * lin * sb + other;

@@ -10,6 +10,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import * as ort from 'onnxruntime-node';
+import { tensorName } from '../../checkpoint/tensors.ts';
 import type { Checkpoint } from '../../checkpoint/types.ts';
 import { writeFileAtomic } from '../../util/atomic.ts';
 import { SafekeepError } from '../../util/errors.ts';
@@ -18,8 +19,10 @@ import { graphConfigKey, type EngineConfig } from '../graph/config.ts';
 import { isQuantized } from '../graph/precision.ts';
 import { buildModelGraph } from '../graph/decoder.ts';
 import { hookSelectionKey, type HookSelection } from '../graph/hooks.ts';
+import type { QuantStore } from '../graph/quant-index.ts';
 import { IO } from '../graph/io.ts';
 import { linearType } from '../graph/precision.ts';
+import type { EmbeddingTable } from './host-embeddings.ts';
 import { quantizedWeights } from './quant-store.ts';
 import { resolveWeightFiles, weightFilesStamp } from './weight-files.ts';
 
@@ -36,21 +39,33 @@ function graphCacheKey(ckpt: Checkpoint, realFiles: Map<string, string>, cfg: En
 }
 
 /** The graph bytes for this checkpoint and options: from the cache, or built and cached (atomic write). */
-function modelGraph(ckpt: Checkpoint, cfg: EngineConfig, hooks?: HookSelection): { bytes: Uint8Array; weightsDir: string; cached: boolean; path: string } {
+function modelGraph(ckpt: Checkpoint, cfg: EngineConfig, hooks?: HookSelection): { bytes: Uint8Array; weightsDir: string; cached: boolean; path: string; embeddings: EmbeddingTable | null } {
   const { realFiles, weightsDir: ckptDir } = resolveWeightFiles(ckpt);
   // q8/q4: every weight comes from the quantized store in the cache (made once), not the checkpoint folder
   const quant = cfg.quant ? quantizedWeights(ckpt, cfg.quant.bits, cfg.quant.scheme, cfg.quant.block, cfg.cacheDir, cfg.quiet) : undefined;
   const weightsDir = quant ? quant.dir : ckptDir;
   const key = graphCacheKey(ckpt, realFiles, cfg, quant?.dir ?? null, hooks);
   const path = join(cfg.cacheDir, 'graphs', `${key}.onnx`);
-  if (existsSync(path)) return { bytes: readFileSync(path), weightsDir, cached: true, path };
+  const embeddings = cfg.embeddings === 'host' ? embeddingTable(ckpt, cfg, realFiles, quant) : null;
+  if (existsSync(path)) return { bytes: readFileSync(path), weightsDir, cached: true, path, embeddings };
   const bytes = buildModelGraph(ckpt, cfg, realFiles, quant, hooks);
   try {
     writeFileAtomic(path, bytes);
   } catch {
     // an unwritable cache only costs the rebuild next time
   }
-  return { bytes, weightsDir, cached: false, path };
+  return { bytes, weightsDir, cached: false, path, embeddings };
+}
+
+/** the bytes the graph's Gather would read (graph/weights.ts): the checkpoint's tensor, or its copy in the q8/q4 store */
+function embeddingTable(ckpt: Checkpoint, cfg: EngineConfig, realFiles: Map<string, string>, quant: QuantStore | undefined): EmbeddingTable {
+  const e = ckpt.tensors.get(tensorName('embed'));
+  if (!e) throw new Error(`graph: checkpoint has no tensor ${tensorName('embed')}`);
+  const stored = quant ? quant.index.tensors[e.name] : undefined;
+  if (quant && !stored) throw new Error(`graph: quantized store has no tensor ${e.name}`);
+  const file = quant ? quant.file : realFiles.get(e.file);
+  if (!file) throw new Error(`graph: no resolved path for ${e.file}`);
+  return { file, offset: stored ? stored.offset : e.offset, dtype: e.dtype, rows: e.shape[0]!, dim: e.shape[1]!, roundBf16: cfg.dtype === 'bf16' };
 }
 
 /** the one install instruction, said the same way by this error, `npm run check:gpu` and docs/engine.md (GPU) */
@@ -80,12 +95,13 @@ export function webgpuError(why: string): SafekeepError {
 }
 
 /** `hooks`: the hook points the session's graph exposes (graph/hooks.ts); none by default. */
-export async function openSession(ckpt: Checkpoint, opts: EngineConfig, hooks?: HookSelection): Promise<{ session: ort.InferenceSession; cached: boolean }> {
+/** `embeddings`: the table the engine reads the rows from when the host looks them up (EngineConfig.embeddings), else null */
+export async function openSession(ckpt: Checkpoint, opts: EngineConfig, hooks?: HookSelection): Promise<{ session: ort.InferenceSession; cached: boolean; embeddings: EmbeddingTable | null }> {
   if (opts.device === 'cuda') checkCudaInstalled();
   if (linearType(opts.dtype) === 'bf16' && opts.device !== 'cuda') {
     throw new SafekeepError(`--dtype ${opts.dtype} runs only with --device cuda (onnxruntime's ${opts.device === 'webgpu' ? 'WebGPU' : 'CPU'} provider has no bf16 MatMul); use --dtype bf16 (bf16-rounded weights, f32 math) or f16`);
   }
-  const { bytes, weightsDir, cached } = modelGraph(ckpt, opts, hooks);
+  const { bytes, weightsDir, cached, embeddings } = modelGraph(ckpt, opts, hooks);
   const options: ort.InferenceSession.SessionOptions = {
     executionProviders: opts.device === 'cpu' ? ['cpu'] : [opts.device, 'cpu'],
     graphOptimizationLevel: 'all',
@@ -126,5 +142,5 @@ export async function openSession(ckpt: Checkpoint, opts: EngineConfig, hooks?: 
     if (opts.device === 'webgpu') throw webgpuError(why);
     throw new SafekeepError(`--device cuda: onnxruntime's CUDA execution provider could not start (${why}). ${CUDA_HINT}`);
   }
-  return { session, cached };
+  return { session, cached, embeddings };
 }
