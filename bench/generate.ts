@@ -1,6 +1,6 @@
 /**
  * `npm run bench:generate [-- --rounds R --prompts N --new-tokens K --threads T --device cpu|cuda|webgpu --dtype f32|f16
- *    --kv-dtypes f32,f16 --base REV --base-batches 8,32
+ *    --kv-dtypes f32,f16 --embeddings host,graph --base REV --base-batches 8,32
  *    --hf-batches B,… --no-hf --no-llama --llama-batch 512 --modes M,… --mem-log PREFIX --keep DIR --json FILE]`: generation throughput on the
  * serving workload — a SmolLM2-135M-shaped random checkpoint (f32), N = 32 prompts of 151–587 tokens (random ids),
  * exactly K = 64 new tokens each (no stop ids), greedy, 2 threads — in fresh child processes, the modes interleaved
@@ -29,8 +29,10 @@
  * and llama.cpp parallel.
  * `--modes one,scheduled,base8,hf,llama`: only those rows (base<B> for base batch B), e.g. `--modes scheduled,base8`
  * for the peak-RSS comparison without the slow one-at-a-time row. `--mem-log PREFIX`: each safekeep child writes
- * PREFIX.<mode>.jsonl, one line after every engine step: VmRSS / VmHWM, V8's arrayBuffers / external / heap, and the
+ * PREFIX.<mode><kv dtype><embeddings>.jsonl (the last two when the row sets them), one line after every engine step: VmRSS / VmHWM, V8's arrayBuffers / external / heap, and the
  * scheduler's decode-row KV, prefix-store and prefill-cache bytes (what holds memory at the peak).
+ * `--embeddings host,graph`: a scheduled row for each place the token embedding is looked up (EngineConfig.embeddings;
+ * each KV dtype gets one per choice), the peak-RSS A/B of the host lookup against the graph's Gather.
  * `--workload table4`: the Table-4-like workload of bench/generate-table4.ts instead.
  * Results: a table on stdout and JSON in --json FILE (default <tmp>/safekeep-bench-generate[-table4].json;
  * bench:projection reads the serving workload's from there). Progress on stderr.
@@ -68,6 +70,7 @@ async function servingChild(): Promise<Record<string, unknown>> {
     ...(flag('device') ? { device: flag('device') as 'cpu' | 'cuda' | 'webgpu' } : {}),
     ...(flag('dtype') ? { dtype: flag('dtype') as 'f32' | 'f16' } : {}),
     ...(flag('kv-dtype') ? { kvDType: flag('kv-dtype') as 'f32' | 'f16' } : {}),
+    ...(flag('embeddings') ? { embeddings: flag('embeddings') as 'host' | 'graph' } : {}),
   };
   const engine = await createEngine(flag('model')!, { threads: Number(flag('threads') ?? 2), cacheDir: flag('cache')!, quiet: true, ...own });
   const prompts = workload(n, engine.vocabSize);
@@ -199,7 +202,9 @@ async function servingMain(): Promise<void> {
       }
     }
     const node = (args: string[], what: string) => runChild(process.execPath, ['--import', 'tsx', here, '--child', ...args], what).json;
-    const memLog = (mode: string, extra: string[]) => flag('mem-log') ? ['--mem-log', `${flag('mem-log')}.${mode}${extra.at(-1) ?? ''}.jsonl`] : [];
+    // PREFIX.<mode><kv dtype><embeddings>.jsonl (the row's own flags, when given)
+    const valueOf = (extra: string[], f: string) => { const i = extra.indexOf(f); return i >= 0 ? extra[i + 1]! : ''; };
+    const memLog = (mode: string, extra: string[]) => flag('mem-log') ? ['--mem-log', `${flag('mem-log')}.${mode}${valueOf(extra, '--kv-dtype')}${valueOf(extra, '--embeddings')}.jsonl`] : [];
     const sk = (root: string, mode: string, cache: string, extra: string[] = []) => () =>
       node(['--root', root, '--mode', mode, '--model', model, '--cache', join(dir, cache), '--threads', String(threads), '--prompts', String(n), '--new-tokens', String(K), ...extra, ...memLog(mode, extra)], mode);
     const hf = (args: string[], name: string) => () =>
@@ -216,14 +221,23 @@ async function servingMain(): Promise<void> {
     const ownArgs = ['--device', device, '--dtype', dtype];
     const kvs = (flag('kv-dtypes') ?? '').split(',').filter(Boolean);
     const kvArgs = (kv: string | undefined) => (kv ? ['--kv-dtype', kv] : []);
+    // --embeddings host,graph: where the embedding is looked up (EngineConfig.embeddings), a scheduled row per choice
+    // and KV dtype; the first choice's rows are the ones named as usual
+    const embs = (flag('embeddings') ?? '').split(',').filter(Boolean);
+    const embArgs = (e: string | undefined) => (e ? ['--embeddings', e] : []);
+    /** the scheduled row of KV dtype `kv` (its name's suffix `kvName`) for each embedding choice after the first */
+    const otherEmbs = (kv: string | undefined, kvName: string) => embs.slice(1).map((e) => ({
+      name: `${SCHED}${kvName}, embeddings ${e}`, run: sk(repo, 'scheduled', 'cache', [...ownArgs, ...kvArgs(kv), ...embArgs(e)]),
+    }));
     const modes: Mode[] = [
-      { name: ONE, run: sk(repo, 'one', 'cache', [...ownArgs, ...kvArgs(kvs[0])]) },
+      { name: ONE, run: sk(repo, 'one', 'cache', [...ownArgs, ...kvArgs(kvs[0]), ...embArgs(embs[0])]) },
       ...('root' in base ? baseBatches.map((b) => ({ name: baseName(b), run: sk(base.root, 'batch', 'cache-base', ['--batch', String(b)]) })) : []),
       ...(hfOk ? [...hfNames.map((h) => ({ name: h.name, run: hf(['batch', '--batch', h.b], h.name), optional: true })),
         { name: 'HF generate_batch (continuous batching, paged sdpa)', run: hf(['cb'], 'HF cb'), optional: true }] : []),
       ...(llamaWhy === null ? [{ name: LLAMA, run: () => node(['--mode', 'llama', '--gguf', gguf, '--vocab', String(SMOLLM2_SHAPE.vocabSize), '--threads', String(threads), '--prompts', String(n), '--new-tokens', String(K), ...(flag('llama-batch') ? ['--llama-batch', flag('llama-batch')!] : [])], 'llama.cpp'), optional: true }] : []),
-      { name: SCHED, run: sk(repo, 'scheduled', 'cache', [...ownArgs, ...kvArgs(kvs[0])]) },
-      ...kvs.slice(1).map((kv) => ({ name: `${SCHED}, KV ${kv}`, run: sk(repo, 'scheduled', 'cache', [...ownArgs, ...kvArgs(kv)]) })),
+      { name: SCHED, run: sk(repo, 'scheduled', 'cache', [...ownArgs, ...kvArgs(kvs[0]), ...embArgs(embs[0])]) },
+      ...otherEmbs(kvs[0], ''),
+      ...kvs.slice(1).flatMap((kv) => [{ name: `${SCHED}, KV ${kv}`, run: sk(repo, 'scheduled', 'cache', [...ownArgs, ...kvArgs(kv), ...embArgs(embs[0])]) }, ...otherEmbs(kv, `, KV ${kv}`)]),
     ];
     // --modes one,scheduled,base8,…: only those rows (base<B> for a base batch; hf, llama for theirs)
     const only = flag('modes')?.split(',');

@@ -72,7 +72,7 @@ describe('memory model arithmetic', () => {
     assert.equal(quantLinearBytes([10, 80], 4), 10 * 3 * 16 + 10 * 3 * 4 + 10 * 2);
   });
 
-  test('weights: f32 = WEIGHT_PEAK.f32 × linear f32 bytes + norms and embedding in storage; BF16 storage adds its pages; q4 = WEIGHT_PEAK.quant × store', () => {
+  test('weights: f32 = WEIGHT_PEAK.f32 × linear f32 bytes + norms and embedding in storage (no embedding when the host reads its rows); BF16 storage adds its pages; q4 = WEIGHT_PEAK.quant × store', () => {
     const lin = linearParams(TINY);
     const other = normParams(TINY) + 10 * 8; // norms + the embedding's pages (a Gather on the mapped file)
     assert.equal(normParams(TINY), otherParams(TINY) - 10 * 8);
@@ -81,6 +81,9 @@ describe('memory model arithmetic', () => {
     assert.equal(weightBytes(TINY, 'f32', { storage: 'BF16' }), WEIGHT_PEAK.f32 * lin * 4 + lin * 2 + other * 2);
     assert.equal(weightBytes(TINY, 'f32', { lowMemory: true }), WEIGHT_PEAK.lowMemory * lin * 4 + other * 4);
     assert.equal(weightBytes(TINY, 'q4'), WEIGHT_PEAK.quant * quantStoreBytes(TINY, 4) + other * 4);
+    // rows read by the host (the CPU's default): the table is never mapped, only the norms stay
+    assert.equal(weightBytes(TINY, 'f32', { hostEmbeddings: true }), WEIGHT_PEAK.f32 * lin * 4 + normParams(TINY) * 4);
+    assert.equal(weightBytes(TINY, 'q4', { hostEmbeddings: true }), WEIGHT_PEAK.quant * quantStoreBytes(TINY, 4) + normParams(TINY) * 4);
   });
 
   test('one step, term by term (B 2, T 3, P 5, 2 hidden rows, 1 logit row)', () => {

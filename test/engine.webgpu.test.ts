@@ -207,6 +207,22 @@ describe('webgpu vs cpu on a random llama (GQA 3:1): hook points, patching, dtyp
     assert.ok(rel(g!.stepLogits!, c!.stepLogits!) <= REL, 'generate with hook edits: step logits');
   });
 
+  test('embeddings looked up on the host (embeddings: host; inputs_embeds crosses to the device) = the CPU engine', async () => {
+    const host = await createEngineFromCheckpoint(ck, { ...GPU, cacheDir: cache.dir, embeddings: 'host' });
+    try {
+      const a = await host.forward([clean, corrupt.slice(0, 5)]);
+      const b = await cpu.forward([clean, corrupt.slice(0, 5)]);
+      for (let s = 0; s < 2; s++) {
+        assert.ok(rel(a[s]!.hidden, b[s]!.hidden) <= REL, `prompt ${s}: hidden`);
+        assert.ok(rel(a[s]!.logits, b[s]!.logits) <= REL, `prompt ${s}: logits`);
+      }
+      const o = { maxNewTokens: 4, stopIds: [] };
+      assert.deepEqual((await host.generate([clean], o))[0]!.generatedIds, (await cpu.generate([clean], o))[0]!.generatedIds);
+    } finally {
+      await host.dispose();
+    }
+  });
+
   test('f16 weights: within the f16 rounding bound of the CPU\'s f16 path; q4 and q8 = the CPU\'s at accuracy level 0; bf16 = the CPU\'s', async (t) => {
     const ids = [clean, corrupt.slice(0, 5)];
     const open = (o: EngineOptions) => createEngineFromCheckpoint(ck, { cacheDir: cache.dir, threads: 1, quiet: true, kvDType: 'f32', ...o });
