@@ -294,9 +294,11 @@ async function main(): Promise<void> {
   const workloadName = flag('workload') ?? 'serving';
   if (workloadName !== 'serving' && workloadName !== 'table4') throw new Error(`--workload serving|table4, got ${workloadName}`);
   if (process.argv.includes('--child')) {
-    const t4 = await import('./generate-table4.ts');
+    // the Table-4 module only in its own children: it loads the data and tokenizer stack (@huggingface/transformers),
+    // which held ~180 MB of every other child's peak RSS (safekeep's and llama.cpp's alike) before a step ran
     const mode = flag('mode');
-    const r = mode === 'llama' ? await llamaChild() : mode === 't4-new' ? await t4.table4NewChild() : mode === 't4-base' ? await t4.table4BaseChild() : await servingChild();
+    const t4 = () => import('./generate-table4.ts');
+    const r = mode === 'llama' ? await llamaChild() : mode === 't4-new' ? await (await t4()).table4NewChild() : mode === 't4-base' ? await (await t4()).table4BaseChild() : await servingChild();
     process.stdout.write(JSON.stringify(r) + '\n');
     return;
   }
