@@ -52,6 +52,7 @@ export interface Mode { name: string; run: () => Record<string, unknown>; option
 export function interleave(modes: Mode[], rounds: number, loads: number[]): { best: Map<string, Record<string, unknown>>; skipped: string[] } {
   const best = new Map<string, Record<string, unknown>>();
   const skipped: string[] = [];
+  const peaks = new Map<string, number[]>();
   const t0 = performance.now();
   let done = 0;
   const total = modes.length * rounds;
@@ -74,11 +75,15 @@ export function interleave(modes: Mode[], rounds: number, loads: number[]): { be
       }
       done++;
       loads.push(json.load as number);
-      process.stderr.write(`  ${(json.tps as number).toFixed(2)} tok/s, ${(json.wallS as number).toFixed(1)} s, load ${json.load}\n`);
+      const rss = typeof json.peakRss === 'number' ? `, peak RSS ${(json.peakRss / 1e9).toFixed(3)} GB` : '';
+      process.stderr.write(`  ${(json.tps as number).toFixed(2)} tok/s, ${(json.wallS as number).toFixed(1)} s${rss}, load ${json.load}\n`);
+      if (typeof json.peakRss === 'number') peaks.set(m.name, [...peaks.get(m.name) ?? [], json.peakRss]);
       const prev = best.get(m.name);
       if (!prev || (json.tps as number) > (prev.tps as number)) best.set(m.name, json);
     }
   }
+  // every round's peak RSS beside the best round's figures: memory is compared round by round, not by the fastest run
+  for (const [name, list] of peaks) { const b = best.get(name); if (b) b.peakRssRounds = list; }
   return { best, skipped };
 }
 

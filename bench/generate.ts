@@ -253,6 +253,10 @@ async function servingMain(): Promise<void> {
       if (!j) continue;
       out.push(`| ${m.name} | ${fmt(j.tps)} | ${fmt(j.decodeTps)} | ${fmt(j.prefillTps, 0)} | ${((j.peakRss as number) / 1e9).toFixed(2)} GB | ${fmt(j.wallS)} | ${maskedCells(j)} | ${j.load} |`);
     }
+    const perRound = modes.filter((m) => (best.get(m.name)?.peakRssRounds as number[] | undefined)?.length);
+    if (rounds > 1 && perRound.length) {
+      out.push('', `peak RSS in each round (GB, in round order): ${perRound.map((m) => `${m.name} ${(best.get(m.name)!.peakRssRounds as number[]).map((x) => (x / 1e9).toFixed(3)).join(' / ')}`).join('; ')}`);
+    }
     const s = best.get(SCHED)!;
     const tps = (name: string) => best.get(name)?.tps as number | undefined;
     const boundS = (s.promptTokens as number) / (s.prefillTps as number) + n * (K - 1) / (s.fullBatchDecodeTps as number);
