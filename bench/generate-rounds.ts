@@ -75,7 +75,8 @@ export function interleave(modes: Mode[], rounds: number, loads: number[]): { be
       }
       done++;
       loads.push(json.load as number);
-      const rss = typeof json.peakRss === 'number' ? `, peak RSS ${(json.peakRss / 1e9).toFixed(3)} GB` : '';
+      const rss = (typeof json.decodeTps === 'number' ? `, decode ${json.decodeTps.toFixed(1)} tok/s` : '')
+        + (typeof json.peakRss === 'number' ? `, peak RSS ${(json.peakRss / 1e9).toFixed(3)} GB` : '');
       process.stderr.write(`  ${(json.tps as number).toFixed(2)} tok/s, ${(json.wallS as number).toFixed(1)} s${rss}, load ${json.load}\n`);
       if (typeof json.peakRss === 'number') peaks.set(m.name, [...peaks.get(m.name) ?? [], json.peakRss]);
       const prev = best.get(m.name);
