@@ -7,9 +7,10 @@
  * HF's on the softmax of the filtered logits. The most likely token is never filtered, so max w = 1 throughout.
  *
  * Cost: top-k selects its threshold on the logits (select.ts, O(V) comparisons) and takes exp of the k kept tokens
- * only; min-p without top-p skips the exp of every token it will filter; top-p sorts only as far as the kept set reaches.
+ * only; min-p without top-p skips the exp of every token it will filter; top-p bins the weights by their bits and sorts
+ * only the bins its cut can reach (about the kept set).
  */
-import { largest, topIndices } from './select.ts';
+import { largest } from './select.ts';
 
 export interface WarpSettings {
   /** > 0 */
@@ -36,7 +37,7 @@ export function warpedWeights(z: Float64Array, s: WarpSettings, scratch?: { w: F
   if (s.minP && topP === null) floor = Math.max(floor, max + s.temperature * Math.log(s.minP) - 1e-9 * (1 + Math.abs(max)));
   const w = scratch?.w.length === V ? scratch.w : new Float64Array(V);
   for (let i = 0; i < V; i++) w[i] = z[i]! >= floor ? Math.exp((z[i]! - max) * invT) : 0;
-  if (topP !== null) applyTopP(w, topP, select);
+  if (topP !== null) applyTopP(w, topP);
   if (s.minP) for (let i = 0; i < V; i++) if (w[i]! < s.minP) w[i] = 0;
   return w;
 }
@@ -45,25 +46,67 @@ export function warpedWeights(z: Float64Array, s: WarpSettings, scratch?: { w: F
  * HF's top-p on weights: sorted ascending, a token whose cumulative probability (itself and every less likely token)
  * is at most 1 − p is removed, the most likely always kept. From the most likely down: a token is kept while
  * 1 − (mass above it) > 1 − p. p = 0 keeps the most likely token only.
+ *
+ * Without sorting the vocabulary: one pass bins the weights by their float64 exponent and top 3 mantissa bits (bins an
+ * eighth of an octave wide, monotone in the weight, read from the bits without a log) and sums each bin's mass; the
+ * bins from the largest down that reach p's mass, and the next non-empty bin (the walk must see the first token it
+ * drops), hold every token the cut can reach. Only those are sorted (the typed array's native sort) and summed from
+ * the largest down — the order, and so the float sums, of a full sort — which gives the kept count K and the K-th
+ * weight θ. Tokens above θ are kept and, of those tied at θ, the lowest ids (a stable descending sort's order).
+ * Sorting ids by weight with a comparator in growing batches had cost ~4 ms a row on a flat distribution, whose
+ * nucleus holds thousands of tokens; this costs two passes and a sort of about the nucleus.
  */
-function applyTopP(w: Float64Array, p: number, select?: Float64Array): void {
-  // the tokens still in (top-k may have left few): compacted, so the selections below scan only them
+function applyTopP(w: Float64Array, p: number): void {
+  const words = new Uint32Array(w.buffer, w.byteOffset, 2 * w.length);
+  const counts = new Int32Array(TOP_P_BINS), mass = new Float64Array(TOP_P_BINS);
   let n = 0, total = 0;
-  for (let i = 0; i < w.length; i++) if (w[i]! > 0) { n++; total += w[i]!; }
-  const ids = new Int32Array(n), vals = new Float64Array(n);
-  for (let i = 0, k = 0; i < w.length; i++) if (w[i]! > 0) { ids[k] = i; vals[k++] = w[i]!; }
-  const keep = new Uint8Array(n);
-  // the most likely tokens in growing batches until the kept mass reaches p
-  for (let m = Math.min(n, 64); ; m = Math.min(n, m * 4)) {
-    const order = topIndices(vals, m, n === w.length ? select : undefined);
-    let above = 0, k = 0;
-    for (; k < order.length; k++) {
-      if (k > 0 && !(1 - above / total > 1 - p)) break;
-      keep[order[k]!] = 1;
-      above += vals[order[k]!]!;
+  for (let i = 0; i < w.length; i++) {
+    const x = w[i]!;
+    if (x > 0) {
+      const b = words[2 * i + HIGH_WORD]! >>> 17;
+      counts[b]!++;
+      mass[b]! += x;
+      n++;
+      total += x;
     }
-    if (k < order.length || m === n) break;
-    keep.fill(0);
   }
-  for (let k = 0; k < n; k++) if (!keep[k]) w[ids[k]!] = 0;
+  // from the largest bin down until p's mass (with room for the float sums' order), then one more non-empty bin
+  const need = p * total * (1 + 1e-9);
+  let low = TOP_P_BINS, acc = 0;
+  while (low > 0 && acc < need) if (counts[--low]) acc += mass[low]!;
+  while (low > 0 && !counts[--low]);
+  const cut = topPCut(w, words, low, p, total, n);
+  // keep every weight above θ and, of those equal to θ, the lowest ids until K are kept
+  let greater = 0;
+  for (let i = 0; i < w.length; i++) if (w[i]! > cut.theta) greater++;
+  let ties = cut.kept - greater;
+  for (let i = 0; i < w.length; i++) {
+    const x = w[i]!;
+    if (x > cut.theta) continue;
+    if (x === cut.theta && ties > 0) { ties--; continue; }
+    w[i] = 0;
+  }
+}
+
+/** 2^14 bins: the sign bit (0), 11 exponent bits and 3 mantissa bits of a positive float64 */
+const TOP_P_BINS = 1 << 14;
+/** which 32-bit word of a float64 holds its sign and exponent (this machine's byte order) */
+const HIGH_WORD = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1 ? 1 : 0;
+
+/** K and θ from the weights in bins ≥ `low`, sorted largest first; all n weights if the cut is not found among them */
+function topPCut(w: Float64Array, words: Uint32Array, low: number, p: number, total: number, n: number): { kept: number; theta: number } {
+  for (;;) {
+    let m = 0;
+    for (let i = 0; i < w.length; i++) if (w[i]! > 0 && words[2 * i + HIGH_WORD]! >>> 17 >= low) m++;
+    const top = new Float64Array(m);
+    for (let i = 0, k = 0; i < w.length; i++) if (w[i]! > 0 && words[2 * i + HIGH_WORD]! >>> 17 >= low) top[k++] = w[i]!;
+    top.sort().reverse();
+    let above = 0, k = 0;
+    for (; k < m; k++) {
+      if (k > 0 && !(1 - above / total > 1 - p)) break;
+      above += top[k]!;
+    }
+    if (k < m || m === n) return { kept: k, theta: top[k - 1]! };
+    low = 0; // the float sums put the cut below the bins (the 1e-9 of room makes this unreachable in practice): all of them
+  }
 }
