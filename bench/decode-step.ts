@@ -2,13 +2,15 @@
  * `npm run bench:decode-step -- --contexts 64,1024 [--device cpu|cuda|webgpu --dtype D --kv-dtype K --new 10 --reps 3
  *   --model DIR --json FILE]`: per decode step at each context length, the host ↔ device bytes (engine.transfer:
  * every host tensor fed to or read back from a session on the device, counted at session.run; 0 on the cpu) and the
- * wall ms, as (best N-token − best 2-token greedy generate) / (N − 2) over --reps, one engine in this process. `--json`
+ * wall ms, both from one decode step's start to the next (the median of an N-token greedy generate's N − 2 intervals,
+ * the run with the fastest of --reps), so nothing of the prefill enters: not its time, not the prompt KV's one crossing
+ * nor the prefix cache's blocks read back. One engine in this process. `--json`
  * writes {"rows": [{"device", "context", "hostDeviceBytesPerStep", "stepMs", "dtype", "kvDType"}, …]}.
  *
  * `npm run bench:decode-step -- --sampling [--rows 32 --prompt 64 --new 34 --reps 3 --model DIR --json FILE]`: a
  * scheduled decode step of `--rows` rows, greedy beside sampled (temperature 0.7; and with top-p 0.95), interleaved in
- * one engine, best of --reps, with the ms a step spends choosing tokens (scheduler stats `choose`) and the overhead
- * over greedy.
+ * one engine, best of --reps, measured the same way, with the ms a step spends choosing tokens (scheduler stats
+ * `choose`), the model's step alone, and the overhead over greedy.
  *
  * `npm run bench:decode-step [-- --threads 1,2 --dtypes f32,q4 --rounds 4 --prompt 128 --new 34 --model DIR
  *   --base REV|DIR --spin]`: the unprofiled decode step of each dtype and q4 over f32 (the "q4 ≥ 3× f32 decode" target),
@@ -149,28 +151,19 @@ async function contexts(list: string): Promise<void> {
   };
   const dtype = resolveEngineConfig(opts).dtype;
   const e = await createEngineFromCheckpoint(ck, opts);
+  const marks = markDecodeSteps(e, () => e.transfer.hostToDevice + e.transfer.deviceToHost, () => 0);
   const V = ck.config.vocabSize;
   const rows: ContextRow[] = [];
   try {
     for (const context of ctxs) {
       const prompt = [Array.from({ length: context }, (_, i) => 3 + ((i * 7919) % (V - 3)))];
       await e.generate(prompt, { maxNewTokens: 2, stopIds: [] }); // warm: the graph's shapes, the prefix cache
-      let short = Infinity, long = Infinity;
-      let bytes = Infinity;
+      let ms = Infinity, bytes = 0;
       for (let r = 0; r < reps; r++) {
-        const b0 = e.transfer.hostToDevice + e.transfer.deviceToHost;
-        const t0 = performance.now();
-        await e.generate(prompt, { maxNewTokens: 2, stopIds: [] });
-        const t1 = performance.now();
-        const b1 = e.transfer.hostToDevice + e.transfer.deviceToHost;
-        await e.generate(prompt, { maxNewTokens: N, stopIds: [] });
-        const t2 = performance.now();
-        const b2 = e.transfer.hostToDevice + e.transfer.deviceToHost;
-        short = Math.min(short, t1 - t0);
-        long = Math.min(long, t2 - t1);
-        bytes = Math.min(bytes, ((b2 - b1) - (b1 - b0)) / (N - 2));
+        const m = await marks.during(() => e.generate(prompt, { maxNewTokens: N, stopIds: [] }));
+        const step = medianIntervals(m);
+        if (step.ms < ms) ({ ms, bytes } = step);
       }
-      const ms = stepMs(short, long, N);
       const row = { device, context, hostDeviceBytesPerStep: Math.round(bytes), stepMs: Number(ms.toFixed(3)), dtype, kvDType: e.kvDType };
       rows.push(row);
       process.stderr.write(`${JSON.stringify(row)}\n`);
@@ -181,25 +174,58 @@ async function contexts(list: string): Promise<void> {
   }
   const out = flag('json');
   if (out) writeFileSync(out, JSON.stringify({ rows }, null, 2) + '\n');
-  process.stdout.write([`decode step by context, ${device}, ${rows[0]?.dtype ?? ''} weights, ${rows[0]?.kvDType ?? ''} KV, (${N} − 2 tokens) / ${N - 2}, best of ${reps}`, '',
+  process.stdout.write([`decode step by context, ${device}, ${rows[0]?.dtype ?? ''} weights, ${rows[0]?.kvDType ?? ''} KV, from one decode step's start to the next (median of a ${N}-token generate's ${N - 2}), best of ${reps}`, '',
     '| context | host↔device bytes / step | ms / step |', '| --- | --- | --- |',
     ...rows.map((r) => `| ${r.context} | ${r.hostDeviceBytesPerStep} | ${r.stepMs.toFixed(2)} |`)].join('\n') + '\n');
 }
 
+/** the state at the start of one decode step: wall ms, host↔device bytes so far, choosing seconds so far */
+interface Mark { t: number; bytes: number; choose: number }
+
 /**
- * A decode step's ms from the best N-token and the best 2-token run (ms each): (long − short) / (N − 2), the prefill
- * cancelling. The minimum of each side, not of their differences: a difference of two noisy runs is biased low and
- * went negative when the prefill's noise exceeded the steps' time.
+ * Marks the start of every decode step (`engine.step` with one new token on a past) while `during` runs: consecutive
+ * marks bound one whole decode iteration — its model step, the device-KV append, choosing tokens, the scheduler's own
+ * work — and nothing of the prefill, whose cost (and, on a device, its one crossing of the prompt's KV; the prefix
+ * cache's blocks read back) used to leak into a per-step figure taken as the difference of two runs.
  */
-function stepMs(short: number, long: number, N: number): number {
-  return (long - short) / (N - 2);
+function markDecodeSteps(engine: object, bytes: () => number, choose: () => number): { during(f: () => Promise<unknown>): Promise<Mark[]> } {
+  const e = engine as { step(inp: { width: number; past: { length: number } | null }): Promise<unknown> };
+  const step = e.step.bind(e);
+  let marks: Mark[] | null = null;
+  e.step = async (inp) => {
+    if (marks && inp.width === 1 && inp.past && inp.past.length > 0) marks.push({ t: performance.now(), bytes: bytes(), choose: choose() });
+    return step(inp);
+  };
+  return {
+    async during(f) {
+      marks = [];
+      try {
+        await f();
+        return marks;
+      } finally {
+        marks = null;
+      }
+    },
+  };
+}
+
+/** per decode iteration (between consecutive marks), the median of ms, bytes and choosing ms */
+function medianIntervals(m: Mark[]): { ms: number; bytes: number; chooseMs: number } {
+  if (m.length < 2) throw new Error(`only ${m.length} decode step(s) seen: raise --new`);
+  const diff = (f: (x: Mark) => number) => median(m.slice(1).map((x, i) => f(x) - f(m[i]!)));
+  return { ms: diff((x) => x.t), bytes: diff((x) => x.bytes), chooseMs: diff((x) => x.choose) * 1000 };
+}
+
+function median(x: number[]): number {
+  const y = [...x].sort((p, q) => p - q);
+  return (y[(y.length - 1) >> 1]! + y[y.length >> 1]!) / 2;
 }
 
 /**
- * --sampling: a `--rows`-row decode step, greedy and sampled, interleaved in one engine. Three figures per decoding: the
- * step's wall ms (best N-token − best 2-token generate), the ms of the model's full-batch decode steps (engine.step
- * timed, median: the step's compute without the scheduler), and the ms spent choosing tokens (scheduler stats); the
- * cost over greedy is the extra choosing time as a share of greedy's wall step, which the prefill's noise does not reach.
+ * --sampling: a `--rows`-row decode step, greedy and sampled, interleaved in one engine. Per decoding, from one decode
+ * step's start to the next (median over the run, best of --reps): the wall ms, the ms choosing tokens (the scheduler's
+ * timer) and the model's decode step alone (`engine.step` timed). The cost over greedy is the extra choosing time as a
+ * share of greedy's step.
  */
 async function sampling(): Promise<void> {
   const { work, ck } = await workCheckpoint(SMOLLM2_SHAPE, 'a SmolLM2-135M-shaped random checkpoint');
@@ -209,47 +235,37 @@ async function sampling(): Promise<void> {
   const device = flag('device') ?? 'cpu';
   const e = await createEngineFromCheckpoint(ck, { device: device as 'cpu', threads: Number(flag('threads') ?? 2), cacheDir: join(work, 'cache'), quiet: true });
   const times = timeSteps(e as unknown as Parameters<typeof timeSteps>[0]);
+  const marks = markDecodeSteps(e, () => e.transfer.hostToDevice + e.transfer.deviceToHost, () => e.scheduler.stats.seconds.choose);
   const V = ck.config.vocabSize;
   const prompts = Array.from({ length: B }, (_, r) => Array.from({ length: P }, (_, i) => 3 + ((i * 7919 + r * 104729) % (V - 3))));
   const modes: [string, { temperature: number; topP?: number; seed: number } | undefined][] = [
     ['greedy', undefined], ['temperature 0.7', { temperature: 0.7, seed: 1 }], ['temperature 0.7, top-p 0.95', { temperature: 0.7, topP: 0.95, seed: 1 }]];
-  const acc = new Map<string, { short: number; long: number; choose: number; bytes: number; model: number[] }>();
+  const best = new Map<string, { ms: number; bytes: number; chooseMs: number; model: number }>();
   try {
     await e.generate(prompts, { maxNewTokens: 2, stopIds: [] });
     for (let r = 0; r < reps; r++) {
       for (const [name, s] of modes) {
-        const o = { stopIds: [] as number[], ...(s ? { sampling: s } : {}) };
-        const c0 = e.scheduler.stats.seconds.choose, b0 = e.transfer.hostToDevice + e.transfer.deviceToHost;
-        const t0 = performance.now();
-        await e.generate(prompts, { ...o, maxNewTokens: 2 });
-        const t1 = performance.now(), c1 = e.scheduler.stats.seconds.choose, b1 = e.transfer.hostToDevice + e.transfer.deviceToHost;
         Object.assign(times, emptyTimes());
-        await e.generate(prompts, { ...o, maxNewTokens: N });
-        const t2 = performance.now(), c2 = e.scheduler.stats.seconds.choose, b2 = e.transfer.hostToDevice + e.transfer.deviceToHost;
-        const a = acc.get(name) ?? { short: Infinity, long: Infinity, choose: Infinity, bytes: Infinity, model: [] };
-        a.short = Math.min(a.short, t1 - t0);
-        a.long = Math.min(a.long, t2 - t1);
-        a.choose = Math.min(a.choose, (((c2 - c1) - (c1 - c0)) * 1000) / (N - 2));
-        a.bytes = Math.min(a.bytes, ((b2 - b1) - (b1 - b0)) / (N - 2));
-        a.model.push(...times.decodeSteps.filter((d) => d.batch === B).map((d) => d.s * 1000));
-        acc.set(name, a);
+        const m = await marks.during(() => e.generate(prompts, { stopIds: [], maxNewTokens: N, ...(s ? { sampling: s } : {}) }));
+        const step = { ...medianIntervals(m), model: median(times.decodeSteps.filter((d) => d.batch === B).map((d) => d.s * 1000)) };
+        const prev = best.get(name);
+        if (!prev || step.ms < prev.ms) best.set(name, step);
       }
     }
   } finally {
     await e.dispose();
     if (!flag('keep')) rmSync(work, { recursive: true, force: true });
   }
-  const median = (x: number[]) => { const y = [...x].sort((p, q) => p - q); return y.length ? (y[(y.length - 1) >> 1]! + y[y.length >> 1]!) / 2 : NaN; };
   const rows = modes.map(([name]) => {
-    const a = acc.get(name)!;
-    return { device, context: P, hostDeviceBytesPerStep: Math.round(a.bytes), stepMs: Number(stepMs(a.short, a.long, N).toFixed(3)), modelStepMs: Number(median(a.model).toFixed(3)), rows: B, sampling: name, chooseMs: Number(a.choose.toFixed(3)) };
+    const b = best.get(name)!;
+    return { device, context: P, hostDeviceBytesPerStep: Math.round(b.bytes), stepMs: Number(b.ms.toFixed(3)), modelStepMs: Number(b.model.toFixed(3)), rows: B, sampling: name, chooseMs: Number(b.chooseMs.toFixed(3)) };
   });
   const g = rows[0]!;
   const over = (r: typeof g) => (r === g ? '—' : `${(100 * (r.chooseMs - g.chooseMs) / g.stepMs).toFixed(1)} %`);
   const out = flag('json');
   if (out) writeFileSync(out, JSON.stringify({ rows }, null, 2) + '\n');
-  process.stdout.write([`decode step of ${B} rows, prompt ${P}, ${device}, wall: (best ${N}-token − best 2-token generate) / ${N - 2}; model: engine.step of the ${B}-row decode steps, median; best of ${reps}, interleaved`, '',
-    '| decoding | wall ms / step | model ms / step | choosing ms / step | choosing over greedy (share of its wall step) |', '| --- | --- | --- | --- | --- |',
+  process.stdout.write([`decode step of ${B} rows, prompt ${P}, ${device}: from one decode step's start to the next, median of a ${N}-token generate's ${N - 2}; model: engine.step of the ${B}-row decode steps, median; best of ${reps}, interleaved`, '',
+    '| decoding | wall ms / step | model ms / step | choosing ms / step | choosing over greedy (share of its step) |', '| --- | --- | --- | --- | --- |',
     ...rows.map((r) => `| ${r.sampling} | ${r.stepMs.toFixed(2)} | ${r.modelStepMs.toFixed(2)} | ${r.chooseMs.toFixed(2)} | ${over(r)} |`)].join('\n') + '\n');
 }
 

@@ -29,7 +29,8 @@ import type { StepInput, StepOutput, Stepper } from './run/step.ts';
 import { appendKv, capacityBias, emptyKv, kvBytes, kvCapacity, kvTensor, KV_CHUNK, type KvArray, type KvCache, type KvDType } from './runtime/kv.ts';
 import { lookupEmbeddings, type EmbeddingTable } from './runtime/host-embeddings.ts';
 import { countRun, emptyTransfer, type TransferCounter } from './runtime/transfer.ts';
-import { DeviceKv, onDevice } from './runtime/device-kv.ts';
+import { DEVICE_SESSION, DeviceKv, onDevice } from './runtime/device-kv.ts';
+import { DeviceBias } from './runtime/device-bias.ts';
 import { planMemory, RUNTIME_MARGIN, type MemoryPlan, type StepShape } from './runtime/memory.ts';
 import { openSession, webgpuError } from './runtime/session.ts';
 import type { Engine, FirstTokenSharedOptions, FirstTokenSharedResult, ForwardOptions, ForwardResult, GenerateOptions, GenerateResult, SharedForwardOptions, SharedForwardResult } from './types.ts';
@@ -106,6 +107,7 @@ export class OnnxEngine implements Engine, Stepper {
     this.graphCached = graphCached;
     this.noProjection = { dir: new Float32Array((this.numLayers + 1) * this.dModel), value: new Float32Array(this.numLayers + 1) };
     this.deviceKv = new DeviceKv(this.numLayers, this.config.numKvHeads, this.config.headDim, this.kvDType, this.transfer);
+    this.deviceBias = new DeviceBias({ ...DEVICE_SESSION, preferredOutputLocation: 'gpu-buffer' }, this.window, this.transfer);
     this.scheduler = new Scheduler(this, run.scheduler);
   }
 
@@ -168,17 +170,19 @@ export class OnnxEngine implements Engine, Stepper {
     if (past.batch !== B) throw new Error(`step: cache has ${past.batch} rows, input ${B}`);
     const P = past.length;
     const C = kvCapacity(past);
+    // a decode step on the device takes its bias from a device graph: the host bias is 4 bytes a slot of every row
+    const deviceBias = this.kvOnDevice && T === 1 ? await this.deviceBias.make(inp.starts, P, C) : null;
     const feeds: Record<string, ort.Tensor> = {
       [IO.inputIds]: new ort.Tensor('int64', inp.ids, [B, T]),
       [IO.positionIds]: new ort.Tensor('int64', positionIds(B, T, P, inp.starts), [B, T]),
-      [IO.attnBias]: new ort.Tensor('float32', capacityBias(B, T, P, C, inp.starts), [B, T, C + T]),
+      [IO.attnBias]: deviceBias?.bias ?? new ort.Tensor('float32', capacityBias(B, T, P, C, inp.starts), [B, T, C + T]),
       [IO.ropeInvFreq]: new ort.Tensor('float32', this.invFreqRows(B, inp.ropeLength ?? inp.starts.map((s) => P + T - s)), [B, this.config.headDim / 2]),
       ...this.interventionFeeds(inp),
       [IO.hiddenIndex]: new ort.Tensor('int64', i64(inp.hiddenIndex), [inp.hiddenIndex.length]),
       [IO.logitsIndex]: new ort.Tensor('int64', i64(inp.logitsIndex), [inp.logitsIndex.length]),
     };
     if (this.embeddingTable) feeds[IO.inputsEmbeds] = new ort.Tensor('float32', lookupEmbeddings(this.embeddingTable, inp.ids), [B, T, this.dModel]);
-    if (this.window !== null) feeds[IO.attnBiasWindow] = new ort.Tensor('float32', capacityBias(B, T, P, C, inp.starts, this.window), [B, T, C + T]);
+    if (this.window !== null) feeds[IO.attnBiasWindow] = deviceBias?.window ?? new ort.Tensor('float32', capacityBias(B, T, P, C, inp.starts, this.window), [B, T, C + T]);
     for (let l = 0; l < this.numLayers; l++) {
       feeds[IO.pastKey(l)] = past.keys[l]!;
       feeds[IO.pastValue(l)] = past.values[l]!;
@@ -209,6 +213,8 @@ export class OnnxEngine implements Engine, Stepper {
       throw e;
     } finally {
       if (hookKey !== null) this.hookRuns.set(hookKey, this.hookRuns.get(hookKey)! - 1);
+      deviceBias?.bias.dispose();
+      deviceBias?.window?.dispose();
     }
     let present: KvCache | null = null;
     const newKv = out[IO.newKv];
@@ -280,6 +286,8 @@ export class OnnxEngine implements Engine, Stepper {
 
   /** device K/V graphs (webgpu): append a decode step's slot on the device, read device tensors back */
   readonly deviceKv: DeviceKv;
+  /** a decode step's attention bias made on the device (webgpu) */
+  private readonly deviceBias: DeviceBias;
 
   /**
    * The session of the graph with these hook points (its graph built and cached once per selection). Each session
@@ -380,6 +388,7 @@ export class OnnxEngine implements Engine, Stepper {
     for (const s of this.hookSessions.values()) await (await s.catch(() => null))?.release();
     this.hookSessions.clear();
     await this.deviceKv.release();
+    await this.deviceBias.release();
     await this.session.release();
   }
 }

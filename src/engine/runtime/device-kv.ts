@@ -20,7 +20,7 @@ import { countRun, type TransferCounter } from './transfer.ts';
 type KvArray = Float32Array | Uint16Array;
 
 // one intra-op thread: the CPU share of these graphs is a few int64 shape nodes
-const SESSION: ort.InferenceSession.SessionOptions = { executionProviders: ['webgpu', 'cpu'], logSeverityLevel: 4, graphOptimizationLevel: 'all', intraOpNumThreads: 1, interOpNumThreads: 1 };
+export const DEVICE_SESSION: ort.InferenceSession.SessionOptions = { executionProviders: ['webgpu', 'cpu'], logSeverityLevel: 4, graphOptimizationLevel: 'all', intraOpNumThreads: 1, interOpNumThreads: 1 };
 
 /** the append graph of L layers: past_key.l / past_value.l [B, kvH, C, hd], new_kv [2L·B, kvH, 1, hd], slot [1] → key.l / value.l */
 function appendGraph(L: number, kvHeads: number, headDim: number, dtype: KvDType): Uint8Array {
@@ -62,7 +62,7 @@ export class DeviceKv {
    * (`keys`/`values` [B, kvH, C, hd], on the device or the host); returns the new buffers, on the device.
    */
   async append(keys: readonly ort.Tensor[], values: readonly ort.Tensor[], newKv: ort.Tensor, slot: number): Promise<{ keys: ort.Tensor[]; values: ort.Tensor[] }> {
-    this.appendSession ??= ort.InferenceSession.create(appendGraph(this.layers, this.kvHeads, this.headDim, this.dtype), { ...SESSION, preferredOutputLocation: 'gpu-buffer' });
+    this.appendSession ??= ort.InferenceSession.create(appendGraph(this.layers, this.kvHeads, this.headDim, this.dtype), { ...DEVICE_SESSION, preferredOutputLocation: 'gpu-buffer' });
     const s = await this.appendSession;
     const feeds: Record<string, ort.Tensor> = { [IO.newKv]: newKv, slot: new ort.Tensor('int64', BigInt64Array.of(BigInt(slot)), [1]) };
     for (let l = 0; l < this.layers; l++) { feeds[IO.pastKey(l)] = keys[l]!; feeds[IO.pastValue(l)] = values[l]!; }
@@ -76,7 +76,7 @@ export class DeviceKv {
     const n = ts.length;
     let p = this.readbackSessions.get(n);
     if (!p) {
-      p = ort.InferenceSession.create(readbackGraph(n, this.dtype), SESSION);
+      p = ort.InferenceSession.create(readbackGraph(n, this.dtype), DEVICE_SESSION);
       this.readbackSessions.set(n, p);
     }
     const s = await p;
