@@ -106,7 +106,7 @@ export class OnnxEngine implements Engine, Stepper {
     this.eosIds = [...this.config.eosTokenIds];
     this.graphCached = graphCached;
     this.noProjection = { dir: new Float32Array((this.numLayers + 1) * this.dModel), value: new Float32Array(this.numLayers + 1) };
-    this.deviceKv = new DeviceKv(this.numLayers, this.config.numKvHeads, this.config.headDim, this.kvDType, this.transfer);
+    this.deviceKv = new DeviceKv(this.numLayers, this.config.numKvHeads, this.config.headDim, this.kvDType, this.transfer, { window: this.window });
     this.deviceBias = new DeviceBias({ ...DEVICE_SESSION, preferredOutputLocation: 'gpu-buffer' }, this.window, this.transfer);
     this.scheduler = new Scheduler(this, run.scheduler);
   }
@@ -170,7 +170,8 @@ export class OnnxEngine implements Engine, Stepper {
     if (past.batch !== B) throw new Error(`step: cache has ${past.batch} rows, input ${B}`);
     const P = past.length;
     const C = kvCapacity(past);
-    // a decode step on the device takes its bias from a device graph: the host bias is 4 bytes a slot of every row
+    // a decode step on the device takes its bias from a device graph (or the append run of the step before): the
+    // host bias is 4 bytes a slot of every row
     const deviceBias = this.kvOnDevice && T === 1 ? await this.deviceBias.make(inp.starts, P, C) : null;
     const feeds: Record<string, ort.Tensor> = {
       [IO.inputIds]: new ort.Tensor('int64', inp.ids, [B, T]),
@@ -255,7 +256,9 @@ export class OnnxEngine implements Engine, Stepper {
     const P = past.length;
     try {
       if (inp.keepOnDevice && T === 1 && inp.past && kvCapacity(past) > P) {
-        const { keys, values } = await this.deviceKv.append(past.keys, past.values, newKv, P);
+        const { keys, values, nextBias } = await this.deviceKv.append(past.keys, past.values, newKv, P, inp.starts);
+        // the next step of these rows on this buffer takes it instead of running the bias graph
+        if (nextBias) this.deviceBias.keep(inp.starts, P + 1, kvCapacity(past), nextBias);
         return { keys, values, batch: B, length: P + 1, starts: inp.starts.slice() };
       }
       const [data] = await this.deviceKv.readback([newKv]);

@@ -22,6 +22,12 @@ import { countRun, type TransferCounter } from './transfer.ts';
  */
 export function decodeBiasGraph(windowed: boolean): Uint8Array {
   const g = new GraphBuilder();
+  addDecodeBias(g, windowed);
+  return g.encode('decode_bias');
+}
+
+/** the bias's inputs and outputs added to `g` (also to the KV append graph, which makes the next step's bias: device-kv.ts) */
+export function addDecodeBias(g: GraphBuilder, windowed: boolean): void {
   const F = DataType.FLOAT;
   const starts = g.input('starts', F, ['batch']);
   const P = g.input('past', F, [1]);
@@ -43,8 +49,21 @@ export function decodeBiasGraph(windowed: boolean): Uint8Array {
     // max(s_b, P − W + 1)
     bias(g.op('Max', [rowStart, g.op('Add', [g.op('Sub', [P, W]), g.f32([1], [1])])]), IO.attnBiasWindow);
   }
-  return g.encode('decode_bias');
 }
+
+/** the feeds of `addDecodeBias`'s inputs */
+export function decodeBiasFeeds(starts: readonly number[], past: number, capacity: number, window: number | null): Record<string, ort.Tensor> {
+  const f32 = (xs: readonly number[]) => new ort.Tensor('float32', Float32Array.from(xs), [xs.length]);
+  const feeds: Record<string, ort.Tensor> = { starts: f32(starts), past: f32([past]), capacity: f32([capacity]) };
+  if (window !== null) feeds.window = f32([window]);
+  return feeds;
+}
+
+/** a decode step's bias tensors, on the device */
+export interface DecodeBias { bias: ort.Tensor; window: ort.Tensor | null }
+
+/** biases made ahead and not yet used, at most this many (one per decode group stepping in turn) */
+const KEPT_MAX = 8;
 
 export class DeviceBias {
   private session: Promise<ort.InferenceSession> | null = null;
@@ -55,20 +74,54 @@ export class DeviceBias {
    */
   constructor(private readonly providers: ort.InferenceSession.SessionOptions, private readonly window: number | null, private readonly transfer: TransferCounter) {}
 
-  /** the bias tensors ([B, 1, C + 1], on the device) of one decode step; the caller disposes them after its run */
-  async make(starts: readonly number[], past: number, capacity: number): Promise<{ bias: ort.Tensor; window: ort.Tensor | null }> {
+  /** biases made ahead (by the KV append run of the step before), by `key` */
+  private readonly kept = new Map<string, DecodeBias>();
+
+  /**
+   * The bias tensors ([B, 1, C + 1], on the device) of one decode step: one kept for exactly these starts, P and C,
+   * else made by this graph's run. The caller disposes them after its run.
+   */
+  async make(starts: readonly number[], past: number, capacity: number): Promise<DecodeBias> {
+    const key = biasKey(starts, past, capacity);
+    const kept = this.kept.get(key);
+    if (kept) {
+      this.kept.delete(key);
+      return kept;
+    }
     this.session ??= ort.InferenceSession.create(decodeBiasGraph(this.window !== null), this.providers);
     const s = await this.session;
-    const f32 = (xs: readonly number[]) => new ort.Tensor('float32', Float32Array.from(xs), [xs.length]);
-    const feeds: Record<string, ort.Tensor> = { starts: f32(starts), past: f32([past]), capacity: f32([capacity]) };
-    if (this.window !== null) feeds.window = f32([this.window]);
+    const feeds = decodeBiasFeeds(starts, past, capacity, this.window);
     const out = await s.run(feeds);
     countRun(this.transfer, feeds, out);
     return { bias: out[IO.attnBias]!, window: this.window !== null ? out[IO.attnBiasWindow]! : null };
   }
 
+  /** a bias made ahead for a later step with these starts, P and C (the oldest kept one dropped past KEPT_MAX) */
+  keep(starts: readonly number[], past: number, capacity: number, made: DecodeBias): void {
+    const key = biasKey(starts, past, capacity);
+    const old = this.kept.get(key);
+    if (old) disposeBias(old);
+    this.kept.delete(key);
+    this.kept.set(key, made);
+    for (const [k, b] of this.kept) {
+      if (this.kept.size <= KEPT_MAX) break;
+      this.kept.delete(k);
+      disposeBias(b);
+    }
+  }
+
   async release(): Promise<void> {
+    for (const b of this.kept.values()) disposeBias(b);
+    this.kept.clear();
     await (await this.session?.catch(() => null))?.release();
     this.session = null;
   }
+}
+
+const biasKey = (starts: readonly number[], past: number, capacity: number): string => `${past}/${capacity}/${starts.join(',')}`;
+
+/** release a bias's device tensors */
+export function disposeBias(b: DecodeBias): void {
+  b.bias.dispose();
+  b.window?.dispose();
 }

@@ -6,7 +6,9 @@
  *
  * - `append`: a decode step's new slot (the model's `new_kv` output, left on the device) written at slot P of every
  *   row of every layer's buffer [B, kvH, C, hd]: Where(slot = P, new, past) per layer — a device-side copy of the
- *   buffer into a new device buffer (onnxruntime cannot write an input in place), no host bytes but the slot index.
+ *   buffer into a new device buffer (onnxruntime cannot write an input in place), no host bytes but the slot index
+ *   and, when the engine asks, the rows' starts for the next step's attention bias (device-bias.ts), made in the
+ *   same run.
  * - `readback`: device tensors → host arrays (Identity with CPU outputs): the new slots of a prefill the host keeps,
  *   or a decode buffer before the scheduler re-lays it out (rows joining or leaving).
  */
@@ -15,6 +17,7 @@ import { GraphBuilder } from '../graph/onnx/builder.ts';
 import { DataType } from '../graph/onnx/proto.ts';
 import { IO } from '../graph/io.ts';
 import type { KvDType } from '../graph/config.ts';
+import { addDecodeBias, decodeBiasFeeds, type DecodeBias } from './device-bias.ts';
 import { countRun, type TransferCounter } from './transfer.ts';
 
 type KvArray = Float32Array | Uint16Array;
@@ -22,8 +25,12 @@ type KvArray = Float32Array | Uint16Array;
 // one intra-op thread: the CPU share of these graphs is a few int64 shape nodes
 export const DEVICE_SESSION: ort.InferenceSession.SessionOptions = { executionProviders: ['webgpu', 'cpu'], logSeverityLevel: 4, graphOptimizationLevel: 'all', intraOpNumThreads: 1, interOpNumThreads: 1 };
 
-/** the append graph of L layers: past_key.l / past_value.l [B, kvH, C, hd], new_kv [2L·B, kvH, 1, hd], slot [1] → key.l / value.l */
-function appendGraph(L: number, kvHeads: number, headDim: number, dtype: KvDType): Uint8Array {
+/**
+ * the append graph of L layers: past_key.l / past_value.l [B, kvH, C, hd], new_kv [2L·B, kvH, 1, hd], slot [1] →
+ * key.l / value.l; with `bias`, also the next step's attention bias (device-bias.ts: its inputs and outputs), so a
+ * decode step in steady state runs no bias graph of its own
+ */
+function appendGraph(L: number, kvHeads: number, headDim: number, dtype: KvDType, bias: { window: number | null } | null): Uint8Array {
   const g = new GraphBuilder();
   const et = dtype === 'f16' ? DataType.FLOAT16 : DataType.FLOAT;
   const dims = ['batch', kvHeads, 'capacity', headDim];
@@ -39,6 +46,7 @@ function appendGraph(L: number, kvHeads: number, headDim: number, dtype: KvDType
     g.output(`key.${l}`, g.op('Where', [mask, at(2 * l), k]), et, dims);
     g.output(`value.${l}`, g.op('Where', [mask, at(2 * l + 1), v]), et, dims);
   });
+  if (bias) addDecodeBias(g, bias.window !== null);
   return g.encode('kv_append');
 }
 
@@ -54,21 +62,26 @@ export class DeviceKv {
   private appendSession: Promise<ort.InferenceSession> | null = null;
   private readonly readbackSessions = new Map<number, Promise<ort.InferenceSession>>();
 
+  /** `bias`: the append run also makes the next step's attention bias (the model's sliding window, or null) */
   constructor(private readonly layers: number, private readonly kvHeads: number, private readonly headDim: number, private readonly dtype: KvDType,
-    private readonly transfer: TransferCounter) {}
+    private readonly transfer: TransferCounter, private readonly bias: { window: number | null } | null = null) {}
 
   /**
    * Write a decode step's new slot (device `newKv` [2L·B, kvH, 1, hd]) at slot `slot` of every layer's buffer
    * (`keys`/`values` [B, kvH, C, hd], on the device or the host); returns the new buffers, on the device.
    */
-  async append(keys: readonly ort.Tensor[], values: readonly ort.Tensor[], newKv: ort.Tensor, slot: number): Promise<{ keys: ort.Tensor[]; values: ort.Tensor[] }> {
-    this.appendSession ??= ort.InferenceSession.create(appendGraph(this.layers, this.kvHeads, this.headDim, this.dtype), { ...DEVICE_SESSION, preferredOutputLocation: 'gpu-buffer' });
+  async append(keys: readonly ort.Tensor[], values: readonly ort.Tensor[], newKv: ort.Tensor, slot: number,
+    starts: readonly number[] = []): Promise<{ keys: ort.Tensor[]; values: ort.Tensor[]; nextBias: DecodeBias | null }> {
+    this.appendSession ??= ort.InferenceSession.create(appendGraph(this.layers, this.kvHeads, this.headDim, this.dtype, this.bias), { ...DEVICE_SESSION, preferredOutputLocation: 'gpu-buffer' });
     const s = await this.appendSession;
     const feeds: Record<string, ort.Tensor> = { [IO.newKv]: newKv, slot: new ort.Tensor('int64', BigInt64Array.of(BigInt(slot)), [1]) };
     for (let l = 0; l < this.layers; l++) { feeds[IO.pastKey(l)] = keys[l]!; feeds[IO.pastValue(l)] = values[l]!; }
+    // the next step: P + 1 filled slots of the same buffer (capacity C = dims[2]), the same rows
+    if (this.bias) Object.assign(feeds, decodeBiasFeeds(starts, slot + 1, Number(keys[0]!.dims[2]), this.bias.window));
     const out = await s.run(feeds);
     countRun(this.transfer, feeds, out);
-    return { keys: keys.map((_, l) => out[`key.${l}`]!), values: values.map((_, l) => out[`value.${l}`]!) };
+    const nextBias = this.bias ? { bias: out[IO.attnBias]!, window: this.bias.window !== null ? out[IO.attnBiasWindow]! : null } : null;
+    return { keys: keys.map((_, l) => out[`key.${l}`]!), values: values.map((_, l) => out[`value.${l}`]!), nextBias };
   }
 
   /** device tensors → host arrays (their data, in order) */
