@@ -40,6 +40,12 @@ export async function rawMatmulSession(threads: number, M: number, K: number, N:
   return { flops: 2 * M * K * N * depth, run: () => s.run(feed), release: () => s.release() };
 }
 
+/** the median (the mean of the two middle values of an even count) */
+export function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return (s[(s.length - 1) >> 1]! + s[s.length >> 1]!) / 2;
+}
+
 /** best of `reps` timings (s); the machine may be shared, the best run is the least disturbed one */
 export async function best(reps: number, f: () => Promise<unknown>): Promise<number> {
   let b = Infinity;

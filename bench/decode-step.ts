@@ -24,7 +24,7 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { SMOLLM2_SHAPE, flag, loadavg, runChild } from './common.ts';
+import { SMOLLM2_SHAPE, flag, loadavg, median, runChild } from './common.ts';
 import { archiveTree } from './generate-rounds.ts';
 import { emptyTimes, timeSteps } from './step-timer.ts';
 
@@ -214,11 +214,6 @@ function medianIntervals(m: Mark[]): { ms: number; bytes: number; chooseMs: numb
   if (m.length < 2) throw new Error(`only ${m.length} decode step(s) seen: raise --new`);
   const diff = (f: (x: Mark) => number) => median(m.slice(1).map((x, i) => f(x) - f(m[i]!)));
   return { ms: diff((x) => x.t), bytes: diff((x) => x.bytes), chooseMs: diff((x) => x.choose) * 1000 };
-}
-
-function median(x: number[]): number {
-  const y = [...x].sort((p, q) => p - q);
-  return (y[(y.length - 1) >> 1]! + y[y.length >> 1]!) / 2;
 }
 
 /**

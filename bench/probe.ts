@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import { writeRandomCheckpoint } from '../src/checkpoint/random.ts';
 import { createEngine } from '../src/engine/engine.ts';
 import { probeScore } from '../src/data/probe-file.ts';
-import { SMOLLM2_SHAPE, flag } from './common.ts';
+import { SMOLLM2_SHAPE, flag, median } from './common.ts';
 
 const reps = Number(flag('reps') ?? 8);
 const promptTokens = Number(flag('prompt-tokens') ?? 700);
@@ -71,7 +71,6 @@ try {
     }
     process.stderr.write(`bench:probe ${r + 1}/${reps}\n`);
   }
-  const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2; };
   const m = Object.fromEntries(names.map((n) => [n, median(times[n]!)]));
   // paired per-rep differences: each rep ran agent and agent+probe back to back
   const diffs = times.agent!.map((t, i) => times['agent+probe']![i]! - t);

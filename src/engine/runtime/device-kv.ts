@@ -68,10 +68,11 @@ export class DeviceKv {
 
   /**
    * Write a decode step's new slot (device `newKv` [2L·B, kvH, 1, hd]) at slot `slot` of every layer's buffer
-   * (`keys`/`values` [B, kvH, C, hd], on the device or the host); returns the new buffers, on the device.
+   * (`keys`/`values` [B, kvH, C, hd], on the device or the host); returns the new buffers, on the device, and (with
+   * `bias`) the attention bias of the next step of these rows (`starts`) on them.
    */
   async append(keys: readonly ort.Tensor[], values: readonly ort.Tensor[], newKv: ort.Tensor, slot: number,
-    starts: readonly number[] = []): Promise<{ keys: ort.Tensor[]; values: ort.Tensor[]; nextBias: DecodeBias | null }> {
+    starts: readonly number[]): Promise<{ keys: ort.Tensor[]; values: ort.Tensor[]; nextBias: DecodeBias | null }> {
     this.appendSession ??= ort.InferenceSession.create(appendGraph(this.layers, this.kvHeads, this.headDim, this.dtype, this.bias), { ...DEVICE_SESSION, preferredOutputLocation: 'gpu-buffer' });
     const s = await this.appendSession;
     const feeds: Record<string, ort.Tensor> = { [IO.newKv]: newKv, slot: new ort.Tensor('int64', BigInt64Array.of(BigInt(slot)), [1]) };

@@ -78,8 +78,8 @@ function applyTopP(w: Float64Array, p: number): void {
   while (low > minBin && acc < need) if (counts[--low]) acc += mass[low]!;
   while (low > minBin && !counts[--low]);
   // the shared histogram left empty for the next row (only the bins this row touched)
-  counts.fill(0, Math.max(0, minBin), maxBin + 1);
-  mass.fill(0, Math.max(0, minBin), maxBin + 1);
+  counts.fill(0, minBin, maxBin + 1);
+  mass.fill(0, minBin, maxBin + 1);
   const cut = topPCut(w, words, low, p, total, n);
   // keep every weight above θ and, of those equal to θ, the lowest ids until K are kept
   let greater = 0;
